@@ -1,0 +1,48 @@
+"""Lineage: from-scratch, Hugging Face-compatible implementations of the classic attention architectures.
+
+Importing this package registers every family with `AutoConfig` and the matching `AutoModel*` classes, so
+`AutoModelForMaskedLM.from_config(LineageBertConfig())` and `from_pretrained(folder)` work without
+`trust_remote_code` in a process that imported `modeling`; saved folders also carry their code for processes
+that did not.
+"""
+
+import transformers
+
+from . import modeling_lineage_bert
+from .configuration_lineage_bert import LineageBertConfig
+from .modeling_lineage_bert import (
+    LineageBertForMaskedLM,
+    LineageBertForMultipleChoice,
+    LineageBertForNextSentencePrediction,
+    LineageBertForPreTraining,
+    LineageBertForQuestionAnswering,
+    LineageBertForSequenceClassification,
+    LineageBertForTokenClassification,
+    LineageBertModel,
+    LineageBertPreTrainedModel,
+)
+
+_FAMILIES = ((LineageBertConfig, LineageBertPreTrainedModel, modeling_lineage_bert),)
+
+
+def _register(config_class, pretrained_class, module) -> None:
+    transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    for auto_name, class_name in pretrained_class.auto_classes.items():
+        getattr(transformers, auto_name).register(config_class, getattr(module, class_name), exist_ok=True)
+
+
+for _family in _FAMILIES:
+    _register(*_family)
+
+__all__ = [
+    "LineageBertConfig",
+    "LineageBertForMaskedLM",
+    "LineageBertForMultipleChoice",
+    "LineageBertForNextSentencePrediction",
+    "LineageBertForPreTraining",
+    "LineageBertForQuestionAnswering",
+    "LineageBertForSequenceClassification",
+    "LineageBertForTokenClassification",
+    "LineageBertModel",
+    "LineageBertPreTrainedModel",
+]

@@ -1,0 +1,372 @@
+"""The shared core of every Lineage family: attention, feed-forward, norms, positions, residual blocks.
+
+Follows "Attention Is All You Need" (Vaswani et al. 2017, section 3): scaled dot-product multi-head attention,
+position-wise feed-forward, residual sublayers with LayerNorm, sinusoidal or learned positions. One attention
+module serves bidirectional (BERT, encoder), causal (GPT, decoder) and cross attention; the kernel is chosen
+through transformers' attention interface (`config._attn_implementation`: `eager`, `sdpa`, flash where
+installed). Key/value caching goes through transformers' `Cache` classes (`DynamicCache` for decoder-only
+models, `EncoderDecoderCache` for encoder-decoders).
+
+Departures from the paper, all selected by config: pre-norm (`x + Sublayer(LayerNorm(x))`, as GPT-2) besides
+the paper's post-norm; a gated feed-forward variant; the split sin/cos position layout used by Marian.
+
+Dimension legend:
+    B  batch size
+    T  query length (tokens of the current input)
+    S  key/value length (cached + current tokens, or encoder length for cross attention)
+    H  number of attention heads
+    D  head dimension (hidden_size // H)
+    C  hidden size (H * D)
+"""
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache, EncoderDecoderCache
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "gelu_new": lambda: nn.GELU(approximate="tanh"),
+    "silu": nn.SiLU,
+}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Input checks: raised before any kernel runs, naming the argument and the allowed range.
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _checks_enabled() -> bool:
+    # data-dependent checks would break a compiled graph; compiled code is trusted to have been run eagerly once
+    return not torch.compiler.is_compiling()
+
+
+def check_token_ids(ids: torch.Tensor, upper: int, name: str, upper_name: str) -> None:
+    """Require every id in `[0, upper)`."""
+    if not _checks_enabled() or ids.numel() == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= upper:
+        bad = low if low < 0 else high
+        raise ValueError(f"`{name}` must be in [0, {upper}) ({upper_name}={upper}), got {bad}.")
+
+
+def check_sequence_length(length: int, max_positions: int, name: str = "input_ids") -> None:
+    if length > max_positions:
+        raise ValueError(
+            f"`{name}` has {length} positions but `max_position_embeddings` is {max_positions}; "
+            f"sequences must have at most {max_positions} tokens (truncate the input)."
+        )
+
+
+def check_mask_shape(mask: torch.Tensor | None, shape: torch.Size, name: str = "attention_mask",
+                     against: str = "input_ids") -> None:
+    if mask is not None and mask.shape != shape:
+        raise ValueError(f"`{name}` must have the shape of `{against}` {tuple(shape)}, got {tuple(mask.shape)}.")
+
+
+def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | torch.Size, name: str = "labels") -> None:
+    if labels is not None and tuple(labels.shape) != tuple(shape):
+        raise ValueError(f"`{name}` must have shape {tuple(shape)} to match the logits, got {tuple(labels.shape)}.")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Attention
+# ----------------------------------------------------------------------------------------------------------
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T * scaling + mask) V, returning the probabilities too (`output_attentions`)."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, T, S)
+    if attention_mask is None and module.is_causal and query.shape[2] > 1:
+        # sdpa-format masks omit a pure causal pattern; rebuild it (queries are the last T of S positions)
+        length, total = query.shape[2], key.shape[2]
+        attention_mask = torch.ones(length, total, dtype=torch.bool, device=query.device).tril(total - length)
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = nn.functional.dropout(probs, p=dropout, training=module.training)
+    output = torch.matmul(probs, value).transpose(1, 2).contiguous()  # (B, T, H, D)
+    return output, probs
+
+
+class LineageAttention(nn.Module):
+    """Multi-head attention: self (bidirectional or causal) or cross, with an optional KV cache.
+
+    Cross attention takes its keys and values from `key_value_states` (the encoder output); under an
+    `EncoderDecoderCache` they are projected once per generation and reused at every step.
+    """
+
+    def __init__(self, config, layer_idx: int, is_causal: bool = False, is_cross_attention: bool = False):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        # sdpa reads `module.is_causal`; encoder and cross attention must say False or they turn causal
+        self.is_causal = is_causal
+        self.is_cross_attention = is_cross_attention
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout = config.attention_probs_dropout_prob
+        self.q_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.k_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.v_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.o_proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+
+    def _key_value(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None,
+                   past_key_values: Cache | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.is_cross_attention:
+            cache = past_key_values.cross_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else None
+            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
+                layer = cache.layers[self.layer_idx]
+                return layer.keys, layer.values
+            key, value = self._heads(self.k_proj(key_value_states)), self._heads(self.v_proj(key_value_states))
+            if cache is not None:
+                key, value = cache.update(key, value, self.layer_idx)
+                past_key_values.is_updated[self.layer_idx] = True
+            return key, value
+        key, value = self._heads(self.k_proj(hidden_states)), self._heads(self.v_proj(hidden_states))
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values = past_key_values.self_attention_cache
+        if past_key_values is not None:
+            key, value = past_key_values.update(key, value, self.layer_idx)  # (B, H, S, D)
+        return key, value
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        key_value_states: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        output_attentions: bool = False,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch, length, _ = hidden_states.shape
+        query = self._heads(self.q_proj(hidden_states))  # (B, H, T, D)
+        key, value = self._key_value(hidden_states, key_value_states, past_key_values)
+        implementation = self.config._attn_implementation
+        if output_attentions and implementation == "sdpa":
+            implementation = "eager"  # sdpa never materialises the probabilities; its masks are eager-compatible
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        output, weights = attention(
+            self, query, key, value, attention_mask,
+            scaling=self.scaling, dropout=self.dropout if self.training else 0.0, **kwargs,
+        )
+        output = output.reshape(batch, length, -1)  # (B, T, C)
+        return self.o_proj(output), weights
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Feed-forward, residual sublayer, block
+# ----------------------------------------------------------------------------------------------------------
+
+
+class LineageFeedForward(nn.Module):
+    """Position-wise feed-forward: `down(act(up(x)))`, or gated `down(act(gate(x)) * up(x))`."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size) if config.gated_ffn else None
+        self.act = ACTIVATION_MODULES[config.hidden_act]()
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.gate_proj is None:
+            return self.down_proj(self.act(self.up_proj(hidden_states)))
+        return self.down_proj(self.act(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
+
+
+class ResidualSublayer(nn.Module):
+    """Residual connection around `sublayer` with dropout on its output and LayerNorm placed by config.
+
+    post-norm (the papers): `LayerNorm(x + Dropout(Sublayer(x)))`
+    pre-norm (GPT-2):       `x + Dropout(Sublayer(LayerNorm(x)))`
+    A sublayer that returns a tuple (attention: output, weights) has its extra values passed through.
+    """
+
+    def __init__(self, sublayer: nn.Module, config):
+        super().__init__()
+        self.sublayer = sublayer
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.pre_norm = config.norm_position == "pre"
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+        residual = hidden_states
+        if self.pre_norm:
+            hidden_states = self.norm(hidden_states)
+        output = self.sublayer(hidden_states, *args, **kwargs)
+        output, extras = (output[0], output[1:]) if isinstance(output, tuple) else (output, ())
+        hidden_states = residual + self.dropout(output)
+        if not self.pre_norm:
+            hidden_states = self.norm(hidden_states)
+        return (hidden_states, *extras) if extras else hidden_states
+
+
+class LineageBlock(GradientCheckpointingLayer):
+    """Self-attention, optional cross attention, feed-forward; each a `ResidualSublayer`.
+
+    BERT and encoders: bidirectional, no cross attention. GPT: causal. Transformer decoder: causal with cross
+    attention. Returns `(hidden_states, self_attention_weights, cross_attention_weights)`; weights are `None`
+    unless the `eager` implementation computed them.
+    """
+
+    def __init__(self, config, layer_idx: int, is_causal: bool = False, has_cross_attention: bool = False):
+        super().__init__()
+        self.self_attn = ResidualSublayer(LineageAttention(config, layer_idx, is_causal=is_causal), config)
+        self.cross_attn = (
+            ResidualSublayer(LineageAttention(config, layer_idx, is_cross_attention=True), config)
+            if has_cross_attention else None
+        )
+        self.feed_forward = ResidualSublayer(LineageFeedForward(config), config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        hidden_states, self_weights = self.self_attn(
+            hidden_states, attention_mask, past_key_values=past_key_values, **kwargs
+        )
+        cross_weights = None
+        if self.cross_attn is not None:
+            hidden_states, cross_weights = self.cross_attn(
+                hidden_states, encoder_attention_mask, encoder_hidden_states, past_key_values=past_key_values, **kwargs
+            )
+        return self.feed_forward(hidden_states), self_weights, cross_weights
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Positions
+# ----------------------------------------------------------------------------------------------------------
+
+
+def sinusoidal_table(num_positions: int, dim: int, interleaved: bool = True) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5), shape (P, C).
+
+    `interleaved=True` puts sin on even and cos on odd dimensions as the paper writes it; `False` puts all sin
+    features in the first half and all cos features in the second (Marian's layout). Computed in float64.
+    """
+    positions = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (P, 1)
+    inv_freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (ceil(C/2),)
+    angles = positions * inv_freq  # (P, ceil(C/2))
+    sin, cos = torch.sin(angles), torch.cos(angles)[:, : dim // 2]
+    if interleaved:
+        table = torch.zeros(num_positions, dim, dtype=torch.float64)
+        table[:, 0::2], table[:, 1::2] = sin, cos
+    else:
+        table = torch.cat([sin, cos], dim=-1)
+    return table.float()
+
+
+class SinusoidalPositionalEmbedding(nn.Module):
+    """Fixed sinusoidal positions; a non-persistent buffer, so it is never saved and recomputed on load."""
+
+    def __init__(self, num_positions: int, dim: int, interleaved: bool = True):
+        super().__init__()
+        self.interleaved = interleaved
+        self.register_buffer("weight", sinusoidal_table(num_positions, dim, interleaved), persistent=False)
+
+    def reset_table(self) -> torch.Tensor:
+        return sinusoidal_table(self.weight.shape[0], self.weight.shape[1], self.interleaved)
+
+    def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
+        return nn.functional.embedding(position_ids, self.weight)  # (B, T, C)
+
+
+class LearnedPositionalEmbedding(nn.Embedding):
+    """Learned absolute positions (BERT, GPT), indexed by `position_ids`."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Pretrained base shared by every family
+# ----------------------------------------------------------------------------------------------------------
+
+
+class LineagePreTrainedModel(PreTrainedModel):
+    """Weight initialisation, attention-backend flags and complete `auto_map` saving for all families.
+
+    A family's base class sets `config_class`, `base_model_prefix` and `auto_classes` (transformers Auto class
+    name -> Lineage class name); `save_pretrained` then writes an `auto_map` entry for every head, so each
+    head loads from the saved folder with `trust_remote_code=True`.
+    """
+
+    auto_classes: dict[str, str] = {}
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, SinusoidalPositionalEmbedding):
+            init.copy_(module.weight, module.reset_table())
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save weights, config and this family's code, with an `auto_map` entry for every head."""
+        config_class, model_class = type(self.config), type(self)
+        own_auto_class = next((a for a, n in self.auto_classes.items() if n == model_class.__name__), "AutoModel")
+        config_class.register_for_auto_class("AutoConfig")
+        model_class.register_for_auto_class(own_auto_class)
+        config_module = config_class.__module__.rsplit(".", 1)[-1]
+        model_module = model_class.__module__.rsplit(".", 1)[-1]
+        self.config.auto_map = {
+            "AutoConfig": f"{config_module}.{config_class.__name__}",
+            **{auto: f"{model_module}.{name}" for auto, name in self.auto_classes.items()},
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+__all__ = [
+    "ACTIVATION_MODULES",
+    "LearnedPositionalEmbedding",
+    "LineageAttention",
+    "LineageBlock",
+    "LineageFeedForward",
+    "LineagePreTrainedModel",
+    "ResidualSublayer",
+    "SinusoidalPositionalEmbedding",
+    "check_labels_shape",
+    "check_mask_shape",
+    "check_sequence_length",
+    "check_token_ids",
+    "eager_attention_forward",
+    "sinusoidal_table",
+]

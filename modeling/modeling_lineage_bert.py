@@ -1,0 +1,562 @@
+"""BERT (Devlin et al. 2018): a bidirectional Transformer encoder pretrained with masked-LM and next-sentence
+prediction, and its fine-tuning heads.
+
+Follows the paper and the reference implementation: token + segment + learned position embeddings summed and
+normalised, post-norm encoder blocks with exact GELU, a tanh pooler over `[CLS]`, a masked-LM head (dense,
+GELU, LayerNorm, decoder tied to the word embeddings with its own bias) and a two-way NSP classifier. Weights
+convert to and from transformers' `Bert*` models (`conversion.py`) with identical outputs.
+
+Departure, by config only: `norm_position="pre"` moves each LayerNorm before its sublayer, drops the
+embedding LayerNorm and adds a final one, so exactly one LayerNorm feeds every consumer.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers.loss.loss_utils import (
+    ForMaskedLMLoss,
+    ForQuestionAnsweringLoss,
+    ForSequenceClassificationLoss,
+    ForTokenClassification,
+)
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPoolingAndCrossAttentions,
+    MaskedLMOutput,
+    ModelOutput,
+    MultipleChoiceModelOutput,
+    NextSentencePredictorOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.utils.generic import can_return_tuple
+
+from .configuration_lineage_bert import LineageBertConfig
+from .layers import (
+    ACTIVATION_MODULES,
+    LearnedPositionalEmbedding,
+    LineageBlock,
+    LineagePreTrainedModel,
+    check_labels_shape,
+    check_mask_shape,
+    check_sequence_length,
+    check_token_ids,
+)
+
+
+class LineageBertEmbeddings(nn.Module):
+    """word + segment + position embeddings, then LayerNorm (post-norm only) and dropout."""
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.position_embeddings = LearnedPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = (
+            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "post" else None
+        )
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+    ) -> torch.Tensor:
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)  # (B, T, C)
+        length = inputs_embeds.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(length, device=inputs_embeds.device)[None]  # (1, T)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
+        embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
+        if self.norm is not None:
+            embeddings = self.norm(embeddings)
+        return self.dropout(embeddings)
+
+
+class LineageBertEncoder(nn.Module):
+    """A stack of bidirectional blocks; a final LayerNorm under pre-norm."""
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(LineageBlock(config, layer_idx=i) for i in range(config.num_hidden_layers))
+        self.final_norm = (
+            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
+        )
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        **kwargs,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
+        all_hidden_states = () if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            hidden_states, weights, _ = layer(hidden_states, attention_mask, output_attentions=output_attentions, **kwargs)
+            if output_attentions:
+                all_attentions += (weights,)
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+        if output_hidden_states:
+            all_hidden_states += (hidden_states,)
+        return hidden_states, all_hidden_states, all_attentions
+
+
+class LineageBertPooler(nn.Module):
+    """tanh(W h_[CLS] + b): the sentence representation used by NSP and the classification heads."""
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, C)
+
+
+class LineageBertLMHead(nn.Module):
+    """Masked-LM head: dense, activation, LayerNorm, then a decoder tied to the word embeddings plus a bias."""
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACTIVATION_MODULES[config.hidden_act]()
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (B, T, V)
+
+
+class LineageBertPreTrainedModel(LineagePreTrainedModel):
+    config_class = LineageBertConfig
+    base_model_prefix = "bert"
+    _no_split_modules = ["LineageBlock"]
+    auto_classes = {
+        "AutoModel": "LineageBertModel",
+        "AutoModelForPreTraining": "LineageBertForPreTraining",
+        "AutoModelForMaskedLM": "LineageBertForMaskedLM",
+        "AutoModelForNextSentencePrediction": "LineageBertForNextSentencePrediction",
+        "AutoModelForSequenceClassification": "LineageBertForSequenceClassification",
+        "AutoModelForTokenClassification": "LineageBertForTokenClassification",
+        "AutoModelForQuestionAnswering": "LineageBertForQuestionAnswering",
+        "AutoModelForMultipleChoice": "LineageBertForMultipleChoice",
+    }
+
+
+class LineageBertModel(LineageBertPreTrainedModel):
+    """The bare encoder: last hidden states and the pooled `[CLS]` representation."""
+
+    def __init__(self, config: LineageBertConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = LineageBertEmbeddings(config)
+        self.encoder = LineageBertEncoder(config)
+        self.pooler = LineageBertPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    def _check_inputs(self, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids) -> None:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Specify exactly one of `input_ids` or `inputs_embeds`.")
+        shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        if len(shape) != 2:
+            raise ValueError(f"`input_ids` must have shape (batch, length), got {tuple(shape)}.")
+        config = self.config
+        if input_ids is not None:
+            check_token_ids(input_ids, config.vocab_size, "input_ids", "vocab_size")
+        check_sequence_length(shape[1], config.max_position_embeddings)
+        check_mask_shape(attention_mask, shape)
+        check_mask_shape(token_type_ids, shape, "token_type_ids")
+        check_mask_shape(position_ids, shape, "position_ids")
+        if token_type_ids is not None:
+            check_token_ids(token_type_ids, config.type_vocab_size, "token_type_ids", "type_vocab_size")
+        if position_ids is not None:
+            check_token_ids(position_ids, config.max_position_embeddings, "position_ids", "max_position_embeddings")
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        self._check_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids)
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        hidden_states, all_hidden_states, all_attentions = self.encoder(
+            hidden_states, mask, output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs
+        )
+        return BaseModelOutputWithPoolingAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
+            hidden_states=all_hidden_states,
+            attentions=all_attentions,
+        )
+
+
+@dataclass
+class LineageBertForPreTrainingOutput(ModelOutput):
+    """Outputs of `LineageBertForPreTraining`: `loss` = `mlm_loss` + `nsp_loss` for the label sets given."""
+
+    loss: torch.Tensor | None = None
+    mlm_loss: torch.Tensor | None = None
+    nsp_loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    seq_relationship_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor | None, **kwargs) -> torch.Tensor | None:
+    if labels is None:
+        return None
+    check_labels_shape(labels, logits.shape[:-1])
+    return ForMaskedLMLoss(logits, labels, vocab_size=logits.shape[-1], **kwargs)
+
+
+def _classification_loss(logits: torch.Tensor, labels: torch.Tensor | None, name: str = "labels") -> torch.Tensor | None:
+    if labels is None:
+        return None
+    check_labels_shape(labels, logits.shape[:-1], name)
+    return nn.functional.cross_entropy(logits, labels)
+
+
+class LineageBertForPreTraining(LineageBertPreTrainedModel):
+    """Masked-LM and next-sentence-prediction heads; the pretraining objective of the paper (section 3.1)."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "bert.embeddings.word_embeddings.weight"}
+    accepts_loss_kwargs = False  # the NSP term is a per-example mean
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__(config)
+        self.bert = LineageBertModel(config)
+        self.lm_head = LineageBertLMHead(config)
+        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head.decoder = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> LineageBertForPreTrainingOutput:
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        prediction_logits = self.lm_head(outputs.last_hidden_state)
+        seq_relationship_logits = self.nsp_head(outputs.pooler_output)
+        mlm_loss = _mlm_loss(prediction_logits, labels)
+        nsp_loss = _classification_loss(seq_relationship_logits, next_sentence_label, "next_sentence_label")
+        losses = [loss for loss in (mlm_loss, nsp_loss) if loss is not None]
+        return LineageBertForPreTrainingOutput(
+            loss=sum(losses) if losses else None,
+            mlm_loss=mlm_loss,
+            nsp_loss=nsp_loss,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=seq_relationship_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class LineageBertForMaskedLM(LineageBertPreTrainedModel):
+    """The masked-LM head alone (fill-mask)."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "bert.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__(config)
+        self.bert = LineageBertModel(config, add_pooling_layer=False)
+        self.lm_head = LineageBertLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head.decoder = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput:
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)
+        return MaskedLMOutput(
+            loss=_mlm_loss(logits, labels, **kwargs),
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class LineageBertForNextSentencePrediction(LineageBertPreTrainedModel):
+    """Is sentence B the actual next sentence of A? Label 0 = IsNext, 1 = NotNext (as the reference)."""
+
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__(config)
+        self.bert = LineageBertModel(config)
+        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> NextSentencePredictorOutput:
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        logits = self.nsp_head(outputs.pooler_output)
+        return NextSentencePredictorOutput(
+            loss=_classification_loss(logits, labels),
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
+    """Single sentences (`[CLS] A [SEP]`) or pairs such as NLI (`[CLS] A [SEP] B [SEP]`) classified from the pooled
+    `[CLS]`; regression (MSE) when `num_labels == 1`, multi-label (BCE) when `problem_type` says so."""
+
+    accepts_loss_kwargs = False  # per-example mean loss
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = LineageBertModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            if labels.shape not in (logits.shape[:1], logits.shape):
+                raise ValueError(
+                    f"`labels` must have shape {tuple(logits.shape[:1])} (one class id or value per example) or "
+                    f"{tuple(logits.shape)} (multi-label), got {tuple(labels.shape)}."
+                )
+            loss = ForSequenceClassificationLoss(labels, logits, self.config)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class LineageBertForTokenClassification(LineageBertPreTrainedModel):
+    """A label per token (NER); labels of -100 (later sub-tokens, specials, padding) are ignored."""
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = LineageBertModel(config, add_pooling_layer=False)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            check_labels_shape(labels, logits.shape[:-1])
+            loss = ForTokenClassification(logits, labels, self.config, **kwargs)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class LineageBertForQuestionAnswering(LineageBertPreTrainedModel):
+    """Extractive QA (SQuAD, section 4.2): start and end logits over the tokens; the loss is the mean of the start
+    and end cross-entropies, positions outside the sequence are ignored."""
+
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__(config)
+        self.bert = LineageBertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)  # 2 x (B, T)
+        start_logits, end_logits = start_logits.contiguous(), end_logits.contiguous()
+        check_labels_shape(start_positions, start_logits.shape[:1], "start_positions")
+        check_labels_shape(end_positions, end_logits.shape[:1], "end_positions")
+        return QuestionAnsweringModelOutput(
+            loss=ForQuestionAnsweringLoss(start_logits, end_logits, start_positions, end_positions),
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class LineageBertForMultipleChoice(LineageBertPreTrainedModel):
+    """Scores each `[CLS] context [SEP] choice [SEP]` from its pooled `[CLS]`; softmax over the choices (SWAG)."""
+
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__(config)
+        self.bert = LineageBertModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> MultipleChoiceModelOutput:
+        reference = input_ids if input_ids is not None else inputs_embeds
+        if reference is None or reference.dim() < 3:
+            raise ValueError("`input_ids` must have shape (batch, num_choices, length) for multiple choice.")
+        num_choices = reference.shape[1]
+        flat = [x.flatten(0, 1) if x is not None else None
+                for x in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)]
+        outputs = self.bert(
+            *flat, output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)  # (B, num_choices)
+        return MultipleChoiceModelOutput(
+            loss=_classification_loss(logits, labels),
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+__all__ = [
+    "LineageBertForMaskedLM",
+    "LineageBertForMultipleChoice",
+    "LineageBertForNextSentencePrediction",
+    "LineageBertForPreTraining",
+    "LineageBertForQuestionAnswering",
+    "LineageBertForSequenceClassification",
+    "LineageBertForTokenClassification",
+    "LineageBertModel",
+    "LineageBertPreTrainedModel",
+]
