@@ -1,0 +1,46 @@
+"""Shared test setup: offline hub, deterministic seeds, one thread per test process, preset loading and a
+clean-process runner that proves saved folders load without this project."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import AutoConfig  # noqa: E402
+
+import modeling  # noqa: E402,F401  (registers the Lineage families with the Auto classes)
+
+REPO = Path(__file__).resolve().parents[1]
+PRESETS = REPO / "configs" / "models"
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def preset(name: str, **overrides):
+    """The config of `configs/models/<name>.json`, with overrides."""
+    fields = json.loads((PRESETS / f"{name}.json").read_text())
+    return AutoConfig.for_model(fields.pop("model_type"), **{**fields, **overrides})
+
+
+def run_clean_process(code: str, cwd: Path) -> str:
+    """Run `code` in `python -I` from `cwd` with `modeling` and `train` made unimportable; return its stdout."""
+    prelude = "import sys\nsys.modules['modeling'] = None\nsys.modules['train'] = None\n"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", prelude + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, f"clean process failed:\n{result.stderr[-4000:]}"
+    return result.stdout

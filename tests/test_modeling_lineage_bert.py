@@ -1,0 +1,378 @@
+"""The BERT family: every head's shapes, losses and gradients; padding invariance; eager == sdpa; attentions and
+hidden states; gradient checkpointing; save/load and clean-process remote-code loading; Trainer; presets;
+bad input."""
+
+import pytest
+import torch
+import transformers
+from conftest import preset, run_clean_process
+
+from modeling import (
+    LineageBertConfig,
+    LineageBertForMaskedLM,
+    LineageBertForMultipleChoice,
+    LineageBertForNextSentencePrediction,
+    LineageBertForPreTraining,
+    LineageBertForQuestionAnswering,
+    LineageBertForSequenceClassification,
+    LineageBertForTokenClassification,
+    LineageBertModel,
+)
+
+BATCH, LENGTH, CHOICES = 3, 9, 2
+HEADS = [
+    LineageBertModel,
+    LineageBertForPreTraining,
+    LineageBertForMaskedLM,
+    LineageBertForNextSentencePrediction,
+    LineageBertForSequenceClassification,
+    LineageBertForTokenClassification,
+    LineageBertForQuestionAnswering,
+    LineageBertForMultipleChoice,
+]
+
+
+def tiny_config(**overrides) -> LineageBertConfig:
+    return preset("bert-tiny", **overrides)
+
+
+def make_inputs(config, model_class=None, padded: bool = True) -> dict[str, torch.Tensor]:
+    """Random ids (no [PAD] id), a padding mask with ragged rows, segments 0/1, and labels for `model_class`."""
+    shape = (BATCH, CHOICES, LENGTH) if model_class is LineageBertForMultipleChoice else (BATCH, LENGTH)
+    input_ids = torch.randint(1, config.vocab_size, shape)
+    attention_mask = torch.ones(shape, dtype=torch.long)
+    if padded:
+        attention_mask[1, ..., 6:] = 0
+        attention_mask[-1, ..., 4:] = 0
+    token_type_ids = torch.zeros(shape, dtype=torch.long)
+    token_type_ids[..., LENGTH // 2:] = 1
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+    inputs.update(make_labels(config, model_class, input_ids))
+    return inputs
+
+
+def make_labels(config, model_class, input_ids) -> dict[str, torch.Tensor]:
+    batch = input_ids.shape[0]
+    mlm_labels = torch.where(torch.rand(input_ids.shape) < 0.3, input_ids, torch.full_like(input_ids, -100))
+    return {
+        LineageBertModel: {},
+        LineageBertForPreTraining: {"labels": mlm_labels, "next_sentence_label": torch.randint(0, 2, (batch,))},
+        LineageBertForMaskedLM: {"labels": mlm_labels},
+        LineageBertForNextSentencePrediction: {"labels": torch.randint(0, 2, (batch,))},
+        LineageBertForSequenceClassification: {"labels": torch.randint(0, config.num_labels, (batch,))},
+        LineageBertForTokenClassification: {"labels": torch.randint(0, config.num_labels, input_ids.shape)},
+        LineageBertForQuestionAnswering: {
+            "start_positions": torch.randint(0, LENGTH, (batch,)),
+            "end_positions": torch.randint(0, LENGTH, (batch,)),
+        },
+        LineageBertForMultipleChoice: {"labels": torch.randint(0, CHOICES, (batch,))},
+        None: {},
+    }[model_class]
+
+
+def output_tensors(outputs) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in outputs.items() if torch.is_tensor(v) and k != "loss" and not k.endswith("_loss")}
+
+
+EXPECTED_SHAPES = {
+    LineageBertModel: {"last_hidden_state": (BATCH, LENGTH, 32), "pooler_output": (BATCH, 32)},
+    LineageBertForPreTraining: {"prediction_logits": (BATCH, LENGTH, 99), "seq_relationship_logits": (BATCH, 2)},
+    LineageBertForMaskedLM: {"logits": (BATCH, LENGTH, 99)},
+    LineageBertForNextSentencePrediction: {"logits": (BATCH, 2)},
+    LineageBertForSequenceClassification: {"logits": (BATCH, 2)},
+    LineageBertForTokenClassification: {"logits": (BATCH, LENGTH, 2)},
+    LineageBertForQuestionAnswering: {"start_logits": (BATCH, LENGTH), "end_logits": (BATCH, LENGTH)},
+    LineageBertForMultipleChoice: {"logits": (BATCH, CHOICES)},
+}
+
+
+@pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_shapes_loss_and_backward(model_class, norm_position):
+    config = tiny_config(norm_position=norm_position)
+    model = model_class(config)
+    outputs = model(**make_inputs(config, model_class))
+    assert {k: tuple(v.shape) for k, v in output_tensors(outputs).items()} == EXPECTED_SHAPES[model_class]
+    if model_class is LineageBertModel:
+        loss = outputs.last_hidden_state.pow(2).mean() + outputs.pooler_output.pow(2).mean()
+    else:
+        loss = outputs.loss
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    loss.backward()
+    assert [n for n, p in model.named_parameters() if p.grad is None] == []
+
+
+def test_pretraining_loss_is_sum_of_mlm_and_nsp():
+    config = tiny_config()
+    model = LineageBertForPreTraining(config).eval()
+    inputs = make_inputs(config, LineageBertForPreTraining)
+    both = model(**inputs)
+    mlm_only = model(**{k: v for k, v in inputs.items() if k != "next_sentence_label"})
+    nsp_only = model(**{k: v for k, v in inputs.items() if k != "labels"})
+    torch.testing.assert_close(both.loss, mlm_only.loss + nsp_only.loss)
+    torch.testing.assert_close(both.mlm_loss, mlm_only.loss)
+    torch.testing.assert_close(both.nsp_loss, nsp_only.loss)
+    expected_mlm = torch.nn.functional.cross_entropy(both.prediction_logits.flatten(0, 1), inputs["labels"].flatten())
+    torch.testing.assert_close(both.mlm_loss, expected_mlm)
+
+
+def test_regression_and_multi_label_classification():
+    regression = LineageBertForSequenceClassification(tiny_config(num_labels=1)).eval()
+    inputs = make_inputs(regression.config)
+    targets = torch.randn(BATCH)
+    outputs = regression(**inputs, labels=targets)
+    torch.testing.assert_close(outputs.loss, torch.nn.functional.mse_loss(outputs.logits.squeeze(-1), targets))
+    multi = LineageBertForSequenceClassification(tiny_config(num_labels=3, problem_type="multi_label_classification"))
+    targets = torch.randint(0, 2, (BATCH, 3)).float()
+    outputs = multi.eval()(**inputs, labels=targets)
+    torch.testing.assert_close(outputs.loss, torch.nn.functional.binary_cross_entropy_with_logits(outputs.logits, targets))
+
+
+def test_masked_lm_decoder_is_tied_with_its_own_bias():
+    model = LineageBertForMaskedLM(tiny_config())
+    assert model.lm_head.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    assert model.lm_head.decoder.bias.shape == (99,)
+    model.resize_token_embeddings(120)
+    assert model.lm_head.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    assert model.lm_head.decoder.weight.shape == (120, 32) and model.lm_head.decoder.bias.shape == (120,)
+
+
+@pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_padding_never_changes_unpadded_outputs(model_class, implementation):
+    """Each row alone, unpadded, gives the same outputs at its real positions as inside the padded batch."""
+    config = tiny_config(attn_implementation=implementation)
+    model = model_class(config).eval()
+    inputs = make_inputs(config, model_class)
+    inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    # change the padded positions' ids: they must have no influence either
+    inputs["input_ids"] = torch.where(inputs["attention_mask"].bool(), inputs["input_ids"], 7)
+    batched = output_tensors(model(**inputs))
+    for row in range(BATCH):
+        keep = int(inputs["attention_mask"][row].reshape(-1, LENGTH)[-1].sum())
+        single = {k: v[row:row + 1, ..., :keep] for k, v in inputs.items()}
+        alone = output_tensors(model(**single))
+        for name, value in alone.items():
+            expected = batched[name][row:row + 1]
+            if expected.dim() >= 2 and expected.shape[1] == LENGTH:  # per-token outputs: the real positions
+                expected = expected[:, :keep]
+            torch.testing.assert_close(value, expected, atol=1e-5, rtol=1e-5, msg=f"{name} row {row}")
+
+
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_eager_equals_sdpa(norm_position):
+    config = tiny_config(norm_position=norm_position)
+    model = LineageBertForPreTraining(config).eval()
+    inputs = make_inputs(config, LineageBertForPreTraining)
+    model.set_attn_implementation("sdpa")
+    sdpa = model(**inputs)
+    model.set_attn_implementation("eager")
+    eager = model(**inputs)
+    torch.testing.assert_close(sdpa.prediction_logits, eager.prediction_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sdpa.loss, eager.loss, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_attentions_and_hidden_states(implementation):
+    config = tiny_config(attn_implementation=implementation)
+    model = LineageBertModel(config).eval()
+    inputs = make_inputs(config)
+    outputs = model(**inputs, output_attentions=True, output_hidden_states=True)
+    assert len(outputs.hidden_states) == config.num_hidden_layers + 1
+    torch.testing.assert_close(outputs.hidden_states[-1], outputs.last_hidden_state)
+    assert len(outputs.attentions) == config.num_hidden_layers
+    for weights in outputs.attentions:
+        assert weights.shape == (BATCH, 4, LENGTH, LENGTH)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(BATCH, 4, LENGTH))
+        # padded keys receive no attention
+        assert weights[-1, :, :, 4:].abs().max() == 0
+    plain = model(**inputs)
+    assert plain.attentions is None and plain.hidden_states is None
+    torch.testing.assert_close(plain.last_hidden_state, outputs.last_hidden_state, atol=1e-5, rtol=1e-5)
+
+
+def test_return_dict_false_gives_tuples():
+    model = LineageBertForSequenceClassification(tiny_config()).eval()
+    inputs = make_inputs(model.config, LineageBertForSequenceClassification)
+    as_tuple = model(**inputs, return_dict=False)
+    assert isinstance(as_tuple, tuple)
+    torch.testing.assert_close(as_tuple[0], model(**inputs).loss)
+
+
+def test_gradient_checkpointing_gives_identical_gradients():
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = LineageBertForPreTraining(config).train()
+    inputs = make_inputs(config, LineageBertForPreTraining)
+
+    def gradients():
+        model.zero_grad()
+        model(**inputs).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    reference = gradients()
+    model.activation_checkpointing_enable()
+    assert all(layer.gradient_checkpointing for layer in model.bert.encoder.layers)
+    checkpointed = gradients()
+    for name in reference:
+        torch.testing.assert_close(checkpointed[name], reference[name], msg=name)
+
+
+@pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
+def test_save_load_round_trip(model_class, tmp_path):
+    config = tiny_config(norm_position="pre")
+    model = model_class(config).eval()
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists()
+    auto_class = getattr(transformers, next(a for a, n in model.auto_classes.items() if n == model_class.__name__))
+    loaded = auto_class.from_pretrained(tmp_path).eval()
+    assert type(loaded) is model_class
+    assert loaded.config.to_diff_dict() | {"_name_or_path": ""} == model.config.to_diff_dict() | {"_name_or_path": ""}
+    saved, restored = model.state_dict(), loaded.state_dict()
+    assert saved.keys() == restored.keys()
+    assert all(torch.equal(saved[k], restored[k]) for k in saved)
+    inputs = make_inputs(config, model_class)
+    # weights are bit-identical; outputs may differ in the last bit because loaded tensors are aligned differently
+    for name, value in output_tensors(model(**inputs)).items():
+        torch.testing.assert_close(output_tensors(loaded(**inputs))[name], value, atol=1e-6, rtol=1e-6)
+
+
+def test_saved_folder_lists_every_head_and_loads_in_a_clean_process(tmp_path):
+    config = tiny_config()
+    model = LineageBertForPreTraining(config).eval()
+    folder = tmp_path / "bert"
+    model.save_pretrained(folder)
+    saved = transformers.AutoConfig.from_pretrained(folder).auto_map
+    assert set(saved) == {"AutoConfig", *model.auto_classes}
+    for needed in ("modeling_lineage_bert.py", "configuration_lineage_bert.py", "layers.py",
+                   "configuration_lineage_common.py"):
+        assert (folder / needed).exists(), needed
+    inputs = make_inputs(config, LineageBertForPreTraining)
+    torch.save({k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "token_type_ids")},
+               tmp_path / "inputs.pt")
+    expected = model(**inputs)
+    torch.save({"mlm": expected.prediction_logits, "nsp": expected.seq_relationship_logits}, tmp_path / "expected.pt")
+    code = f"""
+import torch, transformers
+inputs = torch.load({str(tmp_path / 'inputs.pt')!r})
+expected = torch.load({str(tmp_path / 'expected.pt')!r})
+for auto in {sorted(model.auto_classes)!r}:
+    getattr(transformers, auto).from_pretrained({str(folder)!r}, trust_remote_code=True)
+model = transformers.AutoModelForPreTraining.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
+assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+out = model(**inputs)
+torch.testing.assert_close(out.prediction_logits, expected["mlm"], atol=1e-6, rtol=1e-6)
+torch.testing.assert_close(out.seq_relationship_logits, expected["nsp"], atol=1e-6, rtol=1e-6)
+print("ok", type(model).__name__)
+"""
+    assert "ok LineageBertForPreTraining" in run_clean_process(code, tmp_path)
+
+
+def test_trainer_step_on_sequence_classification(tmp_path):
+    config = tiny_config(num_labels=3)
+    model = LineageBertForSequenceClassification(config)
+    rows = [make_inputs(config, LineageBertForSequenceClassification) for _ in range(2)]
+    dataset = [{k: v[i] for k, v in row.items()} for row in rows for i in range(BATCH)]
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=3, max_steps=2, gradient_accumulation_steps=1,
+        learning_rate=1e-3, report_to=[], save_strategy="no", logging_steps=1, use_cpu=True,
+    )
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=dataset)
+    result = trainer.train()
+    assert torch.isfinite(torch.tensor(result.training_loss))
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert "classifier.weight" in changed and any(n.startswith("bert.encoder") for n in changed)
+
+
+def test_auto_classes_build_every_head():
+    config = tiny_config()
+    for auto_name, class_name in LineageBertModel.auto_classes.items():
+        model = getattr(transformers, auto_name).from_config(config)
+        assert type(model).__name__ == class_name
+    assert type(transformers.AutoConfig.for_model("lineage-bert")) is LineageBertConfig
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())  # tied tensors are yielded once
+
+
+@pytest.mark.parametrize("name, paper", [("bert-base", 110e6), ("bert-large", 340e6)])
+def test_preset_parameter_counts_match_the_paper_and_the_reference(name, paper):
+    """Paper: 110M / 340M. transformers' BertForPreTraining at the same shape counts 110.1M / 336.2M (its
+    BertModel alone: 109.5M / 335.1M); Lineage must count exactly the same."""
+    config = preset(name)
+    with torch.device("meta"):
+        lineage = LineageBertForPreTraining(config)
+        reference = transformers.BertForPreTraining(transformers.BertConfig(**{
+            k: getattr(config, k) for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                            "intermediate_size", "max_position_embeddings", "type_vocab_size")
+        }))
+    count = count_parameters(lineage)
+    assert abs(count - paper) / paper < 0.02, count
+    assert count == count_parameters(reference)
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("field, value, fragment", [
+    ("num_attention_heads", 5, "`hidden_size` (32) must be divisible by `num_attention_heads` (5)"),
+    ("norm_position", "middle", "`norm_position` must be one of ('post', 'pre')"),
+    ("hidden_act", "tanh", "`hidden_act` must be one of"),
+    ("type_vocab_size", 0, "`type_vocab_size` must be a positive integer"),
+    ("hidden_dropout_prob", 1.5, "`hidden_dropout_prob` must be in [0, 1)"),
+])
+def test_bad_config_values(field, value, fragment):
+    with pytest.raises(ValueError) as error:
+        tiny_config(**{field: value})
+    assert fragment in str(error.value)
+
+
+def test_unknown_attention_implementation():
+    with pytest.raises(ValueError, match="attn_implementation"):
+        LineageBertModel(tiny_config(attn_implementation="magic"))
+
+
+@pytest.mark.parametrize("bad_id, fragment", [(-1, "got -1"), (99, "got 99")])
+def test_input_ids_out_of_range(bad_id, fragment):
+    model = LineageBertModel(tiny_config())
+    input_ids = torch.randint(1, 99, (2, 5))
+    input_ids[1, 2] = bad_id
+    with pytest.raises(ValueError, match=r"`input_ids` must be in \[0, 99\)") as error:
+        model(input_ids)
+    assert fragment in str(error.value)
+
+
+def test_sequence_longer_than_position_table():
+    model = LineageBertModel(tiny_config())
+    with pytest.raises(ValueError, match="has 65 positions but `max_position_embeddings` is 64"):
+        model(torch.randint(1, 99, (1, 65)))
+
+
+def test_token_type_ids_out_of_range():
+    model = LineageBertModel(tiny_config())
+    input_ids = torch.randint(1, 99, (2, 5))
+    with pytest.raises(ValueError, match=r"`token_type_ids` must be in \[0, 2\) \(type_vocab_size=2\), got 2"):
+        model(input_ids, token_type_ids=torch.full_like(input_ids, 2))
+
+
+def test_attention_mask_shape_mismatch():
+    model = LineageBertModel(tiny_config())
+    with pytest.raises(ValueError, match=r"`attention_mask` must have the shape of `input_ids` \(2, 5\), got \(2, 4\)"):
+        model(torch.randint(1, 99, (2, 5)), attention_mask=torch.ones(2, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("model_class, labels, fragment", [
+    (LineageBertForMaskedLM, {"labels": torch.zeros(2, 4, dtype=torch.long)}, r"`labels` must have shape \(2, 5\)"),
+    (LineageBertForTokenClassification, {"labels": torch.zeros(2, dtype=torch.long)}, r"`labels` must have shape \(2, 5\)"),
+    (LineageBertForSequenceClassification, {"labels": torch.zeros(3, dtype=torch.long)}, r"`labels` must have shape \(2,\)"),
+    (LineageBertForPreTraining, {"next_sentence_label": torch.zeros(2, 1, dtype=torch.long)},
+     r"`next_sentence_label` must have shape \(2,\)"),
+    (LineageBertForQuestionAnswering, {"start_positions": torch.zeros(3, dtype=torch.long),
+                                       "end_positions": torch.zeros(3, dtype=torch.long)},
+     r"`start_positions` must have shape \(2,\)"),
+])
+def test_labels_shape_mismatch(model_class, labels, fragment):
+    model = model_class(tiny_config())
+    with pytest.raises(ValueError, match=fragment):
+        model(torch.randint(1, 99, (2, 5)), **labels)
