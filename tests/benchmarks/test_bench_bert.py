@@ -1,0 +1,53 @@
+"""bert-base training step (forward, backward, AdamW step) at batch 8 x 128 against transformers'
+`BertForPreTraining` with the same config and the same weights (converted), on CPU or, where available, GPU.
+
+Run: python -m pytest -m benchmark tests/benchmarks/test_bench_bert.py -s
+"""
+
+import pytest
+import torch
+import transformers
+from conftest import preset
+
+from modeling import LineageBertForPreTraining
+from modeling.conversion import to_transformers
+from timing import compare, device
+
+BATCH, LENGTH = 8, 128
+
+
+def batch(vocab_size: int, target: torch.device) -> dict[str, torch.Tensor]:
+    input_ids = torch.randint(5, vocab_size, (BATCH, LENGTH))
+    labels = torch.where(torch.rand(BATCH, LENGTH) < 0.15, input_ids, -100)
+    return {
+        "input_ids": input_ids.to(target),
+        "attention_mask": torch.ones(BATCH, LENGTH, dtype=torch.long, device=target),
+        "token_type_ids": (torch.arange(LENGTH) >= LENGTH // 2).long().expand(BATCH, -1).to(target),
+        "labels": labels.to(target),
+        "next_sentence_label": torch.randint(0, 2, (BATCH,), device=target),
+    }
+
+
+def training_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, inputs: dict) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    model(**inputs).loss.backward()
+    optimizer.step()
+
+
+@pytest.mark.benchmark
+def test_bert_base_training_step_is_not_slower():
+    target = device()
+    lineage = LineageBertForPreTraining(preset("bert-base")).to(target).train()
+    reference = to_transformers(lineage).to(target).train()
+    assert isinstance(reference, transformers.BertForPreTraining)
+    assert reference.config._attn_implementation == lineage.config._attn_implementation == "sdpa"
+    inputs = batch(lineage.config.vocab_size, target)
+    ours = torch.optim.AdamW(lineage.parameters(), lr=1e-4)
+    theirs = torch.optim.AdamW(reference.parameters(), lr=1e-4)
+    ratio = compare(
+        f"bert-base train step {BATCH}x{LENGTH} on {target.type}",
+        lambda: training_step(lineage, ours, inputs),
+        lambda: training_step(reference, theirs, inputs),
+        repeats=5 if target.type == "cpu" else 20,
+    )
+    assert ratio >= 1.0, f"Lineage is slower than transformers' BertForPreTraining (ratio {ratio:.3f})"

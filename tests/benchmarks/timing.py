@@ -1,0 +1,44 @@
+"""Interleaved timing of two implementations: median of several repetitions, ratio reference / lineage.
+
+A ratio >= 1.0 means Lineage is not slower. Both callables run alternately so that machine noise (other
+processes, frequency scaling) hits both alike; each gets warm-up calls first.
+"""
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    _synchronize()
+    start = time.perf_counter()
+    fn()
+    _synchronize()
+    return time.perf_counter() - start
+
+
+def compare(label: str, lineage: Callable[[], object], reference: Callable[[], object], repeats: int = 5,
+            warmup: int = 1) -> float:
+    """Print and return median(reference) / median(lineage) over `repeats` interleaved runs."""
+    for _ in range(warmup):
+        lineage()
+        reference()
+    ours, theirs = [], []
+    for _ in range(repeats):
+        ours.append(_timed(lineage))
+        theirs.append(_timed(reference))
+    ratio = statistics.median(theirs) / statistics.median(ours)
+    print(f"{label}: lineage {statistics.median(ours) * 1e3:.1f} ms, reference {statistics.median(theirs) * 1e3:.1f} ms,"
+          f" ratio reference/lineage {ratio:.3f} (median of {repeats})")
+    return ratio
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
