@@ -230,6 +230,11 @@ class LineageBertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
+def classifier_dropout(config: LineageBertConfig) -> nn.Dropout:
+    """Dropout before a classification layer: `classifier_dropout`, else `hidden_dropout_prob` (as the paper)."""
+    return nn.Dropout(config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob)
+
+
 def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor | None, **kwargs) -> torch.Tensor | None:
     if labels is None:
         return None
@@ -387,8 +392,7 @@ class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.bert = LineageBertModel(config)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -430,8 +434,7 @@ class LineageBertForTokenClassification(LineageBertPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.bert = LineageBertModel(config, add_pooling_layer=False)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -513,8 +516,7 @@ class LineageBertForMultipleChoice(LineageBertPreTrainedModel):
     def __init__(self, config: LineageBertConfig):
         super().__init__(config)
         self.bert = LineageBertModel(config)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.post_init()
 
