@@ -1,4 +1,4 @@
-"""Shared test setup: offline hub, deterministic seeds, one thread per test process, preset loading and a
+"""Shared test setup: offline hub, deterministic seeds, one torch thread per test process, preset loading and a
 clean-process runner that proves saved folders load without this project."""
 
 import json
@@ -21,7 +21,8 @@ import modeling  # noqa: E402,F401  (registers the Lineage families with the Aut
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = REPO / "configs" / "models"
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# the tiny test models run fastest on one thread (and several test processes can share the machine)
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,65 @@
+"""Train a Lineage tokenizer and save it where ``AutoTokenizer.from_pretrained`` finds it.
+
+    python -m train.train_tokenizer --kind bert --vocab_size 8000 --output_dir out/tok-bert
+    python -m train.train_tokenizer --kind gpt --vocab_size 8000 --dataset corpus.txt --output_dir out/tok-gpt
+    python -m train.train_tokenizer --kind seq2seq --vocab_size 1000 --dataset pairs.jsonl \\
+        --text_column source --text_column target --output_dir out/tok-mt
+
+``--dataset`` takes what ``train.data.load_text_dataset`` takes (a file, a folder, ``embedded:<task>``,
+a Hub name); the default, ``embedded``, is text covering every task of the embedded corpus. Every
+``--text_column`` is read (a translation tokenizer learns one vocabulary from both sides).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Sequence
+
+from train.corpus import tokenizer_training_texts
+from train.data import load_text_dataset
+from train.tokenization import KINDS, train_tokenizer
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", required=True, help=f"one of {', '.join(KINDS)} (or transformer / rnn)")
+    parser.add_argument("--vocab_size", type=int, required=True)
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--dataset", default="embedded", help="file, folder, embedded[:task] or Hub name")
+    parser.add_argument("--text_column", action="append", help="column(s) to read (default: text)")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--hub_config", default=None)
+    parser.add_argument("--streaming", action="store_true", help="read the dataset lazily")
+    parser.add_argument("--max_texts", type=int, default=None, help="stop after this many rows")
+    parser.add_argument("--min_frequency", type=int, default=2)
+    parser.add_argument("--model_max_length", type=int, default=512)
+    parser.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
+                        help="default: lowercase for bert only")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the embedded corpus")
+    return parser.parse_args(argv)
+
+
+def iter_texts(args: argparse.Namespace) -> Iterator[str]:
+    if args.dataset == "embedded":
+        yield from tokenizer_training_texts(seed=args.seed, size=args.max_texts)
+        return
+    columns = args.text_column or ["text"]
+    dataset = load_text_dataset(args.dataset, args.split, columns=columns, streaming=args.streaming,
+                                hub_config=args.hub_config, seed=args.seed)
+    for count, row in enumerate(dataset):
+        if args.max_texts is not None and count >= args.max_texts:
+            return
+        yield from (row[c] for c in columns if row[c])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    tokenizer = train_tokenizer(args.kind, iter_texts(args), args.vocab_size, min_frequency=args.min_frequency,
+                                model_max_length=args.model_max_length, lowercase=args.lowercase,
+                                show_progress=False)
+    tokenizer.save_pretrained(args.output_dir)
+    print(f"saved a {args.kind} tokenizer with {len(tokenizer)} tokens to {args.output_dir}")
+
+
+if __name__ == "__main__":
+    main()
