@@ -21,8 +21,28 @@ from .modeling_lineage_bert import (
     LineageBertModel,
     LineageBertPreTrainedModel,
 )
+from . import modeling_lineage_gpt
+from .configuration_lineage_gpt import LineageGptConfig
+from .modeling_lineage_gpt import (
+    LineageGptForCausalLM,
+    LineageGptForMultipleChoice,
+    LineageGptForSequenceClassification,
+    LineageGptModel,
+    LineageGptPreTrainedModel,
+)
+from . import modeling_lineage_transformer
+from .configuration_lineage_transformer import LineageTransformerConfig
+from .modeling_lineage_transformer import (
+    LineageTransformerForConditionalGeneration,
+    LineageTransformerModel,
+    LineageTransformerPreTrainedModel,
+)
 
-_FAMILIES = ((LineageBertConfig, LineageBertPreTrainedModel, modeling_lineage_bert),)
+_FAMILIES = (
+    (LineageBertConfig, LineageBertPreTrainedModel, modeling_lineage_bert),
+    (LineageTransformerConfig, LineageTransformerPreTrainedModel, modeling_lineage_transformer),
+    (LineageGptConfig, LineageGptPreTrainedModel, modeling_lineage_gpt),
+)
 
 
 def _register(config_class, pretrained_class, module) -> None:
@@ -45,4 +65,14 @@ __all__ = [
     "LineageBertForTokenClassification",
     "LineageBertModel",
     "LineageBertPreTrainedModel",
+    "LineageGptConfig",
+    "LineageGptForCausalLM",
+    "LineageGptForMultipleChoice",
+    "LineageGptForSequenceClassification",
+    "LineageGptModel",
+    "LineageGptPreTrainedModel",
+    "LineageTransformerConfig",
+    "LineageTransformerForConditionalGeneration",
+    "LineageTransformerModel",
+    "LineageTransformerPreTrainedModel",
 ]

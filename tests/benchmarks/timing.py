@@ -1,9 +1,11 @@
 """Interleaved timing of two implementations: median of several repetitions, ratio reference / lineage.
 
 A ratio >= 1.0 means Lineage is not slower. Both callables run alternately so that machine noise (other
-processes, frequency scaling) hits both alike; each gets warm-up calls first.
+processes, frequency scaling) hits both alike; each gets warm-up calls first. Timing uses every core (the
+shared test setup pins one thread for the tiny test models).
 """
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -27,6 +29,7 @@ def _timed(fn: Callable[[], object]) -> float:
 def compare(label: str, lineage: Callable[[], object], reference: Callable[[], object], repeats: int = 5,
             warmup: int = 1) -> float:
     """Print and return median(reference) / median(lineage) over `repeats` interleaved runs."""
+    torch.set_num_threads(os.cpu_count() or 1)
     for _ in range(warmup):
         lineage()
         reference()

@@ -1,0 +1,410 @@
+"""GPT (Radford et al. 2018, "Improving Language Understanding by Generative Pre-Training"): a decoder-only
+Transformer language model and its fine-tuning heads.
+
+Follows the paper and its reference code: token + learned position embeddings, causal post-norm blocks with the
+tanh-approximated GELU, an LM head tied to the token embeddings (section 3.1). Fine-tuning (section 3.2-3.3)
+reads the final hidden state at the `[EXTRACT]` token through a bias-free linear layer W_y, for single texts
+(`[START] text [EXTRACT]`), pairs (`[START] premise [DELIM] hypothesis [EXTRACT]`) and multiple choice (each
+`[START] context [DELIM] answer [EXTRACT]` scored, softmax over the choices), and can add `lm_loss_weight` times
+the LM loss of the same input (L3 = L2 + lambda * L1). `norm_position="pre"` gives GPT-2 (Radford et al. 2019):
+LayerNorm before each sublayer, a final LayerNorm, residual projections initialised with std / sqrt(2 * layers).
+Weights convert to and from transformers' `OpenAIGPT*` (post-norm) and `GPT2*` (pre-norm) (`conversion.py`).
+
+Departures from the references:
+- positions follow `attention_mask` (cumulative count of real tokens), so a left-padded row gives the outputs of
+  the same row unpadded; transformers' OpenAIGPT numbers positions 0..T-1 regardless of padding;
+- the `[EXTRACT]` position is the last non-padding token, found from `attention_mask` (or `pad_token_id`), not
+  passed as an index (`mc_token_ids`);
+- `generate()` refuses, before any forward pass, a prompt or `max_new_tokens` that would run past the position
+  table, where the references fail part-way through with an index error.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import GenerationMixin
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.loss.loss_utils import ForCausalLMLoss, ForSequenceClassificationLoss
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
+from transformers.modeling_utils import slice_logits_to_keep
+from transformers.utils.generic import can_return_tuple
+
+from .configuration_lineage_gpt import LineageGptConfig
+from .layers import (
+    LearnedPositionalEmbedding,
+    LineageBlock,
+    LineagePreTrainedModel,
+    check_labels_shape,
+    check_mask_shape,
+    check_sequence_length,
+    check_token_ids,
+)
+
+
+class LineageGptPreTrainedModel(LineagePreTrainedModel):
+    config_class = LineageGptConfig
+    base_model_prefix = "transformer"
+    _no_split_modules = ["LineageBlock"]
+    auto_classes = {
+        "AutoModel": "LineageGptModel",
+        "AutoModelForCausalLM": "LineageGptForCausalLM",
+        "AutoModelForSequenceClassification": "LineageGptForSequenceClassification",
+        "AutoModelForMultipleChoice": "LineageGptForMultipleChoice",
+    }
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, LineageBlock) and self.config.norm_position == "pre":
+            # GPT-2: projections into the residual stream scaled by 1/sqrt(number of residual sublayers)
+            std = self.config.initializer_range / math.sqrt(2 * self.config.num_hidden_layers)
+            init.normal_(module.self_attn.sublayer.o_proj.weight, mean=0.0, std=std)
+            init.normal_(module.feed_forward.sublayer.down_proj.weight, mean=0.0, std=std)
+
+
+class LineageGptModel(LineageGptPreTrainedModel):
+    """The bare decoder: token + position embeddings, causal blocks, a final LayerNorm under pre-norm."""
+
+    def __init__(self, config: LineageGptConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_positions = LearnedPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.layers = nn.ModuleList(
+            LineageBlock(config, layer_idx=i, is_causal=True) for i in range(config.num_hidden_layers)
+        )
+        self.final_norm = (
+            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    def _check_inputs(self, input_ids, inputs_embeds, attention_mask, position_ids, past_length: int) -> None:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Specify exactly one of `input_ids` or `inputs_embeds`.")
+        shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        if len(shape) != 2:
+            raise ValueError(f"`input_ids` must have shape (batch, length), got {tuple(shape)}.")
+        (batch, length), limit = shape, self.config.max_position_embeddings
+        if input_ids is not None:
+            check_token_ids(input_ids, self.config.vocab_size, "input_ids", "vocab_size")
+        total = past_length + length
+        check_sequence_length(total, limit, "input_ids" if past_length == 0 else "past_key_values + input_ids")
+        against = "input_ids" if past_length == 0 else f"the {past_length} cached + {length} new tokens"
+        check_mask_shape(attention_mask, torch.Size((batch, total)), against=against)
+        if position_ids is not None:
+            if position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) or position_ids.shape[1] != length:
+                raise ValueError(
+                    f"`position_ids` must have shape ({batch} or 1, {length}) to match `input_ids`, "
+                    f"got {tuple(position_ids.shape)}."
+                )
+            check_token_ids(position_ids, limit, "position_ids", "max_position_embeddings")
+
+    @staticmethod
+    def _position_ids(attention_mask: torch.Tensor | None, past_length: int, length: int,
+                      device: torch.device) -> torch.Tensor:
+        """Positions of the new tokens: counted over real tokens only, so left padding does not shift them."""
+        if attention_mask is None:
+            return torch.arange(past_length, past_length + length, device=device)[None]  # (1, T)
+        positions = attention_mask.long().cumsum(-1) - 1  # (B, S); left padding gives -1
+        return positions[:, -length:].clamp(min=0)  # (B, T)
+
+    def _run_blocks(self, hidden_states, mask, past_key_values, output_attentions, output_hidden_states, **kwargs):
+        all_hidden_states = () if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            hidden_states, weights, _ = layer(
+                hidden_states, mask, past_key_values=past_key_values, output_attentions=output_attentions, **kwargs
+            )
+            if output_attentions:
+                all_attentions += (weights,)
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+        if output_hidden_states:
+            all_hidden_states += (hidden_states,)
+        return hidden_states, all_hidden_states, all_attentions
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        """`use_cache` defaults to `config.use_cache` outside training; `attention_mask` covers cached + new tokens."""
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        self._check_inputs(input_ids, inputs_embeds, attention_mask, position_ids, past_length)
+        config = self.config
+        output_attentions = output_attentions if output_attentions is not None else config.output_attentions
+        output_hidden_states = output_hidden_states if output_hidden_states is not None else config.output_hidden_states
+        use_cache = use_cache if use_cache is not None else config.use_cache and not self.training
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=config)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, T, C)
+        positions = position_ids
+        if positions is None:
+            positions = self._position_ids(attention_mask, past_length, inputs_embeds.shape[1], inputs_embeds.device)
+        hidden_states = self.dropout(inputs_embeds + self.embed_positions(positions))
+        mask = create_causal_mask(config, inputs_embeds, attention_mask, past_key_values, position_ids)
+        hidden_states, all_hidden_states, all_attentions = self._run_blocks(
+            hidden_states, mask, past_key_values, output_attentions, output_hidden_states, **kwargs
+        )
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=all_hidden_states,
+            attentions=all_attentions,
+        )
+
+
+class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
+    """Language modelling (section 3.1) and generation: greedy, sampling and beam search through `generate()`."""
+
+    _tied_weights_keys = {"lm_head.weight": "transformer.embed_tokens.weight"}
+
+    def __init__(self, config: LineageGptConfig):
+        super().__init__(config)
+        self.transformer = LineageGptModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
+        """Refuse, before any forward pass, a (padded) prompt or a total length past the position table."""
+        limit = self.config.max_position_embeddings
+        if input_ids_length > limit:
+            raise ValueError(
+                f"The prompt (`input_ids`) has {input_ids_length} tokens but the context window "
+                f"(`max_position_embeddings`) is {limit}; prompts must have at most {limit} tokens (truncate them)."
+            )
+        if generation_config.max_length > limit:
+            raise ValueError(
+                f"Generating up to {generation_config.max_length} tokens exceeds the context window "
+                f"(`max_position_embeddings`={limit}); with a {input_ids_length}-token prompt `max_new_tokens` "
+                f"must be in [1, {limit - input_ids_length}] (and `max_length` at most {limit})."
+            )
+        super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss."""
+        if labels is not None:
+            check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
+        outputs = self.transformer(
+            input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache=use_cache,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))  # (B, T', V)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Fine-tuning heads: classification at the [EXTRACT] token, with the optional auxiliary LM loss
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LineageGptClassifierOutput(ModelOutput):
+    """Outputs of the classification heads: `loss` = `classification_loss` + lm_loss_weight * `lm_loss`."""
+
+    loss: torch.Tensor | None = None
+    classification_loss: torch.Tensor | None = None
+    lm_loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def _real_tokens(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
+                 attention_mask: torch.Tensor | None, pad_token_id: int | None) -> torch.Tensor:
+    """(B, T) bool, True at real tokens: from `attention_mask`, else `input_ids != pad_token_id`."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Specify exactly one of `input_ids` or `inputs_embeds`.")
+    reference = input_ids if input_ids is not None else inputs_embeds[..., 0]  # (B, T)
+    if attention_mask is not None:
+        check_mask_shape(attention_mask, reference.shape)
+        real = attention_mask.bool()
+    elif input_ids is not None and pad_token_id is not None:
+        real = input_ids != pad_token_id
+    elif reference.shape[0] == 1:
+        real = torch.ones_like(reference, dtype=torch.bool)
+    else:
+        raise ValueError(
+            f"A batch of {reference.shape[0]} sequences needs `attention_mask` or `config.pad_token_id` to find "
+            "each row's `[EXTRACT]` (last non-padding) token; neither was given."
+        )
+    if not torch.compiler.is_compiling() and not bool(real.any(-1).all()):
+        row = int((~real.any(-1)).nonzero()[0, 0])
+        raise ValueError(
+            f"Row {row} of `input_ids` has no non-padding token, hence no `[EXTRACT]` token to classify; every row "
+            "needs at least one token with `attention_mask` 1 (or different from `pad_token_id`)."
+        )
+    return real
+
+
+def _at_extract(hidden_states: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The hidden state at each row's last real token (`[EXTRACT]`), for right or left padding alike."""
+    positions = torch.arange(real.shape[-1], device=real.device)
+    index = (positions * real).argmax(-1)  # (B,)
+    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), index]  # (B, C)
+
+
+class _LineageGptClassifier(LineageGptPreTrainedModel):
+    """Backbone, dropout and bias-free W_y shared by the classification heads, and the auxiliary LM loss."""
+
+    accepts_loss_kwargs = False  # per-example mean losses; Trainer's token count does not apply
+
+    def __init__(self, config: LineageGptConfig, num_outputs: int):
+        super().__init__(config)
+        self.transformer = LineageGptModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.score = nn.Linear(config.hidden_size, num_outputs, bias=False)
+        self.post_init()
+
+    def _check_auxiliary_inputs(self, input_ids: torch.Tensor | None, labels: torch.Tensor | None) -> None:
+        if labels is not None and self.config.lm_loss_weight > 0 and input_ids is None:
+            raise ValueError("The auxiliary LM loss (`lm_loss_weight` > 0) needs `input_ids`, not `inputs_embeds`.")
+
+    def _scores(self, input_ids, real, position_ids, inputs_embeds, output_attentions,
+                output_hidden_states) -> tuple[torch.Tensor, BaseModelOutputWithPast]:
+        """Run the backbone on (N, T) rows masked by `real` (see `_real_tokens`); the (N, num_outputs) scores."""
+        outputs = self.transformer(
+            input_ids, real, position_ids, None, inputs_embeds, use_cache=False,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+        )
+        return self.score(self.dropout(_at_extract(outputs.last_hidden_state, real))), outputs
+
+    def _output(self, logits, classification_loss, input_ids, real, outputs) -> LineageGptClassifierOutput:
+        """L3 = L2 + lambda * L1 (section 3.2) when labels were given and `lm_loss_weight` lambda > 0."""
+        loss, lm_loss, weight = classification_loss, None, self.config.lm_loss_weight
+        if classification_loss is not None and weight > 0:
+            lm_logits = nn.functional.linear(outputs.last_hidden_state, self.get_input_embeddings().weight)  # (N, T, V)
+            lm_loss = ForCausalLMLoss(lm_logits, input_ids.masked_fill(~real, -100), vocab_size=lm_logits.shape[-1])
+            loss = classification_loss + weight * lm_loss
+        return LineageGptClassifierOutput(
+            loss=loss,
+            classification_loss=classification_loss,
+            lm_loss=lm_loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class LineageGptForSequenceClassification(_LineageGptClassifier):
+    """Single texts (`[START] text [EXTRACT]`) or pairs such as NLI (`[START] premise [DELIM] hypothesis [EXTRACT]`)
+    classified from the `[EXTRACT]` state; regression (MSE) when `num_labels == 1`, multi-label (BCE) by
+    `problem_type`."""
+
+    def __init__(self, config: LineageGptConfig):
+        super().__init__(config, config.num_labels)
+        self.num_labels = config.num_labels
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> LineageGptClassifierOutput:
+        self._check_auxiliary_inputs(input_ids, labels)
+        real = _real_tokens(input_ids, inputs_embeds, attention_mask, self.config.pad_token_id)  # (B, T)
+        batch = real.shape[0]
+        if labels is not None and labels.shape not in ((batch,), (batch, self.num_labels)):
+            raise ValueError(
+                f"`labels` must have shape ({batch},) (one class id or value per example) or "
+                f"({batch}, {self.num_labels}) (multi-label), got {tuple(labels.shape)}."
+            )
+        logits, outputs = self._scores(
+            input_ids, real, position_ids, inputs_embeds, output_attentions, output_hidden_states
+        )
+        classification_loss = ForSequenceClassificationLoss(labels, logits, self.config) if labels is not None else None
+        return self._output(logits, classification_loss, input_ids, real, outputs)
+
+
+class LineageGptForMultipleChoice(_LineageGptClassifier):
+    """Scores each `[START] context [DELIM] answer [EXTRACT]` of a (batch, num_choices, length) input at its
+    `[EXTRACT]` token and normalises over the choices (cross-entropy against the index of the right one)."""
+
+    def __init__(self, config: LineageGptConfig):
+        super().__init__(config, 1)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> LineageGptClassifierOutput:
+        self._check_auxiliary_inputs(input_ids, labels)
+        reference = input_ids if input_ids is not None else inputs_embeds
+        if reference is None or reference.dim() != (3 if input_ids is not None else 4):
+            raise ValueError("`input_ids` must have shape (batch, num_choices, length) for multiple choice.")
+        batch, num_choices = reference.shape[:2]
+        check_labels_shape(labels, (batch,))
+        inputs = (input_ids, attention_mask, position_ids, inputs_embeds)
+        ids, mask, positions, embeds = [x.flatten(0, 1) if x is not None else None for x in inputs]  # (B * choices, T)
+        real = _real_tokens(ids, embeds, mask, self.config.pad_token_id)
+        scores, outputs = self._scores(ids, real, positions, embeds, output_attentions, output_hidden_states)
+        logits = scores.view(batch, num_choices)  # (B, num_choices)
+        classification_loss = nn.functional.cross_entropy(logits, labels) if labels is not None else None
+        return self._output(logits, classification_loss, ids, real, outputs)
+
+
+__all__ = [
+    "LineageGptClassifierOutput",
+    "LineageGptForCausalLM",
+    "LineageGptForMultipleChoice",
+    "LineageGptForSequenceClassification",
+    "LineageGptModel",
+    "LineageGptPreTrainedModel",
+]

@@ -1,0 +1,485 @@
+"""The encoder-decoder Transformer (Vaswani et al. 2017, "Attention Is All You Need"), with `generate()`.
+
+An encoder of N bidirectional self-attention blocks and a decoder of N blocks with masked self-attention,
+encoder-decoder (cross) attention and feed-forward (section 3.1), both built from the shared `LineageBlock`.
+Source and target tokens share one embedding matrix, multiplied by sqrt(d_model), which is also the pre-softmax
+projection (section 3.4); positions are sinusoidal (section 3.5); dropout acts on the sums of embeddings and
+positions and on every sublayer output (section 5.4); training minimises label-smoothed cross-entropy over the
+target (section 5.4). Following the annotated transformer, `LineageTransformerModel` has separate `encode` and
+`decode` steps; generation goes through transformers' `GenerationMixin` with an `EncoderDecoderCache` (the encoder
+runs once, cross-attention keys/values are projected once, self-attention keys/values are cached).
+
+Departures, by config only (see `LineageTransformerConfig`): pre-norm (with a final LayerNorm per stack), learned
+positions, Marian's split sin|cos layout, an untied output projection and a fixed logits bias. Weights convert to
+and from transformers' `MarianModel` / `MarianMTModel` (`conversion.py`) with identical outputs.
+
+Initialisation, which the paper does not give: token embeddings ~ N(0, d_model^-1/2) (as tensor2tensor and fairseq)
+so that the scaled embeddings have unit variance like the sinusoids they are added to; other weights as the shared
+base class (normal with `initializer_range`).
+
+Shapes: B batch, S source length, T target length (of this call), C hidden size, V vocabulary size.
+"""
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.initialization import normal_, zeros_
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.utils.generic import can_return_tuple
+
+from .configuration_lineage_transformer import LineageTransformerConfig
+from .layers import (
+    LearnedPositionalEmbedding,
+    LineageBlock,
+    LineagePreTrainedModel,
+    SinusoidalPositionalEmbedding,
+    check_labels_shape,
+    check_mask_shape,
+    check_sequence_length,
+    check_token_ids,
+)
+
+
+def shift_tokens_right(
+    labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int | None
+) -> torch.Tensor:
+    """Teacher forcing: decoder inputs are the labels delayed by one step, starting from `decoder_start_token_id`;
+    ignored label positions (-100) become padding."""
+    if decoder_start_token_id is None or pad_token_id is None:
+        raise ValueError(
+            "`decoder_start_token_id` and `pad_token_id` must be set in the config (ids in [0, vocab_size)) to derive "
+            "`decoder_input_ids` from `labels`."
+        )
+    shifted = labels.new_full(labels.shape, decoder_start_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def seq2seq_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    label_smoothing: float,
+    num_items_in_batch: torch.Tensor | int | None = None,
+) -> torch.Tensor:
+    """Label-smoothed cross-entropy over target tokens, ignoring -100; a mean over tokens, or a sum divided by
+    `num_items_in_batch` (the token count of all accumulated micro-batches) when the Trainer gives it."""
+    loss = nn.functional.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten().to(logits.device), ignore_index=-100,
+        label_smoothing=label_smoothing, reduction="mean" if num_items_in_batch is None else "sum",
+    )
+    if num_items_in_batch is not None:
+        loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
+    return loss
+
+
+def _flag(value: bool | None, default: bool) -> bool:
+    return value if value is not None else default
+
+
+def _check_ids(
+    ids: torch.Tensor | None, embeds: torch.Tensor | None, config, name: str, embeds_name: str
+) -> torch.Size:
+    """Exactly one of ids (B, L) in [0, vocab_size) or embeddings (B, L, C); returns (B, L)."""
+    if (ids is None) == (embeds is None):
+        raise ValueError(f"Specify exactly one of `{name}` or `{embeds_name}`.")
+    shape = ids.shape if ids is not None else embeds.shape[:-1]
+    if len(shape) != 2:
+        raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(shape)}.")
+    if ids is not None:
+        check_token_ids(ids, config.vocab_size, name, "vocab_size")
+    return shape
+
+
+class LineageTransformerStack(nn.Module):
+    """N blocks over `Dropout(scale * token embeddings + positions)`: the encoder (bidirectional) or the decoder
+    (causal self-attention plus cross attention); a final LayerNorm only under pre-norm."""
+
+    def __init__(self, config: LineageTransformerConfig, is_decoder: bool):
+        super().__init__()
+        self.config = config
+        self.embed_scale = config.hidden_size**0.5 if config.scale_embedding else 1.0
+        if config.position_embedding_type == "sinusoidal":
+            interleaved = config.sinusoidal_layout == "interleaved"
+            self.embed_positions = SinusoidalPositionalEmbedding(
+                config.max_position_embeddings, config.hidden_size, interleaved
+            )
+        else:
+            self.embed_positions = LearnedPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.layers = nn.ModuleList(
+            LineageBlock(config, i, is_causal=is_decoder, has_cross_attention=is_decoder)
+            for i in range(config.num_hidden_layers)
+        )
+        self.final_norm = (
+            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
+        )
+
+    def embed(self, inputs_embeds: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        positions = torch.arange(offset, offset + inputs_embeds.shape[1], device=inputs_embeds.device)[None]  # (1, T)
+        return self.dropout(inputs_embeds * self.embed_scale + self.embed_positions(positions))  # (B, T, C)
+
+    def run_layers(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> tuple[torch.Tensor, tuple | None, tuple | None, tuple | None]:
+        all_hidden_states = () if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        all_cross_attentions = () if output_attentions and encoder_hidden_states is not None else None
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            # tensors that carry gradients go positionally, as gradient checkpointing requires
+            hidden_states, weights, cross_weights = layer(
+                hidden_states, attention_mask, encoder_hidden_states, encoder_attention_mask,
+                past_key_values=past_key_values, output_attentions=output_attentions,
+            )
+            if output_attentions:
+                all_attentions += (weights,)
+                if all_cross_attentions is not None:
+                    all_cross_attentions += (cross_weights,)
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+        if output_hidden_states:
+            all_hidden_states += (hidden_states,)
+        return hidden_states, all_hidden_states, all_attentions, all_cross_attentions
+
+
+class LineageTransformerEncoder(LineageTransformerStack):
+    """The encoder; it owns the token embedding shared with the decoder, so `generate()` can run it alone."""
+
+    def __init__(self, config: LineageTransformerConfig):
+        super().__init__(config, is_decoder=False)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        config = self.config
+        shape = _check_ids(input_ids, inputs_embeds, config, "input_ids", "inputs_embeds")
+        check_sequence_length(shape[1], config.max_position_embeddings, "input_ids")
+        check_mask_shape(attention_mask, shape)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, S, C)
+        hidden_states = self.embed(inputs_embeds)
+        mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        hidden_states, all_hidden_states, all_attentions, _ = self.run_layers(
+            hidden_states, mask,
+            output_attentions=_flag(output_attentions, config.output_attentions),
+            output_hidden_states=_flag(output_hidden_states, config.output_hidden_states),
+        )
+        return BaseModelOutput(
+            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+        )
+
+
+class LineageTransformerDecoder(LineageTransformerStack):
+    """The decoder, over (unscaled) target token embeddings looked up by the model in the shared matrix."""
+
+    def __init__(self, config: LineageTransformerConfig):
+        super().__init__(config, is_decoder=True)
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        offset = past_key_values.get_seq_length() if past_key_values is not None else 0
+        hidden_states = self.embed(inputs_embeds, offset)
+        self_cache = past_key_values.self_attention_cache if past_key_values is not None else None
+        causal_mask = create_causal_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, past_key_values=self_cache
+        )
+        cross_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        hidden_states, all_hidden_states, all_attentions, all_cross_attentions = self.run_layers(
+            hidden_states, causal_mask, encoder_hidden_states, cross_mask, past_key_values,
+            output_attentions, output_hidden_states,
+        )
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values,
+            hidden_states=all_hidden_states,
+            attentions=all_attentions,
+            cross_attentions=all_cross_attentions,
+        )
+
+
+def _source_shape(
+    input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, encoder_outputs: BaseModelOutput | None
+) -> torch.Size:
+    if encoder_outputs is not None:
+        return encoder_outputs.last_hidden_state.shape[:2]
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Specify exactly one of `input_ids` or `inputs_embeds`, or give `encoder_outputs`.")
+    return input_ids.shape[:2] if input_ids is not None else inputs_embeds.shape[:2]
+
+
+class LineageTransformerPreTrainedModel(LineagePreTrainedModel):
+    config_class = LineageTransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    _no_split_modules = ["LineageBlock"]
+    auto_classes = {
+        "AutoModel": "LineageTransformerModel",
+        "AutoModelForSeq2SeqLM": "LineageTransformerForConditionalGeneration",
+    }
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if module is self.get_input_embeddings():
+            normal_(module.weight, mean=0.0, std=self.config.hidden_size**-0.5)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, LineageTransformerForConditionalGeneration) and module.final_logits_bias is not None:
+            zeros_(module.final_logits_bias)
+
+
+class LineageTransformerModel(LineageTransformerPreTrainedModel):
+    """The bare encoder-decoder: decoder hidden states (and the encoder's), without the output projection."""
+
+    def __init__(self, config: LineageTransformerConfig):
+        super().__init__(config)
+        self.encoder = LineageTransformerEncoder(config)
+        self.decoder = LineageTransformerDecoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embed_tokens = value
+
+    def encode(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> BaseModelOutput:
+        """Run the encoder once over the source: (B, S) ids -> (B, S, C) memory."""
+        return self.encoder(input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states)
+
+    def decode(
+        self,
+        decoder_input_ids: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        """One decoder pass over (B, T) target ids given the (B, S, C) encoder memory and its (B, S) padding mask;
+        with a cache, T is the number of new tokens and earlier keys/values come from the cache."""
+        self._check_target(
+            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, past_key_values,
+            encoder_hidden_states.shape[:2], attention_mask,
+        )
+        return self._decode(
+            decoder_input_ids, encoder_hidden_states, attention_mask, decoder_attention_mask, past_key_values,
+            decoder_inputs_embeds, output_attentions, output_hidden_states,
+        )
+
+    def _check_target(
+        self,
+        decoder_input_ids: torch.Tensor | None,
+        decoder_inputs_embeds: torch.Tensor | None,
+        decoder_attention_mask: torch.Tensor | None,
+        past_key_values: Cache | None,
+        source_shape: torch.Size,
+        attention_mask: torch.Tensor | None,
+    ) -> None:
+        shape = _check_ids(decoder_input_ids, decoder_inputs_embeds, self.config, "decoder_input_ids",
+                           "decoder_inputs_embeds")
+        if source_shape[0] != shape[0]:
+            raise ValueError(
+                f"`encoder_outputs` have batch size {source_shape[0]} but `decoder_input_ids` have {shape[0]}; "
+                "they must match (one source per target sequence)."
+            )
+        check_mask_shape(attention_mask, source_shape)  # the source mask, also when given encoder outputs
+        if past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
+            raise ValueError(
+                "`past_key_values` must be an `EncoderDecoderCache` (self-attention and cross-attention caches), "
+                f"got {type(past_key_values).__name__}."
+            )
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        check_sequence_length(past + shape[1], self.config.max_position_embeddings, "decoder_input_ids")
+        if decoder_attention_mask is not None and decoder_attention_mask.shape != (shape[0], past + shape[1]):
+            raise ValueError(
+                f"`decoder_attention_mask` must have shape (batch, cached + new decoder tokens) = "
+                f"{(shape[0], past + shape[1])}, got {tuple(decoder_attention_mask.shape)}."
+            )
+
+    def _decode(
+        self,
+        decoder_input_ids: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        decoder_attention_mask: torch.Tensor | None,
+        past_key_values: Cache | None,
+        decoder_inputs_embeds: torch.Tensor | None,
+        output_attentions: bool | None,
+        output_hidden_states: bool | None,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if decoder_inputs_embeds is None:
+            decoder_inputs_embeds = self.get_input_embeddings()(decoder_input_ids)  # (B, T, C)
+        return self.decoder(
+            decoder_inputs_embeds, encoder_hidden_states, decoder_attention_mask, attention_mask, past_key_values,
+            _flag(output_attentions, self.config.output_attentions),
+            _flag(output_hidden_states, self.config.output_hidden_states),
+        )
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is not None and not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        self._check_target(  # both sides are checked before the encoder runs
+            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, past_key_values,
+            _source_shape(input_ids, inputs_embeds, encoder_outputs), attention_mask,
+        )
+        if encoder_outputs is None:
+            encoder_outputs = self.encode(
+                input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states
+            )
+        if _flag(use_cache, self.config.use_cache) and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        decoder_outputs = self._decode(
+            decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask, decoder_attention_mask,
+            past_key_values, decoder_inputs_embeds, output_attentions, output_hidden_states,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedModel, GenerationMixin):
+    """Sequence-to-sequence model with the pre-softmax projection (tied to the shared embedding by default),
+    label-smoothed training loss and `generate()`: greedy, beam search (the paper: `num_beams=4,
+    length_penalty=0.6`) and sampling."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
+
+    def __init__(self, config: LineageTransformerConfig):
+        super().__init__(config)
+        self.model = LineageTransformerModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        bias = torch.zeros(1, config.vocab_size) if config.final_logits_bias else None
+        self.register_buffer("final_logits_bias", bias, persistent=True)
+        self.post_init()
+
+    def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        if self.final_logits_bias is not None:
+            bias = self.final_logits_bias[:, : embeddings.num_embeddings]  # (1, V')
+            self.final_logits_bias = nn.functional.pad(bias, (0, embeddings.num_embeddings - bias.shape[1]))
+        return embeddings
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+            target = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+            check_labels_shape(labels, target.shape[:2])  # (B, T), the logits' (B, T, V) without V
+        elif decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError(
+                "Give `decoder_input_ids` (or `decoder_inputs_embeds`), or `labels` to derive them by teacher forcing."
+            )
+        outputs = self.model(
+            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, past_key_values,
+            inputs_embeds, decoder_inputs_embeds, use_cache, output_attentions, output_hidden_states, return_dict=True,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        if self.final_logits_bias is not None:
+            logits = logits + self.final_logits_bias
+        loss = None
+        if labels is not None:
+            loss = seq2seq_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+__all__ = [
+    "LineageTransformerForConditionalGeneration",
+    "LineageTransformerModel",
+    "LineageTransformerPreTrainedModel",
+    "shift_tokens_right",
+]

@@ -1,0 +1,142 @@
+"""GPT conversion: transformers' OpenAIGPT* (post-norm) and GPT2* (pre-norm) to Lineage and back, with the same
+logits (within 1e-5 in fp32, with padding, eager and sdpa) and the same greedy `generate()` tokens."""
+
+import pytest
+import torch
+import transformers
+from conftest import preset
+
+from modeling import (
+    LineageGptForCausalLM,
+    LineageGptForMultipleChoice,
+    LineageGptForSequenceClassification,
+    LineageGptModel,
+)
+from modeling.conversion import from_transformers, to_transformers
+
+ATOL = 1e-5
+SIZE = dict(vocab_size=99, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+REFERENCES = {
+    "OpenAIGPT": (transformers.OpenAIGPTConfig, dict(SIZE, afn="gelu")),
+    "GPT2": (transformers.GPT2Config, dict(SIZE, n_inner=37, bos_token_id=4, eos_token_id=4)),
+}
+HEADS = ("Model", "LMHeadModel", "ForSequenceClassification")
+
+
+def perturbed(model: torch.nn.Module) -> torch.nn.Module:
+    """Move every weight off its initial value (LayerNorms included), so a misplaced tensor shows in the outputs."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    return model.eval()
+
+
+def reference_model(family: str, head: str, **overrides) -> torch.nn.Module:
+    config_class, fields = REFERENCES[family]
+    config = config_class(**{**fields, "pad_token_id": 0, "num_labels": 3, **overrides})
+    return perturbed(getattr(transformers, family + head)(config))
+
+
+def padded_batch(side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = (10, 6, 8)
+    ids, mask = torch.zeros(3, 10, dtype=torch.long), torch.zeros(3, 10, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        span = slice(10 - n, 10) if side == "left" else slice(0, n)
+        ids[i, span], mask[i, span] = torch.randint(5, 99, (n,)), 1
+    return ids, mask
+
+
+def main_output(model, ids, mask, position_ids=None) -> torch.Tensor:
+    with torch.no_grad():
+        outputs = model(input_ids=ids, attention_mask=mask, position_ids=position_ids)
+    return outputs.last_hidden_state if hasattr(outputs, "last_hidden_state") else outputs.logits
+
+
+def assert_same_outputs(reference, lineage, side: str) -> None:
+    ids, mask = padded_batch(side)
+    # the references number positions 0..T-1 whatever the padding; give them Lineage's positions for left padding
+    positions = (mask.cumsum(-1) - 1).clamp(min=0) if side == "left" else None
+    expected = main_output(reference, ids, mask, positions)
+    keep = mask.bool() if expected.dim() == 3 else slice(None)  # per-token outputs: padding positions mean nothing
+    for attn in ("eager", "sdpa"):
+        lineage.set_attn_implementation(attn)
+        torch.testing.assert_close(main_output(lineage, ids, mask)[keep], expected[keep], rtol=0, atol=ATOL)
+
+
+def sides(family: str) -> tuple[str, ...]:
+    # GPT-2 takes position_ids, so left padding compares too; OpenAIGPT always counts positions from 0
+    return ("right", "left") if family == "GPT2" else ("right",)
+
+
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("family", REFERENCES)
+def test_reference_to_lineage_same_outputs(family, head):
+    reference = reference_model(family, head)
+    lineage = from_transformers(reference)
+    assert lineage.config.norm_position == ("post" if family == "OpenAIGPT" else "pre")
+    for side in sides(family):
+        assert_same_outputs(reference, lineage, side)
+
+
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("family", REFERENCES)
+def test_lineage_to_reference_same_outputs(family, head):
+    norm = "post" if family == "OpenAIGPT" else "pre"
+    lineage_class = {"Model": LineageGptModel, "LMHeadModel": LineageGptForCausalLM,
+                     "ForSequenceClassification": LineageGptForSequenceClassification}[head]
+    lineage = perturbed(lineage_class(preset("gpt-tiny", norm_position=norm, intermediate_size=128, num_labels=3)))
+    reference = to_transformers(lineage).eval()
+    assert type(reference).__name__ == family + head
+    for side in sides(family):
+        assert_same_outputs(reference, lineage, side)
+    back = from_transformers(reference)
+    state, back_state = lineage.state_dict(), back.state_dict()
+    assert state.keys() == back_state.keys() and all(torch.equal(state[k], back_state[k]) for k in state)
+
+
+@pytest.mark.parametrize("family", REFERENCES)
+def test_greedy_generate_is_identical(family):
+    reference = reference_model(family, "LMHeadModel", eos_token_id=None)
+    lineage = from_transformers(reference)
+    prompt = torch.randint(5, 99, (1, 6))
+    kwargs = dict(max_new_tokens=12, do_sample=False)
+    assert torch.equal(lineage.generate(prompt, **kwargs), reference.generate(prompt, **kwargs))
+    if family == "GPT2":  # left-padded batch: generate passes the same mask-based positions to both
+        ids, mask = padded_batch("left")
+        assert torch.equal(
+            lineage.generate(ids, attention_mask=mask, **kwargs), reference.generate(ids, attention_mask=mask, **kwargs)
+        )
+
+
+def test_weights_land_where_the_reference_keeps_them():
+    reference = reference_model("GPT2", "LMHeadModel")
+    lineage = from_transformers(reference)
+    attn = reference.transformer.h[1].attn
+    q, k, v = attn.c_attn.weight.t().chunk(3)  # Conv1D (in, 3C) -> Linear (3C, in) -> q, k, v
+    sublayer = lineage.transformer.layers[1].self_attn.sublayer
+    assert torch.equal(sublayer.q_proj.weight, q) and torch.equal(sublayer.k_proj.weight, k)
+    assert torch.equal(sublayer.v_proj.weight, v) and torch.equal(sublayer.o_proj.weight, attn.c_proj.weight.t())
+    assert torch.equal(lineage.transformer.final_norm.weight, reference.transformer.ln_f.weight)
+    assert lineage.lm_head.weight is lineage.transformer.embed_tokens.weight
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: LineageGptForCausalLM(preset("gpt-tiny", intermediate_size=128, gated_ffn=True)), "gated_ffn"),
+        (lambda: LineageGptForCausalLM(preset("gpt-tiny", intermediate_size=128, hidden_act="gelu")), "hidden_act"),
+        (lambda: LineageGptForCausalLM(preset("gpt-tiny")), "intermediate_size"),
+    ],
+)
+def test_lineage_without_a_reference_equivalent_is_refused(build, match):
+    with pytest.raises(ValueError, match=match):
+        to_transformers(build())
+
+
+def test_reference_without_a_lineage_equivalent_is_refused():
+    with pytest.raises(ValueError, match="embd_pdrop"):
+        from_transformers(reference_model("GPT2", "Model", embd_pdrop=0.2))
+    with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
+        from_transformers(reference_model("GPT2", "Model", scale_attn_by_inverse_layer_idx=True))
+    with pytest.raises(TypeError, match="No conversion for LineageGptForMultipleChoice"):
+        to_transformers(LineageGptForMultipleChoice(preset("gpt-tiny")))

@@ -1,0 +1,520 @@
+"""The GPT family: shapes, losses, causality and padding properties, the KV cache and `generate()`, fine-tuning
+heads with the auxiliary LM loss, save/load (also in a clean process), Trainer, presets and bad input."""
+
+import json
+
+import pytest
+import torch
+from conftest import preset, run_clean_process
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForMultipleChoice,
+    AutoModelForSequenceClassification,
+    Trainer,
+    TrainingArguments,
+)
+
+from modeling import (
+    LineageGptConfig,
+    LineageGptForCausalLM,
+    LineageGptForMultipleChoice,
+    LineageGptForSequenceClassification,
+    LineageGptModel,
+)
+
+PAD = 0  # gpt-tiny: [PAD]=0, [START]=1, [DELIM]=2, [EXTRACT]=3, <|endoftext|>=4
+NORMS = ("post", "pre")
+HEADS = (LineageGptModel, LineageGptForCausalLM, LineageGptForSequenceClassification, LineageGptForMultipleChoice)
+
+
+def build(model_class, attn="sdpa", **overrides):
+    """A tiny model in eval mode; `eos_token_id=None` so greedy runs never stop early."""
+    config = preset("gpt-tiny", **{"eos_token_id": None, **overrides})
+    config._attn_implementation = attn
+    return model_class(config).eval()
+
+
+def tokens(*shape: int) -> torch.Tensor:
+    return torch.randint(5, 99, shape)  # never a special token, so never [PAD]
+
+
+def pad(rows: list[torch.Tensor], side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad 1-D rows with [PAD] on `side`; returns (input_ids, attention_mask)."""
+    length = max(len(r) for r in rows)
+    ids, mask = torch.full((len(rows), length), PAD), torch.zeros(len(rows), length, dtype=torch.long)
+    for i, row in enumerate(rows):
+        span = slice(length - len(row), length) if side == "left" else slice(0, len(row))
+        ids[i, span], mask[i, span] = row, 1
+    return ids, mask
+
+
+def head_inputs(model_class, batch: int = 2, length: int = 7) -> dict:
+    if model_class is LineageGptForMultipleChoice:
+        return {"input_ids": tokens(batch, 3, length), "labels": torch.tensor([0, 2][:batch])}
+    inputs = {"input_ids": tokens(batch, length)}
+    if model_class is LineageGptForCausalLM:
+        inputs["labels"] = inputs["input_ids"]
+    elif model_class is LineageGptForSequenceClassification:
+        inputs["labels"] = torch.tensor([0, 1][:batch])
+    return inputs
+
+
+def assert_refused(model, match: str, call) -> None:
+    """`call` raises a ValueError matching `match` before any module of `model` runs."""
+    ran = []
+    hooks = [m.register_forward_pre_hook(lambda *_: ran.append(1)) for m in model.modules() if not list(m.children())]
+    try:
+        with pytest.raises(ValueError, match=match):
+            call()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert not ran, "a module ran before the input was refused"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Config and presets
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_defaults_are_gpt1():
+    config = LineageGptConfig()
+    assert (config.vocab_size, config.max_position_embeddings, config.hidden_size, config.num_hidden_layers,
+            config.num_attention_heads, config.intermediate_size) == (40478, 512, 768, 12, 12, 3072)
+    assert (config.norm_position, config.hidden_act, config.layer_norm_eps) == ("post", "gelu_new", 1e-5)
+    assert config.tie_word_embeddings and config.use_cache and config.lm_loss_weight == 0.0
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"), [("gpt-117m", 116.5e6), ("gpt-124m-prenorm", 124.4e6), ("gpt-tiny", None)]
+)
+def test_preset_parameter_counts(name, expected):
+    with torch.device("meta"):
+        model = LineageGptForCausalLM(preset(name))
+    count = sum(p.numel() for p in model.parameters())  # parameters() yields the tied LM head once
+    assert model.lm_head.weight is model.transformer.embed_tokens.weight
+    if expected is not None:
+        assert abs(count - expected) / expected < 0.01, count
+    assert (model.transformer.final_norm is not None) == (model.config.norm_position == "pre")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"hidden_size": 30}, "hidden_size"),
+        ({"norm_position": "sandwich"}, "norm_position"),
+        ({"hidden_act": "gelu_fast"}, "hidden_act"),
+        ({"pad_token_id": 99}, "pad_token_id"),
+        ({"eos_token_id": -1}, "eos_token_id"),
+        ({"lm_loss_weight": -0.5}, "lm_loss_weight"),
+        ({"classifier_dropout": 1.0}, "classifier_dropout"),
+        ({"hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
+    ],
+)
+def test_bad_config_names_the_field(overrides, field):
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        preset("gpt-tiny", **overrides)
+
+
+def test_unknown_attention_implementation_is_refused():
+    with pytest.raises(ValueError, match="attn_implementation"):
+        AutoModelForCausalLM.from_config(preset("gpt-tiny"), attn_implementation="flashy")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Heads: shapes, finite loss, backward
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("model_class", HEADS)
+def test_head_shapes_loss_and_backward(model_class, norm):
+    model = build(model_class, norm_position=norm, num_labels=2, lm_loss_weight=0.5).train()
+    inputs = head_inputs(model_class)
+    outputs = model(**inputs)
+    expected = {
+        LineageGptModel: ("last_hidden_state", (2, 7, 32)),
+        LineageGptForCausalLM: ("logits", (2, 7, 99)),
+        LineageGptForSequenceClassification: ("logits", (2, 2)),
+        LineageGptForMultipleChoice: ("logits", (2, 3)),
+    }[model_class]
+    assert getattr(outputs, expected[0]).shape == expected[1]
+    loss = outputs.last_hidden_state.pow(2).mean() if model_class is LineageGptModel else outputs.loss
+    assert torch.isfinite(loss)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("model_class", (LineageGptForSequenceClassification, LineageGptForMultipleChoice))
+def test_auxiliary_lm_loss_is_added_and_reported(model_class):
+    inputs = head_inputs(model_class)
+    plain = build(model_class, num_labels=2)
+    weighted = build(model_class, num_labels=2, lm_loss_weight=0.5)
+    weighted.load_state_dict(plain.state_dict())
+    without, with_lm = plain(**inputs), weighted(**inputs)
+    assert without.lm_loss is None and torch.equal(without.loss, without.classification_loss)
+    torch.testing.assert_close(with_lm.classification_loss, without.classification_loss)
+    torch.testing.assert_close(with_lm.loss, with_lm.classification_loss + 0.5 * with_lm.lm_loss)
+    # the auxiliary loss is the causal-LM loss of the same tokens under the tied LM head
+    lm = LineageGptForCausalLM(weighted.config).eval()
+    lm.transformer.load_state_dict(weighted.transformer.state_dict())
+    flat = inputs["input_ids"].flatten(0, -2)
+    torch.testing.assert_close(with_lm.lm_loss, lm(flat, labels=flat).loss)
+
+
+def test_regression_and_multi_label_classification():
+    ids = tokens(3, 6)
+    regression = build(LineageGptForSequenceClassification, num_labels=1)
+    values = torch.randn(3)
+    out = regression(ids, labels=values)
+    assert regression.config.problem_type == "regression" and out.logits.shape == (3, 1)
+    torch.testing.assert_close(out.loss, torch.nn.functional.mse_loss(out.logits.squeeze(-1), values))
+    multi = build(LineageGptForSequenceClassification, num_labels=4, problem_type="multi_label_classification")
+    targets = torch.randint(0, 2, (3, 4)).float()
+    out = multi(ids, labels=targets)
+    torch.testing.assert_close(out.loss, torch.nn.functional.binary_cross_entropy_with_logits(out.logits, targets))
+
+
+def test_return_dict_false_gives_tuples():
+    model = build(LineageGptForCausalLM)
+    ids = tokens(2, 5)
+    outputs = model(ids, labels=ids, return_dict=False)
+    assert isinstance(outputs, tuple)
+    torch.testing.assert_close(outputs[0], model(ids, labels=ids).loss)
+    assert outputs[1].shape == (2, 5, 99)
+
+
+def test_causal_lm_loss_honours_num_items_in_batch():
+    model = build(LineageGptForCausalLM)
+    ids = tokens(2, 6)
+    labels = ids.clone()
+    labels[0, :3] = -100
+    summed = model(ids, labels=labels, num_items_in_batch=torch.tensor(1)).loss
+    count = (labels[:, 1:] != -100).sum()
+    torch.testing.assert_close(summed / count, model(ids, labels=labels).loss)
+    assert getattr(LineageGptForCausalLM, "accepts_loss_kwargs", True)  # Trainer then passes the token count
+    assert not LineageGptForSequenceClassification.accepts_loss_kwargs
+    assert not LineageGptForMultipleChoice.accepts_loss_kwargs
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Properties: causality, padding, eager == sdpa, attentions, checkpointing
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attn", ("sdpa", "eager"))
+@pytest.mark.parametrize("norm", NORMS)
+def test_outputs_at_t_never_depend_on_later_tokens(norm, attn):
+    model = build(LineageGptForCausalLM, attn, norm_position=norm)
+    ids = tokens(3, 12)
+    reference = model(ids).logits
+    for t in range(12):
+        changed = ids.clone()
+        changed[:, t + 1:] = tokens(3, 11 - t)
+        logits = model(changed).logits
+        torch.testing.assert_close(logits[:, : t + 1], reference[:, : t + 1], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("side", ("left", "right"))
+@pytest.mark.parametrize("norm", NORMS)
+def test_padding_never_changes_real_token_logits(side, norm):
+    model = build(LineageGptForCausalLM, norm_position=norm)
+    rows = [tokens(n) for n in (4, 9, 6)]
+    ids, mask = pad(rows, side)
+    logits = model(ids, attention_mask=mask).logits
+    for i, row in enumerate(rows):
+        alone = model(row[None]).logits[0]
+        torch.testing.assert_close(logits[i][mask[i].bool()], alone, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("side", ("left", "right"))
+@pytest.mark.parametrize("model_class", (LineageGptForSequenceClassification, LineageGptForMultipleChoice))
+def test_padding_never_changes_classification_logits(model_class, side):
+    model = build(model_class, num_labels=3)
+    rows = [tokens(n) for n in (4, 9, 6, 7)]
+    ids, mask = pad(rows, side)
+    if model_class is LineageGptForMultipleChoice:
+        batched = model(ids.view(2, 2, -1), attention_mask=mask.view(2, 2, -1)).logits.flatten()
+        alone = torch.cat([model(row[None, None]).logits[0] for row in rows])
+    else:
+        batched = model(ids, attention_mask=mask).logits
+        alone = torch.cat([model(row[None]).logits for row in rows])
+    torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
+    if model_class is LineageGptForSequenceClassification:  # without a mask, [PAD] ids mark the padding
+        torch.testing.assert_close(model(ids).logits, alone, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_eager_equals_sdpa_with_padding(norm):
+    eager = build(LineageGptForCausalLM, "eager", norm_position=norm)
+    sdpa = build(LineageGptForCausalLM, "sdpa", norm_position=norm)
+    sdpa.load_state_dict(eager.state_dict())
+    for side in ("left", "right"):
+        ids, mask = pad([tokens(n) for n in (3, 8, 5)], side)
+        real = mask.bool()
+        torch.testing.assert_close(
+            eager(ids, attention_mask=mask).logits[real], sdpa(ids, attention_mask=mask).logits[real], rtol=0, atol=1e-5
+        )
+
+
+@pytest.mark.parametrize("attn", ("sdpa", "eager"))
+def test_output_attentions_and_hidden_states(attn):
+    model = build(LineageGptForCausalLM, attn)
+    outputs = model(tokens(2, 6), output_attentions=True, output_hidden_states=True)
+    assert len(outputs.attentions) == 2 and len(outputs.hidden_states) == 3
+    for weights in outputs.attentions:
+        assert weights.shape == (2, 4, 6, 6)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 6))
+        assert torch.all(weights.triu(diagonal=1) == 0)  # causal: nothing attends to later positions
+    assert all(h.shape == (2, 6, 32) for h in outputs.hidden_states)
+    torch.testing.assert_close(model.lm_head(outputs.hidden_states[-1]), outputs.logits)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_gradient_checkpointing_gives_identical_gradients(norm):
+    model = build(LineageGptForCausalLM, norm_position=norm, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model.train()
+    ids = tokens(2, 8)
+
+    def gradients():
+        model.zero_grad()
+        model(ids, labels=ids).loss.backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    plain = gradients()
+    model.activation_checkpointing_enable()
+    assert all(layer.gradient_checkpointing for layer in model.transformer.layers)
+    for a, b in zip(plain, gradients()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# KV cache and generate()
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_cached_greedy_decoding_equals_full_forward_step_by_step(norm):
+    model = build(LineageGptForCausalLM, norm_position=norm)
+    prompt = tokens(2, 5)
+    out = model.generate(prompt, max_new_tokens=10, do_sample=False, return_dict_in_generate=True, output_logits=True)
+    full = model(out.sequences, use_cache=False).logits  # (B, 15, V)
+    for step, logits in enumerate(out.logits):
+        torch.testing.assert_close(logits, full[:, 4 + step], rtol=0, atol=1e-5)
+    assert torch.equal(out.sequences[:, 5:], full[:, 4:-1].argmax(-1))
+
+
+def test_cached_forward_equals_full_forward_token_by_token():
+    model = build(LineageGptForCausalLM, norm_position="pre")
+    ids, mask = pad([tokens(7), tokens(10)], "left")
+    full = model(ids, attention_mask=mask).logits
+    out = model(ids[:, :4], attention_mask=mask[:, :4])
+    cache, steps = out.past_key_values, [out.logits]
+    for t in range(4, ids.shape[1]):
+        out = model(ids[:, t:t + 1], attention_mask=mask[:, : t + 1], past_key_values=cache)
+        steps.append(out.logits)
+    assert cache.get_seq_length() == ids.shape[1]
+    real = mask.bool()
+    torch.testing.assert_close(torch.cat(steps, 1)[real], full[real], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_cached_beam_search_equals_uncached_step_by_step(norm):
+    model = build(LineageGptForCausalLM, norm_position=norm)
+    prompt = tokens(2, 4)
+    kwargs = dict(max_new_tokens=6, num_beams=3, num_return_sequences=2, do_sample=False,
+                  return_dict_in_generate=True, output_logits=True, output_scores=True)
+    cached = model.generate(prompt, use_cache=True, **kwargs)
+    uncached = model.generate(prompt, use_cache=False, **kwargs)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    assert len(cached.logits) == 6
+    for a, b in zip(cached.logits, uncached.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_beams", (1, 3))
+def test_cache_never_recomputes_past_keys(num_beams):
+    model = build(LineageGptForCausalLM)
+    lengths = []
+    hook = model.transformer.layers[0].self_attn.sublayer.k_proj.register_forward_hook(
+        lambda module, args, output: lengths.append(args[0].shape[1])
+    )
+    model.generate(tokens(1, 6), max_new_tokens=5, num_beams=num_beams, do_sample=False)
+    hook.remove()
+    assert lengths == [6, 1, 1, 1, 1]
+
+
+def test_left_padded_batch_generate_equals_per_prompt_generate():
+    model = build(LineageGptForCausalLM, norm_position="pre")
+    rows = [tokens(n) for n in (3, 9, 6)]
+    ids, mask = pad(rows, "left")
+    kwargs = dict(max_new_tokens=8, do_sample=False, return_dict_in_generate=True, output_logits=True)
+    batched = model.generate(ids, attention_mask=mask, **kwargs)
+    for i, row in enumerate(rows):
+        alone = model.generate(row[None], **kwargs)
+        assert torch.equal(batched.sequences[i, ids.shape[1]:], alone.sequences[0, len(row):])
+        for a, b in zip(batched.logits, alone.logits):
+            torch.testing.assert_close(a[i], b[0], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [{"temperature": 0.7}, {"top_k": 5}, {"top_p": 0.9}, {"temperature": 1.3, "top_k": 10, "top_p": 0.8}],
+)
+def test_sampling_runs_and_is_reproducible_under_a_seed(sampling):
+    model = build(LineageGptForCausalLM)
+    prompt = tokens(2, 4)
+
+    def sample(seed: int) -> torch.Tensor:
+        torch.manual_seed(seed)
+        return model.generate(prompt, do_sample=True, max_new_tokens=12, **sampling)
+
+    first = sample(1)
+    assert first.shape == (2, 16) and torch.equal(first[:, :4], prompt)
+    assert int(first.max()) < 99 and int(first.min()) >= 0
+    assert torch.equal(first, sample(1))
+    assert any(not torch.equal(first, sample(seed)) for seed in (2, 3, 4))
+
+
+def test_top_k_one_sampling_equals_greedy():
+    model = build(LineageGptForCausalLM)
+    prompt = tokens(2, 4)
+    greedy = model.generate(prompt, do_sample=False, max_new_tokens=8)
+    assert torch.equal(model.generate(prompt, do_sample=True, top_k=1, max_new_tokens=8), greedy)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Save / load, clean-process trust_remote_code, Trainer
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_class", HEADS)
+def test_save_load_round_trip_is_exact(model_class, tmp_path):
+    model = build(model_class, num_labels=2)
+    model.save_pretrained(tmp_path)
+    loaded = model_class.from_pretrained(tmp_path).eval()
+    state, loaded_state = model.state_dict(), loaded.state_dict()
+    assert state.keys() == loaded_state.keys()
+    assert all(torch.equal(state[k], loaded_state[k]) for k in state)
+    inputs = {k: v for k, v in head_inputs(model_class).items() if k != "labels"}
+    out, loaded_out = model(**inputs), loaded(**inputs)
+    assert torch.equal(out[0], loaded_out[0])
+    if model_class is LineageGptForCausalLM:
+        assert loaded.lm_head.weight is loaded.transformer.embed_tokens.weight
+        assert type(AutoModelForCausalLM.from_pretrained(tmp_path)) is LineageGptForCausalLM
+
+
+def test_clean_process_trust_remote_code_load_generates_identical_tokens(tmp_path):
+    model = build(LineageGptForCausalLM, norm_position="pre")
+    folder = tmp_path / "gpt"
+    model.save_pretrained(folder)
+    ids, mask = pad([tokens(4), tokens(7)], "left")
+    expected = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+    code = f"""
+import json, torch
+from transformers import AutoModelForCausalLM, AutoModelForMultipleChoice, AutoModelForSequenceClassification
+folder = {str(folder)!r}
+model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+ids, mask = torch.tensor({ids.tolist()}), torch.tensor({mask.tolist()})
+out = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
+heads = [type(a.from_pretrained(folder, trust_remote_code=True)).__name__
+         for a in (AutoModelForSequenceClassification, AutoModelForMultipleChoice)]
+print(json.dumps({{"tokens": out.tolist(), "module": type(model).__module__, "heads": heads}}))
+"""
+    result = json.loads(run_clean_process(code, tmp_path).strip().splitlines()[-1])
+    assert result["module"].startswith("transformers_modules")
+    assert result["heads"] == ["LineageGptForSequenceClassification", "LineageGptForMultipleChoice"]
+    assert result["tokens"] == expected.tolist()
+
+
+@pytest.mark.parametrize(
+    ("auto_class", "model_class"),
+    [(AutoModelForSequenceClassification, LineageGptForSequenceClassification),
+     (AutoModelForMultipleChoice, LineageGptForMultipleChoice)],
+)
+def test_auto_classes_build_the_heads(auto_class, model_class):
+    assert type(auto_class.from_config(preset("gpt-tiny"))) is model_class
+
+
+def test_trainer_step_on_classification_head_with_auxiliary_loss(tmp_path):
+    model = build(LineageGptForSequenceClassification, num_labels=2, lm_loss_weight=0.5,
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ids, mask = pad([tokens(n) for n in (5, 8, 3, 6)], "right")
+    labels = torch.tensor([0, 1, 1, 0])
+    data = [{"input_ids": ids[i], "attention_mask": mask[i], "labels": labels[i]} for i in range(4)]
+    expected = model(ids, attention_mask=mask, labels=labels)
+    assert expected.lm_loss is not None and expected.classification_loss is not None
+    before = model.score.weight.detach().clone()
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, learning_rate=1e-2, logging_steps=1,
+        save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    logged = next(entry["loss"] for entry in trainer.state.log_history if "loss" in entry)
+    assert logged == pytest.approx(expected.loss.item(), abs=1e-4)  # the combined loss, not the classification alone
+    assert not torch.equal(before, model.score.weight.detach())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Bad input: a clear ValueError naming the argument, before any module runs
+# ----------------------------------------------------------------------------------------------------------
+
+_LM, _CLS, _MC = LineageGptForCausalLM, LineageGptForSequenceClassification, LineageGptForMultipleChoice
+
+BAD_INPUTS = {
+    "id_above_vocab": (_LM, r"`input_ids` must be in \[0, 99\)", lambda m: m(torch.tensor([[5, 99]]))),
+    "negative_id": (_LM, r"`input_ids` must be in \[0, 99\)", lambda m: m(torch.tensor([[-1, 5]]))),
+    "longer_than_positions": (_LM, "max_position_embeddings", lambda m: m(tokens(1, 65))),
+    "mask_shape": (_LM, "`attention_mask` must have the shape",
+                   lambda m: m(tokens(2, 5), attention_mask=torch.ones(2, 4))),
+    "position_ids_range": (_LM, r"`position_ids` must be in \[0, 64\)",
+                           lambda m: m(tokens(1, 3), position_ids=torch.tensor([[0, 1, 64]]))),
+    "lm_labels_shape": (_LM, "`labels` must have shape", lambda m: m(tokens(2, 5), labels=tokens(2, 4))),
+    "cls_labels_shape": (_CLS, "`labels` must have shape", lambda m: m(tokens(2, 5), labels=torch.tensor([0, 1, 1]))),
+    "mc_labels_shape": (_MC, "`labels` must have shape", lambda m: m(tokens(2, 3, 5), labels=torch.tensor([[0], [1]]))),
+    "mc_not_3d": (_MC, "num_choices", lambda m: m(tokens(2, 5))),
+    "prompt_longer_than_context": (_LM, r"prompt .* 70 tokens .* context window",
+                                   lambda m: m.generate(tokens(1, 70), max_new_tokens=2)),
+    "max_new_tokens_past_positions": (_LM, r"`max_new_tokens` must be in \[1, 54\]",
+                                      lambda m: m.generate(tokens(1, 10), max_new_tokens=55)),
+    "max_new_tokens_past_positions_beam": (_LM, "max_new_tokens",
+                                           lambda m: m.generate(tokens(1, 10), max_new_tokens=60, num_beams=2)),
+    "classification_row_without_tokens": (
+        _CLS, r"Row 1 .* no non-padding token",
+        lambda m: m(tokens(2, 4), attention_mask=torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])),
+    ),
+    "classification_row_all_pad": (_CLS, r"Row 0 .* no non-padding token",
+                                   lambda m: m(torch.zeros(2, 4, dtype=torch.long))),
+    "mc_choice_without_tokens": (
+        _MC, "no non-padding token",
+        lambda m: m(tokens(1, 2, 4), attention_mask=torch.tensor([[[1, 1, 1, 1], [0, 0, 0, 0]]])),
+    ),
+    "auxiliary_loss_without_input_ids": (
+        _CLS, "needs `input_ids`", lambda m: m(inputs_embeds=torch.randn(1, 4, 32), labels=torch.tensor([1])),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_refused_before_any_kernel(case):
+    model_class, match, call = BAD_INPUTS[case]
+    model = build(model_class, num_labels=2, lm_loss_weight=0.5)
+    assert_refused(model, match, lambda: call(model))
+
+
+def test_padded_batch_without_pad_token_or_mask_is_refused():
+    model = build(LineageGptForSequenceClassification, pad_token_id=None)
+    assert_refused(model, "needs `attention_mask` or `config.pad_token_id`", lambda: model(tokens(2, 5)))
+    assert model(tokens(1, 5)).logits.shape == (1, 2)  # a single row has no padding to find
+
+
+def test_cache_plus_new_tokens_past_positions_is_refused():
+    model = build(LineageGptForCausalLM)
+    cache = model(tokens(1, 60)).past_key_values
+    assert_refused(model, "`past_key_values \\+ input_ids` has 65 positions",
+                   lambda: model(tokens(1, 5), past_key_values=cache))
+    assert_refused(model, "60 cached \\+ 2 new tokens",
+                   lambda: model(tokens(1, 2), attention_mask=torch.ones(1, 2), past_key_values=cache))
