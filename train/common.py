@@ -1,0 +1,95 @@
+"""What every entry script wires the same way: data splits, the tokenizer, the model, and the run summary.
+
+- `load_split(recipe, split, columns)`: `train_file` / `validation_file` when given, else `recipe.dataset`
+  (`embedded:<task>`, a file, or a Hub name) through `train.data.load_text_dataset`; a missing file raises
+  before anything is built.
+- `get_tokenizer(recipe, kind, texts)`: `recipe.tokenizer` if set, else the tokenizer saved in the model
+  folder being fine-tuned, else one trained on `texts()` with `recipe.tokenizer_vocab_size` tokens.
+- `build_model(recipe, auto_class, tokenizer, kind)`: from a saved folder (`from_pretrained`) or from a
+  preset whose vocabulary and special ids are taken from the tokenizer (unless `model_overrides` sets
+  `vocab_size` explicitly; the engine then checks the two agree).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import transformers
+from accelerate import PartialState
+from accelerate.utils import parse_flag_from_env
+
+import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
+from train.data import load_text_dataset
+from train.recipes import Recipe, RecipeError, is_model_folder, load_model_config
+from train.tokenization import config_kwargs_from_tokenizer, load_tokenizer, train_tokenizer
+
+
+def load_split(recipe: Recipe, split: str, columns: Iterable[str] = (), default_dataset: str = ""):
+    """One split (`train` or `validation`) of the recipe's data, cut to `train_size` / `eval_size` rows."""
+    size = recipe.train_size if split == "train" else recipe.eval_size
+    file = recipe.train_file if split == "train" else recipe.validation_file
+    source = file or recipe.dataset or default_dataset
+    if not source:
+        raise RecipeError("the recipe names no data: set 'dataset' (e.g. embedded:nli) or 'train_file'")
+    embedded = source.startswith("embedded:")
+    if split != "train" and file is None and (recipe.train_file or Path(source).exists()):
+        return None  # local training files and no validation file: no evaluation
+    kwargs = {"size": size, "seed": recipe.seed} if embedded else {"hub_config": recipe.dataset_config}
+    dataset = load_text_dataset(source, split, columns=tuple(columns), **kwargs)
+    if size is not None and not embedded and len(dataset) > size:
+        dataset = dataset.select(range(size))
+    return dataset
+
+
+def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]]):
+    """The run's tokenizer. One trained here is saved in `<output_dir>/tokenizer` and reused on resume
+    (training a tokenizer twice on the same text need not give the same vocabulary)."""
+    trained = Path(recipe.output_dir) / "tokenizer"
+    if recipe.tokenizer:
+        if not Path(recipe.tokenizer).exists():
+            raise FileNotFoundError(f"tokenizer folder {recipe.tokenizer!r} does not exist")
+        return load_tokenizer(recipe.tokenizer, kind)
+    if is_model_folder(recipe.model) and (Path(recipe.model) / "tokenizer.json").is_file():
+        return load_tokenizer(recipe.model, kind)
+    if recipe.resume_from_checkpoint and (trained / "tokenizer.json").is_file():
+        return load_tokenizer(trained, kind)
+    # before the Accelerator exists: say "CPU" as it will, or two launched CPU processes would each see one
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    with state.main_process_first():  # one process trains, the others load its vocabulary
+        if state.is_main_process:
+            tokenizer = train_tokenizer(kind, texts(), recipe.tokenizer_vocab_size,
+                                        model_max_length=recipe.max_seq_length)
+            tokenizer.save_pretrained(trained)
+        else:
+            tokenizer = load_tokenizer(trained, kind)
+    return tokenizer
+
+
+def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, **fields: Any):
+    """The model to train: a saved folder's weights with a (possibly new) head, or a fresh one from a preset."""
+    auto = getattr(transformers, auto_class)
+    overrides = {**fields, **recipe.model_overrides}
+    if is_model_folder(recipe.model):
+        model = auto.from_pretrained(recipe.model, ignore_mismatched_sizes=True, **overrides)
+    else:
+        token_fields = {} if "vocab_size" in recipe.model_overrides else config_kwargs_from_tokenizer(tokenizer, kind)
+        model = auto.from_config(load_model_config(recipe.model, **{**token_fields, **overrides}))
+    if recipe.max_seq_length > model.config.max_position_embeddings:
+        raise RecipeError(f"recipe key 'max_seq_length' is {recipe.max_seq_length} but the model has "
+                          f"{model.config.max_position_embeddings} positions (max_position_embeddings)")
+    return model
+
+
+def summary_line(name: str, results: dict[str, Any], folder: Path) -> dict[str, Any]:
+    keep = {k: v for k, v in results.items() if isinstance(v, (int, float, str))}
+    return {"run": name, "folder": str(folder), **keep}
+
+
+def write_results(folder: Path, results: dict[str, Any]) -> None:
+    (folder / "results.json").write_text(json.dumps(results, indent=1, default=str))
+
+
+__all__ = ["build_model", "get_tokenizer", "load_split", "summary_line", "write_results"]

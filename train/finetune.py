@@ -1,0 +1,112 @@
+"""Fine-tune BERT or GPT on a downstream task (the second step of both papers), from a saved pretrained
+folder or from scratch.
+
+    python -m train.finetune --recipe configs/recipes/bert-finetune-nli-tiny.yaml [--key value ...]
+    python -m train.finetune --recipe ... --model outputs/bert-pretrain/model --task nli
+
+Tasks (`task`): `sequence-classification` (single text; default data embedded:sentiment), `nli` (premise /
+hypothesis pairs; embedded:nli), for BERT and GPT; `token-classification` (embedded:ner) and
+`question-answering` (SQuAD-style; embedded:qa) for BERT. GPT's classification heads add the auxiliary
+LM loss weighted by `lm_loss_weight` (section 3.2; the paper uses 0.5). Metrics: accuracy and macro F1
+(token classification: over the first sub-token of every word); QA: exact match of the start/end tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from train.collators import PaddingCollator
+from train.common import build_model, get_tokenizer, load_split
+from train.data import tokenize_dataset
+from train.engine import Engine, seed_everything
+from train.metrics import load_metric
+from train.recipes import RecipeError, is_model_folder, load_model_config, parse_args
+
+DEFAULT_RECIPE = "configs/recipes/bert-finetune-nli-tiny.yaml"
+# task -> (default data, columns text / pair / label, data.tokenize_dataset task, Auto class)
+TASKS = {
+    "sequence-classification": ("embedded:sentiment", ("text", None, "label"), "classification",
+                                "AutoModelForSequenceClassification"),
+    "nli": ("embedded:nli", ("premise", "hypothesis", "label"), "classification", "AutoModelForSequenceClassification"),
+    "token-classification": ("embedded:ner", ("tokens", None, "ner_tags"), "token_classification",
+                             "AutoModelForTokenClassification"),
+    "question-answering": ("embedded:qa", ("question", "context", None), "qa", "AutoModelForQuestionAnswering"),
+}
+FAMILIES = {"lineage-bert": "bert", "lineage-gpt": "gpt"}
+
+
+def predict(model, batch, outputs) -> dict[str, torch.Tensor]:
+    if "start_positions" in batch:
+        return {"start": outputs.start_logits.argmax(-1), "end": outputs.end_logits.argmax(-1),
+                "start_labels": batch["start_positions"], "end_labels": batch["end_positions"]}
+    return {"predictions": outputs.logits.argmax(-1), "labels": batch["labels"]}
+
+
+def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
+    if "start" in predictions:
+        hit = (predictions["start"] == predictions["start_labels"]) & (predictions["end"] == predictions["end_labels"])
+        return {"exact_match": hit.float().mean().item()}
+    keep = predictions["labels"] != -100
+    preds, refs = predictions["predictions"][keep].tolist(), predictions["labels"][keep].tolist()
+    return {"accuracy": load_metric("accuracy").compute(predictions=preds, references=refs)["accuracy"],
+            "f1": load_metric("f1").compute(predictions=preds, references=refs, average="macro")["f1"]}
+
+
+def _label_names(dataset, column: str | None) -> list[str] | None:
+    if column is None:
+        return None
+    feature = dataset.features[column]
+    feature = getattr(feature, "feature", feature)  # a Sequence of ClassLabel (token tags)
+    if hasattr(feature, "names"):
+        return list(feature.names)
+    values = dataset[column]
+    flat = [v for row in values for v in row] if values and isinstance(values[0], list) else values
+    return [str(i) for i in range(max(flat) + 1)]
+
+
+def main(argv: list[str] | None = None):
+    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
+    if recipe.task not in TASKS:
+        raise RecipeError(f"recipe key 'task' must be one of {', '.join(TASKS)}, got {recipe.task!r}")
+    seed_everything(recipe.seed)
+    default_data, (text, pair, label), encode_task, auto_class = TASKS[recipe.task]
+    family = FAMILIES.get(load_model_config(recipe.model).model_type)
+    if family is None or (family == "gpt" and encode_task != "classification"):
+        raise RecipeError(f"task {recipe.task!r} is not available for model {recipe.model!r}")
+    text, pair, label = recipe.text_column or text, recipe.text_pair_column or pair, recipe.label_column or label
+    columns = [c for c in (text, pair, label) if c] + (["answers"] if encode_task == "qa" else [])
+    train_rows = load_split(recipe, "train", columns, default_data)
+    eval_rows = load_split(recipe, "validation", columns, default_data)
+
+    def texts():
+        for row in train_rows:
+            for column in (text, pair):
+                if column:
+                    yield " ".join(row[column]) if isinstance(row[column], list) else row[column]
+
+    tokenizer = get_tokenizer(recipe, family, texts)
+    names = _label_names(train_rows, label)
+    fields = {}
+    if names is not None:
+        fields = {"num_labels": len(names), "id2label": dict(enumerate(names)),
+                  "label2id": {n: i for i, n in enumerate(names)}}
+    if family == "gpt":
+        fields["lm_loss_weight"] = recipe.lm_loss_weight
+    model = build_model(recipe, auto_class, tokenizer, family, **fields)
+    encode = {"classification": {"text_column": text, "text_pair_column": pair, "label_column": label,
+                                 "max_length": recipe.max_seq_length},
+              "token_classification": {"tokens_column": text, "tags_column": label, "max_length": recipe.max_seq_length},
+              "qa": {"max_length": recipe.max_seq_length, "doc_stride": recipe.max_seq_length // 4}}[encode_task]
+    train_data = tokenize_dataset(train_rows, tokenizer, encode_task, **encode)
+    eval_data = tokenize_dataset(eval_rows, tokenizer, encode_task, **encode) if eval_rows else None
+    engine = Engine(recipe, model, train_data, PaddingCollator(tokenizer), tokenizer=tokenizer,
+                    eval_dataset=eval_data, predict_fn=predict, metrics_fn=metrics)
+    results = engine.train()
+    start = f"from `{recipe.model}`" if is_model_folder(recipe.model) else f"from scratch (preset `{recipe.model}`)"
+    folder = engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file or default_data,
+                                              "description": f"Fine-tuned for {recipe.task} {start}."})
+    return results, folder
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The main job: the seed papers' story at small scale, on the embedded corpus, on a CPU in minutes.
+
+    python -m train.main_job                 # the full run (configs/recipes/main-*.yaml), under 10 minutes on 2 cores
+    python -m train.main_job --quick         # a smoke run of the same steps (about a minute; used by the tests)
+    python -m train.main_job --output_dir DIR
+
+1. train the three tokenizers (WordPiece for BERT, byte-level BPE for GPT, shared BPE for the Transformer);
+2. pretrain a small BERT (MLM + NSP), fine-tune it on the entailment task (NLI);
+3. pretrain a small GPT (causal LM), fine-tune it on the same task with the auxiliary LM loss, sample text;
+4. train a small Transformer translator (English number words -> German) and report BLEU.
+
+It ends with a table of the figures reached and the folders written (each loads with the Auto classes;
+the job checks that), also saved as `<output_dir>/summary.json` and `summary.md`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from train import finetune, pretrain_bert, pretrain_gpt, train_translation
+from train.corpus import tokenizer_training_texts
+from train.tokenization import train_tokenizer
+
+TOKENIZERS = {"bert": 2000, "gpt": 2000, "seq2seq": 1000}
+# name, script, recipe, tokenizer kind (None: the pretrained folder's), folder to start from, figures to report
+STAGES = [
+    ("bert-pretrain", pretrain_bert.main, "main-bert-pretrain", "bert", None, ("eval_mlm_accuracy", "eval_nsp_accuracy")),
+    ("bert-nli", finetune.main, "main-bert-nli", None, "bert-pretrain", ("eval_accuracy", "eval_f1")),
+    ("gpt-pretrain", pretrain_gpt.main, "main-gpt-pretrain", "gpt", None, ("eval_perplexity", "sample_0")),
+    ("gpt-nli", finetune.main, "main-gpt-nli", None, "gpt-pretrain", ("eval_accuracy", "eval_f1")),
+    ("translation", train_translation.main, "main-translation", "seq2seq", None, ("eval_bleu", "eval_exact_match", "sample_0")),
+]
+AUTO_CLASSES = {"bert-pretrain": "AutoModelForPreTraining", "bert-nli": "AutoModelForSequenceClassification",
+                "gpt-pretrain": "AutoModelForCausalLM", "gpt-nli": "AutoModelForSequenceClassification",
+                "translation": "AutoModelForSeq2SeqLM"}
+QUICK = ["--max_steps", "8", "--train_size", "120", "--eval_size", "24", "--save_steps", "0", "--logging_steps", "4",
+         "--warmup_steps", "2", "--model_overrides", "{hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, "
+         "intermediate_size: 64, max_position_embeddings: 128}"]
+
+
+def train_tokenizers(folder: Path, quick: bool) -> dict[str, Path]:
+    texts = tokenizer_training_texts(size=300 if quick else 2000)
+    out = {}
+    for kind, vocab in TOKENIZERS.items():
+        out[kind] = folder / kind
+        train_tokenizer(kind, texts, 600 if quick else vocab, model_max_length=128).save_pretrained(out[kind])
+    return out
+
+
+def check_loads(name: str, folder: Path) -> str:
+    """Load the folder through the Auto classes, as a user would; return the class loaded."""
+    import transformers
+
+    model = getattr(transformers, AUTO_CLASSES[name]).from_pretrained(str(folder), trust_remote_code=True)
+    transformers.AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True)
+    return type(model).__name__
+
+
+def _format(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 10 else f"{value:.2f}"
+    text = str(value).replace("\n", " ")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def render_table(rows: list[dict]) -> str:
+    lines = ["| step | figure | value | wall s (CPU s) | folder (loads as) |", "|---|---|---|---|---|"]
+    for row in rows:
+        for i, (figure, value) in enumerate(row["figures"].items()):
+            timing = f"{row['seconds']:.0f} ({row['cpu_seconds']:.0f})"
+            lead = ((f"| {row['name']} ", f"| {timing} | {row['folder']} ({row['loads_as']}) |") if i == 0
+                    else ("| ", "| | |"))
+            lines.append(f"{lead[0]}| {figure} | {_format(value)} {lead[1]}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of every step (about a minute)")
+    parser.add_argument("--output_dir", default="outputs/main-job")
+    parser.add_argument("--progress_bar", default="true", choices=["true", "false"])
+    args = parser.parse_args(argv)
+    root = Path(args.output_dir)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    tokenizers = train_tokenizers(root / "tokenizers", args.quick)
+    print(f"tokenizers trained in {time.perf_counter() - start:.1f}s: {', '.join(map(str, tokenizers.values()))}")
+    rows = []
+    for name, script, recipe, kind, parent, figures in STAGES:
+        argv_stage = ["--recipe", f"configs/recipes/{recipe}.yaml", "--output_dir", str(root / name),
+                      "--progress_bar", args.progress_bar]
+        argv_stage += ["--tokenizer", str(tokenizers[kind])] if kind else ["--model", str(root / parent / "model")]
+        if args.quick:
+            argv_stage += QUICK if kind else QUICK[:-2]  # fine-tuning keeps the pretrained architecture
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        results, folder = script(argv_stage)
+        seconds = time.perf_counter() - t0
+        rows.append({"name": name, "seconds": seconds, "cpu_seconds": time.process_time() - cpu0,
+                     "folder": str(folder), "loads_as": check_loads(name, folder),
+                     "figures": {k.removeprefix("eval_"): results[k] for k in figures if k in results},
+                     "results": {k: v for k, v in results.items() if isinstance(v, (int, float, str))}})
+        print(f"== {name}: {seconds:.0f}s, " + ", ".join(f"{k}={_format(v)}" for k, v in rows[-1]["figures"].items()))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    table = render_table(rows)
+    summary = (f"# Lineage main job\n\nWall time: {wall:.0f}s; CPU time of this process: {cpu:.0f}s "
+               f"({torch.get_num_threads()} torch threads)\n\n{table}\n")
+    (root / "summary.md").write_text(summary)
+    (root / "summary.json").write_text(json.dumps({"wall_seconds": wall, "cpu_seconds": cpu, "quick": args.quick,
+                                                   "stages": rows}, indent=1))
+    print("\n" + summary)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""Corpus BLEU through sacrebleu (offline twin of the Hub `sacrebleu` metric): score 0-100."""
+
+import datasets
+import evaluate
+import sacrebleu
+
+
+class Bleu(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            description="sacreBLEU corpus score (13a tokenization by default).",
+            citation="Post, 2018. A Call for Clarity in Reporting BLEU Scores.",
+            inputs_description="predictions: list of str; references: list of list of str (one or more per prediction)",
+            features=datasets.Features({"predictions": datasets.Value("string"),
+                                        "references": datasets.Sequence(datasets.Value("string"))}),
+        )
+
+    def _compute(self, predictions, references, tokenize="13a", lowercase=False):
+        width = max(len(r) for r in references)
+        if any(len(r) != width for r in references):
+            raise ValueError("every prediction needs the same number of references")
+        streams = [[r[i] for r in references] for i in range(width)]
+        result = sacrebleu.corpus_bleu(predictions, streams, tokenize=tokenize, lowercase=lowercase)
+        exact = sum(int(p.strip() == r[0].strip()) for p, r in zip(predictions, references)) / max(len(predictions), 1)
+        return {"bleu": result.score, "precisions": result.precisions, "brevity_penalty": result.bp,
+                "exact_match": exact}

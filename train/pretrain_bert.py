@@ -1,0 +1,79 @@
+"""Pretrain BERT with masked-LM + next-sentence prediction (Devlin et al. 2018, section 3.1).
+
+    python -m train.pretrain_bert --recipe configs/recipes/bert-pretrain-tiny.yaml [--key value ...]
+    accelerate launch -m train.pretrain_bert --recipe ... (one GPU, DDP, FSDP, several CPU processes)
+
+Data: documents (`text`, optionally `sentences`) -> BERT's sentence pairs (`train.data.prepare_nsp_dataset`)
+-> dynamic masking (`MaskedLMCollator`). With `nsp: false` the model is `...ForMaskedLM` (no pooler, no NSP
+head), so every parameter receives a gradient and DDP needs no unused-parameter search.
+
+The MLM term is normalised by the number of masked tokens of the whole batch across processes, so the
+loss and its gradient do not depend on how the batch is split over processes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from train.collators import MaskedLMCollator
+from train.common import build_model, get_tokenizer, load_split
+from train.data import prepare_nsp_dataset
+from train.engine import Engine, seed_everything
+from train.metrics import load_metric
+from train.recipes import parse_args
+
+DEFAULT_RECIPE = "configs/recipes/bert-pretrain-tiny.yaml"
+
+
+def make_loss_fn(nsp: bool):
+    def loss_fn(outputs, batch, engine):
+        mlm = outputs.mlm_loss if nsp else outputs.loss
+        count = (batch["labels"] != -100).sum().float()
+        mlm = mlm * count / engine.reduce_mean(count).clamp(min=1.0)
+        return mlm + outputs.nsp_loss if nsp else mlm
+    return loss_fn
+
+
+def predict(model, batch, outputs) -> dict[str, torch.Tensor]:
+    logits = outputs.prediction_logits if hasattr(outputs, "prediction_logits") else outputs.logits
+    out = {"mlm_predictions": logits.argmax(-1), "mlm_labels": batch["labels"]}
+    if "next_sentence_label" in batch:
+        out.update(nsp_predictions=outputs.seq_relationship_logits.argmax(-1), nsp_labels=batch["next_sentence_label"])
+    return out
+
+
+def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
+    accuracy = load_metric("accuracy")
+    keep = predictions["mlm_labels"] != -100
+    out = {"mlm_accuracy": accuracy.compute(predictions=predictions["mlm_predictions"][keep].tolist(),
+                                            references=predictions["mlm_labels"][keep].tolist())["accuracy"]}
+    if "nsp_labels" in predictions:
+        out["nsp_accuracy"] = accuracy.compute(predictions=predictions["nsp_predictions"].tolist(),
+                                               references=predictions["nsp_labels"].tolist())["accuracy"]
+    return out
+
+
+def main(argv: list[str] | None = None):
+    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
+    seed_everything(recipe.seed)
+    train_docs = load_split(recipe, "train", ("text",), "embedded:documents")
+    eval_docs = load_split(recipe, "validation", ("text",), "embedded:documents")
+    tokenizer = get_tokenizer(recipe, "bert", lambda: train_docs["text"])
+    model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert")
+    train_data = prepare_nsp_dataset(train_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed)
+    eval_data = prepare_nsp_dataset(eval_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed + 1) if eval_docs else None
+    if not recipe.nsp:
+        train_data = train_data.remove_columns("next_sentence_label")
+        eval_data = eval_data.remove_columns("next_sentence_label") if eval_data else None
+    collate = MaskedLMCollator(tokenizer, mlm_probability=recipe.mlm_probability)
+    engine = Engine(recipe, model, train_data, collate, tokenizer=tokenizer, eval_dataset=eval_data,
+                    loss_fn=make_loss_fn(recipe.nsp), predict_fn=predict, metrics_fn=metrics)
+    results = engine.train()
+    folder = engine.save_final(results, card={
+        "dataset_name": recipe.dataset or recipe.train_file or "embedded:documents",
+        "description": "Pretrained with masked-LM" + (" and next-sentence prediction." if recipe.nsp else ".")})
+    return results, folder
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""Training recipes: one typed, flat set of fields read from YAML and overridden on the command line.
+
+A recipe is a YAML mapping whose keys are fields of `Recipe`. `load_recipe(path, overrides)` reads it,
+applies command-line overrides (`--key value` or `--set key=value`; values are parsed as YAML, so
+`--nsp false` and `--model_overrides '{hidden_dropout_prob: 0.0}'` work), and checks every key and type
+before anything is built:
+
+- an unknown key raises `RecipeError` naming it and listing the valid keys;
+- a value of the wrong type raises `RecipeError` naming the key, the expected type and the value got.
+
+YAML 1.1 reads `1e-4` (no dot) as a string; float fields accept such numeric strings.
+
+Model presets (`configs/models/<name>.json`) are resolved by `load_model_config`: a preset name, a path to a
+`config.json`, or a saved model folder; anything else raises `FileNotFoundError` listing the presets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+PRESETS_DIR = REPO / "configs" / "models"
+RECIPES_DIR = REPO / "configs" / "recipes"
+SCHEDULES = ("linear", "cosine", "inverse_sqrt", "constant")
+MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
+_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+class RecipeError(ValueError):
+    """A recipe key or value that the training scripts cannot use."""
+
+
+@dataclasses.dataclass
+class Recipe:
+    """Every field a training script reads. Scripts ignore the fields that do not concern them."""
+
+    # what to train
+    model: str = "bert-tiny"  # preset name, path to a config.json, or a saved model folder to start from
+    model_overrides: dict = dataclasses.field(default_factory=dict)  # config fields set on top of the preset
+    tokenizer: str | None = None  # tokenizer folder; None: the model folder's, else one trained on the data
+    tokenizer_vocab_size: int = 4000
+    task: str = ""  # finetune: sequence-classification | nli | token-classification | question-answering
+    # data: "embedded:<task>" (the generated default corpus), a local file, or a Hub dataset name
+    dataset: str = ""
+    dataset_config: str | None = None
+    train_file: str | None = None
+    validation_file: str | None = None
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    label_column: str | None = None
+    train_size: int | None = None  # rows of the training split to use (None: all)
+    eval_size: int | None = None
+    max_seq_length: int = 128
+    # objectives
+    mlm_probability: float = 0.15
+    nsp: bool = True
+    lm_loss_weight: float = 0.5  # GPT fine-tuning: weight of the auxiliary language-model loss
+    label_smoothing: float | None = None  # None: the model config's
+    num_beams: int = 4
+    max_new_tokens: int = 64
+    sample_prompts: list = dataclasses.field(default_factory=list)
+    # optimisation
+    per_device_train_batch_size: int = 32
+    per_device_eval_batch_size: int = 64
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    lr_scheduler: str = "linear"
+    warmup_steps: int = 0
+    max_steps: int = -1  # > 0 overrides num_train_epochs
+    num_train_epochs: float = 1.0
+    mixed_precision: str = "auto"  # auto: bf16 (or fp16) on a GPU, no on a CPU
+    seed: int = 42
+    # evaluation, logging, checkpoints, outputs
+    eval_steps: int = 0  # 0: evaluate at the end only
+    logging_steps: int = 10
+    save_steps: int = 0  # 0: checkpoint at the end only
+    save_total_limit: int = 2
+    output_dir: str = "outputs/run"
+    resume_from_checkpoint: str | None = None  # "latest" or a checkpoint folder
+    push_to_hub: str | None = None  # a Hub repo id; the final folder is uploaded only when set
+    report_to: str = "tensorboard"  # or "none"
+    ddp_find_unused_parameters: bool = False
+    dataloader_num_workers: int = 0
+    progress_bar: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def valid_keys() -> list[str]:
+    return [f.name for f in dataclasses.fields(Recipe)]
+
+
+def _type_name(tp) -> str:
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _coerce(key: str, value: Any, tp) -> Any:
+    """`value` as type `tp`, or a `RecipeError` naming the key, the expected type and the value."""
+    options = typing.get_args(tp) if isinstance(tp, types.UnionType) else (tp,)
+    for option in options:
+        if option is type(None) and value is None:
+            return None
+        if option is bool and isinstance(value, bool):
+            return value
+        if option is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if option is float and isinstance(value, str) and _FLOAT.match(value.strip()):
+            return float(value)
+        if option is str and isinstance(value, str):
+            return value
+        if option in (list, dict) and isinstance(value, option):
+            return value
+    raise RecipeError(f"recipe key {key!r} expects {_type_name(tp)}, got {type(value).__name__} {value!r}")
+
+
+def _check_choices(recipe: Recipe) -> None:
+    if recipe.lr_scheduler not in SCHEDULES:
+        raise RecipeError(f"recipe key 'lr_scheduler' must be one of {', '.join(SCHEDULES)}, got {recipe.lr_scheduler!r}")
+    if recipe.mixed_precision not in MIXED_PRECISION:
+        raise RecipeError(f"recipe key 'mixed_precision' must be one of {', '.join(MIXED_PRECISION)}, "
+                          f"got {recipe.mixed_precision!r}")
+    for key in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+        if getattr(recipe, key) < 1:
+            raise RecipeError(f"recipe key {key!r} must be >= 1, got {getattr(recipe, key)}")
+    if recipe.max_steps <= 0 and recipe.num_train_epochs <= 0:
+        raise RecipeError("set max_steps > 0 or num_train_epochs > 0")
+
+
+def recipe_from_dict(fields: dict[str, Any], source: str = "recipe") -> Recipe:
+    """A checked `Recipe` from a mapping of its fields."""
+    if not isinstance(fields, dict):
+        raise RecipeError(f"{source} must be a YAML mapping of keys to values, got {type(fields).__name__}")
+    hints = typing.get_type_hints(Recipe)
+    unknown = [k for k in fields if k not in hints]
+    if unknown:
+        raise RecipeError(f"unknown recipe key(s) {', '.join(map(repr, unknown))} in {source}; "
+                          f"valid keys: {', '.join(valid_keys())}")
+    recipe = Recipe(**{k: _coerce(k, v, hints[k]) for k, v in fields.items()})
+    _check_choices(recipe)
+    return recipe
+
+
+def parse_overrides(argv: list[str]) -> dict[str, Any]:
+    """`--key value`, `--key=value` and `--set key=value` pairs as a dict of YAML-parsed values."""
+    out, i = {}, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--set":
+            if i + 1 >= len(argv) or "=" not in argv[i + 1]:
+                raise RecipeError("--set expects key=value")
+            key, raw = argv[i + 1].split("=", 1)
+            i += 2
+        elif arg.startswith("--") and "=" in arg:
+            key, raw = arg[2:].split("=", 1)
+            i += 1
+        elif arg.startswith("--"):
+            if i + 1 >= len(argv):
+                raise RecipeError(f"{arg} expects a value")
+            key, raw = arg[2:], argv[i + 1]
+            i += 2
+        else:
+            raise RecipeError(f"unexpected command-line argument {arg!r}; use --key value or --set key=value")
+        out[key.replace("-", "_")] = yaml.safe_load(raw) if raw != "" else ""
+    return out
+
+
+def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Recipe:
+    """The recipe at `path` (YAML) with `overrides` applied on top, checked."""
+    fields: dict[str, Any] = {}
+    source = "recipe"
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            named = RECIPES_DIR / f"{path}.yaml"
+            if not named.is_file():
+                raise FileNotFoundError(f"recipe {str(path)!r} does not exist; recipes in {RECIPES_DIR}: "
+                                        f"{', '.join(sorted(p.stem for p in RECIPES_DIR.glob('*.yaml')))}")
+            path = named
+        fields = yaml.safe_load(path.read_text()) or {}
+        source = str(path)
+        if not isinstance(fields, dict):
+            raise RecipeError(f"{source} must be a YAML mapping of keys to values")
+    return recipe_from_dict({**fields, **(overrides or {})}, source)
+
+
+def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,
+               description: str = "") -> Recipe:
+    """Command line of every entry script: `--recipe PATH` plus field overrides."""
+    parser = argparse.ArgumentParser(description=description, add_help=True,
+                                     epilog=f"Recipe keys (override with --key value): {', '.join(valid_keys())}")
+    parser.add_argument("--recipe", default=default_recipe, help="YAML recipe (path or name in configs/recipes)")
+    args, rest = parser.parse_known_args(argv)
+    return load_recipe(args.recipe, parse_overrides(rest))
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.json"))
+
+
+def load_model_config(name_or_path: str, **overrides):
+    """The config of a preset name (`configs/models/<name>.json`), a config.json path, or a model folder."""
+    from transformers import AutoConfig
+
+    import modeling  # noqa: F401  (registers the Lineage families)
+
+    path = Path(name_or_path)
+    if path.is_dir() and (path / "config.json").is_file():
+        return AutoConfig.from_pretrained(str(path), **overrides)
+    candidates = [path] if path.suffix == ".json" else [PRESETS_DIR / f"{name_or_path}.json"]
+    for candidate in candidates:
+        if candidate.is_file():
+            fields = json.loads(candidate.read_text())
+            if "model_type" not in fields:
+                raise RecipeError(f"model config {candidate} has no 'model_type'")
+            return AutoConfig.for_model(fields.pop("model_type"), **{**fields, **overrides})
+    raise FileNotFoundError(f"model preset {name_or_path!r} does not exist: it is neither a preset name "
+                            f"({', '.join(available_presets())}), a config.json file nor a saved model folder")
+
+
+def is_model_folder(name_or_path: str) -> bool:
+    """A folder with saved weights (a run's output or a `save_pretrained` folder)."""
+    path = Path(name_or_path)
+    return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+__all__ = ["Recipe", "RecipeError", "SCHEDULES", "available_presets", "is_model_folder", "load_model_config",
+           "load_recipe", "parse_args", "parse_overrides", "recipe_from_dict", "valid_keys"]
