@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from modeling.modeling_lineage_transformer import shift_tokens_right
 from train.tokenization import MissingSpecialTokenError
 
 IGNORE_INDEX = -100
@@ -254,14 +255,6 @@ class Seq2SeqCollator(PaddingCollator):
         return batch
 
 
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """(B, T) labels -> decoder inputs: start token, then labels[:, :-1] with -100 turned into padding."""
-    shifted = labels.new_full(labels.shape, pad_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill(shifted == IGNORE_INDEX, pad_token_id)
-
-
 # ----------------------------------------------------------------------------- packing, NSP
 
 def pack_sequences(sequences: Iterable[Sequence[int]], block_size: int, separator_id: int,
@@ -454,6 +447,6 @@ def _answer_tokens(offsets, sequence_ids, answers) -> tuple[int, int]:
 
 
 __all__ = ["IGNORE_INDEX", "QAAnswerSpanError", "LabelAlignmentError", "pad_sequences", "PaddingCollator",
-           "MaskedLMCollator", "CausalLMCollator", "Seq2SeqCollator", "shift_tokens_right", "pack_sequences",
+           "MaskedLMCollator", "CausalLMCollator", "Seq2SeqCollator", "pack_sequences",
            "truncate_seq_pair", "create_nsp_examples", "encode_causal_lm", "encode_classification",
            "encode_seq2seq", "encode_token_classification", "encode_qa"]
