@@ -18,7 +18,6 @@ from modeling.conversion import to_transformers
 from timing import compare, device
 
 BATCH, SOURCE, TARGET = 8, 64, 64
-NOISE = 0.03  # run-to-run spread of the medians on a shared 2-core CPU
 
 
 def models(target: torch.device) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -62,7 +61,7 @@ def test_transformer_base_training_step_is_not_slower():
         lambda: training_step(reference, theirs, inputs),
         repeats=5 if target.type == "cpu" else 20,
     )
-    assert ratio >= 1.0 - NOISE, f"Lineage is slower than transformers' MarianMTModel (ratio {ratio:.3f})"
+    assert ratio >= 1.0, f"Lineage is slower than transformers' MarianMTModel (ratio {ratio:.3f})"
 
 
 @pytest.mark.benchmark
@@ -80,4 +79,4 @@ def test_transformer_base_beam_search_is_not_slower():
             lambda: reference.generate(input_ids, **kwargs),
             repeats=3 if target.type == "cpu" else 10,
         )
-    assert ratio >= 1.0 - NOISE, f"Lineage generation is slower than transformers' MarianMTModel (ratio {ratio:.3f})"
+    assert ratio >= 1.0, f"Lineage generation is slower than transformers' MarianMTModel (ratio {ratio:.3f})"
