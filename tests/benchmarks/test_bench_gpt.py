@@ -5,6 +5,8 @@ config, and greedy generation of 128 new tokens from a 32-token prompt at batch 
 its reference, so both sides hold the same weights.
 
 Run: python -m pytest -m benchmark tests/benchmarks/test_bench_gpt.py -s
+
+CPU timings swing by tens of percent while other jobs share the cores: compare on a quiet machine.
 """
 
 import pytest
