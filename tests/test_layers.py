@@ -147,9 +147,16 @@ def test_sinusoidal_table_follows_the_paper():
             assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
             assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
     # relative positions are linear functions of absolute ones (section 3.5): PE(pos+k) = R(k) PE(pos)
+    # R(k) is block diagonal, one 2x2 rotation by angle k * w_i per (sin, cos) pair, and does not depend on pos
     k = 3
-    rotation = torch.linalg.lstsq(table[:40], table[k:40 + k]).solution
-    torch.testing.assert_close(table[10:40] @ rotation, table[10 + k:40 + k], atol=1e-4, rtol=1e-4)
+    rotation = torch.zeros(16, 16, dtype=torch.float64)
+    for i in range(8):
+        angle = k / 10000 ** (2 * i / 16)
+        rotation[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor(
+            [[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]], dtype=torch.float64
+        )
+    shifted = table[:40 - k].double() @ rotation
+    torch.testing.assert_close(shifted, table[k:40].double(), atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("dim", [16, 15])
