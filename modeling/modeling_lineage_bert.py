@@ -38,6 +38,7 @@ from .layers import (
     ACTIVATION_MODULES,
     LearnedPositionalEmbedding,
     LineageBlock,
+    LineageLinear,
     LineagePreTrainedModel,
     check_labels_shape,
     check_mask_shape,
@@ -117,7 +118,7 @@ class LineageBertPooler(nn.Module):
 
     def __init__(self, config: LineageBertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = LineageLinear(config.hidden_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, C)
@@ -128,10 +129,10 @@ class LineageBertLMHead(nn.Module):
 
     def __init__(self, config: LineageBertConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = LineageLinear(config.hidden_size, config.hidden_size)
         self.act = ACTIVATION_MODULES[config.hidden_act]()
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.decoder = LineageLinear(config.hidden_size, config.vocab_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (B, T, V)
@@ -259,7 +260,7 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         super().__init__(config)
         self.bert = LineageBertModel(config)
         self.lm_head = LineageBertLMHead(config)
-        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        self.nsp_head = LineageLinear(config.hidden_size, 2)
         self.post_init()
 
     def get_output_embeddings(self) -> nn.Linear:
@@ -353,7 +354,7 @@ class LineageBertForNextSentencePrediction(LineageBertPreTrainedModel):
     def __init__(self, config: LineageBertConfig):
         super().__init__(config)
         self.bert = LineageBertModel(config)
-        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        self.nsp_head = LineageLinear(config.hidden_size, 2)
         self.post_init()
 
     @can_return_tuple
@@ -393,7 +394,7 @@ class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
         self.num_labels = config.num_labels
         self.bert = LineageBertModel(config)
         self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = LineageLinear(config.hidden_size, config.num_labels)
         self.post_init()
 
     @can_return_tuple
@@ -435,7 +436,7 @@ class LineageBertForTokenClassification(LineageBertPreTrainedModel):
         self.num_labels = config.num_labels
         self.bert = LineageBertModel(config, add_pooling_layer=False)
         self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = LineageLinear(config.hidden_size, config.num_labels)
         self.post_init()
 
     @can_return_tuple
@@ -474,7 +475,7 @@ class LineageBertForQuestionAnswering(LineageBertPreTrainedModel):
     def __init__(self, config: LineageBertConfig):
         super().__init__(config)
         self.bert = LineageBertModel(config, add_pooling_layer=False)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.qa_outputs = LineageLinear(config.hidden_size, 2)
         self.post_init()
 
     @can_return_tuple
@@ -517,7 +518,7 @@ class LineageBertForMultipleChoice(LineageBertPreTrainedModel):
         super().__init__(config)
         self.bert = LineageBertModel(config)
         self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.classifier = LineageLinear(config.hidden_size, 1)
         self.post_init()
 
     @can_return_tuple

@@ -37,6 +37,7 @@ from .configuration_lineage_gpt import LineageGptConfig
 from .layers import (
     LearnedPositionalEmbedding,
     LineageBlock,
+    LineageLinear,
     LineagePreTrainedModel,
     check_labels_shape,
     check_mask_shape,
@@ -182,7 +183,7 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
     def __init__(self, config: LineageGptConfig):
         super().__init__(config)
         self.transformer = LineageGptModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = LineageLinear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
     def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
@@ -297,7 +298,7 @@ class _LineageGptClassifier(LineageGptPreTrainedModel):
         self.transformer = LineageGptModel(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
-        self.score = nn.Linear(config.hidden_size, num_outputs, bias=False)
+        self.score = LineageLinear(config.hidden_size, num_outputs, bias=False)
         self.post_init()
 
     def _check_auxiliary_inputs(self, input_ids: torch.Tensor | None, labels: torch.Tensor | None) -> None:

@@ -38,6 +38,7 @@ from .configuration_lineage_transformer import LineageTransformerConfig
 from .layers import (
     LearnedPositionalEmbedding,
     LineageBlock,
+    LineageLinear,
     LineagePreTrainedModel,
     SinusoidalPositionalEmbedding,
     check_labels_shape,
@@ -411,7 +412,7 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
     def __init__(self, config: LineageTransformerConfig):
         super().__init__(config)
         self.model = LineageTransformerModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = LineageLinear(config.hidden_size, config.vocab_size, bias=False)
         bias = torch.zeros(1, config.vocab_size) if config.final_logits_bias else None
         self.register_buffer("final_logits_bias", bias, persistent=True)
         self.post_init()

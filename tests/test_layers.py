@@ -1,5 +1,6 @@
-"""The shared core: attention (bidirectional, causal, cross; eager == sdpa; masks; KV cache), feed-forward,
-the residual sublayer's two norm placements, and position encodings."""
+"""The shared core: the linear layer's CPU inference kernel, attention (bidirectional, causal, cross;
+eager == sdpa; masks; KV cache), feed-forward, the residual sublayer's two norm placements, and position
+encodings."""
 
 import math
 
@@ -8,11 +9,13 @@ import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
+from modeling import layers
 from modeling.configuration_lineage_common import LineageConfig
 from modeling.layers import (
     LineageAttention,
     LineageBlock,
     LineageFeedForward,
+    LineageLinear,
     ResidualSublayer,
     SinusoidalPositionalEmbedding,
     sinusoidal_table,
@@ -33,6 +36,49 @@ def additive_mask(keep: torch.Tensor, length: int, causal: bool) -> torch.Tensor
     if causal:
         allowed = allowed & torch.ones(length, keep.shape[1], dtype=torch.bool).tril(keep.shape[1] - length)
     return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+
+
+needs_onednn = pytest.mark.skipif(layers._ONEDNN_LINEAR is None, reason="this torch build has no oneDNN linear")
+
+
+@pytest.fixture
+def onednn_calls(monkeypatch) -> list[tuple[int, ...]]:
+    """Records the input shape of every call that took the oneDNN kernel."""
+    calls, kernel = [], layers._ONEDNN_LINEAR
+
+    def spy(input, *args):
+        calls.append(tuple(input.shape))
+        return kernel(input, *args)
+
+    monkeypatch.setattr(layers, "_ONEDNN_LINEAR", spy)
+    return calls
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(1, 1, 32), (3, 32), (2, 3, 4, 32), (0, 32), "strided"])
+def test_linear_inference_kernel_matches_nn_linear(onednn_calls, shape, bias):
+    linear = LineageLinear(32, 48, bias=bias)
+    x = torch.randn(2, 64)[:, ::2] if shape == "strided" else torch.randn(shape)
+    with torch.inference_mode():
+        fast = linear(x)
+    torch.testing.assert_close(fast, torch.nn.functional.linear(x, linear.weight, linear.bias), atol=1e-5, rtol=1e-5)
+    assert onednn_calls == [tuple(x.shape)]
+
+
+@needs_onednn
+def test_linear_training_and_other_dtypes_take_f_linear(onednn_calls, monkeypatch):
+    linear = LineageLinear(32, 48)
+    x = torch.randn(5, 32)
+    linear(x).sum().backward()  # autograd on: the reference kernel, with gradients
+    assert linear.weight.grad is not None
+    with torch.no_grad():
+        assert torch.equal(linear.bfloat16()(x.bfloat16()), torch.nn.functional.linear(x.bfloat16(), linear.weight,
+                                                                                       linear.bias))
+        monkeypatch.setattr(LineageLinear, "fast_cpu_inference", False)
+        linear.float()
+        assert torch.equal(linear(x), torch.nn.functional.linear(x, linear.weight, linear.bias))
+    assert onednn_calls == []
 
 
 @pytest.mark.parametrize("causal", [False, True])
