@@ -50,7 +50,7 @@ class LineageLinear(nn.Linear):
 
     For a float32 CPU input without autograd, `F.linear` goes to MKL, whose matrix-vector path runs on one
     thread: decoding one token at a time spends most of its time there. oneDNN's matmul uses every core and
-    was 1.4x-2.5x faster for 1-128 rows on a 2-core x86 machine (12-layer 768-wide stack; see the README's
+    was 1.4x-2.3x faster for 1-128 rows on a 2-core x86 machine (12-layer 768-wide stack; see the README's
     benchmark section). The two kernels round differently (about 1e-6 relative); set
     `LineageLinear.fast_cpu_inference = False` for results bit-identical to `nn.Linear`. Training, other
     devices and dtypes, tensor subclasses and `torch.compile` always take `F.linear`.
