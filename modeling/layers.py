@@ -53,7 +53,7 @@ class LineageLinear(nn.Linear):
     was 1.4x-2.3x faster for 1-128 rows on a 2-core x86 machine (12-layer 768-wide stack; see the README's
     benchmark section). The two kernels round differently (about 1e-6 relative); set
     `LineageLinear.fast_cpu_inference = False` for results bit-identical to `nn.Linear`. Training, other
-    devices and dtypes, tensor subclasses and `torch.compile` always take `F.linear`.
+    devices and dtypes, autocast, tensor subclasses and `torch.compile` always take `F.linear`.
     """
 
     fast_cpu_inference: bool = _ONEDNN_LINEAR is not None
@@ -64,6 +64,7 @@ class LineageLinear(nn.Linear):
             and input.device.type == "cpu"
             and input.dtype == self.weight.dtype == torch.float32
             and not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled("cpu")
             and type(input) is torch.Tensor
             and type(self.weight) in (torch.Tensor, nn.Parameter)
             and not torch.compiler.is_compiling()

@@ -67,7 +67,7 @@ def test_linear_inference_kernel_matches_nn_linear(onednn_calls, shape, bias):
 
 
 @needs_onednn
-def test_linear_training_and_other_dtypes_take_f_linear(onednn_calls, monkeypatch):
+def test_linear_training_autocast_and_other_dtypes_take_f_linear(onednn_calls, monkeypatch):
     linear = LineageLinear(32, 48)
     x = torch.randn(5, 32)
     linear(x).sum().backward()  # autograd on: the reference kernel, with gradients
@@ -75,8 +75,10 @@ def test_linear_training_and_other_dtypes_take_f_linear(onednn_calls, monkeypatc
     with torch.no_grad():
         assert torch.equal(linear.bfloat16()(x.bfloat16()), torch.nn.functional.linear(x.bfloat16(), linear.weight,
                                                                                        linear.bias))
-        monkeypatch.setattr(LineageLinear, "fast_cpu_inference", False)
         linear.float()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert linear(x).dtype == torch.bfloat16
+        monkeypatch.setattr(LineageLinear, "fast_cpu_inference", False)
         assert torch.equal(linear(x), torch.nn.functional.linear(x, linear.weight, linear.bias))
     assert onednn_calls == []
 
