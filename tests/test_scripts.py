@@ -134,3 +134,36 @@ def test_bad_finetune_inputs_fail_before_training(tmp_path):
     with pytest.raises(RecipeError, match="max_seq_length.*64 positions"):
         _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "b", "--max_seq_length", "128")
     assert not (tmp_path / "b" / "logs").exists()
+
+
+class FakeHub:
+    """Stands in for `huggingface_hub.HfApi`: records calls and what the uploaded folder held."""
+
+    calls: list[tuple] = []
+    fail = False
+
+    def create_repo(self, repo_id, exist_ok=False):
+        if self.fail:
+            raise OSError("no token")
+        self.calls.append(("create_repo", repo_id, exist_ok))
+
+    def upload_folder(self, repo_id, folder_path):
+        self.calls.append(("upload_folder", repo_id, sorted(p.name for p in Path(folder_path).iterdir())))
+
+
+def test_push_to_hub_uploads_the_final_folder(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHub)
+    monkeypatch.setattr(FakeHub, "calls", [])
+    _, folder = _run(pretrain_gpt.main, "gpt-pretrain-tiny", tmp_path / "a", "--max_steps", "2", "--save_steps", "0",
+                     "--push_to_hub", "someone/tiny-gpt")
+    assert FakeHub.calls[0] == ("create_repo", "someone/tiny-gpt", True)
+    assert FakeHub.calls[1][:2] == ("upload_folder", "someone/tiny-gpt")
+    assert {"config.json", "model.safetensors", "README.md", "tokenizer.json"} <= set(FakeHub.calls[1][2])
+
+    monkeypatch.setattr(FakeHub, "fail", True)
+    with pytest.raises(RuntimeError, match="push_to_hub: uploading to 'someone/tiny-gpt' failed .*model is saved in"):
+        _run(pretrain_gpt.main, "gpt-pretrain-tiny", tmp_path / "b", "--max_steps", "2", "--save_steps", "0",
+             "--push_to_hub", "someone/tiny-gpt")
+    assert (tmp_path / "b" / "model" / "model.safetensors").is_file()

@@ -553,8 +553,14 @@ class Engine:
             from huggingface_hub import HfApi
 
             api = HfApi()
-            api.create_repo(self.recipe.push_to_hub, exist_ok=True)
-            api.upload_folder(repo_id=self.recipe.push_to_hub, folder_path=str(folder))
+            try:
+                api.create_repo(self.recipe.push_to_hub, exist_ok=True)
+                api.upload_folder(repo_id=self.recipe.push_to_hub, folder_path=str(folder))
+            except Exception as error:  # offline, no token, no write access: the saved folder stays usable
+                raise RuntimeError(
+                    f"push_to_hub: uploading to {self.recipe.push_to_hub!r} failed ({error}); "
+                    f"the model is saved in {folder}"
+                ) from error
         self.accelerator.end_training()
         return folder
 
