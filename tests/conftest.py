@@ -30,6 +30,15 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture
+def exact_linear(monkeypatch):
+    """Linear layers on `F.linear`, the reference's kernel: token-for-token comparisons with transformers then
+    test the conversion alone, not how two CPU kernels round (`LineageLinear` is tested in test_layers.py)."""
+    from modeling.layers import LineageLinear
+
+    monkeypatch.setattr(LineageLinear, "fast_cpu_inference", False)
+
+
 def preset(name: str, **overrides):
     """The config of `configs/models/<name>.json`, with overrides."""
     fields = json.loads((PRESETS / f"{name}.json").read_text())

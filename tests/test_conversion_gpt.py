@@ -95,7 +95,7 @@ def test_lineage_to_reference_same_outputs(family, head):
 
 
 @pytest.mark.parametrize("family", REFERENCES)
-def test_greedy_generate_is_identical(family):
+def test_greedy_generate_is_identical(family, exact_linear):
     reference = reference_model(family, "LMHeadModel", eos_token_id=None)
     lineage = from_transformers(reference)
     prompt = torch.randint(5, 99, (1, 6))

@@ -101,7 +101,7 @@ def test_untied_output_projection_converts_both_ways():
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
-def test_generation_is_identical(num_beams):
+def test_generation_is_identical(num_beams, exact_linear):
     reference = marian()
     lineage = from_transformers(reference)
     assert lineage.generation_config.forced_eos_token_id == 0  # the reference's decoding settings travel along
