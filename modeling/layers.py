@@ -307,7 +307,8 @@ def sinusoidal_table(num_positions: int, dim: int, interleaved: bool = True) -> 
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5), shape (P, C).
 
     `interleaved=True` puts sin on even and cos on odd dimensions as the paper writes it; `False` puts all sin
-    features in the first half and all cos features in the second (Marian's layout). Computed in float64.
+    features in the first half and all cos features in the second (Marian's layout). Computed in float64 and
+    returned in the default dtype, which `from_pretrained(dtype=...)` sets while it builds the model.
     """
     positions = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (P, 1)
     inv_freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (ceil(C/2),)
@@ -318,7 +319,7 @@ def sinusoidal_table(num_positions: int, dim: int, interleaved: bool = True) -> 
         table[:, 0::2], table[:, 1::2] = sin, cos
     else:
         table = torch.cat([sin, cos], dim=-1)
-    return table.float()
+    return table.to(torch.get_default_dtype())
 
 
 class SinusoidalPositionalEmbedding(nn.Module):

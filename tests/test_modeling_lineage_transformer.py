@@ -296,6 +296,21 @@ def test_save_load_round_trip_generates_identical_tokens(tmp_path):
     assert type(base) is LineageTransformerModel
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_loads_in_half_precision_and_generates(tmp_path, dtype):
+    model = build()
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path, dtype=dtype).eval()
+    # the sinusoids are rebuilt on load, in the dtype asked for, so every matmul sees one dtype
+    assert {p.dtype for p in loaded.parameters()} == {loaded.model.encoder.embed_positions.weight.dtype} == {dtype}
+    input_ids, attention_mask = sources()
+    logits = loaded(input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids).logits
+    assert logits.dtype == dtype and torch.isfinite(logits).all()
+    full = model(input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids).logits
+    torch.testing.assert_close(logits.float(), full, atol=0.1, rtol=0.05)
+    assert loaded.generate(input_ids, attention_mask=attention_mask, max_new_tokens=4, num_beams=2).shape[0] == 3
+
+
 def test_clean_process_trust_remote_code_load_generates_identical_tokens(tmp_path):
     model = build(eos_token_id=EOS)
     folder = tmp_path / "transformer"
