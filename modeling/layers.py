@@ -107,6 +107,22 @@ def check_mask_shape(mask: torch.Tensor | None, shape: torch.Size, name: str = "
         raise ValueError(f"`{name}` must have the shape of `{against}` {tuple(shape)}, got {tuple(mask.shape)}.")
 
 
+def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_length: int,
+                      name: str = "attention_mask", against: str = "input_ids") -> None:
+    """A causal model's mask: (B, cached + new) over tokens, or a 4D mask that transformers prepared (a static
+    cache's `generate()` builds one per step) of shape (B or 1, 1, new, >= cached + new)."""
+    if mask is None:
+        return
+    total = past_length + length
+    if mask.dim() == 4:
+        if mask.shape[0] not in (1, batch) or mask.shape[1] != 1 or mask.shape[2] != length or mask.shape[3] < total:
+            rows = f"{batch} or 1" if batch > 1 else "1"
+            raise ValueError(f"A 4D `{name}` must have shape ({rows}, 1, {length}, >= {total}) for {against}, "
+                             f"got {tuple(mask.shape)}.")
+        return
+    check_mask_shape(mask, torch.Size((batch, total)), name, against)
+
+
 def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | torch.Size, name: str = "labels") -> None:
     if labels is not None and tuple(labels.shape) != tuple(shape):
         raise ValueError(f"`{name}` must have shape {tuple(shape)} to match the logits, got {tuple(labels.shape)}.")
@@ -401,6 +417,7 @@ __all__ = [
     "LineagePreTrainedModel",
     "ResidualSublayer",
     "SinusoidalPositionalEmbedding",
+    "check_cached_mask",
     "check_labels_shape",
     "check_mask_shape",
     "check_sequence_length",

@@ -39,6 +39,7 @@ from .layers import (
     LineageBlock,
     LineageLinear,
     LineagePreTrainedModel,
+    check_cached_mask,
     check_labels_shape,
     check_mask_shape,
     check_sequence_length,
@@ -100,7 +101,7 @@ class LineageGptModel(LineageGptPreTrainedModel):
         total = past_length + length
         check_sequence_length(total, limit, "input_ids" if past_length == 0 else "past_key_values + input_ids")
         against = "input_ids" if past_length == 0 else f"the {past_length} cached + {length} new tokens"
-        check_mask_shape(attention_mask, torch.Size((batch, total)), against=against)
+        check_cached_mask(attention_mask, batch, length, past_length, against=against)
         if position_ids is not None:
             if position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) or position_ids.shape[1] != length:
                 raise ValueError(

@@ -41,6 +41,7 @@ from .layers import (
     LineageLinear,
     LineagePreTrainedModel,
     SinusoidalPositionalEmbedding,
+    check_cached_mask,
     check_labels_shape,
     check_mask_shape,
     check_sequence_length,
@@ -333,11 +334,8 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
             )
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
         check_sequence_length(past + shape[1], self.config.max_position_embeddings, "decoder_input_ids")
-        if decoder_attention_mask is not None and decoder_attention_mask.shape != (shape[0], past + shape[1]):
-            raise ValueError(
-                f"`decoder_attention_mask` must have shape (batch, cached + new decoder tokens) = "
-                f"{(shape[0], past + shape[1])}, got {tuple(decoder_attention_mask.shape)}."
-            )
+        check_cached_mask(decoder_attention_mask, shape[0], shape[1], past, "decoder_attention_mask",
+                          f"{past} cached + {shape[1]} new decoder tokens")
 
     def _decode(
         self,

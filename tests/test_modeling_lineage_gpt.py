@@ -359,6 +359,19 @@ def test_left_padded_batch_generate_equals_per_prompt_generate():
             torch.testing.assert_close(a[i], b[0], rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("num_beams", (1, 3))
+def test_static_cache_generates_like_the_dynamic_cache(num_beams):
+    model = build(LineageGptForCausalLM, norm_position="pre")
+    ids, mask = pad([tokens(n) for n in (3, 9, 6)], "left")
+    kwargs = dict(attention_mask=mask, max_new_tokens=7, num_beams=num_beams, do_sample=False,
+                  return_dict_in_generate=True, output_logits=True)
+    dynamic = model.generate(ids, **kwargs)
+    static = model.generate(ids, cache_implementation="static", **kwargs)  # 4D masks over a fixed-size cache
+    assert torch.equal(static.sequences, dynamic.sequences)
+    for a, b in zip(static.logits, dynamic.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "sampling",
     [{"temperature": 0.7}, {"top_k": 5}, {"top_p": 0.9}, {"temperature": 1.3, "top_k": 10, "top_p": 0.8}],
@@ -518,3 +531,5 @@ def test_cache_plus_new_tokens_past_positions_is_refused():
                    lambda: model(tokens(1, 5), past_key_values=cache))
     assert_refused(model, "60 cached \\+ 2 new tokens",
                    lambda: model(tokens(1, 2), attention_mask=torch.ones(1, 2), past_key_values=cache))
+    assert_refused(model, r"A 4D `attention_mask` must have shape \(1, 1, 2, >= 62\)",
+                   lambda: model(tokens(1, 2), attention_mask=torch.ones(1, 1, 2, 61), past_key_values=cache))

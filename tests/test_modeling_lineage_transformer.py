@@ -264,6 +264,19 @@ def test_a_batch_of_different_lengths_decodes_like_each_source_alone(num_beams):
         assert (batch[i, len(alone):] == PAD).all()
 
 
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_static_cache_generates_like_the_dynamic_cache(num_beams):
+    model = build()
+    input_ids, attention_mask = sources()
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=6, num_beams=num_beams, do_sample=False,
+                  return_dict_in_generate=True, output_logits=True)
+    dynamic = model.generate(input_ids, **kwargs)
+    static = model.generate(input_ids, cache_implementation="static", **kwargs)
+    assert torch.equal(static.sequences, dynamic.sequences)
+    for a, b in zip(static.logits, dynamic.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
 def test_sampling_runs_and_is_seeded():
     model = build()
     input_ids, attention_mask = sources()
