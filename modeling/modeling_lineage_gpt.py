@@ -113,8 +113,9 @@ class LineageGptModel(LineageGptPreTrainedModel):
     @staticmethod
     def _position_ids(attention_mask: torch.Tensor | None, past_length: int, length: int,
                       device: torch.device) -> torch.Tensor:
-        """Positions of the new tokens: counted over real tokens only, so left padding does not shift them."""
-        if attention_mask is None:
+        """Positions of the new tokens: counted over real tokens only, so left padding does not shift them.
+        A prepared 4D mask carries no token padding to count: its caller passes `position_ids` (as generate does)."""
+        if attention_mask is None or attention_mask.dim() == 4:
             return torch.arange(past_length, past_length + length, device=device)[None]  # (1, T)
         positions = attention_mask.long().cumsum(-1) - 1  # (B, S); left padding gives -1
         return positions[:, -length:].clamp(min=0)  # (B, T)

@@ -359,6 +359,14 @@ def test_left_padded_batch_generate_equals_per_prompt_generate():
             torch.testing.assert_close(a[i], b[0], rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("attn", ("sdpa", "eager"))
+def test_a_prepared_4d_causal_mask_equals_no_mask(attn):
+    model = build(LineageGptForCausalLM, attn)
+    ids = tokens(2, 7)
+    causal = torch.ones(7, 7, dtype=torch.bool).tril()[None, None]  # (1, 1, T, S)
+    torch.testing.assert_close(model(ids, attention_mask=causal).logits, model(ids).logits, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("num_beams", (1, 3))
 def test_static_cache_generates_like_the_dynamic_cache(num_beams):
     model = build(LineageGptForCausalLM, norm_position="pre")
