@@ -236,11 +236,18 @@ def classifier_dropout(config: LineageBertConfig) -> nn.Dropout:
     return nn.Dropout(config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob)
 
 
-def _mlm_loss(logits: torch.Tensor, labels: torch.Tensor | None, **kwargs) -> torch.Tensor | None:
+def _masked_lm(lm_head: nn.Module, hidden_states: torch.Tensor, labels: torch.Tensor | None, sparse: bool,
+               **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """MLM logits and loss: (B, T, V) logits, or with `sparse` and labels the (N, V) logits of the N labelled
+    positions only (the head and the softmax skip the rest, which the loss ignores anyway)."""
     if labels is None:
-        return None
-    check_labels_shape(labels, logits.shape[:-1])
-    return ForMaskedLMLoss(logits, labels, vocab_size=logits.shape[-1], **kwargs)
+        return lm_head(hidden_states), None
+    check_labels_shape(labels, hidden_states.shape[:-1])
+    if sparse:
+        labelled = labels != -100  # (B, T)
+        hidden_states, labels = hidden_states[labelled], labels[labelled]  # (N, C), (N,)
+    logits = lm_head(hidden_states)
+    return logits, ForMaskedLMLoss(logits, labels, vocab_size=logits.shape[-1], **kwargs)
 
 
 def _classification_loss(logits: torch.Tensor, labels: torch.Tensor | None, name: str = "labels") -> torch.Tensor | None:
@@ -287,9 +294,10 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
         )
-        prediction_logits = self.lm_head(outputs.last_hidden_state)
+        prediction_logits, mlm_loss = _masked_lm(
+            self.lm_head, outputs.last_hidden_state, labels, self.config.sparse_prediction
+        )
         seq_relationship_logits = self.nsp_head(outputs.pooler_output)
-        mlm_loss = _mlm_loss(prediction_logits, labels)
         nsp_loss = _classification_loss(seq_relationship_logits, next_sentence_label, "next_sentence_label")
         losses = [loss for loss in (mlm_loss, nsp_loss) if loss is not None]
         return LineageBertForPreTrainingOutput(
@@ -337,9 +345,10 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
         )
-        logits = self.lm_head(outputs.last_hidden_state)
+        logits, loss = _masked_lm(self.lm_head, outputs.last_hidden_state, labels, self.config.sparse_prediction,
+                                  **kwargs)
         return MaskedLMOutput(
-            loss=_mlm_loss(logits, labels, **kwargs),
+            loss=loss,
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,

@@ -116,6 +116,28 @@ def test_pretraining_loss_is_sum_of_mlm_and_nsp():
     torch.testing.assert_close(both.mlm_loss, expected_mlm)
 
 
+@pytest.mark.parametrize("model_class", [LineageBertForPreTraining, LineageBertForMaskedLM], ids=lambda c: c.__name__)
+def test_sparse_prediction_gives_the_dense_loss_and_gradients_at_labelled_positions(model_class):
+    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    dense = model_class(config).train()
+    sparse = model_class(tiny_config(sparse_prediction=True, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    sparse.load_state_dict(dense.state_dict())
+    sparse.train()
+    inputs = make_inputs(config, model_class)
+    labelled = inputs["labels"] != -100
+    dense_out, sparse_out = dense(**inputs), sparse(**inputs)
+    logits = "prediction_logits" if model_class is LineageBertForPreTraining else "logits"
+    assert getattr(sparse_out, logits).shape == (int(labelled.sum()), 99)
+    torch.testing.assert_close(getattr(sparse_out, logits), getattr(dense_out, logits)[labelled], rtol=0, atol=1e-5)
+    torch.testing.assert_close(sparse_out.loss, dense_out.loss, rtol=0, atol=1e-6)
+    dense_out.loss.backward()
+    sparse_out.loss.backward()
+    for (name, a), b in zip(dense.named_parameters(), sparse.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=name)
+    unlabelled = {k: v for k, v in inputs.items() if k not in ("labels", "next_sentence_label")}
+    assert getattr(sparse(**unlabelled), logits).shape == (*inputs["input_ids"].shape, 99)  # fill-mask: dense
+
+
 def test_regression_and_multi_label_classification():
     regression = LineageBertForSequenceClassification(tiny_config(num_labels=1)).eval()
     inputs = make_inputs(regression.config)
@@ -321,6 +343,7 @@ def test_preset_parameter_counts_match_the_paper_and_the_reference(name, paper):
     ("hidden_act", "tanh", "`hidden_act` must be one of"),
     ("type_vocab_size", 0, "`type_vocab_size` must be a positive integer"),
     ("hidden_dropout_prob", 1.5, "`hidden_dropout_prob` must be in [0, 1)"),
+    ("sparse_prediction", "yes", "`sparse_prediction` must be True or False"),
 ])
 def test_bad_config_values(field, value, fragment):
     with pytest.raises(ValueError) as error:

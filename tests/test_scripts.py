@@ -49,6 +49,16 @@ def test_output_folder_holds_model_code_tokenizer_recipe_card_and_logs(runs):
     assert results["steps"] == 6 and results["train_loss"] > 0
 
 
+def test_pretraining_predicts_sparsely_and_saves_the_dense_default(runs):
+    results, folder = runs["bert"]
+    assert json.loads((folder / "config.json").read_text())["sparse_prediction"] is False
+    assert 0 <= results["eval_mlm_accuracy"] <= 1
+    labels = torch.tensor([[-100, 5, -100, 7], [3, -100, -100, -100]])
+    sparse_logits = torch.nn.functional.one_hot(torch.tensor([5, 9, 3]), 12).float()  # labelled rows, in order
+    out = pretrain_bert.predict(None, {"labels": labels}, type("Out", (), {"logits": sparse_logits})())
+    assert out["mlm_predictions"].tolist() == [[-100, 5, -100, 9], [3, -100, -100, -100]]
+
+
 def test_finetune_starts_from_the_pretrained_weights(runs):
     from safetensors.torch import load_file
 

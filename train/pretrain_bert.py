@@ -8,7 +8,9 @@ Data: documents (`text`, optionally `sentences`) -> BERT's sentence pairs (`trai
 head), so every parameter receives a gradient and DDP needs no unused-parameter search.
 
 The MLM term is normalised by the number of masked tokens of the whole batch across processes, so the
-loss and its gradient do not depend on how the batch is split over processes.
+loss and its gradient do not depend on how the batch is split over processes. Training runs the MLM head on the
+masked positions only (`sparse_prediction`, as the original BERT code does); the saved model keeps the
+config's dense default unless the recipe's `model_overrides` set `sparse_prediction`.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ def make_loss_fn(nsp: bool):
 
 def predict(model, batch, outputs) -> dict[str, torch.Tensor]:
     logits = outputs.prediction_logits if hasattr(outputs, "prediction_logits") else outputs.logits
-    out = {"mlm_predictions": logits.argmax(-1), "mlm_labels": batch["labels"]}
+    labels, predictions = batch["labels"], logits.argmax(-1)
+    if predictions.shape != labels.shape:  # sparse prediction: one row per labelled position, in order
+        predictions = torch.full_like(labels, -100).masked_scatter(labels != -100, predictions)
+    out = {"mlm_predictions": predictions, "mlm_labels": labels}
     if "next_sentence_label" in batch:
         out.update(nsp_predictions=outputs.seq_relationship_logits.argmax(-1), nsp_labels=batch["next_sentence_label"])
     return out
@@ -59,7 +64,8 @@ def main(argv: list[str] | None = None):
     train_docs = load_split(recipe, "train", ("text",), "embedded:documents")
     eval_docs = load_split(recipe, "validation", ("text",), "embedded:documents")
     tokenizer = get_tokenizer(recipe, "bert", lambda: train_docs["text"])
-    model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert")
+    model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert",
+                        sparse_prediction=True)
     train_data = prepare_nsp_dataset(train_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed)
     eval_data = prepare_nsp_dataset(eval_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed + 1) if eval_docs else None
     if not recipe.nsp:
@@ -69,6 +75,7 @@ def main(argv: list[str] | None = None):
     engine = Engine(recipe, model, train_data, collate, tokenizer=tokenizer, eval_dataset=eval_data,
                     loss_fn=make_loss_fn(recipe.nsp), predict_fn=predict, metrics_fn=metrics)
     results = engine.train()
+    model.config.sparse_prediction = recipe.model_overrides.get("sparse_prediction", False)
     folder = engine.save_final(results, card={
         "dataset_name": recipe.dataset or recipe.train_file or "embedded:documents",
         "description": "Pretrained with masked-LM" + (" and next-sentence prediction." if recipe.nsp else ".")})
