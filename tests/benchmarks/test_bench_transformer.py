@@ -59,7 +59,7 @@ def test_transformer_base_training_step_is_not_slower():
         f"transformer-base train step {BATCH}x{SOURCE}/{TARGET} on {target.type}",
         lambda: training_step(lineage, ours, inputs),
         lambda: training_step(reference, theirs, inputs),
-        repeats=5 if target.type == "cpu" else 20,
+        repeats=9 if target.type == "cpu" else 20,  # the two steps run the same kernels: a close race, measured long
     )
     assert ratio >= 1.0, f"Lineage is slower than transformers' MarianMTModel (ratio {ratio:.3f})"
 
