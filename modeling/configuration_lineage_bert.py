@@ -34,8 +34,6 @@ class LineageBertConfig(LineageConfig):
         super().check_lineage_fields()
         if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 1:
             raise ValueError(f"`type_vocab_size` must be a positive integer, got {self.type_vocab_size!r}.")
-        if not isinstance(self.sparse_prediction, bool):
-            raise ValueError(f"`sparse_prediction` must be True or False, got {self.sparse_prediction!r}.")
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"`classifier_dropout` must be None or in [0, 1), got {self.classifier_dropout!r}.")
 

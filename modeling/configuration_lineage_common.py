@@ -52,6 +52,12 @@ class LineageConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         self.check_lineage_fields()
 
+    @classmethod
+    def _lineage_bool_fields(cls) -> list[str]:
+        """Fields annotated `bool` by a Lineage config class (this one or a family's)."""
+        return [name for klass in cls.__mro__ if issubclass(klass, LineageConfig)
+                for name, kind in vars(klass).get("__annotations__", {}).items() if kind is bool]
+
     def check_lineage_fields(self) -> None:
         """Raise a `ValueError` naming the first field whose value is outside its allowed range."""
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -68,6 +74,9 @@ class LineageConfig(PreTrainedConfig):
             raise ValueError(f"`norm_position` must be one of {NORM_POSITIONS}, got {self.norm_position!r}.")
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"`hidden_act` must be one of {ACTIVATIONS}, got {self.hidden_act!r}.")
+        for name in self._lineage_bool_fields():
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:

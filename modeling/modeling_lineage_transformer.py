@@ -73,7 +73,7 @@ def seq2seq_loss(
     """Label-smoothed cross-entropy over target tokens, ignoring -100; a mean over tokens, or a sum divided by
     `num_items_in_batch` (the token count of all accumulated micro-batches) when the Trainer gives it."""
     loss = nn.functional.cross_entropy(
-        logits.flatten(0, 1).float(), labels.flatten().to(logits.device), ignore_index=-100,
+        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device), ignore_index=-100,
         label_smoothing=label_smoothing, reduction="mean" if num_items_in_batch is None else "sum",
     )
     if num_items_in_batch is not None:
@@ -457,7 +457,11 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
             input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, past_key_values,
             inputs_embeds, decoder_inputs_embeds, use_cache, output_attentions, output_hidden_states, return_dict=True,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        hidden_states = outputs.last_hidden_state  # (B, T, C)
+        if labels is not None and self.config.sparse_prediction:
+            labelled = labels != -100
+            hidden_states, labels = hidden_states[labelled], labels[labelled]  # (N, C), (N,)
+        logits = self.lm_head(hidden_states)  # (B, T, V), or (N, V)
         if self.final_logits_bias is not None:
             logits = logits + self.final_logits_bias
         loss = None

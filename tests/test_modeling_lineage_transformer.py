@@ -128,6 +128,28 @@ def test_label_smoothed_loss_matches_a_hand_computation(smoothing):
     torch.testing.assert_close(summed.loss, per_token[kept].sum() / 12, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("final_logits_bias", [False, True])
+def test_sparse_prediction_gives_the_dense_loss_and_gradients_on_real_targets(final_logits_bias):
+    dense = build(final_logits_bias=final_logits_bias, hidden_dropout_prob=0.0).train()
+    sparse = build(final_logits_bias=final_logits_bias, hidden_dropout_prob=0.0, sparse_prediction=True).train()
+    sparse.load_state_dict(dense.state_dict())
+    input_ids, attention_mask = sources((5, 3, 6))
+    labels = tokens(3, 5)
+    labels[1, 2:] = labels[2, 4:] = -100  # ragged targets, padded
+    kept = labels != -100
+    dense_out = dense(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    sparse_out = sparse(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    assert sparse_out.logits.shape == (int(kept.sum()), 99)
+    torch.testing.assert_close(sparse_out.logits, dense_out.logits[kept], rtol=0, atol=1e-5)
+    torch.testing.assert_close(sparse_out.loss, dense_out.loss, rtol=0, atol=1e-6)
+    dense_out.loss.backward()
+    sparse_out.loss.backward()
+    for (name, a), b in zip(dense.named_parameters(), sparse.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=name)
+    decoder_input_ids = dense.prepare_decoder_input_ids_from_labels(labels)
+    assert sparse(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits.shape == (3, 5, 99)
+
+
 # ---------------------------------------------------------------------------------------------- properties
 
 
@@ -452,6 +474,8 @@ def test_defaults_are_the_paper_base_model():
     ("sinusoidal_layout", "zigzag", "`sinusoidal_layout` must be one of ('interleaved', 'split')"),
     ("label_smoothing", 1.0, "`label_smoothing` must be in [0, 1)"),
     ("decoder_start_token_id", 99, "`decoder_start_token_id` must be None or in [0, 99)"),
+    ("sparse_prediction", 1, "`sparse_prediction` must be True or False, got 1"),
+    ("scale_embedding", "yes", "`scale_embedding` must be True or False"),
 ])
 def test_bad_config_values(field, value, fragment):
     with pytest.raises(ValueError) as error:

@@ -83,6 +83,13 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, **fields:
     return model
 
 
+def dense_prediction_for_saving(model, recipe: Recipe) -> None:
+    """Scripts train with `sparse_prediction` (output head and softmax on labelled positions only); the saved
+    config keeps the dense default, so a loaded model's logits cover every position, unless the recipe's
+    `model_overrides` chose otherwise."""
+    model.config.sparse_prediction = recipe.model_overrides.get("sparse_prediction", False)
+
+
 def summary_line(name: str, results: dict[str, Any], folder: Path) -> dict[str, Any]:
     keep = {k: v for k, v in results.items() if isinstance(v, (int, float, str))}
     return {"run": name, "folder": str(folder), **keep}
@@ -92,4 +99,4 @@ def write_results(folder: Path, results: dict[str, Any]) -> None:
     (folder / "results.json").write_text(json.dumps(results, indent=1, default=str))
 
 
-__all__ = ["build_model", "get_tokenizer", "load_split", "summary_line", "write_results"]
+__all__ = ["build_model", "dense_prediction_for_saving", "get_tokenizer", "load_split", "summary_line", "write_results"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from train.collators import MaskedLMCollator
-from train.common import build_model, get_tokenizer, load_split
+from train.common import build_model, dense_prediction_for_saving, get_tokenizer, load_split
 from train.data import prepare_nsp_dataset
 from train.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None):
     engine = Engine(recipe, model, train_data, collate, tokenizer=tokenizer, eval_dataset=eval_data,
                     loss_fn=make_loss_fn(recipe.nsp), predict_fn=predict, metrics_fn=metrics)
     results = engine.train()
-    model.config.sparse_prediction = recipe.model_overrides.get("sparse_prediction", False)
+    dense_prediction_for_saving(model, recipe)
     folder = engine.save_final(results, card={
         "dataset_name": recipe.dataset or recipe.train_file or "embedded:documents",
         "description": "Pretrained with masked-LM" + (" and next-sentence prediction." if recipe.nsp else ".")})

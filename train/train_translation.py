@@ -5,7 +5,8 @@ sacreBLEU of beam-search translations of the evaluation set.
     python -m train.train_translation --recipe configs/recipes/transformer-translation-tiny.yaml [--key value ...]
 
 Data: rows with `source` and `target` (the embedded English number words -> German by default).
-`label_smoothing` in the recipe overrides the model config's.
+`label_smoothing` in the recipe overrides the model config's. Training runs the output projection on real
+target tokens only (`sparse_prediction`), skipping the padding of ragged batches.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from train.collators import Seq2SeqCollator
-from train.common import build_model, get_tokenizer, load_split
+from train.common import build_model, dense_prediction_for_saving, get_tokenizer, load_split
 from train.data import tokenize_dataset
 from train.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -50,7 +51,9 @@ def main(argv: list[str] | None = None):
     train_rows = load_split(recipe, "train", columns, "embedded:translation")
     eval_rows = load_split(recipe, "validation", columns, "embedded:translation")
     tokenizer = get_tokenizer(recipe, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
-    fields = {} if recipe.label_smoothing is None else {"label_smoothing": recipe.label_smoothing}
+    fields = {"sparse_prediction": True}
+    if recipe.label_smoothing is not None:
+        fields["label_smoothing"] = recipe.label_smoothing
     model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", **fields)
     lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
     train_data = tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths)
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None):
     engine = Engine(recipe, model, train_data, Seq2SeqCollator(tokenizer), tokenizer=tokenizer, eval_dataset=eval_data,
                     predict_fn=make_predict_fn(recipe), metrics_fn=make_metrics_fn(tokenizer))
     results = engine.train()
+    dense_prediction_for_saving(model, recipe)
     extra = ""
     if eval_rows is not None and engine.accelerator.is_main_process:
         model = engine.accelerator.unwrap_model(engine.model).eval()
