@@ -45,6 +45,12 @@ ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
 _ONEDNN_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
 
 
+def _onednn_reads(parameter: torch.Tensor) -> bool:
+    """A weight or bias the oneDNN kernel reads correctly: a dense float32 CPU tensor (a strided bias is misread)."""
+    return (type(parameter) in (torch.Tensor, nn.Parameter) and parameter.device.type == "cpu"
+            and parameter.dtype == torch.float32 and parameter.is_contiguous())
+
+
 class LineageLinear(nn.Linear):
     """`nn.Linear` (same parameters, same checkpoint keys) with a faster kernel for CPU inference.
 
@@ -53,7 +59,8 @@ class LineageLinear(nn.Linear):
     was 1.4x-2.3x faster for 1-128 rows on a 2-core x86 machine (12-layer 768-wide stack; see the README's
     benchmark section). The two kernels round differently (about 1e-6 relative); set
     `LineageLinear.fast_cpu_inference = False` for results bit-identical to `nn.Linear`. Training, other
-    devices and dtypes, autocast, tensor subclasses and `torch.compile` always take `F.linear`.
+    devices and dtypes, autocast, tensor subclasses, strided weights or biases and `torch.compile` always
+    take `F.linear`.
     """
 
     fast_cpu_inference: bool = _ONEDNN_LINEAR is not None
@@ -61,12 +68,13 @@ class LineageLinear(nn.Linear):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if (
             self.fast_cpu_inference
+            and type(input) is torch.Tensor
             and input.device.type == "cpu"
-            and input.dtype == self.weight.dtype == torch.float32
+            and input.dtype == torch.float32
+            and _onednn_reads(self.weight)
+            and (self.bias is None or _onednn_reads(self.bias))
             and not torch.is_grad_enabled()
             and not torch.is_autocast_enabled("cpu")
-            and type(input) is torch.Tensor
-            and type(self.weight) in (torch.Tensor, nn.Parameter)
             and not torch.compiler.is_compiling()
         ):
             return _ONEDNN_LINEAR(input, self.weight, self.bias, "none", [], "")

@@ -56,10 +56,11 @@ def onednn_calls(monkeypatch) -> list[tuple[int, ...]]:
 
 @needs_onednn
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("shape", [(1, 1, 32), (3, 32), (2, 3, 4, 32), (0, 32), "strided"])
+@pytest.mark.parametrize("shape", [(32,), (1, 1, 32), (3, 32), (2, 3, 4, 32), (0, 32), "strided", "expanded"])
 def test_linear_inference_kernel_matches_nn_linear(onednn_calls, shape, bias):
     linear = LineageLinear(32, 48, bias=bias)
-    x = torch.randn(2, 64)[:, ::2] if shape == "strided" else torch.randn(shape)
+    layouts = {"strided": lambda: torch.randn(2, 64)[:, ::2], "expanded": lambda: torch.randn(2, 1, 32).expand(2, 5, 32)}
+    x = layouts[shape]() if shape in layouts else torch.randn(shape)
     with torch.inference_mode():
         fast = linear(x)
     torch.testing.assert_close(fast, torch.nn.functional.linear(x, linear.weight, linear.bias), atol=1e-5, rtol=1e-5)
@@ -76,6 +77,8 @@ def test_linear_training_autocast_and_other_dtypes_take_f_linear(onednn_calls, m
         assert torch.equal(linear.bfloat16()(x.bfloat16()), torch.nn.functional.linear(x.bfloat16(), linear.weight,
                                                                                        linear.bias))
         linear.float()
+        linear.bias = torch.nn.Parameter(torch.randn(96)[::2])  # a strided bias: the kernel would misread it
+        assert torch.equal(linear(x), torch.nn.functional.linear(x, linear.weight, linear.bias))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert linear(x).dtype == torch.bfloat16
         monkeypatch.setattr(LineageLinear, "fast_cpu_inference", False)
