@@ -68,12 +68,12 @@ class LineageLinear(nn.Linear):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if (
             self.fast_cpu_inference
+            and not torch.is_grad_enabled()  # first: training returns to `F.linear` after one check
             and type(input) is torch.Tensor
             and input.device.type == "cpu"
             and input.dtype == torch.float32
             and _onednn_reads(self.weight)
             and (self.bias is None or _onednn_reads(self.bias))
-            and not torch.is_grad_enabled()
             and not torch.is_autocast_enabled("cpu")
             and not torch.compiler.is_compiling()
         ):
