@@ -43,6 +43,9 @@ ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
 
 # oneDNN's fp32 matmul; present in x86 CPU builds of torch. Inductor uses the same op for CPU linears.
 _ONEDNN_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
+# Below this many weights (a 512 x 512 matrix) the kernel's fixed cost per call (15-30 us) outweighs what it
+# saves: a 128-wide GPT generated about 2x slower through oneDNN than through `F.linear`.
+_ONEDNN_MIN_WEIGHTS = 2**18
 
 
 def _onednn_reads(parameter: torch.Tensor) -> bool:
@@ -57,7 +60,8 @@ class LineageLinear(nn.Linear):
     For a float32 CPU input without autograd, `F.linear` goes to MKL, whose matrix-vector path runs on one
     thread: decoding one token at a time spends most of its time there. oneDNN's matmul uses every core and
     was 1.4x-2.3x faster for 1-128 rows on a 2-core x86 machine (12-layer 768-wide stack; see the README's
-    benchmark section). The two kernels round differently (about 1e-6 relative); set
+    benchmark section); it serves weights of at least 512 x 512 elements, where that gain exceeds its fixed
+    cost per call. The two kernels round differently (about 1e-6 relative); set
     `LineageLinear.fast_cpu_inference = False` for results bit-identical to `nn.Linear`. Training, other
     devices and dtypes, autocast, tensor subclasses, strided weights or biases and `torch.compile` always
     take `F.linear`.
@@ -72,6 +76,7 @@ class LineageLinear(nn.Linear):
             and type(input) is torch.Tensor
             and input.device.type == "cpu"
             and input.dtype == torch.float32
+            and self.weight.numel() >= _ONEDNN_MIN_WEIGHTS
             and _onednn_reads(self.weight)
             and (self.bias is None or _onednn_reads(self.bias))
             and not torch.is_autocast_enabled("cpu")

@@ -43,7 +43,7 @@ needs_onednn = pytest.mark.skipif(layers._ONEDNN_LINEAR is None, reason="this to
 
 @pytest.fixture
 def onednn_calls(monkeypatch) -> list[tuple[int, ...]]:
-    """Records the input shape of every call that took the oneDNN kernel."""
+    """Records the input shape of every call that took the oneDNN kernel; small test layers qualify."""
     calls, kernel = [], layers._ONEDNN_LINEAR
 
     def spy(input, *args):
@@ -51,7 +51,20 @@ def onednn_calls(monkeypatch) -> list[tuple[int, ...]]:
         return kernel(input, *args)
 
     monkeypatch.setattr(layers, "_ONEDNN_LINEAR", spy)
+    monkeypatch.setattr(layers, "_ONEDNN_MIN_WEIGHTS", 0)
     return calls
+
+
+@needs_onednn
+def test_linear_inference_kernel_serves_large_weights_only(onednn_calls, monkeypatch):
+    monkeypatch.setattr(layers, "_ONEDNN_MIN_WEIGHTS", 2**18)
+    small, large = LineageLinear(128, 128), LineageLinear(512, 512)
+    x = torch.randn(1, 512)
+    with torch.inference_mode():
+        small(x[:, :128])
+        fast = large(x)
+    assert onednn_calls == [(1, 512)]
+    torch.testing.assert_close(fast, torch.nn.functional.linear(x, large.weight, large.bias), atol=1e-5, rtol=1e-5)
 
 
 @needs_onednn
