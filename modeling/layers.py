@@ -263,6 +263,18 @@ class LineageFeedForward(nn.Module):
         return self.down_proj(self.act(self.gate_proj(hidden_states)) * self.up_proj(hidden_states))
 
 
+def classifier_dropout(config) -> nn.Dropout:
+    """Dropout before a classification layer: `config.classifier_dropout`, else `hidden_dropout_prob` (the papers)."""
+    return nn.Dropout(config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob)
+
+
+def labelled_positions(hidden_states: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sparse_prediction`: the (N, C) states and (N,) labels of the N positions whose label is not -100, in
+    row-major order, so an output head and its softmax skip the positions the loss ignores."""
+    labelled = labels != -100  # (B, T)
+    return hidden_states[labelled], labels[labelled]
+
+
 class ResidualSublayer(nn.Module):
     """Residual connection around `sublayer` with dropout on its output and LayerNorm placed by config.
 
@@ -435,6 +447,8 @@ __all__ = [
     "check_mask_shape",
     "check_sequence_length",
     "check_token_ids",
+    "classifier_dropout",
     "eager_attention_forward",
+    "labelled_positions",
     "sinusoidal_table",
 ]

@@ -44,6 +44,8 @@ from .layers import (
     check_mask_shape,
     check_sequence_length,
     check_token_ids,
+    classifier_dropout,
+    labelled_positions,
 )
 
 
@@ -231,11 +233,6 @@ class LineageBertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-def classifier_dropout(config: LineageBertConfig) -> nn.Dropout:
-    """Dropout before a classification layer: `classifier_dropout`, else `hidden_dropout_prob` (as the paper)."""
-    return nn.Dropout(config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob)
-
-
 def _masked_lm(lm_head: nn.Module, hidden_states: torch.Tensor, labels: torch.Tensor | None, sparse: bool,
                **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
     """MLM logits and loss: (B, T, V) logits, or with `sparse` and labels the (N, V) logits of the N labelled
@@ -244,8 +241,7 @@ def _masked_lm(lm_head: nn.Module, hidden_states: torch.Tensor, labels: torch.Te
         return lm_head(hidden_states), None
     check_labels_shape(labels, hidden_states.shape[:-1])
     if sparse:
-        labelled = labels != -100  # (B, T)
-        hidden_states, labels = hidden_states[labelled], labels[labelled]  # (N, C), (N,)
+        hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
     logits = lm_head(hidden_states)
     return logits, ForMaskedLMLoss(logits, labels, vocab_size=logits.shape[-1], **kwargs)
 

@@ -44,6 +44,7 @@ from .layers import (
     check_mask_shape,
     check_sequence_length,
     check_token_ids,
+    classifier_dropout,
 )
 
 
@@ -298,8 +299,7 @@ class _LineageGptClassifier(LineageGptPreTrainedModel):
     def __init__(self, config: LineageGptConfig, num_outputs: int):
         super().__init__(config)
         self.transformer = LineageGptModel(config)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = classifier_dropout(config)
         self.score = LineageLinear(config.hidden_size, num_outputs, bias=False)
         self.post_init()
 

@@ -46,6 +46,7 @@ from .layers import (
     check_mask_shape,
     check_sequence_length,
     check_token_ids,
+    labelled_positions,
 )
 
 
@@ -459,8 +460,7 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
         )
         hidden_states = outputs.last_hidden_state  # (B, T, C)
         if labels is not None and self.config.sparse_prediction:
-            labelled = labels != -100
-            hidden_states, labels = hidden_states[labelled], labels[labelled]  # (N, C), (N,)
+            hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
         logits = self.lm_head(hidden_states)  # (B, T, V), or (N, V)
         if self.final_logits_bias is not None:
             logits = logits + self.final_logits_bias
