@@ -7,14 +7,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from train.collators import (
+from train.core.collators import (
     IGNORE_INDEX, CausalLMCollator, LabelAlignmentError, MaskedLMCollator, PaddingCollator, QAAnswerSpanError,
     Seq2SeqCollator, create_nsp_examples, encode_classification, encode_qa, encode_seq2seq,
     encode_token_classification, pack_sequences, pad_sequences, truncate_seq_pair,
 )
 from modeling.modeling_lineage_transformer import shift_tokens_right
-from train.corpus import generate_records, tokenizer_training_texts
-from train.tokenization import MissingSpecialTokenError, train_tokenizer
+from train.core.corpus import generate_records, tokenizer_training_texts
+from train.core.tokenization import MissingSpecialTokenError, train_tokenizer
 
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from train.corpus import (
+from train.core.corpus import (
     NER_LABELS, NLI_LABELS, SPLITS, TASKS, default_corpus, default_corpus_dict, english_number, generate_records,
     german_number,
 )

@@ -10,13 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from train.collators import QAAnswerSpanError
-from train.corpus import tokenizer_training_texts
-from train.data import (
+from train.core.collators import QAAnswerSpanError
+from train.core.corpus import tokenizer_training_texts
+from train.core.data import (
     DataError, DataFileNotFoundError, EmptyDataFileError, InvalidUTF8Error, MalformedRowError, MissingColumnError,
     load_text_dataset, prepare_causal_lm_dataset, prepare_nsp_dataset, split_sentences, tokenize_dataset,
 )
-from train.tokenization import train_tokenizer
+from train.core.tokenization import train_tokenizer
 
 datasets.disable_progress_bars()
 ROWS = [{"text": f"Review number {i} says the film was {'not ' * (i % 2)}good.", "label": i % 2} for i in range(40)]

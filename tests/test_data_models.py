@@ -8,10 +8,10 @@ import torch
 from transformers import pipeline
 
 import modeling
-from train.collators import CausalLMCollator, MaskedLMCollator, PaddingCollator, Seq2SeqCollator
-from train.corpus import NER_LABELS, NLI_LABELS, tokenizer_training_texts
-from train.data import load_text_dataset, prepare_causal_lm_dataset, prepare_nsp_dataset, tokenize_dataset
-from train.tokenization import config_kwargs_from_tokenizer, train_tokenizer
+from train.core.collators import CausalLMCollator, MaskedLMCollator, PaddingCollator, Seq2SeqCollator
+from train.core.corpus import NER_LABELS, NLI_LABELS, tokenizer_training_texts
+from train.core.data import load_text_dataset, prepare_causal_lm_dataset, prepare_nsp_dataset, tokenize_dataset
+from train.core.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 
 datasets.disable_progress_bars()
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37,

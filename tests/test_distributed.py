@@ -42,8 +42,8 @@ def launch_two_processes(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def tokenizer_folder(tmp_path_factory):
-    from train.corpus import tokenizer_training_texts
-    from train.tokenization import train_tokenizer
+    from train.core.corpus import tokenizer_training_texts
+    from train.core.tokenization import train_tokenizer
 
     folder = tmp_path_factory.mktemp("tokenizer")
     train_tokenizer("bert", tokenizer_training_texts(size=200), 600, model_max_length=64).save_pretrained(folder)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from train import engine as engine_module
-from train.engine import (
+from train.core import engine as engine_module
+from train.core.engine import (
     CheckpointError,
     Engine,
     NonFiniteLossError,
@@ -41,8 +41,8 @@ SMALL = ("--train_size", "30", "--max_steps", "8", "--save_steps", "3", "--gradi
 @pytest.fixture(scope="module")
 def bert_tokenizer(tmp_path_factory):
     """One tokenizer for runs that are compared (training a WordPiece vocabulary twice can tie-break differently)."""
-    from train.corpus import tokenizer_training_texts
-    from train.tokenization import train_tokenizer
+    from train.core.corpus import tokenizer_training_texts
+    from train.core.tokenization import train_tokenizer
 
     folder = tmp_path_factory.mktemp("tokenizer")
     train_tokenizer("bert", tokenizer_training_texts(size=200), 600, model_max_length=64).save_pretrained(folder)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from train.recipes import (
+from train.core.recipes import (
     Recipe,
     RecipeError,
     available_presets,

@@ -11,7 +11,7 @@ import yaml
 
 from conftest import run_clean_process
 from train import finetune, pretrain_bert, pretrain_gpt, train_translation
-from train.model_card import read_card_metadata
+from train.core.model_card import read_card_metadata
 
 torch.set_num_threads(1)
 QUIET = ("--progress_bar", "false")
@@ -138,7 +138,7 @@ def test_token_classification_and_question_answering(tmp_path):
 
 
 def test_bad_finetune_inputs_fail_before_training(tmp_path):
-    from train.recipes import RecipeError
+    from train.core.recipes import RecipeError
 
     with pytest.raises(RecipeError, match="task"):
         _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "a", "--task", "summarization")

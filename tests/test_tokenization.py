@@ -7,8 +7,8 @@ from conftest import run_clean_process
 from transformers import AutoTokenizer
 
 from train import train_tokenizer as cli
-from train.corpus import tokenizer_training_texts
-from train.tokenization import (
+from train.core.corpus import tokenizer_training_texts
+from train.core.tokenization import (
     MissingSpecialTokenError, VocabularySizeError, check_special_tokens, config_kwargs_from_tokenizer,
     load_tokenizer, special_token_names, train_tokenizer,
 )

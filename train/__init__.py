@@ -1,5 +1,11 @@
-"""Lineage training: tokenizers, the data pipeline, the embedded corpus and the shared engine.
+"""Lineage training. The modules of this package are the commands a user runs (`python -m train.<command>`):
 
-Modules are imported explicitly (``from train.data import load_text_dataset``); this file
-imports nothing so that ``import train`` stays cheap.
+- `main_job`: the seed papers' story at small scale, end to end;
+- `pretrain_bert`, `pretrain_gpt`, `train_translation`: pretraining and translation;
+- `finetune`: BERT or GPT on a downstream task;
+- `train_tokenizer`: WordPiece, byte-level BPE or a shared seq2seq BPE.
+
+The machinery they share lives in `train.core` (recipes, data, example building, collators, batching, the
+engine, checkpoints, publishing); offline metric modules in `train/metrics/`. This file imports nothing, so
+that `import train` stays cheap.
 """

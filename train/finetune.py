@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import torch
 
-from train.collators import PaddingCollator
-from train.common import build_model, get_tokenizer, load_split
-from train.data import tokenize_dataset
-from train.engine import Engine, seed_everything
+from train.core.collators import PaddingCollator
+from train.core.common import build_model, get_tokenizer, load_split
+from train.core.data import tokenize_dataset
+from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
-from train.recipes import RecipeError, is_model_folder, load_model_config, parse_args
+from train.core.recipes import RecipeError, is_model_folder, load_model_config, parse_args
 
 DEFAULT_RECIPE = "configs/recipes/bert-finetune-nli-tiny.yaml"
 # task -> (default data, columns text / pair / label, data.tokenize_dataset task, Auto class)

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from train import finetune, pretrain_bert, pretrain_gpt, train_translation
-from train.corpus import tokenizer_training_texts
-from train.tokenization import train_tokenizer
+from train.core.corpus import tokenizer_training_texts
+from train.core.tokenization import train_tokenizer
 
 TOKENIZERS = {"bert": 2000, "gpt": 2000, "seq2seq": 1000}
 # name, script, recipe, tokenizer kind (None: the pretrained folder's), folder to start from, figures to report

@@ -3,7 +3,7 @@
     python -m train.pretrain_bert --recipe configs/recipes/bert-pretrain-tiny.yaml [--key value ...]
     accelerate launch -m train.pretrain_bert --recipe ... (one GPU, DDP, FSDP, several CPU processes)
 
-Data: documents (`text`, optionally `sentences`) -> BERT's sentence pairs (`train.data.prepare_nsp_dataset`)
+Data: documents (`text`, optionally `sentences`) -> BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`)
 -> dynamic masking (`MaskedLMCollator`). With `nsp: false` the model is `...ForMaskedLM` (no pooler, no NSP
 head), so every parameter receives a gradient and DDP needs no unused-parameter search.
 
@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from train.collators import MaskedLMCollator
-from train.common import build_model, dense_prediction_for_saving, get_tokenizer, load_split
-from train.data import prepare_nsp_dataset
-from train.engine import Engine, seed_everything
+from train.core.collators import MaskedLMCollator
+from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_split
+from train.core.data import prepare_nsp_dataset
+from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
-from train.recipes import parse_args
+from train.core.recipes import parse_args
 
 DEFAULT_RECIPE = "configs/recipes/bert-pretrain-tiny.yaml"
 

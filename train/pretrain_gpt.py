@@ -3,7 +3,7 @@
     python -m train.pretrain_gpt --recipe configs/recipes/gpt-pretrain-tiny.yaml [--key value ...]
 
 Data: documents joined by the end-of-text token and cut into `max_seq_length` blocks
-(`train.data.prepare_causal_lm_dataset`); every block is full, so the mean token loss is the same however
+(`train.core.data.prepare_causal_lm_dataset`); every block is full, so the mean token loss is the same however
 batches are split over processes. Evaluation reports perplexity; `sample_prompts` are continued at the end.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from train.collators import CausalLMCollator
-from train.common import build_model, get_tokenizer, load_split
-from train.data import prepare_causal_lm_dataset
-from train.engine import Engine, seed_everything
+from train.core.collators import CausalLMCollator
+from train.core.common import build_model, get_tokenizer, load_split
+from train.core.data import prepare_causal_lm_dataset
+from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
-from train.recipes import parse_args
+from train.core.recipes import parse_args
 
 DEFAULT_RECIPE = "configs/recipes/gpt-pretrain-tiny.yaml"
 DEFAULT_PROMPTS = ["Anna was born in", "First, wash the"]

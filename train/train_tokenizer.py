@@ -5,7 +5,7 @@
     python -m train.train_tokenizer --kind seq2seq --vocab_size 1000 --dataset pairs.jsonl \\
         --text_column source --text_column target --output_dir out/tok-mt
 
-``--dataset`` takes what ``train.data.load_text_dataset`` takes (a file, a folder, ``embedded:<task>``,
+``--dataset`` takes what ``train.core.data.load_text_dataset`` takes (a file, a folder, ``embedded:<task>``,
 a Hub name); the default, ``embedded``, is text covering every task of the embedded corpus. Every
 ``--text_column`` is read (a translation tokenizer learns one vocabulary from both sides).
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator, Sequence
 
-from train.corpus import tokenizer_training_texts
-from train.data import load_text_dataset
-from train.tokenization import KINDS, train_tokenizer
+from train.core.corpus import tokenizer_training_texts
+from train.core.data import load_text_dataset
+from train.core.tokenization import KINDS, train_tokenizer
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

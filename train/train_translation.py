@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from train.collators import Seq2SeqCollator
-from train.common import build_model, dense_prediction_for_saving, get_tokenizer, load_split
-from train.data import tokenize_dataset
-from train.engine import Engine, seed_everything
+from train.core.collators import Seq2SeqCollator
+from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_split
+from train.core.data import tokenize_dataset
+from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
-from train.recipes import parse_args
+from train.core.recipes import parse_args
 
 DEFAULT_RECIPE = "configs/recipes/transformer-translation-tiny.yaml"
 

@@ -1,7 +1,7 @@
 """What every entry script wires the same way: data splits, the tokenizer, the model, and the run summary.
 
 - `load_split(recipe, split, columns)`: `train_file` / `validation_file` when given, else `recipe.dataset`
-  (`embedded:<task>`, a file, or a Hub name) through `train.data.load_text_dataset`; a missing file raises
+  (`embedded:<task>`, a file, or a Hub name) through `train.core.data.load_text_dataset`; a missing file raises
   before anything is built.
 - `get_tokenizer(recipe, kind, texts)`: `recipe.tokenizer` if set, else the tokenizer saved in the model
   folder being fine-tuned, else one trained on `texts()` with `recipe.tokenizer_vocab_size` tokens.
@@ -22,9 +22,9 @@ from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
-from train.data import load_text_dataset
-from train.recipes import Recipe, RecipeError, is_model_folder, load_model_config
-from train.tokenization import config_kwargs_from_tokenizer, load_tokenizer, train_tokenizer
+from train.core.data import load_text_dataset
+from train.core.recipes import Recipe, RecipeError, is_model_folder, load_model_config
+from train.core.tokenization import config_kwargs_from_tokenizer, load_tokenizer, train_tokenizer
 
 
 def load_split(recipe: Recipe, split: str, columns: Iterable[str] = (), default_dataset: str = ""):

@@ -48,7 +48,7 @@ from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
-from train.recipes import Recipe
+from train.core.recipes import Recipe
 
 STATE_FILE = "lineage_state.json"
 CHECKPOINT_PREFIX = "step-"
@@ -233,7 +233,7 @@ class Engine:
     """Train `model` on `train_dataset` as `recipe` says.
 
     Args:
-        collate_fn: turns a list of examples into a batch of tensors (`train.collators`).
+        collate_fn: turns a list of examples into a batch of tensors (`train.core.collators`).
         loss_fn: `(outputs, batch, engine) -> loss`; default `outputs.loss`.
         predict_fn: `(model, batch, outputs) -> {name: tensor [B, ...]}` at evaluation; the tensors are
             gathered across processes (`gather_for_metrics`) and handed to `metrics_fn`.
@@ -527,7 +527,7 @@ class Engine:
                    extra_files: dict[str, str] | None = None) -> Path:
         """Write `<output_dir>/model`: weights + code (`save_pretrained`), tokenizer, recipe, model card,
         loss curve; push it to the Hub when the recipe names a repo. Returns the folder."""
-        from train.model_card import write_model_card
+        from train.core.model_card import write_model_card
 
         acc = self.accelerator
         folder = self.output_dir / "model"

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRESETS_DIR = REPO / "configs" / "models"
 RECIPES_DIR = REPO / "configs" / "recipes"
 SCHEDULES = ("linear", "cosine", "inverse_sqrt", "constant")

@@ -7,7 +7,7 @@ Sources ``load_text_dataset`` accepts (``source`` argument):
   pretraining layout of one sentence per line and a blank line between documents), ``.jsonl`` /
   ``.json`` (JSON Lines or a JSON array of objects), ``.csv`` / ``.tsv`` (header row) and ``.parquet``;
   compressed ``.gz`` / ``.bz2`` / ``.xz`` / ``.zst`` variants load too (without the UTF-8 pre-check);
-- ``"embedded:<task>"``: the embedded corpus (``train.corpus``; tasks documents, translation,
+- ``"embedded:<task>"``: the embedded corpus (``train.core.corpus``; tasks documents, translation,
   sentiment, nli, ner, qa), generated offline;
 - anything else is a Hugging Face Hub dataset name (``"wikitext"``, ``"stanfordnlp/imdb"``), with an
   optional ``hub_config`` (``"wikitext-2-raw-v1"``). Only this reaches the network.
@@ -18,7 +18,7 @@ memory). Bad input raises a ``DataError`` (a ``ValueError``) or ``DataFileNotFou
 ``FileNotFoundError``) naming the file, the line or row, and the problem: missing or empty files,
 missing columns, text that is not valid UTF-8, malformed JSON lines.
 
-Tokenization (``tokenize_dataset``) runs the batch encoders of ``train.collators`` through
+Tokenization (``tokenize_dataset``) runs the batch encoders of ``train.core.collators`` through
 ``Dataset.map(batched=True)``: cached next to file-backed datasets (a second run with the same
 tokenizer and arguments loads the cache), in ``num_proc`` processes when asked, lazily for streams.
 ``prepare_causal_lm_dataset`` packs documents into blocks; ``prepare_nsp_dataset`` builds BERT's
@@ -38,7 +38,7 @@ from pathlib import Path
 import datasets
 from transformers import PreTrainedTokenizerBase
 
-from train import collators, corpus
+from train.core import collators, corpus
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
            ".parquet": "parquet"}
@@ -283,7 +283,7 @@ _ENCODERS = {"causal_lm": collators.encode_causal_lm, "mlm": collators.encode_cl
 def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, task: str, *,
                      num_proc: int | None = None, batch_size: int = 1000, load_from_cache_file: bool = True,
                      **encoder_kwargs) -> AnyDataset:
-    """``dataset.map`` of the task's batch encoder (``train.collators.encode_*``), batched.
+    """``dataset.map`` of the task's batch encoder (``train.core.collators.encode_*``), batched.
 
     ``encoder_kwargs`` go to the encoder: column names (``text_column``, ``text_pair_column``,
     ``label_column``, ``source_column``, ``target_column``, ``tokens_column``, ``tags_column``) and

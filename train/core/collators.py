@@ -1,7 +1,7 @@
 """Example builders and batch collators for every Lineage family.
 
 Example builders turn text into model features; they are pure functions over a tokenizer, used by
-``train.data`` inside ``Dataset.map`` (batched) and usable on their own:
+``train.core.data`` inside ``Dataset.map`` (batched) and usable on their own:
 
 - ``create_nsp_examples(documents, tokenizer, max_length, ...)``: BERT's sentence-pair instances
   (``create_instances_from_document`` of google-research/bert): chunks of whole sentences up to a target
@@ -54,7 +54,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from modeling.modeling_lineage_transformer import shift_tokens_right
-from train.tokenization import MissingSpecialTokenError
+from train.core.tokenization import MissingSpecialTokenError
 
 IGNORE_INDEX = -100
 _SEQUENCE_PAD = {"attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1, "position_ids": 0,
