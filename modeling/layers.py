@@ -28,6 +28,7 @@ from transformers import initialization as init
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils.output_capturing import OutputRecorder
 
 ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,
@@ -104,6 +105,20 @@ def check_token_ids(ids: torch.Tensor, upper: int, name: str, upper_name: str) -
     if low < 0 or high >= upper:
         bad = low if low < 0 else high
         raise ValueError(f"`{name}` must be in [0, {upper}) ({upper_name}={upper}), got {bad}.")
+
+
+def check_ids_or_embeds(ids: torch.Tensor | None, embeds: torch.Tensor | None, vocab_size: int | None = None,
+                        name: str = "input_ids", embeds_name: str = "inputs_embeds") -> torch.Size:
+    """Require exactly one of token ids (B, T), in `[0, vocab_size)` when that is given, or their embeddings
+    (B, T, C); returns (B, T)."""
+    if (ids is None) == (embeds is None):
+        raise ValueError(f"Specify exactly one of `{name}` or `{embeds_name}`.")
+    shape = ids.shape if ids is not None else embeds.shape[:-1]
+    if len(shape) != 2:
+        raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(shape)}.")
+    if ids is not None and vocab_size is not None:
+        check_token_ids(ids, vocab_size, name, "vocab_size")
+    return shape
 
 
 def check_sequence_length(length: int, max_positions: int, name: str = "input_ids") -> None:
@@ -306,8 +321,8 @@ class LineageBlock(GradientCheckpointingLayer):
     """Self-attention, optional cross attention, feed-forward; each a `ResidualSublayer`.
 
     BERT and encoders: bidirectional, no cross attention. GPT: causal. Transformer decoder: causal with cross
-    attention. Returns `(hidden_states, self_attention_weights, cross_attention_weights)`; weights are `None`
-    unless the `eager` implementation computed them.
+    attention. Returns `(hidden_states, self_attention_weights, cross_attention_weights)`, the outputs a model's
+    `_can_record_outputs` records; weights are `None` unless the `eager` implementation computed them.
     """
 
     def __init__(self, config, layer_idx: int, is_causal: bool = False, has_cross_attention: bool = False):
@@ -388,11 +403,16 @@ class LearnedPositionalEmbedding(nn.Embedding):
 
 
 class LineagePreTrainedModel(PreTrainedModel):
-    """Weight initialisation, attention-backend flags and complete `auto_map` saving for all families.
+    """Weight initialisation, attention-backend flags, output capture and complete `auto_map` saving for all
+    families.
 
     A family's base class sets `config_class`, `base_model_prefix` and `auto_classes` (transformers Auto class
     name -> Lineage class name); `save_pretrained` then writes an `auto_map` entry for every head, so each
-    head loads from the saved folder with `trust_remote_code=True`.
+    head loads from the saved folder with `trust_remote_code=True`. A base model's `forward` decorated with
+    transformers' `@capture_outputs` returns, on `output_hidden_states` / `output_attentions`, what hooks on
+    every `LineageBlock` record: its input (the embedding output, for the first block) and output hidden states,
+    and its self-attention weights; the last hidden state is replaced by the model's `last_hidden_state` (after
+    a final LayerNorm).
     """
 
     auto_classes: dict[str, str] = {}
@@ -400,6 +420,10 @@ class LineagePreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_attention_backend = True
+    _can_record_outputs = {
+        "hidden_states": OutputRecorder(LineageBlock, index=0),
+        "attentions": OutputRecorder(LineageBlock, index=1),
+    }
 
     def _init_weights(self, module: nn.Module) -> None:
         std = self.config.initializer_range
@@ -417,12 +441,16 @@ class LineagePreTrainedModel(PreTrainedModel):
         elif isinstance(module, SinusoidalPositionalEmbedding):
             init.copy_(module.weight, module.reset_table())
 
+    @classmethod
+    def auto_class_name(cls) -> str:
+        """The transformers Auto class this class is registered under in `auto_classes` (`"AutoModel"` if none)."""
+        return next((auto for auto, name in cls.auto_classes.items() if name == cls.__name__), "AutoModel")
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save weights, config and this family's code, with an `auto_map` entry for every head."""
         config_class, model_class = type(self.config), type(self)
-        own_auto_class = next((a for a, n in self.auto_classes.items() if n == model_class.__name__), "AutoModel")
         config_class.register_for_auto_class("AutoConfig")
-        model_class.register_for_auto_class(own_auto_class)
+        model_class.register_for_auto_class(model_class.auto_class_name())
         config_module = config_class.__module__.rsplit(".", 1)[-1]
         model_module = model_class.__module__.rsplit(".", 1)[-1]
         self.config.auto_map = {
@@ -443,6 +471,7 @@ __all__ = [
     "ResidualSublayer",
     "SinusoidalPositionalEmbedding",
     "check_cached_mask",
+    "check_ids_or_embeds",
     "check_labels_shape",
     "check_mask_shape",
     "check_sequence_length",

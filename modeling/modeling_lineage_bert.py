@@ -11,6 +11,7 @@ embedding LayerNorm and adds a final one, so exactly one LayerNorm feeds every c
 """
 
 from dataclasses import dataclass
+from typing import Unpack
 
 import torch
 from torch import nn
@@ -31,7 +32,8 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.utils.generic import can_return_tuple
+from transformers.utils.generic import TransformersKwargs, can_return_tuple
+from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_lineage_bert import LineageBertConfig
 from .layers import (
@@ -40,6 +42,7 @@ from .layers import (
     LineageBlock,
     LineageLinear,
     LineagePreTrainedModel,
+    check_ids_or_embeds,
     check_labels_shape,
     check_mask_shape,
     check_sequence_length,
@@ -92,27 +95,10 @@ class LineageBertEncoder(nn.Module):
             nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
         )
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        **kwargs,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
-        all_hidden_states = () if output_hidden_states else None
-        all_attentions = () if output_attentions else None
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs) -> torch.Tensor:
         for layer in self.layers:
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            hidden_states, weights, _ = layer(hidden_states, attention_mask, output_attentions=output_attentions, **kwargs)
-            if output_attentions:
-                all_attentions += (weights,)
-        if self.final_norm is not None:
-            hidden_states = self.final_norm(hidden_states)
-        if output_hidden_states:
-            all_hidden_states += (hidden_states,)
-        return hidden_states, all_hidden_states, all_attentions
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)[0]
+        return self.final_norm(hidden_states) if self.final_norm is not None else hidden_states
 
 
 class LineageBertPooler(nn.Module):
@@ -173,14 +159,8 @@ class LineageBertModel(LineageBertPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def _check_inputs(self, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids) -> None:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Specify exactly one of `input_ids` or `inputs_embeds`.")
-        shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
-        if len(shape) != 2:
-            raise ValueError(f"`input_ids` must have shape (batch, length), got {tuple(shape)}.")
         config = self.config
-        if input_ids is not None:
-            check_token_ids(input_ids, config.vocab_size, "input_ids", "vocab_size")
+        shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size)
         check_sequence_length(shape[1], config.max_position_embeddings)
         check_mask_shape(attention_mask, shape)
         check_mask_shape(token_type_ids, shape, "token_type_ids")
@@ -190,7 +170,7 @@ class LineageBertModel(LineageBertPreTrainedModel):
         if position_ids is not None:
             check_token_ids(position_ids, config.max_position_embeddings, "position_ids", "max_position_embeddings")
 
-    @can_return_tuple
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -198,25 +178,16 @@ class LineageBertModel(LineageBertPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        """`output_hidden_states` / `output_attentions` in `kwargs` are collected by `@capture_outputs`."""
         self._check_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids)
-        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-        hidden_states, all_hidden_states, all_attentions = self.encoder(
-            hidden_states, mask, output_attentions=output_attentions, output_hidden_states=output_hidden_states, **kwargs
-        )
+        hidden_states = self.encoder(hidden_states, mask, **kwargs)
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
             pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
-            hidden_states=all_hidden_states,
-            attentions=all_attentions,
         )
 
 
@@ -282,13 +253,10 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         next_sentence_label: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> LineageBertForPreTrainingOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         prediction_logits, mlm_loss = _masked_lm(
             self.lm_head, outputs.last_hidden_state, labels, self.config.sparse_prediction
@@ -333,13 +301,10 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         logits, loss = _masked_lm(self.lm_head, outputs.last_hidden_state, labels, self.config.sparse_prediction,
                                   **kwargs)
@@ -371,13 +336,10 @@ class LineageBertForNextSentencePrediction(LineageBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> NextSentencePredictorOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         logits = self.nsp_head(outputs.pooler_output)
         return NextSentencePredictorOutput(
@@ -411,13 +373,10 @@ class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
         loss = None
@@ -453,13 +412,10 @@ class LineageBertForTokenClassification(LineageBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> TokenClassifierOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
@@ -493,13 +449,10 @@ class LineageBertForQuestionAnswering(LineageBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         start_positions: torch.Tensor | None = None,
         end_positions: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)  # 2 x (B, T)
         start_logits, end_logits = start_logits.contiguous(), end_logits.contiguous()
@@ -535,9 +488,7 @@ class LineageBertForMultipleChoice(LineageBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MultipleChoiceModelOutput:
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is None or reference.dim() < 3:
@@ -545,9 +496,7 @@ class LineageBertForMultipleChoice(LineageBertPreTrainedModel):
         num_choices = reference.shape[1]
         flat = [x.flatten(0, 1) if x is not None else None
                 for x in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)]
-        outputs = self.bert(
-            *flat, output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True
-        )
+        outputs = self.bert(*flat, return_dict=True, **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)  # (B, num_choices)
         return MultipleChoiceModelOutput(
             loss=_classification_loss(logits, labels),

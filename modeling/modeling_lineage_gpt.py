@@ -21,6 +21,7 @@ Departures from the references:
 
 import math
 from dataclasses import dataclass
+from typing import Unpack
 
 import torch
 from torch import nn
@@ -31,7 +32,8 @@ from transformers.loss.loss_utils import ForCausalLMLoss, ForSequenceClassificat
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
 from transformers.modeling_utils import slice_logits_to_keep
-from transformers.utils.generic import can_return_tuple
+from transformers.utils.generic import TransformersKwargs, can_return_tuple
+from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_lineage_gpt import LineageGptConfig
 from .layers import (
@@ -40,6 +42,7 @@ from .layers import (
     LineageLinear,
     LineagePreTrainedModel,
     check_cached_mask,
+    check_ids_or_embeds,
     check_labels_shape,
     check_mask_shape,
     check_sequence_length,
@@ -91,14 +94,8 @@ class LineageGptModel(LineageGptPreTrainedModel):
         self.embed_tokens = value
 
     def _check_inputs(self, input_ids, inputs_embeds, attention_mask, position_ids, past_length: int) -> None:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Specify exactly one of `input_ids` or `inputs_embeds`.")
-        shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
-        if len(shape) != 2:
-            raise ValueError(f"`input_ids` must have shape (batch, length), got {tuple(shape)}.")
-        (batch, length), limit = shape, self.config.max_position_embeddings
-        if input_ids is not None:
-            check_token_ids(input_ids, self.config.vocab_size, "input_ids", "vocab_size")
+        batch, length = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size)
+        limit = self.config.max_position_embeddings
         total = past_length + length
         check_sequence_length(total, limit, "input_ids" if past_length == 0 else "past_key_values + input_ids")
         against = "input_ids" if past_length == 0 else f"the {past_length} cached + {length} new tokens"
@@ -121,24 +118,7 @@ class LineageGptModel(LineageGptPreTrainedModel):
         positions = attention_mask.long().cumsum(-1) - 1  # (B, S); left padding gives -1
         return positions[:, -length:].clamp(min=0)  # (B, T)
 
-    def _run_blocks(self, hidden_states, mask, past_key_values, output_attentions, output_hidden_states, **kwargs):
-        all_hidden_states = () if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        for layer in self.layers:
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            hidden_states, weights, _ = layer(
-                hidden_states, mask, past_key_values=past_key_values, output_attentions=output_attentions, **kwargs
-            )
-            if output_attentions:
-                all_attentions += (weights,)
-        if self.final_norm is not None:
-            hidden_states = self.final_norm(hidden_states)
-        if output_hidden_states:
-            all_hidden_states += (hidden_states,)
-        return hidden_states, all_hidden_states, all_attentions
-
-    @can_return_tuple
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -147,16 +127,13 @@ class LineageGptModel(LineageGptPreTrainedModel):
         past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPast:
-        """`use_cache` defaults to `config.use_cache` outside training; `attention_mask` covers cached + new tokens."""
+        """`use_cache` defaults to `config.use_cache` outside training; `attention_mask` covers cached + new tokens;
+        `output_hidden_states` / `output_attentions` in `kwargs` are collected by `@capture_outputs`."""
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         self._check_inputs(input_ids, inputs_embeds, attention_mask, position_ids, past_length)
         config = self.config
-        output_attentions = output_attentions if output_attentions is not None else config.output_attentions
-        output_hidden_states = output_hidden_states if output_hidden_states is not None else config.output_hidden_states
         use_cache = use_cache if use_cache is not None else config.use_cache and not self.training
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=config)
@@ -167,14 +144,12 @@ class LineageGptModel(LineageGptPreTrainedModel):
             positions = self._position_ids(attention_mask, past_length, inputs_embeds.shape[1], inputs_embeds.device)
         hidden_states = self.dropout(inputs_embeds + self.embed_positions(positions))
         mask = create_causal_mask(config, inputs_embeds, attention_mask, past_key_values, position_ids)
-        hidden_states, all_hidden_states, all_attentions = self._run_blocks(
-            hidden_states, mask, past_key_values, output_attentions, output_hidden_states, **kwargs
-        )
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, mask, past_key_values=past_key_values, **kwargs)[0]
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
         return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
-            hidden_states=all_hidden_states,
-            attentions=all_attentions,
+            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
         )
 
 
@@ -215,17 +190,15 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss."""
         if labels is not None:
             check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
         outputs = self.transformer(
             input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache=use_cache,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            return_dict=True, **kwargs,
         )
         logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))  # (B, T', V)
         loss = None
@@ -260,8 +233,7 @@ class LineageGptClassifierOutput(ModelOutput):
 def _real_tokens(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
                  attention_mask: torch.Tensor | None, pad_token_id: int | None) -> torch.Tensor:
     """(B, T) bool, True at real tokens: from `attention_mask`, else `input_ids != pad_token_id`."""
-    if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError("Specify exactly one of `input_ids` or `inputs_embeds`.")
+    check_ids_or_embeds(input_ids, inputs_embeds)
     reference = input_ids if input_ids is not None else inputs_embeds[..., 0]  # (B, T)
     if attention_mask is not None:
         check_mask_shape(attention_mask, reference.shape)
@@ -307,12 +279,11 @@ class _LineageGptClassifier(LineageGptPreTrainedModel):
         if labels is not None and self.config.lm_loss_weight > 0 and input_ids is None:
             raise ValueError("The auxiliary LM loss (`lm_loss_weight` > 0) needs `input_ids`, not `inputs_embeds`.")
 
-    def _scores(self, input_ids, real, position_ids, inputs_embeds, output_attentions,
-                output_hidden_states) -> tuple[torch.Tensor, BaseModelOutputWithPast]:
+    def _scores(self, input_ids, real, position_ids, inputs_embeds,
+                **kwargs: Unpack[TransformersKwargs]) -> tuple[torch.Tensor, BaseModelOutputWithPast]:
         """Run the backbone on (N, T) rows masked by `real` (see `_real_tokens`); the (N, num_outputs) scores."""
         outputs = self.transformer(
-            input_ids, real, position_ids, None, inputs_embeds, use_cache=False,
-            output_attentions=output_attentions, output_hidden_states=output_hidden_states, return_dict=True,
+            input_ids, real, position_ids, None, inputs_embeds, use_cache=False, return_dict=True, **kwargs
         )
         return self.score(self.dropout(_at_extract(outputs.last_hidden_state, real))), outputs
 
@@ -350,9 +321,7 @@ class LineageGptForSequenceClassification(_LineageGptClassifier):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> LineageGptClassifierOutput:
         self._check_auxiliary_inputs(input_ids, labels)
         real = _real_tokens(input_ids, inputs_embeds, attention_mask, self.config.pad_token_id)  # (B, T)
@@ -362,9 +331,7 @@ class LineageGptForSequenceClassification(_LineageGptClassifier):
                 f"`labels` must have shape ({batch},) (one class id or value per example) or "
                 f"({batch}, {self.num_labels}) (multi-label), got {tuple(labels.shape)}."
             )
-        logits, outputs = self._scores(
-            input_ids, real, position_ids, inputs_embeds, output_attentions, output_hidden_states
-        )
+        logits, outputs = self._scores(input_ids, real, position_ids, inputs_embeds, **kwargs)
         classification_loss = ForSequenceClassificationLoss(labels, logits, self.config) if labels is not None else None
         return self._output(logits, classification_loss, input_ids, real, outputs)
 
@@ -384,9 +351,7 @@ class LineageGptForMultipleChoice(_LineageGptClassifier):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> LineageGptClassifierOutput:
         self._check_auxiliary_inputs(input_ids, labels)
         reference = input_ids if input_ids is not None else inputs_embeds
@@ -397,7 +362,7 @@ class LineageGptForMultipleChoice(_LineageGptClassifier):
         inputs = (input_ids, attention_mask, position_ids, inputs_embeds)
         ids, mask, positions, embeds = [x.flatten(0, 1) if x is not None else None for x in inputs]  # (B * choices, T)
         real = _real_tokens(ids, embeds, mask, self.config.pad_token_id)
-        scores, outputs = self._scores(ids, real, positions, embeds, output_attentions, output_hidden_states)
+        scores, outputs = self._scores(ids, real, positions, embeds, **kwargs)
         logits = scores.view(batch, num_choices)  # (B, num_choices)
         classification_loss = nn.functional.cross_entropy(logits, labels) if labels is not None else None
         return self._output(logits, classification_loss, ids, real, outputs)

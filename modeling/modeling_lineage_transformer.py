@@ -6,8 +6,10 @@ Source and target tokens share one embedding matrix, multiplied by sqrt(d_model)
 projection (section 3.4); positions are sinusoidal (section 3.5); dropout acts on the sums of embeddings and
 positions and on every sublayer output (section 5.4); training minimises label-smoothed cross-entropy over the
 target (section 5.4). Following the annotated transformer, `LineageTransformerModel` has separate `encode` and
-`decode` steps; generation goes through transformers' `GenerationMixin` with an `EncoderDecoderCache` (the encoder
-runs once, cross-attention keys/values are projected once, self-attention keys/values are cached).
+`decode` steps; as in transformers' Marian, encoder and decoder are pretrained models of their own, so each collects
+its hidden states and attentions through transformers' output capture (`@capture_outputs`). Generation goes through
+transformers' `GenerationMixin` with an `EncoderDecoderCache` (the encoder runs once, cross-attention keys/values
+are projected once, self-attention keys/values are cached).
 
 Departures, by config only (see `LineageTransformerConfig`): pre-norm (with a final LayerNorm per stack), learned
 positions, Marian's split sin|cos layout, an untied output projection and a fixed logits bias. Weights convert to
@@ -19,6 +21,8 @@ base class (normal with `initializer_range`).
 
 Shapes: B batch, S source length, T target length (of this call), C hidden size, V vocabulary size.
 """
+
+from typing import Unpack
 
 import torch
 from torch import nn
@@ -32,7 +36,8 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
-from transformers.utils.generic import can_return_tuple
+from transformers.utils.generic import TransformersKwargs, can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_lineage_transformer import LineageTransformerConfig
 from .layers import (
@@ -42,10 +47,10 @@ from .layers import (
     LineagePreTrainedModel,
     SinusoidalPositionalEmbedding,
     check_cached_mask,
+    check_ids_or_embeds,
     check_labels_shape,
     check_mask_shape,
     check_sequence_length,
-    check_token_ids,
     labelled_positions,
 )
 
@@ -82,31 +87,33 @@ def seq2seq_loss(
     return loss
 
 
-def _flag(value: bool | None, default: bool) -> bool:
-    return value if value is not None else default
+class LineageTransformerPreTrainedModel(LineagePreTrainedModel):
+    config_class = LineageTransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    _no_split_modules = ["LineageBlock"]
+    auto_classes = {
+        "AutoModel": "LineageTransformerModel",
+        "AutoModelForSeq2SeqLM": "LineageTransformerForConditionalGeneration",
+    }
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, LineageTransformerForConditionalGeneration) and module.final_logits_bias is not None:
+            zeros_(module.final_logits_bias)
 
 
-def _check_ids(
-    ids: torch.Tensor | None, embeds: torch.Tensor | None, config, name: str, embeds_name: str
-) -> torch.Size:
-    """Exactly one of ids (B, L) in [0, vocab_size) or embeddings (B, L, C); returns (B, L)."""
-    if (ids is None) == (embeds is None):
-        raise ValueError(f"Specify exactly one of `{name}` or `{embeds_name}`.")
-    shape = ids.shape if ids is not None else embeds.shape[:-1]
-    if len(shape) != 2:
-        raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(shape)}.")
-    if ids is not None:
-        check_token_ids(ids, config.vocab_size, name, "vocab_size")
-    return shape
-
-
-class LineageTransformerStack(nn.Module):
+class LineageTransformerStack(LineageTransformerPreTrainedModel):
     """N blocks over `Dropout(scale * token embeddings + positions)`: the encoder (bidirectional) or the decoder
-    (causal self-attention plus cross attention); a final LayerNorm only under pre-norm."""
+    (causal self-attention plus cross attention); a final LayerNorm only under pre-norm.
+
+    Encoder and decoder are pretrained models of their own (as Marian's) so that each `forward` captures its own
+    hidden states and attentions (`@capture_outputs`), also when `generate()` runs the encoder alone; their
+    submodules keep the checkpoint keys `model.encoder.*` and `model.decoder.*`.
+    """
 
     def __init__(self, config: LineageTransformerConfig, is_decoder: bool):
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embed_scale = config.hidden_size**0.5 if config.scale_embedding else 1.0
         if config.position_embedding_type == "sinusoidal":
             interleaved = config.sinusoidal_layout == "interleaved"
@@ -124,40 +131,20 @@ class LineageTransformerStack(nn.Module):
             nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
         )
 
+    def init_weights(self) -> None:
+        """Left to the model holding both stacks, which initialises them in one pass once both are built: each stack
+        initialising itself as it is built would reorder the random draws, so a seed would give other weights."""
+
     def embed(self, inputs_embeds: torch.Tensor, offset: int = 0) -> torch.Tensor:
         positions = torch.arange(offset, offset + inputs_embeds.shape[1], device=inputs_embeds.device)[None]  # (1, T)
         return self.dropout(inputs_embeds * self.embed_scale + self.embed_positions(positions))  # (B, T, C)
 
-    def run_layers(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> tuple[torch.Tensor, tuple | None, tuple | None, tuple | None]:
-        all_hidden_states = () if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        all_cross_attentions = () if output_attentions and encoder_hidden_states is not None else None
+    def run_layers(self, hidden_states: torch.Tensor, *masks_and_memory: torch.Tensor | None, **kwargs) -> torch.Tensor:
+        """`hidden_states` through every block; tensors that carry gradients go positionally, as gradient
+        checkpointing requires."""
         for layer in self.layers:
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            # tensors that carry gradients go positionally, as gradient checkpointing requires
-            hidden_states, weights, cross_weights = layer(
-                hidden_states, attention_mask, encoder_hidden_states, encoder_attention_mask,
-                past_key_values=past_key_values, output_attentions=output_attentions,
-            )
-            if output_attentions:
-                all_attentions += (weights,)
-                if all_cross_attentions is not None:
-                    all_cross_attentions += (cross_weights,)
-        if self.final_norm is not None:
-            hidden_states = self.final_norm(hidden_states)
-        if output_hidden_states:
-            all_hidden_states += (hidden_states,)
-        return hidden_states, all_hidden_states, all_attentions, all_cross_attentions
+            hidden_states = layer(hidden_states, *masks_and_memory, **kwargs)[0]
+        return self.final_norm(hidden_states) if self.final_norm is not None else hidden_states
 
 
 class LineageTransformerEncoder(LineageTransformerStack):
@@ -166,40 +153,47 @@ class LineageTransformerEncoder(LineageTransformerStack):
     def __init__(self, config: LineageTransformerConfig):
         super().__init__(config, is_decoder=False)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.post_init()
 
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if module is self.embed_tokens:
+            normal_(module.weight, mean=0.0, std=self.config.hidden_size**-0.5)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                zeros_(module.weight[module.padding_idx])
+
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         config = self.config
-        shape = _check_ids(input_ids, inputs_embeds, config, "input_ids", "inputs_embeds")
+        shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size)
         check_sequence_length(shape[1], config.max_position_embeddings, "input_ids")
         check_mask_shape(attention_mask, shape)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, C)
         hidden_states = self.embed(inputs_embeds)
         mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-        hidden_states, all_hidden_states, all_attentions, _ = self.run_layers(
-            hidden_states, mask,
-            output_attentions=_flag(output_attentions, config.output_attentions),
-            output_hidden_states=_flag(output_hidden_states, config.output_hidden_states),
-        )
-        return BaseModelOutput(
-            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
-        )
+        return BaseModelOutput(last_hidden_state=self.run_layers(hidden_states, mask, **kwargs))
 
 
 class LineageTransformerDecoder(LineageTransformerStack):
     """The decoder, over (unscaled) target token embeddings looked up by the model in the shared matrix."""
 
+    _can_record_outputs = {
+        **LineagePreTrainedModel._can_record_outputs,
+        "cross_attentions": OutputRecorder(LineageBlock, index=2),
+    }
+
     def __init__(self, config: LineageTransformerConfig):
         super().__init__(config, is_decoder=True)
+        self.post_init()
 
+    @capture_outputs
     def forward(
         self,
         inputs_embeds: torch.Tensor,
@@ -207,8 +201,7 @@ class LineageTransformerDecoder(LineageTransformerStack):
         attention_mask: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         offset = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden_states = self.embed(inputs_embeds, offset)
@@ -220,51 +213,20 @@ class LineageTransformerDecoder(LineageTransformerStack):
             config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )
-        hidden_states, all_hidden_states, all_attentions, all_cross_attentions = self.run_layers(
-            hidden_states, causal_mask, encoder_hidden_states, cross_mask, past_key_values,
-            output_attentions, output_hidden_states,
+        hidden_states = self.run_layers(
+            hidden_states, causal_mask, encoder_hidden_states, cross_mask, past_key_values=past_key_values, **kwargs
         )
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states,
-            past_key_values=past_key_values,
-            hidden_states=all_hidden_states,
-            attentions=all_attentions,
-            cross_attentions=all_cross_attentions,
+            last_hidden_state=hidden_states, past_key_values=past_key_values
         )
-
-
-def _source_shape(
-    input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None, encoder_outputs: BaseModelOutput | None
-) -> torch.Size:
-    if encoder_outputs is not None:
-        return encoder_outputs.last_hidden_state.shape[:2]
-    if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError("Specify exactly one of `input_ids` or `inputs_embeds`, or give `encoder_outputs`.")
-    return input_ids.shape[:2] if input_ids is not None else inputs_embeds.shape[:2]
-
-
-class LineageTransformerPreTrainedModel(LineagePreTrainedModel):
-    config_class = LineageTransformerConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    _no_split_modules = ["LineageBlock"]
-    auto_classes = {
-        "AutoModel": "LineageTransformerModel",
-        "AutoModelForSeq2SeqLM": "LineageTransformerForConditionalGeneration",
-    }
-
-    def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        if module is self.get_input_embeddings():
-            normal_(module.weight, mean=0.0, std=self.config.hidden_size**-0.5)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, LineageTransformerForConditionalGeneration) and module.final_logits_bias is not None:
-            zeros_(module.final_logits_bias)
 
 
 class LineageTransformerModel(LineageTransformerPreTrainedModel):
-    """The bare encoder-decoder: decoder hidden states (and the encoder's), without the output projection."""
+    """The bare encoder-decoder: decoder hidden states (and the encoder's), without the output projection.
+
+    `output_hidden_states` / `output_attentions` given as keyword arguments reach the encoder and the decoder,
+    which capture their own (`@capture_outputs`).
+    """
 
     def __init__(self, config: LineageTransformerConfig):
         super().__init__(config)
@@ -283,11 +245,10 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         """Run the encoder once over the source: (B, S) ids -> (B, S, C) memory."""
-        return self.encoder(input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states)
+        return self.encoder(input_ids, attention_mask, inputs_embeds, return_dict=True, **kwargs)
 
     def decode(
         self,
@@ -297,8 +258,7 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         decoder_attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """One decoder pass over (B, T) target ids given the (B, S, C) encoder memory and its (B, S) padding mask;
         with a cache, T is the number of new tokens and earlier keys/values come from the cache."""
@@ -308,7 +268,7 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         )
         return self._decode(
             decoder_input_ids, encoder_hidden_states, attention_mask, decoder_attention_mask, past_key_values,
-            decoder_inputs_embeds, output_attentions, output_hidden_states,
+            decoder_inputs_embeds, **kwargs,
         )
 
     def _check_target(
@@ -320,8 +280,8 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         source_shape: torch.Size,
         attention_mask: torch.Tensor | None,
     ) -> None:
-        shape = _check_ids(decoder_input_ids, decoder_inputs_embeds, self.config, "decoder_input_ids",
-                           "decoder_inputs_embeds")
+        shape = check_ids_or_embeds(decoder_input_ids, decoder_inputs_embeds, self.config.vocab_size,
+                                    "decoder_input_ids", "decoder_inputs_embeds")
         if source_shape[0] != shape[0]:
             raise ValueError(
                 f"`encoder_outputs` have batch size {source_shape[0]} but `decoder_input_ids` have {shape[0]}; "
@@ -346,15 +306,13 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         decoder_attention_mask: torch.Tensor | None,
         past_key_values: Cache | None,
         decoder_inputs_embeds: torch.Tensor | None,
-        output_attentions: bool | None,
-        output_hidden_states: bool | None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if decoder_inputs_embeds is None:
             decoder_inputs_embeds = self.get_input_embeddings()(decoder_input_ids)  # (B, T, C)
         return self.decoder(
             decoder_inputs_embeds, encoder_hidden_states, decoder_attention_mask, attention_mask, past_key_values,
-            _flag(output_attentions, self.config.output_attentions),
-            _flag(output_hidden_states, self.config.output_hidden_states),
+            return_dict=True, **kwargs,
         )
 
     @can_return_tuple
@@ -369,25 +327,25 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         if encoder_outputs is not None and not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
+        source_shape = (
+            encoder_outputs.last_hidden_state.shape[:2] if encoder_outputs is not None
+            else check_ids_or_embeds(input_ids, inputs_embeds)
+        )
         self._check_target(  # both sides are checked before the encoder runs
-            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, past_key_values,
-            _source_shape(input_ids, inputs_embeds, encoder_outputs), attention_mask,
+            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, past_key_values, source_shape,
+            attention_mask,
         )
         if encoder_outputs is None:
-            encoder_outputs = self.encode(
-                input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states
-            )
-        if _flag(use_cache, self.config.use_cache) and past_key_values is None:
+            encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, **kwargs)
+        if (use_cache if use_cache is not None else self.config.use_cache) and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         decoder_outputs = self._decode(
             decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask, decoder_attention_mask,
-            past_key_values, decoder_inputs_embeds, output_attentions, output_hidden_states,
+            past_key_values, decoder_inputs_embeds, **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
@@ -439,10 +397,8 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         if labels is not None:
             use_cache = False
@@ -456,7 +412,7 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
             )
         outputs = self.model(
             input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, past_key_values,
-            inputs_embeds, decoder_inputs_embeds, use_cache, output_attentions, output_hidden_states, return_dict=True,
+            inputs_embeds, decoder_inputs_embeds, use_cache, return_dict=True, **kwargs,
         )
         hidden_states = outputs.last_hidden_state  # (B, T, C)
         if labels is not None and self.config.sparse_prediction:

@@ -221,6 +221,60 @@ def test_return_dict_false_gives_tuples():
     torch.testing.assert_close(as_tuple[0], model(**inputs).loss)
 
 
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_hidden_states_run_from_the_embeddings_to_the_last_hidden_state(norm_position):
+    eager = LineageBertModel(tiny_config(norm_position=norm_position, attn_implementation="eager")).eval()
+    sdpa = LineageBertModel(tiny_config(norm_position=norm_position, attn_implementation="sdpa")).eval()
+    sdpa.load_state_dict(eager.state_dict())
+    inputs = make_inputs(eager.config)
+    out = eager(**inputs, output_attentions=True, output_hidden_states=True)
+    embeddings = eager.embeddings(inputs["input_ids"], inputs["token_type_ids"], None, None)
+    assert len(out.hidden_states) == 3 and len(out.attentions) == 2
+    torch.testing.assert_close(out.hidden_states[0], embeddings)
+    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
+    assert not torch.allclose(out.hidden_states[1], out.hidden_states[2])  # one entry per block, not repeats
+    from_sdpa = sdpa(**inputs, output_attentions=True, output_hidden_states=True)
+    for expected, actual in zip(out.hidden_states + out.attentions, from_sdpa.hidden_states + from_sdpa.attentions,
+                                strict=True):
+        torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("model_class", HEADS[1:], ids=lambda c: c.__name__)
+def test_heads_pass_output_flags_to_the_encoder(model_class):
+    config = tiny_config(attn_implementation="eager")
+    model = model_class(config).eval()
+    inputs = make_inputs(config, model_class)
+    out = model(**inputs, output_attentions=True, output_hidden_states=True)
+    flat = {k: v.flatten(0, 1) if model_class is LineageBertForMultipleChoice else v
+            for k, v in inputs.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    rows = flat["input_ids"].shape[0]  # multiple choice: one row per (example, choice)
+    assert [h.shape for h in out.hidden_states] == [(rows, LENGTH, 32)] * 3
+    assert [a.shape for a in out.attentions] == [(rows, 4, LENGTH, LENGTH)] * 2
+    backbone = model.bert(**flat, output_attentions=True, output_hidden_states=True)
+    for expected, actual in zip(backbone.hidden_states + backbone.attentions, out.hidden_states + out.attentions,
+                                strict=True):
+        torch.testing.assert_close(actual, expected)
+    padded = flat["attention_mask"] == 0  # (rows, T)
+    assert all(weights.masked_select(padded[:, None, None, :]).abs().max() == 0 for weights in out.attentions)
+    as_tuple = model(**inputs, output_attentions=True, output_hidden_states=True, return_dict=False)
+    assert isinstance(as_tuple, tuple) and len(as_tuple) == len(out.to_tuple())
+    for expected, actual in zip(out.hidden_states + out.attentions, as_tuple[-2] + as_tuple[-1], strict=True):
+        torch.testing.assert_close(actual, expected)  # the tuple ends with hidden states, then attentions
+    plain = model(**inputs)
+    assert plain.hidden_states is None and plain.attentions is None
+
+
+def test_output_flags_from_the_config():
+    config = tiny_config(attn_implementation="eager", output_attentions=True, output_hidden_states=True)
+    model = LineageBertForSequenceClassification(config).eval()
+    inputs = make_inputs(config, LineageBertForSequenceClassification)
+    out = model(**inputs)
+    assert len(out.hidden_states) == 3 and len(out.attentions) == 2
+    quiet = model(**inputs, output_attentions=False, output_hidden_states=False)  # a keyword overrides the config
+    assert quiet.hidden_states is None and quiet.attentions is None
+    torch.testing.assert_close(quiet.logits, out.logits)
+
+
 def test_gradient_checkpointing_gives_identical_gradients():
     config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = LineageBertForPreTraining(config).train()

@@ -272,6 +272,53 @@ def test_output_attentions_and_hidden_states(attn):
 
 
 @pytest.mark.parametrize("norm", NORMS)
+def test_hidden_states_and_attentions_with_left_padding(norm):
+    eager = build(LineageGptModel, "eager", norm_position=norm)
+    sdpa = build(LineageGptModel, "sdpa", norm_position=norm)
+    sdpa.load_state_dict(eager.state_dict())
+    ids, mask = pad([tokens(n) for n in (6, 4)], "left")
+    out = eager(ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    embeddings = eager.embed_tokens(ids) + eager.embed_positions(positions)
+    assert len(out.hidden_states) == 3 and len(out.attentions) == 2
+    torch.testing.assert_close(out.hidden_states[0], embeddings)
+    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
+    real = mask.bool()  # (B, T); rows of padding queries attend to nothing real and are left out
+    for weights in out.attentions:
+        rows = weights.transpose(1, 2)[real]  # (real queries, H, T)
+        torch.testing.assert_close(rows.sum(-1), torch.ones(rows.shape[:2]))
+        assert weights[1, :, 2:, :2].abs().max() == 0  # row 1's real queries never attend to its left padding
+        assert weights.triu(diagonal=1)[real[:, None, :, None].expand_as(weights)].abs().max() == 0  # causal
+    from_sdpa = sdpa(ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+    for expected, actual in zip(out.hidden_states, from_sdpa.hidden_states, strict=True):
+        torch.testing.assert_close(actual[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("model_class", (LineageGptForSequenceClassification, LineageGptForMultipleChoice))
+def test_classifiers_pass_output_flags_to_the_backbone(model_class):
+    model = build(model_class, "eager")
+    inputs = head_inputs(model_class)
+    out = model(**inputs, output_attentions=True, output_hidden_states=True)
+    flat = inputs["input_ids"].flatten(0, -2)  # multiple choice: one row per (example, choice)
+    assert [h.shape for h in out.hidden_states] == [(flat.shape[0], 7, 32)] * 3
+    assert [a.shape for a in out.attentions] == [(flat.shape[0], 4, 7, 7)] * 2
+    backbone = model.transformer(flat, output_attentions=True, output_hidden_states=True)
+    for expected, actual in zip(backbone.hidden_states + backbone.attentions, out.hidden_states + out.attentions,
+                                strict=True):
+        torch.testing.assert_close(actual, expected)
+    as_tuple = model(**inputs, output_attentions=True, output_hidden_states=True, return_dict=False)
+    assert isinstance(as_tuple, tuple)
+    for expected, actual in zip(out.hidden_states + out.attentions, as_tuple[-2] + as_tuple[-1], strict=True):
+        torch.testing.assert_close(actual, expected)  # the tuple ends with hidden states, then attentions
+    model.config.output_hidden_states = model.config.output_attentions = True
+    from_config = model(**inputs)
+    assert len(from_config.hidden_states) == 3 and len(from_config.attentions) == 2
+    model.config.output_hidden_states = model.config.output_attentions = False
+    plain = model(**inputs)
+    assert plain.hidden_states is None and plain.attentions is None
+
+
+@pytest.mark.parametrize("norm", NORMS)
 def test_gradient_checkpointing_gives_identical_gradients(norm):
     model = build(LineageGptForCausalLM, norm_position=norm, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model.train()

@@ -218,6 +218,74 @@ def test_return_dict_false_gives_tuples():
     assert isinstance(out, tuple) and out[0].ndim == 0 and out[1].shape == (3, 4, 99)
 
 
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_hidden_states_run_from_the_embeddings_to_the_last_hidden_state(norm_position):
+    eager = build(LineageTransformerModel, attn="eager", norm_position=norm_position)
+    sdpa = build(LineageTransformerModel, attn="sdpa", norm_position=norm_position)
+    sdpa.load_state_dict(eager.state_dict())
+    input_ids, attention_mask = sources()
+    target = tokens(3, 5)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": target}
+    out = eager(**inputs, output_attentions=True, output_hidden_states=True)
+    encoder, decoder = eager.encoder, eager.decoder
+    torch.testing.assert_close(out.encoder_hidden_states[0], encoder.embed(encoder.embed_tokens(input_ids)))
+    torch.testing.assert_close(out.decoder_hidden_states[0], decoder.embed(encoder.embed_tokens(target)))
+    torch.testing.assert_close(out.encoder_hidden_states[-1], out.encoder_last_hidden_state)
+    torch.testing.assert_close(out.decoder_hidden_states[-1], out.last_hidden_state)
+    assert (len(out.encoder_hidden_states), len(out.decoder_hidden_states)) == (3, 3)
+    assert (len(out.encoder_attentions), len(out.decoder_attentions), len(out.cross_attentions)) == (2, 2, 2)
+    padded = attention_mask == 0  # (B, S): source padding, as keys of encoder self-attention and cross attention
+    for weights in out.encoder_attentions + out.cross_attentions:
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+        assert weights.masked_select(padded[:, None, None, :]).abs().max() == 0
+    for weights in out.decoder_attentions:
+        torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 5))
+        assert weights.triu(diagonal=1).abs().max() == 0
+    from_sdpa = sdpa(**inputs, output_attentions=True, output_hidden_states=True)
+    for name in ("encoder_hidden_states", "decoder_hidden_states", "encoder_attentions", "decoder_attentions",
+                 "cross_attentions"):
+        for expected, actual in zip(out[name], from_sdpa[name], strict=True):
+            torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_conditional_generation_passes_output_flags_through():
+    model = build(attn="eager")
+    input_ids, attention_mask = sources()
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": tokens(3, 5)}
+    out = model(**inputs, output_attentions=True, output_hidden_states=True)
+    base = model.model(**inputs, output_attentions=True, output_hidden_states=True)
+    names = ("decoder_hidden_states", "decoder_attentions", "cross_attentions", "encoder_hidden_states",
+             "encoder_attentions")
+    for name in names:
+        assert len(out[name]) == (3 if name.endswith("hidden_states") else 2), name
+        for expected, actual in zip(base[name], out[name], strict=True):
+            torch.testing.assert_close(actual, expected, msg=name)
+    as_tuple = model(**inputs, output_attentions=True, output_hidden_states=True, return_dict=False)
+    assert isinstance(as_tuple, tuple) and len(as_tuple) == len(out.to_tuple())
+    model.config.output_hidden_states = model.config.output_attentions = True
+    from_config = model(**inputs)
+    assert all(len(from_config[name]) == len(out[name]) for name in names)
+    model.config.output_hidden_states = model.config.output_attentions = False
+    plain = model(**inputs)
+    assert all(getattr(plain, name) is None for name in names)
+
+
+def test_generate_returns_encoder_and_decoder_attentions_and_hidden_states():
+    model = build(attn="eager")
+    input_ids, attention_mask = sources()
+    out = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=3, do_sample=False,
+                         return_dict_in_generate=True, output_attentions=True, output_hidden_states=True)
+    encoded = model.model.encode(input_ids, attention_mask, output_attentions=True, output_hidden_states=True)
+    assert len(out.encoder_hidden_states) == 3 and len(out.encoder_attentions) == 2
+    for expected, actual in zip(encoded.hidden_states + encoded.attentions,
+                                out.encoder_hidden_states + out.encoder_attentions, strict=True):
+        torch.testing.assert_close(actual, expected)
+    assert len(out.decoder_attentions) == len(out.cross_attentions) == len(out.decoder_hidden_states) == 3  # steps
+    assert all(len(step) == 2 for step in out.decoder_attentions + out.cross_attentions)
+    assert all(len(step) == 3 for step in out.decoder_hidden_states)
+    assert [step[0].shape for step in out.cross_attentions] == [(3, 4, 1, 7)] * 3  # one new token per step
+
+
 # ---------------------------------------------------------------------------------------------- cache and generate
 
 
