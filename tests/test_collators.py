@@ -1,21 +1,17 @@
-"""Collators and example builders: BERT masking and NSP statistics on >= 100k tokens, packing exactness,
-seq2seq shifting, label alignment, QA offsets, dynamic padding."""
-
-import random
-from types import SimpleNamespace
+"""Collators: dynamic padding, BERT masking statistics on >= 100k tokens and per-example seeding, causal-LM labels,
+seq2seq labels (which the model shifts into its decoder inputs)."""
 
 import pytest
 import torch
 
-from train.core.collators import (
-    IGNORE_INDEX, CausalLMCollator, LabelAlignmentError, MaskedLMCollator, PaddingCollator, QAAnswerSpanError,
-    Seq2SeqCollator, create_nsp_examples, encode_classification, encode_qa, encode_seq2seq,
-    encode_token_classification, pack_sequences, pad_sequences, truncate_seq_pair,
-)
+from modeling import LineageTransformerConfig, LineageTransformerForConditionalGeneration
 from modeling.modeling_lineage_transformer import shift_tokens_right
+from train.core.collators import (
+    IGNORE_INDEX, CausalLMCollator, MaskedLMCollator, PaddingCollator, Seq2SeqCollator, pad_sequences,
+)
 from train.core.corpus import generate_records, tokenizer_training_texts
-from train.core.tokenization import MissingSpecialTokenError, train_tokenizer
-
+from train.core.examples import encode_classification, encode_seq2seq
+from train.core.tokenization import MissingSpecialTokenError, config_kwargs_from_tokenizer, train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -153,66 +149,24 @@ def test_mlm_rejects_tokenizer_without_mask(gpt):
         MaskedLMCollator(gpt)
 
 
-# ----------------------------------------------------------------------------- NSP
-
-def _synthetic_documents(count: int, rng: random.Random):
-    """Token id = doc * 10_000 + position, so every token tells its document and order."""
-    docs = []
-    for d in range(count):
-        position, sentences = 0, []
-        for _ in range(rng.randint(2, 12)):
-            length = rng.randint(3, 25)
-            sentences.append([d * 10_000 + 100 + position + i for i in range(length)])
-            position += length
-        docs.append(sentences)
-    return docs
-
-
-def test_nsp_is_fifty_fifty_and_pairs_are_real(bert):
-    tokenizer = SimpleNamespace(cls_token_id=2, sep_token_id=3)
-    docs = _synthetic_documents(1500, random.Random(0))
-    examples = create_nsp_examples(docs, tokenizer, max_length=64, seed=0, dupe_factor=2)
-    assert len(examples) > 5000
-    rate = sum(e["next_sentence_label"] for e in examples) / len(examples)
-    assert abs(rate - 0.5) < 0.02
-    for e in examples:
-        ids, types = e["input_ids"], e["token_type_ids"]
-        assert len(ids) <= 64 and ids[0] == 2 and ids[-1] == 3 and len(types) == len(ids)
-        split = ids.index(3)
-        a, b = ids[1:split], ids[split + 1:-1]
-        assert types == [0] * (split + 1) + [1] * (len(b) + 1) and a and b
-        doc_a, doc_b = {t // 10_000 for t in a}, {t // 10_000 for t in b}
-        assert len(doc_a) == 1 and len(doc_b) == 1
-        if e["next_sentence_label"] == 0:
-            assert doc_a == doc_b and max(a) < min(b), "IsNext: B must follow A in the same document"
-        else:
-            assert doc_a != doc_b, "NotNext: B must come from another document"
-
-
-def test_truncate_seq_pair_trims_longer_side_from_both_ends():
-    rng, fronts, backs = random.Random(0), 0, 0
-    for _ in range(50):
-        a, b = list(range(30)), list(range(100, 110))
-        truncate_seq_pair(a, b, 25, rng)
-        assert len(a) + len(b) == 25 and b == list(range(100, 110))
-        fronts += a[0] != 0
-        backs += a[-1] != 29
-    assert fronts and backs
-
-
-# ----------------------------------------------------------------------------- causal LM
-
-def test_packing_keeps_every_token_once():
-    rng = random.Random(0)
-    docs = [[rng.randint(10, 999) for _ in range(rng.randint(0, 300))] for _ in range(400)]
-    stream = [t for d in docs for t in (*d, 7)]
-    for block_size in (1, 16, 128, 1000):
-        blocks = list(pack_sequences(docs, block_size, separator_id=7))
-        assert all(len(b) == block_size for b in blocks)
-        flat = [t for b in blocks for t in b]
-        assert flat == stream[:len(flat)] and len(stream) - len(flat) < block_size
-        kept = list(pack_sequences(docs, block_size, separator_id=7, drop_last=False))
-        assert [t for b in kept for t in b] == stream
+def test_mlm_masks_depend_on_the_example_seed_alone(bert, mlm_features):
+    """With one seed per example, an example's mask is the same whatever shares its batch and however it is padded."""
+    features, seeds = mlm_features[:6], [11, 12, 13, 14, 15, 16]
+    for padding_side, multiple in (("right", None), ("left", 8)):
+        collator = MaskedLMCollator(bert, padding_side=padding_side, pad_to_multiple_of=multiple)
+        together = collator(features, seeds=seeds)
+        for i, (feature, seed) in enumerate(zip(features, seeds)):
+            alone = collator([feature], seeds=[seed])
+            n = len(feature["input_ids"])
+            span = slice(0, n) if padding_side == "right" else slice(together["input_ids"].shape[1] - n, None)
+            last = slice(0, n) if padding_side == "right" else slice(alone["input_ids"].shape[1] - n, None)
+            assert together["input_ids"][i, span].tolist() == alone["input_ids"][0, last].tolist()
+            assert together["labels"][i, span].tolist() == alone["labels"][0, last].tolist()
+            assert (together["labels"][i] != IGNORE_INDEX).sum() == max(1, round(0.15 * (n - 2)))
+    different = MaskedLMCollator(bert)(features, seeds=[seed + 100 for seed in seeds])
+    assert not torch.equal(different["labels"], MaskedLMCollator(bert)(features, seeds=seeds)["labels"])
+    with pytest.raises(ValueError, match="one seed per example"):
+        MaskedLMCollator(bert)(features, seeds=seeds[:2])
 
 
 def test_causal_lm_collator_labels(gpt):
@@ -224,13 +178,17 @@ def test_causal_lm_collator_labels(gpt):
 
 # ----------------------------------------------------------------------------- seq2seq
 
-def test_seq2seq_collator_shifts_labels(s2s):
+def test_seq2seq_collator_pads_labels_and_the_model_shifts_them(s2s):
     encoded = encode_seq2seq({"source": ["seventy-two", "I have three hundred five cats."],
                               "target": ["zweiundsiebzig", "Ich habe dreihundertfünf Katzen."]}, s2s)
     features = [{k: v[i] for k, v in encoded.items()} for i in range(2)]
     assert all(f["input_ids"][-1] == s2s.eos_token_id == f["labels"][-1] for f in features)
     batch = Seq2SeqCollator(s2s, pad_to_multiple_of=8)(features)
-    labels, decoder = batch["labels"], batch["decoder_input_ids"]
+    assert set(batch) == {"input_ids", "attention_mask", "labels"}  # decoder inputs are the model's to derive
+    labels = batch["labels"]
+    config = LineageTransformerConfig(**config_kwargs_from_tokenizer(s2s, "seq2seq"), hidden_size=8,
+                                      num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    decoder = LineageTransformerForConditionalGeneration(config).prepare_decoder_input_ids_from_labels(labels)
     assert labels.shape[1] % 8 == 0 and decoder.shape == labels.shape
     assert (decoder[:, 0] == s2s.bos_token_id).all()
     for i, f in enumerate(features):
@@ -238,78 +196,10 @@ def test_seq2seq_collator_shifts_labels(s2s):
         assert labels[i, :n].tolist() == f["labels"] and (labels[i, n:] == IGNORE_INDEX).all()
         assert decoder[i, 1:n + 1].tolist() == f["labels"] and (decoder[i, n + 1:] == s2s.pad_token_id).all()
     assert s2s.decode(features[1]["labels"], skip_special_tokens=True) == "Ich habe dreihundertfünf Katzen."
+    with pytest.raises(ValueError, match="padded on the right"):
+        Seq2SeqCollator(s2s, padding_side="left")
 
 
 def test_shift_tokens_right():
     labels = torch.tensor([[5, 6, 2, -100]])
     assert shift_tokens_right(labels, 0, 1).tolist() == [[1, 5, 6, 2]]
-
-
-# ----------------------------------------------------------------------------- token classification
-
-def test_labels_on_first_subtoken(bert):
-    words = [["Anna", "Strombergsson", "visited", "Kuala", "Lumpurian", "."]]
-    tags = [[1, 2, 0, 3, 4, 0]]
-    out = encode_token_classification({"tokens": words, "ner_tags": tags}, bert)
-    tokens = bert.convert_ids_to_tokens(out["input_ids"][0])
-    labels = out["labels"][0]
-    assert labels[0] == labels[-1] == IGNORE_INDEX  # [CLS], [SEP]
-    assert any(t.startswith("##") for t in tokens), "want a word split into sub-tokens"
-    for token, label in zip(tokens[1:-1], labels[1:-1]):
-        assert (label == IGNORE_INDEX) == token.startswith("##")
-    assert [x for x in labels if x != IGNORE_INDEX] == tags[0]
-    batch = PaddingCollator(bert)([{k: v[0] for k, v in out.items()},
-                                   {"input_ids": [2, 3], "token_type_ids": [0, 0], "attention_mask": [1, 1],
-                                    "labels": [IGNORE_INDEX, IGNORE_INDEX]}])
-    assert (batch["labels"][1] == IGNORE_INDEX).all()
-
-
-def test_label_alignment_error_names_row(bert):
-    with pytest.raises(LabelAlignmentError, match="row 11: 2 words"):
-        encode_token_classification({"tokens": [["a", "b"]], "ner_tags": [[0]]}, bert, indices=[11])
-
-
-# ----------------------------------------------------------------------------- QA
-
-def test_qa_offsets_map_answers_to_tokens(bert):
-    rows = generate_records("qa", "train", size=60)
-    examples = {k: [r[k] for r in rows] for k in rows[0]}
-    out = encode_qa(examples, bert, max_length=384)
-    assert len(out["input_ids"]) == len(rows)  # every context fits one window
-    answered = 0
-    for i, row in enumerate(rows):
-        start, end = out["start_positions"][i], out["end_positions"][i]
-        if row["answers"]["text"]:
-            answered += 1
-            span = bert.decode(out["input_ids"][i][start:end + 1])
-            assert span == row["answers"]["text"][0].lower()
-            assert bert.convert_ids_to_tokens(out["input_ids"][i])[start] != "[CLS]"
-        else:
-            assert start == end == 0
-    assert 0 < answered < len(rows)
-
-
-def test_qa_doc_stride_windows(bert):
-    filler = " ".join(f"Sentence number {i} says nothing." for i in range(60))
-    context = filler + " The treasure is buried in Lisbon. " + filler
-    start = context.index("Lisbon")
-    examples = {"id": ["x"], "question": ["Where is the treasure?"], "context": [context],
-                "answers": [{"text": ["Lisbon"], "answer_start": [start]}]}
-    out = encode_qa(examples, bert, max_length=96, doc_stride=32, keep_offsets=True)
-    windows = len(out["input_ids"])
-    assert windows > 5 and out["example_id"] == [0] * windows
-    hits = [i for i in range(windows) if out["start_positions"][i] != 0]
-    assert hits and len(hits) < windows  # found where the window holds it, [CLS] elsewhere
-    for i in hits:
-        s, e = out["start_positions"][i], out["end_positions"][i]
-        assert bert.decode(out["input_ids"][i][s:e + 1]) == "lisbon"
-        assert out["offset_mapping"][i][s][0] == start
-    assert all(len(ids) <= 96 for ids in out["input_ids"])
-    assert out["offset_mapping"][0][0] is None  # [CLS] and question tokens carry no context offsets
-
-
-def test_qa_answer_outside_context_is_an_error(bert):
-    examples = {"id": ["q7"], "question": ["Where?"], "context": ["Anna lives in Oslo."],
-                "answers": [{"text": ["Oslo"], "answer_start": [40]}]}
-    with pytest.raises(QAAnswerSpanError, match=r"row 7 \(id 'q7'\).*outside its context of 19 characters"):
-        encode_qa(examples, bert, indices=[7])

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from train.core.collators import QAAnswerSpanError
+from train.core.examples import QAAnswerSpanError
 from train.core.corpus import tokenizer_training_texts
 from train.core.data import (
     DataError, DataFileNotFoundError, EmptyDataFileError, InvalidUTF8Error, MalformedRowError, MissingColumnError,

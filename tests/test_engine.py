@@ -2,22 +2,14 @@
 schedules and parameter groups. Runs the BERT pretraining script for a few steps on the tiny preset."""
 
 import json
-import math
 from pathlib import Path
 
 import pytest
 import torch
 
-from train.core import engine as engine_module
-from train.core.engine import (
-    CheckpointError,
-    Engine,
-    NonFiniteLossError,
-    TokenizerMismatchError,
-    complete_checkpoints,
-    parameter_groups,
-    schedule_lambda,
-)
+from train.core.checkpoints import CheckpointError, complete_checkpoints, verify_checkpoint
+from train.core.engine import Engine, NonFiniteLossError
+from train.core.tokenization import TokenizerMismatchError
 from train.pretrain_bert import main as pretrain_bert
 
 RECIPE = "configs/recipes/bert-pretrain-tiny.yaml"
@@ -90,7 +82,7 @@ def test_crash_during_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
         run(out, "--max_steps", "6", "--save_steps", "3")
     found = complete_checkpoints(out / "checkpoints")
     assert [p.name for p in found] == ["step-00000003"]
-    engine_module.verify_checkpoint(found[0])  # intact: every file has its recorded size
+    verify_checkpoint(found[0])  # intact: every file has its recorded size
 
 
 def test_nan_loss_stops_with_step_number_and_keeps_last_checkpoint(tmp_path, monkeypatch):
@@ -142,24 +134,3 @@ def test_missing_preset_and_data_file_are_refused(tmp_path):
         run(tmp_path / "run", "--model", "bert-nonexistent")
     with pytest.raises(FileNotFoundError, match="nope.txt"):
         run(tmp_path / "run", "--train_file", str(tmp_path / "nope.txt"))
-
-
-def test_parameter_groups_exclude_biases_and_norms_from_decay():
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4), torch.nn.Embedding(5, 4))
-    decay, no_decay = parameter_groups(model, 0.1)
-    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
-    assert {p.ndim for p in decay["params"]} == {2} and len(decay["params"]) == 2
-    assert {p.ndim for p in no_decay["params"]} == {1} and len(no_decay["params"]) == 3
-
-
-def test_schedules():
-    linear = schedule_lambda("linear", 10, 110)
-    assert linear(0) == pytest.approx(0.1) and linear(9) == pytest.approx(1.0)
-    assert linear(60) == pytest.approx(0.5) and linear(110) == 0.0
-    cosine = schedule_lambda("cosine", 10, 110)
-    assert cosine(9) == pytest.approx(1.0) and cosine(60) == pytest.approx(0.5) and cosine(110) == pytest.approx(0.0)
-    inv = schedule_lambda("inverse_sqrt", 4000, 100_000, d_model=512)
-    paper = lambda step: 512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5)  # noqa: E731
-    for step in (1, 100, 3999, 4000, 4001, 50_000):
-        assert inv(step - 1) == pytest.approx(paper(step))
-    assert max(range(1, 10_000), key=lambda s: inv(s - 1)) == 4000

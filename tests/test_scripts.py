@@ -11,7 +11,7 @@ import yaml
 
 from conftest import run_clean_process
 from train import finetune, pretrain_bert, pretrain_gpt, train_translation
-from train.core.model_card import read_card_metadata
+from train.core.publish import read_card_metadata
 
 torch.set_num_threads(1)
 QUIET = ("--progress_bar", "false")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import PaddingCollator
-from train.core.common import build_model, get_tokenizer, load_split
+from train.core.common import build_model, get_tokenizer, load_splits
 from train.core.data import tokenize_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -64,6 +64,13 @@ def _label_names(dataset, column: str | None) -> list[str] | None:
     return [str(i) for i in range(max(flat) + 1)]
 
 
+def _label_fields(names: list[str] | None) -> dict:
+    """The config fields of a head with these label names (none for QA)."""
+    if names is None:
+        return {}
+    return {"num_labels": len(names), "id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
+
+
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     if recipe.task not in TASKS:
@@ -75,8 +82,7 @@ def main(argv: list[str] | None = None):
         raise RecipeError(f"task {recipe.task!r} is not available for model {recipe.model!r}")
     text, pair, label = recipe.text_column or text, recipe.text_pair_column or pair, recipe.label_column or label
     columns = [c for c in (text, pair, label) if c] + (["answers"] if encode_task == "qa" else [])
-    train_rows = load_split(recipe, "train", columns, default_data)
-    eval_rows = load_split(recipe, "validation", columns, default_data)
+    train_rows, eval_rows = load_splits(recipe, columns, default_data)
 
     def texts():
         for row in train_rows:
@@ -85,11 +91,7 @@ def main(argv: list[str] | None = None):
                     yield " ".join(row[column]) if isinstance(row[column], list) else row[column]
 
     tokenizer = get_tokenizer(recipe, family, texts)
-    names = _label_names(train_rows, label)
-    fields = {}
-    if names is not None:
-        fields = {"num_labels": len(names), "id2label": dict(enumerate(names)),
-                  "label2id": {n: i for i, n in enumerate(names)}}
+    fields = _label_fields(_label_names(train_rows, label))
     if family == "gpt":
         fields["lm_loss_weight"] = recipe.lm_loss_weight
     model = build_model(recipe, auto_class, tokenizer, family, **fields)

@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 import torch
+import transformers
 
+import modeling
 from train import finetune, pretrain_bert, pretrain_gpt, train_translation
 from train.core.corpus import tokenizer_training_texts
 from train.core.tokenization import train_tokenizer
@@ -35,9 +37,6 @@ STAGES = [
     ("gpt-nli", finetune.main, "main-gpt-nli", None, "gpt-pretrain", ("eval_accuracy", "eval_f1")),
     ("translation", train_translation.main, "main-translation", "seq2seq", None, ("eval_bleu", "eval_exact_match", "sample_0")),
 ]
-AUTO_CLASSES = {"bert-pretrain": "AutoModelForPreTraining", "bert-nli": "AutoModelForSequenceClassification",
-                "gpt-pretrain": "AutoModelForCausalLM", "gpt-nli": "AutoModelForSequenceClassification",
-                "translation": "AutoModelForSeq2SeqLM"}
 QUICK = ["--max_steps", "8", "--train_size", "120", "--eval_size", "24", "--save_steps", "0", "--logging_steps", "4",
          "--warmup_steps", "2", "--model_overrides", "{hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, "
          "intermediate_size: 64, max_position_embeddings: 128}"]
@@ -52,11 +51,12 @@ def train_tokenizers(folder: Path, quick: bool) -> dict[str, Path]:
     return out
 
 
-def check_loads(name: str, folder: Path) -> str:
-    """Load the folder through the Auto classes, as a user would; return the class loaded."""
-    import transformers
-
-    model = getattr(transformers, AUTO_CLASSES[name]).from_pretrained(str(folder), trust_remote_code=True)
+def check_loads(folder: Path) -> str:
+    """Load the folder through the Auto class its model is registered under, as a user would; return the class
+    loaded."""
+    architecture = transformers.AutoConfig.from_pretrained(str(folder)).architectures[0]
+    auto_class = getattr(transformers, getattr(modeling, architecture).auto_class_name())
+    model = auto_class.from_pretrained(str(folder), trust_remote_code=True)
     transformers.AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True)
     return type(model).__name__
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         results, folder = script(argv_stage)
         seconds = time.perf_counter() - t0
         rows.append({"name": name, "seconds": seconds, "cpu_seconds": time.process_time() - cpu0,
-                     "folder": str(folder), "loads_as": check_loads(name, folder),
+                     "folder": str(folder), "loads_as": check_loads(folder),
                      "figures": {k.removeprefix("eval_"): results[k] for k in figures if k in results},
                      "results": {k: v for k, v in results.items() if isinstance(v, (int, float, str))}})
         print(f"== {name}: {seconds:.0f}s, " + ", ".join(f"{k}={_format(v)}" for k, v in rows[-1]["figures"].items()))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import MaskedLMCollator
-from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_split
+from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_splits
 from train.core.data import prepare_nsp_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -61,8 +61,7 @@ def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str,
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
-    train_docs = load_split(recipe, "train", ("text",), "embedded:documents")
-    eval_docs = load_split(recipe, "validation", ("text",), "embedded:documents")
+    train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
     tokenizer = get_tokenizer(recipe, "bert", lambda: train_docs["text"])
     model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert",
                         sparse_prediction=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import CausalLMCollator
-from train.core.common import build_model, get_tokenizer, load_split
+from train.core.common import build_model, get_tokenizer, load_splits
 from train.core.data import prepare_causal_lm_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -40,8 +40,7 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, seed: int)
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
-    train_docs = load_split(recipe, "train", ("text",), "embedded:documents")
-    eval_docs = load_split(recipe, "validation", ("text",), "embedded:documents")
+    train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
     tokenizer = get_tokenizer(recipe, "gpt", lambda: train_docs["text"])
     model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt")
     train_data = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import Seq2SeqCollator
-from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_split
+from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_splits
 from train.core.data import tokenize_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -48,8 +48,7 @@ def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
     columns = ("source", "target")
-    train_rows = load_split(recipe, "train", columns, "embedded:translation")
-    eval_rows = load_split(recipe, "validation", columns, "embedded:translation")
+    train_rows, eval_rows = load_splits(recipe, columns, "embedded:translation")
     tokenizer = get_tokenizer(recipe, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
     fields = {"sparse_prediction": True}
     if recipe.label_smoothing is not None:

@@ -1,8 +1,8 @@
 """What every entry script wires the same way: data splits, the tokenizer, the model, and the run summary.
 
-- `load_split(recipe, split, columns)`: `train_file` / `validation_file` when given, else `recipe.dataset`
-  (`embedded:<task>`, a file, or a Hub name) through `train.core.data.load_text_dataset`; a missing file raises
-  before anything is built.
+- `load_splits(recipe, columns)`: the training and validation splits; each (`load_split`) from
+  `train_file` / `validation_file` when given, else `recipe.dataset` (`embedded:<task>`, a file, or a Hub name)
+  through `train.core.data.load_text_dataset`; a missing file raises before anything is built.
 - `get_tokenizer(recipe, kind, texts)`: `recipe.tokenizer` if set, else the tokenizer saved in the model
   folder being fine-tuned, else one trained on `texts()` with `recipe.tokenizer_vocab_size` tokens.
 - `build_model(recipe, auto_class, tokenizer, kind)`: from a saved folder (`from_pretrained`) or from a
@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,12 @@ def load_split(recipe: Recipe, split: str, columns: Iterable[str] = (), default_
     if size is not None and not embedded and len(dataset) > size:
         dataset = dataset.select(range(size))
     return dataset
+
+
+def load_splits(recipe: Recipe, columns: Iterable[str] = (), default_dataset: str = ""):
+    """`(train, validation)`: both splits of the recipe's data (`load_split`); validation may be None."""
+    return (load_split(recipe, "train", columns, default_dataset),
+            load_split(recipe, "validation", columns, default_dataset))
 
 
 def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]]):
@@ -90,13 +95,4 @@ def dense_prediction_for_saving(model, recipe: Recipe) -> None:
     model.config.sparse_prediction = recipe.model_overrides.get("sparse_prediction", False)
 
 
-def summary_line(name: str, results: dict[str, Any], folder: Path) -> dict[str, Any]:
-    keep = {k: v for k, v in results.items() if isinstance(v, (int, float, str))}
-    return {"run": name, "folder": str(folder), **keep}
-
-
-def write_results(folder: Path, results: dict[str, Any]) -> None:
-    (folder / "results.json").write_text(json.dumps(results, indent=1, default=str))
-
-
-__all__ = ["build_model", "dense_prediction_for_saving", "get_tokenizer", "load_split", "summary_line", "write_results"]
+__all__ = ["build_model", "dense_prediction_for_saving", "get_tokenizer", "load_split", "load_splits"]

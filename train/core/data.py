@@ -18,7 +18,7 @@ memory). Bad input raises a ``DataError`` (a ``ValueError``) or ``DataFileNotFou
 ``FileNotFoundError``) naming the file, the line or row, and the problem: missing or empty files,
 missing columns, text that is not valid UTF-8, malformed JSON lines.
 
-Tokenization (``tokenize_dataset``) runs the batch encoders of ``train.core.collators`` through
+Tokenization (``tokenize_dataset``) runs the batch encoders of ``train.core.examples`` through
 ``Dataset.map(batched=True)``: cached next to file-backed datasets (a second run with the same
 tokenizer and arguments loads the cache), in ``num_proc`` processes when asked, lazily for streams.
 ``prepare_causal_lm_dataset`` packs documents into blocks; ``prepare_nsp_dataset`` builds BERT's
@@ -38,7 +38,8 @@ from pathlib import Path
 import datasets
 from transformers import PreTrainedTokenizerBase
 
-from train.core import collators, corpus
+from train.core import corpus, examples
+from train.core.tokenization import MissingSpecialTokenError
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
            ".parquet": "parquet"}
@@ -275,15 +276,15 @@ def _load_hub(name: str, split: str, columns: Sequence[str], streaming: bool, hu
 
 # ----------------------------------------------------------------------------- tokenization
 
-_ENCODERS = {"causal_lm": collators.encode_causal_lm, "mlm": collators.encode_classification,
-             "classification": collators.encode_classification, "seq2seq": collators.encode_seq2seq,
-             "token_classification": collators.encode_token_classification, "qa": collators.encode_qa}
+_ENCODERS = {"causal_lm": examples.encode_causal_lm, "mlm": examples.encode_classification,
+             "classification": examples.encode_classification, "seq2seq": examples.encode_seq2seq,
+             "token_classification": examples.encode_token_classification, "qa": examples.encode_qa}
 
 
 def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, task: str, *,
                      num_proc: int | None = None, batch_size: int = 1000, load_from_cache_file: bool = True,
                      **encoder_kwargs) -> AnyDataset:
-    """``dataset.map`` of the task's batch encoder (``train.core.collators.encode_*``), batched.
+    """``dataset.map`` of the task's batch encoder (``train.core.examples.encode_*``), batched.
 
     ``encoder_kwargs`` go to the encoder: column names (``text_column``, ``text_pair_column``,
     ``label_column``, ``source_column``, ``target_column``, ``tokens_column``, ``tags_column``) and
@@ -307,8 +308,8 @@ def _call_with_indices(function):
     return functools.partial(_apply_with_indices, function=function)
 
 
-def _apply_with_indices(examples: dict, indices: list[int], function) -> dict:
-    return function(examples, indices=indices)
+def _apply_with_indices(rows: dict, indices: list[int], function) -> dict:
+    return function(rows, indices=indices)
 
 
 def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, block_size: int, *,
@@ -318,7 +319,7 @@ def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenize
     (``tokenizer.eos_token``); column ``input_ids`` only. Packing runs once over the whole stream, so
     no tail is lost between map batches; the packed Dataset is cached under ``cache_dir``."""
     if tokenizer.eos_token_id is None:
-        raise collators.MissingSpecialTokenError("causal-LM packing needs an end-of-text token (eos_token)")
+        raise MissingSpecialTokenError("causal-LM packing needs an end-of-text token (eos_token)")
     tokenized = tokenize_dataset(dataset, tokenizer, "causal_lm", text_column=text_column, num_proc=num_proc,
                                  batch_size=batch_size)
     gen_kwargs = {"tokenized": tokenized, "block_size": block_size, "separator_id": tokenizer.eos_token_id,
@@ -334,7 +335,7 @@ def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenize
 
 def _packed_blocks(tokenized, block_size: int, separator_id: int, drop_last: bool):
     rows = (row["input_ids"] for row in tokenized)
-    for block in collators.pack_sequences(rows, block_size, separator_id, drop_last):
+    for block in examples.pack_sequences(rows, block_size, separator_id, drop_last):
         yield {"input_ids": block}
 
 
@@ -362,13 +363,13 @@ def prepare_nsp_dataset(dataset: datasets.Dataset, tokenizer: PreTrainedTokenize
                             fn_kwargs={"tokenizer": tokenizer, "column": sentences_column if use_sentences
                                        else text_column, "split": not use_sentences},
                             remove_columns=dataset.column_names, desc="tokenizing sentences")
-    examples = collators.create_nsp_examples(tokenized["sentence_ids"], tokenizer, max_length,
-                                             short_seq_prob, seed, dupe_factor)
-    return datasets.Dataset.from_list(examples)
+    pairs = examples.create_nsp_examples(tokenized["sentence_ids"], tokenizer, max_length, short_seq_prob, seed,
+                                         dupe_factor)
+    return datasets.Dataset.from_list(pairs)
 
 
-def _tokenize_sentences(examples: dict, tokenizer: PreTrainedTokenizerBase, column: str, split: bool) -> dict:
-    documents = [split_sentences(t) for t in examples[column]] if split else examples[column]
+def _tokenize_sentences(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, split: bool) -> dict:
+    documents = [split_sentences(t) for t in rows[column]] if split else rows[column]
     flat = [s for doc in documents for s in doc]
     ids = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
     out, start = [], 0

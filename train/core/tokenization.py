@@ -227,7 +227,31 @@ def config_kwargs_from_tokenizer(tokenizer: PreTrainedTokenizerFast, kind: str) 
     return out
 
 
+class TokenizerMismatchError(ValueError):
+    """The tokenizer produces ids the model has no embedding for."""
+
+
+# ----------------------------------------------------------------------------- checks and building blocks
+
+def check_tokenizer_matches_model(tokenizer, config) -> None:
+    """Raise `TokenizerMismatchError` if any id the tokenizer can produce is outside the model's vocabulary."""
+    vocab = len(tokenizer)
+    if vocab > config.vocab_size:
+        raise TokenizerMismatchError(
+            f"the tokenizer has {vocab} tokens but the model's vocab_size is {config.vocab_size}: ids "
+            f"{config.vocab_size}..{vocab - 1} have no embedding; train the tokenizer with vocab_size <= "
+            f"{config.vocab_size} or build the model from the tokenizer")
+    outside = {t: i for t, i in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids)
+               if i is None or i >= config.vocab_size}
+    if outside:
+        raise TokenizerMismatchError(f"special token ids outside the model's vocabulary ({config.vocab_size}): {outside}")
+    pad = getattr(config, "pad_token_id", None)
+    if pad is not None and tokenizer.pad_token_id is not None and pad != tokenizer.pad_token_id:
+        raise TokenizerMismatchError(f"the model's pad_token_id is {pad} but the tokenizer pads with "
+                                     f"{tokenizer.pad_token!r} = {tokenizer.pad_token_id}")
+
+
 __all__ = ["KINDS", "BERT_SPECIAL_TOKENS", "GPT_SPECIAL_TOKENS", "SEQ2SEQ_SPECIAL_TOKENS", "END_OF_TEXT",
            "MissingSpecialTokenError", "VocabularySizeError", "canonical_kind", "special_token_names",
            "minimum_vocab_size", "train_tokenizer", "wrap_tokenizer", "check_special_tokens",
-           "load_tokenizer", "config_kwargs_from_tokenizer"]
+           "load_tokenizer", "config_kwargs_from_tokenizer", "TokenizerMismatchError", "check_tokenizer_matches_model"]

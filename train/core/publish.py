@@ -1,0 +1,184 @@
+"""Publishing a run: the output folder `<output_dir>/model` and what goes in it, and the Hub upload.
+
+`save_run` writes the weights with their code (`save_pretrained`, loadable with `trust_remote_code`), the
+tokenizer, `recipe.yaml`, `results.json`, the loss curve and the model card (`README.md`, with Hub metadata in
+its YAML front matter: `library_name`, `pipeline_tag`, `tags`, `datasets`, `metrics` and a `model-index` holding
+the figures reached, followed by how to load the folder, the results table, the training recipe and the loss
+curve), then uploads the folder when the recipe names a Hub repo (`push_to_hub`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+from accelerate import Accelerator
+
+# class-name suffix -> (Hub pipeline tag, task type in model-index)
+PIPELINE_TAGS = {
+    "ForPreTraining": "fill-mask",
+    "ForMaskedLM": "fill-mask",
+    "ForCausalLM": "text-generation",
+    "ForSequenceClassification": "text-classification",
+    "ForTokenClassification": "token-classification",
+    "ForQuestionAnswering": "question-answering",
+    "ForMultipleChoice": "multiple-choice",
+    "ForConditionalGeneration": "translation",
+}
+_METRIC_KEYS = ("accuracy", "f1", "bleu", "perplexity", "exact_match", "nsp_accuracy", "mlm_accuracy")
+
+
+def _suffix(class_name: str) -> str:
+    return next((s for s in PIPELINE_TAGS if class_name.endswith(s)), "")
+
+
+def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> dict[str, Any]:
+    class_name = type(model).__name__
+    suffix = _suffix(class_name)
+    pipeline_tag = PIPELINE_TAGS.get(suffix, "feature-extraction")
+    figures = {k.removeprefix("eval_"): v for k, v in results.items()
+               if k.removeprefix("eval_") in _METRIC_KEYS and isinstance(v, (int, float))}
+    metadata = {
+        "library_name": "transformers",
+        "pipeline_tag": pipeline_tag,
+        "tags": ["lineage", model.config.model_type, "custom_code"],
+        "datasets": [dataset_name],
+        "metrics": sorted(figures) or ["loss"],
+        "model-index": [{
+            "name": Path(recipe.output_dir).name,
+            "results": [{
+                "task": {"type": pipeline_tag},
+                "dataset": {"name": dataset_name, "type": dataset_name, "split": "validation"},
+                "metrics": [{"type": k, "value": round(float(v), 4)} for k, v in sorted(figures.items())]
+                or [{"type": "loss", "value": round(float(results.get("eval_loss", float("nan"))), 4)}],
+            }],
+        }],
+    }
+    return metadata
+
+
+def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any], *, dataset_name: str | None = None,
+                     description: str = "", extra: str = "") -> Path:
+    """Write `folder/README.md` and return its path."""
+    folder = Path(folder)
+    dataset_name = dataset_name or recipe.dataset or recipe.train_file or "custom"
+    metadata = card_metadata(model, recipe, results, dataset_name)
+    auto = type(model).auto_class_name()
+    rows = "\n".join(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |"
+                     for k, v in results.items() if v is not None)
+    recipe_yaml = yaml.safe_dump({k: v for k, v in recipe.to_dict().items()
+                                  if k not in ("output_dir", "push_to_hub", "resume_from_checkpoint")},
+                                 sort_keys=False)
+    curve = "![loss curve](loss_curve.png)\n" if (folder / "loss_curve.png").is_file() else ""
+    body = f"""# {Path(recipe.output_dir).name}
+
+A `{type(model).__name__}` ({model.config.model_type}, {sum(p.numel() for p in model.parameters()):,} parameters)
+trained with [Lineage](https://github.com/) on `{dataset_name}`. {description}
+
+## Use
+
+```python
+from transformers import {auto}, AutoTokenizer
+
+model = {auto}.from_pretrained("path/or/repo-id", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("path/or/repo-id")
+```
+
+The modelling code is in this folder (`trust_remote_code=True`); the Lineage package is not needed.
+
+## Results
+
+| figure | value |
+|---|---|
+{rows}
+
+{curve}
+## Training recipe
+
+```yaml
+{recipe_yaml}```
+{extra}"""
+    text = "---\n" + yaml.safe_dump(metadata, sort_keys=False) + "---\n\n" + body
+    path = folder / "README.md"
+    path.write_text(text)
+    return path
+
+
+def read_card_metadata(path: str | Path) -> dict[str, Any]:
+    """The YAML front matter of a model card."""
+    text = Path(path).read_text()
+    if not text.startswith("---\n"):
+        raise ValueError(f"{path} has no YAML front matter")
+    return yaml.safe_load(text.split("---\n", 2)[1])
+
+
+def plot_loss_curve(history: list[dict], path: Path, title: str) -> Path:
+    """Training loss per step and evaluation loss, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(h["step"], h["loss"]) for h in history if "loss" in h]
+    evals = [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if train:
+        ax.plot(*zip(*train), label="train loss", linewidth=1)
+    if evals:
+        ax.plot(*zip(*evals), "o-", label="eval loss")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: dict[str, Any] | None = None,
+             card: dict[str, Any] | None = None, extra_files: dict[str, str] | None = None) -> Path:
+    """Write `<output_dir>/model` (module docstring) and push it when the recipe names a repo; every process
+    calls this (FSDP and DeepSpeed gather the weights from all of them). Returns the folder."""
+    output_dir = Path(recipe.output_dir)
+    folder = output_dir / "model"
+    accelerator.wait_for_everyone()
+    state_dict = accelerator.get_state_dict(model)
+    if accelerator.is_main_process:
+        folder.mkdir(parents=True, exist_ok=True)
+        unwrapped = accelerator.unwrap_model(model)
+        unwrapped.save_pretrained(folder, state_dict=state_dict)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+        recipe.save(folder / "recipe.yaml")
+        if (output_dir / "loss_curve.png").is_file():
+            shutil.copy(output_dir / "loss_curve.png", folder / "loss_curve.png")
+        for name, text in (extra_files or {}).items():
+            (folder / name).write_text(text)
+        clean = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str)) or v is None}
+        (folder / "results.json").write_text(json.dumps(clean, indent=1))
+        write_model_card(folder, unwrapped, recipe, clean, **(card or {}))
+    accelerator.wait_for_everyone()
+    if recipe.push_to_hub and accelerator.is_main_process:
+        push_folder(folder, recipe.push_to_hub)
+    return folder
+
+
+def push_folder(folder: Path, repo_id: str) -> None:
+    """Upload `folder` to the Hub repo `repo_id` (created if needed); a failure leaves the folder as it is."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    try:
+        api.create_repo(repo_id, exist_ok=True)
+        api.upload_folder(repo_id=repo_id, folder_path=str(folder))
+    except Exception as error:  # offline, no token, no write access: the saved folder stays usable
+        raise RuntimeError(f"push_to_hub: uploading to {repo_id!r} failed ({error}); the model is saved in {folder}") from error
+
+
+__all__ = ["PIPELINE_TAGS", "card_metadata", "plot_loss_curve", "push_folder", "read_card_metadata", "save_run",
+           "write_model_card"]

@@ -1,0 +1,52 @@
+"""A run's log: every step record and evaluation, in memory (`history`), in `<output_dir>/logs/metrics.jsonl`
+(written by the main process, one JSON object a line) and in TensorBoard (Accelerate's tracker) when the recipe
+reports to it. A resumed run keeps the records up to its checkpoint's step and drops the rest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from accelerate import Accelerator
+
+
+class RunLog:
+    def __init__(self, accelerator: Accelerator, output_dir: Path, tensorboard: bool, recipe_fields: dict):
+        self.accelerator, self.tensorboard = accelerator, tensorboard
+        self.file = output_dir / "logs" / "metrics.jsonl"
+        self.history: list[dict] = []
+        if tensorboard:
+            accelerator.init_trackers("tensorboard", config=_scalars(recipe_fields))
+
+    def restart(self, step: int = 0) -> None:
+        """Keep the records up to `step` (0: a new run keeps none), in memory and on disk."""
+        self.history = [r for r in read_jsonl(self.file) if r.get("step", 0) <= step] if step else []
+        if self.accelerator.is_main_process:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            self.file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+
+    def record(self, record: dict) -> None:
+        self.history.append(record)
+        if self.accelerator.is_main_process:
+            with self.file.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        if self.tensorboard:
+            scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
+            self.accelerator.log(scalars, step=record["step"])
+
+    def values(self, key: str) -> list:
+        """Every logged value of `key`, in order."""
+        return [r[key] for r in self.history if key in r]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _scalars(fields: dict) -> dict:
+    return {k: v if isinstance(v, (int, float, str, bool)) else json.dumps(v) for k, v in fields.items()}
+
+
+__all__ = ["RunLog", "read_jsonl"]
