@@ -52,39 +52,9 @@ from .layers import (
     check_mask_shape,
     check_sequence_length,
     labelled_positions,
+    seq2seq_loss,
+    shift_tokens_right,
 )
-
-
-def shift_tokens_right(
-    labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int | None
-) -> torch.Tensor:
-    """Teacher forcing: decoder inputs are the labels delayed by one step, starting from `decoder_start_token_id`;
-    ignored label positions (-100) become padding."""
-    if decoder_start_token_id is None or pad_token_id is None:
-        raise ValueError(
-            "`decoder_start_token_id` and `pad_token_id` must be set in the config (ids in [0, vocab_size)) to derive "
-            "`decoder_input_ids` from `labels`."
-        )
-    shifted = labels.new_full(labels.shape, decoder_start_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    return shifted.masked_fill(shifted == -100, pad_token_id)
-
-
-def seq2seq_loss(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    label_smoothing: float,
-    num_items_in_batch: torch.Tensor | int | None = None,
-) -> torch.Tensor:
-    """Label-smoothed cross-entropy over target tokens, ignoring -100; a mean over tokens, or a sum divided by
-    `num_items_in_batch` (the token count of all accumulated micro-batches) when the Trainer gives it."""
-    loss = nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device), ignore_index=-100,
-        label_smoothing=label_smoothing, reduction="mean" if num_items_in_batch is None else "sum",
-    )
-    if num_items_in_batch is not None:
-        loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
-    return loss
 
 
 class LineageTransformerPreTrainedModel(LineagePreTrainedModel):
