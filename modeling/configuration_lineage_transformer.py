@@ -2,7 +2,11 @@
 
 Defaults are the paper's base model (table 3): 6 encoder and 6 decoder layers, d_model 512, 8 heads, d_ff 2048,
 ReLU, residual dropout 0.1, a shared 37000-token vocabulary, post-norm, sinusoidal positions, embeddings scaled by
-sqrt(d_model) and shared three ways (encoder input, decoder input, pre-softmax projection), label smoothing 0.1.
+sqrt(d_model) and shared three ways (encoder input, decoder input, pre-softmax projection).
+
+The model's `loss` is plain cross-entropy (the NLL) by default, as every transformers model's, so an evaluation
+loss and a perplexity computed from it mean what they say. The paper's label smoothing of 0.1 (section 5.4) is a
+training choice: the translation recipes set `label_smoothing: 0.1`, as `Trainer` has `label_smoothing_factor`.
 
 Choices the paper leaves open or that other implementations make differently, all by config: learned instead of
 sinusoidal positions (section 3.5 reports both), Marian's split sin|cos position layout, pre-norm, an untied output
@@ -27,7 +31,8 @@ class LineageTransformerConfig(LineageConfig):
         sinusoidal_layout: `"interleaved"` (sin on even, cos on odd dimensions, as the paper writes it) or
             `"split"` (all sin features, then all cos features, as Marian).
         scale_embedding: multiply token embeddings by sqrt(hidden_size) (section 3.4).
-        label_smoothing: epsilon of label-smoothed cross-entropy (section 5.4), in [0, 1).
+        label_smoothing: epsilon of label-smoothed cross-entropy (section 5.4), in [0, 1); 0.0 (the default) gives
+            plain cross-entropy. The paper trains with 0.1, which the translation recipes set.
         final_logits_bias: add a fixed (non-trained) per-token bias buffer to the logits, as Marian does.
         sparse_prediction: when `labels` are given, run the output projection and the softmax only at labelled
             target positions (label != -100), skipping padding; the logits are then (N, vocab) for those N
@@ -54,7 +59,7 @@ class LineageTransformerConfig(LineageConfig):
     position_embedding_type: str = "sinusoidal"
     sinusoidal_layout: str = "interleaved"
     scale_embedding: bool = True
-    label_smoothing: float = 0.1
+    label_smoothing: float = 0.0
     final_logits_bias: bool = False
     sparse_prediction: bool = False
     tie_word_embeddings: bool = True

@@ -4,10 +4,11 @@ An encoder of N bidirectional self-attention blocks and a decoder of N blocks wi
 encoder-decoder (cross) attention and feed-forward (section 3.1), both built from the shared `LineageBlock`.
 Source and target tokens share one embedding matrix, multiplied by sqrt(d_model), which is also the pre-softmax
 projection (section 3.4); positions are sinusoidal (section 3.5); dropout acts on the sums of embeddings and
-positions and on every sublayer output (section 5.4); training minimises label-smoothed cross-entropy over the
-target (section 5.4). Following the annotated transformer, `LineageTransformerModel` has separate `encode` and
-`decode` steps; as in transformers' Marian, encoder and decoder are pretrained models of their own, so each collects
-its hidden states and attentions through transformers' output capture (`@capture_outputs`). Generation goes through
+positions and on every sublayer output (section 5.4); the loss is cross-entropy over the target, label-smoothed
+(section 5.4) when `config.label_smoothing` > 0 (the translation recipes set the paper's 0.1; the default 0.0 is the
+NLL). Following the annotated transformer, `LineageTransformerModel` has separate `encode` and `decode` steps; as
+in transformers' Marian, encoder and decoder are pretrained models of their own, so each collects its hidden states
+and attentions through transformers' output capture (`@capture_outputs`). Generation goes through
 transformers' `GenerationMixin` with an `EncoderDecoderCache` (the encoder runs once, cross-attention keys/values
 are projected once, self-attention keys/values are cached).
 
@@ -330,9 +331,9 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
 
 
 class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedModel, GenerationMixin):
-    """Sequence-to-sequence model with the pre-softmax projection (tied to the shared embedding by default),
-    label-smoothed training loss and `generate()`: greedy, beam search (the paper: `num_beams=4,
-    length_penalty=0.6`) and sampling."""
+    """Sequence-to-sequence model with the pre-softmax projection (tied to the shared embedding by default), a
+    cross-entropy loss (label-smoothed by `config.label_smoothing`) and `generate()`: greedy, beam search (the paper:
+    `num_beams=4, length_penalty=0.6`) and sampling."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
 

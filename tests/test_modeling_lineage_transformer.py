@@ -2,15 +2,17 @@
 encoder-decoder cache and `generate()`, save/load (also in a clean process), Seq2SeqTrainer, gradient
 checkpointing, presets against the paper's table 3, and bad input."""
 
+import json
 import math
 
 import pytest
 import torch
 import transformers
-from conftest import preset, run_clean_process
+from conftest import PRESETS, REPO, preset, run_clean_process
 from transformers.modeling_outputs import BaseModelOutput
 
 from modeling import LineageTransformerConfig, LineageTransformerForConditionalGeneration, LineageTransformerModel
+from train.core.recipes import load_recipe
 
 PAD, BOS, EOS = 0, 1, 2  # transformer-tiny: <pad> <s> </s> <unk>, then ordinary tokens
 IMPLEMENTATIONS = ("eager", "sdpa")
@@ -126,6 +128,23 @@ def test_label_smoothed_loss_matches_a_hand_computation(smoothing):
     torch.testing.assert_close(out.loss, per_token[kept].mean(), atol=1e-5, rtol=1e-5)
     summed = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, num_items_in_batch=12)
     torch.testing.assert_close(summed.loss, per_token[kept].sum() / 12, atol=1e-5, rtol=1e-5)
+
+
+def test_default_loss_is_the_nll_and_so_is_the_trainer_eval_loss(tmp_path):
+    model = build(hidden_dropout_prob=0.0)
+    assert LineageTransformerConfig().label_smoothing == model.config.label_smoothing == 0.0
+    input_ids, attention_mask = sources((5, 3))
+    labels = tokens(2, 4)
+    labels[1, 2:] = -100
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    nll = torch.nn.functional.cross_entropy(out.logits.reshape(-1, 99), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, nll, atol=1e-6, rtol=1e-6)
+    rows = [{"input_ids": i, "attention_mask": m, "labels": y} for i, m, y in zip(input_ids, attention_mask, labels)]
+    args = transformers.Seq2SeqTrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2,
+                                                 report_to=[], use_cpu=True)
+    metrics = transformers.Seq2SeqTrainer(model=model, args=args, eval_dataset=rows).evaluate()
+    assert metrics["eval_loss"] == pytest.approx(nll.item(), rel=1e-5)
+    assert math.exp(metrics["eval_loss"]) == pytest.approx(nll.exp().item(), rel=1e-5)  # so is the perplexity
 
 
 @pytest.mark.parametrize("final_logits_bias", [False, True])
@@ -528,7 +547,15 @@ def test_defaults_are_the_paper_base_model():
     assert (config.hidden_act, config.norm_position, config.position_embedding_type, config.sinusoidal_layout) == (
         "relu", "post", "sinusoidal", "interleaved")
     assert config.scale_embedding and config.tie_word_embeddings and config.is_encoder_decoder
-    assert config.label_smoothing == 0.1 and config.hidden_dropout_prob == 0.1 and not config.final_logits_bias
+    assert config.hidden_dropout_prob == 0.1 and not config.final_logits_bias
+    assert config.label_smoothing == 0.0  # the loss is the NLL; the paper's 0.1 is in the translation recipes
+
+
+def test_presets_describe_architectures_and_the_translation_recipes_smooth_labels():
+    for path in PRESETS.glob("transformer-*.json"):
+        assert "label_smoothing" not in json.loads(path.read_text()), path.name
+    for path in (REPO / "configs" / "recipes").glob("*translation*.yaml"):
+        assert load_recipe(path).label_smoothing == 0.1, path.name
 
 
 # ---------------------------------------------------------------------------------------------- bad input
