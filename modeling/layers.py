@@ -480,7 +480,10 @@ class LineagePreTrainedModel(PreTrainedModel):
         return next((auto for auto, name in cls.auto_classes.items() if name == cls.__name__), "AutoModel")
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """Save weights, config and this family's code, with an `auto_map` entry for every head."""
+        """Save weights, config and this family's code, with an `auto_map` entry for every head, and the Lineage
+        pipelines this head serves (`custom_pipelines`; their file is copied as an import of this one)."""
+        from .pipelines_lineage import custom_pipelines_for
+
         config_class, model_class = type(self.config), type(self)
         config_class.register_for_auto_class("AutoConfig")
         model_class.register_for_auto_class(model_class.auto_class_name())
@@ -490,6 +493,9 @@ class LineagePreTrainedModel(PreTrainedModel):
             "AutoConfig": f"{config_module}.{config_class.__name__}",
             **{auto: f"{model_module}.{name}" for auto, name in self.auto_classes.items()},
         }
+        pipelines = custom_pipelines_for(model_class.auto_class_name())
+        if pipelines:
+            self.config.custom_pipelines = pipelines
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 

@@ -1,0 +1,287 @@
+"""Pipelines that transformers 5 no longer ships, for Lineage models: translation, text2text generation and
+extractive question answering.
+
+transformers 5 removed its `translation`, `text2text-generation` and `question-answering` pipelines. A Lineage
+model folder brings its own through transformers' custom-pipeline mechanism: `save_pretrained`
+(`LineagePreTrainedModel` in layers.py) writes a `custom_pipelines` entry for each task its head serves
+(`custom_pipelines_for`) and copies this file beside the model code, so that in any process
+
+    pipeline("translation", model=folder, trust_remote_code=True)
+    pipeline("question-answering", model=folder, trust_remote_code=True)
+
+load the model with its tokenizer and run batched (`batch_size=`), on whatever device the pipeline is given.
+
+Translation and text2text generation call `generate()` on an encoder-decoder (`LineageTransformer...`,
+`LineageRnn...`): `num_beams`, `max_new_tokens` and every other generation parameter are passed through.
+Without a length setting, at most 256 new tokens are generated, fewer if the model has fewer positions.
+
+Question answering follows the SQuAD procedure of BERT (section 4.2) as transformers 4's pipeline did: a
+context longer than `max_seq_len` is cut into windows overlapping by `doc_stride` tokens; in each window the
+start and end probabilities are softmaxes over the context tokens and the first token ([CLS]); a span scores
+p(start) * p(end) with start <= end < start + `max_answer_len`; the `top_k` best spans over all windows are
+returned with character offsets into the context. `handle_impossible_answer=True` adds the empty answer,
+scored p([CLS] start) * p([CLS] end) (the lowest over windows), which wins when it scores higher.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import GenerationConfig
+from transformers.pipelines.base import ChunkPipeline, Pipeline
+
+_DEFAULT_MAX_NEW_TOKENS = 256
+# the Auto class a head is registered under -> {task: pipeline class name}
+PIPELINES_BY_AUTO_CLASS = {
+    "AutoModelForSeq2SeqLM": {"translation": "LineageTranslationPipeline",
+                              "text2text-generation": "LineageText2TextGenerationPipeline"},
+    "AutoModelForQuestionAnswering": {"question-answering": "LineageQuestionAnsweringPipeline"},
+}
+
+
+def custom_pipelines_for(auto_class: str) -> dict[str, dict]:
+    """The `custom_pipelines` entries of config.json for a head registered under `auto_class` (none if it has none)."""
+    module = __name__.rsplit(".", 1)[-1]
+    return {task: {"impl": f"{module}.{name}", "pt": [auto_class], "type": "text"}
+            for task, name in PIPELINES_BY_AUTO_CLASS.get(auto_class, {}).items()}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Translation and text2text generation
+# ----------------------------------------------------------------------------------------------------------
+
+
+class LineageText2TextGenerationPipeline(Pipeline):
+    """Text in, generated text out, through an encoder-decoder's `generate()`: `{"generated_text": ...}` per
+    returned sequence (`num_return_sequences`, default 1)."""
+
+    _load_tokenizer = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _pipeline_calls_generate = True
+    _default_generation_config = GenerationConfig()
+    return_name = "generated"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not getattr(self.model.config, "is_encoder_decoder", False) or not self.model.can_generate():
+            raise ValueError(f"the {self.task or 'text2text-generation'} pipeline needs an encoder-decoder model that "
+                             f"generates, got {type(self.model).__name__}")
+
+    def _sanitize_parameters(self, truncation: bool | None = None, return_tensors: bool | None = None,
+                             clean_up_tokenization_spaces: bool | None = None, **generate_kwargs):
+        preprocess = {} if truncation is None else {"truncation": truncation}
+        postprocess = {key: value for key, value in (("return_tensors", return_tensors),
+                                                     ("clean_up_tokenization_spaces", clean_up_tokenization_spaces))
+                       if value is not None}
+        return preprocess, generate_kwargs, postprocess
+
+    def preprocess(self, text: str, truncation: bool = True):
+        if not isinstance(text, str):
+            raise ValueError(f"the {self.task or 'text2text-generation'} pipeline takes a string or a list of "
+                             f"strings, got {type(text).__name__}")
+        return self.tokenizer(text, return_tensors="pt", truncation=truncation)
+
+    def _length_default(self, generate_kwargs: dict) -> dict:
+        """`max_new_tokens` when neither the call nor the model's generation config sets a length: 256, or one
+        less than the decoder's positions."""
+        set_params = self._get_set_generation_params(generate_kwargs)
+        if "max_new_tokens" in set_params or "max_length" in set_params:
+            return {}
+        positions = getattr(self.model.config, "max_position_embeddings", None) or _DEFAULT_MAX_NEW_TOKENS + 1
+        return {"max_new_tokens": min(_DEFAULT_MAX_NEW_TOKENS, positions - 1)}
+
+    def _forward(self, model_inputs: dict, **generate_kwargs) -> dict:
+        batch = model_inputs["input_ids"].shape[0]
+        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        generate_kwargs.update(self._length_default(generate_kwargs))
+        output_ids = self.model.generate(**model_inputs, **generate_kwargs)  # (B * returned, L)
+        return {"output_ids": output_ids.reshape(batch, output_ids.shape[0] // batch, -1)}  # (B, returned, L)
+
+    def postprocess(self, model_outputs: dict, return_tensors: bool = False,
+                    clean_up_tokenization_spaces: bool = False) -> list[dict]:
+        if return_tensors:
+            return [{f"{self.return_name}_token_ids": ids} for ids in model_outputs["output_ids"][0]]
+        return [{f"{self.return_name}_text": self.tokenizer.decode(
+            ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces)}
+            for ids in model_outputs["output_ids"][0]]
+
+    def __call__(self, inputs: str | list[str], **kwargs):
+        """One list of results per input; a list of inputs with one result each gives one result per input."""
+        results = super().__call__(inputs, **kwargs)
+        if isinstance(inputs, list) and all(len(result) == 1 for result in results):
+            return [result[0] for result in results]
+        return results
+
+
+class LineageTranslationPipeline(LineageText2TextGenerationPipeline):
+    """`LineageText2TextGenerationPipeline` whose results read `{"translation_text": ...}`. The language pair is
+    the model's: Lineage translators are trained on one direction."""
+
+    return_name = "translation"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Extractive question answering
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _qa_inputs(args: tuple, kwargs: dict) -> dict | list[dict]:
+    """`(question=, context=)` (strings or equal-length lists), a `{"question", "context"}` dict or a list of
+    them, as one dict or a list of dicts."""
+    if args and ("question" in kwargs or "context" in kwargs):
+        raise ValueError("pass either a {'question', 'context'} dict (or a list of them) or question= and context=")
+    if args:
+        inputs = args[0]
+    elif "question" in kwargs and "context" in kwargs:
+        question, context = kwargs.pop("question"), kwargs.pop("context")
+        if isinstance(question, list) != isinstance(context, list) or (
+                isinstance(question, list) and len(question) != len(context)):
+            raise ValueError("`question` and `context` must both be strings or lists of the same length")
+        inputs = ([{"question": q, "context": c} for q, c in zip(question, context)] if isinstance(question, list)
+                  else {"question": question, "context": context})
+    else:
+        raise ValueError("the question-answering pipeline needs question= and context=")
+    for item in inputs if isinstance(inputs, list) else [inputs]:
+        if not isinstance(item, dict) or not isinstance(item.get("question"), str) or not isinstance(
+                item.get("context"), str) or not item["context"].strip():
+            raise ValueError(f"each input must be a dict with a string 'question' and a non-empty string 'context', "
+                             f"got {item!r}")
+    return inputs
+
+
+def _word_offsets(offsets: list, word_ids: list, sequence_ids: list) -> list:
+    """Each context token's character span widened to its whole word (within the window), so that an answer
+    never starts or ends inside a word."""
+    spans = {}
+    for (begin, end), word, sequence in zip(offsets, word_ids, sequence_ids):
+        if sequence == 1:
+            low, high = spans.get(word, (begin, end))
+            spans[word] = (min(low, begin), max(high, end))
+    return [spans[word] if sequence == 1 else span for span, word, sequence in zip(offsets, word_ids, sequence_ids)]
+
+
+def _window_scores(start_logits: torch.Tensor, end_logits: torch.Tensor,
+                   allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Start and end probabilities (T,) over the allowed positions (the context tokens and position 0)."""
+    low = torch.finfo(start_logits.dtype).min
+    start = start_logits.float().masked_fill(~allowed, low).softmax(-1)
+    end = end_logits.float().masked_fill(~allowed, low).softmax(-1)
+    return start, end
+
+
+def _top_spans(start: torch.Tensor, end: torch.Tensor, context: torch.Tensor, top_k: int,
+               max_answer_len: int) -> list[tuple[float, int, int]]:
+    """The `top_k` best (score, start, end) token spans inside the context with start <= end < start + max_answer_len."""
+    length = start.shape[0]
+    scores = start[:, None] * end[None, :]  # (T, T): p(start = i) * p(end = j)
+    offsets = torch.arange(length)[None, :] - torch.arange(length)[:, None]  # j - i
+    valid = (offsets >= 0) & (offsets < max_answer_len) & context[:, None] & context[None, :]
+    scores = scores.masked_fill(~valid, -1.0).flatten()
+    count = min(top_k, int(valid.sum()))
+    best = scores.topk(count) if count else None
+    if best is None:
+        return []
+    return [(score, index // length, index % length) for score, index in zip(best.values.tolist(), best.indices.tolist())]
+
+
+class LineageQuestionAnsweringPipeline(ChunkPipeline):
+    """Extractive QA over an encoder with start / end logits (module docstring): `{"score", "start", "end",
+    "answer"}`, a list of `top_k` of them when `top_k > 1`; character offsets index the context."""
+
+    _load_tokenizer = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+
+    def __call__(self, *args, **kwargs):
+        return super().__call__(_qa_inputs(args, kwargs), **kwargs)
+
+    def _sanitize_parameters(self, top_k: int | None = None, max_answer_len: int | None = None,
+                             handle_impossible_answer: bool | None = None, doc_stride: int | None = None,
+                             max_seq_len: int | None = None, align_to_words: bool | None = None):
+        for name, value in (("top_k", top_k), ("max_answer_len", max_answer_len), ("max_seq_len", max_seq_len)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
+        if doc_stride is not None and (not isinstance(doc_stride, int) or doc_stride < 0):
+            raise ValueError(f"`doc_stride` must be an integer >= 0, got {doc_stride!r}")
+        preprocess = {k: v for k, v in (("doc_stride", doc_stride), ("max_seq_len", max_seq_len),
+                                        ("align_to_words", align_to_words)) if v is not None}
+        postprocess = {k: v for k, v in (("top_k", top_k), ("max_answer_len", max_answer_len),
+                                         ("handle_impossible_answer", handle_impossible_answer)) if v is not None}
+        return preprocess, {}, postprocess
+
+    def _lengths(self, max_seq_len: int | None, doc_stride: int | None, question: str) -> tuple[int, int]:
+        """The window length (384 by default, at most the model's positions) and the overlap (128 by default, at
+        most half a window), checked against the room the question leaves for context."""
+        limit = min(self.tokenizer.model_max_length, getattr(self.model.config, "max_position_embeddings", 384))
+        max_seq_len = min(384, limit) if max_seq_len is None else max_seq_len
+        if max_seq_len > limit:
+            raise ValueError(f"`max_seq_len` is {max_seq_len} but the model reads at most {limit} tokens")
+        doc_stride = min(128, max_seq_len // 2) if doc_stride is None else doc_stride
+        pair_tokens = len(self.tokenizer("", "")["input_ids"])  # the template's special tokens
+        room = max_seq_len - len(self.tokenizer(question, add_special_tokens=False)["input_ids"]) - pair_tokens
+        if doc_stride >= room:
+            raise ValueError(f"the question leaves {room} of `max_seq_len`={max_seq_len} tokens for the context, so "
+                             f"`doc_stride` must be below {room}, got {doc_stride} (shorten the question or raise "
+                             f"`max_seq_len`)")
+        return max_seq_len, doc_stride
+
+    def preprocess(self, example: dict, doc_stride: int | None = None, max_seq_len: int | None = None,
+                   align_to_words: bool = True):
+        max_seq_len, doc_stride = self._lengths(max_seq_len, doc_stride, example["question"])
+        encoded = self.tokenizer(example["question"], example["context"], truncation="only_second",
+                                 max_length=max_seq_len, stride=doc_stride, return_overflowing_tokens=True,
+                                 return_offsets_mapping=True)
+        windows = len(encoded["input_ids"])
+        for index in range(windows):
+            sequences, offsets = encoded.sequence_ids(index), encoded["offset_mapping"][index]
+            if align_to_words:
+                offsets = _word_offsets(offsets, encoded.word_ids(index), sequences)
+            context = torch.tensor([s == 1 for s in sequences])  # (T,) context tokens
+            model_inputs = {name: torch.tensor([encoded[name][index]]) for name in self.tokenizer.model_input_names
+                            if name in encoded}
+            yield {**model_inputs, "context_mask": context[None], "offsets": offsets, "example": example,
+                   "is_last": index == windows - 1}
+
+    def _forward(self, inputs: dict) -> dict:
+        model_inputs = {name: inputs[name] for name in self.tokenizer.model_input_names if name in inputs}
+        outputs = self.model(**model_inputs)
+        passed = {key: inputs[key] for key in ("context_mask", "offsets", "example", "is_last")}
+        return {"start_logits": outputs.start_logits, "end_logits": outputs.end_logits,
+                "attention_mask": model_inputs["attention_mask"], **passed}
+
+    def postprocess(self, windows: list[dict], top_k: int = 1, max_answer_len: int = 15,
+                    handle_impossible_answer: bool = False) -> dict | list[dict]:
+        answers, null_score = [], None
+        for window in windows:
+            real = window["attention_mask"][0].bool()
+            length = int(real.sum())  # a batch pads windows; padding sits after the real tokens
+            context = window["context_mask"][0][:length]
+            allowed = context.clone()
+            allowed[0] = True
+            start, end = _window_scores(window["start_logits"][0][:length], window["end_logits"][0][:length], allowed)
+            window_null = float(start[0] * end[0])
+            null_score = window_null if null_score is None else min(null_score, window_null)
+            text, offsets = window["example"]["context"], window["offsets"]
+            for score, first, last in _top_spans(start, end, context, top_k, max_answer_len):
+                begin, finish = offsets[first][0], offsets[last][1]
+                answers.append({"score": score, "start": begin, "end": finish, "answer": text[begin:finish]})
+        if handle_impossible_answer:
+            answers.append({"score": null_score, "start": 0, "end": 0, "answer": ""})
+        answers = _deduplicate(sorted(answers, key=lambda a: a["score"], reverse=True))[:top_k]
+        return answers[0] if top_k == 1 else answers
+
+
+def _deduplicate(answers: list[dict]) -> list[dict]:
+    """The first (best-scored) of the answers that cover the same characters (overlapping windows see a span twice)."""
+    seen, kept = set(), []
+    for answer in answers:
+        if (answer["start"], answer["end"]) not in seen:
+            seen.add((answer["start"], answer["end"]))
+            kept.append(answer)
+    return kept
+
+
+__all__ = ["LineageQuestionAnsweringPipeline", "LineageText2TextGenerationPipeline", "LineageTranslationPipeline",
+           "PIPELINES_BY_AUTO_CLASS", "custom_pipelines_for"]
