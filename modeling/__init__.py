@@ -30,6 +30,9 @@ from .modeling_lineage_gpt import (
     LineageGptModel,
     LineageGptPreTrainedModel,
 )
+from . import modeling_lineage_rnn
+from .configuration_lineage_rnn import LineageRnnConfig
+from .modeling_lineage_rnn import LineageRnnForConditionalGeneration, LineageRnnModel, LineageRnnPreTrainedModel
 from . import modeling_lineage_transformer
 from .configuration_lineage_transformer import LineageTransformerConfig
 from .modeling_lineage_transformer import (
@@ -42,6 +45,7 @@ _FAMILIES = (
     (LineageBertConfig, LineageBertPreTrainedModel, modeling_lineage_bert),
     (LineageTransformerConfig, LineageTransformerPreTrainedModel, modeling_lineage_transformer),
     (LineageGptConfig, LineageGptPreTrainedModel, modeling_lineage_gpt),
+    (LineageRnnConfig, LineageRnnPreTrainedModel, modeling_lineage_rnn),
 )
 
 
@@ -71,6 +75,10 @@ __all__ = [
     "LineageGptForSequenceClassification",
     "LineageGptModel",
     "LineageGptPreTrainedModel",
+    "LineageRnnConfig",
+    "LineageRnnForConditionalGeneration",
+    "LineageRnnModel",
+    "LineageRnnPreTrainedModel",
     "LineageTransformerConfig",
     "LineageTransformerForConditionalGeneration",
     "LineageTransformerModel",
