@@ -58,6 +58,24 @@ def _register(config_class, pretrained_class, module) -> None:
 for _family in _FAMILIES:
     _register(*_family)
 
+# peft's default LoRA targets for the families built from `LineageBlock`: every attention and feed-forward
+# projection (the LoRA paper adapted W_q and W_v; adapting all of them fine-tunes better at the same rank)
+LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "gate_proj", "down_proj")
+
+
+def _register_lora_targets(model_types: tuple[str, ...]) -> None:
+    """Let `peft.get_peft_model(model, LoraConfig(...))` find the targets without `target_modules` (peft looks them
+    up by `config.model_type`); nothing happens when peft is not installed."""
+    try:
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    except ImportError:
+        return
+    for model_type in model_types:
+        TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.setdefault(model_type, list(LORA_TARGET_MODULES))
+
+
+_register_lora_targets((LineageBertConfig.model_type, LineageGptConfig.model_type, LineageTransformerConfig.model_type))
+
 __all__ = [
     "LineageBertConfig",
     "LineageBertForMaskedLM",

@@ -9,9 +9,15 @@ hypothesis pairs; embedded:nli), for BERT and GPT; `token-classification` (embed
 `question-answering` (SQuAD-style; embedded:qa) for BERT. GPT's classification heads add the auxiliary
 LM loss weighted by `lm_loss_weight` (section 3.2; the paper uses 0.5). Metrics: accuracy and macro F1
 (token classification: over the first sub-token of every word); QA: exact match of the start/end tokens.
+
+With the recipe key `lora` (`{r: 8, alpha: 16, dropout: 0.0, target_modules: null}`, peft installed) only a
+LoRA adapter and the new head train (`train.core.lora`); the adapter is saved to `<output_dir>/adapter` and the
+merged model to `<output_dir>/model`.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
@@ -19,6 +25,7 @@ from train.core.collators import PaddingCollator
 from train.core.common import build_model, get_tokenizer, load_splits
 from train.core.data import tokenize_dataset
 from train.core.engine import Engine, seed_everything
+from train.core.lora import apply_lora, merge_lora
 from train.metrics import load_metric
 from train.core.recipes import RecipeError, is_model_folder, load_model_config, parse_args
 
@@ -95,6 +102,8 @@ def main(argv: list[str] | None = None):
     if family == "gpt":
         fields["lm_loss_weight"] = recipe.lm_loss_weight
     model = build_model(recipe, auto_class, tokenizer, family, **fields)
+    if recipe.lora is not None:
+        model = apply_lora(model, recipe.lora)
     encode = {"classification": {"text_column": text, "text_pair_column": pair, "label_column": label,
                                  "max_length": recipe.max_seq_length},
               "token_classification": {"tokens_column": text, "tags_column": label, "max_length": recipe.max_seq_length},
@@ -104,6 +113,8 @@ def main(argv: list[str] | None = None):
     engine = Engine(recipe, model, train_data, PaddingCollator(tokenizer), tokenizer=tokenizer,
                     eval_dataset=eval_data, predict_fn=predict, metrics_fn=metrics)
     results = engine.train()
+    if recipe.lora is not None:
+        merge_lora(engine, Path(recipe.output_dir) / "adapter")
     start = f"from `{recipe.model}`" if is_model_folder(recipe.model) else f"from scratch (preset `{recipe.model}`)"
     folder = engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file or default_data,
                                               "description": f"Fine-tuned for {recipe.task} {start}."})

@@ -32,6 +32,7 @@ PRESETS_DIR = REPO / "configs" / "models"
 RECIPES_DIR = REPO / "configs" / "recipes"
 SCHEDULES = ("linear", "cosine", "inverse_sqrt", "constant")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
+LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
@@ -68,6 +69,7 @@ class Recipe:
     num_beams: int = 4
     max_new_tokens: int = 64
     sample_prompts: list = dataclasses.field(default_factory=list)
+    lora: dict | None = None  # finetune: train a LoRA adapter (peft) with keys r, alpha, dropout, target_modules
     # optimisation
     per_device_train_batch_size: int = 32
     per_device_eval_batch_size: int = 64
@@ -146,6 +148,25 @@ def _check_choices(recipe: Recipe) -> None:
             raise RecipeError(f"recipe key {key!r} must be >= 1, got {getattr(recipe, key)}")
     if recipe.max_steps <= 0 and recipe.num_train_epochs <= 0:
         raise RecipeError("set max_steps > 0 or num_train_epochs > 0")
+    if recipe.lora is not None:
+        _check_lora(recipe.lora)
+
+
+def _check_lora(lora: dict) -> None:
+    """`lora`: `r` (int >= 1), `alpha` (> 0), `dropout` (in [0, 1)), `target_modules` (names, or null for the
+    family's default); every key optional."""
+    unknown = [k for k in lora if k not in LORA_KEYS]
+    if unknown:
+        raise RecipeError(f"unknown key(s) {', '.join(map(repr, unknown))} in recipe key 'lora'; valid: {', '.join(LORA_KEYS)}")
+    checks = {"r": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1"),
+              "alpha": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a number > 0"),
+              "dropout": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1, "in [0, 1)"),
+              "target_modules": (lambda v: v is None or (isinstance(v, list) and v and all(isinstance(m, str) for m in v)),
+                                 "a non-empty list of module names or null")}
+    for key, value in lora.items():
+        valid, expected = checks[key]
+        if not valid(value):
+            raise RecipeError(f"recipe key 'lora.{key}' must be {expected}, got {value!r}")
 
 
 def recipe_from_dict(fields: dict[str, Any], source: str = "recipe") -> Recipe:
