@@ -82,9 +82,10 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, **fields:
     else:
         token_fields = {} if "vocab_size" in recipe.model_overrides else config_kwargs_from_tokenizer(tokenizer, kind)
         model = auto.from_config(load_model_config(recipe.model, **{**token_fields, **overrides}))
-    if recipe.max_seq_length > model.config.max_position_embeddings:
+    positions = getattr(model.config, "max_position_embeddings", None)  # recurrent models have no limit
+    if positions is not None and recipe.max_seq_length > positions:
         raise RecipeError(f"recipe key 'max_seq_length' is {recipe.max_seq_length} but the model has "
-                          f"{model.config.max_position_embeddings} positions (max_position_embeddings)")
+                          f"{positions} positions (max_position_embeddings)")
     return model
 
 
