@@ -1,0 +1,249 @@
+"""Export a saved Lineage model's inference forward with `torch.export`, as ExportedPrograms or as ONNX.
+
+    python -m train.export --model outputs/bert-finetune-nli-tiny/model --out exported/ [--format torch|onnx]
+
+What is exported, per family (batch and lengths are dynamic):
+
+| model | programs | inputs -> outputs |
+|---|---|---|
+| BERT, any head | `model` | `input_ids`, `attention_mask`, `token_type_ids` -> the head's outputs (`logits`; `start_logits`, `end_logits`; `last_hidden_state`, `pooler_output`; ...) |
+| GPT classifier heads | `model` | `input_ids`, `attention_mask` -> `logits` |
+| GPT causal LM | `decoder`, `decoder_with_cache` | `input_ids`, `attention_mask` -> `logits`; with `past_keys`, `past_values` (L, B, H, P, D) and a mask over past + new tokens -> `logits`, `present_keys`, `present_values` |
+| Transformer | `encoder`, `decoder` | `input_ids`, `attention_mask` -> `encoder_hidden_states`; `decoder_input_ids`, `encoder_hidden_states`, `attention_mask` -> `logits` (a decoder step over the target prefix) |
+
+`--format torch` writes `<program>.pt2` (`torch.export.save`; load with `torch.export.load(path).module()`);
+`--format onnx` writes `<program>.onnx` through the dynamo exporter (the optional extra `onnx`: onnx, onnxscript;
+onnxruntime runs the files). `export.json` lists the files with their input and output names. Export runs the
+linear layers on `F.linear` (`LineageLinear.fast_cpu_inference` off): oneDNN's CPU kernel is not an ONNX operator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.export import Dim
+from transformers import AutoConfig, DynamicCache
+
+import modeling
+from modeling.layers import LineageLinear
+
+FORMATS = ("torch", "onnx")
+_OUTPUT_SKIP = ("loss", "hidden_states", "attentions", "past_key_values")
+
+
+class HeadForward(nn.Module):
+    """An encoder-style head (BERT, GPT classifiers): token inputs -> the head's output tensors, in `outputs` order."""
+
+    def __init__(self, model: nn.Module, input_names: list[str], outputs: list[str]):
+        super().__init__()
+        self.model, self.input_names, self.outputs = model, input_names, outputs
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        result = self.model(**dict(zip(self.input_names, inputs)))
+        return tuple(result[name] for name in self.outputs)
+
+
+class CausalDecoder(nn.Module):
+    """GPT causal LM without a cache: (B, T) ids and mask -> (B, T, V) logits."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+
+
+class CachedCausalDecoder(nn.Module):
+    """GPT causal LM with its key/value cache as tensors: past keys and values (L, B, H, P, D), new ids (B, T) and
+    a mask over the P + T tokens -> logits (B, T, V) and the present keys and values (L, B, H, P + T, D)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, past_keys: torch.Tensor,
+                past_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        cache = DynamicCache(config=self.model.config)
+        for layer, (keys, values) in enumerate(zip(past_keys.unbind(0), past_values.unbind(0))):
+            cache.update(keys, values, layer)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+        layers = out.past_key_values.layers
+        return out.logits, torch.stack([l.keys for l in layers]), torch.stack([l.values for l in layers])
+
+
+class Seq2SeqEncoder(nn.Module):
+    """Transformer encoder: (B, S) source ids and mask -> (B, S, C) memory."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+class Seq2SeqDecoder(nn.Module):
+    """Transformer decoder step: (B, T) target prefix, (B, S, C) memory, (B, S) source mask -> (B, T, V) logits."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, decoder_input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor,
+                attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(decoder_input_ids=decoder_input_ids, encoder_outputs=(encoder_hidden_states,),
+                          attention_mask=attention_mask, use_cache=False).logits
+
+
+# ----------------------------------------------------------------------------------------------------------
+# What to export: (name, module, example inputs, input names, output names, dynamic dimensions per input)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _token_inputs(config, shape: tuple[int, ...], with_types: bool) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(min(5, config.vocab_size - 1), config.vocab_size, shape, generator=generator)
+    mask = torch.ones_like(ids)
+    mask[..., -1][0] = 0  # one padded position
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if with_types:
+        inputs["token_type_ids"] = torch.zeros_like(ids)
+    return inputs
+
+
+def _head_program(model) -> list[tuple]:
+    shape = (2, 3, 6) if type(model).__name__.endswith("ForMultipleChoice") else (2, 6)
+    inputs = _token_inputs(model.config, shape, model.config.model_type == "lineage-bert")
+    with torch.no_grad():
+        result = model(**inputs)
+    outputs = [k for k, v in result.items() if k not in _OUTPUT_SKIP and isinstance(v, torch.Tensor)]
+    dims = {axis: Dim.AUTO for axis in range(len(shape))}
+    return [("model", HeadForward(model, list(inputs), outputs), tuple(inputs.values()), list(inputs), outputs,
+             (tuple(dims for _ in inputs),))]  # one entry: the *inputs tuple
+
+
+def _causal_programs(model) -> list[tuple]:
+    config = model.config
+    heads, head_dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
+    new, past = _token_inputs(config, (2, 3), False), 4
+    keys = torch.randn(config.num_hidden_layers, 2, heads, past, head_dim)
+    cached_mask = torch.cat([torch.ones(2, past, dtype=torch.long), new["attention_mask"]], dim=1)
+    tokens = {0: Dim.AUTO, 1: Dim.AUTO}
+    cache = {1: Dim.AUTO, 3: Dim.AUTO}
+    return [
+        ("decoder", CausalDecoder(model), (new["input_ids"], new["attention_mask"]), ["input_ids", "attention_mask"],
+         ["logits"], (tokens, tokens)),
+        ("decoder_with_cache", CachedCausalDecoder(model), (new["input_ids"], cached_mask, keys, torch.randn_like(keys)),
+         ["input_ids", "attention_mask", "past_keys", "past_values"], ["logits", "present_keys", "present_values"],
+         (tokens, tokens, cache, cache)),
+    ]
+
+
+def _seq2seq_programs(model) -> list[tuple]:
+    config = model.config
+    source, target = _token_inputs(config, (2, 7), False), _token_inputs(config, (2, 4), False)
+    memory = torch.randn(2, 7, config.hidden_size)
+    tokens, states = {0: Dim.AUTO, 1: Dim.AUTO}, {0: Dim.AUTO, 1: Dim.AUTO}
+    return [
+        ("encoder", Seq2SeqEncoder(model), (source["input_ids"], source["attention_mask"]),
+         ["input_ids", "attention_mask"], ["encoder_hidden_states"], (tokens, tokens)),
+        ("decoder", Seq2SeqDecoder(model), (target["input_ids"], memory, source["attention_mask"]),
+         ["decoder_input_ids", "encoder_hidden_states", "attention_mask"], ["logits"], (tokens, states, tokens)),
+    ]
+
+
+def programs(model) -> list[tuple]:
+    """The programs to export for `model` (module docstring), each as (name, module, example inputs, input
+    names, output names, dynamic shapes)."""
+    model_type, name = model.config.model_type, type(model).__name__
+    if model_type == "lineage-transformer" and name.endswith("ForConditionalGeneration"):
+        return _seq2seq_programs(model)
+    if model_type == "lineage-gpt" and name.endswith("ForCausalLM"):
+        return _causal_programs(model)
+    if model_type in ("lineage-bert", "lineage-gpt"):
+        return _head_program(model)
+    raise ValueError(f"export supports BERT and GPT models and the Transformer's ForConditionalGeneration, got "
+                     f"{name} ({model_type})")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Loading, exporting, the command
+# ----------------------------------------------------------------------------------------------------------
+
+
+def load_lineage_model(folder: str | Path):
+    """The model saved in `folder` (its `architectures` class), refusing a folder that holds no Lineage model."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} is not a saved model folder: it has no config.json")
+    fields = json.loads((folder / "config.json").read_text())
+    families = sorted(config.model_type for config, _, _ in modeling._FAMILIES)
+    if fields.get("model_type") not in families:
+        raise ValueError(f"{folder} holds a {fields.get('model_type')!r} model, not a Lineage one "
+                         f"(model_type one of {', '.join(families)})")
+    config = AutoConfig.from_pretrained(folder)
+    architecture = (fields.get("architectures") or [""])[0]
+    model_class = getattr(modeling, architecture, None)
+    if model_class is None:
+        raise ValueError(f"{folder}: unknown architecture {architecture!r} in config.json")
+    return model_class.from_pretrained(folder, config=config).eval()
+
+
+def export_model(model, out_dir: str | Path, fmt: str = "torch") -> dict[str, dict]:
+    """Export `model`'s programs to `out_dir` in `fmt` ("torch" or "onnx"); returns and writes the manifest."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {}
+    fast, LineageLinear.fast_cpu_inference = LineageLinear.fast_cpu_inference, False
+    try:
+        for name, module, args, input_names, output_names, dynamic in programs(model.eval()):
+            with torch.no_grad():
+                program = torch.export.export(module, args, dynamic_shapes=dynamic)
+            path = out_dir / f"{name}.{'pt2' if fmt == 'torch' else 'onnx'}"
+            if fmt == "torch":
+                torch.export.save(program, path)
+            else:
+                _to_onnx(program, path, input_names, output_names)
+            manifest[name] = {"file": path.name, "inputs": input_names, "outputs": output_names}
+    finally:
+        LineageLinear.fast_cpu_inference = fast
+    (out_dir / "export.json").write_text(json.dumps({"format": fmt, "model": type(model).__name__,
+                                                     "programs": manifest}, indent=1))
+    return manifest
+
+
+def _to_onnx(program, path: Path, input_names: list[str], output_names: list[str]) -> None:
+    try:
+        import onnxscript  # noqa: F401  (the dynamo exporter's dependency)
+    except ImportError as error:
+        raise ImportError("--format onnx needs onnx and onnxscript: pip install 'lineage[onnx]'") from error
+    torch.onnx.export(program, f=str(path), input_names=input_names, output_names=output_names, dynamo=True,
+                      external_data=False, verbose=False)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a saved Lineage model folder")
+    parser.add_argument("--out", required=True, help="folder for the exported files")
+    parser.add_argument("--format", default="torch", choices=FORMATS, help="torch: .pt2 ExportedPrograms; onnx: .onnx")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, dict]:
+    args = parse_args(argv)
+    manifest = export_model(load_lineage_model(args.model), args.out, args.format)
+    for name, entry in manifest.items():
+        print(f"{name}: {Path(args.out) / entry['file']} ({', '.join(entry['inputs'])} -> {', '.join(entry['outputs'])})")
+    return manifest
+
+
+if __name__ == "__main__":
+    main()
