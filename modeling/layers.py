@@ -93,7 +93,9 @@ class LineageLinear(nn.Linear):
 
 
 def _checks_enabled() -> bool:
-    # data-dependent checks would break a compiled graph; compiled code is trusted to have been run eagerly once
+    # Checks that read tensor values (id ranges, a static cache's length) would break a compiled graph
+    # (`torch.compile(fullgraph=True)` refuses data-dependent branches): they run eagerly, and compiled code is
+    # trusted to have been run eagerly once. Shape checks read static shapes and run under compile too.
     return not torch.compiler.is_compiling()
 
 
@@ -121,10 +123,17 @@ def check_ids_or_embeds(ids: torch.Tensor | None, embeds: torch.Tensor | None, v
     return shape
 
 
-def check_sequence_length(length: int, max_positions: int, name: str = "input_ids") -> None:
-    if length > max_positions:
+def check_sequence_length(length: int, max_positions: int, name: str = "input_ids",
+                          past_length: int | torch.Tensor = 0) -> None:
+    """Positions counted from the cache length (`past_length`, a 0-d tensor for a static cache) must stay inside the
+    position table. Callers that take `position_ids` check those instead: a packed row may be longer than the table."""
+    if not _checks_enabled():
+        return
+    past_length = int(past_length)
+    if past_length + length > max_positions:
+        name = f"past_key_values + {name}" if past_length else name
         raise ValueError(
-            f"`{name}` has {length} positions but `max_position_embeddings` is {max_positions}; "
+            f"`{name}` has {past_length + length} positions but `max_position_embeddings` is {max_positions}; "
             f"sequences must have at most {max_positions} tokens (truncate the input)."
         )
 
@@ -135,13 +144,17 @@ def check_mask_shape(mask: torch.Tensor | None, shape: torch.Size, name: str = "
         raise ValueError(f"`{name}` must have the shape of `{against}` {tuple(shape)}, got {tuple(mask.shape)}.")
 
 
-def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_length: int,
+def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_length: int | torch.Tensor,
                       name: str = "attention_mask", against: str = "input_ids") -> None:
     """A causal model's mask: (B, cached + new) over tokens, or a 4D mask that transformers prepared (a static
-    cache's `generate()` builds one per step) of shape (B or 1, 1, new, >= cached + new)."""
-    if mask is None:
+    cache's `generate()` builds one per step) of shape (B or 1, 1, new, >= cached + new). `past_length` is a 0-d
+    tensor for a static cache, so the check is skipped under `torch.compile`."""
+    if mask is None or not _checks_enabled():
         return
+    past_length = int(past_length)
     total = past_length + length
+    if past_length:
+        against = f"the {past_length} cached + {length} new tokens"
     if mask.dim() == 4:
         if mask.shape[0] not in (1, batch) or mask.shape[1] != 1 or mask.shape[2] != length or mask.shape[3] < total:
             rows = f"{batch} or 1" if batch > 1 else "1"

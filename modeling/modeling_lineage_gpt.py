@@ -55,6 +55,7 @@ class LineageGptPreTrainedModel(LineagePreTrainedModel):
     config_class = LineageGptConfig
     base_model_prefix = "transformer"
     _no_split_modules = ["LineageBlock"]
+    _can_compile_fullgraph = True  # input checks that read values run eagerly only (layers.py)
     auto_classes = {
         "AutoModel": "LineageGptModel",
         "AutoModelForCausalLM": "LineageGptForCausalLM",
@@ -93,28 +94,31 @@ class LineageGptModel(LineageGptPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
 
-    def _check_inputs(self, input_ids, inputs_embeds, attention_mask, position_ids, past_length: int) -> None:
+    def _check_inputs(self, input_ids, inputs_embeds, attention_mask, position_ids,
+                      past_length: int | torch.Tensor) -> None:
+        """Given `position_ids` are checked against the position table, not the row length: a packed row (sequences
+        whose positions restart, as `DataCollatorWithFlattening` makes) may be longer than the table."""
         batch, length = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size)
         limit = self.config.max_position_embeddings
-        total = past_length + length
-        check_sequence_length(total, limit, "input_ids" if past_length == 0 else "past_key_values + input_ids")
-        against = "input_ids" if past_length == 0 else f"the {past_length} cached + {length} new tokens"
-        check_cached_mask(attention_mask, batch, length, past_length, against=against)
-        if position_ids is not None:
+        if position_ids is None:
+            check_sequence_length(length, limit, past_length=past_length)
+        else:
             if position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) or position_ids.shape[1] != length:
                 raise ValueError(
                     f"`position_ids` must have shape ({batch} or 1, {length}) to match `input_ids`, "
                     f"got {tuple(position_ids.shape)}."
                 )
             check_token_ids(position_ids, limit, "position_ids", "max_position_embeddings")
+        check_cached_mask(attention_mask, batch, length, past_length)
 
     @staticmethod
-    def _position_ids(attention_mask: torch.Tensor | None, past_length: int, length: int,
+    def _position_ids(attention_mask: torch.Tensor | None, past_length: int | torch.Tensor, length: int,
                       device: torch.device) -> torch.Tensor:
         """Positions of the new tokens: counted over real tokens only, so left padding does not shift them.
-        A prepared 4D mask carries no token padding to count: its caller passes `position_ids` (as generate does)."""
+        A prepared 4D mask carries no token padding to count: its caller passes `position_ids` (as generate does).
+        `past_length` may be a static cache's 0-d tensor: added, never branched on (`torch.compile`)."""
         if attention_mask is None or attention_mask.dim() == 4:
-            return torch.arange(past_length, past_length + length, device=device)[None]  # (1, T)
+            return torch.arange(length, device=device)[None] + past_length  # (1, T)
         positions = attention_mask.long().cumsum(-1) - 1  # (B, S); left padding gives -1
         return positions[:, -length:].clamp(min=0)  # (B, T)
 

@@ -63,6 +63,7 @@ class LineageTransformerPreTrainedModel(LineagePreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     _no_split_modules = ["LineageBlock"]
+    _can_compile_fullgraph = True  # input checks that read values run eagerly only (layers.py)
     auto_classes = {
         "AutoModel": "LineageTransformerModel",
         "AutoModelForSeq2SeqLM": "LineageTransformerForConditionalGeneration",
@@ -106,8 +107,10 @@ class LineageTransformerStack(LineageTransformerPreTrainedModel):
         """Left to the model holding both stacks, which initialises them in one pass once both are built: each stack
         initialising itself as it is built would reorder the random draws, so a seed would give other weights."""
 
-    def embed(self, inputs_embeds: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        positions = torch.arange(offset, offset + inputs_embeds.shape[1], device=inputs_embeds.device)[None]  # (1, T)
+    def embed(self, inputs_embeds: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """Positions offset..offset+T-1; `offset` (the cache length) is a 0-d tensor for a static cache, added to the
+        positions rather than branched on, so a compiled decoding step has no data-dependent control flow."""
+        positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + offset  # (1, T)
         return self.dropout(inputs_embeds * self.embed_scale + self.embed_positions(positions))  # (B, T, C)
 
     def run_layers(self, hidden_states: torch.Tensor, *masks_and_memory: torch.Tensor | None, **kwargs) -> torch.Tensor:
@@ -265,9 +268,9 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
                 f"got {type(past_key_values).__name__}."
             )
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
-        check_sequence_length(past + shape[1], self.config.max_position_embeddings, "decoder_input_ids")
+        check_sequence_length(shape[1], self.config.max_position_embeddings, "decoder_input_ids", past)
         check_cached_mask(decoder_attention_mask, shape[0], shape[1], past, "decoder_attention_mask",
-                          f"{past} cached + {shape[1]} new decoder tokens")
+                          "decoder_input_ids")
 
     def _decode(
         self,

@@ -10,6 +10,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForMultipleChoice,
     AutoModelForSequenceClassification,
+    CompileConfig,
     Trainer,
     TrainingArguments,
 )
@@ -425,6 +426,56 @@ def test_static_cache_generates_like_the_dynamic_cache(num_beams):
     assert torch.equal(static.sequences, dynamic.sequences)
     for a, b in zip(static.logits, dynamic.logits):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def compile_config(graphs: list) -> CompileConfig:
+    """`generate()`'s compilation with `fullgraph=True` (a graph break raises) through a backend that records each
+    graph it is given and runs it as traced; `generate()` compiles on accelerators only unless told otherwise."""
+    def backend(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    config = CompileConfig(fullgraph=True, backend=backend, mode=None, dynamic=False)
+    config._compile_all_devices = True
+    return config
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_static_cache_decoding_compiles_with_fullgraph(norm):
+    model = build(LineageGptForCausalLM, norm_position=norm)
+    assert model._can_compile_fullgraph
+    ids, mask = pad([tokens(n) for n in (3, 6)], "left")
+    kwargs = dict(attention_mask=mask, max_new_tokens=5, do_sample=False, cache_implementation="static")
+    graphs = []
+    compiled = model.generate(ids, compile_config=compile_config(graphs), **kwargs)
+    assert graphs, "generate() did not compile the decoding step"
+    assert torch.equal(compiled, model.generate(ids, **kwargs))
+
+
+@pytest.mark.slow
+def test_static_cache_decoding_compiles_with_inductor():
+    model = build(LineageGptForCausalLM)
+    ids = tokens(2, 6)
+    kwargs = dict(max_new_tokens=5, do_sample=False, cache_implementation="static")
+    config = CompileConfig(fullgraph=True, mode="default", dynamic=False)
+    config._compile_all_devices = True
+    assert torch.equal(model.generate(ids, compile_config=config, **kwargs), model.generate(ids, **kwargs))
+
+
+@pytest.mark.parametrize("attn", ("sdpa", "eager"))
+def test_packed_rows_longer_than_the_position_table_equal_each_sequence_alone(attn):
+    """Packed (padding-free) rows, as `DataCollatorWithFlattening` makes: `position_ids` restart at each sequence and
+    no `attention_mask` is given, so transformers' mask keeps each sequence to itself (without a cache: training)."""
+    model = build(LineageGptForCausalLM, attn)
+    lengths = (40, 30, 20)  # 90 tokens in one row; max_position_embeddings is 64
+    sequences = [tokens(1, n) for n in lengths]
+    positions = torch.cat([torch.arange(n) for n in lengths])[None]  # (1, 90)
+    packed = torch.cat(sequences, dim=1)
+    out = model(packed, position_ids=positions, labels=packed, use_cache=False)
+    assert torch.isfinite(out.loss)
+    for sequence, span in zip(sequences, torch.arange(90).split(lengths)):
+        torch.testing.assert_close(out.logits[:, span], model(sequence).logits, rtol=0, atol=1e-5)
+    assert_refused(model, "has 90 positions but `max_position_embeddings` is 64", lambda: model(packed))
 
 
 @pytest.mark.parametrize(

@@ -386,6 +386,53 @@ def test_static_cache_generates_like_the_dynamic_cache(num_beams):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
+def compile_config(graphs: list) -> transformers.CompileConfig:
+    """`generate()`'s compilation with `fullgraph=True` (a graph break raises) through a backend that records each
+    graph it is given and runs it as traced; `generate()` compiles on accelerators only unless told otherwise."""
+    def backend(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    config = transformers.CompileConfig(fullgraph=True, backend=backend, mode=None, dynamic=False)
+    config._compile_all_devices = True
+    return config
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_static_cache_decoding_compiles_with_fullgraph(implementation):
+    model = build(attn=implementation)
+    assert model._can_compile_fullgraph
+    input_ids, attention_mask = sources((7, 4))
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=5, do_sample=False, cache_implementation="static")
+    graphs = []
+    compiled = model.generate(input_ids, compile_config=compile_config(graphs), **kwargs)
+    assert graphs, "generate() did not compile the decoding step"
+    assert torch.equal(compiled, model.generate(input_ids, **kwargs))
+
+
+@pytest.mark.slow
+def test_static_cache_decoding_compiles_with_inductor():
+    model = build()
+    input_ids, attention_mask = sources((7, 4))
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=5, do_sample=False, cache_implementation="static")
+    config = transformers.CompileConfig(fullgraph=True, mode="default", dynamic=False)
+    config._compile_all_devices = True
+    assert torch.equal(model.generate(input_ids, compile_config=config, **kwargs), model.generate(input_ids, **kwargs))
+
+
+def test_every_position_of_the_table_is_accepted_and_no_more():
+    """Positions are 0..S-1 in the encoder and continue from the cache in the decoder (as Marian's: no
+    `position_ids` argument); sequences that use exactly the 64 positions of the table run, one more is refused."""
+    model = build()
+    source, target = tokens(1, 64), tokens(1, 64)
+    full = model(input_ids=source, decoder_input_ids=target).logits
+    cache = model(input_ids=source, decoder_input_ids=target[:, :63]).past_key_values
+    step = model(input_ids=source, decoder_input_ids=target[:, 63:], past_key_values=cache)
+    torch.testing.assert_close(step.logits[:, -1], full[:, -1], rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match=r"`past_key_values \+ decoder_input_ids` has 65 positions"):
+        model(input_ids=source, decoder_input_ids=target[:, :1], past_key_values=step.past_key_values)
+
+
 def test_sampling_runs_and_is_seeded():
     model = build()
     input_ids, attention_mask = sources()
