@@ -5,6 +5,13 @@ the engine's `TrainState` and the size of every file. It is written to a tempora
 once complete, so a crash during a save never touches the previous good one; a checkpoint without its state file
 is incomplete and never resumed from. `resume_path("latest" | folder)` finds and verifies one before anything is
 built; `load_checkpoint` restores it.
+
+Killed at any instant (SIGKILL, tested in tests/test_reliability.py): every file is fsynced before the state file
+is written, and the folder's entry after the rename, so a complete checkpoint stays complete; folders left by a
+killed save (`.tmp-step-N`, a stale checkpoint half deleted as `.del-step-N`) are never resumed from and are
+removed by the next save. A step saved again replaces its folder in two renames (`step-N` -> `.old-step-N`, the
+new one -> `step-N`); killed between them, `.old-step-N` is that step's checkpoint until the next save puts it
+back.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from accelerate import Accelerator
 
 STATE_FILE = "lineage_state.json"
 CHECKPOINT_PREFIX = "step-"
+TMP, OLD, DELETING = ".tmp-", ".old-", ".del-"  # prefixes of folders a save is writing, replacing, deleting
 
 
 class CheckpointError(ValueError):
@@ -34,12 +42,18 @@ class TrainState:
 
 
 def complete_checkpoints(root: Path) -> list[Path]:
-    """Complete checkpoints under `root`, oldest first."""
+    """Complete checkpoints under `root`, oldest first: `step-N` folders with their state file, and a
+    `.old-step-N` whose `step-N` is gone (a run killed while replacing that step's checkpoint)."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(CHECKPOINT_PREFIX)
-             and (p / STATE_FILE).is_file()]
-    return sorted(found, key=lambda p: int(p.name[len(CHECKPOINT_PREFIX):]))
+    found = [p for p in root.iterdir() if p.is_dir() and (p / STATE_FILE).is_file()
+             and (p.name.startswith(CHECKPOINT_PREFIX) or _orphaned_old(p))]
+    return sorted(found, key=lambda p: int(p.name.removeprefix(OLD)[len(CHECKPOINT_PREFIX):]))
+
+
+def _orphaned_old(path: Path) -> bool:
+    name = path.name.removeprefix(OLD)
+    return path.name.startswith(OLD) and name.startswith(CHECKPOINT_PREFIX) and not (path.parent / name).exists()
 
 
 def verify_checkpoint(path: Path) -> dict:
@@ -92,40 +106,98 @@ def load_checkpoint(accelerator: Accelerator, path: Path) -> TrainState:
 def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, keep: int) -> Path:
     """`save_state` into a temporary folder, record it, rename it into place, keep the last `keep`."""
     final = root / f"{CHECKPOINT_PREFIX}{state.step:08d}"
-    tmp = root / f".tmp-{final.name}"
+    tmp = root / f"{TMP}{final.name}"
     if accelerator.is_main_process:
         root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        _clear_leftovers(root)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
+    hook = accelerator.register_save_state_pre_hook(_drop_tied_copies)
+    try:
+        accelerator.save_state(str(tmp))
+    finally:
+        hook.remove()
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         _write_record(tmp, state)
         _move_into_place(tmp, final)
         for stale in complete_checkpoints(root)[:-max(1, keep)]:
-            shutil.rmtree(stale, ignore_errors=True)
+            _delete(stale)
     accelerator.wait_for_everyone()
     return final
 
 
+def _clear_leftovers(root: Path) -> None:
+    """Put back a checkpoint a killed run left as `.old-step-N`; delete what killed saves left half written."""
+    for path in sorted(root.iterdir()):
+        if _orphaned_old(path) and (path / STATE_FILE).is_file():
+            os.replace(path, root / path.name.removeprefix(OLD))
+        elif path.name.startswith((TMP, OLD, DELETING)):
+            shutil.rmtree(path, ignore_errors=True)
+    _fsync(root)
+
+
+def _delete(folder: Path) -> None:
+    """Rename first, so a checkpoint killed halfway through its deletion is never listed as complete."""
+    doomed = folder.parent / f"{DELETING}{folder.name.removeprefix(OLD)}"
+    os.replace(folder, doomed)
+    _fsync(folder.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _drop_tied_copies(models: list, weights: list[dict], output_dir: str) -> None:
+    """Drop from the state dicts `save_state` is about to write the tied copies each model declares
+    (`_tied_weights_keys`: the LM head that is the word embedding), as `save_pretrained` does. A safetensors file
+    holds a tensor under one name only; left in, Accelerate would drop the copy itself and print "Removed shared
+    tensor ... This should be OK" at every checkpoint. Harmless: `load_state` (safetensors' `load_model`)
+    accepts exactly the missing aliases, and the tie lives in the model, so the head gets its weight back."""
+    for model, state in zip(models, weights):  # weights is empty under FSDP / DeepSpeed, which save their own way
+        tied = getattr(_unwrapped(model), "get_expanded_tied_weights_keys", dict)()
+        for target, source in tied.items():
+            for key in [k for k in state if k == target or k.endswith("." + target)]:  # "module." under DDP
+                twin = key[:len(key) - len(target)] + source
+                if twin in state and state[twin].data_ptr() == state[key].data_ptr():
+                    del state[key]
+
+
+def _unwrapped(model):
+    while hasattr(model, "module") or hasattr(model, "_orig_mod"):  # DDP, torch.compile
+        model = getattr(model, "module", None) or model._orig_mod
+    return model
+
+
 def _write_record(folder: Path, state: TrainState) -> None:
+    """The state file, written last: only once every file it lists is on disk."""
     files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
+    for name in files:
+        _fsync(folder / name)
     record = {"state": asdict(state), "files": files, "time": time.time()}
     with (folder / STATE_FILE).open("w") as f:
         json.dump(record, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
+    _fsync(folder)
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file, or a folder's entries (renames), to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:
     """Rename; a step saved again (a resumed run) replaces the old folder only once the new one is complete."""
     if not final.exists():
         os.replace(tmp, final)
+        _fsync(final.parent)
         return
-    old = final.parent / f".old-{final.name}"
+    old = final.parent / f"{OLD}{final.name}"
     shutil.rmtree(old, ignore_errors=True)
     os.replace(final, old)
     os.replace(tmp, final)
+    _fsync(final.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -78,7 +80,7 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, **fields:
     auto = getattr(transformers, auto_class)
     overrides = {**fields, **recipe.model_overrides}
     if is_model_folder(recipe.model):
-        model = auto.from_pretrained(recipe.model, ignore_mismatched_sizes=True, **overrides)
+        model = _load_backbone(auto, recipe.model, overrides)
     else:
         token_fields = {} if "vocab_size" in recipe.model_overrides else config_kwargs_from_tokenizer(tokenizer, kind)
         model = auto.from_config(load_model_config(recipe.model, **{**token_fields, **overrides}))
@@ -87,6 +89,33 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, **fields:
         raise RecipeError(f"recipe key 'max_seq_length' is {recipe.max_seq_length} but the model has "
                           f"{positions} positions (max_position_embeddings)")
     return model
+
+
+def _load_backbone(auto, folder: str, overrides: dict[str, Any]):
+    """A saved model under a (possibly different) head. transformers logs a LOAD REPORT warning for every head
+    key it leaves out or initializes: when fine-tuning a pretrained folder that is the plan, not a problem, so its
+    report is replaced by one line; a warning remains for what would be a problem, a missing or reshaped
+    backbone weight."""
+    reporter = logging.getLogger("transformers.modeling_utils")
+    report_filter = _DropLoadReport()
+    reporter.addFilter(report_filter)
+    try:
+        model, info = auto.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True, **overrides)
+    finally:
+        reporter.removeFilter(report_filter)
+    new = sorted(info["missing_keys"] | {k[0] if isinstance(k, tuple) else k for k in info["mismatched_keys"]})
+    backbone = [k for k in new if k.startswith(model.base_model_prefix + ".")]
+    if backbone:
+        warnings.warn(f"{folder}: backbone weights missing or of another shape, initialized afresh: {backbone}")
+    if new or info["unexpected_keys"]:
+        PartialState().print(f"{type(model).__name__} from {folder}: initialized {', '.join(new) or 'nothing'}; "
+                             f"left out {', '.join(sorted(info['unexpected_keys'])) or 'nothing'}")
+    return model
+
+
+class _DropLoadReport(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "LOAD REPORT" not in record.getMessage()
 
 
 def dense_prediction_for_saving(model, recipe: Recipe) -> None:

@@ -371,7 +371,8 @@ def prepare_nsp_dataset(dataset: datasets.Dataset, tokenizer: PreTrainedTokenize
 def _tokenize_sentences(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, split: bool) -> dict:
     documents = [split_sentences(t) for t in rows[column]] if split else rows[column]
     flat = [s for doc in documents for s in doc]
-    ids = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
+    # a sentence may be longer than the model: create_nsp_examples truncates each pair, so no length warning
+    ids = tokenizer(flat, add_special_tokens=False, verbose=False)["input_ids"] if flat else []
     out, start = [], 0
     for doc in documents:
         out.append(ids[start:start + len(doc)])

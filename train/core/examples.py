@@ -135,8 +135,9 @@ def _nsp_features(a: list[int], b: list[int], is_random: bool, tokenizer) -> dic
 # ----------------------------------------------------------------------------- batch encoders
 
 def encode_causal_lm(examples: dict, tokenizer: PreTrainedTokenizerBase, text_column: str = "text") -> dict:
-    """Token ids without templates, for ``pack_sequences``."""
-    return {"input_ids": tokenizer(examples[text_column], add_special_tokens=False)["input_ids"]}
+    """Token ids without templates, for ``pack_sequences``. Documents longer than the model are expected here
+    (packing cuts them into blocks), so the tokenizer's too-long-sequence warning is off (``verbose=False``)."""
+    return {"input_ids": tokenizer(examples[text_column], add_special_tokens=False, verbose=False)["input_ids"]}
 
 
 def encode_classification(examples: dict, tokenizer: PreTrainedTokenizerBase, text_column: str = "text",

@@ -103,9 +103,10 @@ def _backend(kind: str, lowercase: bool) -> Tokenizer:
     return tok
 
 
-def _trainer(kind: str, vocab_size: int, min_frequency: int, show_progress: bool) -> trainers.Trainer:
+def _trainer(kind: str, vocab_size: int, min_frequency: int, show_progress: bool,
+             fixed_symbols: list[str]) -> trainers.Trainer:
     common = {"vocab_size": vocab_size, "min_frequency": min_frequency, "show_progress": show_progress,
-              "special_tokens": _SPECIALS[kind]}
+              "special_tokens": _SPECIALS[kind] + fixed_symbols}
     if kind == "bert":
         return trainers.WordPieceTrainer(**common, continuing_subword_prefix="##")
     if kind == "gpt":
@@ -148,7 +149,8 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int, *, min_fre
 
     ``lowercase`` defaults to True for BERT (the uncased model) and False otherwise (byte-level GPT
     never normalizes). ``vocab_size`` counts the special tokens; it is an upper bound, reached when the
-    text has enough distinct merges. Save with ``tokenizer.save_pretrained(folder)``.
+    text has enough distinct merges. Save with ``tokenizer.save_pretrained(folder)``. The same texts give the same
+    vocabulary in every process (WordPiece reads them twice: an iterator is read into a list first).
     """
     kind = canonical_kind(kind)
     if vocab_size < minimum_vocab_size(kind):
@@ -161,11 +163,41 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int, *, min_fre
     if kind == "gpt" and lowercase:
         raise ValueError("byte-level BPE (gpt) does not normalize text; lowercase it before training")
     backend = _backend(kind, lowercase)
+    fixed = []
+    if kind == "bert":
+        texts = list(texts) if iter(texts) is texts else texts  # read twice
+        fixed = _continuation_symbols(backend, texts)
     counted = _CountingIterator(texts)
-    backend.train_from_iterator(counted, _trainer(kind, vocab_size, min_frequency, show_progress))
+    backend.train_from_iterator(counted, _trainer(kind, vocab_size, min_frequency, show_progress, fixed))
     if counted.nonempty == 0:
         raise ValueError("train_tokenizer got no non-empty text to train on")
+    if fixed:  # handed to the trainer as special tokens only to fix their ids: ordinary tokens from here on
+        backend = _rebuilt_without_added_tokens(kind, backend, lowercase)
     return wrap_tokenizer(kind, backend, model_max_length)
+
+
+def _continuation_symbols(backend: Tokenizer, texts: Iterable[str]) -> list[str]:
+    """``##c`` for every character that continues a word of ``texts``, in code-point order.
+
+    The WordPiece trainer numbers these symbols in the order it meets them while iterating a hash map seeded
+    afresh in every process, and it breaks ties between equally frequent merges by symbol id, so the
+    vocabulary differed from run to run. Listed up front, the symbols get fixed ids and training is
+    reproducible."""
+    words = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    words.normalizer, words.pre_tokenizer = backend.normalizer, backend.pre_tokenizer
+    words.train_from_iterator(texts, trainers.WordLevelTrainer(vocab_size=2**32, show_progress=False))
+    return [f"##{c}" for c in sorted({c for word in words.get_vocab() for c in word[1:]})]
+
+
+def _rebuilt_without_added_tokens(kind: str, backend: Tokenizer, lowercase: bool) -> Tokenizer:
+    """The trained vocabulary in a fresh tokenizer whose only added tokens are the kind's special tokens."""
+    model = backend.model
+    rebuilt = _backend(kind, lowercase)
+    rebuilt.model = models.WordPiece(backend.get_vocab(with_added_tokens=False), unk_token=model.unk_token,
+                                     continuing_subword_prefix=model.continuing_subword_prefix,
+                                     max_input_chars_per_word=model.max_input_chars_per_word)
+    rebuilt.add_special_tokens(_SPECIALS[kind])
+    return rebuilt
 
 
 class _CountingIterator:
