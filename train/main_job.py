@@ -7,7 +7,10 @@
 1. train the three tokenizers (WordPiece for BERT, byte-level BPE for GPT, shared BPE for the Transformer);
 2. pretrain a small BERT (MLM + NSP), fine-tune it on the entailment task (NLI);
 3. pretrain a small GPT (causal LM), fine-tune it on the same task with the auxiliary LM loss, sample text;
-4. train a small Transformer translator (English number words -> German) and report BLEU.
+4. train a small Transformer translator (English number words -> German) and report BLEU;
+5. draw the translator's cross-attention for one held-out sentence (`train.attention_maps`);
+6. train the attention that came before it, an RNN encoder-decoder with Luong attention, on the same task, and
+   print both BLEU scores.
 
 It ends with a table of the figures reached and the folders written (each loads with the Auto classes;
 the job checks that), also saved as `<output_dir>/summary.json` and `summary.md`.
@@ -24,8 +27,8 @@ import torch
 import transformers
 
 import modeling
-from train import finetune, pretrain_bert, pretrain_gpt, train_translation
-from train.core.corpus import tokenizer_training_texts
+from train import attention_maps, finetune, pretrain_bert, pretrain_gpt, train_translation
+from train.core.corpus import generate_records, tokenizer_training_texts
 from train.core.tokenization import train_tokenizer
 
 TOKENIZERS = {"bert": 2000, "gpt": 2000, "seq2seq": 1000}
@@ -36,10 +39,15 @@ STAGES = [
     ("gpt-pretrain", pretrain_gpt.main, "main-gpt-pretrain", "gpt", None, ("eval_perplexity", "sample_0")),
     ("gpt-nli", finetune.main, "main-gpt-nli", None, "gpt-pretrain", ("eval_accuracy", "eval_f1")),
     ("translation", train_translation.main, "main-translation", "seq2seq", None, ("eval_bleu", "eval_exact_match", "sample_0")),
+    ("rnn-translation", train_translation.main, "main-rnn-translation", "seq2seq", None,
+     ("eval_bleu", "eval_exact_match", "sample_0")),
 ]
 QUICK = ["--max_steps", "8", "--train_size", "120", "--eval_size", "24", "--save_steps", "0", "--logging_steps", "4",
          "--warmup_steps", "2", "--model_overrides", "{hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, "
          "intermediate_size: 64, max_position_embeddings: 128}"]
+# the quick model of a stage whose family has other config fields than those QUICK sets
+QUICK_MODELS = {"rnn-translation": "{cell: lstm, hidden_size: 32, embedding_size: 16, num_encoder_layers: 1, "
+                                   "num_decoder_layers: 1, attention: luong-general, input_feeding: true}"}
 
 
 def train_tokenizers(folder: Path, quick: bool) -> dict[str, Path]:
@@ -79,6 +87,18 @@ def render_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def attention_map_row(root: Path, translator: str) -> dict:
+    """The translator's cross-attention (head mean, last layer) for one validation sentence, as a table row
+    whose folder column is the PNG."""
+    sentence = generate_records("translation", "validation", size=1)[0]["source"]
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    files = attention_maps.main(["--model", str(root / translator / "model"), "--text", sentence,
+                                 "--out", str(root / translator / "attention"), "--overwrite"])
+    png = [p for p in files["png"] if p.name.startswith("cross_") and p.name.endswith("_mean.png")][-1]
+    return {"name": "attention-map", "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - cpu0,
+            "folder": str(png), "loads_as": "PNG", "figures": {f"{translator} cross-attention": sentence}}
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of every step (about a minute)")
@@ -96,6 +116,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         argv_stage += ["--tokenizer", str(tokenizers[kind])] if kind else ["--model", str(root / parent / "model")]
         if args.quick:
             argv_stage += QUICK if kind else QUICK[:-2]  # fine-tuning keeps the pretrained architecture
+            argv_stage += ["--model_overrides", QUICK_MODELS[name]] if name in QUICK_MODELS else []
         t0, cpu0 = time.perf_counter(), time.process_time()
         results, folder = script(argv_stage)
         seconds = time.perf_counter() - t0
@@ -104,14 +125,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
                      "figures": {k.removeprefix("eval_"): results[k] for k in figures if k in results},
                      "results": {k: v for k, v in results.items() if isinstance(v, (int, float, str))}})
         print(f"== {name}: {seconds:.0f}s, " + ", ".join(f"{k}={_format(v)}" for k, v in rows[-1]["figures"].items()))
+    attention = attention_map_row(root, "translation")
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    table = render_table(rows)
+    table = render_table(rows + [attention])
     summary = (f"# Lineage main job\n\nWall time: {wall:.0f}s; CPU time of this process: {cpu:.0f}s "
                f"({torch.get_num_threads()} torch threads)\n\n{table}\n")
     (root / "summary.md").write_text(summary)
     (root / "summary.json").write_text(json.dumps({"wall_seconds": wall, "cpu_seconds": cpu, "quick": args.quick,
-                                                   "stages": rows}, indent=1))
+                                                   "stages": rows, "attention_map": attention["folder"]}, indent=1))
     print("\n" + summary)
+    bleu = {row["name"]: _format(row["figures"].get("bleu")) for row in rows}
+    print(f"BLEU on held-out sentences: Transformer {bleu['translation']}, RNN + attention {bleu['rnn-translation']}")
     return rows
 
 

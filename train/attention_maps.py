@@ -1,0 +1,138 @@
+"""Attention maps of one input from any Lineage model: PNG heatmaps, the raw weights and an interactive page.
+
+    python -m train.attention_maps --model outputs/bert-pretrain-tiny/model --text "the cat sat" --out maps/bert
+    python -m train.attention_maps --model outputs/bert-nli/model --text "a man sleeps" --text-pair "he is awake" \\
+        --layers 0,1 --heads 0,2 --out maps/nli
+    python -m train.attention_maps --model outputs/main-job/translation/model --text "seventy-two" --out maps/mt
+    python -m train.attention_maps --model my-marian-as-lineage --text "..." --target "..." --out maps/forced
+
+`--model` is a folder saved by `save_pretrained` (a training run's `<output_dir>/model`, or a model imported
+with `modeling.conversion.from_transformers` and saved), a Hub id, or a folder of a supported transformers
+reference model (converted on load); the tokenizer comes from the same place. The model runs once on the
+eager kernel with `output_attentions=True`. A sequence-to-sequence model reads `--text` as the source and
+forces `--target` through the decoder, or, without `--target`, the tokens it generates itself (greedy, or
+beam search with `--num-beams`). `--layers` / `--heads` select what is drawn and saved (default: all).
+
+Output (`train.core.attention_plots` lists the files): PNG heatmaps (layer x head grid, each layer's heads at
+full size, the cross-attention alignment averaged over heads), `<kind>.npy` weights (layers, heads, rows,
+columns) with `tokens.json`, and `attention.html` (plus bertviz's views with the `viz` extra). Everything is
+written to a temporary folder beside `--out` and moved into place at the end: a failed run leaves `--out` as
+it was. An existing non-empty `--out` is refused unless `--overwrite` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from train.core.attention import (
+    AttentionInputError,
+    collect,
+    encode_text,
+    is_seq2seq,
+    load_model,
+    load_tokenizer,
+    select,
+    target_ids,
+    tokens,
+)
+from train.core.attention_plots import write_all
+
+
+def index_list(value: str) -> list[int]:
+    """`"0,2"` -> [0, 2]: non-negative integers separated by commas."""
+    try:
+        indices = [int(part) for part in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected indices separated by commas such as 0,2, got {value!r}") from None
+    if any(i < 0 for i in indices):
+        raise argparse.ArgumentTypeError(f"indices count from 0, got {value!r}")
+    return indices
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="saved model folder or Hub id (with its tokenizer)")
+    parser.add_argument("--text", required=True, help="the input (the source of a sequence-to-sequence model)")
+    parser.add_argument("--text-pair", default=None, help="second segment (BERT / GPT sentence pairs)")
+    parser.add_argument("--target", default=None, help="seq2seq: target text to force (default: generated)")
+    parser.add_argument("--layers", type=index_list, default=None, help="layer indices, e.g. 0,2 (default: all)")
+    parser.add_argument("--heads", type=index_list, default=None, help="head indices, e.g. 1,3 (default: all)")
+    parser.add_argument("--num-beams", type=int, default=1, help="seq2seq generation without --target")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="seq2seq generation without --target")
+    parser.add_argument("--out", required=True, help="folder to write (must not exist or be empty)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    return parser.parse_args(argv)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """What can be refused before any model is loaded."""
+    for flag, value in (("--text", args.text), ("--text-pair", args.text_pair), ("--target", args.target)):
+        if value is not None and not value.strip():
+            raise AttentionInputError(f"{flag} is empty; give some text")
+    if args.num_beams < 1:
+        raise AttentionInputError(f"--num-beams must be at least 1, got {args.num_beams}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise AttentionInputError(f"--out {args.out!r} is a file; give a folder")
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise AttentionInputError(f"--out {args.out!r} exists and is not empty; choose a new folder or pass "
+                                  "--overwrite")
+
+
+def check_task(model, args: argparse.Namespace) -> None:
+    seq2seq = is_seq2seq(model)
+    if seq2seq and args.text_pair is not None:
+        raise AttentionInputError("--text-pair is for BERT / GPT sentence pairs; a sequence-to-sequence model "
+                                  "reads --text as its source and --target as its target")
+    if not seq2seq and (args.target is not None or args.num_beams != 1 or args.max_new_tokens is not None):
+        raise AttentionInputError(f"--target, --num-beams and --max-new-tokens are for sequence-to-sequence models; "
+                                  f"{type(model).__name__} reads --text (and --text-pair) only")
+
+
+def move_into_place(staging: Path, out: Path) -> None:
+    """Replace `out` by the finished `staging` folder (renames in one file system)."""
+    if out.exists():
+        retired = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+        out.rename(retired / out.name)
+        shutil.rmtree(retired)
+    staging.rename(out)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
+    """Run the command; returns the written files by kind (`png`, `npy`, `json`, `html`), at their final paths."""
+    args = parse_args(argv)
+    check_arguments(args)
+    model, tokenizer = load_model(args.model), load_tokenizer(args.model)
+    check_task(model, args)
+    inputs = encode_text(model, tokenizer, args.text, args.text_pair)
+    decoder_ids, generated = None, False
+    if is_seq2seq(model):
+        decoder_ids, generated = target_ids(model, tokenizer, inputs, args.target, args.num_beams, args.max_new_tokens)
+    maps = select(collect(model, inputs, decoder_ids), args.layers, args.heads)
+    description = {"model": args.model, "architecture": type(model).__name__, "text": args.text,
+                   "text_pair": args.text_pair, "target": args.target, "target_generated": generated}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        written = write_all(maps, tokens(tokenizer, inputs, decoder_ids), description, staging)
+    except BaseException:
+        shutil.rmtree(staging)
+        raise
+    move_into_place(staging, out)
+    files: dict[str, list[Path]] = {}
+    for path in written:
+        files.setdefault(path.suffix.lstrip("."), []).append(out / path.name)
+    print(f"wrote {len(written)} files to {out}: " + ", ".join(f"{len(v)} {k}" for k, v in files.items()))
+    return files
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AttentionInputError as error:
+        raise SystemExit(f"error: {error}") from None
