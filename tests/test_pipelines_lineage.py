@@ -9,7 +9,10 @@ import torch
 from conftest import preset, run_clean_process
 from transformers.modeling_outputs import QuestionAnsweringModelOutput
 
-from modeling import LineageBertForMaskedLM, LineageBertForQuestionAnswering, LineageTransformerForConditionalGeneration
+from modeling import (
+    LineageBertForMaskedLM, LineageBertForQuestionAnswering, LineageRnnForConditionalGeneration,
+    LineageTransformerForConditionalGeneration,
+)
 from modeling.pipelines_lineage import LineageQuestionAnsweringPipeline, LineageTranslationPipeline
 from train.core.corpus import tokenizer_training_texts
 from train.core.tokenization import config_kwargs_from_tokenizer, train_tokenizer
@@ -27,17 +30,20 @@ def tokenizers():
 
 @pytest.fixture(scope="module")
 def folders(tokenizers, tmp_path_factory):
-    """A saved translator and a saved QA model (random weights), each with its tokenizer."""
+    """Saved translators (Transformer, RNN) and a saved QA model (random weights), each with its tokenizer."""
     seq2seq_tok, bert_tok = tokenizers
     root = tmp_path_factory.mktemp("pipelines")
     torch.manual_seed(0)
     translator = LineageTransformerForConditionalGeneration(
         preset("transformer-tiny", **config_kwargs_from_tokenizer(seq2seq_tok, "seq2seq"))).eval()
+    rnn = LineageRnnForConditionalGeneration(
+        preset("rnn-tiny", **config_kwargs_from_tokenizer(seq2seq_tok, "seq2seq"))).eval()
     qa = LineageBertForQuestionAnswering(preset("bert-tiny", **config_kwargs_from_tokenizer(bert_tok, "bert"))).eval()
-    for name, model, tok in (("translator", translator, seq2seq_tok), ("qa", qa, bert_tok)):
+    models = {"translator": (translator, seq2seq_tok), "rnn": (rnn, seq2seq_tok), "qa": (qa, bert_tok)}
+    for name, (model, tok) in models.items():
         model.save_pretrained(root / name)
         tok.save_pretrained(root / name)
-    return {"translator": (translator, root / "translator"), "qa": (qa, root / "qa")}
+    return {name: (model, root / name) for name, (model, _) in models.items()}
 
 
 def test_saved_folders_declare_their_pipelines(folders, tokenizers, tmp_path):
@@ -67,6 +73,8 @@ out = {
     "qa": qa(question="Where does Tom sing?", context=CONTEXT, top_k=3, max_answer_len=4, doc_stride=16),
     "qa_batched": qa([{"question": "Who sings?", "context": CONTEXT}, {"question": "Who?", "context": "Tom sings."}],
                      batch_size=4, handle_impossible_answer=True),
+    "rnn": pipeline("translation", model=FOLDERS["rnn"], trust_remote_code=True)(SOURCES, batch_size=3, num_beams=2,
+                                                                                 max_new_tokens=6),
     "classes": [type(p).__name__ for p in (translate, generate, qa)],
 }
 print(json.dumps(out))
@@ -95,6 +103,8 @@ def test_clean_process_pipelines_equal_direct_calls(folders, tokenizers, tmp_pat
     returned = _generated_texts(translator, seq2seq_tok, SOURCES[:1], num_beams=3, num_return_sequences=2,
                                 max_new_tokens=6)
     assert got["returned"] == [{"translation_text": t} for t in returned]
+    assert got["rnn"] == [{"translation_text": t} for t in
+                          _generated_texts(folders["rnn"][0], seq2seq_tok, SOURCES, num_beams=2, max_new_tokens=6)]
     assert got["text2text"] == [{"generated_text": t} for t in
                                 _generated_texts(translator, seq2seq_tok, SOURCES[1:2], max_new_tokens=6)]
     local = LineageQuestionAnsweringPipeline(model=folders["qa"][0], tokenizer=bert_tok)
@@ -181,3 +191,15 @@ def test_bad_input_is_refused(scripted, folders, tokenizers):
         qa(question="Who?", context="Tom sings.", max_seq_len=500)
     with pytest.raises(ValueError, match="needs an encoder-decoder model"):
         LineageTranslationPipeline(model=folders["qa"][0], tokenizer=tokenizers[1])
+
+
+def test_model_card_shows_the_saved_pipelines(folders, tmp_path):
+    from train.core.publish import write_model_card
+    from train.core.recipes import Recipe
+
+    recipe = Recipe(output_dir=str(tmp_path / "run"), dataset="embedded:translation")
+    card = write_model_card(tmp_path, folders["translator"][0], recipe, {"eval_bleu": 1.0}).read_text()
+    assert 'translation = pipeline("translation", model="path/or/repo-id", trust_remote_code=True)' in card
+    assert 'text2text_generation = pipeline("text2text-generation"' in card
+    plain = write_model_card(tmp_path, LineageBertForMaskedLM(preset("bert-tiny")), recipe, {}).read_text()
+    assert "pipeline(" not in plain

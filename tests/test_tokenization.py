@@ -144,3 +144,75 @@ def test_cli_trains_and_saves(tmp_path, capsys):
     assert tok.decode(tok("Ich habe three Katzen.")["input_ids"], skip_special_tokens=True) == "Ich habe three Katzen."
     cli.main(["--kind", "bert", "--vocab_size", "300", "--max_texts", "50", "--output_dir", str(tmp_path / "b")])
     assert (tmp_path / "b" / "tokenizer.json").exists() and (tmp_path / "b" / "tokenizer_config.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tokenizers saved beside a model: transformers 5.23's AutoTokenizer reads the model's config.json first
+# ---------------------------------------------------------------------------------------------------------------
+
+MODEL_FOLDER_KINDS = {"bert": ("LineageBertForMaskedLM", "bert-tiny"), "gpt": ("LineageGptForCausalLM", "gpt-tiny"),
+                      "transformer": ("LineageTransformerForConditionalGeneration", "transformer-tiny"),
+                      "rnn": ("LineageRnnForConditionalGeneration", "rnn-tiny")}
+
+
+@pytest.fixture(scope="module")
+def model_folders(saved, tmp_path_factory):
+    """A saved model of every family with its tokenizer beside it, as a training run writes them."""
+    import modeling
+    from conftest import preset
+
+    root = tmp_path_factory.mktemp("model-folders")
+    folders = {}
+    for family, (class_name, preset_name) in MODEL_FOLDER_KINDS.items():
+        tokenizer = saved["seq2seq" if family in ("transformer", "rnn") else family][0]
+        kind = "seq2seq" if family in ("transformer", "rnn") else family
+        config = preset(preset_name, **config_kwargs_from_tokenizer(tokenizer, kind))
+        getattr(modeling, class_name)(config).save_pretrained(root / family)
+        tokenizer.save_pretrained(root / family)
+        folders[family] = (tokenizer, root / family)
+    return folders
+
+
+NO_CODE_LOAD = """
+import io, json, sys
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+out = {}
+for family, folder in FOLDERS.items():
+    auto = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    fast = PreTrainedTokenizerFast.from_pretrained(folder)
+    out[family] = [{"class": type(t).__name__, "side": t.padding_side, "pair": dict(t("Anna lives in Oslo.", "Tom sings.")),
+                    "specials": t.all_special_tokens} for t in (auto, fast)]
+sys.stdin = io.StringIO("")  # the prompt below reads an empty answer, as from a closed terminal
+plain = AutoTokenizer.from_pretrained(FOLDERS["bert"])
+out["plain"] = {"class": type(plain).__name__, "mask": plain.mask_token}
+out["ran_code"] = any(name.startswith("transformers_modules") for name in sys.modules)
+print()
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_model_folders_load_their_tokenizer_in_a_clean_process_without_running_code(model_folders, tmp_path):
+    folders = {family: str(folder) for family, (_, folder) in model_folders.items()}
+    stdout = run_clean_process(f"FOLDERS = {folders!r}\n" + NO_CODE_LOAD, cwd=tmp_path)
+    loaded = json.loads(stdout.split("\nRESULT ")[-1])
+    for family, (tok, _) in model_folders.items():
+        for got in loaded[family]:
+            assert got["class"] == "TokenizersBackend" and got["side"] == tok.padding_side
+            assert got["pair"] == dict(tok("Anna lives in Oslo.", "Tom sings."))
+            assert got["specials"] == tok.all_special_tokens
+    assert not loaded["ran_code"]
+    # Without the flag, AutoTokenizer loads config.json (auto_map, model_type lineage-*) before tokenizer_config.json
+    # and asks whether to run its code; on "no" it falls back to the generic config and the same tokenizer. This
+    # documents transformers 5.23's order (README): if it changes, the README's advice can be simplified.
+    assert "Do you wish to run the custom code?" in stdout
+    assert loaded["plain"] == {"class": "TokenizersBackend", "mask": "[MASK]"}
+
+
+def test_a_process_that_imported_modeling_loads_without_asking(model_folders, monkeypatch):
+    def no_prompt(*args):
+        raise AssertionError("AutoTokenizer asked whether to run custom code")
+
+    monkeypatch.setattr("builtins.input", no_prompt)
+    for family, (tok, folder) in model_folders.items():
+        loaded = AutoTokenizer.from_pretrained(folder)
+        assert loaded("Ich habe zwei Katzen.")["input_ids"] == tok("Ich habe zwei Katzen.")["input_ids"], family

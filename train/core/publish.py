@@ -60,6 +60,17 @@ def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> 
     return metadata
 
 
+def _pipeline_use(model) -> str:
+    """The card's lines for the Lineage pipelines saved with the model (translation, question answering)."""
+    tasks = list(getattr(model.config, "custom_pipelines", None) or {})
+    if not tasks:
+        return ""
+    calls = "\n".join(f'{task.replace("-", "_")} = pipeline("{task}", model="path/or/repo-id", trust_remote_code=True)'
+                      for task in tasks)
+    return ("\nPipelines saved with the model (transformers 5 ships none for these tasks):\n\n"
+            f"```python\nfrom transformers import pipeline\n\n{calls}\n```\n")
+
+
 def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any], *, dataset_name: str | None = None,
                      description: str = "", extra: str = "") -> Path:
     """Write `folder/README.md` and return its path."""
@@ -84,11 +95,13 @@ trained with [Lineage](https://github.com/) on `{dataset_name}`. {description}
 from transformers import {auto}, AutoTokenizer
 
 model = {auto}.from_pretrained("path/or/repo-id", trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained("path/or/repo-id")
+tokenizer = AutoTokenizer.from_pretrained("path/or/repo-id", trust_remote_code=True)
 ```
 
-The modelling code is in this folder (`trust_remote_code=True`); the Lineage package is not needed.
-
+The modelling code is in this folder (`trust_remote_code=True`); the Lineage package is not needed. The tokenizer
+is the generic fast one (`tokenizer.json`); `trust_remote_code` (True or False) only spares the question that
+transformers asks because it reads this folder's `config.json` first.
+{_pipeline_use(model)}
 ## Results
 
 | figure | value |
