@@ -4,6 +4,12 @@ Each family config (`configuration_lineage_<family>.py`) subclasses `LineageConf
 its paper, and adds its own fields. The checks here run when a config is built, so a bad value fails with a
 `ValueError` naming the field and the allowed values before any weight is allocated.
 
+Positions: `position_embedding_type` names a family's absolute encoding (`"absolute"`, the learned table of BERT and
+GPT; the Transformer's `"sinusoidal"` or `"learned"`) or relative position representations (Shaw et al. 2018,
+"Self-Attention with Relative Position Representations"): `"relative"` (learned vectors for the clipped distance
+added to keys and values inside self-attention) or `"relative-keys"` (keys only). Relative models have no absolute
+positions unless `absolute_and_relative` is set.
+
 This module imports `transformers` only (never torch): it is copied beside saved models.
 """
 
@@ -11,6 +17,7 @@ from transformers import PreTrainedConfig
 
 ACTIVATIONS = ("relu", "gelu", "gelu_new", "silu")
 NORM_POSITIONS = ("post", "pre")
+RELATIVE_POSITION_TYPES = ("relative", "relative-keys")
 
 
 class LineageConfig(PreTrainedConfig):
@@ -32,7 +39,17 @@ class LineageConfig(PreTrainedConfig):
         layer_norm_eps: LayerNorm epsilon.
         norm_position: `"post"` (`LayerNorm(x + Sublayer(x))`, the original papers) or `"pre"`
             (`x + Sublayer(LayerNorm(x))`, as GPT-2, with a final LayerNorm).
+        position_embedding_type: the family's absolute encoding (`absolute_position_types`: `"absolute"` for BERT and
+            GPT), `"relative"` (Shaw et al. 2018: a^K and a^V added to keys and values in every self-attention; never
+            in cross-attention, as in the paper) or `"relative-keys"` (a^K only).
+        max_relative_position: the clipping distance k of the relative models: distances j - i are clipped to
+            [-k, k], so each self-attention layer learns 2k + 1 vectors of head size for keys (and as many for
+            values), shared by its heads. Required (an integer >= 1) with `relative*`, unset otherwise.
+        absolute_and_relative: with `relative*`, keep the absolute position embeddings too (the Transformer's then
+            are sinusoidal, as in the paper's comparison); without it a relative model has no absolute positions.
     """
+
+    absolute_position_types = ("absolute",)  # the values of `position_embedding_type` that give absolute positions
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -47,6 +64,9 @@ class LineageConfig(PreTrainedConfig):
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     norm_position: str = "post"
+    position_embedding_type: str = "absolute"
+    max_relative_position: int | None = None
+    absolute_and_relative: bool = False
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -81,6 +101,37 @@ class LineageConfig(PreTrainedConfig):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
+        self.check_position_fields()
+
+    @property
+    def relative_attention(self) -> str | None:
+        """`"relative"`, `"relative-keys"` or None (absolute positions only)."""
+        return self.position_embedding_type if self.position_embedding_type in RELATIVE_POSITION_TYPES else None
+
+    @property
+    def uses_absolute_positions(self) -> bool:
+        """Whether the model adds absolute position embeddings to its inputs."""
+        return self.relative_attention is None or self.absolute_and_relative
+
+    def check_position_fields(self) -> None:
+        kind, k = self.position_embedding_type, self.max_relative_position
+        if kind not in self.absolute_position_types + RELATIVE_POSITION_TYPES:
+            raise ValueError(
+                f"`position_embedding_type` must be one of {self.absolute_position_types} (absolute positions) or "
+                f"{RELATIVE_POSITION_TYPES} (relative positions, Shaw et al. 2018), got {kind!r}."
+            )
+        if self.relative_attention is None:
+            if k is not None or self.absolute_and_relative:
+                raise ValueError(
+                    "`max_relative_position` and `absolute_and_relative` apply to `position_embedding_type` "
+                    f"{RELATIVE_POSITION_TYPES} only; got max_relative_position={k!r}, "
+                    f"absolute_and_relative={self.absolute_and_relative!r} with {kind!r}."
+                )
+        elif isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(
+                f"`max_relative_position` (the clipping distance k) must be an integer >= 1 with "
+                f"`position_embedding_type`={kind!r}, got {k!r}."
+            )
 
 
-__all__ = ["ACTIVATIONS", "NORM_POSITIONS", "LineageConfig"]
+__all__ = ["ACTIVATIONS", "NORM_POSITIONS", "RELATIVE_POSITION_TYPES", "LineageConfig"]

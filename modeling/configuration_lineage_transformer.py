@@ -19,7 +19,6 @@ in `model.generation_config`, not here.
 
 from .configuration_lineage_common import LineageConfig
 
-POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 SINUSOIDAL_LAYOUTS = ("interleaved", "split")
 
 
@@ -27,7 +26,9 @@ class LineageTransformerConfig(LineageConfig):
     r"""Configuration of `LineageTransformerModel` and `LineageTransformerForConditionalGeneration`.
 
     Args (besides those of `LineageConfig`; `num_hidden_layers` counts the layers of each stack):
-        position_embedding_type: `"sinusoidal"` (section 3.5) or `"learned"` (one table per stack).
+        position_embedding_type: `"sinusoidal"` (section 3.5) or `"learned"` (one table per stack), the absolute
+            encodings; or `"relative"` / `"relative-keys"` (Shaw et al. 2018, see `LineageConfig`) in the encoder's
+            and the decoder's self-attention, never in cross-attention.
         sinusoidal_layout: `"interleaved"` (sin on even, cos on odd dimensions, as the paper writes it) or
             `"split"` (all sin features, then all cos features, as Marian).
         scale_embedding: multiply token embeddings by sqrt(hidden_size) (section 3.4).
@@ -44,6 +45,7 @@ class LineageTransformerConfig(LineageConfig):
     """
 
     model_type = "lineage-transformer"
+    absolute_position_types = ("sinusoidal", "learned")
     keys_to_ignore_at_inference = ["past_key_values"]
 
     vocab_size: int = 37000
@@ -72,11 +74,6 @@ class LineageTransformerConfig(LineageConfig):
 
     def check_lineage_fields(self) -> None:
         super().check_lineage_fields()
-        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
-            raise ValueError(
-                f"`position_embedding_type` must be one of {POSITION_EMBEDDING_TYPES}, "
-                f"got {self.position_embedding_type!r}."
-            )
         if self.sinusoidal_layout not in SINUSOIDAL_LAYOUTS:
             raise ValueError(
                 f"`sinusoidal_layout` must be one of {SINUSOIDAL_LAYOUTS}, got {self.sinusoidal_layout!r}."

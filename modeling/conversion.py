@@ -12,6 +12,9 @@ Supported pairs:
     OpenAIGPTModel, OpenAIGPTLMHeadModel, OpenAIGPTForSequenceClassification  <->  post-norm LineageGpt*
     GPT2Model, GPT2LMHeadModel, GPT2ForSequenceClassification  <->  pre-norm LineageGpt*
     MarianModel, MarianMTModel  <->  LineageTransformerModel, LineageTransformerForConditionalGeneration
+
+Models with relative position representations (`position_embedding_type="relative"` or `"relative-keys"`) have no
+transformers counterpart: `to_transformers` refuses them.
 """
 
 import copy
@@ -521,6 +524,13 @@ def from_transformers(model: nn.Module) -> nn.Module:
 def to_transformers(model: nn.Module) -> nn.Module:
     """The transformers reference model with the same weights (and the same outputs) as a Lineage model."""
     conversion = _find(model, "lineage_class")
+    if model.config.relative_attention is not None:
+        raise ValueError(
+            f"This {type(model).__name__} has relative position representations (`position_embedding_type`="
+            f"{model.config.position_embedding_type!r}), which no transformers model offers, so it cannot be "
+            "converted. Share it as it is: `save_pretrained(folder)`, then `from_pretrained(folder, "
+            "trust_remote_code=True)` loads it anywhere."
+        )
     config = conversion.config_to_reference(model.config)
     state = conversion.state_to_reference(model.state_dict())
     return _build(conversion.reference_class, config, state, model, conversion.reference_computed_keys)

@@ -8,7 +8,9 @@ installed). Key/value caching goes through transformers' `Cache` classes (`Dynam
 models, `EncoderDecoderCache` for encoder-decoders).
 
 Departures from the paper, all selected by config: pre-norm (`x + Sublayer(LayerNorm(x))`, as GPT-2) besides
-the paper's post-norm; a gated feed-forward variant; the split sin/cos position layout used by Marian.
+the paper's post-norm; a gated feed-forward variant; the split sin/cos position layout used by Marian; relative
+position representations in self-attention (Shaw et al. 2018, "Self-Attention with Relative Position
+Representations"; `LineageAttention` says which kernel runs when).
 
 Dimension legend:
     B  batch size
@@ -174,6 +176,79 @@ def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | tor
 # ----------------------------------------------------------------------------------------------------------
 
 
+def apply_attention_mask(scores: torch.Tensor, attention_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+    """Scores (B, H, T, S) with a mask in either format transformers prepares: eager's additive float mask is added;
+    sdpa's boolean mask (True = attend) sets the masked scores to the dtype's minimum, and sdpa's `None`, which
+    leaves a pure causal pattern to the kernel, is rebuilt as one for causal attention (queries are the last T of
+    S positions)."""
+    if attention_mask is None and is_causal and scores.shape[2] > 1:
+        length, total = scores.shape[2], scores.shape[3]
+        attention_mask = torch.ones(length, total, dtype=torch.bool, device=scores.device).tril(total - length)
+    if attention_mask is None:
+        return scores
+    if attention_mask.dtype == torch.bool:
+        return scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+    return scores + attention_mask
+
+
+def relative_position_index(query_positions: torch.Tensor, key_positions: torch.Tensor,
+                            max_distance: int) -> torch.Tensor:
+    """Shaw et al.'s clip(j - i, k) + k for query positions i (B or 1, T) and key positions j (B or 1, S): the
+    (B or 1, T, S) rows in [0, 2k] of a relative table; every distance beyond k shares the last row."""
+    distance = key_positions[:, None, :] - query_positions[:, :, None]  # (B|1, T, S)
+    return distance.clamp(-max_distance, max_distance) + max_distance
+
+
+def key_positions(query_positions: torch.Tensor, past_length: int | torch.Tensor = 0,
+                  attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Positions (B or 1, past + T) of the keys of self-attention over `past_length` cached tokens and T new ones.
+
+    A new token's key has its query's position (`query_positions`, from `position_ids` or the cache offset). A cached
+    token lies as many positions before the first new token as there are real tokens from it to the end of the
+    cache: counted in a (B, past + T) `attention_mask`, so padding takes no position (GPT's positions count real
+    tokens), or consecutive without one (a 4D mask, a static cache's generate, the Transformer's decoder).
+    """
+    past = int(past_length)
+    if past == 0:
+        return query_positions
+    if attention_mask is None or attention_mask.dim() != 2:
+        real = torch.ones(1, past, dtype=torch.long, device=query_positions.device)
+    else:
+        real = attention_mask[:, :past].long()
+    behind = real.flip(-1).cumsum(-1).flip(-1)  # (B|1, past): real cached tokens from each slot to the cache's end
+    cached = query_positions[:, :1] - behind
+    return torch.cat([cached, query_positions.expand(cached.shape[0], -1)], dim=-1)
+
+
+def relative_attention_inputs(config, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None,
+                              past_length: int | torch.Tensor = 0,
+                              attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The keyword a model hands its blocks for relative self-attention, `relative_position_index` (computed once per
+    forward for every layer), or nothing when `config` has absolute positions only. The (B, T, C) `hidden_states`
+    are at `position_ids` (B or 1, T), by default past_length..past_length+T-1."""
+    if config.relative_attention is None:
+        return {}
+    if position_ids is None:
+        position_ids = torch.arange(hidden_states.shape[1], device=hidden_states.device)[None] + past_length  # (1, T)
+    keys = key_positions(position_ids, past_length, attention_mask)
+    return {"relative_position_index": relative_position_index(position_ids, keys, config.max_relative_position)}
+
+
+def relative_key_scores(query: torch.Tensor, index: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """`q_i a^K_ij^T` for every query i and key j, (B, H, T, S): one (B, H, T, D) x (D, 2k+1) matmul against the
+    table, then a gather by distance row `index` (B or 1, 1, T, S); never a (T, S, D) tensor of gathered vectors."""
+    per_distance = torch.matmul(query, table.transpose(0, 1))  # (B, H, T, 2k+1)
+    return torch.gather(per_distance, -1, index.expand(*query.shape[:3], index.shape[-1]))
+
+
+def relative_value_term(probs: torch.Tensor, index: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """`sum_j alpha_ij a^V_ij`, (B, H, T, D): the probabilities (B, H, T, S) summed into their 2k+1 distance
+    buckets (a scatter-add by `index`), then one (B, H, T, 2k+1) x (2k+1, D) matmul."""
+    buckets = probs.new_zeros(*probs.shape[:3], table.shape[0])  # (B, H, T, 2k+1)
+    buckets = buckets.scatter_add(-1, index.expand_as(probs), probs)
+    return torch.matmul(buckets, table)
+
+
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -182,23 +257,44 @@ def eager_attention_forward(
     attention_mask: torch.Tensor | None,
     scaling: float,
     dropout: float = 0.0,
+    relative_position_index: torch.Tensor | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q K^T * scaling + mask) V, returning the probabilities too (`output_attentions`)."""
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, H, T, S)
-    if attention_mask is None and module.is_causal and query.shape[2] > 1:
-        # sdpa-format masks omit a pure causal pattern; rebuild it (queries are the last T of S positions)
-        length, total = query.shape[2], key.shape[2]
-        attention_mask = torch.ones(length, total, dtype=torch.bool, device=query.device).tril(total - length)
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask
+    """softmax(Q K^T * scaling + mask) V, returning the probabilities too (`output_attentions`).
+
+    With `relative_position_index` (B or 1, T, S) and a module holding relative tables, Shaw et al. (2018) eqs. 4
+    and 3: `e_ij = q_i (k_j + a^K_ij)^T * scaling` and `z_i = sum_j alpha_ij (v_j + a^V_ij)` (the value term only
+    when the module has `relative_values`).
+    """
+    scores = torch.matmul(query, key.transpose(2, 3))  # (B, H, T, S)
+    index = relative_position_index[:, None] if relative_position_index is not None else None  # (B|1, 1, T, S)
+    if index is not None:
+        scores = scores + relative_key_scores(query, index, module.relative_keys.weight)
+    scores = apply_attention_mask(scores * scaling, attention_mask, module.is_causal)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     probs = nn.functional.dropout(probs, p=dropout, training=module.training)
-    output = torch.matmul(probs, value).transpose(1, 2).contiguous()  # (B, T, H, D)
-    return output, probs
+    output = torch.matmul(probs, value)  # (B, H, T, D)
+    if index is not None and module.relative_values is not None:
+        output = output + relative_value_term(probs, index, module.relative_values.weight)
+    return output.transpose(1, 2).contiguous(), probs  # (B, T, H, D)
+
+
+def sdpa_relative_keys_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    relative_position_index: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Keys-only relative attention through SDPA: `q_i a^K_ij^T * scaling` is an additive bias, merged with the
+    mask into SDPA's float `attn_mask`, so `softmax(Q K^T * scaling + bias + mask) V` runs in the fused kernel."""
+    bias = relative_key_scores(query, relative_position_index[:, None], module.relative_keys.weight) * scaling
+    bias = apply_attention_mask(bias, attention_mask, module.is_causal)  # (B, H, T, S)
+    return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, bias, scaling=scaling, dropout=dropout, **kwargs)
 
 
 class LineageAttention(nn.Module):
@@ -206,6 +302,18 @@ class LineageAttention(nn.Module):
 
     Cross attention takes its keys and values from `key_value_states` (the encoder output); under an
     `EncoderDecoderCache` they are projected once per generation and reused at every step.
+
+    With `config.position_embedding_type` `"relative"` or `"relative-keys"`, self-attention (never cross attention,
+    as in Shaw et al. 2018) holds the layer's relative tables, shared by its heads: `relative_keys` (a^K) and, for
+    `"relative"`, `relative_values` (a^V), 2k + 1 vectors of head size each (k = `max_relative_position`), indexed
+    by the `relative_position_index` (B or 1, T, S) its model computes from positions (consecutive positions ending
+    at the last key when none is given). The kernel that runs:
+    - absolute positions: `config._attn_implementation` (sdpa, eager, flash, ...), as always;
+    - `"relative-keys"`: SDPA with the relative term as an additive bias (`sdpa_relative_keys_forward`) for every
+      implementation but eager (flash and flex kernels take no bias); `eager_attention_forward` under eager or
+      when the attention weights are requested;
+    - `"relative"`: `eager_attention_forward`, whatever the implementation: the value term needs the
+      probabilities, which no fused kernel returns.
     """
 
     def __init__(self, config, layer_idx: int, is_causal: bool = False, is_cross_attention: bool = False):
@@ -223,6 +331,10 @@ class LineageAttention(nn.Module):
         self.k_proj = LineageLinear(config.hidden_size, config.hidden_size)
         self.v_proj = LineageLinear(config.hidden_size, config.hidden_size)
         self.o_proj = LineageLinear(config.hidden_size, config.hidden_size)
+        relative = None if is_cross_attention else config.relative_attention
+        table_size = 2 * config.max_relative_position + 1 if relative else 0
+        self.relative_keys = nn.Embedding(table_size, self.head_dim) if relative else None
+        self.relative_values = nn.Embedding(table_size, self.head_dim) if relative == "relative" else None
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
@@ -253,21 +365,40 @@ class LineageAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         output_attentions: bool = False,
+        relative_position_index: torch.Tensor | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, length, _ = hidden_states.shape
         query = self._heads(self.q_proj(hidden_states))  # (B, H, T, D)
         key, value = self._key_value(hidden_states, key_value_states, past_key_values)
-        implementation = self.config._attn_implementation
-        if output_attentions and implementation == "sdpa":
-            implementation = "eager"  # sdpa never materialises the probabilities; its masks are eager-compatible
-        attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-        output, weights = attention(
+        if self.relative_keys is not None:
+            kwargs["relative_position_index"] = self._relative_index(relative_position_index, length, key.shape[2])
+        output, weights = self._kernel(output_attentions)(
             self, query, key, value, attention_mask,
             scaling=self.scaling, dropout=self.dropout if self.training else 0.0, **kwargs,
         )
         output = output.reshape(batch, length, -1)  # (B, T, C)
         return self.o_proj(output), weights
+
+    def _kernel(self, output_attentions: bool) -> Callable:
+        """The attention function for this call (see the class docstring)."""
+        implementation = self.config._attn_implementation
+        if output_attentions and implementation == "sdpa":
+            implementation = "eager"  # sdpa never materialises the probabilities; its masks are eager-compatible
+        if self.relative_keys is not None and implementation != "eager":
+            keys_only = self.relative_values is None and not output_attentions
+            return sdpa_relative_keys_forward if keys_only else eager_attention_forward
+        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+
+    def _relative_index(self, index: torch.Tensor | None, length: int, total: int) -> torch.Tensor:
+        """The model's (B or 1, T, S) distance rows, else those of consecutive positions; padded with row 0 over the
+        empty (masked) slots of a static cache, whose keys are longer than the tokens seen so far."""
+        if index is None:
+            positions = torch.arange(total, device=self.relative_keys.weight.device)[None]  # (1, S)
+            index = relative_position_index(positions[:, total - length:], positions, self.config.max_relative_position)
+        if index.shape[-1] < total:
+            index = nn.functional.pad(index, (0, total - index.shape[-1]))
+        return index
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -522,6 +653,7 @@ __all__ = [
     "LineagePreTrainedModel",
     "ResidualSublayer",
     "SinusoidalPositionalEmbedding",
+    "apply_attention_mask",
     "check_cached_mask",
     "check_ids_or_embeds",
     "check_labels_shape",
@@ -530,7 +662,13 @@ __all__ = [
     "check_token_ids",
     "classifier_dropout",
     "eager_attention_forward",
+    "key_positions",
     "labelled_positions",
+    "relative_attention_inputs",
+    "relative_key_scores",
+    "relative_position_index",
+    "relative_value_term",
+    "sdpa_relative_keys_forward",
     "seq2seq_loss",
     "shift_tokens_right",
     "sinusoidal_table",

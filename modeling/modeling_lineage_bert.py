@@ -6,8 +6,10 @@ normalised, post-norm encoder blocks with exact GELU, a tanh pooler over `[CLS]`
 GELU, LayerNorm, decoder tied to the word embeddings with its own bias) and a two-way NSP classifier. Weights
 convert to and from transformers' `Bert*` models (`conversion.py`) with identical outputs.
 
-Departure, by config only: `norm_position="pre"` moves each LayerNorm before its sublayer, drops the
-embedding LayerNorm and adds a final one, so exactly one LayerNorm feeds every consumer.
+Departures, by config only: `norm_position="pre"` moves each LayerNorm before its sublayer, drops the
+embedding LayerNorm and adds a final one, so exactly one LayerNorm feeds every consumer; `position_embedding_type`
+`"relative"` / `"relative-keys"` gives relative position representations (Shaw et al. 2018) in self-attention
+instead of (or, with `absolute_and_relative`, besides) the learned positions.
 """
 
 from dataclasses import dataclass
@@ -49,6 +51,7 @@ from .layers import (
     check_token_ids,
     classifier_dropout,
     labelled_positions,
+    relative_attention_inputs,
 )
 
 
@@ -58,7 +61,10 @@ class LineageBertEmbeddings(nn.Module):
     def __init__(self, config: LineageBertConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position_embeddings = LearnedPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
+        self.position_embeddings = (  # off for relative positions unless `absolute_and_relative`
+            LearnedPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
+            if config.uses_absolute_positions else None
+        )
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.norm = (
             nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "post" else None
@@ -79,7 +85,9 @@ class LineageBertEmbeddings(nn.Module):
             position_ids = torch.arange(length, device=inputs_embeds.device)[None]  # (1, T)
         if token_type_ids is None:
             token_type_ids = torch.zeros(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
-        embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
+        embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids)
+        if self.position_embeddings is not None:
+            embeddings = embeddings + self.position_embeddings(position_ids)
         if self.norm is not None:
             embeddings = self.norm(embeddings)
         return self.dropout(embeddings)
@@ -184,7 +192,8 @@ class LineageBertModel(LineageBertPreTrainedModel):
         self._check_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids)
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-        hidden_states = self.encoder(hidden_states, mask, **kwargs)
+        relative = relative_attention_inputs(self.config, hidden_states, position_ids)
+        hidden_states = self.encoder(hidden_states, mask, **relative, **kwargs)
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
             pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,

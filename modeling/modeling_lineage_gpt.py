@@ -16,7 +16,9 @@ Departures from the references:
 - the `[EXTRACT]` position is the last non-padding token, found from `attention_mask` (or `pad_token_id`), not
   passed as an index (`mc_token_ids`);
 - `generate()` refuses, before any forward pass, a prompt or `max_new_tokens` that would run past the position
-  table, where the references fail part-way through with an index error.
+  table, where the references fail part-way through with an index error;
+- by config, relative position representations (Shaw et al. 2018, `position_embedding_type="relative"`) in place
+  of (or besides) the learned positions, with distances between the same positions (`layers.key_positions`).
 """
 
 import math
@@ -48,6 +50,7 @@ from .layers import (
     check_sequence_length,
     check_token_ids,
     classifier_dropout,
+    relative_attention_inputs,
 )
 
 
@@ -78,7 +81,10 @@ class LineageGptModel(LineageGptPreTrainedModel):
     def __init__(self, config: LineageGptConfig):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.embed_positions = LearnedPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
+        self.embed_positions = (  # off for relative positions unless `absolute_and_relative`
+            LearnedPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
+            if config.uses_absolute_positions else None
+        )
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.layers = nn.ModuleList(
             LineageBlock(config, layer_idx=i, is_causal=True) for i in range(config.num_hidden_layers)
@@ -146,10 +152,12 @@ class LineageGptModel(LineageGptPreTrainedModel):
         positions = position_ids
         if positions is None:
             positions = self._position_ids(attention_mask, past_length, inputs_embeds.shape[1], inputs_embeds.device)
-        hidden_states = self.dropout(inputs_embeds + self.embed_positions(positions))
+        embeddings = inputs_embeds + self.embed_positions(positions) if self.embed_positions is not None else inputs_embeds
+        hidden_states = self.dropout(embeddings)
         mask = create_causal_mask(config, inputs_embeds, attention_mask, past_key_values, position_ids)
+        relative = relative_attention_inputs(config, hidden_states, positions, past_length, attention_mask)
         for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, past_key_values=past_key_values, **kwargs)[0]
+            hidden_states = layer(hidden_states, mask, past_key_values=past_key_values, **relative, **kwargs)[0]
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
         return BaseModelOutputWithPast(

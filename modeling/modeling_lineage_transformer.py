@@ -13,7 +13,9 @@ transformers' `GenerationMixin` with an `EncoderDecoderCache` (the encoder runs 
 are projected once, self-attention keys/values are cached).
 
 Departures, by config only (see `LineageTransformerConfig`): pre-norm (with a final LayerNorm per stack), learned
-positions, Marian's split sin|cos layout, an untied output projection and a fixed logits bias. Weights convert to
+positions, Marian's split sin|cos layout, relative position representations (Shaw et al. 2018) in the encoder's and
+the decoder's self-attention instead of (or besides) the sinusoids, an untied output projection and a fixed logits
+bias. Weights convert to
 and from transformers' `MarianModel` / `MarianMTModel` (`conversion.py`) with identical outputs.
 
 Initialisation, which the paper does not give: token embeddings ~ N(0, d_model^-1/2) (as tensor2tensor and fairseq)
@@ -53,6 +55,7 @@ from .layers import (
     check_mask_shape,
     check_sequence_length,
     labelled_positions,
+    relative_attention_inputs,
     seq2seq_loss,
     shift_tokens_right,
 )
@@ -87,13 +90,15 @@ class LineageTransformerStack(LineageTransformerPreTrainedModel):
     def __init__(self, config: LineageTransformerConfig, is_decoder: bool):
         super().__init__(config)
         self.embed_scale = config.hidden_size**0.5 if config.scale_embedding else 1.0
-        if config.position_embedding_type == "sinusoidal":
+        if not config.uses_absolute_positions:
+            self.embed_positions = None  # relative positions only
+        elif config.position_embedding_type == "learned":
+            self.embed_positions = LearnedPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
+        else:  # sinusoidal, also beside relative positions (`absolute_and_relative`)
             interleaved = config.sinusoidal_layout == "interleaved"
             self.embed_positions = SinusoidalPositionalEmbedding(
                 config.max_position_embeddings, config.hidden_size, interleaved
             )
-        else:
-            self.embed_positions = LearnedPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.layers = nn.ModuleList(
             LineageBlock(config, i, is_causal=is_decoder, has_cross_attention=is_decoder)
@@ -110,8 +115,11 @@ class LineageTransformerStack(LineageTransformerPreTrainedModel):
     def embed(self, inputs_embeds: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """Positions offset..offset+T-1; `offset` (the cache length) is a 0-d tensor for a static cache, added to the
         positions rather than branched on, so a compiled decoding step has no data-dependent control flow."""
-        positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + offset  # (1, T)
-        return self.dropout(inputs_embeds * self.embed_scale + self.embed_positions(positions))  # (B, T, C)
+        embeddings = inputs_embeds * self.embed_scale  # (B, T, C)
+        if self.embed_positions is not None:
+            positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + offset  # (1, T)
+            embeddings = embeddings + self.embed_positions(positions)
+        return self.dropout(embeddings)
 
     def run_layers(self, hidden_states: torch.Tensor, *masks_and_memory: torch.Tensor | None, **kwargs) -> torch.Tensor:
         """`hidden_states` through every block; tensors that carry gradients go positionally, as gradient
@@ -152,7 +160,8 @@ class LineageTransformerEncoder(LineageTransformerStack):
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, C)
         hidden_states = self.embed(inputs_embeds)
         mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-        return BaseModelOutput(last_hidden_state=self.run_layers(hidden_states, mask, **kwargs))
+        relative = relative_attention_inputs(config, hidden_states)
+        return BaseModelOutput(last_hidden_state=self.run_layers(hidden_states, mask, **relative, **kwargs))
 
 
 class LineageTransformerDecoder(LineageTransformerStack):
@@ -187,8 +196,10 @@ class LineageTransformerDecoder(LineageTransformerStack):
             config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )
+        relative = relative_attention_inputs(self.config, hidden_states, past_length=offset)  # consecutive positions
         hidden_states = self.run_layers(
-            hidden_states, causal_mask, encoder_hidden_states, cross_mask, past_key_values=past_key_values, **kwargs
+            hidden_states, causal_mask, encoder_hidden_states, cross_mask, past_key_values=past_key_values,
+            **relative, **kwargs,
         )
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states, past_key_values=past_key_values
