@@ -26,7 +26,6 @@ scored p([CLS] start) * p([CLS] end) (the lowest over windows), which wins when 
 from __future__ import annotations
 
 import torch
-from transformers import GenerationConfig
 from transformers.pipelines.base import ChunkPipeline, Pipeline
 
 _DEFAULT_MAX_NEW_TOKENS = 256
@@ -59,7 +58,6 @@ class LineageText2TextGenerationPipeline(Pipeline):
     _load_image_processor = False
     _load_feature_extractor = False
     _pipeline_calls_generate = True
-    _default_generation_config = GenerationConfig()
     return_name = "generated"
 
     def __init__(self, *args, **kwargs):
@@ -172,17 +170,17 @@ def _window_scores(start_logits: torch.Tensor, end_logits: torch.Tensor,
 
 def _top_spans(start: torch.Tensor, end: torch.Tensor, context: torch.Tensor, top_k: int,
                max_answer_len: int) -> list[tuple[float, int, int]]:
-    """The `top_k` best (score, start, end) token spans inside the context with start <= end < start + max_answer_len."""
+    """The `top_k` best (score, start, end) token spans inside the context, start <= end < start + max_answer_len."""
     length = start.shape[0]
     scores = start[:, None] * end[None, :]  # (T, T): p(start = i) * p(end = j)
     offsets = torch.arange(length)[None, :] - torch.arange(length)[:, None]  # j - i
     valid = (offsets >= 0) & (offsets < max_answer_len) & context[:, None] & context[None, :]
-    scores = scores.masked_fill(~valid, -1.0).flatten()
     count = min(top_k, int(valid.sum()))
-    best = scores.topk(count) if count else None
-    if best is None:
+    if count == 0:
         return []
-    return [(score, index // length, index % length) for score, index in zip(best.values.tolist(), best.indices.tolist())]
+    best = scores.masked_fill(~valid, -1.0).flatten().topk(count)
+    return [(score, index // length, index % length)
+            for score, index in zip(best.values.tolist(), best.indices.tolist())]
 
 
 class LineageQuestionAnsweringPipeline(ChunkPipeline):

@@ -20,6 +20,7 @@ linear layers on `F.linear` (`LineageLinear.fast_cpu_inference` off): oneDNN's C
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -221,10 +222,8 @@ def export_model(model, out_dir: str | Path, fmt: str = "torch") -> dict[str, di
 
 
 def _to_onnx(program, path: Path, input_names: list[str], output_names: list[str]) -> None:
-    try:
-        import onnxscript  # noqa: F401  (the dynamo exporter's dependency)
-    except ImportError as error:
-        raise ImportError("--format onnx needs onnx and onnxscript: pip install 'lineage[onnx]'") from error
+    if importlib.util.find_spec("onnxscript") is None:  # the dynamo exporter's dependency (it pulls in onnx)
+        raise ImportError("--format onnx needs onnx and onnxscript: pip install 'lineage[onnx]'")
     torch.onnx.export(program, f=str(path), input_names=input_names, output_names=output_names, dynamo=True,
                       external_data=False, verbose=False)
 
@@ -241,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict]:
     args = parse_args(argv)
     manifest = export_model(load_lineage_model(args.model), args.out, args.format)
     for name, entry in manifest.items():
-        print(f"{name}: {Path(args.out) / entry['file']} ({', '.join(entry['inputs'])} -> {', '.join(entry['outputs'])})")
+        inputs, outputs = ", ".join(entry["inputs"]), ", ".join(entry["outputs"])
+        print(f"{name}: {Path(args.out) / entry['file']} ({inputs} -> {outputs})")
     return manifest
 
 

@@ -157,11 +157,17 @@ def _check_lora(lora: dict) -> None:
     family's default); every key optional."""
     unknown = [k for k in lora if k not in LORA_KEYS]
     if unknown:
-        raise RecipeError(f"unknown key(s) {', '.join(map(repr, unknown))} in recipe key 'lora'; valid: {', '.join(LORA_KEYS)}")
-    checks = {"r": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1"),
-              "alpha": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a number > 0"),
-              "dropout": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1, "in [0, 1)"),
-              "target_modules": (lambda v: v is None or (isinstance(v, list) and v and all(isinstance(m, str) for m in v)),
+        raise RecipeError(f"unknown key(s) {', '.join(map(repr, unknown))} in recipe key 'lora'; "
+                          f"valid: {', '.join(LORA_KEYS)}")
+
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    checks = {"r": (lambda v: number(v) and isinstance(v, int) and v >= 1, "an integer >= 1"),
+              "alpha": (lambda v: number(v) and v > 0, "a number > 0"),
+              "dropout": (lambda v: number(v) and 0 <= v < 1, "in [0, 1)"),
+              "target_modules": (lambda v: v is None or (isinstance(v, list) and len(v) > 0
+                                                          and all(isinstance(m, str) for m in v)),
                                  "a non-empty list of module names or null")}
     for key, value in lora.items():
         valid, expected = checks[key]
