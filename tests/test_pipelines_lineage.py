@@ -2,6 +2,7 @@
 saved with the model and run from the folder in a clean process, equal to the model called directly; span
 selection on a QA model whose logits are set by hand (top_k, max_answer_len, impossible answers, striding)."""
 
+import copy
 import json
 
 import pytest
@@ -60,6 +61,7 @@ def test_saved_folders_declare_their_pipelines(folders, tokenizers, tmp_path):
 
 
 CLEAN_RUN = """
+import copy
 import json
 from transformers import pipeline
 translate = pipeline("translation", model=FOLDERS["translator"], trust_remote_code=True)
@@ -203,3 +205,21 @@ def test_model_card_shows_the_saved_pipelines(folders, tmp_path):
     assert 'text2text_generation = pipeline("text2text-generation"' in card
     plain = write_model_card(tmp_path, LineageBertForMaskedLM(preset("bert-tiny")), recipe, {}).read_text()
     assert "pipeline(" not in plain
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_pipelines_on_a_gpu_match_the_cpu(folders, tokenizers):
+    seq2seq_tok, bert_tok = tokenizers
+    translator, qa = folders["translator"][0], folders["qa"][0]
+    runs = {}
+    for device, (mt, reader) in (("cpu", (copy.deepcopy(translator), copy.deepcopy(qa))),
+                                 ("cuda", (copy.deepcopy(translator), copy.deepcopy(qa)))):
+        translate = LineageTranslationPipeline(model=mt, tokenizer=seq2seq_tok, device=device)
+        answer = LineageQuestionAnsweringPipeline(model=reader, tokenizer=bert_tok, device=device)
+        runs[device] = (translate(SOURCES, batch_size=3, num_beams=3, max_new_tokens=6),
+                        answer(question="Where does Tom sing?", context=LONG_CONTEXT, top_k=2, doc_stride=16,
+                               batch_size=4))
+    assert runs["cuda"][0] == runs["cpu"][0]
+    assert [a["answer"] for a in runs["cuda"][1]] == [a["answer"] for a in runs["cpu"][1]]
+    assert [a["score"] for a in runs["cuda"][1]] == pytest.approx([a["score"] for a in runs["cpu"][1]], rel=1e-3)
