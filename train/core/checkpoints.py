@@ -59,7 +59,8 @@ def _orphaned_old(path: Path) -> bool:
 def verify_checkpoint(path: Path) -> dict:
     """The checkpoint's state record, after checking that every file it lists is there with its size."""
     if not path.is_dir():
-        raise CheckpointError(f"resume path {path} does not exist")
+        raise CheckpointError(f"resume_from_checkpoint: {path} does not exist; give 'latest' or a checkpoint folder "
+                              f"({CHECKPOINT_PREFIX}N under <output_dir>/checkpoints)")
     state_file = path / STATE_FILE
     if not state_file.is_file():
         raise CheckpointError(f"{path} holds no complete checkpoint (no {STATE_FILE}); complete ones are "

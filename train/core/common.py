@@ -24,7 +24,7 @@ from accelerate.utils import parse_flag_from_env
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
 from train.core.data import load_text_dataset
-from train.core.recipes import Recipe, RecipeError, is_model_folder, load_model_config
+from train.core.recipes import Recipe, RecipeError, check_model_overrides, is_model_folder, load_model_config
 from train.core.tokenization import config_kwargs_from_tokenizer, load_tokenizer, train_tokenizer
 
 
@@ -78,6 +78,7 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]])
 def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, **fields: Any):
     """The model to train: a saved folder's weights with a (possibly new) head, or a fresh one from a preset."""
     auto = getattr(transformers, auto_class)
+    check_model_overrides(recipe.model_overrides, load_model_config(recipe.model))
     overrides = {**fields, **recipe.model_overrides}
     if is_model_folder(recipe.model):
         model = _load_backbone(auto, recipe.model, overrides)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import re
 import types
@@ -32,6 +33,22 @@ PRESETS_DIR = REPO / "configs" / "models"
 RECIPES_DIR = REPO / "configs" / "recipes"
 SCHEDULES = ("linear", "cosine", "inverse_sqrt", "constant")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
+REPORT_TO = ("tensorboard", "none")
+# numeric recipe keys: (lowest, highest, whether the lowest is allowed, whether the highest is); None: unbounded
+RANGES = {
+    "learning_rate": (0, None, False, False), "weight_decay": (0, None, True, False),
+    "adam_beta1": (0, 1, True, False), "adam_beta2": (0, 1, True, False), "adam_epsilon": (0, None, False, False),
+    "max_grad_norm": (0, None, True, False), "warmup_steps": (0, None, True, False),
+    "mlm_probability": (0, 1, False, False), "lm_loss_weight": (0, None, True, False),
+    "label_smoothing": (0, 1, True, False), "train_size": (1, None, True, False), "eval_size": (1, None, True, False),
+    "tokenizer_vocab_size": (1, None, True, False), "max_seq_length": (1, None, True, False),
+    "num_beams": (1, None, True, False), "max_new_tokens": (1, None, True, False),
+    "per_device_train_batch_size": (1, None, True, False), "per_device_eval_batch_size": (1, None, True, False),
+    "gradient_accumulation_steps": (1, None, True, False), "logging_steps": (1, None, True, False),
+    "eval_steps": (0, None, True, False), "save_steps": (0, None, True, False),
+    "save_total_limit": (1, None, True, False), "dataloader_num_workers": (0, None, True, False),
+    "seed": (0, 2**32 - 1, True, True),
+}
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -143,13 +160,25 @@ def _check_choices(recipe: Recipe) -> None:
     if recipe.mixed_precision not in MIXED_PRECISION:
         raise RecipeError(f"recipe key 'mixed_precision' must be one of {', '.join(MIXED_PRECISION)}, "
                           f"got {recipe.mixed_precision!r}")
-    for key in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
-        if getattr(recipe, key) < 1:
-            raise RecipeError(f"recipe key {key!r} must be >= 1, got {getattr(recipe, key)}")
+    if recipe.report_to not in REPORT_TO:
+        raise RecipeError(f"recipe key 'report_to' must be one of {', '.join(REPORT_TO)}, got {recipe.report_to!r}")
+    for key, bounds in RANGES.items():
+        _check_range(key, getattr(recipe, key), *bounds)
     if recipe.max_steps <= 0 and recipe.num_train_epochs <= 0:
-        raise RecipeError("set max_steps > 0 or num_train_epochs > 0")
+        raise RecipeError(f"recipe keys 'max_steps' and 'num_train_epochs': set max_steps > 0 or num_train_epochs > 0, "
+                          f"got {recipe.max_steps} and {recipe.num_train_epochs}")
     if recipe.lora is not None:
         _check_lora(recipe.lora)
+
+
+def _check_range(key: str, value, low, high, low_in: bool, high_in: bool) -> None:
+    """A `RecipeError` naming the key and its interval unless `value` (None: the key is unset) lies in it."""
+    if value is None:
+        return
+    if (value >= low if low_in else value > low) and (high is None or (value <= high if high_in else value < high)):
+        return
+    interval = f"{'[' if low_in else '('}{low}, {'inf' if high is None else high}{']' if high_in else ')'}"
+    raise RecipeError(f"recipe key {key!r} must be in {interval}, got {value!r}")
 
 
 def _check_lora(lora: dict) -> None:
@@ -266,11 +295,22 @@ def load_model_config(name_or_path: str, **overrides):
                             f"({', '.join(available_presets())}), a config.json file nor a saved model folder")
 
 
+def check_model_overrides(overrides: dict[str, Any], config) -> None:
+    """Refuse a `model_overrides` key that is no field of `config`'s class: transformers would keep a misspelt
+    key as a stray attribute and build the model without it."""
+    fields = set(config.to_dict()) | set(inspect.signature(type(config).__init__).parameters)
+    fields |= {"num_labels", "attn_implementation"}  # taken by PreTrainedConfig / from_pretrained, not listed above
+    unknown = sorted(set(overrides) - fields - {"self", "kwargs"})
+    if unknown:
+        raise RecipeError(f"recipe key 'model_overrides': {', '.join(map(repr, unknown))} is no field of "
+                          f"{config.model_type} configs; valid fields: {', '.join(sorted(fields - {'self', 'kwargs'}))}")
+
+
 def is_model_folder(name_or_path: str) -> bool:
     """A folder with saved weights (a run's output or a `save_pretrained` folder)."""
     path = Path(name_or_path)
     return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
-__all__ = ["Recipe", "RecipeError", "SCHEDULES", "available_presets", "is_model_folder", "load_model_config",
-           "load_recipe", "parse_args", "parse_overrides", "recipe_from_dict", "valid_keys"]
+__all__ = ["Recipe", "RecipeError", "SCHEDULES", "available_presets", "check_model_overrides", "is_model_folder",
+           "load_model_config", "load_recipe", "parse_args", "parse_overrides", "recipe_from_dict", "valid_keys"]
