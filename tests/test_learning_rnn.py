@@ -9,7 +9,7 @@ papers make for attention, as a test. One torch thread; about 10-15 s per model 
 
 import pytest
 import torch
-from conftest import preset
+from conftest import REPO, preset
 
 from modeling import LineageRnnForConditionalGeneration
 
@@ -88,3 +88,21 @@ def test_attention_learns_to_reverse_digit_strings(one_thread, thought_vector, a
     with_attention, without = sum(scores[n] for n in long) / 2, sum(thought_vector[n] for n in long) / 2
     assert without < with_attention - 0.5, (thought_vector, scores)  # the thought vector is measurably worse
     assert thought_vector[MIN_LENGTH] > without  # ... and worse on long inputs than on short ones
+
+
+def test_train_translation_trains_an_rnn_recipe_and_the_folder_translates(tmp_path):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+    from train import train_translation
+
+    results, folder = train_translation.main(["--recipe", str(REPO / "configs/recipes/rnn-translation-tiny.yaml"),
+                                              "--output_dir", str(tmp_path), "--progress_bar", "false",
+                                              "--report_to", "none"])
+    assert 0 <= results["eval_bleu"] <= 100 and " -> " in results["sample_0"]
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
+    assert type(model).__name__ == "LineageRnnForConditionalGeneration"
+    assert model.config.attention == "luong-general" and model.config.input_feeding
+    assert model.config.label_smoothing == 0.1 and not model.config.sparse_prediction  # saved as trained, dense
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    translate = pipeline("translation", model=folder, tokenizer=tokenizer, trust_remote_code=True)
+    assert isinstance(translate("seventy-two", max_new_tokens=8)[0]["translation_text"], str)

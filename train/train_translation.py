@@ -1,8 +1,10 @@
-"""Train the encoder-decoder Transformer for translation (Vaswani et al. 2017): teacher forcing,
-label-smoothed cross-entropy, the paper's inverse-square-root schedule with Adam (0.9, 0.98, 1e-9), and
-sacreBLEU of beam-search translations of the evaluation set.
+"""Train a sequence-to-sequence model for translation: the encoder-decoder Transformer (Vaswani et al. 2017; its
+recipes use the paper's inverse-square-root schedule with Adam 0.9, 0.98, 1e-9) or the RNN encoder-decoder with
+or without attention (`lineage-rnn`, Bahdanau et al. 2014, Luong et al. 2015); teacher forcing, label-smoothed
+cross-entropy, and sacreBLEU of beam-search translations of the evaluation set.
 
     python -m train.train_translation --recipe configs/recipes/transformer-translation-tiny.yaml [--key value ...]
+    python -m train.train_translation --recipe configs/recipes/rnn-translation-tiny.yaml
 
 Data: rows with `source` and `target` (the embedded English number words -> German by default).
 `label_smoothing` in the recipe overrides the model config's. Training runs the output projection on real
