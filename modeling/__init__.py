@@ -18,6 +18,7 @@ from .modeling_lineage_bert import (
     LineageBertForQuestionAnswering,
     LineageBertForSequenceClassification,
     LineageBertForTokenClassification,
+    LineageBertLMHeadModel,
     LineageBertModel,
     LineageBertPreTrainedModel,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "LineageBertForQuestionAnswering",
     "LineageBertForSequenceClassification",
     "LineageBertForTokenClassification",
+    "LineageBertLMHeadModel",
     "LineageBertModel",
     "LineageBertPreTrainedModel",
     "LineageGptConfig",

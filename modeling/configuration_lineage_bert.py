@@ -3,6 +3,8 @@ Transformers for Language Understanding").
 
 Defaults are BERT-base: 12 layers, hidden 768, 12 heads, feed-forward 3072, exact-erf GELU, 512 learned
 positions, 2 segment types, post-norm with LayerNorm eps 1e-12, as in the reference implementation.
+`is_decoder` and `add_cross_attention` make BERT a causal decoder with cross attention, as transformers' BERT
+(the bert2bert decoder of Rothe et al. 2020, "Leveraging Pre-trained Checkpoints for Sequence Generation Tasks").
 """
 
 from .configuration_lineage_common import LineageConfig
@@ -14,24 +16,40 @@ class LineageBertConfig(LineageConfig):
     Args (besides those of `LineageConfig`):
         type_vocab_size: number of segment ids (`token_type_ids`); 2 for sentence A / sentence B.
         pad_token_id: id of `[PAD]`; its embedding row is kept at zero and receives no gradient.
+        bos_token_id, eos_token_id: ids that start and end generation (`LineageBertLMHeadModel`), as transformers'
+            `BertConfig` has them.
         classifier_dropout: dropout before classification heads; `None` uses `hidden_dropout_prob`.
         tie_word_embeddings: tie the masked-LM decoder to the word embeddings (the paper does).
         sparse_prediction: when `labels` are given, run the masked-LM head only at the labelled positions
             (label != -100), as the original BERT code gathers `masked_lm_positions`; the MLM logits are then
             (N, vocab) for those N positions in row-major order. At 15% masking this made a bert-base training
             step about 1.3x as fast. Calls without `labels` (fill-mask, evaluation) always get (B, T, vocab).
+        is_decoder: causal self-attention (each token sees only earlier ones), for `LineageBertLMHeadModel` and the
+            decoder of an `EncoderDecoderModel`; positions then continue from the key/value cache.
+        add_cross_attention: add a cross-attention sublayer to every block, attending to `encoder_hidden_states`;
+            requires `is_decoder`.
+        use_cache: return a key/value cache from a decoder's forward passes outside training (generation).
     """
 
     model_type = "lineage-bert"
+    weight_token_ids = ("pad_token_id",)  # the word embedding's `padding_idx`
+    metadata_token_ids = ("bos_token_id", "eos_token_id")
 
     type_vocab_size: int = 2
     pad_token_id: int | None = 0
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
     classifier_dropout: float | None = None
     tie_word_embeddings: bool = True
     sparse_prediction: bool = False
+    is_decoder: bool = False
+    add_cross_attention: bool = False
+    use_cache: bool = True
 
     def check_lineage_fields(self) -> None:
         super().check_lineage_fields()
+        if self.add_cross_attention and not self.is_decoder:
+            raise ValueError("`add_cross_attention=True` needs `is_decoder=True` (cross attention is a decoder's).")
         if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 1:
             raise ValueError(f"`type_vocab_size` must be a positive integer, got {self.type_vocab_size!r}.")
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:

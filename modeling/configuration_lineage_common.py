@@ -4,6 +4,12 @@ Each family config (`configuration_lineage_<family>.py`) subclasses `LineageConf
 its paper, and adds its own fields. The checks here run when a config is built, so a bad value fails with a
 `ValueError` naming the field and the allowed values before any weight is allocated.
 
+Special-token ids: those that index a weight (`weight_token_ids`: an embedding's `padding_idx`) must lie in
+[0, vocab_size) always. Those that only name a token (`metadata_token_ids`: to start or end generation, to find a
+position) must too when a config is built in code, but a stored config (`from_dict`: a saved folder, a reference
+model being converted) keeps them as they are with a warning, as transformers does: a GPT-2 config with
+`vocab_size=99` keeps GPT-2's `eos_token_id=50256`, and its model runs in transformers and in Lineage alike.
+
 Positions: `position_embedding_type` names a family's absolute encoding (`"absolute"`, the learned table of BERT and
 GPT; the Transformer's `"sinusoidal"` or `"learned"`) or relative position representations (Shaw et al. 2018,
 "Self-Attention with Relative Position Representations"): `"relative"` (learned vectors for the clipped distance
@@ -12,6 +18,8 @@ positions unless `absolute_and_relative` is set.
 
 This module imports `transformers` only (never torch): it is copied beside saved models.
 """
+
+import warnings
 
 from transformers import PreTrainedConfig
 
@@ -68,9 +76,36 @@ class LineageConfig(PreTrainedConfig):
     max_relative_position: int | None = None
     absolute_and_relative: bool = False
 
+    # class attributes, not config fields (no annotation): the special-token ids of a family's config that index a
+    # weight (`padding_idx`), and those that only name a token
+    weight_token_ids = ()
+    metadata_token_ids = ()
+
     def __post_init__(self, **kwargs):
+        stored = kwargs.pop("_stored_config", False)  # set by `from_dict` only, never saved
         super().__post_init__(**kwargs)
         self.check_lineage_fields()
+        self.check_token_ids(strict=not stored)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """A stored config (`from_pretrained`, or a reference model's in `conversion.py`): special-token ids that index
+        no weight keep their values, with a warning, where a config built in code refuses them."""
+        return super().from_dict({**config_dict, "_stored_config": True}, **kwargs)
+
+    def check_token_ids(self, strict: bool = True) -> None:
+        """Every id of `weight_token_ids` and `metadata_token_ids` None or in [0, vocab_size) (`eos_token_id` may list
+        several); out-of-range metadata ids only warn when not `strict`."""
+        for name in self.weight_token_ids + self.metadata_token_ids:
+            value = getattr(self, name)
+            ids = value if isinstance(value, (list, tuple)) else [value]
+            if value is None or all(type(i) is int and 0 <= i < self.vocab_size for i in ids):
+                continue
+            message = f"`{name}` must be None or in [0, {self.vocab_size}) (vocab_size), got {value!r}."
+            if strict or name in self.weight_token_ids:
+                raise ValueError(message)
+            warnings.warn(f"{message} Kept as stored: it indexes no weight, but generating with it (or, for a pad "
+                          "id, finding padding by it) cannot work.", stacklevel=2)
 
     @classmethod
     def _lineage_bool_fields(cls) -> list[str]:

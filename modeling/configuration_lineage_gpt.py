@@ -30,6 +30,7 @@ class LineageGptConfig(LineageConfig):
 
     model_type = "lineage-gpt"
     keys_to_ignore_at_inference = ["past_key_values"]
+    metadata_token_ids = ("pad_token_id", "bos_token_id", "eos_token_id")
 
     vocab_size: int = 40478
     hidden_act: str = "gelu_new"
@@ -45,10 +46,6 @@ class LineageGptConfig(LineageConfig):
 
     def check_lineage_fields(self) -> None:
         super().check_lineage_fields()
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or not 0 <= value < self.vocab_size):
-                raise ValueError(f"`{name}` must be None or in [0, {self.vocab_size}) (vocab_size), got {value!r}.")
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"`classifier_dropout` must be None or in [0, 1), got {self.classifier_dropout!r}.")
         if not isinstance(self.lm_loss_weight, (int, float)) or self.lm_loss_weight < 0:

@@ -47,6 +47,8 @@ class LineageTransformerConfig(LineageConfig):
     model_type = "lineage-transformer"
     absolute_position_types = ("sinusoidal", "learned")
     keys_to_ignore_at_inference = ["past_key_values"]
+    weight_token_ids = ("pad_token_id",)  # the shared embedding's `padding_idx`
+    metadata_token_ids = ("bos_token_id", "eos_token_id", "decoder_start_token_id")
 
     vocab_size: int = 37000
     hidden_size: int = 512
@@ -80,10 +82,6 @@ class LineageTransformerConfig(LineageConfig):
             )
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing!r}.")
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):
-                raise ValueError(f"`{name}` must be None or in [0, {self.vocab_size}) (vocab_size), got {value!r}.")
 
 
 __all__ = ["LineageTransformerConfig"]

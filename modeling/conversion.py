@@ -6,9 +6,13 @@ Lineage model; `to_transformers(model)` goes back. Each family contributes a `Co
 the config translation both ways and the state-dict translation both ways. Key renames are written once as
 pairs of templates (`{}` stands for a layer index) and applied in either direction.
 
+A reference model converts whenever transformers loads it: its config is read as a stored one (`from_dict`), so
+special-token ids that index no weight (GPT-2's `eos_token_id=50256` in a config with a smaller vocabulary) are kept
+with a warning, as transformers keeps them; everything that shapes a weight or an output is checked.
+
 Supported pairs:
-    BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
-    BertForTokenClassification, BertForQuestionAnswering  <->  LineageBert*
+    BertModel, BertForPreTraining, BertForMaskedLM, BertLMHeadModel (decoder, with cross attention),
+    BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering  <->  LineageBert*
     OpenAIGPTModel, OpenAIGPTLMHeadModel, OpenAIGPTForSequenceClassification  <->  post-norm LineageGpt*
     GPT2Model, GPT2LMHeadModel, GPT2ForSequenceClassification  <->  pre-norm LineageGpt*
     MarianModel, MarianMTModel  <->  LineageTransformerModel, LineageTransformerForConditionalGeneration
@@ -34,6 +38,7 @@ from .modeling_lineage_bert import (
     LineageBertForQuestionAnswering,
     LineageBertForSequenceClassification,
     LineageBertForTokenClassification,
+    LineageBertLMHeadModel,
     LineageBertModel,
 )
 from .configuration_lineage_gpt import LineageGptConfig
@@ -93,10 +98,11 @@ def _copy_fields(source, names: tuple[str, ...]) -> dict:
 
 
 def _with_task_fields(config, target_class, fields: dict):
+    """`target_class` read as a stored config (`from_dict`), with `fields` and the classification fields."""
     task = _copy_fields(config, _TASK_FIELDS)
     if getattr(config, "id2label", None) is None:
         task["num_labels"] = config.num_labels
-    return target_class(**fields, **task)
+    return target_class.from_dict({**fields, **task})
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -106,7 +112,7 @@ def _with_task_fields(config, target_class, fields: dict):
 _BERT_SHARED_FIELDS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
     "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-    "initializer_range", "layer_norm_eps", "classifier_dropout",
+    "initializer_range", "layer_norm_eps", "classifier_dropout", "is_decoder", "add_cross_attention", "use_cache",
 )
 
 _BERT_KEYS = (
@@ -119,6 +125,11 @@ _BERT_KEYS = (
     ("{}encoder.layer.{}.attention.output.LayerNorm", "{}encoder.layers.{}.self_attn.norm"),
     ("{}encoder.layer.{}.intermediate.dense", "{}encoder.layers.{}.feed_forward.sublayer.up_proj"),
     ("{}encoder.layer.{}.output.dense", "{}encoder.layers.{}.feed_forward.sublayer.down_proj"),
+    ("{}encoder.layer.{}.crossattention.self.query", "{}encoder.layers.{}.cross_attn.sublayer.q_proj"),
+    ("{}encoder.layer.{}.crossattention.self.key", "{}encoder.layers.{}.cross_attn.sublayer.k_proj"),
+    ("{}encoder.layer.{}.crossattention.self.value", "{}encoder.layers.{}.cross_attn.sublayer.v_proj"),
+    ("{}encoder.layer.{}.crossattention.output.dense", "{}encoder.layers.{}.cross_attn.sublayer.o_proj"),
+    ("{}encoder.layer.{}.crossattention.output.LayerNorm", "{}encoder.layers.{}.cross_attn.norm"),
     ("{}encoder.layer.{}.output.LayerNorm", "{}encoder.layers.{}.feed_forward.norm"),
     ("{}pooler.dense", "{}pooler.dense"),
     ("cls.predictions.transform.dense", "lm_head.dense"),
@@ -183,6 +194,7 @@ BERT_CONVERSIONS: tuple[Conversion, ...] = (
     _bert("BertModel", LineageBertModel),
     _bert("BertForPreTraining", LineageBertForPreTraining),
     _bert("BertForMaskedLM", LineageBertForMaskedLM),
+    _bert("BertLMHeadModel", LineageBertLMHeadModel),
     _bert("BertForSequenceClassification", LineageBertForSequenceClassification),
     _bert("BertForTokenClassification", LineageBertForTokenClassification),
     _bert("BertForQuestionAnswering", LineageBertForQuestionAnswering),
@@ -413,7 +425,7 @@ def _marian_config_to_lineage(config: transformers.MarianConfig) -> LineageTrans
             "This Marian model has no Lineage Transformer equivalent (one shared vocabulary and embedding, equal "
             "encoder and decoder stacks, no activation dropout or layer drop): " + "; ".join(problems) + "."
         )
-    return LineageTransformerConfig(
+    return LineageTransformerConfig.from_dict(dict(
         vocab_size=config.vocab_size, hidden_size=config.d_model, num_hidden_layers=config.encoder_layers,
         num_attention_heads=config.encoder_attention_heads, intermediate_size=config.encoder_ffn_dim,
         hidden_act=_MARIAN_ACTIVATIONS[config.activation_function], hidden_dropout_prob=config.dropout,
@@ -422,7 +434,7 @@ def _marian_config_to_lineage(config: transformers.MarianConfig) -> LineageTrans
         position_embedding_type="sinusoidal", sinusoidal_layout="split", scale_embedding=config.scale_embedding,
         label_smoothing=0.0, final_logits_bias=True, tie_word_embeddings=config.tie_word_embeddings,
         **{name: getattr(config, name) for name in _MARIAN_TOKEN_FIELDS},
-    )
+    ))
 
 
 def _marian_config_to_reference(config: LineageTransformerConfig) -> transformers.MarianConfig:

@@ -524,7 +524,7 @@ class LineageBlock(GradientCheckpointingLayer):
             hidden_states, attention_mask, past_key_values=past_key_values, **kwargs
         )
         cross_weights = None
-        if self.cross_attn is not None:
+        if self.cross_attn is not None and encoder_hidden_states is not None:  # none given: a decoder-only pass
             hidden_states, cross_weights = self.cross_attn(
                 hidden_states, encoder_attention_mask, encoder_hidden_states, past_key_values=past_key_values, **kwargs
             )

@@ -6,26 +6,43 @@ normalised, post-norm encoder blocks with exact GELU, a tanh pooler over `[CLS]`
 GELU, LayerNorm, decoder tied to the word embeddings with its own bias) and a two-way NSP classifier. Weights
 convert to and from transformers' `Bert*` models (`conversion.py`) with identical outputs.
 
+As in transformers' BERT, `is_decoder=True` makes the blocks causal, with a key/value cache for generation, and
+`add_cross_attention=True` adds cross attention to `encoder_hidden_states` (through the shared `LineageBlock`, as
+the Transformer's decoder): `LineageBertLMHeadModel` is then the decoder of a bert2bert `EncoderDecoderModel`.
+
 Departures, by config only: `norm_position="pre"` moves each LayerNorm before its sublayer, drops the
 embedding LayerNorm and adds a final one, so exactly one LayerNorm feeds every consumer; `position_embedding_type`
 `"relative"` / `"relative-keys"` gives relative position representations (Shaw et al. 2018) in self-attention
-instead of (or, with `absolute_and_relative`, besides) the learned positions.
+instead of (or, with `absolute_and_relative`, besides) the learned positions. Without `attention_mask`,
+rows whose `position_ids` restart (packed sequences, as `DataCollatorWithFlattening` makes) attend within each
+sequence, as transformers' causal models and flash-attention paths do; transformers' BERT under eager or sdpa
+attention lets such sequences see each other.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Unpack
 
 import torch
 from torch import nn
+from transformers import GenerationMixin
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.loss.loss_utils import (
+    ForCausalLMLoss,
     ForMaskedLMLoss,
     ForQuestionAnsweringLoss,
     ForSequenceClassificationLoss,
     ForTokenClassification,
 )
-from transformers.masking_utils import create_bidirectional_mask
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_causal_mask,
+    find_packed_sequence_indices,
+    packed_sequence_mask_function,
+)
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
+    CausalLMOutputWithCrossAttentions,
     MaskedLMOutput,
     ModelOutput,
     MultipleChoiceModelOutput,
@@ -34,8 +51,10 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.modeling_utils import slice_logits_to_keep
+from transformers.utils import logging
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
-from transformers.utils.output_capturing import capture_outputs
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_lineage_bert import LineageBertConfig
 from .layers import (
@@ -44,6 +63,7 @@ from .layers import (
     LineageBlock,
     LineageLinear,
     LineagePreTrainedModel,
+    check_cached_mask,
     check_ids_or_embeds,
     check_labels_shape,
     check_mask_shape,
@@ -53,6 +73,8 @@ from .layers import (
     labelled_positions,
     relative_attention_inputs,
 )
+
+logger = logging.get_logger(__name__)
 
 
 class LineageBertEmbeddings(nn.Module):
@@ -77,12 +99,14 @@ class LineageBertEmbeddings(nn.Module):
         token_type_ids: torch.Tensor | None,
         position_ids: torch.Tensor | None,
         inputs_embeds: torch.Tensor | None,
+        past_length: int | torch.Tensor = 0,
     ) -> torch.Tensor:
+        """Positions default to past_length..past_length+T-1 (a decoder continues from its cache)."""
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)  # (B, T, C)
         length = inputs_embeds.shape[1]
         if position_ids is None:
-            position_ids = torch.arange(length, device=inputs_embeds.device)[None]  # (1, T)
+            position_ids = torch.arange(length, device=inputs_embeds.device)[None] + past_length  # (1, T)
         if token_type_ids is None:
             token_type_ids = torch.zeros(inputs_embeds.shape[:2], dtype=torch.long, device=inputs_embeds.device)
         embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids)
@@ -94,18 +118,24 @@ class LineageBertEmbeddings(nn.Module):
 
 
 class LineageBertEncoder(nn.Module):
-    """A stack of bidirectional blocks; a final LayerNorm under pre-norm."""
+    """A stack of bidirectional blocks (causal, with optional cross attention, for a decoder); a final LayerNorm
+    under pre-norm."""
 
     def __init__(self, config: LineageBertConfig):
         super().__init__()
-        self.layers = nn.ModuleList(LineageBlock(config, layer_idx=i) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            LineageBlock(config, i, is_causal=config.is_decoder, has_cross_attention=config.add_cross_attention)
+            for i in range(config.num_hidden_layers)
+        )
         self.final_norm = (
             nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
         )
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, *masks_and_memory: torch.Tensor | None, **kwargs) -> torch.Tensor:
+        """`masks_and_memory`: the self-attention mask, then for a decoder `encoder_hidden_states` and their mask
+        (tensors that carry gradients go positionally, as gradient checkpointing requires)."""
         for layer in self.layers:
-            hidden_states = layer(hidden_states, attention_mask, **kwargs)[0]
+            hidden_states = layer(hidden_states, *masks_and_memory, **kwargs)[0]
         return self.final_norm(hidden_states) if self.final_norm is not None else hidden_states
 
 
@@ -138,10 +168,16 @@ class LineageBertPreTrainedModel(LineagePreTrainedModel):
     config_class = LineageBertConfig
     base_model_prefix = "bert"
     _no_split_modules = ["LineageBlock"]
+    _can_compile_fullgraph = True  # input checks that read values run eagerly only (layers.py)
+    _can_record_outputs = {
+        **LineagePreTrainedModel._can_record_outputs,
+        "cross_attentions": OutputRecorder(LineageBlock, index=2),
+    }
     auto_classes = {
         "AutoModel": "LineageBertModel",
         "AutoModelForPreTraining": "LineageBertForPreTraining",
         "AutoModelForMaskedLM": "LineageBertForMaskedLM",
+        "AutoModelForCausalLM": "LineageBertLMHeadModel",
         "AutoModelForNextSentencePrediction": "LineageBertForNextSentencePrediction",
         "AutoModelForSequenceClassification": "LineageBertForSequenceClassification",
         "AutoModelForTokenClassification": "LineageBertForTokenClassification",
@@ -166,17 +202,51 @@ class LineageBertModel(LineageBertPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
-    def _check_inputs(self, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids) -> None:
+    def _check_inputs(self, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
+                      encoder_hidden_states, encoder_attention_mask, past_length: int | torch.Tensor) -> None:
+        """Given `position_ids` are checked against the position table, not the row length: a packed row may be
+        longer than the table."""
         config = self.config
         shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size)
-        check_sequence_length(shape[1], config.max_position_embeddings)
-        check_mask_shape(attention_mask, shape)
+        check_cached_mask(attention_mask, shape[0], shape[1], past_length)
         check_mask_shape(token_type_ids, shape, "token_type_ids")
-        check_mask_shape(position_ids, shape, "position_ids")
         if token_type_ids is not None:
             check_token_ids(token_type_ids, config.type_vocab_size, "token_type_ids", "type_vocab_size")
-        if position_ids is not None:
+        if position_ids is None:
+            check_sequence_length(shape[1], config.max_position_embeddings, past_length=past_length)
+        else:
+            check_mask_shape(position_ids, shape, "position_ids")
             check_token_ids(position_ids, config.max_position_embeddings, "position_ids", "max_position_embeddings")
+        if encoder_hidden_states is not None:
+            if not config.add_cross_attention:
+                raise ValueError("`encoder_hidden_states` need a model built with `is_decoder=True` and "
+                                 "`add_cross_attention=True`; this one has no cross attention.")
+            check_mask_shape(encoder_attention_mask, encoder_hidden_states.shape[:2], "encoder_attention_mask",
+                             "encoder_hidden_states")
+
+    def _cache(self, past_key_values: Cache | None, use_cache: bool | None,
+               encoder_hidden_states: torch.Tensor | None) -> Cache | None:
+        """A decoder's cache (as transformers' BERT): a new one when asked for, with a cross-attention part when
+        there is an encoder; an encoder never caches."""
+        config = self.config
+        if use_cache is None:
+            use_cache = config.use_cache and not self.training
+        if not (config.is_decoder and use_cache):
+            return None
+        if past_key_values is None and encoder_hidden_states is not None:
+            return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+        return past_key_values if past_key_values is not None else DynamicCache(config=config)
+
+    def _self_attention_mask(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                             position_ids: torch.Tensor | None, past_key_values: Cache | None):
+        """Causal for a decoder, bidirectional otherwise; a packed row (restarting `position_ids`, no
+        `attention_mask`) attends within each of its sequences either way."""
+        if self.config.is_decoder:
+            if isinstance(past_key_values, EncoderDecoderCache):
+                past_key_values = past_key_values.self_attention_cache
+            return create_causal_mask(self.config, hidden_states, attention_mask, past_key_values, position_ids)
+        return create_bidirectional_mask(self.config, hidden_states, attention_mask,
+                                         and_mask_function=_packed_sequences(position_ids, attention_mask))
 
     @capture_outputs
     def forward(
@@ -186,18 +256,43 @@ class LineageBertModel(LineageBertPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
-        """`output_hidden_states` / `output_attentions` in `kwargs` are collected by `@capture_outputs`."""
-        self._check_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids)
-        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-        relative = relative_attention_inputs(self.config, hidden_states, position_ids)
-        hidden_states = self.encoder(hidden_states, mask, **relative, **kwargs)
+        """A decoder's `attention_mask` covers cached + new tokens; `output_hidden_states` / `output_attentions` in
+        `kwargs` are collected by `@capture_outputs`."""
+        past_key_values = self._cache(past_key_values, use_cache, encoder_hidden_states)
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        self._check_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
+                           encoder_hidden_states, encoder_attention_mask, past_length)
+        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
+        mask = self._self_attention_mask(hidden_states, attention_mask, position_ids, past_key_values)
+        memory = ()
+        if encoder_hidden_states is not None:
+            cross_mask = create_bidirectional_mask(self.config, hidden_states, encoder_attention_mask,
+                                                   encoder_hidden_states=encoder_hidden_states)
+            memory = (encoder_hidden_states, cross_mask)
+        relative = relative_attention_inputs(self.config, hidden_states, position_ids, past_length, attention_mask)
+        hidden_states = self.encoder(
+            hidden_states, mask, *memory, past_key_values=past_key_values, **relative, **kwargs
+        )
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
             pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
+            past_key_values=past_key_values,
         )
+
+
+def _packed_sequences(position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> Callable | None:
+    """The mask function keeping each packed sequence to itself, when `position_ids` restart within a row and no
+    `attention_mask` was given (transformers' own test for packed rows); None otherwise."""
+    if position_ids is None or attention_mask is not None:
+        return None
+    segments = find_packed_sequence_indices(position_ids)  # (B, T) sequence index of each token, or None
+    return packed_sequence_mask_function(segments) if segments is not None else None
 
 
 @dataclass
@@ -322,6 +417,66 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
+        )
+
+
+class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
+    """BERT as a left-to-right language model (`is_decoder=True`): the masked-LM head over causal blocks, predicting
+    the next token, with `generate()`. With `add_cross_attention=True` it attends to `encoder_hidden_states`: the
+    decoder of a bert2bert `EncoderDecoderModel` (`AutoModelForCausalLM` builds it from a Lineage BERT config)."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "bert.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: LineageBertConfig):
+        super().__init__(config)
+        if not config.is_decoder:
+            logger.warning("`LineageBertLMHeadModel` without `is_decoder=True` sees later tokens: set "
+                           "`is_decoder=True` for a left-to-right language model.")
+        self.bert = LineageBertModel(config, add_pooling_layer=False)
+        self.lm_head = LineageBertLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head.decoder = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithCrossAttentions:
+        """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss."""
+        if labels is not None:
+            check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
+            use_cache = False
+        outputs = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, encoder_hidden_states,
+            encoder_attention_mask, past_key_values, use_cache, return_dict=True, **kwargs,
+        )
+        logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))  # (B, T', V)
+        loss = None
+        if labels is not None:
+            loss = ForCausalLMLoss(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutputWithCrossAttentions(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            cross_attentions=outputs.cross_attentions,
         )
 
 
@@ -523,6 +678,7 @@ __all__ = [
     "LineageBertForQuestionAnswering",
     "LineageBertForSequenceClassification",
     "LineageBertForTokenClassification",
+    "LineageBertLMHeadModel",
     "LineageBertModel",
     "LineageBertPreTrainedModel",
 ]

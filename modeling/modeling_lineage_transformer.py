@@ -114,7 +114,9 @@ class LineageTransformerStack(LineageTransformerPreTrainedModel):
 
     def embed(self, inputs_embeds: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """Positions offset..offset+T-1; `offset` (the cache length) is a 0-d tensor for a static cache, added to the
-        positions rather than branched on, so a compiled decoding step has no data-dependent control flow."""
+        positions rather than branched on, so a compiled decoding step has no data-dependent control flow. As in
+        Marian there is no `position_ids` argument: packing several pairs in a row would also need a cross-attention
+        mask per pair, which the seq2seq interface does not carry; every position of the table is usable."""
         embeddings = inputs_embeds * self.embed_scale  # (B, T, C)
         if self.embed_positions is not None:
             positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + offset  # (1, T)

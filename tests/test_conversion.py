@@ -104,3 +104,45 @@ def test_rename_keys_rejects_unknown_weights_and_round_trips():
         rename_keys({"other.weight": torch.zeros(1)}, pairs)
     with pytest.raises(KeyError):  # a template matches whole dotted components only
         rename_keys({"headless.weight": torch.zeros(1)}, pairs)
+
+
+def reference_bert_decoder(implementation: str) -> torch.nn.Module:
+    config = transformers.BertConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=64, is_decoder=True, add_cross_attention=True, attn_implementation=implementation,
+    )
+    model = transformers.BertLMHeadModel(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.02)
+    return model
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_bert_decoder_with_cross_attention_round_trip_keeps_logits_and_generation(implementation, exact_linear):
+    reference = reference_bert_decoder(implementation)
+    lineage = from_transformers(reference)
+    assert type(lineage).__name__ == "LineageBertLMHeadModel"
+    assert lineage.config.is_decoder and lineage.config.add_cross_attention
+    inputs = bert_inputs()
+    memory = {"encoder_hidden_states": torch.randn(3, 6, 32), "encoder_attention_mask": torch.ones(3, 6)}
+    memory["encoder_attention_mask"][1, 4:] = 0
+    expected = reference(**inputs, **memory)
+    keep = inputs["attention_mask"].bool()  # padding positions mean nothing
+    torch.testing.assert_close(lineage(**inputs, **memory).logits[keep], expected.logits[keep], atol=1e-5, rtol=1e-5)
+    back = to_transformers(lineage)
+    assert type(back) is transformers.BertLMHeadModel
+    torch.testing.assert_close(back(**inputs, **memory).logits, expected.logits, atol=1e-5, rtol=1e-5)
+    generated = lineage.generate(inputs["input_ids"][:, :4], **memory, max_new_tokens=5, do_sample=False)
+    decoded = inputs["input_ids"][:, :4]  # the reference's greedy choice, recomputed over the whole prefix each step
+    for _ in range(5):  # (its own generate() cannot: it gives its cross attention a decoder-only cache)
+        next_token = reference(decoded, **memory).logits[:, -1].argmax(-1, keepdim=True)
+        decoded = torch.cat([decoded, next_token], dim=1)
+    assert torch.equal(generated, decoded)
+
+
+def test_a_stored_config_still_refuses_a_pad_id_outside_the_vocabulary():
+    """`pad_token_id` is the word embedding's `padding_idx`: it indexes a weight, so even a stored config refuses it."""
+    stored = transformers.AutoConfig.for_model("lineage-bert", vocab_size=99).to_dict() | {"pad_token_id": 99}
+    with pytest.raises(ValueError, match=r"`pad_token_id` must be None or in \[0, 99\)"):
+        transformers.AutoConfig.for_model("lineage-bert").from_dict(stored)

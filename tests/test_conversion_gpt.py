@@ -140,3 +140,34 @@ def test_reference_without_a_lineage_equivalent_is_refused():
         from_transformers(reference_model("GPT2", "Model", scale_attn_by_inverse_layer_idx=True))
     with pytest.raises(TypeError, match="No conversion for LineageGptForMultipleChoice"):
         to_transformers(LineageGptForMultipleChoice(preset("gpt-tiny")))
+
+
+def test_any_model_the_reference_loads_converts_keeping_metadata_token_ids(tmp_path):
+    """GPT2Config(vocab_size=99) keeps GPT-2's bos/eos id 50256: transformers builds and runs the model, and so does
+    the conversion, with a warning; the ids index no weight, so the outputs, a save/load and the way back agree."""
+    config = transformers.GPT2Config(**SIZE, n_inner=37)
+    assert (config.bos_token_id, config.eos_token_id) == (50256, 50256)
+    reference = perturbed(transformers.GPT2LMHeadModel(config))
+    with pytest.warns(UserWarning, match=r"`eos_token_id` must be None or in \[0, 99\).*Kept as stored"):
+        lineage = from_transformers(reference)
+    assert (lineage.config.bos_token_id, lineage.config.eos_token_id) == (50256, 50256)
+    ids, mask = torch.randint(5, 99, (3, 10)), torch.ones(3, 10, dtype=torch.long)
+    expected = main_output(reference, ids, mask)
+    torch.testing.assert_close(main_output(lineage, ids, mask), expected, rtol=0, atol=ATOL)
+    lineage.save_pretrained(tmp_path)
+    with pytest.warns(UserWarning, match="`bos_token_id`"):
+        loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(main_output(loaded, ids, mask), expected, rtol=0, atol=ATOL)
+    back = to_transformers(lineage)
+    assert back.config.eos_token_id == 50256
+    torch.testing.assert_close(main_output(back, ids, mask), expected, rtol=0, atol=ATOL)
+    generated = lineage.generate(ids[:1, :4], max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert torch.equal(generated, reference.generate(ids[:1, :4], max_new_tokens=3, do_sample=False, pad_token_id=0))
+
+
+def test_a_new_config_still_refuses_token_ids_outside_the_vocabulary():
+    with pytest.raises(ValueError, match=r"`eos_token_id` must be None or in \[0, 99\)"):
+        preset("gpt-tiny", eos_token_id=50256)
+    stored = transformers.AutoConfig.for_model("lineage-gpt").to_dict() | {"vocab_size": 99, "eos_token_id": 50256}
+    with pytest.warns(UserWarning, match="`eos_token_id`"):
+        assert transformers.AutoConfig.for_model("lineage-gpt").from_dict(stored).eos_token_id == 50256

@@ -1,6 +1,6 @@
-"""The BERT family: every head's shapes, losses and gradients; padding invariance; eager == sdpa; attentions and
-hidden states; gradient checkpointing; save/load and clean-process remote-code loading; Trainer; presets;
-bad input."""
+"""The BERT family: every head's shapes, losses and gradients; padding invariance; packed rows; eager == sdpa;
+attentions and hidden states; gradient checkpointing; save/load and clean-process remote-code loading; Trainer;
+presets; BERT as a decoder (causal, cached, bert2bert `EncoderDecoderModel`); fullgraph compilation; bad input."""
 
 import pytest
 import torch
@@ -16,6 +16,7 @@ from modeling import (
     LineageBertForQuestionAnswering,
     LineageBertForSequenceClassification,
     LineageBertForTokenClassification,
+    LineageBertLMHeadModel,
     LineageBertModel,
 )
 
@@ -329,8 +330,8 @@ def test_saved_folder_lists_every_head_and_loads_in_a_clean_process(tmp_path):
     torch.save({"mlm": expected.prediction_logits, "nsp": expected.seq_relationship_logits}, tmp_path / "expected.pt")
     code = f"""
 import torch, transformers
-inputs = torch.load({str(tmp_path / 'inputs.pt')!r})
-expected = torch.load({str(tmp_path / 'expected.pt')!r})
+inputs = torch.load({str(tmp_path / 'inputs.pt')!r}, weights_only=True)
+expected = torch.load({str(tmp_path / 'expected.pt')!r}, weights_only=True)
 for auto in {sorted(model.auto_classes)!r}:
     getattr(transformers, auto).from_pretrained({str(folder)!r}, trust_remote_code=True)
 model = transformers.AutoModelForPreTraining.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
@@ -453,3 +454,150 @@ def test_labels_shape_mismatch(model_class, labels, fragment):
     model = model_class(tiny_config())
     with pytest.raises(ValueError, match=fragment):
         model(torch.randint(1, 99, (2, 5)), **labels)
+
+
+# ---------------------------------------------------------------------------------------------- packed rows
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_packed_rows_longer_than_the_position_table_equal_each_sequence_alone(implementation):
+    """Packed (padding-free) rows, as `DataCollatorWithFlattening` makes: `position_ids` restart at each sequence and
+    no `attention_mask` is given; each sequence attends to itself only."""
+    model = LineageBertModel(tiny_config(attn_implementation=implementation)).eval()
+    lengths = (40, 30, 20)  # 90 tokens in one row; max_position_embeddings is 64
+    sequences = [torch.randint(1, 99, (1, n)) for n in lengths]
+    positions = torch.cat([torch.arange(n) for n in lengths])[None]  # (1, 90)
+    packed = model(torch.cat(sequences, dim=1), position_ids=positions).last_hidden_state
+    for sequence, span in zip(sequences, torch.arange(90).split(lengths)):
+        torch.testing.assert_close(packed[:, span], model(sequence).last_hidden_state, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"`position_ids` must be in \[0, 64\)"):
+        model(torch.cat(sequences, dim=1), position_ids=torch.arange(90)[None])
+
+
+# ---------------------------------------------------------------------------------------------- BERT as a decoder
+
+
+def decoder_config(**overrides) -> LineageBertConfig:
+    fields = dict(is_decoder=True, add_cross_attention=True, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return tiny_config(**{**fields, **overrides})
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("memory", [False, True], ids=["alone", "with_encoder"])
+def test_decoder_outputs_at_t_never_depend_on_later_tokens(implementation, memory):
+    model = LineageBertLMHeadModel(decoder_config(attn_implementation=implementation)).eval()
+    encoder = {"encoder_hidden_states": torch.randn(2, 5, 32)} if memory else {}
+    ids = torch.randint(1, 99, (2, 8))
+    changed = ids.clone()
+    changed[:, 5:] = torch.randint(1, 99, (2, 3))
+    logits, changed_logits = model(ids, **encoder).logits, model(changed, **encoder).logits
+    torch.testing.assert_close(changed_logits[:, :5], logits[:, :5], atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(changed_logits[:, 5:], logits[:, 5:])
+    encoder_model = LineageBertModel(tiny_config(attn_implementation=implementation)).eval()
+    bidirectional = encoder_model(ids).last_hidden_state[:, :5]  # the same test tells an encoder from a decoder
+    assert not torch.allclose(encoder_model(changed).last_hidden_state[:, :5], bidirectional)
+
+
+def test_decoder_cached_steps_equal_a_full_pass():
+    model = LineageBertLMHeadModel(decoder_config()).eval()
+    ids, memory = torch.randint(1, 99, (2, 7)), {"encoder_hidden_states": torch.randn(2, 5, 32)}
+    memory["encoder_attention_mask"] = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    full = model(ids, **memory).logits
+    step = model(ids[:, :4], **memory)
+    assert isinstance(step.past_key_values, transformers.EncoderDecoderCache)
+    steps = [step.logits]
+    for t in range(4, 7):
+        step = model(ids[:, t:t + 1], past_key_values=step.past_key_values, **memory)
+        steps.append(step.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert step.past_key_values.get_seq_length() == 7
+
+
+def test_lm_head_loss_is_next_token_cross_entropy_and_registered_for_causal_lm():
+    model = transformers.AutoModelForCausalLM.from_config(decoder_config(add_cross_attention=False))
+    assert type(model) is LineageBertLMHeadModel
+    assert model.lm_head.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    ids = torch.randint(1, 99, (2, 6))
+    out = model(ids, labels=ids)
+    expected = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, 99), ids[:, 1:].reshape(-1))
+    torch.testing.assert_close(out.loss, expected)
+    generated = model.generate(ids[:, :3], max_new_tokens=4, do_sample=False)
+    assert generated.shape == (2, 7) and torch.equal(generated[:, :3], ids[:, :3])
+
+
+def bert2bert() -> transformers.EncoderDecoderModel:
+    encoder = LineageBertModel(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+                               add_pooling_layer=False)
+    model = transformers.EncoderDecoderModel(encoder=encoder, decoder=LineageBertLMHeadModel(decoder_config()))
+    model.config.decoder_start_token_id, model.config.pad_token_id = 2, 0
+    return model
+
+
+@pytest.mark.filterwarnings("ignore:Version v4.12.0 introduces:FutureWarning")  # EncoderDecoderModel's own loss
+def test_bert2bert_encoder_decoder_trains_and_generates(tmp_path):
+    model = bert2bert()
+    source, target = torch.randint(5, 99, (2, 7)), torch.randint(5, 99, (2, 5))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    model.train()
+    for _ in range(25):
+        loss = model(input_ids=source, labels=target).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.25 * losses[0], losses
+    model.eval()
+    kwargs = dict(max_new_tokens=5, do_sample=False, decoder_start_token_id=2)
+    generated = model.generate(source, **kwargs)
+    assert torch.equal(generated[:, 1:], target)  # the memorised targets, decoded with the cache
+    assert torch.equal(model.generate(source, use_cache=False, **kwargs), generated)
+    assert torch.equal(model.generate(source, num_beams=3, **kwargs), generated)
+    model.save_pretrained(tmp_path)
+    loaded = transformers.EncoderDecoderModel.from_pretrained(tmp_path).eval()
+    assert type(loaded.decoder) is LineageBertLMHeadModel
+    assert torch.equal(loaded.generate(source, **kwargs), generated)
+
+
+def test_decoder_config_and_inputs_are_checked():
+    with pytest.raises(ValueError, match="`add_cross_attention=True` needs `is_decoder=True`"):
+        tiny_config(add_cross_attention=True)
+    with pytest.raises(ValueError, match="`encoder_hidden_states` need a model built with"):
+        LineageBertModel(tiny_config())(torch.randint(1, 99, (2, 5)), encoder_hidden_states=torch.randn(2, 3, 32))
+    model = LineageBertModel(decoder_config())
+    with pytest.raises(ValueError, match=r"`encoder_attention_mask` must have the shape of `encoder_hidden_states`"):
+        model(torch.randint(1, 99, (2, 5)), encoder_hidden_states=torch.randn(2, 3, 32),
+              encoder_attention_mask=torch.ones(2, 4))
+
+
+# ---------------------------------------------------------------------------------------------- compilation
+
+
+def recording_backend(graphs: list):
+    """A `torch.compile` backend that records each graph and runs it as traced."""
+    def backend(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+    return backend
+
+
+def test_forward_compiles_with_fullgraph():
+    model = LineageBertModel(tiny_config()).eval()
+    assert model._can_compile_fullgraph
+    graphs = []
+    compiled = torch.compile(model, fullgraph=True, backend=recording_backend(graphs))
+    inputs = make_inputs(model.config)
+    torch.testing.assert_close(compiled(**inputs).last_hidden_state, model(**inputs).last_hidden_state)
+    assert graphs
+
+
+def test_decoder_static_cache_decoding_compiles_with_fullgraph():
+    model = LineageBertLMHeadModel(decoder_config()).eval()
+    ids, memory = torch.randint(1, 99, (2, 5)), {"encoder_hidden_states": torch.randn(2, 4, 32)}
+    kwargs = dict(max_new_tokens=4, do_sample=False, cache_implementation="static")
+    graphs = []
+    config = transformers.CompileConfig(fullgraph=True, backend=recording_backend(graphs), mode=None, dynamic=False)
+    config._compile_all_devices = True  # generate() compiles on accelerators only unless told otherwise
+    compiled = model.generate(ids, compile_config=config, **memory, **kwargs)
+    assert graphs
+    assert torch.equal(compiled, model.generate(ids, **memory, **kwargs))
