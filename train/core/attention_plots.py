@@ -57,22 +57,14 @@ def font_size(count: int) -> float:
     return float(np.clip(_panel_side(count) / shown * 72 * 0.8, 4, 11))
 
 
-def _label_axes(ax, rows: list[str], columns: list[str]) -> None:
-    for axis, labels, rotation in ((ax.yaxis, rows, 0), (ax.xaxis, columns, 90)):
-        positions = _tick_positions(len(labels))
-        axis.set_ticks(positions)
-        axis.set_ticklabels([labels[i] for i in positions], fontsize=font_size(len(labels)), rotation=rotation)
-    ax.xaxis.tick_top()
-
-
-def _tick_positions(count: int) -> list[int]:
+def tick_positions(count: int) -> list[int]:
     """Every token up to `MAX_TICKS`, else every k-th."""
     return list(range(0, count, math.ceil(count / MAX_TICKS)))
 
 
 def _label_inches(labels: list[str]) -> float:
     """Room for the widest label drawn (about 0.6 em a character)."""
-    widest = max((len(labels[i]) for i in _tick_positions(len(labels))), default=0)
+    widest = max((len(labels[i]) for i in tick_positions(len(labels))), default=0)
     return widest * font_size(len(labels)) * 0.6 / 72 + 0.15
 
 
@@ -81,47 +73,65 @@ def _panel_side(count: int) -> float:
     return float(np.clip(INCHES_PER_TOKEN * count + 0.5, 2.5, 10))
 
 
-def _layout(grid: tuple[int, int], panel: tuple[float, float], margins: tuple[float, float], gap: float):
-    """A figure of `grid` (rows, columns) panels of `panel` (width, height) inches, `margins` (left, top) inches
-    for labels and title, and a colour-bar axis on the right. Margins are computed, not found by
-    `bbox_inches="tight"`, which draws every figure twice."""
-    (grid_rows, grid_columns), (panel_width, panel_height), (left, top) = grid, panel, margins
-    right, bottom = 1.1, 0.5
-    width = left + grid_columns * panel_width + (grid_columns - 1) * gap + right
-    height = top + grid_rows * panel_height + (grid_rows - 1) * gap + bottom
+def _mosaic(weights: np.ndarray, per_row: int, gaps: tuple[int, int]) -> np.ndarray:
+    """(N, R, K) matrices as one image, `per_row` blocks a row, separated by blank (NaN) gaps of `gaps` cells.
+    One image on one axis: an axis (and its ticks) per panel cost seconds a figure for 12 x 12 heads."""
+    count, rows, columns = weights.shape
+    pitch = (rows + gaps[0], columns + gaps[1])
+    image = np.full((math.ceil(count / per_row) * pitch[0] - gaps[0], min(count, per_row) * pitch[1] - gaps[1]),
+                    np.nan)
+    for n, matrix in enumerate(weights):
+        top, left = n // per_row * pitch[0], n % per_row * pitch[1]
+        image[top : top + rows, left : left + columns] = matrix  # (R, K)
+    return image
+
+
+def _draw(weights: np.ndarray, per_row: int, gaps: tuple[int, int], panel: tuple[float, float],
+          margins: tuple[float, float], title: str):
+    """The (N, R, K) blocks of `_mosaic`, each `panel` (width, height) inches, on one colour scale from 0 to the
+    largest weight, with `margins` (left, top) inches for labels and the title and a colour bar on the right.
+    Margins are computed, not found by `bbox_inches="tight"`, which draws every figure twice."""
+    image = _mosaic(weights, per_row, gaps)
+    inches = (image.shape[1] * panel[0] / weights.shape[2], image.shape[0] * panel[1] / weights.shape[1])
+    (left, top), right, bottom = margins, 1.1, 0.55
+    width, height = max(left + inches[0] + right, 0.11 * len(title) + 0.5), top + inches[1] + bottom
     figure = Figure(figsize=(width, height))
-    axes = figure.subplots(grid_rows, grid_columns, squeeze=False, gridspec_kw={
-        "left": left / width, "right": 1 - right / width, "bottom": bottom / height, "top": 1 - top / height,
-        "wspace": gap / panel_width, "hspace": gap / panel_height})
-    colour_axis = figure.add_axes((1 - (right - 0.25) / width, bottom / height, 0.2 / width,
-                                   1 - (top + bottom) / height))
-    return figure, axes, colour_axis
+    ax = figure.add_axes((left / width, bottom / height, inches[0] / width, inches[1] / height))
+    shown = ax.imshow(image, cmap=COLOURS, vmin=0.0, vmax=float(weights.max()) or 1.0, aspect="auto",
+                      interpolation="nearest")
+    ax.set_frame_on(False)
+    ax.xaxis.tick_top()
+    colour_axis = figure.add_axes(((left + inches[0] + 0.25) / width, bottom / height, 0.2 / width, inches[1] / height))
+    figure.colorbar(shown, cax=colour_axis)
+    figure.suptitle(title, fontsize=13, y=1 - 0.1 / height, va="top")
+    return figure, ax
 
 
-def _finish(figure: Figure, image, colour_axis, title: str, path: Path) -> None:
-    figure.colorbar(image, cax=colour_axis)
-    figure.suptitle(title, fontsize=13, y=1 - 0.1 / figure.get_figheight(), va="top")
-    figure.savefig(path, dpi=DPI)
+def _save(figure: Figure, path: Path) -> None:
+    figure.savefig(path, dpi=DPI, pil_kwargs={"compress_level": 1})  # zlib's default level 6: a third of the time
 
 
-def draw_heads(weights: np.ndarray, heads: list[int], rows: list[str], columns: list[str], title: str,
+def draw_heads(weights: np.ndarray, heads: list[int | None], rows: list[str], columns: list[str], title: str,
                path: Path) -> None:
-    """The (H, R, K) heads of one layer (or one matrix, H = 1), each at full size, on one colour scale; token
-    labels on the outer panels (rows on the left column, columns on the top row)."""
-    per_row = min(len(heads), 4)
-    panel = (_panel_side(weights.shape[2]), _panel_side(weights.shape[1]))
-    margins = (_label_inches(rows) + 0.2, _label_inches(columns) + 0.6)
-    figure, axes, colour_axis = _layout((math.ceil(len(heads) / per_row), per_row), panel, margins, 0.45)
-    vmax = float(weights.max()) or 1.0
-    for k, (ax, head, matrix) in enumerate(zip(axes.flat, heads, weights, strict=False)):
-        image = ax.imshow(matrix, cmap=COLOURS, vmin=0.0, vmax=vmax, aspect="auto")
-        _label_axes(ax, rows, columns)
-        ax.tick_params(labelleft=k % per_row == 0, labeltop=k < per_row)
+    """The (H, R, K) heads of one layer (or one matrix: H = 1, head None), each at full size, four a row;
+    token labels left of every row of heads and above the first."""
+    per_row, (count, n_rows, n_columns) = min(len(heads), 4), weights.shape
+    panel = (_panel_side(n_columns), _panel_side(n_rows))
+    gaps = (math.ceil(0.45 * n_rows / panel[1]), math.ceil(0.3 * n_columns / panel[0]))  # room for "head h"
+    figure, ax = _draw(weights, per_row, gaps, panel, (_label_inches(rows) + 0.2, _label_inches(columns) + 0.6), title)
+    blocks = (math.ceil(count / per_row), per_row)
+    for axis, labels, blocks_along, pitch, rotation in ((ax.yaxis, rows, blocks[0], n_rows + gaps[0], 0),
+                                                        (ax.xaxis, columns, blocks[1], n_columns + gaps[1], 90)):
+        positions = tick_positions(len(labels))
+        axis.set_ticks([b * pitch + i for b in range(blocks_along) for i in positions])
+        axis.set_ticklabels([labels[i] for _ in range(blocks_along) for i in positions],
+                            fontsize=font_size(len(labels)), rotation=rotation)
+    ax.tick_params(top=False, left=False)
+    for n, head in enumerate(heads):
         if head is not None:
-            ax.set_xlabel(f"head {head}", fontsize=11)
-    for ax in axes.flat[len(heads):]:
-        ax.set_visible(False)
-    _finish(figure, image, colour_axis, title, path)
+            x = n % per_row * (n_columns + gaps[1]) + n_columns / 2 - 0.5
+            ax.text(x, n // per_row * (n_rows + gaps[0]) + n_rows - 0.4, f"head {head}", ha="center", va="top")
+    _save(figure, path)
 
 
 def draw_matrix(matrix: np.ndarray, rows: list[str], columns: list[str], title: str, path: Path) -> None:
@@ -131,19 +141,16 @@ def draw_matrix(matrix: np.ndarray, rows: list[str], columns: list[str], title: 
 
 def draw_grid(attention: AttentionMap, title: str, path: Path) -> None:
     """Every selected layer x head as small multiples without token labels, on one colour scale."""
-    grid = attention.weights.shape[:2]
-    panel = (GRID_PANEL_INCHES, GRID_PANEL_INCHES)
-    figure, axes, colour_axis = _layout(grid, panel, (0.5, 0.8), 0.12)
-    vmax = float(attention.weights.max()) or 1.0
-    for (i, j), ax in np.ndenumerate(axes):
-        image = ax.imshow(attention.weights[i, j], cmap=COLOURS, vmin=0.0, vmax=vmax, aspect="auto")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        if i == 0:
-            ax.set_title(f"head {attention.heads[j]}", fontsize=9)
-        if j == 0:
-            ax.set_ylabel(f"layer {attention.layers[i]}", fontsize=9)
-    _finish(figure, image, colour_axis, title, path)
+    layers, heads, rows, columns = attention.weights.shape
+    gaps = (max(1, rows // 10), max(1, columns // 10))
+    blocks = attention.weights.reshape(layers * heads, rows, columns)
+    figure, ax = _draw(blocks, heads, gaps, (GRID_PANEL_INCHES, GRID_PANEL_INCHES), (0.6, 0.8), title)
+    ax.set_xticks([j * (columns + gaps[1]) + columns / 2 - 0.5 for j in range(heads)],
+                  [f"head {h}" for h in attention.heads], fontsize=9)
+    ax.set_yticks([i * (rows + gaps[0]) + rows / 2 - 0.5 for i in range(layers)],
+                  [f"layer {layer}" for layer in attention.layers], fontsize=9, rotation=90, va="center")
+    ax.tick_params(length=0)
+    _save(figure, path)
 
 
 def draw_pictures(attention: AttentionMap, tokens: dict[str, list[str]], folder: Path) -> list[Path]:
@@ -285,4 +292,4 @@ def write_all(maps: list[AttentionMap], tokens: dict[str, list[str]], descriptio
 
 
 __all__ = ["MAX_LABEL_CHARS", "MAX_TICKS", "display_tokens", "draw_grid", "draw_heads", "draw_matrix",
-           "draw_pictures", "font_size", "page", "write_all"]
+           "draw_pictures", "font_size", "page", "tick_positions", "write_all"]
