@@ -118,11 +118,12 @@ class LineageRnnCache(Cache):
         self.feed = select(self.feed, 0) if self.feed is not None else None
         self.keys = select(self.keys, 0) if self.keys is not None else None
 
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self._select(lambda t, dim: t.index_select(dim, beam_idx.to(t.device)))
-
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self._select(lambda t, dim: t.index_select(dim, indices.to(t.device)))
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Beam search: row i continues the hypothesis in row `beam_idx[i]`."""
+        self.batch_select_indices(beam_idx)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         self._select(lambda t, dim: t.repeat_interleave(repeats, dim=dim))
@@ -149,7 +150,7 @@ def right_padded_lengths(mask: torch.Tensor | None, shape: torch.Size, name: str
 
 
 def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse each row's first `lengths[b]` positions of (B, S, ...) in place of order; padding stays put."""
+    """Reverse the first `lengths[b]` positions of each row b of (B, S, ...); padding stays where it is."""
     lengths = lengths.to(x.device)[:, None]  # (B, 1)
     positions = torch.arange(x.shape[1], device=x.device)[None]  # (1, S)
     index = torch.where(positions < lengths, lengths - 1 - positions, positions)  # (B, S)

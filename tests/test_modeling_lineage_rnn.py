@@ -525,3 +525,10 @@ def test_decoder_start_token_id_missing_in_training():
     model = build(decoder_start_token_id=None)
     with pytest.raises(ValueError, match="`decoder_start_token_id`"):
         model(input_ids=tokens(2, 4), labels=tokens(2, 3))
+
+
+def test_conversion_refuses_rnn_models_with_the_supported_classes():
+    from modeling.conversion import to_transformers
+
+    with pytest.raises(TypeError, match=r"No conversion for LineageRnnForConditionalGeneration; supported classes: "):
+        to_transformers(build())
