@@ -11,6 +11,7 @@ from transformers import (
     AutoModelForMultipleChoice,
     AutoModelForSequenceClassification,
     CompileConfig,
+    DataCollatorWithFlattening,
     Trainer,
     TrainingArguments,
 )
@@ -476,6 +477,20 @@ def test_packed_rows_longer_than_the_position_table_equal_each_sequence_alone(at
     for sequence, span in zip(sequences, torch.arange(90).split(lengths)):
         torch.testing.assert_close(out.logits[:, span], model(sequence).logits, rtol=0, atol=1e-5)
     assert_refused(model, "has 90 positions but `max_position_embeddings` is 64", lambda: model(packed))
+
+
+def test_a_flattened_batch_trains_on_each_sequence_alone():
+    """`DataCollatorWithFlattening` (padding-free training) packs rows longer than the position table; the loss is
+    the token-weighted mean of each sequence's own next-token loss."""
+    model = build(LineageGptForCausalLM, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).train()
+    rows = [tokens(n).tolist() for n in (50, 30, 25)]
+    batch = DataCollatorWithFlattening()([{"input_ids": row} for row in rows])
+    assert batch["input_ids"].shape == (1, 105)
+    packed = model(**batch).loss
+    alone = [model(torch.tensor([row]), labels=torch.tensor([row])).loss for row in rows]
+    expected = sum(loss * (len(row) - 1) for loss, row in zip(alone, rows)) / sum(len(row) - 1 for row in rows)
+    torch.testing.assert_close(packed, expected, rtol=1e-5, atol=1e-6)
+    packed.backward()
 
 
 @pytest.mark.parametrize(
