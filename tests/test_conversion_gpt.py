@@ -148,14 +148,15 @@ def test_any_model_the_reference_loads_converts_keeping_metadata_token_ids(tmp_p
     config = transformers.GPT2Config(**SIZE, n_inner=37)
     assert (config.bos_token_id, config.eos_token_id) == (50256, 50256)
     reference = perturbed(transformers.GPT2LMHeadModel(config))
-    with pytest.warns(UserWarning, match=r"`eos_token_id` must be None or in \[0, 99\).*Kept as stored"):
+    with pytest.warns(UserWarning, match=r"must be None or in \[0, 99\).*Kept as stored") as warned:
         lineage = from_transformers(reference)
+    assert {str(w.message)[:14] for w in warned} == {"`bos_token_id`", "`eos_token_id`"}
     assert (lineage.config.bos_token_id, lineage.config.eos_token_id) == (50256, 50256)
     ids, mask = torch.randint(5, 99, (3, 10)), torch.ones(3, 10, dtype=torch.long)
     expected = main_output(reference, ids, mask)
     torch.testing.assert_close(main_output(lineage, ids, mask), expected, rtol=0, atol=ATOL)
     lineage.save_pretrained(tmp_path)
-    with pytest.warns(UserWarning, match="`bos_token_id`"):
+    with pytest.warns(UserWarning, match="Kept as stored"):
         loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     torch.testing.assert_close(main_output(loaded, ids, mask), expected, rtol=0, atol=ATOL)
     back = to_transformers(lineage)
