@@ -194,7 +194,7 @@ def apply_attention_mask(scores: torch.Tensor, attention_mask: torch.Tensor | No
 def relative_position_index(query_positions: torch.Tensor, key_positions: torch.Tensor,
                             max_distance: int) -> torch.Tensor:
     """Shaw et al.'s clip(j - i, k) + k for query positions i (B or 1, T) and key positions j (B or 1, S): the
-    (B or 1, T, S) rows in [0, 2k] of a relative table; every distance beyond k shares the last row."""
+    (B or 1, T, S) rows in [0, 2k] of a relative table; distances beyond k (or -k) share the last (or first) row."""
     distance = key_positions[:, None, :] - query_positions[:, :, None]  # (B|1, T, S)
     return distance.clamp(-max_distance, max_distance) + max_distance
 

@@ -83,14 +83,14 @@ def test_presets_and_saved_configs_load_unchanged(name, tmp_path):
 @pytest.mark.parametrize("name", FAMILIES)
 @pytest.mark.parametrize("fields, fragment", [
     ({"position_embedding_type": "rotary"}, "`position_embedding_type` must be one of"),
-    ({"position_embedding_type": "relative"}, "`max_relative_position` (the clipping distance k) must be an integer"
-                                              " >= 1 with `position_embedding_type`='relative', got None"),
+    ({"position_embedding_type": "relative"}, ("`max_relative_position` (the clipping distance k) must be an integer"
+                                               " >= 1 with `position_embedding_type`='relative', got None")),
     ({"position_embedding_type": "relative-keys", "max_relative_position": 0}, "must be an integer >= 1"),
     ({"position_embedding_type": "relative", "max_relative_position": -3}, "got -3"),
     ({"position_embedding_type": "relative", "max_relative_position": 2.5}, "got 2.5"),
     ({"position_embedding_type": "relative", "max_relative_position": True}, "got True"),
-    ({"max_relative_position": 4}, "`max_relative_position` and `absolute_and_relative` apply to "
-                                   "`position_embedding_type` ('relative', 'relative-keys') only"),
+    ({"max_relative_position": 4}, ("`max_relative_position` and `absolute_and_relative` apply to "
+                                    "`position_embedding_type` ('relative', 'relative-keys') only")),
     ({"absolute_and_relative": True}, "absolute_and_relative=True"),
     ({"position_embedding_type": "relative", "max_relative_position": 4, "absolute_and_relative": "yes"},
      "`absolute_and_relative` must be True or False"),
@@ -420,3 +420,13 @@ def test_save_load_and_a_clean_process_give_the_same_outputs(tmp_path):
     loaded = json.loads(run_clean_process(code, tmp_path).strip().splitlines()[-1])
     for name, logits in expected.items():
         torch.testing.assert_close(torch.tensor(loaded[name]), logits.detach(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("recipe", ["relative-translation", "relative-gpt-python-docs"])
+def test_measurement_recipes_build_relative_models(recipe):
+    from train.core.recipes import RECIPES_DIR, load_recipe
+
+    loaded = load_recipe(RECIPES_DIR / f"{recipe}.yaml")
+    config = preset(loaded.model, **loaded.model_overrides)
+    assert (config.relative_attention, config.max_relative_position, config.uses_absolute_positions) == (
+        "relative", 16, False)
