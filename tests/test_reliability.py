@@ -317,4 +317,5 @@ def test_resident_memory_is_flat_over_1000_cpu_steps(tmp_path):
     assert [s for s, _ in samples] == list(range(50, 1001, 50))
     after_warmup = [mib for step, mib in samples if step >= 200]
     print("resident MiB by step:", samples)
-    assert max(after_warmup) - after_warmup[0] < 20, samples
+    assert max(after_warmup) - min(after_warmup) < 20, samples  # noise of the allocator, not a leak
+    assert sum(after_warmup[-4:]) / 4 - sum(after_warmup[:4]) / 4 < 5, samples  # and no trend

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from accelerate import Accelerator
+from accelerate.utils import extract_model_from_parallel
 
 STATE_FILE = "lineage_state.json"
 CHECKPOINT_PREFIX = "step-"
@@ -152,18 +153,12 @@ def _drop_tied_copies(models: list, weights: list[dict], output_dir: str) -> Non
     tensor ... This should be OK" at every checkpoint. Harmless: `load_state` (safetensors' `load_model`)
     accepts exactly the missing aliases, and the tie lives in the model, so the head gets its weight back."""
     for model, state in zip(models, weights):  # weights is empty under FSDP / DeepSpeed, which save their own way
-        tied = getattr(_unwrapped(model), "get_expanded_tied_weights_keys", dict)()
+        tied = getattr(extract_model_from_parallel(model), "get_expanded_tied_weights_keys", dict)()
         for target, source in tied.items():
             for key in [k for k in state if k == target or k.endswith("." + target)]:  # "module." under DDP
                 twin = key[:len(key) - len(target)] + source
                 if twin in state and state[twin].data_ptr() == state[key].data_ptr():
                     del state[key]
-
-
-def _unwrapped(model):
-    while hasattr(model, "module") or hasattr(model, "_orig_mod"):  # DDP, torch.compile
-        model = getattr(model, "module", None) or model._orig_mod
-    return model
 
 
 def _write_record(folder: Path, state: TrainState) -> None:
@@ -181,7 +176,10 @@ def _write_record(folder: Path, state: TrainState) -> None:
 
 def _fsync(path: Path) -> None:
     """Flush a file, or a folder's entries (renames), to disk."""
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (PermissionError, IsADirectoryError):  # Windows opens no folders: there a rename is not flushed
+        return
     try:
         os.fsync(fd)
     finally:

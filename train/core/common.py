@@ -53,7 +53,7 @@ def load_splits(recipe: Recipe, columns: Iterable[str] = (), default_dataset: st
 
 def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]]):
     """The run's tokenizer. One trained here is saved in `<output_dir>/tokenizer` and reused on resume
-    (training a tokenizer twice on the same text need not give the same vocabulary)."""
+    (training is reproducible, but the data a resumed run reads could have changed since)."""
     trained = Path(recipe.output_dir) / "tokenizer"
     if recipe.tokenizer:
         if not Path(recipe.tokenizer).exists():
