@@ -9,8 +9,8 @@
 3. pretrain a small GPT (causal LM), fine-tune it on the same task with the auxiliary LM loss, sample text;
 4. train a small Transformer translator (English number words -> German) and report BLEU;
 5. draw the translator's cross-attention for one held-out sentence (`train.attention_maps`);
-6. train the attention that came before it, an RNN encoder-decoder with Luong attention, on the same task, and
-   print both BLEU scores.
+6. train the attention that came before it, an RNN encoder-decoder with Bahdanau attention, on the same task,
+   and print both BLEU scores.
 
 It ends with a table of the figures reached and the folders written (each loads with the Auto classes;
 the job checks that), also saved as `<output_dir>/summary.json` and `summary.md`.
@@ -46,8 +46,8 @@ QUICK = ["--max_steps", "8", "--train_size", "120", "--eval_size", "24", "--save
          "--warmup_steps", "2", "--model_overrides", "{hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, "
          "intermediate_size: 64, max_position_embeddings: 128}"]
 # the quick model of a stage whose family has other config fields than those QUICK sets
-QUICK_MODELS = {"rnn-translation": "{cell: lstm, hidden_size: 32, embedding_size: 16, num_encoder_layers: 1, "
-                                   "num_decoder_layers: 1, attention: luong-general, input_feeding: true}"}
+QUICK_MODELS = {"rnn-translation": "{hidden_size: 32, embedding_size: 16, num_encoder_layers: 1, "
+                                   "num_decoder_layers: 1, attention: bahdanau}"}
 
 
 def train_tokenizers(folder: Path, quick: bool) -> dict[str, Path]:
