@@ -50,10 +50,10 @@ def test_subcommands_call_the_modules_own_main(monkeypatch):
     from train import export, finetune
 
     calls = []
-    monkeypatch.setattr(export, "main", lambda argv: calls.append(("export", argv)) or "exported")
-    monkeypatch.setattr(finetune, "main", lambda argv: calls.append(("finetune", argv)) or "tuned")
-    assert cli.main(["export", "--model", "m", "--out", "o"]) == "exported"
-    assert cli.main(["train", "finetune", "--recipe", "r.yaml", "--max_steps", "2"]) == "tuned"
+    monkeypatch.setattr(export, "main", lambda argv: calls.append(("export", argv)))
+    monkeypatch.setattr(finetune, "main", lambda argv: calls.append(("finetune", argv)))
+    cli.main(["export", "--model", "m", "--out", "o"])
+    cli.main(["train", "finetune", "--recipe", "r.yaml", "--max_steps", "2"])
     assert calls == [("export", ["--model", "m", "--out", "o"]), ("finetune", ["--recipe", "r.yaml", "--max_steps", "2"])]
 
 
@@ -62,6 +62,14 @@ def test_train_tokenizer_through_the_command(tmp_path, capsys):
               "--output_dir", str(tmp_path)])
     assert "saved a bert tokenizer" in capsys.readouterr().out
     assert AutoTokenizer.from_pretrained(tmp_path).mask_token == "[MASK]"
+
+
+def test_commands_return_nothing_so_the_console_script_exits_with_status_zero(monkeypatch):
+    """setuptools' wrapper runs `sys.exit(main())`: a command's results returned there would exit with status 1."""
+    from train import export
+
+    monkeypatch.setattr(export, "main", lambda argv: {"model": {"file": "model.pt2"}})
+    assert cli.main(["export", "--model", "m", "--out", "o"]) is None
 
 
 def test_unknown_commands_are_named():

@@ -67,16 +67,18 @@ def resolve(argv: Sequence[str]) -> tuple[str, list[str], str]:
     return name, rest, f"lineage {command}"
 
 
-def main(argv: Sequence[str] | None = None):
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the command; returns nothing, so that the console script exits with status 0 (a command's own results
+    are written by the command)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help") or argv in (["train"], ["train", "-h"], ["train", "--help"]):
         print(usage())
-        return None
+        return
     name, rest, shown = resolve(argv)
     module = importlib.import_module(f"train.{name}")
     program, sys.argv[0] = sys.argv[0], shown  # argparse names the command in its usage lines
     try:
-        return module.main(rest)
+        module.main(rest)
     finally:
         sys.argv[0] = program
 
