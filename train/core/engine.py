@@ -16,6 +16,11 @@ Batches come from `train.core.batching` (a seeded epoch order, one seed per exam
 choices), so on a CPU an interrupted and resumed run reproduces the per-step losses of an uninterrupted one,
 whatever the number of processes. The collator pads; the engine never re-pads.
 
+`max_train_seconds` (> 0) is a wall-clock budget: the run stops after the optimizer step at which the training
+time passes it, then evaluates and checkpoints as at `total_steps`. Training time (`elapsed_s` in every step and
+evaluation record of the log) is the wall time since `train()` began less the time spent in evaluation, so
+periodic evaluation neither uses up the budget nor shifts a loss-against-time curve; it restarts at 0 on resume.
+
 A NaN or infinite loss stops the run (`NonFiniteLossError`, with the step number) before the optimizer
 applies it; the last good checkpoint stays as it was.
 """
@@ -67,6 +72,17 @@ class _Window:
     since: float = 0.0  # perf_counter() of the last throughput record
 
 
+@dataclass
+class _Clock:
+    """Training time: seconds since `train()` began, less the seconds spent evaluating."""
+
+    started: float | None = None
+    evaluating: float = 0.0
+
+    def elapsed(self) -> float:
+        return 0.0 if self.started is None else time.perf_counter() - self.started - self.evaluating
+
+
 class Engine:
     """Train `model` on `train_dataset` as `recipe` says.
 
@@ -95,7 +111,7 @@ class Engine:
         self.accelerator = self._accelerator()
         self._build_loaders(train_dataset, eval_dataset, collate_fn)
         self._build_optimization(model, d_model or getattr(model.config, "d_model", None) or model.config.hidden_size)
-        self.state = checkpoints.TrainState()
+        self.state, self.clock = checkpoints.TrainState(), _Clock()
         self.log = RunLog(self.accelerator, self.output_dir, recipe.report_to == "tensorboard", recipe.to_dict())
         if resume_from is not None:
             self._resume(resume_from)
@@ -172,7 +188,7 @@ class Engine:
         state, start_step, started = self.state, self.state.step, time.perf_counter()
         bar = tqdm(total=self.total_steps, initial=state.step, desc="train", dynamic_ncols=True,
                    disable=not (self.accelerator.is_local_main_process and self.recipe.progress_bar))
-        window, metrics = _Window(since=started), {}
+        window, metrics, self.clock = _Window(since=started), {}, _Clock(started)
         self.model.train()
         try:
             while state.step < self.total_steps:
@@ -223,6 +239,9 @@ class Engine:
         if not acc.sync_gradients:
             return False
         self.state.step += 1
+        if self.recipe.max_train_seconds > 0 and self.state.step < self.total_steps and self._budget_spent():
+            acc.print(f"step {self.state.step}: the training budget of {self.recipe.max_train_seconds:g} s is spent")
+            self.total_steps = self.state.step  # the last step: logged as such, then the final evaluation
         self.log.record(self._step_record(window, lr, grad_norm, bar))
         bar.update(1)
         return True
@@ -230,7 +249,8 @@ class Engine:
     def _step_record(self, window: _Window, lr: float, grad_norm, bar) -> dict:
         step = self.state.step
         record = {"step": step, "epoch": self.state.epoch,
-                  "loss": self.reduce_mean(window.loss / window.micro_batches).item(), "lr": lr}
+                  "loss": self.reduce_mean(window.loss / window.micro_batches).item(), "lr": lr,
+                  "elapsed_s": self.clock.elapsed()}
         if grad_norm is not None:
             record["grad_norm"] = float(grad_norm)
         window.loss, window.micro_batches = 0.0, 0
@@ -252,6 +272,11 @@ class Engine:
             self.save_checkpoint()
         return metrics
 
+    def _budget_spent(self) -> bool:
+        """Whether the slowest process has trained for `max_train_seconds` (every process stops at the same step)."""
+        elapsed = torch.tensor([self.clock.elapsed()], device=self.accelerator.device)
+        return self.accelerator.gather(elapsed).max().item() >= self.recipe.max_train_seconds
+
     def _summary(self, start_step: int, wall: float, metrics: dict[str, Any]) -> dict[str, Any]:
         train_losses, throughput = self.log.values("loss"), self.log.values("tokens_per_s")
         return {"steps": self.state.step, "train_loss": train_losses[-1] if train_losses else None,
@@ -262,8 +287,10 @@ class Engine:
         """Loss (and `metrics_fn` figures) over the evaluation set, gathered from every process; logged."""
         if self.eval_dl is None:
             return {}
+        began = time.perf_counter()
         metrics = evaluate(self.accelerator, self.model, self.eval_dl, self.predict_fn, self.metrics_fn)
-        self.log.record({"step": self.state.step, **metrics})
+        self.clock.evaluating += time.perf_counter() - began
+        self.log.record({"step": self.state.step, "elapsed_s": self.clock.elapsed(), **metrics})
         self.accelerator.print(f"step {self.state.step}: " + ", ".join(f"{k}={_short(v)}" for k, v in metrics.items()))
         return metrics
 

@@ -46,6 +46,7 @@ RANGES = {
     "per_device_train_batch_size": (1, None, True, False), "per_device_eval_batch_size": (1, None, True, False),
     "gradient_accumulation_steps": (1, None, True, False), "logging_steps": (1, None, True, False),
     "eval_steps": (0, None, True, False), "save_steps": (0, None, True, False),
+    "max_train_seconds": (0, None, True, False),
     "save_total_limit": (1, None, True, False), "dataloader_num_workers": (0, None, True, False),
     "seed": (0, 2**32 - 1, True, True),
 }
@@ -101,6 +102,7 @@ class Recipe:
     warmup_steps: int = 0
     max_steps: int = -1  # > 0 overrides num_train_epochs
     num_train_epochs: float = 1.0
+    max_train_seconds: float = 0.0  # > 0: stop after the optimizer step that passes this much training time
     mixed_precision: str = "auto"  # auto: bf16 (or fp16) on a GPU, no on a CPU
     seed: int = 42
     # evaluation, logging, checkpoints, outputs

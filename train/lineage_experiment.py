@@ -1,0 +1,212 @@
+"""The lineage experiment: why attention, then the Transformer, replaced the thought vector — one command.
+
+    python -m train.lineage_experiment [--out DIR] [--budget-seconds N] [--arms a,b,...] [--quick]
+                                       [--train-file F --validation-file F | --dataset NAME]
+
+Trains every arm on the same data, the same BPE tokenizer (trained once, `<out>/tokenizer`) and the same
+wall-clock budget of training time (`max_train_seconds`; periodic evaluation does not count, see
+`train.core.engine`), one recipe per arm in configs/recipes (`lineage-<arm>.yaml`, sizes within 0.5-0.8M
+parameters):
+
+- `rnn-none`: the RNN encoder-decoder without attention, the fixed-size thought vector (Sutskever et al. 2014);
+- `rnn-bahdanau`: with additive attention (Bahdanau et al. 2014);
+- `rnn-luong`: with Luong attention, general score and input feeding (Luong et al. 2015);
+- `transformer`: the post-norm Transformer (Vaswani et al. 2017);
+- `transformer-relative`: the Transformer with relative position representations (Shaw et al. 2018).
+
+Then each arm translates the validation set (beam search) and the report folder `--out` gets `report.md` (a
+table per arm: BLEU per source-length bucket, BLEU, tokens/s, parameters, training and wall time, steps),
+`loss_vs_time.png`, `bleu_vs_length.png`, `alignment_<arm>.png` (the same sentence through every attention
+arm), `results.json`, and `runs/<arm>/` (each arm's model folder and log). Defaults: the embedded English ->
+German number words, 150 s per arm (about 13 minutes on 2 CPU cores in all); `--quick` (tests, smoke runs):
+200 training pairs, the tiny widths, 1 s per arm, a small evaluation. Bad arguments fail before anything is trained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from train.core import experiment
+from train.core.collators import Seq2SeqCollator
+from train.core.common import (
+    build_model,
+    dense_prediction_for_saving,
+    get_tokenizer,
+    load_splits,
+)
+from train.core.data import tokenize_dataset
+from train.core.engine import Engine, seed_everything
+from train.core.recipes import RECIPES_DIR, Recipe, load_recipe
+
+ARMS = ("rnn-none", "rnn-bahdanau", "rnn-luong", "transformer", "transformer-relative")
+DATA_KEYS = ("dataset", "train_file", "validation_file", "train_size", "eval_size", "tokenizer_vocab_size",
+             "max_seq_length", "seed")
+DEFAULT_BUDGET = 150.0
+QUICK_BUDGET = 1.0
+QUICK = {"train_size": 200, "eval_size": 24, "tokenizer_vocab_size": 300, "max_steps": 15, "eval_steps": 3,
+         "logging_steps": 3, "num_beams": 2, "max_new_tokens": 24, "per_device_train_batch_size": 16}
+QUICK_SIZES = {"rnn-tiny": {"hidden_size": 32, "embedding_size": 16},  # by preset: the tiny widths
+               "transformer-tiny": {"hidden_size": 32, "intermediate_size": 64}}
+COLUMNS = ("source", "target")
+
+
+class ExperimentError(ValueError):
+    """An argument the experiment cannot run with; the message names it."""
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="outputs/lineage-experiment", help="report folder")
+    parser.add_argument("--budget-seconds", type=float, default=None,
+                        help=f"training seconds per arm (default {DEFAULT_BUDGET:g}; {QUICK_BUDGET:g} with --quick)")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {', '.join(ARMS)}")
+    parser.add_argument("--train-file", help="source/target pairs: TSV or JSON Lines (with --validation-file)")
+    parser.add_argument("--validation-file", help="the pairs to evaluate on (with --train-file)")
+    parser.add_argument("--dataset", help="a Hub dataset (or embedded:translation) with source/target columns")
+    parser.add_argument("--quick", action="store_true", help="tiny data and budget: a smoke run in seconds")
+    return parser.parse_args(argv)
+
+
+def check_arguments(args: argparse.Namespace) -> tuple[list[str], float]:
+    """The arms and the budget, or an `ExperimentError` naming the bad argument."""
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if not arms or unknown or len(set(arms)) != len(arms):
+        raise ExperimentError(f"--arms {args.arms!r}: give distinct arms from {', '.join(ARMS)}"
+                              + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
+    budget = args.budget_seconds if args.budget_seconds is not None else (QUICK_BUDGET if args.quick
+                                                                           else DEFAULT_BUDGET)
+    if not math.isfinite(budget) or budget <= 0:
+        raise ExperimentError(f"--budget-seconds must be a number of seconds > 0, got {budget}")
+    if (args.train_file is None) != (args.validation_file is None):
+        raise ExperimentError("--train-file and --validation-file go together: BLEU is measured on the validation file")
+    if args.dataset and args.train_file:
+        raise ExperimentError("give either --dataset or --train-file/--validation-file, not both")
+    for flag, file in (("--train-file", args.train_file), ("--validation-file", args.validation_file)):
+        if file is not None and not Path(file).is_file():
+            raise ExperimentError(f"{flag} {file!r} does not exist")
+    return arms, budget
+
+
+def arm_recipes(args: argparse.Namespace, arms: list[str], budget: float) -> dict[str, Recipe]:
+    """Each arm's recipe with the experiment's data, tokenizer, budget and output folder; their data keys agree."""
+    out = Path(args.out)
+    overrides: dict[str, Any] = {"max_train_seconds": budget, "tokenizer": str(out / "tokenizer"),
+                                 "report_to": "none", "progress_bar": False, **(QUICK if args.quick else {})}
+    if args.train_file:
+        overrides.update(dataset="", train_file=args.train_file, validation_file=args.validation_file)
+    elif args.dataset:
+        overrides["dataset"] = args.dataset
+    recipes = {arm: load_recipe(RECIPES_DIR / f"lineage-{arm}.yaml",
+                                {**overrides, "output_dir": str(out / "runs" / arm)}) for arm in arms}
+    if args.quick:
+        recipes = {arm: dataclasses.replace(r, model_overrides={**r.model_overrides, **QUICK_SIZES.get(r.model, {})})
+                   for arm, r in recipes.items()}
+    first = recipes[arms[0]]
+    for arm, recipe in recipes.items():
+        differing = [k for k in DATA_KEYS if getattr(recipe, k) != getattr(first, k)]
+        if differing:
+            raise ExperimentError(f"recipe lineage-{arm}.yaml differs from lineage-{arms[0]}.yaml in the shared "
+                                  f"keys {', '.join(differing)}; every arm must see the same data")
+    return recipes
+
+
+def shared_data(recipe: Recipe, out: Path):
+    """The training and validation pairs, and the BPE tokenizer trained once on the training pairs."""
+    train_rows, eval_rows = load_splits(recipe, COLUMNS, "embedded:translation")
+    if eval_rows is None or len(eval_rows) == 0:
+        raise ExperimentError("the data has no validation split: give --validation-file (BLEU is measured on it)")
+    shared = dataclasses.replace(recipe, tokenizer=None, output_dir=str(out), resume_from_checkpoint=None)
+    get_tokenizer(shared, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
+    return train_rows, eval_rows
+
+
+def train_arm(recipe: Recipe, train_rows, eval_rows):
+    """Train one arm to its budget; returns the trained model (eval mode), the tokenizer and the run summary."""
+    seed_everything(recipe.seed)
+    tokenizer = get_tokenizer(recipe, "seq2seq", list)  # the shared one, from recipe.tokenizer
+    model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", sparse_prediction=True,
+                        label_smoothing=recipe.label_smoothing)
+    lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
+    engine = Engine(recipe, model, tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths),
+                    Seq2SeqCollator(tokenizer), tokenizer=tokenizer,
+                    eval_dataset=tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths))
+    results = engine.train()
+    dense_prediction_for_saving(model, recipe)
+    results["eval_curve"] = [(r["elapsed_s"], r["eval_loss"]) for r in engine.log.history if "eval_loss" in r]
+    results["training_seconds"] = max((r["elapsed_s"] for r in engine.log.history if "loss" in r), default=0.0)
+    engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file,
+                                     "description": "A lineage experiment arm (train.lineage_experiment)."})
+    return engine.accelerator.unwrap_model(engine.model).eval(), tokenizer, results
+
+
+def measure_arm(arm: str, recipe: Recipe, train_rows, eval_rows, buckets, out: Path) -> dict[str, Any]:
+    """Train one arm, translate the validation set, score it by length, draw its alignment; its row of results."""
+    began = time.perf_counter()
+    model, tokenizer, results = train_arm(recipe, train_rows, eval_rows)
+    sources, references = list(eval_rows["source"]), list(eval_rows["target"])
+    hypotheses = experiment.translate(model, tokenizer, sources, recipe.num_beams, recipe.max_new_tokens,
+                                      recipe.per_device_eval_batch_size)
+    lengths = experiment.source_lengths(tokenizer, sources)
+    found = experiment.alignment(model, tokenizer, *sentence(eval_rows, lengths))
+    heatmap = experiment.draw_alignment(found, arm, out / f"alignment_{arm}.png").name if found else None
+    return {"bleu": experiment.bleu(hypotheses, references),
+            "bleu_by_length": experiment.bleu_by_bucket(hypotheses, references, lengths, buckets),
+            "tokens_per_s": results["tokens_per_s"], "parameters": sum(p.numel() for p in model.parameters()),
+            "training_seconds": results["training_seconds"], "wall_seconds": time.perf_counter() - began,
+            "steps": results["steps"], "eval_curve": results["eval_curve"], "heatmap": heatmap,
+            "samples": [f"{s} -> {h}" for s, h in list(zip(sources, hypotheses))[:3]], "recipe": recipe.to_dict()}
+
+
+def sentence(eval_rows, lengths: list[int]) -> tuple[str, str]:
+    """The validation pair every alignment shows: the longest source (the first of equals)."""
+    row = eval_rows[max(range(len(lengths)), key=lambda i: (lengths[i], -i))]
+    return row["source"], row["target"]
+
+
+def machine() -> str:
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"{os.cpu_count()} CPU cores, load average {load} (1, 5, 15 min)"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
+    """Run the experiment; returns the report's paths (`report`, `results`, `loss_vs_time`, `bleu_vs_length`)."""
+    args = parse_args(argv)
+    arms, budget = check_arguments(args)
+    recipes = arm_recipes(args, arms, budget)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    first, began = recipes[arms[0]], time.perf_counter()
+    train_rows, eval_rows = shared_data(first, out)
+    tokenizer = get_tokenizer(first, "seq2seq", list)
+    lengths = experiment.source_lengths(tokenizer, list(eval_rows["source"]))
+    buckets, machine_at_start = experiment.length_buckets(lengths), machine()
+    results = {}
+    for arm in arms:
+        print(f"== {arm}: {budget:g} s of training", flush=True)
+        results[arm] = measure_arm(arm, recipes[arm], train_rows, eval_rows, buckets, out)
+    source, target = sentence(eval_rows, lengths)
+    meta = {"command": "python -m train.lineage_experiment " + " ".join(sys.argv[1:] if argv is None else argv),
+            "data": first.train_file or first.dataset, "train_rows": len(train_rows), "eval_rows": len(eval_rows),
+            "vocab_size": len(tokenizer), "budget_seconds": budget, "num_beams": first.num_beams,
+            "machine": f"at start {machine_at_start}; at end {machine()}",
+            "total_seconds": time.perf_counter() - began, "sentence": {"source": source, "target": target}}
+    paths = experiment.write_report(out, results, meta)
+    print(experiment.results_table(results))
+    print(f"wrote {paths['report']} ({meta['total_seconds']:.0f} s in all)")
+    return paths
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ExperimentError as error:
+        raise SystemExit(f"error: {error}") from None
