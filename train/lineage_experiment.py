@@ -141,8 +141,8 @@ def train_arm(recipe: Recipe, train_rows, eval_rows):
                     eval_dataset=tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths))
     results = engine.train()
     dense_prediction_for_saving(model, recipe)
-    results["eval_curve"] = [(r["elapsed_s"], r["eval_loss"]) for r in engine.log.history if "eval_loss" in r]
-    results["training_seconds"] = max((r["elapsed_s"] for r in engine.log.history if "loss" in r), default=0.0)
+    results["eval_curve"] = [(r["seconds"], r["eval_loss"]) for r in engine.log.history if "eval_loss" in r]
+    results["training_seconds"] = max((r["seconds"] for r in engine.log.history if "loss" in r), default=0.0)
     engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file,
                                      "description": "A lineage experiment arm (train.lineage_experiment)."})
     return engine.accelerator.unwrap_model(engine.model).eval(), tokenizer, results

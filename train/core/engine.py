@@ -17,7 +17,7 @@ choices), so on a CPU an interrupted and resumed run reproduces the per-step los
 whatever the number of processes. The collator pads; the engine never re-pads.
 
 `max_train_seconds` (> 0) is a wall-clock budget: the run stops after the optimizer step at which the training
-time passes it, then evaluates and checkpoints as at `total_steps`. Training time (`elapsed_s` in every step and
+time passes it, then evaluates and checkpoints as at `total_steps`. Training time (`seconds` in every step and
 evaluation record of the log) is the wall time since `train()` began less the time spent in evaluation, so
 periodic evaluation neither uses up the budget nor shifts a loss-against-time curve; it restarts at 0 on resume.
 
@@ -250,7 +250,7 @@ class Engine:
         step = self.state.step
         record = {"step": step, "epoch": self.state.epoch,
                   "loss": self.reduce_mean(window.loss / window.micro_batches).item(), "lr": lr,
-                  "elapsed_s": self.clock.elapsed()}
+                  "seconds": self.clock.elapsed()}
         if grad_norm is not None:
             record["grad_norm"] = float(grad_norm)
         window.loss, window.micro_batches = 0.0, 0
@@ -290,7 +290,7 @@ class Engine:
         began = time.perf_counter()
         metrics = evaluate(self.accelerator, self.model, self.eval_dl, self.predict_fn, self.metrics_fn)
         self.clock.evaluating += time.perf_counter() - began
-        self.log.record({"step": self.state.step, "elapsed_s": self.clock.elapsed(), **metrics})
+        self.log.record({"step": self.state.step, "seconds": self.clock.elapsed(), **metrics})
         self.accelerator.print(f"step {self.state.step}: " + ", ".join(f"{k}={_short(v)}" for k, v in metrics.items()))
         return metrics
 

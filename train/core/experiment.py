@@ -193,7 +193,7 @@ The same validation sentence through every attention arm, the reference target f
 {pictures}
 
 Trained models: `runs/<arm>/model` (open them with `python -m train.attention_maps --model runs/<arm>/model`);
-per-arm logs: `runs/<arm>/logs/metrics.jsonl` (`elapsed_s` is the training time of each record).
+per-arm logs: `runs/<arm>/logs/metrics.jsonl` (`seconds`: the training time of each record).
 """
 
 
