@@ -5,7 +5,7 @@
 
 Trains every arm on the same data, the same BPE tokenizer (trained once, `<out>/tokenizer`) and the same
 wall-clock budget of training time (`max_train_seconds`; periodic evaluation does not count, see
-`train.core.engine`), one recipe per arm in configs/recipes (`lineage-<arm>.yaml`, sizes within 0.5-0.8M
+`train.core.engine`), one recipe per arm in configs/recipes (`lineage-<arm>.yaml`, sizes within 0.7-1.0M
 parameters):
 
 - `rnn-none`: the RNN encoder-decoder without attention, the fixed-size thought vector (Sutskever et al. 2014);

@@ -187,7 +187,8 @@ translation, saving); tokens/s counts source tokens of the training batches.
 ## Alignments
 
 The same validation sentence through every attention arm, the reference target forced through the decoder
-(rows: target tokens produced, columns: source tokens; mean over the last decoder layer's heads):
+(rows: target tokens produced, columns: source tokens; mean over the last decoder layer's heads; the RNN
+without attention has none to draw):
 `{meta['sentence']['source']}` -> `{meta['sentence']['target']}`.
 
 {pictures}
