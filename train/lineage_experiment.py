@@ -18,8 +18,14 @@ Then each arm translates the validation set (beam search) and the report folder 
 table per arm: BLEU per source-length bucket, BLEU, tokens/s, parameters, training and wall time, steps),
 `loss_vs_time.png`, `bleu_vs_length.png`, `alignment_<arm>.png` (the same sentence through every attention
 arm), `results.json`, and `runs/<arm>/` (each arm's model folder and log). Defaults: the embedded English ->
-German number words, 150 s per arm (about 13 minutes on 2 CPU cores in all); `--quick` (tests, smoke runs):
-200 training pairs, the tiny widths, 1 s per arm, a small evaluation. Bad arguments fail before anything is trained.
+German number words, 150 s per arm (750 s of training; the whole run took 888 s on 2 shared CPU cores under a
+load average of 7-11); `--quick` (tests, smoke runs): 200 training pairs, the tiny widths, 1 s per arm, a small
+evaluation. Bad arguments fail before anything is trained.
+
+The budget is wall-clock time, so the machine's load decides how many steps each arm gets: on a shared CPU
+machine run it with `OMP_NUM_THREADS=1` (measured under a load average of 7 on 2 cores: a 2-thread `--quick`
+run took 83 s, a 1-thread one 16 s — the threads of an oversubscribed machine spin), and read the `steps`
+column of the report before comparing arms.
 """
 
 from __future__ import annotations
