@@ -32,7 +32,7 @@ SMALL = ("--train_size", "30", "--max_steps", "8", "--save_steps", "3", "--gradi
 
 @pytest.fixture(scope="module")
 def bert_tokenizer(tmp_path_factory):
-    """One tokenizer for runs that are compared (training a WordPiece vocabulary twice can tie-break differently)."""
+    """One tokenizer shared by the runs that are compared (saves training it once per run)."""
     from train.core.corpus import tokenizer_training_texts
     from train.core.tokenization import train_tokenizer
 

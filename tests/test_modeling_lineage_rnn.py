@@ -406,7 +406,7 @@ def test_clean_process_trust_remote_code_load_generates_identical_tokens(tmp_pat
     beam = model.generate(input_ids, attention_mask=attention_mask, **kwargs)
     code = f"""
 import torch, transformers
-inputs = torch.load({str(tmp_path / 'inputs.pt')!r})
+inputs = torch.load({str(tmp_path / 'inputs.pt')!r}, weights_only=True)
 model = transformers.AutoModelForSeq2SeqLM.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
 assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
 transformers.AutoModel.from_pretrained({str(folder)!r}, trust_remote_code=True)
