@@ -449,6 +449,25 @@ def shift_tokens_right(
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def teacher_forcing_inputs(
+    labels: torch.Tensor | None, decoder_input_ids: torch.Tensor | None, decoder_inputs_embeds: torch.Tensor | None,
+    config,
+) -> torch.Tensor | None:
+    """The decoder input ids of a seq2seq forward: the given ones, else with `labels` the labels shifted right
+    (`shift_tokens_right`); checks that `labels` are (B, T) like the decoder inputs, and that the decoder has an input."""
+    if labels is None:
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError(
+                "Give `decoder_input_ids` (or `decoder_inputs_embeds`), or `labels` to derive them by teacher forcing."
+            )
+        return decoder_input_ids
+    if decoder_input_ids is None and decoder_inputs_embeds is None:
+        decoder_input_ids = shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)
+    target = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+    check_labels_shape(labels, target.shape[:2])  # (B, T), the logits' (B, T, V) without V
+    return decoder_input_ids
+
+
 def seq2seq_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,
@@ -671,5 +690,6 @@ __all__ = [
     "sdpa_relative_keys_forward",
     "seq2seq_loss",
     "shift_tokens_right",
+    "teacher_forcing_inputs",
     "sinusoidal_table",
 ]

@@ -50,11 +50,11 @@ from .layers import (
     LineageLinear,
     LineagePreTrainedModel,
     check_ids_or_embeds,
-    check_labels_shape,
     check_mask_shape,
     labelled_positions,
     seq2seq_loss,
     shift_tokens_right,
+    teacher_forcing_inputs,
 )
 
 State = tuple[torch.Tensor, ...]  # (h,) for a GRU, (h, c) for an LSTM; each (L, B, C)
@@ -642,16 +642,9 @@ class LineageRnnForConditionalGeneration(LineageRnnPreTrainedModel, GenerationMi
         num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
+        decoder_input_ids = teacher_forcing_inputs(labels, decoder_input_ids, decoder_inputs_embeds, self.config)
         if labels is not None:
             use_cache = False
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-            target = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
-            check_labels_shape(labels, target.shape[:2])  # (B, T), the logits' (B, T, V) without V
-        elif decoder_input_ids is None and decoder_inputs_embeds is None:
-            raise ValueError(
-                "Give `decoder_input_ids` (or `decoder_inputs_embeds`), or `labels` to derive them by teacher forcing."
-            )
         outputs = self.model(
             input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, past_key_values,
             inputs_embeds, decoder_inputs_embeds, use_cache, return_dict=True, **kwargs,
