@@ -449,6 +449,21 @@ def shift_tokens_right(
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def check_decoder_inputs(decoder_input_ids: torch.Tensor | None, decoder_inputs_embeds: torch.Tensor | None,
+                         vocab_size: int, source_shape: torch.Size, attention_mask: torch.Tensor | None) -> torch.Size:
+    """A seq2seq decoder's inputs against its source: exactly one of ids (in the vocabulary) or embeddings, one target
+    per source, and the source mask (B, S), also when the encoder outputs are given. Returns the target's (B, T)."""
+    shape = check_ids_or_embeds(decoder_input_ids, decoder_inputs_embeds, vocab_size, "decoder_input_ids",
+                                "decoder_inputs_embeds")
+    if source_shape[0] != shape[0]:
+        raise ValueError(
+            f"`encoder_outputs` have batch size {source_shape[0]} but `decoder_input_ids` have {shape[0]}; "
+            "they must match (one source per target sequence)."
+        )
+    check_mask_shape(attention_mask, source_shape)
+    return shape
+
+
 def teacher_forcing_inputs(
     labels: torch.Tensor | None, decoder_input_ids: torch.Tensor | None, decoder_inputs_embeds: torch.Tensor | None,
     config,
@@ -674,6 +689,7 @@ __all__ = [
     "SinusoidalPositionalEmbedding",
     "apply_attention_mask",
     "check_cached_mask",
+    "check_decoder_inputs",
     "check_ids_or_embeds",
     "check_labels_shape",
     "check_mask_shape",

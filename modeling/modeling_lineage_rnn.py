@@ -47,6 +47,7 @@ from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
 from .configuration_lineage_rnn import LineageRnnConfig
 from .layers import (
+    check_decoder_inputs,
     LineageLinear,
     LineagePreTrainedModel,
     check_ids_or_embeds,
@@ -507,14 +508,8 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         source_shape: torch.Size,
         attention_mask: torch.Tensor | None,
     ) -> None:
-        shape = check_ids_or_embeds(decoder_input_ids, decoder_inputs_embeds, self.config.vocab_size,
-                                    "decoder_input_ids", "decoder_inputs_embeds")
-        if source_shape[0] != shape[0]:
-            raise ValueError(
-                f"`encoder_outputs` have batch size {source_shape[0]} but `decoder_input_ids` have {shape[0]}; "
-                "they must match (one source per target sequence)."
-            )
-        check_mask_shape(attention_mask, source_shape)  # the source mask, also when given encoder outputs
+        shape = check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, self.config.vocab_size, source_shape,
+                                     attention_mask)
         if past_key_values is not None and not isinstance(past_key_values, LineageRnnCache):
             raise ValueError(f"`past_key_values` must be a `LineageRnnCache` (the recurrent decoder state), got "
                              f"{type(past_key_values).__name__}.")

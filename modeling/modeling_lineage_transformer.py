@@ -50,6 +50,7 @@ from .layers import (
     LineagePreTrainedModel,
     SinusoidalPositionalEmbedding,
     check_cached_mask,
+    check_decoder_inputs,
     check_ids_or_embeds,
     check_mask_shape,
     check_sequence_length,
@@ -267,14 +268,8 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         source_shape: torch.Size,
         attention_mask: torch.Tensor | None,
     ) -> None:
-        shape = check_ids_or_embeds(decoder_input_ids, decoder_inputs_embeds, self.config.vocab_size,
-                                    "decoder_input_ids", "decoder_inputs_embeds")
-        if source_shape[0] != shape[0]:
-            raise ValueError(
-                f"`encoder_outputs` have batch size {source_shape[0]} but `decoder_input_ids` have {shape[0]}; "
-                "they must match (one source per target sequence)."
-            )
-        check_mask_shape(attention_mask, source_shape)  # the source mask, also when given encoder outputs
+        shape = check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, self.config.vocab_size, source_shape,
+                                     attention_mask)
         if past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
             raise ValueError(
                 "`past_key_values` must be an `EncoderDecoderCache` (self-attention and cross-attention caches), "
