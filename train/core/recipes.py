@@ -33,6 +33,7 @@ PRESETS_DIR = REPO / "configs" / "models"
 RECIPES_DIR = REPO / "configs" / "recipes"
 SCHEDULES = ("linear", "cosine", "inverse_sqrt", "constant")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 REPORT_TO = ("tensorboard", "none")
 # numeric recipe keys: (lowest, highest, whether the lowest is allowed, whether the highest is); None: unbounded
 RANGES = {
@@ -104,6 +105,10 @@ class Recipe:
     num_train_epochs: float = 1.0
     max_train_seconds: float = 0.0  # > 0: stop after the optimizer step that passes this much training time
     mixed_precision: str = "auto"  # auto: bf16 (or fp16) on a GPU, no on a CPU
+    gradient_checkpointing: bool = False  # recompute each block's activations in the backward (transformers' API)
+    compile: bool = False  # torch.compile the model's forward (and so its backward) before training
+    compile_mode: str | None = None  # torch.compile mode (COMPILE_MODES); None: PyTorch's default
+    pack_documents: bool = True  # causal-LM pretraining: full blocks of documents, positions and attention per document
     seed: int = 42
     # evaluation, logging, checkpoints, outputs
     eval_steps: int = 0  # 0: evaluate at the end only
@@ -162,6 +167,9 @@ def _check_choices(recipe: Recipe) -> None:
     if recipe.mixed_precision not in MIXED_PRECISION:
         raise RecipeError(f"recipe key 'mixed_precision' must be one of {', '.join(MIXED_PRECISION)}, "
                           f"got {recipe.mixed_precision!r}")
+    if recipe.compile_mode is not None and recipe.compile_mode not in COMPILE_MODES:
+        raise RecipeError(f"recipe key 'compile_mode' must be one of {', '.join(COMPILE_MODES)} (or null), "
+                          f"got {recipe.compile_mode!r}")
     if recipe.report_to not in REPORT_TO:
         raise RecipeError(f"recipe key 'report_to' must be one of {', '.join(REPORT_TO)}, got {recipe.report_to!r}")
     for key, bounds in RANGES.items():
@@ -314,5 +322,5 @@ def is_model_folder(name_or_path: str) -> bool:
     return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
-__all__ = ["Recipe", "RecipeError", "SCHEDULES", "available_presets", "check_model_overrides", "is_model_folder",
+__all__ = ["COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "available_presets", "check_model_overrides", "is_model_folder",
            "load_model_config", "load_recipe", "parse_args", "parse_overrides", "recipe_from_dict", "valid_keys"]
