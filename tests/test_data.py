@@ -64,6 +64,16 @@ def test_local_formats_and_streaming(tmp_path, fmt):
     assert [row["text"] for row in stream] == dataset["text"]
 
 
+def test_tsv_double_quotes_are_text(tmp_path):
+    """A TSV cell is taken as written: quotes that open, close or never close a cell are characters of the text."""
+    texts = ['"Hi," she said, "stop."', 'an "unterminated quote', 'plain', '""']
+    path = tmp_path / "quotes.tsv"
+    path.write_text("text\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(texts)), encoding="utf-8")
+    for streaming in (False, True):
+        dataset = load_text_dataset(path, columns=("text", "label"), streaming=streaming, cache_dir=str(tmp_path / "c"))
+        assert [row["text"] for row in dataset] == texts
+
+
 def test_folder_paragraphs_and_embedded(tmp_path):
     write(tmp_path / "a.txt", ROWS[:10], "txt")
     write(tmp_path / "b.txt", ROWS[10:], "txt")

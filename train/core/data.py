@@ -147,7 +147,9 @@ def _columns_of(path: Path, fmt: str) -> list[str]:
         return list(pq.read_schema(path).names)
     with open(path, encoding="utf-8", newline="") as handle:
         if fmt == "csv":
-            header = next(csv.reader(handle, delimiter="\t" if _suffix(path) == ".tsv" else ","), [])
+            tsv = _suffix(path) == ".tsv"
+            header = next(csv.reader(handle, delimiter="\t" if tsv else ",",
+                                     quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL), [])
             if not next(handle, "").strip():
                 raise EmptyDataFileError(f"{path}: has a header line but no rows")
             return header
@@ -242,7 +244,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     validate_files(files, fmt, columns)
     kwargs = {"sample_by": text_sample_by} if fmt == "text" else {}
     if fmt == "csv" and _suffix(files[0]) == ".tsv":
-        kwargs["delimiter"] = "\t"
+        kwargs.update(delimiter="\t", quoting=csv.QUOTE_NONE)  # TSV: a double quote is text (as GLUE's files)
     try:
         dataset = datasets.load_dataset(fmt, data_files={split: [str(f) for f in files]}, split=split,
                                         streaming=streaming, cache_dir=cache_dir, **kwargs)
