@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None):
     results = engine.train()
     dense_prediction_for_saving(model, recipe)
     extra = ""
-    if eval_rows is not None and engine.accelerator.is_main_process:
+    if eval_rows is not None:  # on every process: under FSDP each forward needs all of them
         model = engine.accelerator.unwrap_model(engine.model).eval()
         sources = [eval_rows[i]["source"] for i in range(min(3, len(eval_rows)))]
         encoded = tokenizer(sources, return_tensors="pt", padding=True).to(model.device)
