@@ -78,6 +78,14 @@ def _fsdp_on_cpu(accelerator: Accelerator, plugin: FullyShardedDataParallelPlugi
     accelerator.state.fsdp_plugin = plugin
 
 
+def mark_sharded_for_generate(accelerator: Accelerator, model: torch.nn.Module) -> None:
+    """transformers' `generate` keeps every process stepping until all have finished (`synced_gpus`) only for models
+    it knows to be sharded; Accelerate's FSDP2 does not mark them, and processes decoding batches of different
+    lengths would then wait on each other's all-gathers forever."""
+    if accelerator.distributed_type is DistributedType.FSDP and accelerator.num_processes > 1:
+        accelerator.unwrap_model(model)._is_fsdp_managed_module = True
+
+
 def describe(accelerator: Accelerator) -> dict:
     """How the run runs: distribution, process count, mixed precision and, for FSDP and DeepSpeed, how they shard."""
     kind = accelerator.distributed_type
@@ -106,7 +114,16 @@ def enable_gradient_checkpointing(accelerator: Accelerator, model: torch.nn.Modu
     if not getattr(model, "supports_gradient_checkpointing", False):
         raise ValueError(f"recipe key 'gradient_checkpointing': {type(model).__name__} does not support it "
                          f"(set it to false)")
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+
+
+def token_mean(accelerator: Accelerator, loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`loss`, a mean over this process's labelled tokens (labels != -100), re-weighted so that its mean over processes
+    (what DDP and FSDP average gradients by, and the engine logs) is the mean over all processes' tokens: the same
+    loss and gradient as one process with the whole batch."""
+    count = (labels != -100).sum().float()
+    total = accelerator.reduce(count.detach().clone(), "mean")
+    return loss * count / total.clamp(min=1.0)
 
 
 def report_failure(accelerator: Accelerator, step: int, error: BaseException) -> None:
@@ -130,5 +147,5 @@ def unsharded(model: torch.nn.Module, state_dict: dict) -> torch.nn.Module:
     return plain
 
 
-__all__ = ["DistributedSetupError", "build_accelerator", "describe", "enable_gradient_checkpointing",
-           "report_failure", "requested_type", "unsharded"]
+__all__ = ["DistributedSetupError", "build_accelerator", "describe", "enable_gradient_checkpointing", "mark_sharded_for_generate",
+           "report_failure", "requested_type", "token_mean", "unsharded"]

@@ -163,6 +163,7 @@ class Engine:
             distributed.enable_gradient_checkpointing(self.accelerator, model)
         optimizer, scheduler = build_optimizer(model, r, self.total_steps, d_model)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        distributed.mark_sharded_for_generate(self.accelerator, self.model)
 
     def _resume(self, path: Path) -> None:
         self.state = checkpoints.load_checkpoint(self.accelerator, path, self.state.micro_batch_examples)
