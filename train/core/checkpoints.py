@@ -145,6 +145,7 @@ def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, kee
     if accelerator.is_main_process:
         root.mkdir(parents=True, exist_ok=True)
         _clear_leftovers(root)
+        tmp.mkdir()  # before any process writes its random states into it
     accelerator.wait_for_everyone()
     if accelerator.distributed_type is DistributedType.DEEPSPEED:
         accelerator.save_state(str(tmp))
@@ -188,7 +189,6 @@ def _save_portable(accelerator: Accelerator, folder: Path) -> None:
     weights = get_model_state_dict(model, options=_FULL)
     optimizer_state = get_optimizer_state_dict(model, optimizer, options=_FULL)
     if accelerator.is_main_process:
-        folder.mkdir(parents=True, exist_ok=True)
         for target in _tied_targets(extract_model_from_parallel(model)):
             weights.pop(target, None)
         save_file({k: v.contiguous() for k, v in weights.items()}, folder / "model.safetensors",

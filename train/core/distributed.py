@@ -132,19 +132,20 @@ def report_failure(accelerator: Accelerator, step: int, error: BaseException) ->
           f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
 
-def unsharded(model: torch.nn.Module, state_dict: dict) -> torch.nn.Module:
-    """`model` as its own class for `save_pretrained`: FSDP2 turns a model's class into `FSDP<Name>`, whose code
-    transformers cannot copy into the folder; such a model is rebuilt (unsharded) from its gathered `state_dict`."""
+def unsharded(model: torch.nn.Module, state_dict: dict) -> tuple[torch.nn.Module, dict]:
+    """`model` as its own class, with the state dict to save: FSDP2 turns a model's class into `FSDP<Name>`, whose code
+    transformers cannot copy into the folder, so such a model is rebuilt unsharded from its gathered `state_dict`
+    (its own state dict then holds a tied head as the embedding's tensor, which `save_pretrained` leaves out)."""
     from torch.distributed.fsdp import FSDPModule
 
     if not isinstance(model, FSDPModule):
-        return model
+        return model, state_dict
     cls = next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
     with torch.random.fork_rng(devices=[]):
         plain = cls._from_config(model.config)
     plain.load_state_dict(state_dict)
     plain.generation_config = model.generation_config
-    return plain
+    return plain, plain.state_dict()
 
 
 __all__ = ["DistributedSetupError", "build_accelerator", "describe", "enable_gradient_checkpointing", "mark_sharded_for_generate",

@@ -166,7 +166,7 @@ def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: d
     state_dict = accelerator.get_state_dict(model)
     if accelerator.is_main_process:
         folder.mkdir(parents=True, exist_ok=True)
-        unwrapped = unsharded(accelerator.unwrap_model(model), state_dict)
+        unwrapped, state_dict = unsharded(accelerator.unwrap_model(model), state_dict)
         unwrapped.save_pretrained(folder, state_dict=state_dict)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
