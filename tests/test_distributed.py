@@ -48,7 +48,7 @@ def launch_two_processes(*args: str, module: str = "train.pretrain_bert", config
            "--main_process_port", str(_free_port()), *what, *args]
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if succeed:
-        assert result.returncode == 0, result.stderr[-4000:]
+        assert result.returncode == 0, result.stderr[-12000:]
     return result
 
 

@@ -121,6 +121,10 @@ def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: 
             f"position would not continue; set per_device_train_batch_size so that the product is "
             f"{state.micro_batch_examples}")
     deepspeed = accelerator.distributed_type is DistributedType.DEEPSPEED
+    written = record.get("launch", {}).get("num_processes", accelerator.num_processes)
+    if deepspeed and written != accelerator.num_processes:
+        raise CheckpointError(f"checkpoint {path} is DeepSpeed's own format, written by {written} processes; it "
+                              f"resumes with {written} processes only (this run has {accelerator.num_processes})")
     try:
         if deepspeed:
             accelerator.load_state(str(path))
@@ -128,7 +132,6 @@ def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: 
             _load_portable(accelerator, path)
     except Exception as err:  # a truncated or foreign file; nothing was written anywhere
         raise CheckpointError(f"checkpoint {path} is corrupt: loading it failed ({type(err).__name__}: {err})") from err
-    written = record.get("launch", {}).get("num_processes", accelerator.num_processes)
     if written != accelerator.num_processes:
         accelerator.print(f"checkpoint {path.name} was written by {written} processes and resumes in "
                           f"{accelerator.num_processes}: weights, optimizer, schedule and data position carry over; "
@@ -189,8 +192,8 @@ def _save_portable(accelerator: Accelerator, folder: Path) -> None:
     weights = get_model_state_dict(model, options=_FULL)
     optimizer_state = get_optimizer_state_dict(model, optimizer, options=_FULL)
     if accelerator.is_main_process:
-        for target in _tied_targets(extract_model_from_parallel(model)):
-            weights.pop(target, None)
+        for alias in _aliases(extract_model_from_parallel(model)):
+            weights.pop(alias, None)
         save_file({k: v.contiguous() for k, v in weights.items()}, folder / "model.safetensors",
                   metadata={"format": "pt"})
         torch.save(optimizer_state, folder / "optimizer.bin")
@@ -202,8 +205,8 @@ def _load_portable(accelerator: Accelerator, folder: Path) -> None:
     """Every process reads the full state and keeps its own part (its shard under FSDP)."""
     model, optimizer = accelerator._models[0], accelerator._optimizers[0].optimizer
     weights = load_file(folder / "model.safetensors")
-    for target, source in _tied_targets(extract_model_from_parallel(model)).items():
-        weights[target] = weights[source]
+    for alias, name in _aliases(extract_model_from_parallel(model)).items():
+        weights[alias] = weights[name]
     set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
     optimizer_state = torch.load(folder / "optimizer.bin", map_location="cpu", weights_only=True)
     set_optimizer_state_dict(model, optimizer, optimizer_state, options=StateDictOptions(full_state_dict=True))
@@ -211,12 +214,17 @@ def _load_portable(accelerator: Accelerator, folder: Path) -> None:
                            accelerator.scaler)
 
 
-def _tied_targets(model) -> dict[str, str]:
-    """{tied copy: its source} for the ties the model declares and holds (the LM head that is the word embedding):
-    left out of `model.safetensors`, as `save_pretrained` does, and given back on loading."""
-    tied = getattr(model, "get_expanded_tied_weights_keys", dict)()
-    return {target: source for target, source in tied.items()
-            if model.get_parameter(target) is model.get_parameter(source)}
+def _aliases(model) -> dict[str, str]:
+    """{name: the first name of the same parameter} for parameters reachable under several names (a tied LM head is
+    the word embedding): left out of `model.safetensors`, as `save_pretrained` does, and given back on loading."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            aliases[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    return aliases
 
 
 def _write_record(folder: Path, state: TrainState, launch: dict | None) -> None:

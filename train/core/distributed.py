@@ -35,6 +35,15 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "false").lower() in ("true", "1", "yes")
 
 
+def resolve_mixed_precision(value: str) -> str:
+    """The recipe's `mixed_precision`; `auto`: bf16 (fp16 where bf16 is unsupported) on a GPU, none on a CPU."""
+    if value != "auto":
+        return value
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "no"
+
+
 def requested_type() -> DistributedType | None:
     """The sharded distribution `accelerate launch` was configured for (None: plain processes)."""
     if _flag("ACCELERATE_USE_DEEPSPEED"):
@@ -144,9 +153,10 @@ def unsharded(model: torch.nn.Module, state_dict: dict) -> tuple[torch.nn.Module
     with torch.random.fork_rng(devices=[]):
         plain = cls._from_config(model.config)
     plain.load_state_dict(state_dict)
-    plain.generation_config = model.generation_config
+    if model.can_generate():
+        plain.generation_config = model.generation_config
     return plain, plain.state_dict()
 
 
 __all__ = ["DistributedSetupError", "build_accelerator", "describe", "enable_gradient_checkpointing", "mark_sharded_for_generate",
-           "report_failure", "requested_type", "token_mean", "unsharded"]
+           "report_failure", "requested_type", "resolve_mixed_precision", "token_mean", "unsharded"]

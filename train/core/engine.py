@@ -21,6 +21,10 @@ time passes it, then evaluates and checkpoints as at `total_steps`. Training tim
 evaluation record of the log) is the wall time since `train()` began less the time spent in evaluation, so
 periodic evaluation neither uses up the budget nor shifts a loss-against-time curve; it restarts at 0 on resume.
 
+How the run is spread over processes (and the launches refused because this machine cannot honour them) is
+`train.core.distributed`'s; the first record of the log and `results.json` say how it ran. A process that raises
+says so with its rank before it exits, and the launcher stops the others.
+
 A NaN or infinite loss stops the run (`NonFiniteLossError`, with the step number) before the optimizer
 applies it; the last good checkpoint stays as it was.
 """
@@ -51,14 +55,6 @@ from train.core.tokenization import check_tokenizer_matches_model
 
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite."""
-
-
-def resolve_mixed_precision(value: str) -> str:
-    if value != "auto":
-        return value
-    if torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "no"
 
 
 @dataclass
@@ -130,7 +126,7 @@ class Engine:
         GradientState._reset_state()
         return distributed.build_accelerator(
             gradient_accumulation_steps=r.gradient_accumulation_steps,
-            mixed_precision=resolve_mixed_precision(r.mixed_precision),
+            mixed_precision=distributed.resolve_mixed_precision(r.mixed_precision),
             log_with="tensorboard" if r.report_to == "tensorboard" else None,
             project_config=ProjectConfiguration(project_dir=str(self.output_dir),
                                                 logging_dir=str(self.output_dir / "logs")),
@@ -332,4 +328,4 @@ def seed_everything(seed: int) -> None:
     set_seed(seed)
 
 
-__all__ = ["Engine", "NonFiniteLossError", "resolve_mixed_precision", "seed_everything"]
+__all__ = ["Engine", "NonFiniteLossError", "seed_everything"]
