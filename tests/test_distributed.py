@@ -155,3 +155,17 @@ def test_gradient_checkpointing_is_refused_for_a_model_without_it(tmp_path):
                                 "true", "--progress_bar", "false", "--report_to", "none",
                                 "--output_dir", str(tmp_path / "rnn")])
     assert not (tmp_path / "rnn" / "checkpoints").exists()
+
+
+def test_fsdp_asked_of_one_plain_process_is_refused(tmp_path, tokenizer_folder, monkeypatch):
+    """What `accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 1` gives each process on
+    a machine without a GPU: Accelerate would train unsharded (DistributedType.NO); the run refuses instead."""
+    from train.core.distributed import DistributedSetupError
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    with pytest.raises(DistributedSetupError, match="asks for FSDP, but this machine would run it as "
+                                                    "DistributedType.NO: FSDP needs several processes in one group"):
+        pretrain_bert(["--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--tokenizer", tokenizer_folder,
+                       "--progress_bar", "false", "--report_to", "none", "--output_dir", str(tmp_path / "run")])
+    assert not (tmp_path / "run" / "checkpoints").exists()
