@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from train.core import checkpoints
 from train.core.checkpoints import CheckpointError, complete_checkpoints, verify_checkpoint
 from train.core.engine import Engine, NonFiniteLossError
 from train.core.tokenization import TokenizerMismatchError
@@ -72,9 +73,9 @@ def test_crash_during_save_keeps_previous_checkpoint(tmp_path, monkeypatch):
     original = Engine.save_checkpoint
 
     def crashing_save(self):
-        if self.state.step >= 6:
-            self.accelerator.save_state = lambda path: (Path(path).mkdir(parents=True), Path(path, "model.safetensors").write_bytes(b"partial"),
-                                                        (_ for _ in ()).throw(OSError("disk full")))
+        if self.state.step >= 6:  # the weights file is half written, then the disk is full
+            monkeypatch.setattr(checkpoints, "save_file", lambda tensors, path, metadata: (
+                Path(path).write_bytes(b"partial"), (_ for _ in ()).throw(OSError("disk full"))))
         return original(self)
 
     monkeypatch.setattr(Engine, "save_checkpoint", crashing_save)

@@ -147,10 +147,10 @@ if kind == "step":  # after the forward pass of step N, before its backward and 
     engine.Engine._compute_loss = _compute_loss
 elif kind == "save":  # every file of the checkpoint written to its temporary folder, the state file not yet
     write = checkpoints._write_record
-    def _write_record(folder, state):
+    def _write_record(folder, state, *rest):
         if state.step == int(at):
             wait_for_the_kill(str(folder))
-        write(folder, state)
+        write(folder, state, *rest)
     checkpoints._write_record = _write_record
 pretrain_bert.main(sys.argv[3:])
 """

@@ -22,6 +22,7 @@ from train.core.common import build_model, dense_prediction_for_saving, get_toke
 from train.core.data import prepare_nsp_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
+from train.core.distributed import token_mean
 from train.core.recipes import parse_args
 
 DEFAULT_RECIPE = "configs/recipes/bert-pretrain-tiny.yaml"
@@ -29,9 +30,7 @@ DEFAULT_RECIPE = "configs/recipes/bert-pretrain-tiny.yaml"
 
 def make_loss_fn(nsp: bool):
     def loss_fn(outputs, batch, engine):
-        mlm = outputs.mlm_loss if nsp else outputs.loss
-        count = (batch["labels"] != -100).sum().float()
-        mlm = mlm * count / engine.reduce_mean(count).clamp(min=1.0)
+        mlm = token_mean(engine.accelerator, outputs.mlm_loss if nsp else outputs.loss, batch["labels"])
         return mlm + outputs.nsp_loss if nsp else mlm
     return loss_fn
 

@@ -48,12 +48,11 @@ def main(argv: list[str] | None = None):
     engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer), tokenizer=tokenizer,
                     eval_dataset=eval_data, metrics_fn=metrics)
     results = engine.train()
-    samples = []
-    if engine.accelerator.is_main_process:
-        samples = sample(engine.accelerator.unwrap_model(engine.model), tokenizer,
-                         recipe.sample_prompts or DEFAULT_PROMPTS, recipe.max_new_tokens, recipe.seed)
-        for text in samples:
-            engine.accelerator.print(f"sample: {text}")
+    # every process samples the same prompts with the same seed: under FSDP each forward needs all of them
+    samples = sample(engine.accelerator.unwrap_model(engine.model), tokenizer,
+                     recipe.sample_prompts or DEFAULT_PROMPTS, recipe.max_new_tokens, recipe.seed)
+    for text in samples:
+        engine.accelerator.print(f"sample: {text}")
     results.update({f"sample_{i}": text for i, text in enumerate(samples)})
     extra = "\n## Samples\n\n" + "\n".join(f"- {s!r}" for s in samples) + "\n" if samples else ""
     folder = engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file or "embedded:documents",

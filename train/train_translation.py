@@ -18,6 +18,7 @@ import torch
 from train.core.collators import Seq2SeqCollator
 from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_splits
 from train.core.data import tokenize_dataset
+from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
 from train.core.recipes import parse_args
@@ -31,6 +32,11 @@ def make_predict_fn(recipe):
                                    num_beams=recipe.num_beams, max_new_tokens=recipe.max_new_tokens)
         return {"generated": generated, "labels": batch["labels"]}
     return predict
+
+
+def loss_fn(outputs, batch, engine) -> torch.Tensor:
+    """The model's per-token loss, weighted so that several processes train as one with the whole batch."""
+    return token_mean(engine.accelerator, outputs.loss, batch["labels"])
 
 
 def decode(tokenizer, ids: torch.Tensor) -> list[str]:
@@ -60,11 +66,11 @@ def main(argv: list[str] | None = None):
     train_data = tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths)
     eval_data = tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths) if eval_rows else None
     engine = Engine(recipe, model, train_data, Seq2SeqCollator(tokenizer), tokenizer=tokenizer, eval_dataset=eval_data,
-                    predict_fn=make_predict_fn(recipe), metrics_fn=make_metrics_fn(tokenizer))
+                    loss_fn=loss_fn, predict_fn=make_predict_fn(recipe), metrics_fn=make_metrics_fn(tokenizer))
     results = engine.train()
     dense_prediction_for_saving(model, recipe)
     extra = ""
-    if eval_rows is not None and engine.accelerator.is_main_process:
+    if eval_rows is not None:  # on every process: under FSDP each forward needs all of them
         model = engine.accelerator.unwrap_model(engine.model).eval()
         sources = [eval_rows[i]["source"] for i in range(min(3, len(eval_rows)))]
         encoded = tokenizer(sources, return_tensors="pt", padding=True).to(model.device)

@@ -1,7 +1,15 @@
 """Checkpoints of a training run: `<output_dir>/checkpoints/step-N`, written atomically, the last K kept.
 
-A checkpoint is Accelerate's `save_state` (model, optimizer, scheduler, random states) plus `lineage_state.json`:
-the engine's `TrainState` and the size of every file. It is written to a temporary folder and renamed into place
+A checkpoint holds the full (unsharded) model weights (`model.safetensors`, tied copies left out) and optimizer state
+(`optimizer.bin`, keyed by parameter name), gathered on the main process through torch's distributed state-dict API
+whatever the run's distribution (one process, DDP or FSDP), Accelerate's scheduler and per-process random states,
+and `lineage_state.json`: the engine's `TrainState`, how the run was distributed, and the size of every file. So a
+checkpoint resumes at any number of processes and under any of these distributions: each process loads the full
+state and keeps its shard. The data position (`batch_in_epoch`) counts micro-batches of `micro_batch_examples`
+examples over all processes; resuming with another per-process batch times process count is refused, with the
+product to restore. Random states of processes the checkpoint did not have start from the seed (dropout then differs
+from an uninterrupted run; weights, optimizer, schedule and data order do not). DeepSpeed runs keep DeepSpeed's own
+format (Accelerate's `save_state`), which resumes at the world size that wrote it. It is written to a temporary folder and renamed into place
 once complete, so a crash during a save never touches the previous good one; a checkpoint without its state file
 is incomplete and never resumed from. `resume_path("latest" | folder)` finds and verifies one before anything is
 built; `load_checkpoint` restores it.
@@ -23,8 +31,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
 from accelerate import Accelerator
-from accelerate.utils import extract_model_from_parallel
+from accelerate.checkpointing import load_accelerator_state, save_accelerator_state
+from accelerate.utils import DistributedType, extract_model_from_parallel
+from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
 
 STATE_FILE = "lineage_state.json"
 CHECKPOINT_PREFIX = "step-"
@@ -40,6 +53,7 @@ class TrainState:
     step: int = 0  # optimizer steps done
     epoch: int = 0
     batch_in_epoch: int = 0  # micro-batches of this epoch already consumed (per process)
+    micro_batch_examples: int = 0  # examples in one micro-batch of all processes together (0: not recorded)
 
 
 def complete_checkpoints(root: Path) -> list[Path]:
@@ -95,32 +109,54 @@ def resume_path(spec: str | None, root: Path) -> Path | None:
     return path
 
 
-def load_checkpoint(accelerator: Accelerator, path: Path) -> TrainState:
-    """Restore model, optimizer, scheduler and random states; return the run's position."""
+def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: int) -> TrainState:
+    """Restore model, optimizer, scheduler and random states; return the run's position. `micro_batch_examples`:
+    this run's per-process batch times its process count, which must equal the checkpoint's."""
     record = verify_checkpoint(path)
+    state = TrainState(**record["state"])
+    if state.micro_batch_examples and micro_batch_examples != state.micro_batch_examples:
+        raise CheckpointError(
+            f"checkpoint {path} was written with micro-batches of {state.micro_batch_examples} examples over all "
+            f"processes, this run has {micro_batch_examples} (per_device_train_batch_size x processes): the data "
+            f"position would not continue; set per_device_train_batch_size so that the product is "
+            f"{state.micro_batch_examples}")
+    deepspeed = accelerator.distributed_type is DistributedType.DEEPSPEED
+    written = record.get("launch", {}).get("num_processes", accelerator.num_processes)
+    if deepspeed and written != accelerator.num_processes:
+        raise CheckpointError(f"checkpoint {path} is DeepSpeed's own format, written by {written} processes; it "
+                              f"resumes with {written} processes only (this run has {accelerator.num_processes})")
     try:
-        accelerator.load_state(str(path))
+        if deepspeed:
+            accelerator.load_state(str(path))
+        else:
+            _load_portable(accelerator, path)
     except Exception as err:  # a truncated or foreign file; nothing was written anywhere
         raise CheckpointError(f"checkpoint {path} is corrupt: loading it failed ({type(err).__name__}: {err})") from err
-    return TrainState(**record["state"])
+    if written != accelerator.num_processes:
+        accelerator.print(f"checkpoint {path.name} was written by {written} processes and resumes in "
+                          f"{accelerator.num_processes}: weights, optimizer, schedule and data position carry over; "
+                          f"random states of processes it did not have start from the seed")
+    state.micro_batch_examples = micro_batch_examples
+    return state
 
 
-def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, keep: int) -> Path:
-    """`save_state` into a temporary folder, record it, rename it into place, keep the last `keep`."""
+def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, keep: int, launch: dict | None = None) -> Path:
+    """Save into a temporary folder, record it (with `launch`, how the run is distributed), rename it into place,
+    keep the last `keep`."""
     final = root / f"{CHECKPOINT_PREFIX}{state.step:08d}"
     tmp = root / f"{TMP}{final.name}"
     if accelerator.is_main_process:
         root.mkdir(parents=True, exist_ok=True)
         _clear_leftovers(root)
+        tmp.mkdir()  # before any process writes its random states into it
     accelerator.wait_for_everyone()
-    hook = accelerator.register_save_state_pre_hook(_drop_tied_copies)
-    try:
+    if accelerator.distributed_type is DistributedType.DEEPSPEED:
         accelerator.save_state(str(tmp))
-    finally:
-        hook.remove()
+    else:
+        _save_portable(accelerator, tmp)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        _write_record(tmp, state)
+        _write_record(tmp, state, launch)
         _move_into_place(tmp, final)
         for stale in complete_checkpoints(root)[:-max(1, keep)]:
             _delete(stale)
@@ -146,27 +182,57 @@ def _delete(folder: Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def _drop_tied_copies(models: list, weights: list[dict], output_dir: str) -> None:
-    """Drop from the state dicts `save_state` is about to write the tied copies each model declares
-    (`_tied_weights_keys`: the LM head that is the word embedding), as `save_pretrained` does. A safetensors file
-    holds a tensor under one name only; left in, Accelerate would drop the copy itself and print "Removed shared
-    tensor ... This should be OK" at every checkpoint. Harmless: `load_state` (safetensors' `load_model`)
-    accepts exactly the missing aliases, and the tie lives in the model, so the head gets its weight back."""
-    for model, state in zip(models, weights):  # weights is empty under FSDP / DeepSpeed, which save their own way
-        tied = getattr(extract_model_from_parallel(model), "get_expanded_tied_weights_keys", dict)()
-        for target, source in tied.items():
-            for key in [k for k in state if k == target or k.endswith("." + target)]:  # "module." under DDP
-                twin = key[:len(key) - len(target)] + source
-                if twin in state and state[twin].data_ptr() == state[key].data_ptr():
-                    del state[key]
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
-def _write_record(folder: Path, state: TrainState) -> None:
+def _save_portable(accelerator: Accelerator, folder: Path) -> None:
+    """Full weights and optimizer state on the main process (every process takes part in gathering them), the
+    scheduler, and each process's random states."""
+    model, optimizer = accelerator._models[0], accelerator._optimizers[0].optimizer
+    weights = get_model_state_dict(model, options=_FULL)
+    optimizer_state = get_optimizer_state_dict(model, optimizer, options=_FULL)
+    if accelerator.is_main_process:
+        for alias in _aliases(extract_model_from_parallel(model)):
+            weights.pop(alias, None)
+        save_file({k: v.contiguous() for k, v in weights.items()}, folder / "model.safetensors",
+                  metadata={"format": "pt"})
+        torch.save(optimizer_state, folder / "optimizer.bin")
+    save_accelerator_state(str(folder), [], [], accelerator._schedulers, [], accelerator.process_index,
+                           accelerator.step, accelerator.scaler)
+
+
+def _load_portable(accelerator: Accelerator, folder: Path) -> None:
+    """Every process reads the full state and keeps its own part (its shard under FSDP)."""
+    model, optimizer = accelerator._models[0], accelerator._optimizers[0].optimizer
+    weights = load_file(folder / "model.safetensors")
+    for alias, name in _aliases(extract_model_from_parallel(model)).items():
+        weights[alias] = weights[name]
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+    optimizer_state = torch.load(folder / "optimizer.bin", map_location="cpu", weights_only=True)
+    set_optimizer_state_dict(model, optimizer, optimizer_state, options=StateDictOptions(full_state_dict=True))
+    load_accelerator_state(str(folder), [], [], accelerator._schedulers, [], accelerator.process_index,
+                           accelerator.scaler)
+
+
+def _aliases(model) -> dict[str, str]:
+    """{name: the first name of the same parameter} for parameters reachable under several names (a tied LM head is
+    the word embedding): left out of `model.safetensors`, as `save_pretrained` does, and given back on loading."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            aliases[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    return aliases
+
+
+def _write_record(folder: Path, state: TrainState, launch: dict | None) -> None:
     """The state file, written last: only once every file it lists is on disk."""
     files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
     for name in files:
         _fsync(folder / name)
-    record = {"state": asdict(state), "files": files, "time": time.time()}
+    record = {"state": asdict(state), "files": files, "launch": launch or {}, "time": time.time()}
     with (folder / STATE_FILE).open("w") as f:
         json.dump(record, f, indent=1)
         f.flush()

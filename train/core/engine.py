@@ -21,6 +21,10 @@ time passes it, then evaluates and checkpoints as at `total_steps`. Training tim
 evaluation record of the log) is the wall time since `train()` began less the time spent in evaluation, so
 periodic evaluation neither uses up the budget nor shifts a loss-against-time curve; it restarts at 0 on resume.
 
+How the run is spread over processes (and the launches refused because this machine cannot honour them) is
+`train.core.distributed`'s; the first record of the log and `results.json` say how it ran. A process that raises
+says so with its rank before it exits, and the launcher stops the others.
+
 A NaN or infinite loss stops the run (`NonFiniteLossError`, with the step number) before the optimizer
 applies it; the last good checkpoint stays as it was.
 """
@@ -35,13 +39,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from train.core import checkpoints, publish
+from train.core import checkpoints, distributed, publish
 from train.core.batching import EpochSampler, IndexedDataset, SeededCollate
 from train.core.evaluation import evaluate
 from train.core.optimization import build_optimizer
@@ -52,14 +55,6 @@ from train.core.tokenization import check_tokenizer_matches_model
 
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite."""
-
-
-def resolve_mixed_precision(value: str) -> str:
-    if value != "auto":
-        return value
-    if torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "no"
 
 
 @dataclass
@@ -109,25 +104,29 @@ class Engine:
             raise ValueError("the training dataset is empty")
         resume_from = checkpoints.resume_path(recipe.resume_from_checkpoint, self.checkpoint_root)  # fails early
         self.accelerator = self._accelerator()
+        self.launch = distributed.describe(self.accelerator)
+        self.accelerator.print("run: " + ", ".join(f"{k}={v}" for k, v in self.launch.items()))
         self._build_loaders(train_dataset, eval_dataset, collate_fn)
         self._build_optimization(model, d_model or getattr(model.config, "d_model", None) or model.config.hidden_size)
-        self.state, self.clock = checkpoints.TrainState(), _Clock()
+        examples = recipe.per_device_train_batch_size * self.accelerator.num_processes
+        self.state, self.clock = checkpoints.TrainState(micro_batch_examples=examples), _Clock()
         self.log = RunLog(self.accelerator, self.output_dir, recipe.report_to == "tensorboard", recipe.to_dict())
         if resume_from is not None:
             self._resume(resume_from)
         else:
             self.log.restart()
+        self.log.record_launch(self.state.step, self.launch)
         self.accelerator.wait_for_everyone()
 
     # ------------------------------------------------------------------ building
 
-    def _accelerator(self) -> Accelerator:
+    def _accelerator(self):
         r = self.recipe
         AcceleratorState._reset_state()
         GradientState._reset_state()
-        return Accelerator(
+        return distributed.build_accelerator(
             gradient_accumulation_steps=r.gradient_accumulation_steps,
-            mixed_precision=resolve_mixed_precision(r.mixed_precision),
+            mixed_precision=distributed.resolve_mixed_precision(r.mixed_precision),
             log_with="tensorboard" if r.report_to == "tensorboard" else None,
             project_config=ProjectConfiguration(project_dir=str(self.output_dir),
                                                 logging_dir=str(self.output_dir / "logs")),
@@ -156,11 +155,14 @@ class Engine:
         self.steps_per_epoch = max(1, math.ceil(len(self.train_dl) / r.gradient_accumulation_steps))
         self.total_steps = (r.max_steps if r.max_steps > 0
                             else max(1, math.ceil(r.num_train_epochs * self.steps_per_epoch)))
+        if r.gradient_checkpointing:
+            distributed.enable_gradient_checkpointing(self.accelerator, model)
         optimizer, scheduler = build_optimizer(model, r, self.total_steps, d_model)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        distributed.mark_sharded_for_generate(self.accelerator, self.model)
 
     def _resume(self, path: Path) -> None:
-        self.state = checkpoints.load_checkpoint(self.accelerator, path)
+        self.state = checkpoints.load_checkpoint(self.accelerator, path, self.state.micro_batch_examples)
         self.log.restart(self.state.step)
         self.accelerator.print(f"resumed from {path} at step {self.state.step} (epoch {self.state.epoch}, "
                                f"batch {self.state.batch_in_epoch})")
@@ -202,6 +204,9 @@ class Engine:
             wall = time.perf_counter() - started
             metrics = self.evaluate() if self.eval_dl is not None else metrics
             self.save_checkpoint()
+        except Exception as error:
+            distributed.report_failure(self.accelerator, state.step, error)
+            raise
         finally:
             bar.close()
         if self.accelerator.is_main_process:
@@ -281,7 +286,7 @@ class Engine:
         train_losses, throughput = self.log.values("loss"), self.log.values("tokens_per_s")
         return {"steps": self.state.step, "train_loss": train_losses[-1] if train_losses else None,
                 "train_seconds": wall, "steps_per_s": (self.state.step - start_step) / max(wall, 1e-9),
-                "tokens_per_s": sum(throughput) / len(throughput) if throughput else None, **metrics}
+                "tokens_per_s": sum(throughput) / len(throughput) if throughput else None, **self.launch, **metrics}
 
     def evaluate(self) -> dict[str, Any]:
         """Loss (and `metrics_fn` figures) over the evaluation set, gathered from every process; logged."""
@@ -298,7 +303,7 @@ class Engine:
 
     def save_checkpoint(self) -> Path:
         return checkpoints.save_checkpoint(self.accelerator, self.checkpoint_root, self.state,
-                                           self.recipe.save_total_limit)
+                                           self.recipe.save_total_limit, self.launch)
 
     def save_final(self, results: dict[str, Any] | None = None, card: dict[str, Any] | None = None,
                    extra_files: dict[str, str] | None = None) -> Path:
@@ -323,4 +328,4 @@ def seed_everything(seed: int) -> None:
     set_seed(seed)
 
 
-__all__ = ["Engine", "NonFiniteLossError", "resolve_mixed_precision", "seed_everything"]
+__all__ = ["Engine", "NonFiniteLossError", "seed_everything"]

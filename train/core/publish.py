@@ -17,6 +17,8 @@ from typing import Any
 import yaml
 from accelerate import Accelerator
 
+from train.core.distributed import unsharded
+
 # class-name suffix -> (Hub pipeline tag, task type in model-index)
 PIPELINE_TAGS = {
     "ForPreTraining": "fill-mask",
@@ -156,14 +158,15 @@ def plot_loss_curve(history: list[dict], path: Path, title: str) -> Path:
 def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: dict[str, Any] | None = None,
              card: dict[str, Any] | None = None, extra_files: dict[str, str] | None = None) -> Path:
     """Write `<output_dir>/model` (module docstring) and push it when the recipe names a repo; every process
-    calls this (FSDP and DeepSpeed gather the weights from all of them). Returns the folder."""
+    calls this (FSDP and DeepSpeed gather the full weights from all of them onto the main process, which writes an
+    ordinary unsharded folder). Returns the folder."""
     output_dir = Path(recipe.output_dir)
     folder = output_dir / "model"
     accelerator.wait_for_everyone()
     state_dict = accelerator.get_state_dict(model)
     if accelerator.is_main_process:
         folder.mkdir(parents=True, exist_ok=True)
-        unwrapped = accelerator.unwrap_model(model)
+        unwrapped, state_dict = unsharded(accelerator.unwrap_model(model), state_dict)
         unwrapped.save_pretrained(folder, state_dict=state_dict)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)

@@ -25,6 +25,14 @@ class RunLog:
             self.file.parent.mkdir(parents=True, exist_ok=True)
             self.file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
 
+    def record_launch(self, step: int, launch: dict) -> None:
+        """How this (re)start of the run is distributed (`train.core.distributed.describe`): its first line."""
+        record = {"step": step, "seconds": 0.0, "launch": launch}
+        self.history.append(record)
+        if self.accelerator.is_main_process:
+            with self.file.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
     def record(self, record: dict) -> None:
         self.history.append(record)
         if self.accelerator.is_main_process:
