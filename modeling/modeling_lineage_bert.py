@@ -63,6 +63,7 @@ from .layers import (
     LineageBlock,
     LineageLinear,
     LineagePreTrainedModel,
+    PackedSequences,
     check_cached_mask,
     check_ids_or_embeds,
     check_labels_shape,
@@ -72,6 +73,7 @@ from .layers import (
     classifier_dropout,
     labelled_positions,
     relative_attention_inputs,
+    varlen_attention_inputs,
 )
 
 logger = logging.get_logger(__name__)
@@ -248,6 +250,33 @@ class LineageBertModel(LineageBertPreTrainedModel):
         return create_bidirectional_mask(self.config, hidden_states, attention_mask,
                                          and_mask_function=_packed_sequences(position_ids, attention_mask))
 
+    def _unpadded_attention(self, attention_mask: torch.Tensor | None, encoder_hidden_states: torch.Tensor | None,
+                            kwargs: dict) -> dict | None:
+        """The blocks' keywords for unpadded attention (see `unpad_inputs` in the config), or None for the padded
+        path: no padding mask, a decoder, hidden states or attention weights requested, or no varlen kernel."""
+        config = self.config
+        if (not config.unpad_inputs or attention_mask is None or attention_mask.dim() != 2 or config.is_decoder
+                or encoder_hidden_states is not None or torch.compiler.is_compiling()
+                or kwargs.get("output_hidden_states", config.output_hidden_states)):
+            return None
+        sequences = PackedSequences.from_lengths(attention_mask.sum(-1))  # each row's real tokens, end to end
+        return varlen_attention_inputs(config, sequences, kwargs.get("output_attentions", config.output_attentions))
+
+    def _unpadded_forward(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                          varlen: dict, **kwargs) -> torch.Tensor:
+        """Embeddings and blocks on the real tokens only, laid end to end as one (1, N, C) row; returns the (B, T, C)
+        states with zeros at padded positions. Positions are those of the padded path (0..T-1 over the row)."""
+        batch, length = attention_mask.shape
+        real = attention_mask.flatten().nonzero().squeeze(1)  # (N,) indices of real tokens in the B * T grid
+        if position_ids is None:
+            position_ids = torch.arange(length, device=attention_mask.device).expand(batch, length)
+        gathered = [x.flatten(0, 1)[real][None] if x is not None else None  # (1, N) or (1, N, C)
+                    for x in (input_ids, token_type_ids, position_ids.expand(batch, length), inputs_embeds)]
+        hidden_states = self.embeddings(*gathered)  # (1, N, C)
+        hidden_states = self.encoder(hidden_states, None, **varlen, **kwargs)
+        restored = hidden_states.new_zeros(batch * length, hidden_states.shape[-1]).index_copy(0, real, hidden_states[0])
+        return restored.view(batch, length, -1)  # (B, T, C)
+
     @capture_outputs
     def forward(
         self,
@@ -268,6 +297,14 @@ class LineageBertModel(LineageBertPreTrainedModel):
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         self._check_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
                            encoder_hidden_states, encoder_attention_mask, past_length)
+        varlen = self._unpadded_attention(attention_mask, encoder_hidden_states, kwargs)
+        if varlen is not None:
+            hidden_states = self._unpadded_forward(input_ids, attention_mask, token_type_ids, position_ids,
+                                                   inputs_embeds, varlen, **kwargs)
+            return BaseModelOutputWithPoolingAndCrossAttentions(
+                last_hidden_state=hidden_states,
+                pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
+            )
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
         mask = self._self_attention_mask(hidden_states, attention_mask, position_ids, past_key_values)
         memory = ()
