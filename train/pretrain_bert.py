@@ -4,9 +4,10 @@
     accelerate launch -m train.pretrain_bert --recipe ... (one GPU, DDP, FSDP, several CPU processes)
 
 Data: documents (`text`, optionally `sentences`) -> BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`)
--> dynamic masking (`MaskedLMCollator`). On a GPU the model trains unpadded (`unpad_inputs`, MosaicBERT: padding
-removed before the encoder, attention per sequence) unless `model_overrides` sets `unpad_inputs`. With `nsp: false` the model is `...ForMaskedLM` (no pooler, no NSP
-head), so every parameter receives a gradient and DDP needs no unused-parameter search.
+-> dynamic masking (`MaskedLMCollator`). With `nsp: false` the model is `...ForMaskedLM` (no pooler, no NSP
+head), so every parameter receives a gradient and DDP needs no unused-parameter search. On a GPU the model trains
+unpadded (`unpad_inputs`, MosaicBERT: padding removed before the encoder, attention per sequence) unless
+`model_overrides` sets `unpad_inputs`.
 
 The MLM term is normalised by the number of masked tokens of the whole batch across processes, so the
 loss and its gradient do not depend on how the batch is split over processes. Training runs the MLM head on the
