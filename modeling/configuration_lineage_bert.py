@@ -33,7 +33,10 @@ class LineageBertConfig(LineageConfig):
             embeddings, feed-forward layers and LayerNorms run on real tokens only and attention runs per sequence
             (flash-attn's varlen kernel, else SDPA over length buckets); the padding is restored at the output,
             where `last_hidden_state` is zero at padded positions (the padded path leaves there the states of pad
-            tokens, which no head or loss reads). Outputs at real positions equal the padded path's. Applies to an
+            tokens). Outputs at real positions equal the padded path's; the heads' outputs at padded positions are
+            those of a zero state, so the two paths differ there, in the pooled output of a row whose position 0 is
+            padding (left padding), and in a loss that reads padded positions (question answering's softmax spans
+            every position). Applies to an
             encoder (not `is_decoder`) with absolute positions under sdpa or flash attention, when neither hidden
             states nor attention weights are requested; other calls take the padded path. `pretrain_bert` and
             `finetune` set it when training on a GPU.
