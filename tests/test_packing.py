@@ -284,3 +284,62 @@ def test_peak_memory_of_a_training_step_grows_linearly():
     for kind in ("one-document", "packed"):
         assert peaks[f"{kind} 8192"] < 1024, peaks  # one layer's fp32 scores alone: 8 x 8192^2 x 4 bytes = 2 GiB
         assert peaks[f"{kind} 8192"] < 6 * peaks[f"{kind} 2048"], peaks
+
+
+def test_packed_rows_train_under_activation_checkpointing():
+    """The blocks' `packed_sequences` keyword passes through checkpointed blocks: identical gradients."""
+    model = build("sdpa").train()
+    ids, position_ids, _ = packed_rows([[20, 12], [5, 27]])
+    labels = document_labels(ids, position_ids)
+    grads = []
+    for checkpointing in (False, True):
+        if checkpointing:
+            model.activation_checkpointing_enable()
+        model.zero_grad()
+        model(ids, position_ids=position_ids, labels=labels).loss.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert all(layer.gradient_checkpointing for layer in model.transformer.layers)
+    for plain, checkpointed in zip(*grads):
+        torch.testing.assert_close(checkpointed, plain, rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------------------------ on a GPU
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=("fp32", "bf16"))
+def test_documents_of_a_packed_row_give_their_logits_alone_on_a_gpu(dtype):
+    model = build("sdpa").to("cuda", dtype).eval()
+    ids, position_ids, documents = packed_rows([[40, 1, 7, 16], [3, 33, 2, 26]])
+    logits = model(ids.cuda(), position_ids=position_ids.cuda()).logits.float()
+    tolerance = 1e-5 if dtype == torch.float32 else 3e-2
+    start = 0
+    for document in documents[0]:
+        alone = model(document[None].cuda()).logits[0].float()
+        torch.testing.assert_close(logits[0, start:start + len(document)], alone, rtol=tolerance, atol=tolerance)
+        start += len(document)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("packed", (False, True), ids=("one-document", "packed"))
+def test_gpt_124m_trains_at_16384_tokens_on_one_gpu(packed):
+    """Part 6 of issue 11: gpt-124m-prenorm (positions raised to 16,384) trains on one 16,384-token row, bf16
+    autocast, activation checkpointing, batch 1, within an 80 GB GPU."""
+    length = 16384
+    config = preset("gpt-124m-prenorm", max_position_embeddings=length)
+    config._attn_implementation = "sdpa"
+    model = LineageGptForCausalLM(config).cuda().train()
+    model.activation_checkpointing_enable()
+    ids = torch.randint(0, config.vocab_size, (1, length), device="cuda")
+    position_ids = None
+    if packed:
+        position_ids = torch.cat([torch.arange(n) for n in (5000, 3, 9000, length - 14003)])[None].cuda()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(ids, position_ids=position_ids, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    assert peak < 40, f"peak {peak:.1f} GiB"  # (T, T) fp32 scores of one layer alone: 12 x 16384^2 x 4 B = 12 GiB

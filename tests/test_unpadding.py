@@ -161,3 +161,19 @@ def test_training_scripts_unpad_bert_on_a_gpu_only(device, overrides, expected):
     with unpadded_on_gpu(model, recipe, torch.device(device)):
         assert model.config.unpad_inputs is expected
     assert model.config.unpad_inputs is False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("attn", ("sdpa", "flash_attention_2"))
+def test_unpadded_equals_padded_on_a_gpu(attn):
+    """fp32 under sdpa (1e-5); bf16 where flash-attn's varlen kernel runs (it has no fp32)."""
+    if attn == "flash_attention_2":
+        pytest.importorskip("flash_attn")
+    dtype = torch.float32 if attn == "sdpa" else torch.bfloat16
+    model = build(LineageBertForMaskedLM, attn).to("cuda", dtype).eval()
+    inputs = {k: v.cuda() for k, v in batch().items()}
+    padded, unpadded = run(model, inputs, False).logits.float(), run(model, inputs, True).logits.float()
+    real = inputs["attention_mask"].bool()
+    tolerance = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(unpadded[real], padded[real], rtol=tolerance, atol=tolerance)
