@@ -437,7 +437,9 @@ class LineageAttention(nn.Module):
       implementation but eager (flash and flex kernels take no bias); `eager_attention_forward` under eager or
       when the attention weights are requested;
     - `"relative"`: `eager_attention_forward`, whatever the implementation: the value term needs the
-      probabilities, which no fused kernel returns.
+      probabilities, which no fused kernel returns;
+    - with `packed_sequences` (sequences laid end to end, absolute positions, sdpa: see `PackedSequences`):
+      `varlen_sdpa_forward`, attention within each sequence and no mask.
     """
 
     def __init__(self, config, layer_idx: int, is_causal: bool = False, is_cross_attention: bool = False):
@@ -504,7 +506,7 @@ class LineageAttention(nn.Module):
         output = output.reshape(batch, length, -1)  # (B, T, C)
         return self.o_proj(output), weights
 
-    def _kernel(self, output_attentions: bool, packed: bool) -> Callable:
+    def _kernel(self, output_attentions: bool, packed: bool = False) -> Callable:
         """The attention function for this call (see the class docstring)."""
         if packed:
             return varlen_sdpa_forward
