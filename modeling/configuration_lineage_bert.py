@@ -36,10 +36,9 @@ class LineageBertConfig(LineageConfig):
             tokens). Outputs at real positions equal the padded path's; the heads' outputs at padded positions are
             those of a zero state, so the two paths differ there, in the pooled output of a row whose position 0 is
             padding (left padding), and in a loss that reads padded positions (question answering's softmax spans
-            every position). Applies to an
-            encoder (not `is_decoder`) with absolute positions under sdpa or flash attention, when neither hidden
-            states nor attention weights are requested; other calls take the padded path. `pretrain_bert` and
-            `finetune` set it when training on a GPU.
+            every position). Applies to an encoder (not `is_decoder`) with absolute positions under sdpa or flash
+            attention, when neither hidden states nor attention weights are requested; other calls take the padded
+            path. `pretrain_bert` and `finetune` set it while training on a GPU.
     """
 
     model_type = "lineage-bert"

@@ -301,8 +301,8 @@ def sdpa_relative_keys_forward(
 # Sequences laid end to end: packed documents (GPT) and unpadded rows (BERT)
 # ----------------------------------------------------------------------------------------------------------
 
-# Kernels that keep attention inside each sequence of a flattened stream from its boundaries alone, with no
-# (T, T) mask: flash-attn's varlen kernel (`cu_seq_lens_*` keywords, run by transformers) and `varlen_sdpa_forward`.
+# flash-attn, whose varlen kernel (run by transformers from the `cu_seq_lens_*` keywords) keeps attention inside each
+# sequence of a flattened stream from its boundaries alone, as `varlen_sdpa_forward` does under sdpa.
 FLASH_IMPLEMENTATIONS = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
 # Implementations whose masks (`masking_utils`) split a row at restarting `position_ids`.
 DOCUMENT_MASKING_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", *FLASH_IMPLEMENTATIONS)
@@ -408,13 +408,14 @@ def varlen_sdpa_forward(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    attention_mask: None,
+    attention_mask: torch.Tensor | None,
     scaling: float,
     dropout: float = 0.0,
     packed_sequences: PackedSequences | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """SDPA within each of the `packed_sequences` laid end to end along the B * T tokens (see `PackedSequences`)."""
+    """SDPA within each of the `packed_sequences` laid end to end along the B * T tokens (see `PackedSequences`);
+    the model passes no `attention_mask` with them: the sequence boundaries replace it."""
     batch, heads, length, dim = query.shape
     flat = [x.transpose(1, 2).reshape(batch * length, heads, dim) for x in (query, key, value)]  # (B*T, H, D)
     output = packed_sequences.attend(*flat, is_causal=module.is_causal, scaling=scaling, dropout=dropout)

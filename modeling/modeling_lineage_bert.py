@@ -269,13 +269,13 @@ class LineageBertModel(LineageBertPreTrainedModel):
         batch, length = attention_mask.shape
         real = attention_mask.flatten().nonzero().squeeze(1)  # (N,) indices of real tokens in the B * T grid
         if position_ids is None:
-            position_ids = torch.arange(length, device=attention_mask.device).expand(batch, length)
+            position_ids = torch.arange(length, device=attention_mask.device)[None]
+        position_ids = position_ids.expand(batch, length)
         gathered = [x.flatten(0, 1)[real][None] if x is not None else None  # (1, N) or (1, N, C)
-                    for x in (input_ids, token_type_ids, position_ids.expand(batch, length), inputs_embeds)]
-        hidden_states = self.embeddings(*gathered)  # (1, N, C)
-        hidden_states = self.encoder(hidden_states, None, **varlen, **kwargs)
-        restored = hidden_states.new_zeros(batch * length, hidden_states.shape[-1]).index_copy(0, real, hidden_states[0])
-        return restored.view(batch, length, -1)  # (B, T, C)
+                    for x in (input_ids, token_type_ids, position_ids, inputs_embeds)]
+        hidden_states = self.encoder(self.embeddings(*gathered), None, **varlen, **kwargs)  # (1, N, C)
+        restored = hidden_states.new_zeros(batch * length, hidden_states.shape[-1])
+        return restored.index_copy(0, real, hidden_states[0]).view(batch, length, -1)  # (B, T, C)
 
     @capture_outputs
     def forward(

@@ -87,6 +87,17 @@ def test_packed_loss_and_gradients_equal_those_of_the_documents_alone(attn, posi
         torch.testing.assert_close(packed[name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.parametrize("attn", ATTENTION)
+def test_position_ids_shared_by_every_row_pack_each_row_alike(attn):
+    """(1, T) `position_ids` for a (B, T) batch, as transformers allows: every row split at the same places."""
+    model = build(attn).eval()
+    ids = torch.randint(5, 99, (3, 30))
+    position_ids = torch.cat([torch.arange(12), torch.arange(18)])[None]
+    logits = model(ids, position_ids=position_ids).logits
+    for span in (slice(0, 12), slice(12, 30)):
+        torch.testing.assert_close(logits[:, span], model(ids[:, span]).logits, rtol=1e-5, atol=1e-5)
+
+
 def test_sdpa_keeps_documents_apart_without_a_mask():
     """Under sdpa the blocks get no mask: the documents go to `PackedSequences` (no (T, T) tensor built)."""
     model = build("sdpa").eval()

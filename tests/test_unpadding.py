@@ -135,7 +135,8 @@ def test_the_encoder_runs_on_real_tokens_only():
 def test_calls_the_unpadded_path_cannot_serve_take_the_padded_one(case):
     """Still the same outputs, through the padded (B, T, C) path."""
     attn = "eager" if case == "eager" else "sdpa"
-    overrides = {"position_embedding_type": "relative-keys", "max_relative_position": 4} if case == "relative positions" else {}
+    relative = {"position_embedding_type": "relative-keys", "max_relative_position": 4}
+    overrides = relative if case == "relative positions" else {}
     model = build(LineageBertForMaskedLM, attn, unpad_inputs=True, **overrides).eval()
     inputs = batch()
     kwargs = {"hidden states": {"output_hidden_states": True},

@@ -144,4 +144,5 @@ def dense_prediction_for_saving(model, recipe: Recipe) -> None:
     model.config.sparse_prediction = recipe.model_overrides.get("sparse_prediction", False)
 
 
-__all__ = ["build_model", "dense_prediction_for_saving", "get_tokenizer", "load_split", "load_splits", "unpadded_on_gpu"]
+__all__ = ["build_model", "dense_prediction_for_saving", "get_tokenizer", "load_split", "load_splits",
+           "unpadded_on_gpu"]
