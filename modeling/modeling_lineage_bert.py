@@ -15,8 +15,10 @@ embedding LayerNorm and adds a final one, so exactly one LayerNorm feeds every c
 `"relative"` / `"relative-keys"` gives relative position representations (Shaw et al. 2018) in self-attention
 instead of (or, with `absolute_and_relative`, besides) the learned positions. Without `attention_mask`,
 rows whose `position_ids` restart (packed sequences, as `DataCollatorWithFlattening` makes) attend within each
-sequence, as transformers' causal models and flash-attention paths do; transformers' BERT under eager or sdpa
-attention lets such sequences see each other.
+sequence, as transformers' causal models and flash-attention paths do (under sdpa through `PackedSequences`, with
+no (T, T) mask); transformers' BERT under eager or sdpa attention lets such sequences see each other. With
+`unpad_inputs` the padding of a batch is removed before the encoder stack (MosaicBERT, Portes et al. 2023) and
+restored at the output.
 """
 
 from collections.abc import Callable
@@ -250,6 +252,19 @@ class LineageBertModel(LineageBertPreTrainedModel):
         return create_bidirectional_mask(self.config, hidden_states, attention_mask,
                                          and_mask_function=_packed_sequences(position_ids, attention_mask))
 
+    def _packed_attention(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                          position_ids: torch.Tensor | None, past_key_values: Cache | None,
+                          encoder_hidden_states: torch.Tensor | None, kwargs: dict) -> dict | None:
+        """Packed rows (restarting `position_ids`, no `attention_mask`, no cache, no cross attention): the blocks'
+        keywords for attention within each sequence without a (T, T) mask (`PackedSequences`), or None for the
+        mask path (`_self_attention_mask`, which also splits packed rows)."""
+        if (position_ids is None or attention_mask is not None or past_key_values is not None
+                or encoder_hidden_states is not None or torch.compiler.is_compiling()):
+            return None
+        sequences = PackedSequences.from_position_ids(position_ids.expand(hidden_states.shape[0], -1))
+        return varlen_attention_inputs(self.config, sequences,
+                                       kwargs.get("output_attentions", self.config.output_attentions))
+
     def _unpadded_attention(self, attention_mask: torch.Tensor | None, encoder_hidden_states: torch.Tensor | None,
                             kwargs: dict) -> dict | None:
         """The blocks' keywords for unpadded attention (see `unpad_inputs` in the config), or None for the padded
@@ -306,7 +321,10 @@ class LineageBertModel(LineageBertPreTrainedModel):
                 pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
             )
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
-        mask = self._self_attention_mask(hidden_states, attention_mask, position_ids, past_key_values)
+        varlen = self._packed_attention(hidden_states, attention_mask, position_ids, past_key_values,
+                                        encoder_hidden_states, kwargs)
+        mask = None if varlen else self._self_attention_mask(hidden_states, attention_mask, position_ids,
+                                                             past_key_values)
         memory = ()
         if encoder_hidden_states is not None:
             cross_mask = create_bidirectional_mask(self.config, hidden_states, encoder_attention_mask,
@@ -314,7 +332,7 @@ class LineageBertModel(LineageBertPreTrainedModel):
             memory = (encoder_hidden_states, cross_mask)
         relative = relative_attention_inputs(self.config, hidden_states, position_ids, past_length, attention_mask)
         hidden_states = self.encoder(
-            hidden_states, mask, *memory, past_key_values=past_key_values, **relative, **kwargs
+            hidden_states, mask, *memory, past_key_values=past_key_values, **(varlen or {}), **relative, **kwargs
         )
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,

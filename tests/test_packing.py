@@ -111,6 +111,25 @@ def test_sdpa_keeps_documents_apart_without_a_mask():
     assert sequences.cu_seqlens.tolist() == [0, 10, 32, 64]
 
 
+def test_bert_packed_rows_keep_sequences_apart_without_a_mask():
+    """BERT's packed rows (restarting `position_ids`, no mask) under sdpa: bidirectional attention within each
+    sequence through `PackedSequences`, each sequence's states as alone."""
+    from modeling import LineageBertModel
+
+    model = LineageBertModel(preset("bert-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).eval()
+    seen = []
+    model.encoder.layers[0].self_attn.sublayer.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append((args[1], kwargs.get("packed_sequences"))), with_kwargs=True)
+    ids, position_ids, documents = packed_rows([[9, 30, 3]])
+    states = model(ids, position_ids=position_ids).last_hidden_state
+    assert seen[0][0] is None and seen[0][1].cu_seqlens.tolist() == [0, 9, 39, 42]
+    start = 0
+    for document in documents[0]:
+        alone = model(document[None]).last_hidden_state[0]
+        torch.testing.assert_close(states[0, start:start + len(document)], alone, rtol=1e-5, atol=1e-5)
+        start += len(document)
+
+
 @pytest.mark.parametrize("causal", (True, False))
 def test_packed_sequences_attend_as_each_sequence_alone(causal):
     """`PackedSequences.attend` equals SDPA run on each sequence by itself; padding stays under the real tokens."""
