@@ -260,5 +260,4 @@ def _answer_tokens(offsets, sequence_ids, answers) -> tuple[int, int]:
 
 __all__ = ["IGNORE_INDEX", "LabelAlignmentError", "QAAnswerSpanError", "create_nsp_examples", "encode_causal_lm",
            "encode_classification", "encode_qa", "encode_seq2seq", "encode_token_classification", "pack_documents",
-           "pack_sequences",
-           "truncate_seq_pair"]
+           "pack_sequences", "truncate_seq_pair"]
