@@ -29,6 +29,16 @@ class LineageBertConfig(LineageConfig):
         add_cross_attention: add a cross-attention sublayer to every block, attending to `encoder_hidden_states`;
             requires `is_decoder`.
         use_cache: return a key/value cache from a decoder's forward passes outside training (generation).
+        unpad_inputs: with an `attention_mask`, remove the padding before the encoder stack (MosaicBERT): the
+            embeddings, feed-forward layers and LayerNorms run on real tokens only and attention runs per sequence
+            (flash-attn's varlen kernel, else SDPA over length buckets); the padding is restored at the output,
+            where `last_hidden_state` is zero at padded positions (the padded path leaves there the states of pad
+            tokens). Outputs at real positions equal the padded path's; the heads' outputs at padded positions are
+            those of a zero state, so the two paths differ there, in the pooled output of a row whose position 0 is
+            padding (left padding), and in a loss that reads padded positions (question answering's softmax spans
+            every position). Applies to an encoder (not `is_decoder`) with absolute positions under sdpa or flash
+            attention, when neither hidden states nor attention weights are requested; other calls take the padded
+            path. `pretrain_bert` and `finetune` set it while training on a GPU.
     """
 
     model_type = "lineage-bert"
@@ -45,6 +55,7 @@ class LineageBertConfig(LineageConfig):
     is_decoder: bool = False
     add_cross_attention: bool = False
     use_cache: bool = True
+    unpad_inputs: bool = False
 
     def check_lineage_fields(self) -> None:
         super().check_lineage_fields()

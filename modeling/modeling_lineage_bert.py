@@ -15,8 +15,10 @@ embedding LayerNorm and adds a final one, so exactly one LayerNorm feeds every c
 `"relative"` / `"relative-keys"` gives relative position representations (Shaw et al. 2018) in self-attention
 instead of (or, with `absolute_and_relative`, besides) the learned positions. Without `attention_mask`,
 rows whose `position_ids` restart (packed sequences, as `DataCollatorWithFlattening` makes) attend within each
-sequence, as transformers' causal models and flash-attention paths do; transformers' BERT under eager or sdpa
-attention lets such sequences see each other.
+sequence, as transformers' causal models and flash-attention paths do (under sdpa through `PackedSequences`, with
+no (T, T) mask); transformers' BERT under eager or sdpa attention lets such sequences see each other. With
+`unpad_inputs` the padding of a batch is removed before the encoder stack (MosaicBERT, Portes et al. 2023) and
+restored at the output.
 """
 
 from collections.abc import Callable
@@ -63,6 +65,7 @@ from .layers import (
     LineageBlock,
     LineageLinear,
     LineagePreTrainedModel,
+    PackedSequences,
     check_cached_mask,
     check_ids_or_embeds,
     check_labels_shape,
@@ -72,6 +75,7 @@ from .layers import (
     classifier_dropout,
     labelled_positions,
     relative_attention_inputs,
+    varlen_attention_inputs,
 )
 
 logger = logging.get_logger(__name__)
@@ -248,6 +252,46 @@ class LineageBertModel(LineageBertPreTrainedModel):
         return create_bidirectional_mask(self.config, hidden_states, attention_mask,
                                          and_mask_function=_packed_sequences(position_ids, attention_mask))
 
+    def _packed_attention(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                          position_ids: torch.Tensor | None, past_key_values: Cache | None,
+                          encoder_hidden_states: torch.Tensor | None, kwargs: dict) -> dict | None:
+        """Packed rows (restarting `position_ids`, no `attention_mask`, no cache, no cross attention): the blocks'
+        keywords for attention within each sequence without a (T, T) mask (`PackedSequences`), or None for the
+        mask path (`_self_attention_mask`, which also splits packed rows)."""
+        if (position_ids is None or attention_mask is not None or past_key_values is not None
+                or encoder_hidden_states is not None or torch.compiler.is_compiling()):
+            return None
+        sequences = PackedSequences.from_position_ids(position_ids.expand(hidden_states.shape[0], -1))
+        return varlen_attention_inputs(self.config, sequences,
+                                       kwargs.get("output_attentions", self.config.output_attentions))
+
+    def _unpadded_attention(self, attention_mask: torch.Tensor | None, encoder_hidden_states: torch.Tensor | None,
+                            kwargs: dict) -> dict | None:
+        """The blocks' keywords for unpadded attention (see `unpad_inputs` in the config), or None for the padded
+        path: no padding mask, a decoder, hidden states or attention weights requested, or no varlen kernel."""
+        config = self.config
+        if (not config.unpad_inputs or attention_mask is None or attention_mask.dim() != 2 or config.is_decoder
+                or encoder_hidden_states is not None or torch.compiler.is_compiling()
+                or kwargs.get("output_hidden_states", config.output_hidden_states)):
+            return None
+        sequences = PackedSequences.from_lengths(attention_mask.sum(-1))  # each row's real tokens, end to end
+        return varlen_attention_inputs(config, sequences, kwargs.get("output_attentions", config.output_attentions))
+
+    def _unpadded_forward(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                          varlen: dict, **kwargs) -> torch.Tensor:
+        """Embeddings and blocks on the real tokens only, laid end to end as one (1, N, C) row; returns the (B, T, C)
+        states with zeros at padded positions. Positions are those of the padded path (0..T-1 over the row)."""
+        batch, length = attention_mask.shape
+        real = attention_mask.flatten().nonzero().squeeze(1)  # (N,) indices of real tokens in the B * T grid
+        if position_ids is None:
+            position_ids = torch.arange(length, device=attention_mask.device)[None]
+        position_ids = position_ids.expand(batch, length)
+        gathered = [x.flatten(0, 1)[real][None] if x is not None else None  # (1, N) or (1, N, C)
+                    for x in (input_ids, token_type_ids, position_ids, inputs_embeds)]
+        hidden_states = self.encoder(self.embeddings(*gathered), None, **varlen, **kwargs)  # (1, N, C)
+        restored = hidden_states.new_zeros(batch * length, hidden_states.shape[-1])
+        return restored.index_copy(0, real, hidden_states[0]).view(batch, length, -1)  # (B, T, C)
+
     @capture_outputs
     def forward(
         self,
@@ -268,8 +312,19 @@ class LineageBertModel(LineageBertPreTrainedModel):
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         self._check_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
                            encoder_hidden_states, encoder_attention_mask, past_length)
+        varlen = self._unpadded_attention(attention_mask, encoder_hidden_states, kwargs)
+        if varlen is not None:
+            hidden_states = self._unpadded_forward(input_ids, attention_mask, token_type_ids, position_ids,
+                                                   inputs_embeds, varlen, **kwargs)
+            return BaseModelOutputWithPoolingAndCrossAttentions(
+                last_hidden_state=hidden_states,
+                pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
+            )
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
-        mask = self._self_attention_mask(hidden_states, attention_mask, position_ids, past_key_values)
+        varlen = self._packed_attention(hidden_states, attention_mask, position_ids, past_key_values,
+                                        encoder_hidden_states, kwargs)
+        mask = None if varlen else self._self_attention_mask(hidden_states, attention_mask, position_ids,
+                                                             past_key_values)
         memory = ()
         if encoder_hidden_states is not None:
             cross_mask = create_bidirectional_mask(self.config, hidden_states, encoder_attention_mask,
@@ -277,7 +332,7 @@ class LineageBertModel(LineageBertPreTrainedModel):
             memory = (encoder_hidden_states, cross_mask)
         relative = relative_attention_inputs(self.config, hidden_states, position_ids, past_length, attention_mask)
         hidden_states = self.encoder(
-            hidden_states, mask, *memory, past_key_values=past_key_values, **relative, **kwargs
+            hidden_states, mask, *memory, past_key_values=past_key_values, **(varlen or {}), **relative, **kwargs
         )
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,

@@ -43,6 +43,7 @@ from .layers import (
     LineageBlock,
     LineageLinear,
     LineagePreTrainedModel,
+    PackedSequences,
     check_cached_mask,
     check_ids_or_embeds,
     check_labels_shape,
@@ -50,7 +51,9 @@ from .layers import (
     check_sequence_length,
     check_token_ids,
     classifier_dropout,
+    document_masking_error,
     relative_attention_inputs,
+    varlen_attention_inputs,
 )
 
 
@@ -101,9 +104,10 @@ class LineageGptModel(LineageGptPreTrainedModel):
         self.embed_tokens = value
 
     def _check_inputs(self, input_ids, inputs_embeds, attention_mask, position_ids,
-                      past_length: int | torch.Tensor) -> None:
+                      past_length: int | torch.Tensor) -> int:
         """Given `position_ids` are checked against the position table, not the row length: a packed row (sequences
-        whose positions restart, as `DataCollatorWithFlattening` makes) may be longer than the table."""
+        whose positions restart, as `DataCollatorWithFlattening` makes) may be longer than the table. Returns the
+        batch size."""
         batch, length = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size)
         limit = self.config.max_position_embeddings
         if position_ids is None:
@@ -116,6 +120,26 @@ class LineageGptModel(LineageGptPreTrainedModel):
                 )
             check_token_ids(position_ids, limit, "position_ids", "max_position_embeddings")
         check_cached_mask(attention_mask, batch, length, past_length)
+        return batch
+
+    def _documents(self, position_ids: torch.Tensor | None, batch: int, attention_mask: torch.Tensor | None,
+                   past_key_values: Cache | None, use_cache: bool | None) -> PackedSequences | None:
+        """The documents of packed rows: `position_ids` that restart within a row, no `attention_mask`, no cache
+        (transformers' convention, as `DataCollatorWithFlattening` makes them). Attention then keeps to each
+        document; a configuration that cannot do so, or a cache, is refused. Under `torch.compile` the documents
+        are left to transformers' mask (`create_causal_mask` reads the same restarts)."""
+        if position_ids is None or attention_mask is not None or torch.compiler.is_compiling():
+            return None
+        documents = PackedSequences.from_position_ids(position_ids.expand(batch, -1))
+        if documents is None:
+            return None
+        problem = document_masking_error(self.config)
+        if problem is not None:
+            raise ValueError(f"Packed rows (`position_ids` restarting within a row): {problem}.")
+        if past_key_values is not None or use_cache:
+            raise ValueError("Packed rows (`position_ids` restarting within a row) cannot use a key/value cache: "
+                             "pass `use_cache=False` and no `past_key_values`, or one sequence per row.")
+        return documents
 
     @staticmethod
     def _position_ids(attention_mask: torch.Tensor | None, past_length: int | torch.Tensor, length: int,
@@ -142,9 +166,11 @@ class LineageGptModel(LineageGptPreTrainedModel):
         """`use_cache` defaults to `config.use_cache` outside training; `attention_mask` covers cached + new tokens;
         `output_hidden_states` / `output_attentions` in `kwargs` are collected by `@capture_outputs`."""
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        self._check_inputs(input_ids, inputs_embeds, attention_mask, position_ids, past_length)
+        batch = self._check_inputs(input_ids, inputs_embeds, attention_mask, position_ids, past_length)
         config = self.config
+        documents = self._documents(position_ids, batch, attention_mask, past_key_values, use_cache)
         use_cache = use_cache if use_cache is not None else config.use_cache and not self.training
+        use_cache = use_cache and documents is None
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=config)
         if inputs_embeds is None:
@@ -154,10 +180,13 @@ class LineageGptModel(LineageGptPreTrainedModel):
             positions = self._position_ids(attention_mask, past_length, inputs_embeds.shape[1], inputs_embeds.device)
         embeddings = inputs_embeds + self.embed_positions(positions) if self.embed_positions is not None else inputs_embeds
         hidden_states = self.dropout(embeddings)
-        mask = create_causal_mask(config, inputs_embeds, attention_mask, past_key_values, position_ids)
+        varlen = varlen_attention_inputs(config, documents, kwargs.get("output_attentions", config.output_attentions))
+        mask = None if varlen else create_causal_mask(config, inputs_embeds, attention_mask, past_key_values,
+                                                      position_ids)
         relative = relative_attention_inputs(config, hidden_states, positions, past_length, attention_mask)
         for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, past_key_values=past_key_values, **relative, **kwargs)[0]
+            hidden_states = layer(hidden_states, mask, past_key_values=past_key_values, **(varlen or {}), **relative,
+                                  **kwargs)[0]
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
         return BaseModelOutputWithPast(

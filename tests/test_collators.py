@@ -176,6 +176,20 @@ def test_causal_lm_collator_labels(gpt):
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
 
 
+def test_causal_lm_collator_on_packed_blocks(gpt):
+    """Blocks with `position_ids` (packed documents): no attention_mask, padding at position 0 (each pad token a
+    sequence of its own), labels -100 at every position 0: no document's first token is predicted from the end of
+    the previous one."""
+    features = [{"input_ids": [5, 6, 7, 8, 9], "position_ids": [0, 1, 2, 0, 1]},
+                {"input_ids": [10, 11, 12], "position_ids": [0, 0, 1]}]
+    batch = CausalLMCollator(gpt)(features)
+    assert "attention_mask" not in batch
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1], [0, 0, 1, 0, 0]]
+    assert batch["labels"].tolist() == [[IGNORE_INDEX, 6, 7, IGNORE_INDEX, 9],
+                                        [IGNORE_INDEX, IGNORE_INDEX, 12, IGNORE_INDEX, IGNORE_INDEX]]
+
+
 # ----------------------------------------------------------------------------- seq2seq
 
 def test_seq2seq_collator_pads_labels_and_the_model_shifts_them(s2s):

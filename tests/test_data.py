@@ -196,6 +196,20 @@ def test_causal_lm_packing_dataset(gpt):
     assert [t for row in lazy for t in row["input_ids"]] == stream
 
 
+def test_causal_lm_dataset_of_packed_documents(gpt):
+    """`pack_documents=True`: the same blocks, with `position_ids` restarting after every end-of-text token."""
+    docs = load_text_dataset("embedded:documents", size=60)
+    plain = prepare_causal_lm_dataset(docs, gpt, block_size=64)
+    packed = prepare_causal_lm_dataset(docs, gpt, block_size=64, pack_documents=True)
+    assert packed.column_names == ["input_ids", "position_ids"] and packed["input_ids"] == plain["input_ids"]
+    for ids, positions in zip(packed["input_ids"], packed["position_ids"]):
+        assert positions[0] == 0
+        for i in range(1, 64):
+            assert positions[i] == (0 if ids[i - 1] == gpt.eos_token_id else positions[i - 1] + 1)
+    lazy = prepare_causal_lm_dataset(docs.to_iterable_dataset(), gpt, block_size=64, pack_documents=True)
+    assert [row["position_ids"] for row in lazy] == packed["position_ids"]
+
+
 def test_nsp_dataset_from_sentences_or_text(bert):
     docs = load_text_dataset("embedded:documents", size=80)
     pairs = prepare_nsp_dataset(docs, bert, max_length=64, seed=1)

@@ -10,7 +10,7 @@ from train.core.collators import PaddingCollator
 from train.core.corpus import generate_records, tokenizer_training_texts
 from train.core.examples import (
     IGNORE_INDEX, LabelAlignmentError, QAAnswerSpanError, create_nsp_examples, encode_qa,
-    encode_token_classification, pack_sequences, truncate_seq_pair,
+    encode_token_classification, pack_documents, pack_sequences, truncate_seq_pair,
 )
 from train.core.tokenization import train_tokenizer
 
@@ -80,6 +80,32 @@ def test_packing_keeps_every_token_once():
         assert flat == stream[:len(flat)] and len(stream) - len(flat) < block_size
         kept = list(pack_sequences(docs, block_size, separator_id=7, drop_last=False))
         assert [t for b in kept for t in b] == stream
+
+
+def test_packed_documents_restart_their_positions_at_each_document_and_block():
+    """`pack_documents`: the blocks of `pack_sequences`, full; positions count up within each document (its
+    separator included) and restart at 0 at each document's first token and at each block's first token."""
+    rng = random.Random(1)
+    docs = [[rng.randint(10, 999) for _ in range(rng.randint(0, 90))] for _ in range(200)]
+    starts = [True if i == 0 else False for d in docs for i in range(len(d) + 1)]  # each document's first token
+    for block_size in (1, 16, 128):
+        for drop_last in (True, False):
+            blocks = list(pack_documents(docs, block_size, 7, drop_last))
+            assert [b["input_ids"] for b in blocks] == list(pack_sequences(docs, block_size, 7, drop_last))
+            assert all(len(b["input_ids"]) == block_size for b in blocks[:-1 if not drop_last else None])
+            flat_starts = starts[:sum(len(b["input_ids"]) for b in blocks)]
+            offset = 0
+            for block in blocks:
+                positions = block["position_ids"]
+                assert len(positions) == len(block["input_ids"]) and max(positions) < block_size
+                for i, position in enumerate(positions):
+                    expected = 0 if i == 0 or flat_starts[offset + i] else positions[i - 1] + 1
+                    assert position == expected
+                offset += len(positions)
+    # 11 12 7 | 13 7 | 14 15 16 7, cut into blocks of 4: the second block opens with the end of [13], at 0
+    blocks = list(pack_documents([[11, 12], [13], [14, 15, 16]], 4, 7))
+    assert [b["input_ids"] for b in blocks] == [[11, 12, 7, 13], [7, 14, 15, 16]]
+    assert [b["position_ids"] for b in blocks] == [[0, 1, 2, 0], [0, 0, 1, 2]]
 
 
 # ----------------------------------------------------------------------------- token classification

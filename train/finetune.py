@@ -7,7 +7,8 @@ folder or from scratch.
 Tasks (`task`): `sequence-classification` (single text; default data embedded:sentiment), `nli` (premise /
 hypothesis pairs; embedded:nli), for BERT and GPT; `token-classification` (embedded:ner) and
 `question-answering` (SQuAD-style; embedded:qa) for BERT. GPT's classification heads add the auxiliary
-LM loss weighted by `lm_loss_weight` (section 3.2; the paper uses 0.5). Metrics: accuracy and macro F1
+LM loss weighted by `lm_loss_weight` (section 3.2; the paper uses 0.5). BERT trains unpadded on a GPU
+(`unpad_inputs`) unless `model_overrides` sets it. Metrics: accuracy and macro F1
 (token classification: over the first sub-token of every word); QA: exact match of the start/end tokens.
 
 With the recipe key `lora` (`{r: 8, alpha: 16, dropout: 0.0, target_modules: null}`, peft installed) only a
@@ -22,7 +23,7 @@ from pathlib import Path
 import torch
 
 from train.core.collators import PaddingCollator
-from train.core.common import build_model, get_tokenizer, load_splits
+from train.core.common import build_model, get_tokenizer, load_splits, unpadded_on_gpu
 from train.core.data import tokenize_dataset
 from train.core.engine import Engine, seed_everything
 from train.core.lora import apply_lora, merge_lora
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None):
     eval_data = tokenize_dataset(eval_rows, tokenizer, encode_task, **encode) if eval_rows else None
     engine = Engine(recipe, model, train_data, PaddingCollator(tokenizer), tokenizer=tokenizer,
                     eval_dataset=eval_data, predict_fn=predict, metrics_fn=metrics)
-    results = engine.train()
+    with unpadded_on_gpu(model, recipe, engine.accelerator.device):
+        results = engine.train()
     if recipe.lora is not None:
         merge_lora(engine, Path(recipe.output_dir) / "adapter")
     start = f"from `{recipe.model}`" if is_model_folder(recipe.model) else f"from scratch (preset `{recipe.model}`)"

@@ -5,7 +5,9 @@
 
 Data: documents (`text`, optionally `sentences`) -> BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`)
 -> dynamic masking (`MaskedLMCollator`). With `nsp: false` the model is `...ForMaskedLM` (no pooler, no NSP
-head), so every parameter receives a gradient and DDP needs no unused-parameter search.
+head), so every parameter receives a gradient and DDP needs no unused-parameter search. On a GPU the model trains
+unpadded (`unpad_inputs`, MosaicBERT: padding removed before the encoder, attention per sequence) unless
+`model_overrides` sets `unpad_inputs`.
 
 The MLM term is normalised by the number of masked tokens of the whole batch across processes, so the
 loss and its gradient do not depend on how the batch is split over processes. Training runs the MLM head on the
@@ -18,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import MaskedLMCollator
-from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_splits
+from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_splits, unpadded_on_gpu
 from train.core.data import prepare_nsp_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -72,7 +74,8 @@ def main(argv: list[str] | None = None):
     collate = MaskedLMCollator(tokenizer, mlm_probability=recipe.mlm_probability)
     engine = Engine(recipe, model, train_data, collate, tokenizer=tokenizer, eval_dataset=eval_data,
                     loss_fn=make_loss_fn(recipe.nsp), predict_fn=predict, metrics_fn=metrics)
-    results = engine.train()
+    with unpadded_on_gpu(model, recipe, engine.accelerator.device):
+        results = engine.train()
     dense_prediction_for_saving(model, recipe)
     folder = engine.save_final(results, card={
         "dataset_name": recipe.dataset or recipe.train_file or "embedded:documents",

@@ -4,19 +4,24 @@
 
 Data: documents joined by the end-of-text token and cut into `max_seq_length` blocks
 (`train.core.data.prepare_causal_lm_dataset`); every block is full, so the mean token loss is the same however
-batches are split over processes. Evaluation reports perplexity; `sample_prompts` are continued at the end.
+batches are split over processes. With `pack_documents` (the default) positions restart at each document, attention
+never crosses a document boundary and no document's first token is predicted from the previous one; a model that
+cannot keep attention within documents is refused before training. Evaluation reports perplexity;
+`sample_prompts` are continued at the end.
 """
 
 from __future__ import annotations
 
 import torch
 
+from modeling.layers import document_masking_error
+from modeling.modeling_lineage_gpt import LineageGptPreTrainedModel
 from train.core.collators import CausalLMCollator
 from train.core.common import build_model, get_tokenizer, load_splits
 from train.core.data import prepare_causal_lm_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
-from train.core.recipes import parse_args
+from train.core.recipes import RecipeError, parse_args
 
 DEFAULT_RECIPE = "configs/recipes/gpt-pretrain-tiny.yaml"
 DEFAULT_PROMPTS = ["Anna was born in", "First, wash the"]
@@ -37,14 +42,27 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, seed: int)
     return tokenizer.batch_decode(out, skip_special_tokens=True)
 
 
+def check_document_packing(model) -> None:
+    """`pack_documents` needs a model that keeps attention within each document of a packed row."""
+    problem = (document_masking_error(model.config) if isinstance(model, LineageGptPreTrainedModel)
+               else f"{type(model).__name__} is not a Lineage GPT, whose attention splits rows at restarting positions")
+    if problem is not None:
+        raise RecipeError(f"recipe key 'pack_documents' is true but {problem}; set 'pack_documents: false' to "
+                          "train on blocks whose documents attend to each other")
+
+
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
     train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
     tokenizer = get_tokenizer(recipe, "gpt", lambda: train_docs["text"])
     model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt")
-    train_data = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length)
-    eval_data = prepare_causal_lm_dataset(eval_docs, tokenizer, recipe.max_seq_length) if eval_docs else None
+    if recipe.pack_documents:
+        check_document_packing(model)
+    train_data = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length,
+                                           pack_documents=recipe.pack_documents)
+    eval_data = (prepare_causal_lm_dataset(eval_docs, tokenizer, recipe.max_seq_length,
+                                           pack_documents=recipe.pack_documents) if eval_docs else None)
     engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer), tokenizer=tokenizer,
                     eval_dataset=eval_data, metrics_fn=metrics)
     results = engine.train()

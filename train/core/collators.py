@@ -14,7 +14,11 @@ says (learned absolute positions then start at 0 in training). Labels are -100 w
   masking selects WordPiece words (a token and its ``##`` continuations) until the budget is met.
   Masks are drawn anew for every batch (dynamic masking, as RoBERTa; BERT masked once per
   ``dupe_factor`` copy offline). Passes ``token_type_ids`` and ``next_sentence_label`` through.
-- ``CausalLMCollator``: ``labels`` = ``input_ids`` (the model shifts), -100 on padding.
+- ``CausalLMCollator``: ``labels`` = ``input_ids`` (the model shifts), -100 on padding. Packed blocks
+  (``train.core.examples.pack_documents``) carry ``position_ids`` restarting at each document: they get no
+  ``attention_mask`` (the model reads documents from the restarts), padding takes position 0 (so each pad
+  token is a sequence of its own), and labels are -100 at every position 0, so no document's first token is
+  predicted from the end of the previous one (nor any padding).
 - ``Seq2SeqCollator``: ``input_ids``, ``attention_mask`` and ``labels`` (-100 on padding); the model derives
   its decoder inputs from the labels (teacher forcing).
 
@@ -92,7 +96,7 @@ class PaddingCollator:
                 batch[key] = pad_sequences(seqs, self._pad_value(key), self.pad_to_multiple_of, self.padding_side)
             else:
                 batch[key] = torch.as_tensor(column)
-        if "attention_mask" not in batch:
+        if "attention_mask" not in batch and "position_ids" not in batch:  # packed rows: positions delimit them
             lengths = [len(s) for f in features for s in (f["input_ids"] if choices else [f["input_ids"]])]
             batch["attention_mask"] = pad_sequences([[1] * n for n in lengths], 0, self.pad_to_multiple_of,
                                                     self.padding_side)
@@ -214,7 +218,11 @@ class CausalLMCollator(PaddingCollator):
 
     def __call__(self, features: list[dict], seeds: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
         batch = super().__call__(features)
-        if "labels" not in batch:
+        if "labels" in batch:
+            return batch
+        if "position_ids" in batch:  # a document's first token is not predicted from the previous document
+            batch["labels"] = batch["input_ids"].masked_fill(batch["position_ids"] == 0, IGNORE_INDEX)
+        else:
             batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, IGNORE_INDEX)
         return batch
 

@@ -8,16 +8,19 @@
 - `build_model(recipe, auto_class, tokenizer, kind)`: from a saved folder (`from_pretrained`) or from a
   preset whose vocabulary and special ids are taken from the tokenizer (unless `model_overrides` sets
   `vocab_size` explicitly; the engine then checks the two agree).
+- `unpadded_on_gpu(model, recipe, device)`: BERT trains without padding on a GPU (`unpad_inputs`).
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
 import transformers
 from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
@@ -119,6 +122,21 @@ class _DropLoadReport(logging.Filter):
         return "LOAD REPORT" not in record.getMessage()
 
 
+@contextmanager
+def unpadded_on_gpu(model, recipe: Recipe, device: torch.device) -> Iterator[None]:
+    """Train a Lineage BERT unpadded (`unpad_inputs`, MosaicBERT: no compute on padding) on a GPU, unless the recipe's
+    `model_overrides` chose; the saved config keeps the choice the run started with."""
+    config = model.config
+    if config.model_type != "lineage-bert" or "unpad_inputs" in recipe.model_overrides or device.type != "cuda":
+        yield
+        return
+    before, config.unpad_inputs = config.unpad_inputs, True
+    try:
+        yield
+    finally:
+        config.unpad_inputs = before
+
+
 def dense_prediction_for_saving(model, recipe: Recipe) -> None:
     """Scripts train with `sparse_prediction` (output head and softmax on labelled positions only); the saved
     config keeps the dense default, so a loaded model's logits cover every position, unless the recipe's
@@ -126,4 +144,5 @@ def dense_prediction_for_saving(model, recipe: Recipe) -> None:
     model.config.sparse_prediction = recipe.model_overrides.get("sparse_prediction", False)
 
 
-__all__ = ["build_model", "dense_prediction_for_saving", "get_tokenizer", "load_split", "load_splits"]
+__all__ = ["build_model", "dense_prediction_for_saving", "get_tokenizer", "load_split", "load_splits",
+           "unpadded_on_gpu"]

@@ -315,28 +315,34 @@ def _apply_with_indices(rows: dict, indices: list[int], function) -> dict:
 
 
 def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, block_size: int, *,
-                              text_column: str = "text", drop_last: bool = True, num_proc: int | None = None,
-                              batch_size: int = 1000, cache_dir: str | None = None) -> AnyDataset:
+                              text_column: str = "text", drop_last: bool = True, pack_documents: bool = False,
+                              num_proc: int | None = None, batch_size: int = 1000,
+                              cache_dir: str | None = None) -> AnyDataset:
     """Tokenize without templates and pack into ``block_size`` blocks joined by the end-of-text token
-    (``tokenizer.eos_token``); column ``input_ids`` only. Packing runs once over the whole stream, so
-    no tail is lost between map batches; the packed Dataset is cached under ``cache_dir``."""
+    (``tokenizer.eos_token``); column ``input_ids``, and with ``pack_documents`` ``position_ids`` restarting at
+    each document (``examples.pack_documents``). Packing runs once over the whole stream, so no tail is lost
+    between map batches; the packed Dataset is cached under ``cache_dir``."""
     if tokenizer.eos_token_id is None:
         raise MissingSpecialTokenError("causal-LM packing needs an end-of-text token (eos_token)")
     tokenized = tokenize_dataset(dataset, tokenizer, "causal_lm", text_column=text_column, num_proc=num_proc,
                                  batch_size=batch_size)
     gen_kwargs = {"tokenized": tokenized, "block_size": block_size, "separator_id": tokenizer.eos_token_id,
-                  "drop_last": drop_last}
-    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32"))})
+                  "drop_last": drop_last, "pack_documents": pack_documents}
+    columns = ("input_ids", "position_ids") if pack_documents else ("input_ids",)
+    features = datasets.Features({c: datasets.Sequence(datasets.Value("int32")) for c in columns})
     if isinstance(tokenized, datasets.IterableDataset):
         return datasets.IterableDataset.from_generator(_packed_blocks, features=features, gen_kwargs=gen_kwargs)
     fingerprint = datasets.fingerprint.Hasher.hash([tokenized._fingerprint, block_size,
-                                                    tokenizer.eos_token_id, drop_last])
+                                                    tokenizer.eos_token_id, drop_last, pack_documents])
     return datasets.Dataset.from_generator(_packed_blocks, features=features, gen_kwargs=gen_kwargs,
                                            fingerprint=fingerprint, cache_dir=cache_dir)
 
 
-def _packed_blocks(tokenized, block_size: int, separator_id: int, drop_last: bool):
+def _packed_blocks(tokenized, block_size: int, separator_id: int, drop_last: bool, pack_documents: bool):
     rows = (row["input_ids"] for row in tokenized)
+    if pack_documents:
+        yield from examples.pack_documents(rows, block_size, separator_id, drop_last)
+        return
     for block in examples.pack_sequences(rows, block_size, separator_id, drop_last):
         yield {"input_ids": block}
 

@@ -13,7 +13,9 @@ collating batches. ``train.core.data`` runs them inside ``Dataset.map`` (batched
 - ``pack_sequences(token_lists, block_size, separator_id)``: causal-LM packing. Each document is
   followed by the end-of-text token, the stream is cut into blocks of exactly ``block_size``; every
   token appears exactly once, in order, with no padding. The final partial block is dropped unless
-  ``drop_last=False`` (it is then shorter and the collator pads it).
+  ``drop_last=False`` (it is then shorter and the collator pads it). ``pack_documents`` gives the same
+  blocks with ``position_ids`` restarting at each document, from which the model keeps attention within
+  documents (packing without cross-document attention).
 - ``encode_classification`` (BERT ``[CLS] a [SEP] b [SEP]`` / GPT ``[START] a [DELIM] b [EXTRACT]``,
   whichever template the tokenizer carries), ``encode_seq2seq`` (``a </s>`` -> labels ``b </s>``),
   ``encode_causal_lm`` (no template), ``encode_token_classification`` (word labels on the first
@@ -44,21 +46,43 @@ class LabelAlignmentError(ValueError):
 
 # ----------------------------------------------------------------------------- causal-LM packing, NSP pairs
 
-def pack_sequences(sequences: Iterable[Sequence[int]], block_size: int, separator_id: int,
-                   drop_last: bool = True) -> Iterator[list[int]]:
-    """Concatenate documents, each followed by ``separator_id``, and cut into ``block_size`` blocks."""
+def _blocks(sequences: Iterable[Sequence[int]], block_size: int, separator_id: int,
+            drop_last: bool) -> Iterator[tuple[list[int], list[bool]]]:
+    """``(ids, starts)``: the stream of documents, each followed by ``separator_id``, cut into ``block_size``
+    blocks; ``starts`` flags the first token of each document."""
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
     buffer: list[int] = []
+    starts: list[bool] = []
     for ids in sequences:
+        starts.extend([True] + [False] * len(ids))
         buffer.extend(ids)
         buffer.append(separator_id)
         if len(buffer) >= block_size:
             cut = len(buffer) - len(buffer) % block_size
-            yield from (buffer[i:i + block_size] for i in range(0, cut, block_size))
-            buffer = buffer[cut:]
+            yield from ((buffer[i:i + block_size], starts[i:i + block_size]) for i in range(0, cut, block_size))
+            buffer, starts = buffer[cut:], starts[cut:]
     if buffer and not drop_last:
-        yield buffer
+        yield buffer, starts
+
+
+def pack_sequences(sequences: Iterable[Sequence[int]], block_size: int, separator_id: int,
+                   drop_last: bool = True) -> Iterator[list[int]]:
+    """Concatenate documents, each followed by ``separator_id``, and cut into ``block_size`` blocks."""
+    yield from (ids for ids, _ in _blocks(sequences, block_size, separator_id, drop_last))
+
+
+def pack_documents(sequences: Iterable[Sequence[int]], block_size: int, separator_id: int,
+                   drop_last: bool = True) -> Iterator[dict[str, list[int]]]:
+    """``pack_sequences``' blocks with ``position_ids`` that restart at 0 at every document (its separator ends it)
+    and at every block: a document cut by a block boundary continues in the next block from position 0, as a new
+    document (it could not attend to its first part anyway), so positions stay below ``block_size``."""
+    for ids, starts in _blocks(sequences, block_size, separator_id, drop_last):
+        positions, position = [], 0
+        for i, start in enumerate(starts):
+            position = 0 if start or i == 0 else position + 1
+            positions.append(position)
+        yield {"input_ids": ids, "position_ids": positions}
 
 
 def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
@@ -235,5 +259,5 @@ def _answer_tokens(offsets, sequence_ids, answers) -> tuple[int, int]:
 
 
 __all__ = ["IGNORE_INDEX", "LabelAlignmentError", "QAAnswerSpanError", "create_nsp_examples", "encode_causal_lm",
-           "encode_classification", "encode_qa", "encode_seq2seq", "encode_token_classification", "pack_sequences",
-           "truncate_seq_pair"]
+           "encode_classification", "encode_qa", "encode_seq2seq", "encode_token_classification", "pack_documents",
+           "pack_sequences", "truncate_seq_pair"]
