@@ -28,6 +28,12 @@ NORM_POSITIONS = ("post", "pre")
 RELATIVE_POSITION_TYPES = ("relative", "relative-keys")
 
 
+def check_vocab_multiple(multiple, name: str = "pad_vocab_to_multiple_of") -> None:
+    """None (no padding) or a positive integer, the multiple the vocabulary rows are padded to."""
+    if multiple is not None and (isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1):
+        raise ValueError(f"`{name}` must be None (no padding) or a positive integer (e.g. 64), got {multiple!r}.")
+
+
 class LineageConfig(PreTrainedConfig):
     r"""Fields common to all families. Defaults are BERT-base's; families override them.
 
@@ -143,11 +149,7 @@ class LineageConfig(PreTrainedConfig):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
-        multiple = self.pad_vocab_to_multiple_of
-        if multiple is not None and (isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1):
-            raise ValueError(
-                f"`pad_vocab_to_multiple_of` must be None (no padding) or a positive integer (e.g. 64), got {multiple!r}."
-            )
+        check_vocab_multiple(self.pad_vocab_to_multiple_of)
         self.check_position_fields()
 
     @property
@@ -187,4 +189,4 @@ class LineageConfig(PreTrainedConfig):
             )
 
 
-__all__ = ["ACTIVATIONS", "NORM_POSITIONS", "RELATIVE_POSITION_TYPES", "LineageConfig"]
+__all__ = ["ACTIVATIONS", "NORM_POSITIONS", "RELATIVE_POSITION_TYPES", "LineageConfig", "check_vocab_multiple"]

@@ -33,6 +33,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.output_capturing import OutputRecorder
 
+from .configuration_lineage_common import check_vocab_multiple
+
 ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,
     "gelu": nn.GELU,
@@ -509,9 +511,10 @@ def seq2seq_loss(
 
 def vocab_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Logits (..., V) of the real vocabulary: an output layer padded by `pad_vocab_to_multiple_of` has extra columns,
-    sliced off (a view) so that softmax, losses, `generate()` and pipelines never see a padded id, and the width
-    matches the tokenizer and the transformers reference models."""
-    return logits[..., :vocab_size] if logits.shape[-1] != vocab_size else logits
+    dropped (a contiguous copy of the real ones, as losses and users `view` logits) so that softmax, losses,
+    `generate()` and pipelines never see a padded id, and the width matches the tokenizer and the transformers
+    reference models. Masking them to -inf instead would keep a width no tokenizer or reference model has."""
+    return logits[..., :vocab_size].contiguous() if logits.shape[-1] != vocab_size else logits
 
 
 def skips_logits(model: nn.Module, head: nn.Module, labels: torch.Tensor | None, return_logits: bool | None) -> bool:
@@ -808,6 +811,22 @@ class LineagePreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         elif isinstance(module, SinusoidalPositionalEmbedding):
             init.copy_(module.weight, module.reset_table())
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        """transformers' resize, keeping `pad_vocab_to_multiple_of` (`LineageConfig`): the embedding and the output
+        layer get `new_num_tokens` rows rounded up to `pad_to_multiple_of` (default: the config's multiple, which an
+        explicit value replaces), and `config.vocab_size` becomes `new_num_tokens`, the real vocabulary, where
+        transformers would count the padded rows as tokens (and could then generate them)."""
+        if not hasattr(self.config, "pad_vocab_to_multiple_of"):  # a family without vocabulary padding (the RNN)
+            return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        check_vocab_multiple(pad_to_multiple_of, "pad_to_multiple_of")
+        vocab_size = new_num_tokens if new_num_tokens is not None else self.config.vocab_size
+        multiple = pad_to_multiple_of if pad_to_multiple_of is not None else self.config.pad_vocab_to_multiple_of
+        embeddings = super().resize_token_embeddings(vocab_size, multiple, mean_resizing)
+        self.config.vocab_size = self.vocab_size = vocab_size
+        self.config.pad_vocab_to_multiple_of = multiple
+        return embeddings
 
     @classmethod
     def auto_class_name(cls) -> str:
