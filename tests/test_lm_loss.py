@@ -224,9 +224,10 @@ def test_cuda_backends_match_the_dense_loss(backend, monkeypatch):
 # ---------------------------------------------------------------------------------------------- the heads
 
 
-def loss_and_grads(model, **inputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def loss_and_grads(model, forward=None, **inputs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss of `forward` (default: the model itself, else e.g. its compiled form) and the model's gradients."""
     model.zero_grad()
-    loss = model(**inputs).loss
+    loss = (forward if forward is not None else model)(**inputs).loss
     loss.backward()
     return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
@@ -471,3 +472,14 @@ def test_export_of_a_padded_model_gives_the_real_vocabulary(tmp_path):
         logits = program(ids, mask)
         assert logits.shape == (3, 5, V)
         torch.testing.assert_close(logits, model(ids, mask).logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_loss_without_logits_compiles_in_one_graph():
+    model = LineageGptForCausalLM(preset("gpt-tiny", pad_vocab_to_multiple_of=64, **NO_DROPOUT)).train()
+    batch = causal_batch()
+    eager, eager_grads = loss_and_grads(model, **batch)
+    compiled, compiled_grads = loss_and_grads(model, torch.compile(model, backend="aot_eager", fullgraph=True), **batch)
+    torch.testing.assert_close(compiled, eager, **EXACT)
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, **GRADS, msg=name)
