@@ -568,32 +568,36 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
     Each chunk's float32 (n, V') logits are made, turned into the chunk's losses and the gradient of the logits, and
     freed; the gradients w.r.t. `hidden` (N, C), `weight` (V', C, accumulated in float32) and `bias` are computed in
     the forward pass (as Liger does), so neither pass ever holds (N, V') logits and the backward only scales them by
-    the incoming gradient. Matmuls run in the dtype of `hidden` (the weight cast to it, as autocast would), logits
-    in float32 as transformers' losses upcast them. Gradients are computed only for inputs that require them and
-    only when autograd records the call.
+    the incoming gradient. Matmuls run in autocast's dtype when autocast is on (as the dense head's would), else in
+    the dtype of `hidden`; logits in float32, as transformers' losses upcast them. Gradients are computed only for
+    inputs that require them and only when autograd records the call.
     """
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
-                vocab_size: int, label_smoothing: float, chunk_size: int, grads: tuple[bool, bool, bool]) -> torch.Tensor:
-        """`grads`: which of `hidden`, `weight`, `bias` need a gradient (grad mode is off in here, so the caller says)."""
-        with torch.autocast(hidden.device.type, enabled=False):
-            w = weight.to(hidden.dtype)
-            b = bias.to(hidden.dtype) if bias is not None else None
+                vocab_size: int, label_smoothing: float, chunk_size: int,
+                grads: tuple[bool, bool, bool]) -> torch.Tensor:
+        """`grads`: which of `hidden`, `weight`, `bias` need a gradient (grad mode is off in here: the caller says)."""
+        device = hidden.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+        with torch.autocast(device, enabled=False):
+            w = weight.to(dtype)
+            b = bias.to(dtype) if bias is not None else None
             grad_hidden = torch.empty_like(hidden) if grads[0] else None
             grad_weight = torch.zeros_like(weight, dtype=torch.float32) if grads[1] else None
             grad_bias = torch.zeros_like(bias, dtype=torch.float32) if grads[2] else None
             total = hidden.new_zeros((), dtype=torch.float32)
             for start in range(0, hidden.shape[0], chunk_size):
                 rows = slice(start, start + chunk_size)
-                logits = nn.functional.linear(hidden[rows], w, b).float()  # (n, V')
+                h = hidden[rows].to(dtype)  # (n, C)
+                logits = nn.functional.linear(h, w, b).float()  # (n, V')
                 logits[:, vocab_size:] = float("-inf")
                 losses, grad = _smoothed_cross_entropy(logits, labels[rows], vocab_size, label_smoothing)
                 total += losses.sum()
                 if grad_hidden is not None:
-                    grad_hidden[rows] = grad.to(hidden.dtype) @ w
+                    grad_hidden[rows] = grad.to(dtype) @ w
                 if grad_weight is not None:
-                    grad_weight.addmm_(grad.T, hidden[rows].float())
+                    grad_weight.addmm_(grad.T, h.float())
                 if grad_bias is not None:
                     grad_bias += grad.sum(0)
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
@@ -639,9 +643,11 @@ def lm_head_loss(
         labels = nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]  # (..., T): the next token
     hidden = hidden_states.reshape(-1, hidden_states.shape[-1])  # (N, C)
     labels = labels.reshape(-1).to(hidden.device)  # (N,)
-    if _checks_enabled() and labels.numel() and not bool(((labels >= 0) & (labels < vocab_size) | (labels == -100)).all()):
-        bad = labels[(labels != -100) & ((labels < 0) | (labels >= vocab_size))][0]
-        raise ValueError(f"`labels` must be -100 (ignored) or in [0, {vocab_size}) (vocab_size), got {int(bad)}.")
+    if _checks_enabled():
+        outside = (labels != -100) & ((labels < 0) | (labels >= vocab_size))  # (N,)
+        if bool(outside.any()):
+            bad = int(labels[outside][0])
+            raise ValueError(f"`labels` must be -100 (ignored) or in [0, {vocab_size}) (vocab_size), got {bad}.")
     if chunk_size is None:
         chunk_size = max(1, -(-hidden.shape[0] * hidden.shape[1] // weight.shape[0]))
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:

@@ -334,7 +334,8 @@ def _masked_lm(model: LineageBertPreTrainedModel, hidden_states: torch.Tensor, l
     if model.config.sparse_prediction:
         hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
     if skips_logits(model, lm_head.decoder, labels, return_logits):
-        return None, lm_head.loss(hidden_states, labels, vocab_size, num_items_in_batch=kwargs.get("num_items_in_batch"))
+        num_items_in_batch = kwargs.get("num_items_in_batch")
+        return None, lm_head.loss(hidden_states, labels, vocab_size, num_items_in_batch=num_items_in_batch)
     logits = vocab_logits(lm_head(hidden_states), vocab_size)
     return logits, ForMaskedLMLoss(logits, labels, vocab_size=vocab_size, **kwargs)
 
@@ -378,7 +379,8 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         return_logits: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> LineageBertForPreTrainingOutput:
-        """A training forward with `labels` returns `prediction_logits=None` (`return_logits`: `layers.skips_logits`)."""
+        """A training forward with `labels` returns `prediction_logits=None` (`return_logits`: see
+        `layers.skips_logits`)."""
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )

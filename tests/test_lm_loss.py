@@ -28,10 +28,10 @@ from modeling import (
     LineageGptForCausalLM,
     LineageGptForSequenceClassification,
     LineageTransformerForConditionalGeneration,
+    layers,
 )
-from modeling import layers
 from modeling.conversion import from_transformers, to_transformers
-from modeling.layers import ChunkedLinearCrossEntropy, lm_head_loss, lm_loss_backend
+from modeling.layers import lm_head_loss, lm_loss_backend
 
 V, C = 99, 32  # the tiny presets' vocabulary and width
 EXACT = {"rtol": 1e-6, "atol": 1e-6}
@@ -136,7 +136,8 @@ def test_all_labels_ignored_gives_what_the_dense_loss_gives():
         dense = dense_loss(hidden, weight, None, labels, V, num_items_in_batch=num_items_in_batch)
         torch.testing.assert_close(chunked, dense, equal_nan=True)
         assert torch.isnan(chunked) == (num_items_in_batch is None)
-        for got, want in zip(torch.autograd.grad(chunked, (hidden, weight)), torch.autograd.grad(dense, (hidden, weight))):
+        grads = torch.autograd.grad(chunked, (hidden, weight)), torch.autograd.grad(dense, (hidden, weight))
+        for got, want in zip(*grads):
             assert torch.equal(got, want) and got.abs().max() == 0
 
 
@@ -384,7 +385,8 @@ def loud_padding(model: nn.Module) -> nn.Module:
 
 
 def test_generate_never_emits_a_padded_id():
-    model = loud_padding(LineageGptForCausalLM(preset("gpt-tiny", pad_vocab_to_multiple_of=64, eos_token_id=None))).eval()
+    config = preset("gpt-tiny", pad_vocab_to_multiple_of=64, eos_token_id=None)
+    model = loud_padding(LineageGptForCausalLM(config)).eval()
     prompt = torch.randint(5, V, (2, 4))
     assert model(prompt).logits.shape == (2, 4, V)
     for options in ({"do_sample": False}, {"do_sample": True, "top_k": 0}, {"num_beams": 3, "do_sample": False}):
@@ -483,3 +485,16 @@ def test_the_loss_without_logits_compiles_in_one_graph():
     torch.testing.assert_close(compiled, eager, **EXACT)
     for name, grad in eager_grads.items():
         torch.testing.assert_close(compiled_grads[name], grad, **GRADS, msg=name)
+
+
+def test_autocast_runs_the_chunks_in_its_dtype_like_the_dense_head():
+    model = LineageGptForCausalLM(preset("gpt-tiny", **NO_DROPOUT)).train()
+    batch = causal_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused, fused_grads = loss_and_grads(model, **batch)
+        dense, dense_grads = loss_and_grads(model, **batch, return_logits=True)
+    full, _ = loss_and_grads(model, **batch)  # float32
+    torch.testing.assert_close(fused, dense, rtol=0, atol=2e-3)  # both from bfloat16 matmuls: equally far from fp32
+    assert (fused - full).abs() > 1e-5 and (dense - full).abs() > 1e-5
+    for name, grad in dense_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, rtol=0.05, atol=2e-3, msg=name)
