@@ -12,6 +12,10 @@ the paper's post-norm; a gated feed-forward variant; the split sin/cos position 
 position representations in self-attention (Shaw et al. 2018, "Self-Attention with Relative Position
 Representations"; `LineageAttention` says which kernel runs when).
 
+The output layer: logits over the real vocabulary of a padded one (`pad_vocab_to_multiple_of`, `vocab_logits`), and
+the LM loss computed without the (N, V) logits (`lm_head_loss`: chunked in PyTorch, or Liger Kernel's fused kernel on
+CUDA), which the heads use in training (`skips_logits`).
+
 Dimension legend:
     B  batch size
     T  query length (tokens of the current input)
@@ -19,6 +23,8 @@ Dimension legend:
     H  number of attention heads
     D  head dimension (hidden_size // H)
     C  hidden size (H * D)
+    N  tokens of a flattened batch (B * T, or the labelled ones)
+    V  vocabulary size (`vocab_size`); V' the rows of a padded output layer (`padded_vocab_size`)
 """
 
 import importlib.util
