@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, EncoderDecoderCache
@@ -173,6 +174,17 @@ def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_l
                              f"got {tuple(mask.shape)}.")
         return
     check_mask_shape(mask, torch.Size((batch, total)), name, against)
+
+
+def check_label_ids(labels: torch.Tensor | None, vocab_size: int, name: str = "labels") -> None:
+    """Require every label to be -100 (ignored) or a token id in `[0, vocab_size)`; the extra rows of a padded
+    vocabulary (`pad_vocab_to_multiple_of`) are no token."""
+    if labels is None or not _checks_enabled():
+        return
+    outside = (labels != -100) & ((labels < 0) | (labels >= vocab_size))
+    if bool(outside.any()):
+        bad = int(labels[outside][0])
+        raise ValueError(f"`{name}` must be -100 (ignored) or in [0, {vocab_size}) (vocab_size), got {bad}.")
 
 
 def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | torch.Size, name: str = "labels") -> None:
@@ -611,6 +623,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         return total
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_output: torch.Tensor):
         scaled = [None if grad is None else (grad * grad_output).to(dtype)
                   for grad, dtype in zip(ctx.saved_tensors, ctx.dtypes)]
@@ -649,11 +662,7 @@ def lm_head_loss(
         labels = nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]  # (..., T): the next token
     hidden = hidden_states.reshape(-1, hidden_states.shape[-1])  # (N, C)
     labels = labels.reshape(-1).to(hidden.device)  # (N,)
-    if _checks_enabled():
-        outside = (labels != -100) & ((labels < 0) | (labels >= vocab_size))  # (N,)
-        if bool(outside.any()):
-            bad = int(labels[outside][0])
-            raise ValueError(f"`labels` must be -100 (ignored) or in [0, {vocab_size}) (vocab_size), got {bad}.")
+    check_label_ids(labels, vocab_size)
     if chunk_size is None:
         chunk_size = max(1, -(-hidden.shape[0] * hidden.shape[1] // weight.shape[0]))
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
@@ -880,6 +889,7 @@ __all__ = [
     "check_cached_mask",
     "check_decoder_inputs",
     "check_ids_or_embeds",
+    "check_label_ids",
     "check_labels_shape",
     "check_mask_shape",
     "check_sequence_length",

@@ -64,6 +64,7 @@ from .layers import (
     LineageLinear,
     LineagePreTrainedModel,
     check_cached_mask,
+    check_label_ids,
     check_ids_or_embeds,
     check_labels_shape,
     check_mask_shape,
@@ -323,17 +324,17 @@ class LineageBertForPreTrainingOutput(ModelOutput):
 
 
 def _masked_lm(model: LineageBertPreTrainedModel, hidden_states: torch.Tensor, labels: torch.Tensor | None,
-               return_logits: bool | None, **kwargs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+               skip_logits: bool, **kwargs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """MLM logits and loss: (B, T, V) logits, or with `sparse_prediction` and labels the (N, V) logits of the N
-    labelled positions only (the head and the softmax skip the rest, which the loss ignores anyway); no logits where
-    `skips_logits` says so (a training forward with labels)."""
+    labelled positions only (the head and the softmax skip the rest, which the loss ignores anyway); with
+    `skip_logits` (`skips_logits`: a training forward with labels) the loss alone."""
     lm_head, vocab_size = model.lm_head, model.config.vocab_size
     if labels is None:
         return vocab_logits(lm_head(hidden_states), vocab_size), None
     check_labels_shape(labels, hidden_states.shape[:-1])
     if model.config.sparse_prediction:
         hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
-    if skips_logits(model, lm_head.decoder, labels, return_logits):
+    if skip_logits:
         num_items_in_batch = kwargs.get("num_items_in_batch")
         return None, lm_head.loss(hidden_states, labels, vocab_size, num_items_in_batch=num_items_in_batch)
     logits = vocab_logits(lm_head(hidden_states), vocab_size)
@@ -381,10 +382,12 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
     ) -> LineageBertForPreTrainingOutput:
         """A training forward with `labels` returns `prediction_logits=None` (`return_logits`: see
         `layers.skips_logits`)."""
+        skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
+        check_label_ids(labels, self.config.vocab_size)
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
-        prediction_logits, mlm_loss = _masked_lm(self, outputs.last_hidden_state, labels, return_logits)
+        prediction_logits, mlm_loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits)
         seq_relationship_logits = self.nsp_head(outputs.pooler_output)
         nsp_loss = _classification_loss(seq_relationship_logits, next_sentence_label, "next_sentence_label")
         losses = [loss for loss in (mlm_loss, nsp_loss) if loss is not None]
@@ -429,10 +432,12 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
         """A training forward with `labels` returns `logits=None` (`return_logits`: `layers.skips_logits`)."""
+        skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
+        check_label_ids(labels, self.config.vocab_size)
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
-        logits, loss = _masked_lm(self, outputs.last_hidden_state, labels, return_logits, **kwargs)
+        logits, loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits, **kwargs)
         return MaskedLMOutput(
             loss=loss,
             logits=logits,
@@ -482,8 +487,10 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithCrossAttentions:
         """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
         with `labels` returns `logits=None` (`return_logits`: `layers.skips_logits`)."""
+        skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         if labels is not None:
             check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
+            check_label_ids(labels, self.config.vocab_size)
             use_cache = False
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, encoder_hidden_states,
@@ -491,7 +498,7 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
         )
         hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (B, T', C)
         vocab_size, logits, loss = self.config.vocab_size, None, None
-        if skips_logits(self, self.lm_head.decoder, labels, return_logits):
+        if skip_logits:
             loss = self.lm_head.loss(hidden_states, labels, vocab_size, shift=True,
                                      num_items_in_batch=kwargs.get("num_items_in_batch"))
         else:

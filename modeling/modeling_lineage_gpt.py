@@ -44,6 +44,7 @@ from .layers import (
     LineageLinear,
     LineagePreTrainedModel,
     check_cached_mask,
+    check_label_ids,
     check_ids_or_embeds,
     check_labels_shape,
     check_mask_shape,
@@ -212,15 +213,17 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
         """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
         with `labels` computes the loss without the (B, T, V) logits and returns `logits=None` (`return_logits`:
         see `layers.skips_logits`)."""
+        skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
         if labels is not None:
             check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
+            check_label_ids(labels, self.config.vocab_size)
         outputs = self.transformer(
             input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache=use_cache,
             return_dict=True, **kwargs,
         )
         hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (B, T', C)
         vocab_size, logits, loss = self.config.vocab_size, None, None
-        if skips_logits(self, self.lm_head, labels, return_logits):
+        if skip_logits:
             loss = lm_head_loss(hidden_states, self.lm_head.weight, None, labels, vocab_size, shift=True,
                                 num_items_in_batch=kwargs.get("num_items_in_batch"))
         else:

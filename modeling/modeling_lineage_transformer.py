@@ -51,6 +51,7 @@ from .layers import (
     SinusoidalPositionalEmbedding,
     check_cached_mask,
     check_decoder_inputs,
+    check_label_ids,
     check_ids_or_embeds,
     check_mask_shape,
     check_sequence_length,
@@ -390,6 +391,8 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
     ) -> Seq2SeqLMOutput:
         """A training forward with `labels` computes the loss without the (B, T, V) logits and returns `logits=None`
         (`return_logits`: see `layers.skips_logits`)."""
+        skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
+        check_label_ids(labels, self.config.vocab_size)
         decoder_input_ids = teacher_forcing_inputs(labels, decoder_input_ids, decoder_inputs_embeds, self.config)
         if labels is not None:
             use_cache = False
@@ -401,7 +404,7 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
         if labels is not None and self.config.sparse_prediction:
             hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
         bias, vocab_size, logits, loss = self.final_logits_bias, self.config.vocab_size, None, None
-        if skips_logits(self, self.lm_head, labels, return_logits):
+        if skip_logits:
             loss = lm_head_loss(hidden_states, self.lm_head.weight, bias[0] if bias is not None else None, labels,
                                 vocab_size, self.config.label_smoothing, num_items_in_batch)
         else:

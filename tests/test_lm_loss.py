@@ -498,3 +498,24 @@ def test_autocast_runs_the_chunks_in_its_dtype_like_the_dense_head():
     assert (fused - full).abs() > 1e-5 and (dense - full).abs() > 1e-5
     for name, grad in dense_grads.items():
         torch.testing.assert_close(fused_grads[name], grad, rtol=0.05, atol=2e-3, msg=name)
+
+
+@pytest.mark.parametrize("model_class", [LineageGptForCausalLM, LineageBertForMaskedLM, LineageBertForPreTraining,
+                                         LineageBertLMHeadModel, LineageTransformerForConditionalGeneration])
+def test_bad_labels_and_return_logits_are_refused_before_the_backbone_runs(model_class):
+    name = {LineageGptForCausalLM: "gpt-tiny", LineageTransformerForConditionalGeneration: "transformer-tiny"}
+    model = model_class(preset(name.get(model_class, "bert-tiny"), pad_vocab_to_multiple_of=64)).train()
+    calls = []
+    model.base_model.register_forward_pre_hook(lambda *args: calls.append(1))
+    ids = torch.randint(5, V, (2, 6))
+    for bad in (V, 127, -5):  # a padding row is no label either
+        labels = ids.clone()
+        labels[1, 2] = bad
+        with pytest.raises(ValueError, match=rf"`labels` must be -100 \(ignored\) or in \[0, {V}\).*got {bad}"):
+            model(input_ids=ids, labels=labels)
+    targets = {"decoder_input_ids": ids} if model.config.is_encoder_decoder else {}
+    with pytest.raises(ValueError, match="`return_logits=False`.*needs `labels`"):
+        model(input_ids=ids, return_logits=False, **targets)
+    assert calls == []
+    model(input_ids=ids, labels=ids)
+    assert calls  # the hook does see a forward
