@@ -907,8 +907,8 @@ __all__ = [
     "sdpa_relative_keys_forward",
     "seq2seq_loss",
     "shift_tokens_right",
+    "sinusoidal_table",
     "skips_logits",
     "teacher_forcing_inputs",
-    "sinusoidal_table",
     "vocab_logits",
 ]
