@@ -519,3 +519,30 @@ def test_bad_labels_and_return_logits_are_refused_before_the_backbone_runs(model
     assert calls == []
     model(input_ids=ids, labels=ids)
     assert calls  # the hook does see a forward
+
+
+def test_trainer_accumulation_matches_one_batch_and_predict_gets_logits(tmp_path):
+    """Trainer's `num_items_in_batch`: two accumulated micro-batches with different numbers of labelled tokens take
+    the step one batch of all four rows takes; `predict` (eval mode) gets the (N, T, V) logits."""
+    ids = torch.randint(5, V, (4, 8))
+    labels = ids.clone()
+    labels[0, :5] = labels[3, :2] = -100
+    rows = [{"input_ids": i, "labels": l} for i, l in zip(ids, labels)]
+    trained = []
+    for batch_size, accumulation in ((4, 1), (2, 2)):
+        torch.manual_seed(0)
+        model = LineageGptForCausalLM(preset("gpt-tiny", **NO_DROPOUT))
+        initial = {name: weight.clone() for name, weight in model.state_dict().items()}
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / str(batch_size)), per_device_train_batch_size=batch_size, max_steps=1,
+            gradient_accumulation_steps=accumulation, optim="sgd", learning_rate=1.0, lr_scheduler_type="constant",
+            report_to=[], save_strategy="no", use_cpu=True, dataloader_drop_last=False,
+        )
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=rows)
+        trainer.train()
+        trained.append(model.state_dict())
+    for name, weight in trained[0].items():
+        torch.testing.assert_close(trained[1][name], weight, **GRADS, msg=name)
+    assert not torch.allclose(trained[0]["lm_head.weight"], initial["lm_head.weight"])
+    predictions = trainer.predict(rows).predictions
+    assert predictions.shape == (4, 8, V)
