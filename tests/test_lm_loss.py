@@ -39,6 +39,13 @@ GRADS = {"rtol": 1e-5, "atol": 1e-6}
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
 
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    """Chunks of 7-10 tokens by default (1000 logits over 99-128 columns), so the heads' batches (33, 30, 18 tokens)
+    end in a partial chunk, as a real batch does at the default 128 MiB."""
+    monkeypatch.setattr(layers, "LM_LOSS_CHUNK_ELEMENTS", 1000)
+
+
 # ---------------------------------------------------------------------------------------------- the function
 
 

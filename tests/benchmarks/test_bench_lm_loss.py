@@ -3,10 +3,12 @@ computed from the (B, T, V) logits (`return_logits=True`, the dense path) and wi
 the default in training), also with the vocabulary padded to a multiple of 64 (50257 -> 50304 rows).
 
 Each variant runs in a fresh process, so the peak resident set size (`resource.getrusage`) is its own; the step time
-is the median of the steps after a warm-up one. On CUDA the peak is `torch.cuda.max_memory_allocated`.
+is the median of the steps after a warm-up one. On CUDA the peak is `torch.cuda.max_memory_allocated`. The output
+layer alone (forward and backward of the loss from (B * T, 768) hidden states, 50257 tokens) is also timed in one
+process, the two paths interleaved (`timing.compare`).
 
 Run: python -m pytest -m benchmark tests/benchmarks/test_bench_lm_loss.py -s
-  or python tests/benchmarks/test_bench_lm_loss.py [--batch 4 --length 512 --steps 3]
+  or python tests/benchmarks/test_bench_lm_loss.py [--batch 4 --length 512 --steps 3] [--head_only]
 
 CPU timings swing by tens of percent while other jobs share the cores: compare on a quiet machine.
 """
@@ -78,6 +80,35 @@ def measure(batch: int, length: int, steps: int) -> list[dict]:
     return results
 
 
+def time_head(batch: int, length: int, repeats: int = 5) -> float:
+    """Ratio dense time / chunked time of the output layer's loss, forward and backward, interleaved."""
+    sys.path.insert(0, str(REPO))
+    import torch
+    from timing import compare, device
+
+    from modeling.layers import lm_head_loss
+
+    target = device()
+    hidden = torch.randn(batch * length, 768, device=target, requires_grad=True)
+    weight = (0.02 * torch.randn(50257, 768, device=target)).requires_grad_()
+    labels = torch.randint(0, 50257, (batch * length,), device=target)
+
+    def dense():
+        logits = torch.nn.functional.linear(hidden, weight).float()
+        torch.autograd.grad(torch.nn.functional.cross_entropy(logits, labels), (hidden, weight))
+
+    def chunked():
+        torch.autograd.grad(lm_head_loss(hidden, weight, None, labels, 50257), (hidden, weight))
+
+    return compare(f"output layer loss, forward + backward, {batch}x{length} tokens (reference = dense)",
+                   chunked, dense, repeats=repeats)
+
+
+@pytest.mark.benchmark
+def test_chunked_head_is_not_slower():
+    assert time_head(batch=4, length=512) > 0.9
+
+
 @pytest.mark.benchmark
 def test_chunked_loss_lowers_peak_memory_and_keeps_the_loss():
     dense, chunked, padded = measure(batch=4, length=512, steps=3)
@@ -93,8 +124,11 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--head_only", action="store_true", help="time the output layer's loss alone")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.batch, args.length, args.steps)))
+    elif args.head_only:
+        time_head(args.batch, args.length)
     else:
         measure(args.batch, args.length, args.steps)
