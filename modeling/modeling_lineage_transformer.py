@@ -51,8 +51,8 @@ from .layers import (
     SinusoidalPositionalEmbedding,
     check_cached_mask,
     check_decoder_inputs,
-    check_label_ids,
     check_ids_or_embeds,
+    check_label_ids,
     check_mask_shape,
     check_sequence_length,
     labelled_positions,
@@ -141,9 +141,7 @@ class LineageTransformerEncoder(LineageTransformerStack):
 
     def __init__(self, config: LineageTransformerConfig):
         super().__init__(config, is_decoder=False)
-        self.embed_tokens = nn.Embedding(
-            config.padded_vocab_size, config.hidden_size, padding_idx=config.pad_token_id
-        )
+        self.embed_tokens = nn.Embedding(config.padded_vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
