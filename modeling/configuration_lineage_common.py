@@ -28,6 +28,12 @@ NORM_POSITIONS = ("post", "pre")
 RELATIVE_POSITION_TYPES = ("relative", "relative-keys")
 
 
+def check_vocab_multiple(multiple, name: str = "pad_vocab_to_multiple_of") -> None:
+    """None (no padding) or a positive integer, the multiple the vocabulary rows are padded to."""
+    if multiple is not None and (isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1):
+        raise ValueError(f"`{name}` must be None (no padding) or a positive integer (e.g. 64), got {multiple!r}.")
+
+
 class LineageConfig(PreTrainedConfig):
     r"""Fields common to all families. Defaults are BERT-base's; families override them.
 
@@ -55,6 +61,12 @@ class LineageConfig(PreTrainedConfig):
             values), shared by its heads. Required (an integer >= 1) with `relative*`, unset otherwise.
         absolute_and_relative: with `relative*`, keep the absolute position embeddings too (the Transformer's then
             are sinusoidal, as in the paper's comparison); without it a relative model has no absolute positions.
+        pad_vocab_to_multiple_of: `None` (the default) or a positive integer m: the token embedding and the output
+            layer get `padded_vocab_size` = ceil(vocab_size / m) * m rows (64: GPT-2's 50257 -> 50304), so the
+            output matmul has tensor-core friendly shapes. `vocab_size` stays the tokenizer's size: ids at or past
+            it are refused as inputs and labels, returned logits cover the real vocabulary only (the padded columns
+            are sliced off), so no softmax, loss or `generate()` ever sees a padded id. The padded rows receive no
+            gradient; `to_transformers` drops them.
     """
 
     absolute_position_types = ("absolute",)  # the values of `position_embedding_type` that give absolute positions
@@ -75,6 +87,7 @@ class LineageConfig(PreTrainedConfig):
     position_embedding_type: str = "absolute"
     max_relative_position: int | None = None
     absolute_and_relative: bool = False
+    pad_vocab_to_multiple_of: int | None = None
 
     # class attributes, not config fields (no annotation): the special-token ids of a family's config that index a
     # weight (`padding_idx`), and those that only name a token
@@ -136,7 +149,14 @@ class LineageConfig(PreTrainedConfig):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
+        check_vocab_multiple(self.pad_vocab_to_multiple_of)
         self.check_position_fields()
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the token embedding and the output layer: `vocab_size` rounded up to `pad_vocab_to_multiple_of`."""
+        multiple = self.pad_vocab_to_multiple_of or 1
+        return -(-self.vocab_size // multiple) * multiple
 
     @property
     def relative_attention(self) -> str | None:
@@ -169,4 +189,4 @@ class LineageConfig(PreTrainedConfig):
             )
 
 
-__all__ = ["ACTIVATIONS", "NORM_POSITIONS", "RELATIVE_POSITION_TYPES", "LineageConfig"]
+__all__ = ["ACTIVATIONS", "NORM_POSITIONS", "RELATIVE_POSITION_TYPES", "LineageConfig", "check_vocab_multiple"]

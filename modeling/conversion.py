@@ -17,6 +17,9 @@ Supported pairs:
     GPT2Model, GPT2LMHeadModel, GPT2ForSequenceClassification  <->  pre-norm LineageGpt*
     MarianModel, MarianMTModel  <->  LineageTransformerModel, LineageTransformerForConditionalGeneration
 
+A padded vocabulary (`pad_vocab_to_multiple_of`) converts: `to_transformers` drops the padding rows of the embedding,
+the output layer and its biases; `from_transformers(model, pad_vocab_to_multiple_of=64)` adds them.
+
 Models with relative position representations (`position_embedding_type="relative"` or `"relative-keys"`) have no
 transformers counterpart: `to_transformers` refuses them.
 """
@@ -32,6 +35,7 @@ import transformers
 from torch import nn
 
 from .configuration_lineage_bert import LineageBertConfig
+from .configuration_lineage_common import check_vocab_multiple
 from .modeling_lineage_bert import (
     LineageBertForMaskedLM,
     LineageBertForPreTraining,
@@ -513,12 +517,29 @@ def _find(model: nn.Module, attribute: str) -> Conversion:
     raise TypeError(f"No conversion for {type(model).__name__}; supported classes: {', '.join(supported)}.")
 
 
+def _vocab_keys(model: nn.Module) -> dict[str, int]:
+    """State-dict keys of the tensors indexed by token id (embedding, output layer, logits bias), each with the
+    dimension the id indexes: the ones `pad_vocab_to_multiple_of` pads."""
+    dims = {id(model.get_input_embeddings().weight): 0}
+    head = model.get_output_embeddings()
+    if head is not None:
+        dims.update({id(tensor): 0 for tensor in (head.weight, head.bias) if tensor is not None})
+    if getattr(model, "final_logits_bias", None) is not None:
+        dims[id(model.final_logits_bias)] = 1  # (1, V)
+    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    return {name: dims[id(tensor)] for name, tensor in named if id(tensor) in dims}
+
+
 def _build(target_class: type[nn.Module], config, state: StateDict, source: nn.Module,
            computed_keys: tuple[str, ...] = ()) -> nn.Module:
     if target_class._supports_sdpa or source.config._attn_implementation == "eager":
         config._attn_implementation = source.config._attn_implementation  # OpenAIGPT has eager attention only
     model = target_class(config)
     built = model.state_dict()
+    for key, dim in _vocab_keys(model).items():  # rows of a padded vocabulary: as initialised, outside every softmax
+        real, rows = state[key].shape[dim], built[key].shape[dim]
+        if rows > real:
+            state[key] = torch.cat([state[key], built[key].narrow(dim, real, rows - real)], dim)
     model.load_state_dict({**{key: built[key] for key in computed_keys}, **state}, strict=True)
     if model.can_generate() and getattr(source, "generation_config", None) is not None:
         model.generation_config = copy.deepcopy(source.generation_config)  # same decoding defaults, same outputs
@@ -526,10 +547,14 @@ def _build(target_class: type[nn.Module], config, state: StateDict, source: nn.M
     return model.to(device=parameter.device, dtype=parameter.dtype).train(source.training)
 
 
-def from_transformers(model: nn.Module) -> nn.Module:
-    """The Lineage model with the same weights (and the same outputs) as a transformers reference model."""
+def from_transformers(model: nn.Module, pad_vocab_to_multiple_of: int | None = None) -> nn.Module:
+    """The Lineage model with the same weights (and the same outputs) as a transformers reference model;
+    `pad_vocab_to_multiple_of` (see `LineageConfig`) pads its embedding and output layer with freshly initialised
+    rows that no output ever shows."""
+    check_vocab_multiple(pad_vocab_to_multiple_of)
     conversion = _find(model, "reference_class")
     config = conversion.config_to_lineage(model.config)
+    config.pad_vocab_to_multiple_of = pad_vocab_to_multiple_of
     return _build(conversion.lineage_class, config, conversion.state_to_lineage(model.state_dict()), model)
 
 
@@ -544,7 +569,10 @@ def to_transformers(model: nn.Module) -> nn.Module:
             "trust_remote_code=True)` loads it anywhere."
         )
     config = conversion.config_to_reference(model.config)
-    state = conversion.state_to_reference(model.state_dict())
+    state = model.state_dict()
+    for key, dim in _vocab_keys(model).items():  # drop the rows of a padded vocabulary
+        state[key] = state[key].narrow(dim, 0, model.config.vocab_size)
+    state = conversion.state_to_reference(state)
     return _build(conversion.reference_class, config, state, model, conversion.reference_computed_keys)
 
 

@@ -68,14 +68,18 @@ from .layers import (
     PackedSequences,
     check_cached_mask,
     check_ids_or_embeds,
+    check_label_ids,
     check_labels_shape,
     check_mask_shape,
     check_sequence_length,
     check_token_ids,
     classifier_dropout,
     labelled_positions,
+    lm_head_loss,
     relative_attention_inputs,
+    skips_logits,
     varlen_attention_inputs,
+    vocab_logits,
 )
 
 logger = logging.get_logger(__name__)
@@ -86,7 +90,9 @@ class LineageBertEmbeddings(nn.Module):
 
     def __init__(self, config: LineageBertConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.word_embeddings = nn.Embedding(
+            config.padded_vocab_size, config.hidden_size, padding_idx=config.pad_token_id
+        )
         self.position_embeddings = (  # off for relative positions unless `absolute_and_relative`
             LearnedPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
             if config.uses_absolute_positions else None
@@ -162,10 +168,19 @@ class LineageBertLMHead(nn.Module):
         self.dense = LineageLinear(config.hidden_size, config.hidden_size)
         self.act = ACTIVATION_MODULES[config.hidden_act]()
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.decoder = LineageLinear(config.hidden_size, config.vocab_size)
+        self.decoder = LineageLinear(config.hidden_size, config.padded_vocab_size)
+
+    def transform(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The decoder's input: dense, activation, LayerNorm (B, T, C)."""
+        return self.norm(self.act(self.dense(hidden_states)))
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (B, T, V)
+        return self.decoder(self.transform(hidden_states))  # (B, T, V'), V' = config.padded_vocab_size
+
+    def loss(self, hidden_states: torch.Tensor, labels: torch.Tensor, vocab_size: int, **kwargs) -> torch.Tensor:
+        """The LM loss of `hidden_states` against `labels` without the logits (`layers.lm_head_loss`)."""
+        return lm_head_loss(self.transform(hidden_states), self.decoder.weight, self.decoder.bias, labels, vocab_size,
+                            **kwargs)
 
 
 class LineageBertPreTrainedModel(LineagePreTrainedModel):
@@ -363,17 +378,22 @@ class LineageBertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
-def _masked_lm(lm_head: nn.Module, hidden_states: torch.Tensor, labels: torch.Tensor | None, sparse: bool,
-               **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """MLM logits and loss: (B, T, V) logits, or with `sparse` and labels the (N, V) logits of the N labelled
-    positions only (the head and the softmax skip the rest, which the loss ignores anyway)."""
+def _masked_lm(model: LineageBertPreTrainedModel, hidden_states: torch.Tensor, labels: torch.Tensor | None,
+               skip_logits: bool, **kwargs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """MLM logits and loss: (B, T, V) logits, or with `sparse_prediction` and labels the (N, V) logits of the N
+    labelled positions only (the head and the softmax skip the rest, which the loss ignores anyway); with
+    `skip_logits` (`skips_logits`: a training forward with labels) the loss alone."""
+    lm_head, vocab_size = model.lm_head, model.config.vocab_size
     if labels is None:
-        return lm_head(hidden_states), None
+        return vocab_logits(lm_head(hidden_states), vocab_size), None
     check_labels_shape(labels, hidden_states.shape[:-1])
-    if sparse:
+    if model.config.sparse_prediction:
         hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
-    logits = lm_head(hidden_states)
-    return logits, ForMaskedLMLoss(logits, labels, vocab_size=logits.shape[-1], **kwargs)
+    if skip_logits:
+        num_items_in_batch = kwargs.get("num_items_in_batch")
+        return None, lm_head.loss(hidden_states, labels, vocab_size, num_items_in_batch=num_items_in_batch)
+    logits = vocab_logits(lm_head(hidden_states), vocab_size)
+    return logits, ForMaskedLMLoss(logits, labels, vocab_size=vocab_size, **kwargs)
 
 
 def _classification_loss(logits: torch.Tensor, labels: torch.Tensor | None, name: str = "labels") -> torch.Tensor | None:
@@ -412,14 +432,17 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         next_sentence_label: torch.Tensor | None = None,
+        return_logits: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> LineageBertForPreTrainingOutput:
+        """A training forward with `labels` returns `prediction_logits=None` (`return_logits`: see
+        `layers.skips_logits`)."""
+        skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
+        check_label_ids(labels, self.config.vocab_size)
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
-        prediction_logits, mlm_loss = _masked_lm(
-            self.lm_head, outputs.last_hidden_state, labels, self.config.sparse_prediction
-        )
+        prediction_logits, mlm_loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits)
         seq_relationship_logits = self.nsp_head(outputs.pooler_output)
         nsp_loss = _classification_loss(seq_relationship_logits, next_sentence_label, "next_sentence_label")
         losses = [loss for loss in (mlm_loss, nsp_loss) if loss is not None]
@@ -460,13 +483,16 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        return_logits: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
+        """A training forward with `labels` returns `logits=None` (`return_logits`: `layers.skips_logits`)."""
+        skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
+        check_label_ids(labels, self.config.vocab_size)
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
-        logits, loss = _masked_lm(self.lm_head, outputs.last_hidden_state, labels, self.config.sparse_prediction,
-                                  **kwargs)
+        logits, loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits, **kwargs)
         return MaskedLMOutput(
             loss=loss,
             logits=logits,
@@ -511,20 +537,29 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
         past_key_values: Cache | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        return_logits: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithCrossAttentions:
-        """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss."""
+        """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
+        with `labels` returns `logits=None` (`return_logits`: `layers.skips_logits`)."""
+        skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         if labels is not None:
             check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
+            check_label_ids(labels, self.config.vocab_size)
             use_cache = False
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, encoder_hidden_states,
             encoder_attention_mask, past_key_values, use_cache, return_dict=True, **kwargs,
         )
-        logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))  # (B, T', V)
-        loss = None
-        if labels is not None:
-            loss = ForCausalLMLoss(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (B, T', C)
+        vocab_size, logits, loss = self.config.vocab_size, None, None
+        if skip_logits:
+            loss = self.lm_head.loss(hidden_states, labels, vocab_size, shift=True,
+                                     num_items_in_batch=kwargs.get("num_items_in_batch"))
+        else:
+            logits = vocab_logits(self.lm_head(hidden_states), vocab_size)  # (B, T', V)
+            if labels is not None:
+                loss = ForCausalLMLoss(logits, labels, vocab_size=vocab_size, **kwargs)
         return CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,

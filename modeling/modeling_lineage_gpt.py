@@ -30,7 +30,7 @@ from torch import nn
 from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.loss.loss_utils import ForCausalLMLoss, ForSequenceClassificationLoss
+from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
 from transformers.modeling_utils import slice_logits_to_keep
@@ -46,14 +46,18 @@ from .layers import (
     PackedSequences,
     check_cached_mask,
     check_ids_or_embeds,
+    check_label_ids,
     check_labels_shape,
     check_mask_shape,
     check_sequence_length,
     check_token_ids,
     classifier_dropout,
     document_masking_error,
+    lm_head_loss,
     relative_attention_inputs,
+    skips_logits,
     varlen_attention_inputs,
+    vocab_logits,
 )
 
 
@@ -83,7 +87,7 @@ class LineageGptModel(LineageGptPreTrainedModel):
 
     def __init__(self, config: LineageGptConfig):
         super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = nn.Embedding(config.padded_vocab_size, config.hidden_size)
         self.embed_positions = (  # off for relative positions unless `absolute_and_relative`
             LearnedPositionalEmbedding(config.max_position_embeddings, config.hidden_size)
             if config.uses_absolute_positions else None
@@ -202,7 +206,7 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
     def __init__(self, config: LineageGptConfig):
         super().__init__(config)
         self.transformer = LineageGptModel(config)
-        self.lm_head = LineageLinear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = LineageLinear(config.hidden_size, config.padded_vocab_size, bias=False)
         self.post_init()
 
     def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
@@ -232,19 +236,29 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        return_logits: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
-        """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss."""
+        """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
+        with `labels` computes the loss without the (B, T, V) logits and returns `logits=None` (`return_logits`:
+        see `layers.skips_logits`)."""
+        skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
         if labels is not None:
             check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
+            check_label_ids(labels, self.config.vocab_size)
         outputs = self.transformer(
             input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache=use_cache,
             return_dict=True, **kwargs,
         )
-        logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))  # (B, T', V)
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (B, T', C)
+        vocab_size, logits, loss = self.config.vocab_size, None, None
+        if skip_logits:
+            loss = lm_head_loss(hidden_states, self.lm_head.weight, None, labels, vocab_size, shift=True,
+                                num_items_in_batch=kwargs.get("num_items_in_batch"))
+        else:
+            logits = vocab_logits(self.lm_head(hidden_states), vocab_size)  # (B, T', V)
+            if labels is not None:
+                loss = self.loss_function(logits, labels, vocab_size=vocab_size, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -331,9 +345,9 @@ class _LineageGptClassifier(LineageGptPreTrainedModel):
     def _output(self, logits, classification_loss, input_ids, real, outputs) -> LineageGptClassifierOutput:
         """L3 = L2 + lambda * L1 (section 3.2) when labels were given and `lm_loss_weight` lambda > 0."""
         loss, lm_loss, weight = classification_loss, None, self.config.lm_loss_weight
-        if classification_loss is not None and weight > 0:
-            lm_logits = nn.functional.linear(outputs.last_hidden_state, self.get_input_embeddings().weight)  # (N, T, V)
-            lm_loss = ForCausalLMLoss(lm_logits, input_ids.masked_fill(~real, -100), vocab_size=lm_logits.shape[-1])
+        if classification_loss is not None and weight > 0:  # the LM head is the tied embedding: no (N, T, V) logits
+            lm_loss = lm_head_loss(outputs.last_hidden_state, self.get_input_embeddings().weight, None,
+                                   input_ids.masked_fill(~real, -100), self.config.vocab_size, shift=True)
             loss = classification_loss + weight * lm_loss
         return LineageGptClassifierOutput(
             loss=loss,

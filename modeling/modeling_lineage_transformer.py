@@ -52,13 +52,17 @@ from .layers import (
     check_cached_mask,
     check_decoder_inputs,
     check_ids_or_embeds,
+    check_label_ids,
     check_mask_shape,
     check_sequence_length,
     labelled_positions,
+    lm_head_loss,
     relative_attention_inputs,
     seq2seq_loss,
     shift_tokens_right,
+    skips_logits,
     teacher_forcing_inputs,
+    vocab_logits,
 )
 
 
@@ -137,7 +141,7 @@ class LineageTransformerEncoder(LineageTransformerStack):
 
     def __init__(self, config: LineageTransformerConfig):
         super().__init__(config, is_decoder=False)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.embed_tokens = nn.Embedding(config.padded_vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -351,8 +355,8 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
     def __init__(self, config: LineageTransformerConfig):
         super().__init__(config)
         self.model = LineageTransformerModel(config)
-        self.lm_head = LineageLinear(config.hidden_size, config.vocab_size, bias=False)
-        bias = torch.zeros(1, config.vocab_size) if config.final_logits_bias else None
+        self.lm_head = LineageLinear(config.hidden_size, config.padded_vocab_size, bias=False)
+        bias = torch.zeros(1, config.padded_vocab_size) if config.final_logits_bias else None
         self.register_buffer("final_logits_bias", bias, persistent=True)
         self.post_init()
 
@@ -380,8 +384,13 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
+        return_logits: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
+        """A training forward with `labels` computes the loss without the (B, T, V) logits and returns `logits=None`
+        (`return_logits`: see `layers.skips_logits`)."""
+        skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
+        check_label_ids(labels, self.config.vocab_size)
         decoder_input_ids = teacher_forcing_inputs(labels, decoder_input_ids, decoder_inputs_embeds, self.config)
         if labels is not None:
             use_cache = False
@@ -392,12 +401,15 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
         hidden_states = outputs.last_hidden_state  # (B, T, C)
         if labels is not None and self.config.sparse_prediction:
             hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
-        logits = self.lm_head(hidden_states)  # (B, T, V), or (N, V)
-        if self.final_logits_bias is not None:
-            logits = logits + self.final_logits_bias
-        loss = None
-        if labels is not None:
-            loss = seq2seq_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
+        bias, vocab_size, logits, loss = self.final_logits_bias, self.config.vocab_size, None, None
+        if skip_logits:
+            loss = lm_head_loss(hidden_states, self.lm_head.weight, bias[0] if bias is not None else None, labels,
+                                vocab_size, self.config.label_smoothing, num_items_in_batch)
+        else:
+            logits = self.lm_head(hidden_states)  # (B, T, V'), or (N, V')
+            logits = vocab_logits(logits + bias if bias is not None else logits, vocab_size)
+            if labels is not None:
+                loss = seq2seq_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

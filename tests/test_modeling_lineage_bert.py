@@ -92,7 +92,9 @@ EXPECTED_SHAPES = {
 def test_shapes_loss_and_backward(model_class, norm_position):
     config = tiny_config(norm_position=norm_position)
     model = model_class(config)
-    outputs = model(**make_inputs(config, model_class))
+    # a training forward with labels skips the MLM logits (test_lm_loss.py); ask for them to check their shape
+    wants_logits = {"return_logits": True} if model_class in (LineageBertForPreTraining, LineageBertForMaskedLM) else {}
+    outputs = model(**make_inputs(config, model_class), **wants_logits)
     assert {k: tuple(v.shape) for k, v in output_tensors(outputs).items()} == EXPECTED_SHAPES[model_class]
     if model_class is LineageBertModel:
         loss = outputs.last_hidden_state.pow(2).mean() + outputs.pooler_output.pow(2).mean()
@@ -126,7 +128,7 @@ def test_sparse_prediction_gives_the_dense_loss_and_gradients_at_labelled_positi
     sparse.train()
     inputs = make_inputs(config, model_class)
     labelled = inputs["labels"] != -100
-    dense_out, sparse_out = dense(**inputs), sparse(**inputs)
+    dense_out, sparse_out = dense(**inputs, return_logits=True), sparse(**inputs, return_logits=True)
     logits = "prediction_logits" if model_class is LineageBertForPreTraining else "logits"
     assert getattr(sparse_out, logits).shape == (int(labelled.sum()), 99)
     torch.testing.assert_close(getattr(sparse_out, logits), getattr(dense_out, logits)[labelled], rtol=0, atol=1e-5)
@@ -518,7 +520,7 @@ def test_lm_head_loss_is_next_token_cross_entropy_and_registered_for_causal_lm()
     assert type(model) is LineageBertLMHeadModel
     assert model.lm_head.decoder.weight is model.bert.embeddings.word_embeddings.weight
     ids = torch.randint(1, 99, (2, 6))
-    out = model(ids, labels=ids)
+    out = model(ids, labels=ids, return_logits=True)
     expected = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, 99), ids[:, 1:].reshape(-1))
     torch.testing.assert_close(out.loss, expected)
     generated = model.generate(ids[:, :3], max_new_tokens=4, do_sample=False)

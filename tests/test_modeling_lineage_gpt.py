@@ -140,6 +140,9 @@ def test_head_shapes_loss_and_backward(model_class, norm):
         LineageGptForSequenceClassification: ("logits", (2, 2)),
         LineageGptForMultipleChoice: ("logits", (2, 3)),
     }[model_class]
+    if model_class is LineageGptForCausalLM:  # training with labels: the loss without logits (test_lm_loss.py)
+        assert outputs.logits is None
+        outputs = model(**inputs, return_logits=True)
     assert getattr(outputs, expected[0]).shape == expected[1]
     loss = outputs.last_hidden_state.pow(2).mean() if model_class is LineageGptModel else outputs.loss
     assert torch.isfinite(loss)

@@ -61,7 +61,8 @@ def test_shapes_loss_and_backward(norm_position, positions, layout):
     input_ids, attention_mask = sources()
     labels = tokens(3, 5)
     labels[1, 3:] = -100
-    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    assert model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).logits is None  # test_lm_loss.py
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, return_logits=True)
     assert out.logits.shape == (3, 5, 99)
     assert out.encoder_last_hidden_state.shape == (3, 7, 32)
     assert out.past_key_values is None  # no cache when training on labels
@@ -156,8 +157,8 @@ def test_sparse_prediction_gives_the_dense_loss_and_gradients_on_real_targets(fi
     labels = tokens(3, 5)
     labels[1, 2:] = labels[2, 4:] = -100  # ragged targets, padded
     kept = labels != -100
-    dense_out = dense(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
-    sparse_out = sparse(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    dense_out = dense(input_ids=input_ids, attention_mask=attention_mask, labels=labels, return_logits=True)
+    sparse_out = sparse(input_ids=input_ids, attention_mask=attention_mask, labels=labels, return_logits=True)
     assert sparse_out.logits.shape == (int(kept.sum()), 99)
     torch.testing.assert_close(sparse_out.logits, dense_out.logits[kept], rtol=0, atol=1e-5)
     torch.testing.assert_close(sparse_out.loss, dense_out.loss, rtol=0, atol=1e-6)

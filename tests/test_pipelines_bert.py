@@ -68,6 +68,19 @@ def test_fill_mask(tmp_path, tokenizer):
     torch.testing.assert_close(torch.tensor([r["score"] for r in results]), top.values, atol=1e-5, rtol=1e-4)
 
 
+def test_fill_mask_never_offers_a_padding_row(tmp_path, tokenizer):
+    """`pad_vocab_to_multiple_of`: rows past the tokenizer's vocabulary, made to win every softmax, never show."""
+    model = saved(tmp_path, tokenizer, "LineageBertForMaskedLM", pad_vocab_to_multiple_of=64)
+    vocab = len(tokenizer)
+    assert model.lm_head.decoder.bias.shape[0] > vocab
+    with torch.no_grad():
+        model.lm_head.decoder.bias[vocab:] = 1e4
+    model.save_pretrained(tmp_path)
+    results = transformers.pipeline("fill-mask", model=str(tmp_path), top_k=5)("the cat sat on the [MASK]")
+    assert len(results) == 5 and all(0 <= r["token"] < vocab for r in results)
+    assert sum(r["score"] for r in results) < 1.0  # the real vocabulary's softmax, not one padding row's 1.0
+
+
 def test_text_classification_single_and_pair(tmp_path, tokenizer):
     model = saved(tmp_path, tokenizer, "LineageBertForSequenceClassification", id2label=NLI_LABELS,
                   label2id={v: k for k, v in NLI_LABELS.items()})

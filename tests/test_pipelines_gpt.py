@@ -72,6 +72,21 @@ def test_text_generation_pipeline_matches_generate(folders):
         assert output[0]["generated_text"] == prompt + tokenizer.decode(new, skip_special_tokens=True)
 
 
+def test_text_generation_never_emits_a_padding_row(tmp_path):
+    """`pad_vocab_to_multiple_of`: rows past the vocabulary, made to win every argmax and draw, are never generated."""
+    model = LineageGptForCausalLM(preset("gpt-tiny", eos_token_id=None, pad_vocab_to_multiple_of=64))
+    with torch.no_grad():
+        model.lm_head.weight[99:] = 100.0
+    model.save_pretrained(tmp_path)
+    tokenizer = gpt_tokenizer()
+    tokenizer.save_pretrained(tmp_path)
+    generator = pipeline("text-generation", model=str(tmp_path))
+    for options in ({"do_sample": False}, {"do_sample": True, "top_k": 0}):
+        output = generator("the cat sat", max_new_tokens=8, add_special_tokens=False, return_tensors=True, **options)
+        ids = output[0]["generated_token_ids"]
+        assert len(ids) > 8 and max(ids) < 99
+
+
 def test_text_classification_pipeline_single_and_pair(folders):
     classifier = pipeline("text-classification", model=folders["cls"], top_k=None)
     tokenizer, model = classifier.tokenizer, classifier.model
