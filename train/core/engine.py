@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from train.core import checkpoints, publish
 from train.core.batching import EpochSampler, IndexedDataset, SeededCollate
+from train.core.compilation import compile_model
 from train.core.evaluation import evaluate
 from train.core.optimization import build_optimizer
 from train.core.recipes import Recipe
@@ -157,6 +158,7 @@ class Engine:
         self.total_steps = (r.max_steps if r.max_steps > 0
                             else max(1, math.ceil(r.num_train_epochs * self.steps_per_epoch)))
         optimizer, scheduler = build_optimizer(model, r, self.total_steps, d_model)
+        compile_model(model, r.compile, r.compile_mode)  # in place: state_dict keys unchanged
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
 
     def _resume(self, path: Path) -> None:
