@@ -67,8 +67,8 @@ def test_masked_lm_with_reference(tmp_path):
 
 
 def test_seq2seq_with_reference(tmp_path):
-    result, _ = run(tmp_path, config_file(tmp_path, "transformer-tiny", sinusoidal_layout="split"), "seq2seq",
-                    "--reference", "--dtype", "bf16")
+    result, _ = run(tmp_path, "transformer-tiny", "seq2seq", "--config", "sinusoidal_layout=split", "--reference",
+                    "--dtype", "bf16")
     assert result["reference_class"] == "MarianMTModel" and result["dtype"] == "bf16"
     check_training(result, reference=True)
 
@@ -92,6 +92,8 @@ LM = ["--task", "causal-lm"]
     (LM + ["--seq-len", "60", "--generate", "--new-tokens", "8"], r"--seq-len 60 \+ --new-tokens 8 is longer"),
     (["--task", "mlm"], "--task mlm needs a lineage-bert model"),
     (LM + ["--steps", "0"], "--steps must be >= 1"),
+    (LM + ["--config", "hidden_sise=64"], "'hidden_sise' is no field of lineage-gpt configs"),
+    (LM + ["--config", "hidden_size"], "--config expects KEY=VALUE"),
 ])
 def test_bad_settings_are_refused_before_any_step(extra, message, capsys, monkeypatch):
     monkeypatch.setattr(benchmark, "build_models", lambda *a: pytest.fail("a model was built"))

@@ -1,7 +1,8 @@
 """Time training steps (and greedy generation) of a model preset, alone or against its transformers reference.
 
     python -m train.benchmark --model gpt-117m --task causal-lm --batch-size 8 --seq-len 128 --steps 10 --reference
-    lineage benchmark --model transformer-base --task seq2seq --batch-size 8 --seq-len 64 --reference --generate
+    lineage benchmark --model transformer-base --config sinusoidal_layout=split --task seq2seq --batch-size 8 \
+        --seq-len 64 --reference --generate
     lineage benchmark --model gpt-124m-prenorm --task causal-lm --dtype bf16 --compile --json bench.json
 
 A training step is zero_grad, forward with labels, backward and an AdamW step on random tokens of the full length
@@ -30,12 +31,13 @@ from pathlib import Path
 
 import torch
 import transformers
+import yaml
 from transformers import CompileConfig
 
 from modeling.conversion import to_transformers
 from train.core import throughput
 from train.core.compilation import compile_model, compiler_error
-from train.core.recipes import available_presets, load_model_config
+from train.core.recipes import available_presets, check_model_overrides, load_model_config
 
 REFERENCE_FAMILIES = ("lineage-gpt", "lineage-bert", "lineage-transformer")
 
@@ -44,6 +46,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--model", required=True, help=f"a preset ({', '.join(available_presets())}), a config.json "
                                                        "or a saved model folder (its config; weights are random)")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a field of the model config (repeatable; YAML values), e.g. "
+                             "sinusoidal_layout=split for the Marian reference")
     parser.add_argument("--task", required=True, choices=tuple(throughput.TASKS))
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=128)
@@ -66,12 +71,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        config = load_model_config(args.model)
+        config = load_model_config(args.model, **config_overrides(args.model, args.config))
         check_arguments(args, config, device())
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError) as error:  # RecipeError is a ValueError
         parser.error(str(error))
     args.config = config
     return args
+
+
+def config_overrides(model: str, pairs: list[str]) -> dict:
+    """`--config KEY=VALUE` pairs, each key a field of the model's config."""
+    if any("=" not in pair for pair in pairs):
+        raise ValueError(f"--config expects KEY=VALUE, got {', '.join(p for p in pairs if '=' not in p)}")
+    overrides = {key: yaml.safe_load(value) for key, value in (pair.split("=", 1) for pair in pairs)}
+    if overrides:
+        check_model_overrides(overrides, load_model_config(model))
+    return overrides
 
 
 def device() -> torch.device:
