@@ -16,6 +16,9 @@ Speed: the encoder runs through `nn.GRU` / `nn.LSTM` over packed sequences (cuDN
 runs the whole target in one call where the architecture allows (`none`, Luong without input feeding); Bahdanau and
 input feeding need one step per position. Every time-independent projection of the annotations (`U h_i`, `W_a h_i`)
 is computed once per source and kept in the cache during generation.
+Under `torch.compile` (which traces neither the fused kernels nor packed sequences) the same recurrences run
+position by position through the cell functions (`cell_rnn`), the encoder's padding handled by a mask, and the
+input checks that read tensor values become assertion ops: the training forward and backward compile in one graph.
 
 Generation goes through transformers' `GenerationMixin`; `LineageRnnCache` carries the recurrent state, the
 input-feeding vector and the projected annotations between steps and reorders them for beam search. Alignments

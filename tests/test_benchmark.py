@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-
 from conftest import PRESETS, preset
+
 from train import benchmark
 from train.core import throughput
 

@@ -13,23 +13,28 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch._dynamo.utils import counters
-from transformers import AutoModelForCausalLM, AutoModelForPreTraining, AutoModelForSeq2SeqLM
-
 from conftest import preset
+from safetensors.torch import load_file
+from torch._dynamo.utils import counters
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForPreTraining,
+    AutoModelForSeq2SeqLM,
+)
+
 from train.core import compilation
 from train.core.compilation import check_compiler, compile_model
 from train.core.recipes import RecipeError
 from train.pretrain_gpt import main as pretrain_gpt
 
 B, T = 2, 8
-NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
 
 def gpt():
     config = preset("gpt-tiny", **NO_DROPOUT)
     ids = torch.randint(5, config.vocab_size, (B, T))
-    return AutoModelForCausalLM.from_config(config), dict(input_ids=ids, labels=ids)
+    return AutoModelForCausalLM.from_config(config), {"input_ids": ids, "labels": ids}
 
 
 def bert():
@@ -37,8 +42,8 @@ def bert():
     ids = torch.randint(5, config.vocab_size, (B, T))
     attention_mask = torch.ones(B, T, dtype=torch.long)
     attention_mask[1, -3:] = 0
-    return AutoModelForPreTraining.from_config(config), dict(
-        input_ids=ids, attention_mask=attention_mask, next_sentence_label=torch.tensor([0, 1]))
+    return AutoModelForPreTraining.from_config(config), {
+        "input_ids": ids, "attention_mask": attention_mask, "next_sentence_label": torch.tensor([0, 1])}
 
 
 def transformer():
@@ -54,8 +59,8 @@ def rnn(**overrides):
 def seq2seq_batch(config) -> dict:
     attention_mask = torch.ones(B, T, dtype=torch.long)
     attention_mask[1, -3:] = 0  # right padding: the RNN encoder's masked recurrence is exercised
-    return dict(input_ids=torch.randint(4, config.vocab_size, (B, T)), attention_mask=attention_mask,
-                labels=torch.randint(4, config.vocab_size, (B, T)))
+    return {"input_ids": torch.randint(4, config.vocab_size, (B, T)), "attention_mask": attention_mask,
+            "labels": torch.randint(4, config.vocab_size, (B, T))}
 
 
 def bert_labels(batch: dict, step: int) -> dict:
@@ -139,12 +144,10 @@ def test_compiled_run_writes_the_same_checkpoint_and_folder(tmp_path):
     torch._dynamo.reset()
     run_gpt(tmp_path / "eager")
     run_gpt(tmp_path / "compiled", "--compile", "true")
-    from safetensors.torch import load_file
-
     for relative in ("checkpoints/step-00000002/model.safetensors", "model/model.safetensors"):
         eager, compiled = load_file(tmp_path / "eager" / relative), load_file(tmp_path / "compiled" / relative)
         assert sorted(compiled) == sorted(eager), relative
-    files = lambda run: sorted(p.name for p in (tmp_path / run / "model").iterdir())  # noqa: E731
+    files = lambda run: sorted(p.name for p in (tmp_path / run / "model").iterdir())
     assert files("compiled") == files("eager")
     config = json.loads((tmp_path / "compiled/model/config.json").read_text())
     assert config == json.loads((tmp_path / "eager/model/config.json").read_text())

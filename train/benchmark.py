@@ -37,7 +37,11 @@ from transformers import CompileConfig
 from modeling.conversion import to_transformers
 from train.core import throughput
 from train.core.compilation import compile_model, compiler_error
-from train.core.recipes import available_presets, check_model_overrides, load_model_config
+from train.core.recipes import (
+    available_presets,
+    check_model_overrides,
+    load_model_config,
+)
 
 REFERENCE_FAMILIES = ("lineage-gpt", "lineage-bert", "lineage-transformer")
 
@@ -143,7 +147,7 @@ def benchmark_training(args: argparse.Namespace, models: dict, target: torch.dev
     flops = throughput.training_flops(throughput.matmul_parameters(models["lineage"]),
                                       throughput.attention_layers(args.config), args.config.hidden_size,
                                       args.batch_size, args.seq_len)
-    steps = {name: throughput.Trainer(model, batch, target, args.dtype) for name, model in models.items()}
+    steps = {name: throughput.TrainingStep(model, batch, target, args.dtype) for name, model in models.items()}
     memory = {}
     for name, step in steps.items():
         if args.compile:
@@ -164,8 +168,8 @@ def ratio(rows: dict) -> dict:
 
 
 def generation_kwargs(args: argparse.Namespace, model: torch.nn.Module, cache: str, target: torch.device) -> dict:
-    kwargs = dict(do_sample=False, num_beams=1, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                  pad_token_id=model.config.pad_token_id)
+    kwargs = {"do_sample": False, "num_beams": 1, "max_new_tokens": args.new_tokens,
+              "min_new_tokens": args.new_tokens, "pad_token_id": model.config.pad_token_id}
     if cache == "static":
         compiled = CompileConfig(fullgraph=True, mode="reduce-overhead" if target.type == "cuda" else "default")
         compiled._compile_all_devices = True  # transformers compiles the static-cache forward on GPUs only otherwise

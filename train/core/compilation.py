@@ -1,6 +1,6 @@
 """`torch.compile` for training: the recipe keys `compile` and `compile_mode`.
 
-`compile_model(model, compile=True, mode=...)` first proves that this torch can compile at all (a trivial function
+`compile_model(model, enabled=True, mode=...)` first proves that this torch can compile at all (a trivial function
 through TorchDynamo and Inductor, which needs a working C++ compiler on a CPU and Triton on a GPU), then compiles the
 model in place with `nn.Module.compile`: the module keeps its class, its parameters and its `state_dict` keys, so
 checkpoints, `save_pretrained` and the published folder are those of an uncompiled run. The forward compiles into
@@ -30,7 +30,7 @@ def compiler_error() -> str | None:
         value = probe(torch.zeros(4))
         if not torch.equal(value, torch.ones(4)):
             return f"the compiled probe computed {value.tolist()} instead of [1.0, 1.0, 1.0, 1.0]"
-    except Exception as error:  # any failure of the toolchain (missing compiler, Triton, unsupported Python)
+    except Exception as error:  # noqa: BLE001 (any toolchain failure: no C++ compiler, no Triton, ...)
         return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
     return None
 
@@ -44,9 +44,9 @@ def check_compiler() -> None:
                           "toolchain (a C++ compiler for CPU, Triton for CUDA)")
 
 
-def compile_model(model: nn.Module, compile: bool, mode: str | None = None) -> nn.Module:
-    """Compile `model` in place when `compile` is true (after checking the toolchain); returns the model."""
-    if not compile:
+def compile_model(model: nn.Module, enabled: bool, mode: str | None = None) -> nn.Module:
+    """Compile `model` in place when `enabled` (the recipe's `compile`), after checking the toolchain; returns it."""
+    if not enabled:
         return model
     check_compiler()
     torch._dynamo.config.capture_dynamic_output_shape_ops = True

@@ -88,7 +88,7 @@ def training_batch(config, task: str, batch: int, length: int, device: torch.dev
     labelled; seq2seq: a source and a target of `length` tokens each."""
     generator = torch.Generator().manual_seed(seed)
     low = 5 if config.vocab_size > 10 else 0  # above the special tokens of the presets
-    ids = lambda: torch.randint(low, config.vocab_size, (batch, length), generator=generator)  # noqa: E731
+    ids = lambda: torch.randint(low, config.vocab_size, (batch, length), generator=generator)
     input_ids = ids()
     if task == "causal-lm":
         inputs = {"input_ids": input_ids, "labels": input_ids}
@@ -148,7 +148,7 @@ def precision(device: torch.device, dtype: str):
 
 
 @dataclasses.dataclass
-class Trainer:
+class TrainingStep:
     """One model's training step: zero the gradients, forward with labels, backward, AdamW step."""
 
     model: nn.Module
@@ -179,6 +179,6 @@ def summarize(seconds: list[float], tokens: int, flops: int | None, peak: float 
     return row
 
 
-__all__ = ["PEAK_TFLOPS", "TASKS", "TASK_FAMILIES", "Trainer", "attention_layers", "interleaved_seconds",
+__all__ = ["PEAK_TFLOPS", "TASKS", "TASK_FAMILIES", "TrainingStep", "attention_layers", "interleaved_seconds",
            "matmul_parameters", "memory_measure", "peak_memory_mib", "peak_tflops", "precision", "summarize",
            "synchronize", "training_batch", "training_flops"]
