@@ -14,7 +14,7 @@ from conftest import PRESETS, preset
 from train import benchmark
 from train.core import throughput
 
-ROW_FIELDS = {"ms_per_step", "tokens_per_s", "peak_memory_mib"}
+ROW_FIELDS = {"ms_per_step", "tokens_per_s", "peak_memory_mib", "ms_each"}
 
 
 def config_file(tmp_path: Path, name: str, **overrides) -> str:
@@ -38,6 +38,8 @@ def check_training(result: dict, reference: bool) -> None:
     training = result["training"]
     assert set(training["lineage"]) == ROW_FIELDS | {"tflops"}  # no "mfu" on a CPU
     assert training["flops_per_step"] > 0 and training["lineage"]["tokens_per_s"] > 0
+    assert len(training["lineage"]["ms_each"]) == 2  # --steps 2
+    assert training["lineage"]["ms_per_step"] == pytest.approx(sum(training["lineage"]["ms_each"]) / 2)
     if reference:
         assert set(training["reference"]) == ROW_FIELDS | {"tflops"}
         assert training["ratio"] == pytest.approx(

@@ -171,7 +171,8 @@ class TrainingStep:
 def summarize(seconds: list[float], tokens: int, flops: int | None, peak: float | None, memory: float) -> dict:
     """A table row from per-call seconds: median ms, tokens/s, achieved TFLOP/s and MFU (when a peak is known)."""
     median = statistics.median(seconds)
-    row = {"ms_per_step": median * 1e3, "tokens_per_s": tokens / median, "peak_memory_mib": memory}
+    row = {"ms_per_step": median * 1e3, "tokens_per_s": tokens / median, "peak_memory_mib": memory,
+           "ms_each": [s * 1e3 for s in seconds]}  # the spread, to judge a shared machine's noise
     if flops is not None:
         row["tflops"] = flops / median / 1e12
         if peak is not None:
