@@ -16,6 +16,9 @@ Speed: the encoder runs through `nn.GRU` / `nn.LSTM` over packed sequences (cuDN
 runs the whole target in one call where the architecture allows (`none`, Luong without input feeding); Bahdanau and
 input feeding need one step per position. Every time-independent projection of the annotations (`U h_i`, `W_a h_i`)
 is computed once per source and kept in the cache during generation.
+Under `torch.compile` (which traces neither the fused kernels nor packed sequences) the same recurrences run
+position by position through the cell functions (`cell_rnn`), the encoder's padding handled by a mask, and the
+input checks that read tensor values become assertion ops: the training forward and backward compile in one graph.
 
 Generation goes through transformers' `GenerationMixin`; `LineageRnnCache` carries the recurrent state, the
 input-feeding vector and the projected annotations between steps and reorders them for beam search. Alignments
@@ -137,17 +140,25 @@ class LineageRnnCache(Cache):
         raise ValueError("A recurrent state cannot be cropped: it summarises every token seen so far.")
 
 
+def require(condition: torch.Tensor, message: str) -> None:
+    """A check of input values: a `ValueError`, or inside a compiled graph an assertion op with the same message
+    (a `RuntimeError` when it fails), since reading a tensor's value in Python would break the graph."""
+    if torch.compiler.is_compiling():
+        torch._assert_async(condition, message)
+    elif not bool(condition):
+        raise ValueError(message)
+
+
 def right_padded_lengths(mask: torch.Tensor | None, shape: torch.Size, name: str) -> torch.Tensor:
     """(B,) lengths of a right-padded (B, T) mask (ones, then zeros), at least 1 each; all T without a mask."""
     if mask is None:
         return torch.full((shape[0],), shape[1], dtype=torch.long)
     lengths = mask.long().sum(-1)  # (B,)
     positions = torch.arange(shape[1], device=mask.device)[None]  # (1, T)
-    if not torch.equal(mask.long(), (positions < lengths[:, None]).long()):
-        raise ValueError(f"`{name}` must be right-padded: ones for real tokens, then zeros for padding.")
-    if int(lengths.min()) < 1:
-        raise ValueError(f"`{name}` must keep at least one real token per row (a recurrent state needs an input).")
-    return lengths.cpu()
+    require((mask.long() == (positions < lengths[:, None]).long()).all(),
+            f"`{name}` must be right-padded: ones for real tokens, then zeros for padding.")
+    require(lengths.min() >= 1, f"`{name}` must keep at least one real token per row (a recurrent state needs an input).")
+    return lengths
 
 
 def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -167,30 +178,49 @@ def make_rnn(config: LineageRnnConfig, input_size: int, hidden_size: int, num_la
 
 def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
     """A stacked GRU or LSTM over (B, T, input) from `state`; the state comes back as a tuple either way. Several
-    positions go through the fused kernel (cuDNN / oneDNN); one position through the cell functions with the same
-    weights, since the fused kernel's fixed cost per call (about 2 ms forward and 4 ms backward on a CPU, measured
-    at batch 64 and width 128) dominates a single step."""
-    if inputs.shape[1] == 1:
-        return step_rnn(rnn, inputs, state)
+    positions go through the fused kernel (cuDNN / oneDNN); one position, or a compiled graph (TorchDynamo does not
+    trace the fused kernels), through the cell functions with the same weights, since the fused kernel's fixed cost
+    per call (about 2 ms forward and 4 ms backward on a CPU, measured at batch 64 and width 128) dominates a single
+    step."""
+    if inputs.shape[1] == 1 or torch.compiler.is_compiling():
+        return cell_rnn(rnn, inputs, state)
     outputs, new_state = rnn(inputs, state if isinstance(rnn, nn.LSTM) else state[0])
     return outputs, new_state if isinstance(new_state, tuple) else (new_state,)
 
 
-def step_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-    """One position of `rnn` layer by layer, (B, 1, input) -> (B, 1, C), with its dropout between layers."""
-    hidden = inputs[:, 0]  # (B, input)
-    new_state = []
+def cell_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, state: State,
+             mask: torch.Tensor | None = None) -> tuple[torch.Tensor, State]:
+    """What `rnn` computes over (B, T, input) from `state` (each (L * directions, B, C)), one position and layer at
+    a time through `torch.gru_cell` / `torch.lstm_cell`, with its dropout between layers. With a (B, T) bool `mask`
+    of right-padded rows it computes what the kernel does over packed sequences: a row's state stops at its last
+    real position, the backward direction starts there, and the outputs on padding are 0."""
+    directions = 2 if rnn.bidirectional else 1
+    layer_input, finals = inputs, []
     for layer in range(rnn.num_layers):
-        weights = [getattr(rnn, f"{name}_l{layer}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
-        if isinstance(rnn, nn.LSTM):
-            hidden, cell = torch.lstm_cell(hidden, (state[0][layer], state[1][layer]), *weights)
-            new_state.append((hidden, cell))
-        else:
-            hidden = torch.gru_cell(hidden, state[0][layer], *weights)
-            new_state.append((hidden,))
+        outputs = []
+        for direction in range(directions):
+            suffix = f"_l{layer}" + ("_reverse" if direction else "")
+            weights = [getattr(rnn, f"{name}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            carried = tuple(s[layer * directions + direction] for s in state)  # (B, C) each
+            steps = [None] * inputs.shape[1]
+            for t in reversed(range(inputs.shape[1])) if direction else range(inputs.shape[1]):
+                if isinstance(rnn, nn.LSTM):
+                    new = torch.lstm_cell(layer_input[:, t], carried, *weights)
+                else:
+                    new = (torch.gru_cell(layer_input[:, t], carried[0], *weights),)
+                if mask is not None:
+                    real = mask[:, t, None]  # (B, 1)
+                    new = tuple(torch.where(real, n, c) for n, c in zip(new, carried))
+                    steps[t] = torch.where(real, new[0], 0.0)
+                else:
+                    steps[t] = new[0]
+                carried = new
+            outputs.append(torch.stack(steps, dim=1))  # (B, T, C)
+            finals.append(carried)
+        layer_input = torch.cat(outputs, dim=-1) if directions == 2 else outputs[0]  # (B, T, directions * C)
         if layer < rnn.num_layers - 1:
-            hidden = nn.functional.dropout(hidden, rnn.dropout, rnn.training)
-    return hidden[:, None], tuple(torch.stack(parts) for parts in zip(*new_state))  # (L, B, C) each
+            layer_input = nn.functional.dropout(layer_input, rnn.dropout, rnn.training)
+    return layer_input, tuple(torch.stack(parts) for parts in zip(*finals))  # (L * directions, B, C) each
 
 
 def alignment(scores: torch.Tensor, source_mask: torch.Tensor) -> torch.Tensor:
@@ -287,9 +317,15 @@ class LineageRnnEncoder(nn.Module):
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, E)
         embedded = self.dropout(inputs_embeds)
         ordered = reverse_padded(embedded, lengths) if self.config.reverse_source else embedded
-        packed = pack_padded_sequence(ordered, lengths, batch_first=True, enforce_sorted=False)
-        outputs, state = self.rnn(packed)
-        annotations = pad_packed_sequence(outputs, batch_first=True, total_length=shape[1])[0]  # (B, S, C)
+        if torch.compiler.is_compiling():  # TorchDynamo traces neither packed sequences nor the fused kernel
+            directions = 2 if self.config.bidirectional_encoder else 1
+            zeros = ordered.new_zeros(self.config.num_encoder_layers * directions, shape[0], self.rnn.hidden_size)
+            mask = attention_mask.bool() if attention_mask is not None else None
+            annotations, state = cell_rnn(self.rnn, ordered, (zeros,) * (2 if self.config.cell == "lstm" else 1), mask)
+        else:
+            packed = pack_padded_sequence(ordered, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            outputs, state = self.rnn(packed)
+            annotations = pad_packed_sequence(outputs, batch_first=True, total_length=shape[1])[0]  # (B, S, C)
         if self.config.reverse_source:
             annotations = reverse_padded(annotations, lengths)  # back in source order
         state = state if isinstance(state, tuple) else (state,)

@@ -7,23 +7,11 @@ shared test setup pins one thread for the tiny test models).
 
 import os
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 
-
-def _synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _timed(fn: Callable[[], object]) -> float:
-    _synchronize()
-    start = time.perf_counter()
-    fn()
-    _synchronize()
-    return time.perf_counter() - start
+from train.core.throughput import interleaved_seconds
 
 
 def compare(label: str, lineage: Callable[[], object], reference: Callable[[], object], repeats: int = 5,
@@ -33,10 +21,8 @@ def compare(label: str, lineage: Callable[[], object], reference: Callable[[], o
     for _ in range(warmup):
         lineage()
         reference()
-    ours, theirs = [], []
-    for _ in range(repeats):
-        ours.append(_timed(lineage))
-        theirs.append(_timed(reference))
+    seconds = interleaved_seconds({"lineage": lineage, "reference": reference}, repeats, device())
+    ours, theirs = seconds["lineage"], seconds["reference"]
     ratio = statistics.median(theirs) / statistics.median(ours)
     print(f"{label}: lineage {statistics.median(ours) * 1e3:.1f} ms, reference {statistics.median(theirs) * 1e3:.1f} ms,"
           f" ratio reference/lineage {ratio:.3f} (median of {repeats})")

@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 
 from train.core import checkpoints, distributed, publish
 from train.core.batching import EpochSampler, IndexedDataset, SeededCollate
+from train.core.compilation import compile_model
 from train.core.evaluation import evaluate
 from train.core.optimization import build_optimizer
 from train.core.recipes import Recipe
@@ -158,6 +159,7 @@ class Engine:
         if r.gradient_checkpointing:
             distributed.enable_gradient_checkpointing(self.accelerator, model)
         optimizer, scheduler = build_optimizer(model, r, self.total_steps, d_model)
+        compile_model(model, r.compile, r.compile_mode)  # in place: state_dict keys unchanged
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
         distributed.mark_sharded_for_generate(self.accelerator, self.model)
 

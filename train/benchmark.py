@@ -1,0 +1,278 @@
+"""Time training steps (and greedy generation) of a model preset, alone or against its transformers reference.
+
+    python -m train.benchmark --model gpt-117m --task causal-lm --batch-size 8 --seq-len 128 --steps 10 --reference
+    lineage benchmark --model transformer-base --config sinusoidal_layout=split --task seq2seq --batch-size 8 \
+        --seq-len 64 --reference --generate
+    lineage benchmark --model gpt-124m-prenorm --task causal-lm --dtype bf16 --compile --json bench.json
+
+A training step is zero_grad, forward with labels, backward and an AdamW step on random tokens of the full length
+(`train.core.throughput`). `--warmup` steps run first and are not timed (they include compilation with
+`--compile`); then `--steps` steps are timed one by one and the median is reported as ms/step, tokens/s (B x T per
+step; for seq2seq the target positions, the source having the same length), achieved TFLOP/s (the FLOP formula
+in `train.core.throughput`), MFU against the GPU's peak (`--peak-tflops` overrides the table; no MFU column on a
+CPU) and peak memory (CUDA: `max_memory_allocated` during a step; CPU: the process's peak RSS).
+
+`--reference` builds the transformers reference model from the same weights (`modeling.conversion.to_transformers`:
+OpenAIGPT for post-norm GPT presets, GPT-2 for pre-norm ones, BERT, Marian) and times its steps interleaved with
+Lineage's, so machine noise hits both alike; `ratio` = reference ms / Lineage ms (above 1: Lineage is faster).
+`--compile` compiles both (`train.core.compilation`). `--generate` also times greedy generation of
+`--new-tokens` tokens from the `--seq-len` prompt (causal LM) or source (seq2seq) with the dynamic cache and with
+the static cache and a compiled forward (for models that declare `_can_compile_fullgraph`). `--json FILE` writes
+the table with its settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import transformers
+import yaml
+from transformers import CompileConfig
+
+from modeling.conversion import to_transformers
+from train.core import throughput
+from train.core.compilation import compile_model, compiler_error
+from train.core.recipes import (
+    available_presets,
+    check_model_overrides,
+    load_model_config,
+)
+
+REFERENCE_FAMILIES = ("lineage-gpt", "lineage-bert", "lineage-transformer")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--model", required=True, help=f"a preset ({', '.join(available_presets())}), a config.json "
+                                                       "or a saved model folder (its config; weights are random)")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a field of the model config (repeatable; YAML values), e.g. "
+                             "sinusoidal_layout=split for the Marian reference")
+    parser.add_argument("--task", required=True, choices=tuple(throughput.TASKS))
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps (or generate calls); the median is kept")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (compilation happens here)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model(s) before the first step")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast mixed precision")
+    parser.add_argument("--reference", action="store_true", help="also time the transformers reference model")
+    parser.add_argument("--generate", action="store_true", help="also time greedy generation (dynamic and static "
+                                                                "cache)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="tokens each generate call makes")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="the GPU's peak TFLOP/s for MFU (default: "
+                                                                         "the table in train.core.throughput)")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = load_model_config(args.model, **config_overrides(args.model, args.config))
+        check_arguments(args, config, device())
+    except (ValueError, FileNotFoundError) as error:  # RecipeError is a ValueError
+        parser.error(str(error))
+    args.config = config
+    return args
+
+
+def config_overrides(model: str, pairs: list[str]) -> dict:
+    """`--config KEY=VALUE` pairs, each key a field of the model's config."""
+    if any("=" not in pair for pair in pairs):
+        raise ValueError(f"--config expects KEY=VALUE, got {', '.join(p for p in pairs if '=' not in p)}")
+    overrides = {key: yaml.safe_load(value) for key, value in (pair.split("=", 1) for pair in pairs)}
+    if overrides:
+        check_model_overrides(overrides, load_model_config(model))
+    return overrides
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def check_arguments(args: argparse.Namespace, config, target: torch.device) -> None:
+    """Every setting against the model and the machine, before a model is built or a step runs."""
+    for name in ("batch_size", "seq_len", "steps", "new_tokens"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.compile and args.warmup < 1:
+        raise ValueError("--warmup must be >= 1 with --compile (the first step compiles)")
+    if args.peak_tflops is not None and not (math.isfinite(args.peak_tflops) and args.peak_tflops > 0):
+        raise ValueError(f"--peak-tflops must be a positive number of TFLOP/s, got {args.peak_tflops}")
+    if args.peak_tflops is not None and target.type != "cuda":
+        raise ValueError("--peak-tflops sets the GPU peak for MFU, which is not reported on a CPU")
+    families = throughput.TASK_FAMILIES[args.task]
+    if config.model_type not in families:
+        raise ValueError(f"--task {args.task} needs a {' or '.join(families)} model; --model {args.model} is "
+                         f"{config.model_type}")
+    if args.generate and args.task == "mlm":
+        raise ValueError("--generate times text generation, which a masked LM (--task mlm) does not do")
+    if args.reference and config.model_type not in REFERENCE_FAMILIES:
+        raise ValueError(f"--reference: transformers has no reference model for {config.model_type}")
+    positions = getattr(config, "max_position_embeddings", None)
+    longest = args.seq_len + (args.new_tokens if args.generate and args.task == "causal-lm" else 0)
+    if positions is not None and longest > positions:
+        made = f" + --new-tokens {args.new_tokens}" if longest > args.seq_len else ""
+        raise ValueError(f"--seq-len {args.seq_len}{made} is longer than the model's {positions} positions "
+                         "(max_position_embeddings)")
+    if args.generate and args.task == "seq2seq" and positions is not None and args.new_tokens + 1 > positions:
+        raise ValueError(f"--new-tokens {args.new_tokens} needs {args.new_tokens + 1} decoder positions; the model "
+                         f"has {positions} (max_position_embeddings)")
+    if args.compile and compiler_error() is not None:
+        raise ValueError(f"--compile: torch.compile does not work with this torch {torch.__version__} "
+                         f"({compiler_error()})")
+
+
+def build_models(args: argparse.Namespace, target: torch.device) -> dict[str, torch.nn.Module]:
+    """Lineage (random weights, seeded) and, with --reference, the transformers model holding the same weights."""
+    torch.manual_seed(args.seed)
+    lineage = getattr(transformers, throughput.TASKS[args.task]).from_config(args.config).to(target)
+    models = {"lineage": lineage}
+    if args.reference:
+        models["reference"] = to_transformers(lineage)
+    return models
+
+
+def benchmark_training(args: argparse.Namespace, models: dict, target: torch.device, peak: float | None) -> dict:
+    batch = throughput.training_batch(args.config, args.task, args.batch_size, args.seq_len, target, args.seed)
+    flops = throughput.training_flops(throughput.matmul_parameters(models["lineage"]),
+                                      throughput.attention_layers(args.config), args.config.hidden_size,
+                                      args.batch_size, args.seq_len)
+    steps = {name: throughput.TrainingStep(model, batch, target, args.dtype) for name, model in models.items()}
+    memory = {}
+    for name, step in steps.items():
+        if args.compile:
+            compile_model(step.model, True)
+        memory[name] = throughput.peak_memory_mib(target, step)  # the first warm-up step
+        for _ in range(args.warmup - 1):
+            step()
+    seconds = throughput.interleaved_seconds(steps, args.steps, target)
+    tokens = args.batch_size * args.seq_len
+    rows = {name: throughput.summarize(seconds[name], tokens, flops, peak, memory[name]) for name in steps}
+    return {"flops_per_step": flops, **rows, **ratio(rows)}
+
+
+def ratio(rows: dict) -> dict:
+    if "reference" not in rows:
+        return {}
+    return {"ratio": rows["reference"]["ms_per_step"] / rows["lineage"]["ms_per_step"]}
+
+
+def generation_kwargs(args: argparse.Namespace, model: torch.nn.Module, cache: str, target: torch.device) -> dict:
+    kwargs = {"do_sample": False, "num_beams": 1, "max_new_tokens": args.new_tokens,
+              "min_new_tokens": args.new_tokens, "pad_token_id": model.config.pad_token_id}
+    if cache == "static":
+        compiled = CompileConfig(fullgraph=True, mode="reduce-overhead" if target.type == "cuda" else "default")
+        compiled._compile_all_devices = True  # transformers compiles the static-cache forward on GPUs only otherwise
+        kwargs.update(cache_implementation="static", compile_config=compiled)
+    return kwargs
+
+
+def benchmark_generation(args: argparse.Namespace, models: dict, target: torch.device) -> dict:
+    """Greedy generation with each cache; `static` only for models whose forward compiles in one graph."""
+    prompt = throughput.training_batch(args.config, args.task, args.batch_size, args.seq_len, target,
+                                       args.seed)["input_ids"]
+    results = {}
+    for cache in ("dynamic", "static"):
+        able = {name: model.eval() for name, model in models.items()
+                if cache == "dynamic" or type(model)._can_compile_fullgraph}
+        if not able:
+            results[cache] = {"not_run": {name: f"{type(model).__name__} does not declare `_can_compile_fullgraph`"
+                                          for name, model in models.items()}}
+            continue
+        runs = {name: _generate_call(model, prompt, generation_kwargs(args, model, cache, target), target, args.dtype)
+                for name, model in able.items()}
+        memory = {name: throughput.peak_memory_mib(target, run) for name, run in runs.items()}  # warm-up (compiles)
+        seconds = throughput.interleaved_seconds(runs, args.steps, target)
+        tokens = args.batch_size * args.new_tokens
+        rows = {name: throughput.summarize(seconds[name], tokens, None, None, memory[name]) for name in runs}
+        results[cache] = {**rows, **ratio(rows)}
+        unable = [name for name in models if name not in able]
+        if unable:
+            results[cache]["not_run"] = {name: f"{type(models[name]).__name__} does not declare "
+                                               "`_can_compile_fullgraph`" for name in unable}
+    return results
+
+
+def _generate_call(model, prompt: torch.Tensor, kwargs: dict, target: torch.device, dtype: str):
+    def run():
+        with torch.inference_mode(), throughput.precision(target, dtype):
+            output = model.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
+        new = output.shape[1] - (prompt.shape[1] if not model.config.is_encoder_decoder else 1)
+        if new != kwargs["max_new_tokens"]:
+            raise RuntimeError(f"{type(model).__name__} made {new} tokens instead of {kwargs['max_new_tokens']}")
+
+    return run
+
+
+def run(args: argparse.Namespace, models: dict[str, torch.nn.Module]) -> dict:
+    target = device()
+    peak = args.peak_tflops if args.peak_tflops is not None else throughput.peak_tflops(target, args.dtype)
+    result = {
+        "model": args.model, "task": args.task, "batch_size": args.batch_size, "seq_len": args.seq_len,
+        "steps": args.steps, "warmup": args.warmup, "dtype": args.dtype, "compile": args.compile,
+        "device": torch.cuda.get_device_name(target) if target.type == "cuda" else f"cpu ({torch.get_num_threads()} "
+                                                                                   "threads)",
+        "peak_tflops": peak, "memory": throughput.memory_measure(target),
+        "reference_class": type(models["reference"]).__name__ if "reference" in models else None,
+    }
+    result["training"] = benchmark_training(args, models, target, peak)
+    if args.generate:
+        result["new_tokens"] = args.new_tokens
+        result["generation"] = benchmark_generation(args, models, target)
+    return result
+
+
+def table(result: dict, with_mfu: bool) -> str:
+    """The results as a fixed-width text table, one line per model and measurement."""
+    header = ["measurement", "model", "ms/call", "tokens/s", "TFLOP/s"] + (["MFU"] if with_mfu else []) + \
+        [f"peak MiB ({result['memory']})", "ratio ref/lineage"]
+    lines, notes = [header], []
+    sections = [("train step", result["training"])] + [
+        (f"generate ({cache} cache)", rows) for cache, rows in result.get("generation", {}).items()]
+    for label, rows in sections:
+        for name in ("lineage", "reference"):
+            if name in rows.get("not_run", {}):
+                notes.append(f"{label}, {name}: not run, {rows['not_run'][name]}")
+            if name not in rows:
+                continue
+            row = rows[name]
+            cells = [label, result["reference_class"] if name == "reference" else "lineage",
+                     f"{row['ms_per_step']:.1f}", f"{row['tokens_per_s']:.0f}",
+                     f"{row['tflops']:.3g}" if "tflops" in row else "-"]
+            if with_mfu:
+                cells.append(f"{row['mfu']:.1%}" if "mfu" in row else "-")
+            cells += [f"{row['peak_memory_mib']:.0f}", f"{rows['ratio']:.3f}" if "ratio" in rows and name == "reference" else ""]
+            lines.append(cells)
+    widths = [max(len(line[i]) for line in lines if i < len(line)) for i in range(len(header))]
+    return "\n".join(["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines] + notes)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = parse_args(argv)
+    try:
+        models = build_models(args, device())
+    except ValueError as error:  # the reference cannot hold this configuration
+        make_parser().error(f"--reference: {error}")
+    result = run(args, models)
+    print(f"{args.model} {args.task} batch {args.batch_size} x {args.seq_len}, {args.dtype}"
+          f"{', compiled' if args.compile else ''}, on {result['device']}; median of {args.steps} after "
+          f"{args.warmup} warm-up")
+    print(table(result, with_mfu=device().type == "cuda"))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

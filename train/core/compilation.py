@@ -1,0 +1,58 @@
+"""`torch.compile` for training: the recipe keys `compile` and `compile_mode`.
+
+`compile_model(model, enabled=True, mode=...)` first proves that this torch can compile at all (a trivial function
+through TorchDynamo and Inductor, which needs a working C++ compiler on a CPU and Triton on a GPU), then compiles the
+model in place with `nn.Module.compile`: the module keeps its class, its parameters and its `state_dict` keys, so
+checkpoints, `save_pretrained` and the published folder are those of an uncompiled run. The forward compiles into
+one graph per family (tests/test_compile.py counts the graph breaks) and AOTAutograd compiles its backward.
+
+Dynamo settings: `capture_dynamic_output_shape_ops` lets `sparse_prediction` (the output head run only at the
+labelled positions, a data-dependent count) stay inside the graph instead of breaking it; `allow_rnn` lets Dynamo
+read the parameters of `nn.GRU` / `nn.LSTM` modules, which the RNN family runs through the cell functions when
+compiled (Dynamo traces neither the fused kernels nor packed sequences).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import nn
+
+from train.core.recipes import RecipeError
+
+
+@functools.cache
+def compiler_error() -> str | None:
+    """Why `torch.compile` does not work in this process (the probe's exception), or None when it does."""
+    try:
+        probe = torch.compile(lambda x: torch.sin(x) * 2 + 1, backend="inductor", fullgraph=True)
+        value = probe(torch.zeros(4))
+        if not torch.equal(value, torch.ones(4)):
+            return f"the compiled probe computed {value.tolist()} instead of [1.0, 1.0, 1.0, 1.0]"
+    except Exception as error:  # noqa: BLE001 (any toolchain failure: no C++ compiler, no Triton, ...)
+        return f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    return None
+
+
+def check_compiler() -> None:
+    """Raise a `RecipeError` naming the recipe key `compile` when this torch cannot compile."""
+    error = compiler_error()
+    if error is not None:
+        raise RecipeError(f"recipe key 'compile' is true but torch.compile does not work with this torch "
+                          f"{torch.__version__} ({error}); set compile: false or install a working compiler "
+                          "toolchain (a C++ compiler for CPU, Triton for CUDA)")
+
+
+def compile_model(model: nn.Module, enabled: bool, mode: str | None = None) -> nn.Module:
+    """Compile `model` in place when `enabled` (the recipe's `compile`), after checking the toolchain; returns it."""
+    if not enabled:
+        return model
+    check_compiler()
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    torch._dynamo.config.allow_rnn = True
+    model.compile(mode=mode)
+    return model
+
+
+__all__ = ["check_compiler", "compile_model", "compiler_error"]
