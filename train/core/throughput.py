@@ -149,7 +149,8 @@ def precision(device: torch.device, dtype: str):
 
 @dataclasses.dataclass
 class TrainingStep:
-    """One model's training step: zero the gradients, forward with labels, backward, AdamW step."""
+    """One model's training step: zero the gradients, forward with labels, backward, AdamW step (torch's fused
+    kernel, as the engine and transformers' `Trainer` (`adamw_torch_fused`) use it)."""
 
     model: nn.Module
     batch: dict
@@ -158,7 +159,7 @@ class TrainingStep:
 
     def __post_init__(self):
         self.model.train()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=True)
 
     def __call__(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
