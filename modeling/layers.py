@@ -41,6 +41,21 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.output_capturing import OutputRecorder
 
 from .configuration_lineage_common import check_vocab_multiple
+from .checks import (  # the families import the checks and the packing API from here
+    check_cached_mask,
+    check_ids_or_embeds,
+    check_label_ids,
+    check_labels_shape,
+    check_mask_shape,
+    check_sequence_length,
+    check_token_ids,
+)
+from .packing import (
+    PackedSequences,
+    document_masking_error,
+    varlen_attention_inputs,
+    varlen_sdpa_forward,
+)
 
 ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,
@@ -97,99 +112,6 @@ class LineageLinear(nn.Linear):
         ):
             return _ONEDNN_LINEAR(input, self.weight, self.bias, "none", [], "")
         return super().forward(input)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Input checks: raised before any kernel runs, naming the argument and the allowed range.
-# ----------------------------------------------------------------------------------------------------------
-
-
-def _checks_enabled() -> bool:
-    # Checks that read tensor values (id ranges, a static cache's length) would break a compiled graph
-    # (`torch.compile(fullgraph=True)` refuses data-dependent branches): they run eagerly, and compiled code is
-    # trusted to have been run eagerly once. Shape checks read static shapes and run under compile too.
-    return not torch.compiler.is_compiling()
-
-
-def check_token_ids(ids: torch.Tensor, upper: int, name: str, upper_name: str) -> None:
-    """Require every id in `[0, upper)`."""
-    if not _checks_enabled() or ids.numel() == 0:
-        return
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= upper:
-        bad = low if low < 0 else high
-        raise ValueError(f"`{name}` must be in [0, {upper}) ({upper_name}={upper}), got {bad}.")
-
-
-def check_ids_or_embeds(ids: torch.Tensor | None, embeds: torch.Tensor | None, vocab_size: int | None = None,
-                        name: str = "input_ids", embeds_name: str = "inputs_embeds") -> torch.Size:
-    """Require exactly one of token ids (B, T), in `[0, vocab_size)` when that is given, or their embeddings
-    (B, T, C); returns (B, T)."""
-    if (ids is None) == (embeds is None):
-        raise ValueError(f"Specify exactly one of `{name}` or `{embeds_name}`.")
-    shape = ids.shape if ids is not None else embeds.shape[:-1]
-    if len(shape) != 2:
-        raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(shape)}.")
-    if ids is not None and vocab_size is not None:
-        check_token_ids(ids, vocab_size, name, "vocab_size")
-    return shape
-
-
-def check_sequence_length(length: int, max_positions: int, name: str = "input_ids",
-                          past_length: int | torch.Tensor = 0) -> None:
-    """Positions counted from the cache length (`past_length`, a 0-d tensor for a static cache) must stay inside the
-    position table. Callers that take `position_ids` check those instead: a packed row may be longer than the table."""
-    if not _checks_enabled():
-        return
-    past_length = int(past_length)
-    if past_length + length > max_positions:
-        name = f"past_key_values + {name}" if past_length else name
-        raise ValueError(
-            f"`{name}` has {past_length + length} positions but `max_position_embeddings` is {max_positions}; "
-            f"sequences must have at most {max_positions} tokens (truncate the input)."
-        )
-
-
-def check_mask_shape(mask: torch.Tensor | None, shape: torch.Size, name: str = "attention_mask",
-                     against: str = "input_ids") -> None:
-    if mask is not None and mask.shape != shape:
-        raise ValueError(f"`{name}` must have the shape of `{against}` {tuple(shape)}, got {tuple(mask.shape)}.")
-
-
-def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_length: int | torch.Tensor,
-                      name: str = "attention_mask", against: str = "input_ids") -> None:
-    """A causal model's mask: (B, cached + new) over tokens, or a 4D mask that transformers prepared (a static
-    cache's `generate()` builds one per step) of shape (B or 1, 1, new, >= cached + new). `past_length` is a 0-d
-    tensor for a static cache, so the check is skipped under `torch.compile`."""
-    if mask is None or not _checks_enabled():
-        return
-    past_length = int(past_length)
-    total = past_length + length
-    if past_length:
-        against = f"the {past_length} cached + {length} new tokens"
-    if mask.dim() == 4:
-        if mask.shape[0] not in (1, batch) or mask.shape[1] != 1 or mask.shape[2] != length or mask.shape[3] < total:
-            rows = f"{batch} or 1" if batch > 1 else "1"
-            raise ValueError(f"A 4D `{name}` must have shape ({rows}, 1, {length}, >= {total}) for {against}, "
-                             f"got {tuple(mask.shape)}.")
-        return
-    check_mask_shape(mask, torch.Size((batch, total)), name, against)
-
-
-def check_label_ids(labels: torch.Tensor | None, vocab_size: int, name: str = "labels") -> None:
-    """Require every label to be -100 (ignored) or a token id in `[0, vocab_size)`; the extra rows of a padded
-    vocabulary (`pad_vocab_to_multiple_of`) are no token."""
-    if labels is None or not _checks_enabled():
-        return
-    outside = (labels != -100) & ((labels < 0) | (labels >= vocab_size))
-    if bool(outside.any()):
-        bad = int(labels[outside][0])
-        raise ValueError(f"`{name}` must be -100 (ignored) or in [0, {vocab_size}) (vocab_size), got {bad}.")
-
-
-def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | torch.Size, name: str = "labels") -> None:
-    if labels is not None and tuple(labels.shape) != tuple(shape):
-        raise ValueError(f"`{name}` must have shape {tuple(shape)} to match the logits, got {tuple(labels.shape)}.")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -316,131 +238,6 @@ def sdpa_relative_keys_forward(
     bias = relative_key_scores(query, relative_position_index[:, None], module.relative_keys.weight) * scaling
     bias = apply_attention_mask(bias, attention_mask, module.is_causal)  # (B, H, T, S)
     return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, bias, scaling=scaling, dropout=dropout, **kwargs)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Sequences laid end to end: packed documents (GPT) and unpadded rows (BERT)
-# ----------------------------------------------------------------------------------------------------------
-
-# flash-attn, whose varlen kernel (run by transformers from the `cu_seq_lens_*` keywords) keeps attention inside each
-# sequence of a flattened stream from its boundaries alone, as `varlen_sdpa_forward` does under sdpa.
-FLASH_IMPLEMENTATIONS = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
-# Implementations whose masks (`masking_utils`) split a row at restarting `position_ids`.
-DOCUMENT_MASKING_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", *FLASH_IMPLEMENTATIONS)
-
-
-def document_masking_error(config) -> str | None:
-    """Why attention under `config` cannot be kept within each document of a packed row, or None when it can.
-    Relative positions add a (T, S) bias that only the eager and sdpa paths mask; flash and flex take no bias."""
-    implementation = config._attn_implementation
-    if implementation not in DOCUMENT_MASKING_IMPLEMENTATIONS:
-        return (f"`attn_implementation={implementation!r}` does not split packed rows into documents; use one of "
-                f"{', '.join(DOCUMENT_MASKING_IMPLEMENTATIONS)}")
-    if config.relative_attention is not None and implementation not in ("eager", "sdpa"):
-        return (f"relative positions (`position_embedding_type={config.position_embedding_type!r}`) under "
-                f"`attn_implementation={implementation!r}` cannot keep attention within documents (that kernel "
-                "takes no position bias); use `attn_implementation` 'sdpa' or 'eager'")
-    return None
-
-
-class PackedSequences:
-    """N sequences laid end to end in a flattened stream of tokens (a packed row's documents, or the real tokens of
-    a padded batch), given by their start offsets `cu_seqlens` (N + 1,), and the attention that keeps each sequence
-    to itself.
-
-    `attend` runs SDPA on the sequences grouped by length into power-of-two buckets (lengths in (2^(b-1), 2^b]),
-    each bucket right-padded to its longest sequence: at most log2(longest) + 1 kernel calls, padded tokens fewer
-    than real ones, so memory is linear in the stream length and no (T, T) mask is built. Causal attention needs
-    no mask (a real query never reaches the right padding); bidirectional attention masks the padded keys with a
-    (n, 1, 1, width) mask. The index tensors are built once per forward and shared by every layer.
-    """
-
-    def __init__(self, cu_seqlens: torch.Tensor):
-        device = cu_seqlens.device
-        self.cu_seqlens = cu_seqlens.to(torch.int32)
-        starts, lengths = cu_seqlens[:-1].tolist(), cu_seqlens.diff().tolist()
-        self.max_length = max(lengths, default=0)
-        buckets: dict[int, list[int]] = {}
-        for sequence, length in enumerate(lengths):
-            if length == 0:  # a row with no real token: nothing to attend
-                continue
-            buckets.setdefault((length - 1).bit_length(), []).append(sequence)
-        self.buckets = []  # (index (n, width) into the stream, valid (n, width)) per bucket
-        for members in buckets.values():
-            width = max(lengths[i] for i in members)
-            offsets = torch.arange(width, device=device)
-            valid = offsets < torch.tensor([lengths[i] for i in members], device=device)[:, None]  # (n, width)
-            index = torch.tensor([starts[i] for i in members], device=device)[:, None] + offsets
-            self.buckets.append((index.masked_fill(~valid, 0), valid))
-        order = torch.cat([index[valid] for index, valid in self.buckets])  # stream index of each bucketed token
-        self.inverse = torch.empty_like(order)
-        self.inverse[order] = torch.arange(order.numel(), device=device)
-
-    @classmethod
-    def from_lengths(cls, lengths: torch.Tensor) -> "PackedSequences":
-        """Consecutive sequences of the given (N,) lengths."""
-        return cls(nn.functional.pad(lengths.cumsum(0), (1, 0)))
-
-    @classmethod
-    def from_position_ids(cls, position_ids: torch.Tensor) -> "PackedSequences | None":
-        """The documents of (B, T) rows whose `position_ids` restart (a position not one more than the previous
-        one starts a document, as transformers' `find_packed_sequence_indices` reads them), over the flattened
-        B * T tokens; None when no row restarts."""
-        starts = nn.functional.pad(position_ids.diff(dim=-1) != 1, (1, 0), value=True)  # (B, T)
-        if int(starts.sum()) == position_ids.shape[0]:
-            return None
-        boundaries = starts.flatten().nonzero().squeeze(1)
-        return cls(nn.functional.pad(boundaries, (0, 1), value=position_ids.numel()))
-
-    def attention_inputs(self, config) -> dict:
-        """The keywords that make the blocks' attention keep to these sequences: transformers' varlen keywords for
-        flash-attn, else this object for `varlen_sdpa_forward`."""
-        if config._attn_implementation in FLASH_IMPLEMENTATIONS:
-            return {"cu_seq_lens_q": self.cu_seqlens, "cu_seq_lens_k": self.cu_seqlens,
-                    "max_length_q": self.max_length, "max_length_k": self.max_length}
-        return {"packed_sequences": self}
-
-    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scaling: float,
-               dropout: float) -> torch.Tensor:
-        """Attention within each sequence of the flattened (L, H, D) stream; returns (L, H, D)."""
-        outputs = []
-        for index, valid in self.buckets:
-            q, k, v = (x[index].transpose(1, 2) for x in (query, key, value))  # (n, H, width, D)
-            mask = None if is_causal else valid[:, None, None, :]  # (n, 1, 1, width): padded keys masked
-            out = nn.functional.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=scaling
-            )
-            outputs.append(out.transpose(1, 2)[valid])  # (real tokens of the bucket, H, D)
-        return torch.cat(outputs)[self.inverse]
-
-
-def varlen_attention_inputs(config, sequences: PackedSequences | None, output_attentions: bool) -> dict | None:
-    """The blocks' keywords for attention within `sequences` without a mask, or None when no such kernel serves
-    `config` (eager, flex, relative positions, or attention weights requested: these need a mask)."""
-    if sequences is None or output_attentions or config.relative_attention is not None:
-        return None
-    if config._attn_implementation not in ("sdpa", *FLASH_IMPLEMENTATIONS):
-        return None
-    return sequences.attention_inputs(config)
-
-
-def varlen_sdpa_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    packed_sequences: PackedSequences | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """SDPA within each of the `packed_sequences` laid end to end along the B * T tokens (see `PackedSequences`);
-    the model passes no `attention_mask` with them: the sequence boundaries replace it."""
-    batch, heads, length, dim = query.shape
-    flat = [x.transpose(1, 2).reshape(batch * length, heads, dim) for x in (query, key, value)]  # (B*T, H, D)
-    output = packed_sequences.attend(*flat, is_causal=module.is_causal, scaling=scaling, dropout=dropout)
-    return output.view(batch, length, heads, dim), None
 
 
 class LineageAttention(nn.Module):
@@ -772,6 +569,7 @@ def lm_head_loss(
     num_items_in_batch: torch.Tensor | int | None = None,
     shift: bool = False,
     chunk_size: int | None = None,
+    dense: bool = False,
 ) -> torch.Tensor:
     """The cross-entropy of the output layer `hidden_states @ weight.T + bias` against `labels`, equal to the loss of
     the materialised float32 logits (transformers' `ForCausalLMLoss` / `ForMaskedLMLoss`, `F.cross_entropy` with
@@ -789,6 +587,8 @@ def lm_head_loss(
             667 tokens at 50304 columns). Each chunk reads the weight and updates its gradient once, which on a CPU
             made chunks of 32 tokens (Liger's rule, chunk logits the size of the hidden states) 2.2x slower than the
             dense head at 2048 x 768 -> 50257; from about 500 tokens a chunk matched it.
+        dense: the (N, V) logits at once, for a token count only known at run time under `torch.compile` (the labelled
+            positions of `sparse_prediction`), on which a chunk loop would break the graph.
 
     Runs Liger Kernel's fused kernel where `lm_loss_backend` says so (it has no padded columns to skip, so it gets the
     first `vocab_size` rows of the weight), else `ChunkedLinearCrossEntropy`.
@@ -802,7 +602,11 @@ def lm_head_loss(
         chunk_size = max(1, LM_LOSS_CHUNK_ELEMENTS // weight.shape[0])
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"`chunk_size` must be a positive integer (tokens per chunk), got {chunk_size!r}.")
-    if lm_loss_backend(hidden.device) == "liger":
+    if dense:
+        logits = vocab_logits(nn.functional.linear(hidden, weight, bias), vocab_size).float()  # (N, V)
+        total = nn.functional.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=label_smoothing,
+                                            reduction="sum")
+    elif lm_loss_backend(hidden.device) == "liger":
         from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
 
         loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
@@ -1018,6 +822,7 @@ __all__ = [
     "LineageFeedForward",
     "LineageLinear",
     "LineagePreTrainedModel",
+    "PackedSequences",
     "ResidualSublayer",
     "SinusoidalPositionalEmbedding",
     "apply_attention_mask",
@@ -1030,6 +835,7 @@ __all__ = [
     "check_sequence_length",
     "check_token_ids",
     "classifier_dropout",
+    "document_masking_error",
     "eager_attention_forward",
     "key_positions",
     "labelled_positions",
@@ -1045,5 +851,6 @@ __all__ = [
     "sinusoidal_table",
     "skips_logits",
     "teacher_forcing_inputs",
+    "varlen_attention_inputs",
     "vocab_logits",
 ]

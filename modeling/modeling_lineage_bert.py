@@ -391,7 +391,8 @@ def _masked_lm(model: LineageBertPreTrainedModel, hidden_states: torch.Tensor, l
         hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
     if skip_logits:
         num_items_in_batch = kwargs.get("num_items_in_batch")
-        return None, lm_head.loss(hidden_states, labels, vocab_size, num_items_in_batch=num_items_in_batch)
+        return None, lm_head.loss(hidden_states, labels, vocab_size, num_items_in_batch=num_items_in_batch,
+                                  dense=model.config.sparse_prediction and torch.compiler.is_compiling())
     logits = vocab_logits(lm_head(hidden_states), vocab_size)
     return logits, ForMaskedLMLoss(logits, labels, vocab_size=vocab_size, **kwargs)
 

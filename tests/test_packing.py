@@ -1,7 +1,7 @@
 """Packed causal-LM pretraining without cross-document attention (`pack_documents`) and linear-memory attention.
 
 Each document of a packed row gives the logits and gradients it gives alone; attention keeps to the documents
-without a (T, T) mask under sdpa (`layers.PackedSequences`); packed blocks restart their positions per document
+without a (T, T) mask under sdpa (`packing.PackedSequences`); packed blocks restart their positions per document
 and take no loss across a boundary; configurations that cannot keep documents apart are refused before any step;
 attention memory grows linearly with the sequence on the paths that return no attention weights."""
 
@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
 
 from modeling import LineageGptForCausalLM
-from modeling.layers import PackedSequences, document_masking_error
+from modeling.packing import PackedSequences, document_masking_error
 from train import pretrain_gpt
 from train.core.collators import CausalLMCollator
 from train.core.recipes import RecipeError

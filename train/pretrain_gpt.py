@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from modeling.layers import document_masking_error
+from modeling.packing import document_masking_error
 from modeling.modeling_lineage_gpt import LineageGptPreTrainedModel
 from train.core.collators import CausalLMCollator
 from train.core.common import build_model, get_tokenizer, load_splits

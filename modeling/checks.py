@@ -1,0 +1,98 @@
+"""Input checks of the Lineage models: raised before any kernel runs, naming the argument and the allowed range.
+
+Checks that read tensor values (id ranges, a static cache's length) would break a compiled graph
+(`torch.compile(fullgraph=True)` refuses data-dependent branches): they run eagerly, and compiled code is trusted to
+have been run eagerly once. Shape checks read static shapes and run under compile too. The families import these
+through `layers.py`.
+"""
+
+import torch
+
+
+def _checks_enabled() -> bool:
+    return not torch.compiler.is_compiling()
+
+
+def check_token_ids(ids: torch.Tensor, upper: int, name: str, upper_name: str) -> None:
+    """Require every id in `[0, upper)`."""
+    if not _checks_enabled() or ids.numel() == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= upper:
+        bad = low if low < 0 else high
+        raise ValueError(f"`{name}` must be in [0, {upper}) ({upper_name}={upper}), got {bad}.")
+
+
+def check_ids_or_embeds(ids: torch.Tensor | None, embeds: torch.Tensor | None, vocab_size: int | None = None,
+                        name: str = "input_ids", embeds_name: str = "inputs_embeds") -> torch.Size:
+    """Require exactly one of token ids (B, T), in `[0, vocab_size)` when that is given, or their embeddings
+    (B, T, C); returns (B, T)."""
+    if (ids is None) == (embeds is None):
+        raise ValueError(f"Specify exactly one of `{name}` or `{embeds_name}`.")
+    shape = ids.shape if ids is not None else embeds.shape[:-1]
+    if len(shape) != 2:
+        raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(shape)}.")
+    if ids is not None and vocab_size is not None:
+        check_token_ids(ids, vocab_size, name, "vocab_size")
+    return shape
+
+
+def check_sequence_length(length: int, max_positions: int, name: str = "input_ids",
+                          past_length: int | torch.Tensor = 0) -> None:
+    """Positions counted from the cache length (`past_length`, a 0-d tensor for a static cache) must stay inside the
+    position table. Callers that take `position_ids` check those instead: a packed row may be longer than the table."""
+    if not _checks_enabled():
+        return
+    past_length = int(past_length)
+    if past_length + length > max_positions:
+        name = f"past_key_values + {name}" if past_length else name
+        raise ValueError(
+            f"`{name}` has {past_length + length} positions but `max_position_embeddings` is {max_positions}; "
+            f"sequences must have at most {max_positions} tokens (truncate the input)."
+        )
+
+
+def check_mask_shape(mask: torch.Tensor | None, shape: torch.Size, name: str = "attention_mask",
+                     against: str = "input_ids") -> None:
+    if mask is not None and mask.shape != shape:
+        raise ValueError(f"`{name}` must have the shape of `{against}` {tuple(shape)}, got {tuple(mask.shape)}.")
+
+
+def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_length: int | torch.Tensor,
+                      name: str = "attention_mask", against: str = "input_ids") -> None:
+    """A causal model's mask: (B, cached + new) over tokens, or a 4D mask that transformers prepared (a static
+    cache's `generate()` builds one per step) of shape (B or 1, 1, new, >= cached + new). `past_length` is a 0-d
+    tensor for a static cache, so the check is skipped under `torch.compile`."""
+    if mask is None or not _checks_enabled():
+        return
+    past_length = int(past_length)
+    total = past_length + length
+    if past_length:
+        against = f"the {past_length} cached + {length} new tokens"
+    if mask.dim() == 4:
+        if mask.shape[0] not in (1, batch) or mask.shape[1] != 1 or mask.shape[2] != length or mask.shape[3] < total:
+            rows = f"{batch} or 1" if batch > 1 else "1"
+            raise ValueError(f"A 4D `{name}` must have shape ({rows}, 1, {length}, >= {total}) for {against}, "
+                             f"got {tuple(mask.shape)}.")
+        return
+    check_mask_shape(mask, torch.Size((batch, total)), name, against)
+
+
+def check_label_ids(labels: torch.Tensor | None, vocab_size: int, name: str = "labels") -> None:
+    """Require every label to be -100 (ignored) or a token id in `[0, vocab_size)`; the extra rows of a padded
+    vocabulary (`pad_vocab_to_multiple_of`) are no token."""
+    if labels is None or not _checks_enabled():
+        return
+    outside = (labels != -100) & ((labels < 0) | (labels >= vocab_size))
+    if bool(outside.any()):
+        bad = int(labels[outside][0])
+        raise ValueError(f"`{name}` must be -100 (ignored) or in [0, {vocab_size}) (vocab_size), got {bad}.")
+
+
+def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | torch.Size, name: str = "labels") -> None:
+    if labels is not None and tuple(labels.shape) != tuple(shape):
+        raise ValueError(f"`{name}` must have shape {tuple(shape)} to match the logits, got {tuple(labels.shape)}.")
+
+
+__all__ = ["check_cached_mask", "check_ids_or_embeds", "check_label_ids", "check_labels_shape", "check_mask_shape",
+           "check_sequence_length", "check_token_ids"]
