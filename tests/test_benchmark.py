@@ -105,7 +105,7 @@ def test_bad_settings_are_refused_before_any_step(extra, message, capsys, monkey
 
 
 def test_compile_without_a_working_compiler_is_refused(monkeypatch, capsys):
-    monkeypatch.setattr(benchmark, "compiler_error", lambda: "InductorError: no C++ compiler")
+    monkeypatch.setattr(benchmark, "compiler_error", lambda device_type: "InductorError: no C++ compiler")
     monkeypatch.setattr(benchmark, "build_models", lambda *a: pytest.fail("a model was built"))
     with pytest.raises(SystemExit):
         benchmark.main(["--model", "gpt-tiny", "--task", "causal-lm", "--seq-len", "8", "--compile"])

@@ -127,9 +127,9 @@ def check_arguments(args: argparse.Namespace, config, target: torch.device) -> N
     if args.generate and args.task == "seq2seq" and positions is not None and args.new_tokens + 1 > positions:
         raise ValueError(f"--new-tokens {args.new_tokens} needs {args.new_tokens + 1} decoder positions; the model "
                          f"has {positions} (max_position_embeddings)")
-    if args.compile and compiler_error() is not None:
-        raise ValueError(f"--compile: torch.compile does not work with this torch {torch.__version__} "
-                         f"({compiler_error()})")
+    if args.compile and compiler_error(target.type) is not None:
+        raise ValueError(f"--compile: torch.compile does not work on {target.type} with this torch "
+                         f"{torch.__version__} ({compiler_error(target.type)})")
 
 
 def build_models(args: argparse.Namespace, target: torch.device) -> dict[str, torch.nn.Module]:
@@ -151,7 +151,7 @@ def benchmark_training(args: argparse.Namespace, models: dict, target: torch.dev
     memory = {}
     for name, step in steps.items():
         if args.compile:
-            compile_model(step.model, True)
+            compile_model(step.model, True, device_type=target.type)
         memory[name] = throughput.peak_memory_mib(target, step)  # the first warm-up step
         for _ in range(args.warmup - 1):
             step()

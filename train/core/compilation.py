@@ -1,7 +1,8 @@
 """`torch.compile` for training: the recipe keys `compile` and `compile_mode`.
 
-`compile_model(model, enabled=True, mode=...)` first proves that this torch can compile at all (a trivial function
-through TorchDynamo and Inductor, which needs a working C++ compiler on a CPU and Triton on a GPU), then compiles the
+`compile_model(model, enabled=True, mode=..., device_type=...)` first proves that this torch can compile for the
+device the model trains on (a trivial function through TorchDynamo and Inductor on that device: a working C++
+compiler on a CPU, Triton on a GPU), then compiles the
 model in place with `nn.Module.compile`: the module keeps its class, its parameters and its `state_dict` keys, so
 checkpoints, `save_pretrained` and the published folder are those of an uncompiled run. The forward compiles into
 one graph per family (tests/test_compile.py counts the graph breaks) and AOTAutograd compiles its backward.
@@ -23,11 +24,11 @@ from train.core.recipes import RecipeError
 
 
 @functools.cache
-def compiler_error() -> str | None:
-    """Why `torch.compile` does not work in this process (the probe's exception), or None when it does."""
+def compiler_error(device_type: str = "cpu") -> str | None:
+    """Why `torch.compile` does not work on `device_type` in this process (the probe's exception), or None."""
     try:
         probe = torch.compile(lambda x: torch.sin(x) * 2 + 1, backend="inductor", fullgraph=True)
-        value = probe(torch.zeros(4))
+        value = probe(torch.zeros(4, device=device_type)).cpu()
         if not torch.equal(value, torch.ones(4)):
             return f"the compiled probe computed {value.tolist()} instead of [1.0, 1.0, 1.0, 1.0]"
     except Exception as error:  # noqa: BLE001 (any toolchain failure: no C++ compiler, no Triton, ...)
@@ -35,20 +36,21 @@ def compiler_error() -> str | None:
     return None
 
 
-def check_compiler() -> None:
-    """Raise a `RecipeError` naming the recipe key `compile` when this torch cannot compile."""
-    error = compiler_error()
+def check_compiler(device_type: str = "cpu") -> None:
+    """Raise a `RecipeError` naming the recipe key `compile` when this torch cannot compile for `device_type`."""
+    error = compiler_error(device_type)
     if error is not None:
-        raise RecipeError(f"recipe key 'compile' is true but torch.compile does not work with this torch "
-                          f"{torch.__version__} ({error}); set compile: false or install a working compiler "
+        raise RecipeError(f"recipe key 'compile' is true but torch.compile does not work on {device_type} with this "
+                          f"torch {torch.__version__} ({error}); set compile: false or install a working compiler "
                           "toolchain (a C++ compiler for CPU, Triton for CUDA)")
 
 
-def compile_model(model: nn.Module, enabled: bool, mode: str | None = None) -> nn.Module:
-    """Compile `model` in place when `enabled` (the recipe's `compile`), after checking the toolchain; returns it."""
+def compile_model(model: nn.Module, enabled: bool, mode: str | None = None, device_type: str = "cpu") -> nn.Module:
+    """Compile `model` in place when `enabled` (the recipe's `compile`), after checking the toolchain for the device
+    it will train on; returns it."""
     if not enabled:
         return model
-    check_compiler()
+    check_compiler(device_type)
     torch._dynamo.config.capture_dynamic_output_shape_ops = True
     torch._dynamo.config.allow_rnn = True
     model.compile(mode=mode)

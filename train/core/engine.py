@@ -159,7 +159,7 @@ class Engine:
         if r.gradient_checkpointing:
             distributed.enable_gradient_checkpointing(self.accelerator, model)
         optimizer, scheduler = build_optimizer(model, r, self.total_steps, d_model)
-        compile_model(model, r.compile, r.compile_mode)  # in place: state_dict keys unchanged
+        compile_model(model, r.compile, r.compile_mode, self.accelerator.device.type)  # in place: same keys
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
         distributed.mark_sharded_for_generate(self.accelerator, self.model)
 
