@@ -24,11 +24,19 @@ def check_token_ids(ids: torch.Tensor, upper: int, name: str, upper_name: str) -
 
 
 def check_ids_or_embeds(ids: torch.Tensor | None, embeds: torch.Tensor | None, vocab_size: int | None = None,
-                        name: str = "input_ids", embeds_name: str = "inputs_embeds") -> torch.Size:
-    """Require exactly one of token ids (B, T), in `[0, vocab_size)` when that is given, or their embeddings
-    (B, T, C); returns (B, T)."""
+                        name: str = "input_ids", embeds_name: str = "inputs_embeds",
+                        width: int | None = None) -> torch.Size:
+    """Require exactly one of integer token ids (B, T), in `[0, vocab_size)` when that is given, or their floating-point
+    embeddings (B, T, C), C = `width` when that is given; returns (B, T)."""
     if (ids is None) == (embeds is None):
         raise ValueError(f"Specify exactly one of `{name}` or `{embeds_name}`.")
+    if ids is not None and (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool):
+        raise ValueError(f"`{name}` must hold integer token ids (torch.long or torch.int), got {ids.dtype}.")
+    if embeds is not None and not embeds.is_floating_point():
+        raise ValueError(f"`{embeds_name}` must be floating point (token embeddings), got {embeds.dtype}.")
+    if embeds is not None and width is not None and embeds.shape[-1] != width:
+        raise ValueError(f"`{embeds_name}` must have {width} features in its last dimension (the embedding width), "
+                         f"got shape {tuple(embeds.shape)}.")
     shape = ids.shape if ids is not None else embeds.shape[:-1]
     if len(shape) != 2:
         raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(shape)}.")

@@ -226,7 +226,7 @@ class LineageBertModel(LineageBertPreTrainedModel):
         """Given `position_ids` are checked against the position table, not the row length: a packed row may be
         longer than the table."""
         config = self.config
-        shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size)
+        shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size, width=config.hidden_size)
         check_cached_mask(attention_mask, shape[0], shape[1], past_length)
         check_mask_shape(token_type_ids, shape, "token_type_ids")
         if token_type_ids is not None:

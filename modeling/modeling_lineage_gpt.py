@@ -112,7 +112,8 @@ class LineageGptModel(LineageGptPreTrainedModel):
         """Given `position_ids` are checked against the position table, not the row length: a packed row (sequences
         whose positions restart, as `DataCollatorWithFlattening` makes) may be longer than the table. Returns the
         batch size."""
-        batch, length = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size)
+        batch, length = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size,
+                                            width=self.config.hidden_size)
         limit = self.config.max_position_embeddings
         if position_ids is None:
             check_sequence_length(length, limit, past_length=past_length)

@@ -310,7 +310,8 @@ class LineageRnnEncoder(nn.Module):
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> LineageRnnEncoderOutput:
-        shape = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size)
+        shape = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size,
+                                    width=self.config.embedding_size)
         check_mask_shape(attention_mask, shape)
         lengths = right_padded_lengths(attention_mask, shape, "attention_mask")  # (B,)
         if inputs_embeds is None:

@@ -160,7 +160,7 @@ class LineageTransformerEncoder(LineageTransformerStack):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         config = self.config
-        shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size)
+        shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size, width=config.hidden_size)
         check_sequence_length(shape[1], config.max_position_embeddings, "input_ids")
         check_mask_shape(attention_mask, shape)
         if inputs_embeds is None:

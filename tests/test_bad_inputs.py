@@ -150,6 +150,12 @@ CATALOGUE = [
      r"shape \(1, 2\)"),
     ("both input_ids and inputs_embeds", lambda t: gpt()(IDS, inputs_embeds=torch.zeros(1, 2, 32)), ValueError,
      "`input_ids` or `inputs_embeds`", "exactly one"),
+    ("input_ids of floats", lambda t: gpt()(IDS.float()), ValueError, "`input_ids`",
+     r"integer token ids \(torch.long or torch.int\), got torch.float32"),
+    ("inputs_embeds of integers", lambda t: bert()(inputs_embeds=torch.ones(1, 2, 32, dtype=torch.long)), ValueError,
+     "`inputs_embeds`", "floating point"),
+    ("inputs_embeds of another width", lambda t: translator()(inputs_embeds=torch.zeros(1, 2, 31), labels=IDS),
+     ValueError, "`inputs_embeds`", "32 features in its last dimension"),
     # generation arguments
     ("max_new_tokens beyond the context", lambda t: gpt().generate(IDS, max_new_tokens=80, do_sample=False),
      ValueError, "`max_new_tokens`", r"\[1, 62\]"),
