@@ -2,9 +2,9 @@
 
     python -m train.pretrain_gpt --recipe configs/recipes/gpt-pretrain-tiny.yaml [--key value ...]
 
-Data: documents joined by the end-of-text token and cut into `max_seq_length` blocks
-(`train.core.data.prepare_causal_lm_dataset`); every block is full, so the mean token loss is the same however
-batches are split over processes. With `pack_documents` (the default) positions restart at each document, attention
+Data: documents joined by the end-of-text token and cut into full `max_seq_length` blocks
+(`train.core.data.prepare_causal_lm_dataset`); the loss is weighted by each process's predicted tokens
+(`loss_fn`), so it is the same however batches are split over processes. With `pack_documents` (the default) positions restart at each document, attention
 never crosses a document boundary and no document's first token is predicted from the previous one; a model that
 cannot keep attention within documents is refused before training. Evaluation reports perplexity;
 `sample_prompts` are continued at the end.
@@ -19,6 +19,7 @@ from modeling.modeling_lineage_gpt import LineageGptPreTrainedModel
 from train.core.collators import CausalLMCollator
 from train.core.common import build_model, get_tokenizer, load_splits
 from train.core.data import prepare_causal_lm_dataset
+from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
 from train.core.recipes import RecipeError, parse_args
@@ -40,6 +41,13 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, seed: int)
         out = model.generate(**encoded, do_sample=True, top_k=20, max_new_tokens=max_new_tokens,
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     return tokenizer.batch_decode(out, skip_special_tokens=True)
+
+
+def loss_fn(outputs, batch, engine) -> torch.Tensor:
+    """The model's mean over predicted tokens (each label but a row's first), weighted so that several processes
+    train as one with the whole batch: packed rows leave each document's first token out, so processes hold
+    different token counts."""
+    return token_mean(engine.accelerator, outputs.loss, batch["labels"][:, 1:])
 
 
 def check_document_packing(model) -> None:
@@ -64,7 +72,7 @@ def main(argv: list[str] | None = None):
     eval_data = (prepare_causal_lm_dataset(eval_docs, tokenizer, recipe.max_seq_length,
                                            pack_documents=recipe.pack_documents) if eval_docs else None)
     engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer), tokenizer=tokenizer,
-                    eval_dataset=eval_data, metrics_fn=metrics)
+                    eval_dataset=eval_data, loss_fn=loss_fn, metrics_fn=metrics)
     results = engine.train()
     # every process samples the same prompts with the same seed: under FSDP each forward needs all of them
     samples = sample(engine.accelerator.unwrap_model(engine.model), tokenizer,
