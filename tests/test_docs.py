@@ -1,0 +1,203 @@
+"""The documentation (README.md and docs/*.md) is checked like code.
+
+- Every relative link resolves to a file of the repository, and a `#fragment` to a heading of the page it names,
+  with GitHub's heading slugs; links to other sites are not followed (the tests are offline).
+- Every command the pages name in code exists: `lineage <command>` / `lineage train <script>` through the console
+  command's own resolver (`train.cli.resolve`), `python -m train.<module>` (also after `accelerate launch ... -m`)
+  as a module of `train/` with a top-level `main`, and every `configs/`, `tests/`, `train/`, `modeling/` file named.
+- The README's two commands are CI's: its install-and-test command is what `.ci/run` runs (`python -m pip` written
+  as `pip`), and its install-and-run command installs the same way, without the test extra.
+"""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from train import cli
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE = re.compile(r"^\s*(```|~~~)")
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+# a command begins a code line or span, or follows && ; | or a shell prompt
+LINEAGE_COMMAND = re.compile(r"(?:^|&&|;|\||\$)[ \t]*lineage(?:[ \t]+(train)\b)?(?:[ \t]+([A-Za-z][\w-]*))?")
+MODULE_COMMAND = re.compile(r"(?<![\w.-])-m[ \t]+train\.([\w.]+)")
+REPO_FILE = re.compile(r"(?<![\w./-])((?:configs|tests|train|modeling)/[\w./-]+\.(?:py|yaml|json))\b")
+
+
+def split_page(text: str) -> tuple[list[str], list[str]]:
+    """(prose lines without their inline code, code: every fenced block line and every inline code span)."""
+    prose, code, fenced = [], [], False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        elif fenced:
+            code.append(line)
+        else:
+            code.extend(span.strip("`") for span in INLINE_CODE.findall(line))
+            prose.append(INLINE_CODE.sub("code", line))
+    return prose, code
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: link syntax reduced to its text, lower case, punctuation dropped, each space a
+    hyphen."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """Every heading anchor of a page; a repeated heading gets -1, -2, ... as on GitHub."""
+    found: set[str] = set()
+    counts: dict[str, int] = {}
+    fenced = False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        match = None if fenced else HEADING.match(line)
+        if match:
+            base = slug(match.group(2))
+            found.add(base if base not in counts else f"{base}-{counts[base]}")
+            counts[base] = counts.get(base, 0) + 1
+    return found
+
+
+def broken_links(page: Path, root: Path) -> list[str]:
+    """The relative links of `page` that do not resolve inside `root`, each with the reason."""
+    prose, _ = split_page(page.read_text(encoding="utf-8"))
+    broken = []
+    for target in (match for line in prose for match in LINK.findall(line)):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto: ...
+            continue
+        path, _, fragment = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        if path.startswith("/") or not resolved.is_relative_to(root.resolve()):
+            broken.append(f"{target}: leaves the repository")
+        elif not resolved.exists():
+            broken.append(f"{target}: no such file")
+        elif fragment and (resolved.suffix != ".md" or fragment not in anchors(resolved)):
+            broken.append(f"{target}: no heading #{fragment} in {resolved.name}")
+    return broken
+
+
+def unknown_commands(code: list[str], root: Path) -> list[str]:
+    """The `lineage ...` and `-m train.<module>` commands in `code` that do not exist."""
+    unknown = []
+    for line in code:
+        for train, name in LINEAGE_COMMAND.findall(line):
+            if not name:  # `lineage`, `lineage --help`, `lineage train`: the usage, always there
+                continue
+            words = ["train", name] if train else [name]
+            try:
+                cli.resolve(words)
+            except SystemExit:
+                unknown.append("lineage " + " ".join(words))
+        for module in MODULE_COMMAND.findall(line):
+            source = root / "train" / (module.replace(".", "/") + ".py")
+            if not source.is_file() or not any(isinstance(node, ast.FunctionDef) and node.name == "main"
+                                               for node in ast.parse(source.read_text(encoding="utf-8")).body):
+                unknown.append(f"python -m train.{module}")
+        unknown.extend(path for path in REPO_FILE.findall(line) if not (root / path).is_file())
+    return unknown
+
+
+def readme_commands() -> list[str]:
+    """The README's install commands: code lines that begin by installing torch."""
+    _, code = split_page((REPO / "README.md").read_text(encoding="utf-8"))
+    return [line.strip() for line in code if line.strip().startswith("pip install torch")]
+
+
+def ci_steps() -> list[str]:
+    """The commands `.ci/run` runs, in order, with `python -m pip` written as `pip`."""
+    steps = []
+    for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "set ", "cd ")):
+            steps.extend(step.strip() for step in line.split("&&"))
+    return [re.sub(r"^python -m pip ", "pip ", step) for step in steps]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(REPO).as_posix())
+def test_every_relative_link_resolves(page):
+    assert broken_links(page, REPO) == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(REPO).as_posix())
+def test_every_named_command_exists(page):
+    _, code = split_page(page.read_text(encoding="utf-8"))
+    assert unknown_commands(code, REPO) == []
+
+
+def test_the_pages_name_commands_and_link_each_other():
+    """The checks above see what the pages hold: the README links every page of docs/, and the pages name commands
+    of all three kinds."""
+    prose, code = split_page((REPO / "README.md").read_text(encoding="utf-8"))
+    linked = {(REPO / target.partition("#")[0]).resolve() for line in prose for target in LINK.findall(line)}
+    assert {page.resolve() for page in PAGES[1:]} <= linked
+    all_code = [line for page in PAGES for line in split_page(page.read_text(encoding="utf-8"))[1]]
+    assert {name for line in all_code for _, name in LINEAGE_COMMAND.findall(line)} >= {
+        "pretrain_bert", "finetune", "export", "attention-maps", "benchmark"}
+    assert {module for line in all_code for module in MODULE_COMMAND.findall(line)} >= {
+        "main_job", "pretrain_gpt", "train_translation", "lineage_experiment"}
+
+
+def test_readme_commands_are_the_ones_ci_runs():
+    install_and_run, install_and_test = readme_commands()
+    steps = ci_steps()
+    assert install_and_test.split(" && ") == steps
+    assert steps[-1] == "python -m pytest -q"
+    assert install_and_run.split(" && ") == [*steps[:-2], steps[-2].replace('".[test]"', "."),
+                                             "python -m train.main_job"]
+
+
+def test_readme_is_a_front_door():
+    assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 200
+
+
+# the checkers themselves, on pages made here
+
+
+def test_slugs_follow_github():
+    assert slug("kill -9") == "kill--9"
+    assert slug("Export (torch.export, ONNX)") == "export-torchexport-onnx"
+    assert slug("The `lineage` command") == "the-lineage-command"
+    assert slug("Thought vector vs. attention: a [link](x.md)") == "thought-vector-vs-attention-a-link"
+
+
+def test_broken_links_are_found(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "other.md").write_text("# Real heading\n\n## Twice\n\n## Twice\n")
+    page = tmp_path / "README.md"
+    page.write_text(
+        "# Top\n\n"
+        "[ok](docs/other.md#real-heading) [ok](docs/other.md#twice-1) [ok](#top) [web](https://example.org/x)\n"
+        "[missing](docs/nope.md) [anchor](docs/other.md#unreal) [here](#nowhere) [out](../outside.md)\n"
+        "`[in code](docs/nope.md)`\n\n"
+        "```\n[in a block](docs/nope.md)\n# not a heading\n```\n"
+        "[block heading](#not-a-heading)\n"
+    )
+    assert broken_links(page, tmp_path) == [
+        "docs/nope.md: no such file",
+        "docs/other.md#unreal: no heading #unreal in other.md",
+        "#nowhere: no heading #nowhere in README.md",
+        "../outside.md: leaves the repository",
+        "#not-a-heading: no heading #not-a-heading in README.md",
+    ]
+
+
+def test_unknown_commands_are_found():
+    _, code = split_page(
+        "Run `lineage train nosuch --x 1` or `lineage frobnicate`, not `lineage train finetune`.\n\n"
+        "```bash\naccelerate launch -m train.nosuch --recipe configs/recipes/none.yaml\n"
+        "python -m train.core.engine\npython -m train.main_job --recipe configs/recipes/main-bert-nli.yaml\n"
+        "lineage export --model m  # outputs/lineage-experiment is a folder, lineage-bert a model type\n```\n"
+    )
+    assert unknown_commands(code, REPO) == [
+        "lineage train nosuch", "lineage frobnicate", "python -m train.nosuch", "configs/recipes/none.yaml",
+        "python -m train.core.engine"]
+
