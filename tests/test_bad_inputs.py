@@ -1,6 +1,7 @@
 """A catalogue of bad inputs (issue 16): model configs, recipe keys and values, data files, tokenizers, token ids,
 shapes, generation arguments and conversion inputs. Each is refused before any work is done, with an error that
-names the argument (or the file and line) and what is allowed. The table below is the catalogue; the README lists it.
+names the argument (or the file and line) and what is allowed. The table below is the catalogue; docs/reliability.md
+lists it.
 """
 
 import functools

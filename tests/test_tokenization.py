@@ -203,7 +203,7 @@ def test_model_folders_load_their_tokenizer_in_a_clean_process_without_running_c
     assert not loaded["ran_code"]
     # Without the flag, AutoTokenizer loads config.json (auto_map, model_type lineage-*) before tokenizer_config.json
     # and asks whether to run its code; on "no" it falls back to the generic config and the same tokenizer. This
-    # documents transformers 5.23's order (README): if it changes, the README's advice can be simplified.
+    # documents transformers 5.23's order (docs/using.md): if it changes, the docs' advice can be simplified.
     assert "Do you wish to run the custom code?" in stdout
     assert loaded["plain"] == {"class": "TokenizersBackend", "mask": "[MASK]"}
 
