@@ -88,8 +88,8 @@ class LineageLinear(nn.Linear):
     For a float32 CPU input without autograd, `F.linear` goes to MKL, whose matrix-vector path runs on one
     thread: decoding one token at a time spends most of its time there. oneDNN's matmul uses every core and
     was 1.4x-2.3x faster for 1-128 rows on a 2-core x86 machine (12-layer 768-wide stack; docs/performance.md,
-    "Sparse prediction and the CPU inference kernel"); it serves weights of at least 512 x 512 elements, where that gain exceeds its fixed
-    cost per call. The two kernels round differently (about 1e-6 relative); set
+    "Sparse prediction and the CPU inference kernel"); it serves weights of at least 512 x 512 elements, where
+    that gain exceeds its fixed cost per call. The two kernels round differently (about 1e-6 relative); set
     `LineageLinear.fast_cpu_inference = False` for results bit-identical to `nn.Linear`. Training, other
     devices and dtypes, autocast, tensor subclasses, strided weights or biases and `torch.compile` always
     take `F.linear`.
