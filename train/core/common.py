@@ -26,6 +26,7 @@ from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
+from train.core import run_folder
 from train.core.data import load_text_dataset
 from train.core.recipes import Recipe, RecipeError, check_model_overrides, is_model_folder, load_model_config
 from train.core.tokenization import config_kwargs_from_tokenizer, load_tokenizer, train_tokenizer
@@ -70,6 +71,7 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]])
     state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
     with state.main_process_first():  # one process trains, the others load its vocabulary
         if state.is_main_process:
+            run_folder.claim(recipe)  # before the first file written into output_dir
             tokenizer = train_tokenizer(kind, texts(), recipe.tokenizer_vocab_size,
                                         model_max_length=recipe.max_seq_length)
             tokenizer.save_pretrained(trained)
