@@ -80,6 +80,17 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]])
     return tokenizer
 
 
+def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimum: int | None = None) -> None:
+    """Refuse a `max_seq_length` that leaves no token of text once the task's template has added its special tokens
+    (BERT pair: 3, GPT classification: 2 or 3, seq2seq: 1): tokenizers skip a truncation they cannot honour, and a
+    template alone trains on nothing. `minimum` overrides the template's count (a causal block needs 2 tokens)."""
+    overhead = tokenizer.num_special_tokens_to_add(pair=texts == 2)
+    needed = minimum if minimum is not None else overhead + texts
+    if recipe.max_seq_length < needed:
+        raise RecipeError(f"recipe key 'max_seq_length' is {recipe.max_seq_length}, below the minimum of {needed} for "
+                          f"{what} ({overhead} special tokens and at least one token of each of {texts} text(s))")
+
+
 def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, **fields: Any):
     """The model to train: a saved folder's weights with a (possibly new) head, or a fresh one from a preset."""
     auto = getattr(transformers, auto_class)
@@ -146,5 +157,5 @@ def dense_prediction_for_saving(model, recipe: Recipe) -> None:
     model.config.sparse_prediction = recipe.model_overrides.get("sparse_prediction", False)
 
 
-__all__ = ["build_model", "dense_prediction_for_saving", "get_tokenizer", "load_split", "load_splits",
+__all__ = ["build_model", "check_sequence_room", "dense_prediction_for_saving", "get_tokenizer", "load_split", "load_splits",
            "unpadded_on_gpu"]

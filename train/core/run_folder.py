@@ -4,9 +4,10 @@ A run claims its `output_dir` before it writes anything there (`claim`, called b
 trained tokenizer and by the engine before its first log line; only the main process of a launch claims):
 
 - `<output_dir>` must be a folder (it is created when missing); a file there is refused naming the recipe key;
-- a folder holding another run's files (`RUN_FILES`: its record, checkpoints, log, tokenizer, model) is refused
-  unless the recipe resumes (`resume_from_checkpoint`) or asks to start over (`overwrite_output_dir`, which prints
-  every path it deletes and deletes only those), as transformers' Trainer refuses a non-empty `output_dir`;
+- a folder holding another run's work (`WORK`: checkpoints, log, model) is refused unless the recipe resumes
+  (`resume_from_checkpoint`) or asks to start over (`overwrite_output_dir`, which prints every path of `RUN_FILES`
+  it deletes and deletes only those), as transformers' Trainer refuses a non-empty `output_dir`; the record and
+  tokenizer of a run that stopped before its first step (a refused recipe) are replaced, each path printed;
 - `<output_dir>/.lock` (created atomically, holding the process id and host) keeps a second live run out; a lock
   whose process is gone (a killed run) is reported and taken over, never obeyed forever;
 - `<output_dir>/run.json` is the run's record: the recipe's hash, the start time, the process and host, the
@@ -31,6 +32,7 @@ import yaml
 
 RECORD, LOCK = "run.json", ".lock"
 RUN_FILES = (RECORD, "checkpoints", "logs", "tokenizer", "model", "adapter", "loss_curve.png")
+WORK = ("checkpoints", "logs", "model", "adapter")  # a run that left none of these never trained: it is replaced
 # keys that say where and how the run is watched, not what it trains: left out of the recipe's hash
 _UNHASHED = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "progress_bar", "push_to_hub")
 _claims: dict[Path, object] = {}  # folder -> the recipe object of the run in this process that claimed it
@@ -54,15 +56,17 @@ def claim(recipe) -> Path:
     _check_is_folder(Path(recipe.output_dir))
     _take_lock(folder)
     found = [folder / name for name in RUN_FILES if (folder / name).exists()]
+    trained = any(path.name in WORK for path in found)
     if found and not recipe.resume_from_checkpoint:
-        if not recipe.overwrite_output_dir:
+        if trained and not recipe.overwrite_output_dir:
             _release_lock(folder)
             raise OutputDirError(
                 f"output_dir {folder} holds another run's files ({', '.join(p.name for p in found)}); to continue that "
                 f"run pass --resume_from_checkpoint latest, to delete its files and start over pass "
                 f"--overwrite_output_dir true, or choose another --output_dir")
+        why = "overwrite_output_dir" if trained else "a run that stopped before training (no checkpoint, log or model)"
         for path in found:
-            print(f"overwrite_output_dir: deleting {path}", flush=True)
+            print(f"{why}: deleting {path}", flush=True)
             shutil.rmtree(path) if path.is_dir() else path.unlink()
     _write_record(folder, recipe)
     _claims[folder] = recipe
