@@ -136,3 +136,87 @@ def test_resume_with_a_changed_learning_rate_applies_it_and_records_it(finished,
         "linear", "constant"]
     assert yaml.safe_load((finished / "model" / "recipe.yaml").read_text())["learning_rate"] == 1e-6
     assert "`learning_rate` 0.001 -> 1e-06" in (finished / "model" / "README.md").read_text()
+
+
+# ----------------------------------------------------------------------------- labels and lengths as users give them
+
+def reviews(path: Path, labels: list, extra: str = "") -> Path:
+    rows = [{"text": f"review {i} says the film was {'not ' * (i % 2)}good {extra}", "label": label}
+            for i, label in enumerate(labels)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def classify(tmp_path: Path, train: Path, validation: Path, *extra: str):
+    return run(tmp_path / "run", "--task", "sequence-classification", "--dataset", "", "--train_file", str(train),
+               "--validation_file", str(validation), "--max_steps", "2", "--save_steps", "0", *extra)
+
+
+def test_string_labels_train_end_to_end_and_the_saved_config_names_them(tmp_path):
+    from transformers import AutoConfig
+
+    train = reviews(tmp_path / "train.jsonl", ["pos", "neg", "neutral"] * 10)
+    validation = reviews(tmp_path / "validation.jsonl", ["neg", "pos"] * 4)
+    results, folder = classify(tmp_path, train, validation)
+    assert 0.0 <= results["eval_accuracy"] <= 1.0
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    assert config.id2label == {0: "neg", 1: "neutral", 2: "pos"}  # sorted, as datasets' ClassLabel numbers them
+    assert config.label2id == {"neg": 0, "neutral": 1, "pos": 2}
+
+
+@pytest.mark.parametrize("bad, message", [
+    (-1, r"validation.jsonl: line 3 \(JSON Lines, column 'label'\): label -1 is not a class id >= 0 \(an unlabelled "
+         r"row.*skip_unlabeled: true"),
+    (0.5, r"validation.jsonl: line 3 \(JSON Lines, column 'label'\): label 0.5 is not a class"),
+    (2, r"validation.jsonl: line 3 \(JSON Lines, column 'label'\): label 2 never occurs in the training data"),
+])
+def test_a_bad_label_is_refused_before_training_naming_file_line_and_value(tmp_path, bad, message):
+    train = reviews(tmp_path / "train.jsonl", [0, 1] * 10)
+    validation = reviews(tmp_path / "validation.jsonl", [0, 1, bad, 0])
+    with pytest.raises(ValueError, match=message):
+        classify(tmp_path, train, validation)
+    assert not (tmp_path / "run" / "logs").exists()  # nothing trained
+
+
+def test_rows_labelled_minus_one_are_skipped_with_a_count_when_the_recipe_says_so(tmp_path, capsys):
+    train = reviews(tmp_path / "train.jsonl", [0, 1, -1] * 8)
+    validation = reviews(tmp_path / "validation.jsonl", [0, 1, -1, -1])
+    classify(tmp_path, train, validation, "--skip_unlabeled", "true")
+    printed = capsys.readouterr().out
+    assert "train.jsonl: skipped 8 rows labelled -1 in column 'label'" in printed
+    assert "validation.jsonl: skipped 2 rows labelled -1" in printed
+
+
+@pytest.mark.parametrize("command, argv, minimum", [
+    ("finetune", ["--recipe", "configs/recipes/bert-finetune-nli-tiny.yaml", "--max_seq_length", "4"], 5),
+    ("finetune", ["--recipe", "configs/recipes/gpt-finetune-nli-tiny.yaml", "--max_seq_length", "3"], 5),
+    ("finetune", ["--recipe", "configs/recipes/bert-finetune-nli-tiny.yaml", "--task", "sequence-classification",
+                  "--dataset", "embedded:sentiment", "--max_seq_length", "2"], 3),
+    ("pretrain_bert", ["--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--max_seq_length", "3"], 5),
+    ("pretrain_gpt", ["--recipe", "configs/recipes/gpt-pretrain-tiny.yaml", "--max_seq_length", "1"], 2),
+    ("train_translation", ["--recipe", "configs/recipes/transformer-translation-tiny.yaml", "--max_seq_length", "1"], 2),
+])
+def test_max_seq_length_below_the_templates_minimum_is_refused(tmp_path, command, argv, minimum):
+    import importlib
+
+    from train.core.recipes import RecipeError
+
+    main = importlib.import_module(f"train.{command}").main
+    with pytest.raises(RecipeError, match=f"'max_seq_length' is {argv[-1]}, below the minimum of {minimum}"):
+        main([*argv, "--output_dir", str(tmp_path / "run"), "--progress_bar", "false", "--report_to", "none",
+              "--train_size", "40", "--eval_size", "8"])
+    assert not (tmp_path / "run" / "logs").exists()
+
+
+def test_at_the_minimum_length_truncation_applies(tmp_path):
+    from train.core.data import tokenize_dataset
+    from train.core.tokenization import train_tokenizer
+    from train.core.corpus import tokenizer_training_texts
+    import datasets
+
+    tokenizer = train_tokenizer("bert", tokenizer_training_texts(size=100), 400)
+    rows = datasets.Dataset.from_dict({"premise": ["a long premise of many words"] * 2,
+                                       "hypothesis": ["a long hypothesis too"] * 2, "label": [0, 1]})
+    encoded = tokenize_dataset(rows, tokenizer, "classification", text_column="premise",
+                               text_pair_column="hypothesis", max_length=5)
+    assert [len(ids) for ids in encoded["input_ids"]] == [5, 5]

@@ -32,6 +32,9 @@ from train.core.recipes import Recipe, RecipeError, check_model_overrides, is_mo
 from train.core.tokenization import config_kwargs_from_tokenizer, load_tokenizer, train_tokenizer
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
+
+
 def load_split(recipe: Recipe, split: str, columns: Iterable[str] = (), default_dataset: str = ""):
     """One split (`train` or `validation`) of the recipe's data, cut to `train_size` / `eval_size` rows."""
     size = recipe.train_size if split == "train" else recipe.eval_size
@@ -62,6 +65,11 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]])
     if recipe.tokenizer:
         if not Path(recipe.tokenizer).exists():
             raise FileNotFoundError(f"tokenizer folder {recipe.tokenizer!r} does not exist")
+        folder = Path(recipe.tokenizer)
+        if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+            raise FileNotFoundError(f"recipe key 'tokenizer': folder {recipe.tokenizer!r} holds no tokenizer (none of "
+                                    f"{', '.join(TOKENIZER_FILES)}); give a folder written by save_pretrained or "
+                                    f"python -m train.train_tokenizer")
         return load_tokenizer(recipe.tokenizer, kind)
     if is_model_folder(recipe.model) and (Path(recipe.model) / "tokenizer.json").is_file():
         return load_tokenizer(recipe.model, kind)

@@ -28,6 +28,8 @@ class LabelError(DataError):
 def _check_values(values: list, source: str, column: str, kind: type | None, skip_unlabeled: bool) -> type | None:
     """The values' type (str or int); raises `LabelError` for anything that is not a class."""
     for row, value in enumerate(values):
+        if isinstance(value, float) and value.is_integer():  # a whole number in a column Arrow widened to floats
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise LabelError(f"{row_location(source, row, column)}: label {value!r} is not a class: labels must be "
                              f"integer class ids or strings (got {type(value).__name__}; regression is not supported)")
@@ -40,6 +42,17 @@ def _check_values(values: list, source: str, column: str, kind: type | None, ski
                 if value == -1 else ""
             raise LabelError(f"{row_location(source, row, column)}: label {value} is not a class id >= 0{hint}")
     return kind
+
+
+def _integral(dataset: datasets.Dataset, column: str) -> datasets.Dataset:
+    """A float column (Arrow widens `[0, 1, 0.5]` to floats) whose every value is whole, as integers; otherwise as it
+    is, for `_check_values` to name the first fraction."""
+    feature = dataset.features[column]
+    if not (isinstance(feature, datasets.Value) and feature.dtype.startswith("float")):
+        return dataset
+    if any(not float(v).is_integer() for v in dataset[column]):
+        return dataset
+    return dataset.cast_column(column, datasets.Value("int64"))
 
 
 def _drop_unlabeled(dataset: datasets.Dataset, column: str, source: str) -> datasets.Dataset:
@@ -56,6 +69,7 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
     feature = train.features[column]
     if isinstance(feature, datasets.ClassLabel):
         return list(feature.names), train, validation
+    train, validation = (_integral(d, column) if d is not None else None for d in (train, validation))
     splits = [(train, sources[0])] + ([(validation, sources[1])] if validation is not None else [])
     kind = None
     for dataset, source in splits:
