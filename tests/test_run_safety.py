@@ -71,6 +71,25 @@ def test_second_run_into_the_same_folder_is_refused_and_the_first_runs_files_sta
     assert files(finished) == before  # tokenizer, checkpoints, log and model untouched
 
 
+def test_a_second_run_with_its_own_tokenizer_is_refused_too(finished, tmp_path):
+    """With --tokenizer nothing is trained: the engine's claim refuses, before the log is touched."""
+    before = files(finished)
+    with pytest.raises(OutputDirError, match="holds another run's files"):
+        run(finished, "--tokenizer", str(finished / "tokenizer"))
+    assert files(finished) == before
+
+
+def test_resume_under_another_tokenizer_names_it(finished, tmp_path):
+    from train.core.corpus import tokenizer_training_texts
+    from train.core.tokenization import train_tokenizer
+
+    other = tmp_path / "other"
+    train_tokenizer("bert", tokenizer_training_texts(size=100), 300, model_max_length=64).save_pretrained(other)
+    with pytest.raises(ResumeMismatchError, match=r"tokenizer: the checkpoint was written with tokens=\d+, this run "
+                                                  r"has tokens=\d+"):
+        run(finished, "--resume_from_checkpoint", "latest", "--max_steps", "6", "--tokenizer", str(other))
+
+
 def test_overwrite_output_dir_deletes_the_first_runs_files_naming_each(finished, capsys):
     run(finished, "--max_steps", "2", "--overwrite_output_dir", "true")
     printed = capsys.readouterr().out

@@ -24,9 +24,9 @@ back.
 Resume is checked against the recipe (`check_resume`): the record holds what the run was (`run_identity`: the model
 config, the tokenizer's vocabulary, the data and the number of examples in it), and a checkpoint written by another
 model, tokenizer or data is refused key by key (`ResumeMismatchError`: "the checkpoint was written with
-num_hidden_layers=2, this run has 1"), never reported as corrupt. The optimisation keys of `CHANGEABLE` (learning rate,
-schedule, warmup, max_steps, weight decay, logging and saving intervals) may change on resume: they take effect (the
-optimizer's hyperparameters and the schedule's base rate come from the recipe, not the checkpoint) and are returned
+num_hidden_layers=2, this run has 1"), never reported as corrupt. Every other recipe key (learning rate, schedule,
+warmup, max_steps, weight decay, logging and saving intervals, ...) may change on resume: it takes effect (the
+optimizer's hyperparameters and the schedule's base rate come from the recipe, not the checkpoint) and is returned
 for the run line, the log and the run record.
 """
 
@@ -53,9 +53,8 @@ CHECKPOINT_PREFIX = "step-"
 TMP, OLD, DELETING = ".tmp-", ".old-", ".del-"  # prefixes of folders a save is writing, replacing, deleting
 
 
-CHANGEABLE = ("learning_rate", "lr_scheduler", "warmup_steps", "max_steps", "num_train_epochs", "weight_decay",
-              "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "max_train_seconds", "logging_steps",
-              "eval_steps", "save_steps", "save_total_limit")
+# recipe keys that say where the run writes and how it is watched: never reported as changed
+_UNRECORDED = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "progress_bar", "push_to_hub")
 # config keys that say how the model is run, not what it is: free to differ on resume
 _RUNTIME_CONFIG = {"transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype", "use_cache",
                    "_attn_implementation", "attn_implementation", "_attn_implementation_autoset", "unpad_inputs",
@@ -138,10 +137,11 @@ def run_identity(config, tokenizer, recipe, examples: int) -> dict:
     identity = {"model_config": {k: v for k, v in sorted(fields.items()) if k not in _RUNTIME_CONFIG},
                 "dataset": {"source": recipe.train_file or recipe.dataset, "dataset_config": recipe.dataset_config,
                             "examples": examples},
-                "hyperparameters": {k: getattr(recipe, k) for k in CHANGEABLE}}
+                "hyperparameters": {k: v for k, v in recipe.to_dict().items() if k not in _UNRECORDED}}
+    identity["dataset"]["seed"] = recipe.seed  # the epoch order the data position counts in
     if tokenizer is not None:
-        vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
-        identity["tokenizer"] = {"tokens": len(tokenizer), "vocabulary_sha256": hashlib.sha256(vocab.encode()).hexdigest()[:16]}
+        vocab = json.dumps(sorted(tokenizer.get_vocab().items())).encode()
+        identity["tokenizer"] = {"tokens": len(tokenizer), "vocabulary_sha256": hashlib.sha256(vocab).hexdigest()[:16]}
     return identity
 
 
@@ -347,6 +347,6 @@ def _move_into_place(tmp: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["CHANGEABLE", "CHECKPOINT_PREFIX", "STATE_FILE", "CheckpointError", "ResumeMismatchError", "TrainState",
+__all__ = ["CHECKPOINT_PREFIX", "STATE_FILE", "CheckpointError", "ResumeMismatchError", "TrainState",
            "check_resume", "complete_checkpoints", "load_checkpoint", "resume_path", "run_identity", "save_checkpoint",
            "verify_checkpoint"]
