@@ -40,6 +40,8 @@ def check_ids_or_embeds(ids: torch.Tensor | None, embeds: torch.Tensor | None, v
     shape = ids.shape if ids is not None else embeds.shape[:-1]
     if len(shape) != 2:
         raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(shape)}.")
+    if shape[1] == 0:  # an empty prompt: attention over no keys has nothing to normalise
+        raise ValueError(f"`{name}` is empty (length 0): give at least one token, got shape {tuple(shape)}.")
     if ids is not None and vocab_size is not None:
         check_token_ids(ids, vocab_size, name, "vocab_size")
     return shape

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelFo
 
 from conftest import preset
 from modeling.conversion import from_transformers, to_transformers
-from train import pretrain_gpt
+from train import export, pretrain_gpt
 from train.core import checkpoints
 from train.core.data import load_text_dataset
 from train.core.recipes import RecipeError, load_model_config, recipe_from_dict
@@ -52,6 +52,17 @@ def write(tmp, name: str, content: bytes):
 
 
 IDS = torch.tensor([[5, 6]])
+
+
+def _folder(path):
+    path.mkdir()
+    return path
+
+
+def _config_only(tmp):
+    """A folder holding a model's config.json and no weights."""
+    preset("gpt-tiny").save_pretrained(tmp / "model")
+    return tmp / "model"
 
 # id, call (given a temporary folder), error type, the argument it names, what it says is allowed
 CATALOGUE = [
@@ -157,6 +168,18 @@ CATALOGUE = [
      "`inputs_embeds`", "floating point"),
     ("inputs_embeds of another width", lambda t: translator()(inputs_embeds=torch.zeros(1, 2, 31), labels=IDS),
      ValueError, "`inputs_embeds`", "32 features in its last dimension"),
+    ("input_ids empty (a prompt of no tokens)", lambda t: gpt()(torch.ones(1, 0, dtype=torch.long)), ValueError,
+     "`input_ids` is empty", "at least one token"),
+    ("generate from an empty prompt", lambda t: gpt().generate(torch.ones(1, 0, dtype=torch.long), max_new_tokens=2,
+                                                                do_sample=False), ValueError, "`input_ids` is empty",
+     "at least one token"),
+    # output folders, tokenizer folders, export (issue 24)
+    ("output_dir that is a file", lambda t: script(write(t, "out", b"a file"), "--max_steps", "1"), RuntimeError,
+     "recipe key 'output_dir': .*out is a file", "give a folder path"),
+    ("tokenizer folder empty", lambda t: script(t / "run", "--tokenizer", str(_folder(t / "empty"))),
+     FileNotFoundError, "recipe key 'tokenizer': folder .*empty", "tokenizer.json"),
+    ("export a folder without weights", lambda t: export.main(["--model", str(_config_only(t)), "--out", str(t / "x")]),
+     FileNotFoundError, "--model .*: the folder has a config.json but no weights", "<output_dir>/model"),
     # generation arguments
     ("max_new_tokens beyond the context", lambda t: gpt().generate(IDS, max_new_tokens=80, do_sample=False),
      ValueError, "`max_new_tokens`", r"\[1, 62\]"),

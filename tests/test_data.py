@@ -131,7 +131,8 @@ def test_missing_column(tmp_path):
     assert not cache.exists()
     ragged = tmp_path / "ragged.jsonl"
     ragged.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 0}\n{"label": 1}\n', encoding="utf-8")
-    with pytest.raises(MissingColumnError, match=r"ragged\.jsonl: row 2 \(line 3 .*\) has no value for column 'text'"):
+    with pytest.raises(MissingColumnError, match=r"ragged\.jsonl: line 3 \(JSON Lines, column 'text'\): the row has "
+                                                 r"no value for column 'text'"):
         load_text_dataset(ragged, columns=("text",), cache_dir=str(cache))
 
 
@@ -218,3 +219,42 @@ def test_nsp_dataset_from_sentences_or_text(bert):
     assert set(pairs.column_names) == {"input_ids", "token_type_ids", "next_sentence_label"}
     assert all(len(x) <= 64 for x in pairs["input_ids"]) and len(pairs) > 80
     assert 0.35 < sum(pairs["next_sentence_label"]) / len(pairs) < 0.65
+
+
+# ----------------------------------------------------------------------------- files as users have them (issue 24)
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("name, content, columns", [
+    ("a.csv", b"text,label\nhello,1\n", ("text", "label")),
+    ("a.jsonl", b'{"text": "hello", "label": 1}\n', ("text", "label")),
+    ("a.txt", b"hello\nworld\n", ("text",)),
+])
+def test_a_utf8_byte_order_mark_is_stripped(tmp_path, name, content, columns):
+    path = tmp_path / name
+    path.write_bytes(BOM + content)
+    dataset = load_text_dataset(str(path), columns=columns, cache_dir=str(tmp_path / "cache"))
+    assert dataset.column_names == list(columns)
+    assert dataset[0]["text"] == "hello"
+
+
+def test_a_tsv_row_with_an_extra_tab_names_its_line(tmp_path):
+    path = tmp_path / "a.tsv"
+    path.write_text("text\tlabel\nhello\t1\nbye\tx\t0\n")
+    with pytest.raises(MalformedRowError, match=r"a.tsv: line 3: 3 fields where the header \(line 1\) has 2"):
+        load_text_dataset(str(path), columns=("text", "label"), cache_dir=str(tmp_path / "cache"))
+
+
+def test_a_csv_row_without_its_label_names_the_csv_line_and_column(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text('text,label\n"two\nlines",1\nbye\n')
+    with pytest.raises(MissingColumnError, match=r"a.csv: line 4 \(CSV, column 'label'\)"):
+        load_text_dataset(str(path), columns=("text", "label"), cache_dir=str(tmp_path / "cache"))
+
+
+def test_a_corpus_shorter_than_one_block_says_both_numbers(gpt):
+    short = datasets.Dataset.from_dict({"text": ["one two three"]})
+    tokens = len(gpt("one two three", add_special_tokens=False)["input_ids"]) + 1
+    with pytest.raises(DataError, match=f"tiny.txt: the text yields {tokens} tokens .* fewer than one block of 64"):
+        prepare_causal_lm_dataset(short, gpt, 64, source="tiny.txt")

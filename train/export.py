@@ -188,6 +188,9 @@ def load_lineage_model(folder: str | Path):
     if fields.get("model_type") not in families:
         raise ValueError(f"{folder} holds a {fields.get('model_type')!r} model, not a Lineage one "
                          f"(model_type one of {', '.join(families)})")
+    if not any(folder.glob("*.safetensors")) and not any(folder.glob("pytorch_model*.bin")):
+        raise FileNotFoundError(f"--model {folder}: the folder has a config.json but no weights (model.safetensors); "
+                                f"give the folder a run published, <output_dir>/model")
     config = AutoConfig.from_pretrained(folder)
     architecture = (fields.get("architectures") or [""])[0]
     model_class = getattr(modeling, architecture, None)

@@ -10,6 +10,9 @@ hypothesis pairs; embedded:nli), for BERT and GPT; `token-classification` (embed
 LM loss weighted by `lm_loss_weight` (section 3.2; the paper uses 0.5). BERT trains unpadded on a GPU
 (`unpad_inputs`) unless `model_overrides` sets it. Metrics: accuracy and macro F1
 (token classification: over the first sub-token of every word); QA: exact match of the start/end tokens.
+Classification labels may be strings (`pos` / `neg`: class ids in sorted order, the names in the saved config's
+`id2label`) or integer ids; both splits are checked before training (`train.core.labels`), and rows labelled -1
+are skipped with a count when the recipe sets `skip_unlabeled`.
 
 With the recipe key `lora` (`{r: 8, alpha: 16, dropout: 0.0, target_modules: null}`, peft installed) only a
 LoRA adapter and the new head train (`train.core.lora`); the adapter is saved to `<output_dir>/adapter` and the
@@ -23,9 +26,10 @@ from pathlib import Path
 import torch
 
 from train.core.collators import PaddingCollator
-from train.core.common import build_model, get_tokenizer, load_splits, unpadded_on_gpu
+from train.core.common import build_model, check_sequence_room, get_tokenizer, load_splits, unpadded_on_gpu
 from train.core.data import tokenize_dataset
 from train.core.engine import Engine, seed_everything
+from train.core.labels import class_labels
 from train.core.lora import apply_lora, merge_lora
 from train.metrics import load_metric
 from train.core.recipes import RecipeError, is_model_folder, load_model_config, parse_args
@@ -98,8 +102,14 @@ def main(argv: list[str] | None = None):
                 if column:
                     yield " ".join(row[column]) if isinstance(row[column], list) else row[column]
 
+    names = None
+    if encode_task == "classification":  # checked before a tokenizer is trained or anything is written
+        sources = (recipe.train_file or recipe.dataset or default_data,
+                   recipe.validation_file or f"{recipe.dataset or default_data} (validation)")
+        names, train_rows, eval_rows = class_labels(train_rows, eval_rows, label, sources, recipe.skip_unlabeled)
     tokenizer = get_tokenizer(recipe, family, texts)
-    fields = _label_fields(_label_names(train_rows, label))
+    check_sequence_room(recipe, tokenizer, 2 if pair else 1, f"{recipe.task} with a {family} template")
+    fields = _label_fields(names if names is not None else _label_names(train_rows, label))
     if family == "gpt":
         fields["lm_loss_weight"] = recipe.lm_loss_weight
     model = build_model(recipe, auto_class, tokenizer, family, **fields)

@@ -105,7 +105,9 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], float]:
 def arm_recipes(args: argparse.Namespace, arms: list[str], budget: float) -> dict[str, Recipe]:
     """Each arm's recipe with the experiment's data, tokenizer, budget and output folder; their data keys agree."""
     out = Path(args.out)
+    # an experiment trains every arm afresh: a rerun into the same folder replaces its arms, each deletion printed
     overrides: dict[str, Any] = {"max_train_seconds": budget, "tokenizer": str(out / "tokenizer"),
+                                 "overwrite_output_dir": True,
                                  "report_to": "none", "progress_bar": False, **(QUICK if args.quick else {})}
     if args.train_file:
         overrides.update(dataset="", train_file=args.train_file, validation_file=args.validation_file)

@@ -2,7 +2,7 @@
 
     python -m train.main_job                 # the full run (configs/recipes/main-*.yaml), under 10 minutes on 2 cores
     python -m train.main_job --quick         # a smoke run of the same steps (about a minute; used by the tests)
-    python -m train.main_job --output_dir DIR
+    python -m train.main_job --output_dir DIR [--overwrite_output_dir true]   # true: start over in DIR
 
 1. train the three tokenizers (WordPiece for BERT, byte-level BPE for GPT, shared BPE for the Transformer);
 2. pretrain a small BERT (MLM + NSP), fine-tune it on the entailment task (NLI);
@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--quick", action="store_true", help="a smoke run of every step (about a minute)")
     parser.add_argument("--output_dir", default="outputs/main-job")
     parser.add_argument("--progress_bar", default="true", choices=["true", "false"])
+    parser.add_argument("--overwrite_output_dir", default="false", choices=["true", "false"],
+                        help="start over in a DIR that holds an earlier job's runs (each stage names what it deletes)")
     args = parser.parse_args(argv)
     root = Path(args.output_dir)
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = []
     for name, script, recipe, kind, parent, figures in STAGES:
         argv_stage = ["--recipe", f"configs/recipes/{recipe}.yaml", "--output_dir", str(root / name),
-                      "--progress_bar", args.progress_bar]
+                      "--progress_bar", args.progress_bar, "--overwrite_output_dir", args.overwrite_output_dir]
         argv_stage += ["--tokenizer", str(tokenizers[kind])] if kind else ["--model", str(root / parent / "model")]
         if args.quick:
             argv_stage += QUICK if kind else QUICK[:-2]  # fine-tuning keeps the pretrained architecture

@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import MaskedLMCollator
-from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_splits, unpadded_on_gpu
+from train.core.common import (build_model, check_sequence_room, dense_prediction_for_saving, get_tokenizer,
+                               load_splits, unpadded_on_gpu)
 from train.core.data import prepare_nsp_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None):
     seed_everything(recipe.seed)
     train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
     tokenizer = get_tokenizer(recipe, "bert", lambda: train_docs["text"])
+    check_sequence_room(recipe, tokenizer, 2, "BERT pretraining's sentence pairs")
     model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert",
                         sparse_prediction=True)
     train_data = prepare_nsp_dataset(train_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed)

@@ -17,7 +17,7 @@ import torch
 from modeling.packing import document_masking_error
 from modeling.modeling_lineage_gpt import LineageGptPreTrainedModel
 from train.core.collators import CausalLMCollator
-from train.core.common import build_model, get_tokenizer, load_splits
+from train.core.common import build_model, check_sequence_room, get_tokenizer, load_splits
 from train.core.data import prepare_causal_lm_dataset
 from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
@@ -64,13 +64,17 @@ def main(argv: list[str] | None = None):
     seed_everything(recipe.seed)
     train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
     tokenizer = get_tokenizer(recipe, "gpt", lambda: train_docs["text"])
+    check_sequence_room(recipe, tokenizer, 1, "causal-LM blocks (a token and the next one it predicts)", minimum=2)
     model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt")
     if recipe.pack_documents:
         check_document_packing(model)
     train_data = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length,
-                                           pack_documents=recipe.pack_documents)
+                                           pack_documents=recipe.pack_documents,
+                                           source=recipe.train_file or recipe.dataset or "embedded:documents")
     eval_data = (prepare_causal_lm_dataset(eval_docs, tokenizer, recipe.max_seq_length,
-                                           pack_documents=recipe.pack_documents) if eval_docs else None)
+                                           pack_documents=recipe.pack_documents,
+                                           source=recipe.validation_file or f"{recipe.dataset} (validation)")
+                 if eval_docs else None)
     engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer), tokenizer=tokenizer,
                     eval_dataset=eval_data, loss_fn=loss_fn, metrics_fn=metrics)
     results = engine.train()

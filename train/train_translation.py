@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import Seq2SeqCollator
-from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_splits
+from train.core.common import (build_model, check_sequence_room, dense_prediction_for_saving, get_tokenizer,
+                               load_splits)
 from train.core.data import tokenize_dataset
 from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None):
     columns = ("source", "target")
     train_rows, eval_rows = load_splits(recipe, columns, "embedded:translation")
     tokenizer = get_tokenizer(recipe, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
+    check_sequence_room(recipe, tokenizer, 1, "a seq2seq source or target (text </s>)")
     fields = {"sparse_prediction": True}
     if recipe.label_smoothing is not None:
         fields["label_smoothing"] = recipe.label_smoothing

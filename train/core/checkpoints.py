@@ -20,10 +20,19 @@ killed save (`.tmp-step-N`, a stale checkpoint half deleted as `.del-step-N`) ar
 removed by the next save. A step saved again replaces its folder in two renames (`step-N` -> `.old-step-N`, the
 new one -> `step-N`); killed between them, `.old-step-N` is that step's checkpoint until the next save puts it
 back.
+
+Resume is checked against the recipe (`check_resume`): the record holds what the run was (`run_identity`: the model
+config, the tokenizer's vocabulary, the data and the number of examples in it), and a checkpoint written by another
+model, tokenizer or data is refused key by key (`ResumeMismatchError`: "the checkpoint was written with
+num_hidden_layers=2, this run has 1"), never reported as corrupt. Every other recipe key (learning rate, schedule,
+warmup, max_steps, weight decay, logging and saving intervals, ...) may change on resume: it takes effect (the
+optimizer's hyperparameters and the schedule's base rate come from the recipe, not the checkpoint) and is returned
+for the run line, the log and the run record.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -44,8 +53,21 @@ CHECKPOINT_PREFIX = "step-"
 TMP, OLD, DELETING = ".tmp-", ".old-", ".del-"  # prefixes of folders a save is writing, replacing, deleting
 
 
+# recipe keys that say where the run writes and how it is watched: never reported as changed
+_UNRECORDED = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "progress_bar", "push_to_hub")
+# config keys that say how the model is run, not what it is: free to differ on resume
+_RUNTIME_CONFIG = {"transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype", "use_cache",
+                   "_attn_implementation", "attn_implementation", "_attn_implementation_autoset", "unpad_inputs",
+                   "sparse_prediction", "output_attentions", "output_hidden_states", "return_dict", "auto_map",
+                   "custom_pipelines", "_commit_hash"}
+
+
 class CheckpointError(ValueError):
     """A resume path with no checkpoint, or a corrupt one."""
+
+
+class ResumeMismatchError(CheckpointError):
+    """A sound checkpoint written by another model, tokenizer or data than this run's."""
 
 
 @dataclass
@@ -109,6 +131,43 @@ def resume_path(spec: str | None, root: Path) -> Path | None:
     return path
 
 
+def run_identity(config, tokenizer, recipe, examples: int) -> dict:
+    """What a checkpoint must share with the run that resumes it, and the recipe's changeable keys."""
+    fields = json.loads(json.dumps(config.to_dict(), default=str))
+    identity = {"model_config": {k: v for k, v in sorted(fields.items()) if k not in _RUNTIME_CONFIG},
+                "dataset": {"source": recipe.train_file or recipe.dataset, "dataset_config": recipe.dataset_config,
+                            "examples": examples},
+                "hyperparameters": {k: v for k, v in recipe.to_dict().items() if k not in _UNRECORDED}}
+    identity["dataset"]["seed"] = recipe.seed  # the epoch order the data position counts in
+    if tokenizer is not None:
+        vocab = json.dumps(sorted(tokenizer.get_vocab().items())).encode()
+        identity["tokenizer"] = {"tokens": len(tokenizer), "vocabulary_sha256": hashlib.sha256(vocab).hexdigest()[:16]}
+    return identity
+
+
+def check_resume(path: Path, identity: dict) -> dict[str, list]:
+    """Refuse a checkpoint whose model config, tokenizer or data differ from `identity` (naming each key); return the
+    changeable keys that differ, {key: [checkpoint's, this run's]}. Checkpoints written before the record was kept
+    pass unchecked."""
+    written = verify_checkpoint(path).get("run")
+    if not written:
+        return {}
+    problems = []
+    for part, what in (("model_config", "model config"), ("tokenizer", "tokenizer"), ("dataset", "data")):
+        before, now = written.get(part, {}), identity.get(part, {})
+        for key in sorted(set(before) | set(now)):
+            if before.get(key) != now.get(key):
+                problems.append(f"{what}: the checkpoint was written with {key}={before.get(key)!r}, this run has "
+                                f"{key}={now.get(key)!r}")
+    if problems:
+        raise ResumeMismatchError(
+            f"checkpoint {path} belongs to another run than this recipe describes (the checkpoint itself is sound):\n  "
+            + "\n  ".join(problems) + "\nresume with the recipe that wrote it, or start a new run in another "
+            "output_dir (or with --overwrite_output_dir true)")
+    before, now = written.get("hyperparameters", {}), identity["hyperparameters"]
+    return {k: [before[k], now[k]] for k in now if k in before and before[k] != now[k]}
+
+
 def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: int) -> TrainState:
     """Restore model, optimizer, scheduler and random states; return the run's position. `micro_batch_examples`:
     this run's per-process batch times its process count, which must equal the checkpoint's."""
@@ -125,13 +184,17 @@ def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: 
     if deepspeed and written != accelerator.num_processes:
         raise CheckpointError(f"checkpoint {path} is DeepSpeed's own format, written by {written} processes; it "
                               f"resumes with {written} processes only (this run has {accelerator.num_processes})")
+    optimizer = accelerator._optimizers[0].optimizer
+    fresh = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     try:
         if deepspeed:
             accelerator.load_state(str(path))
         else:
             _load_portable(accelerator, path)
     except Exception as err:  # a truncated or foreign file; nothing was written anywhere
-        raise CheckpointError(f"checkpoint {path} is corrupt: loading it failed ({type(err).__name__}: {err})") from err
+        raise CheckpointError(f"checkpoint {path} is corrupt or was written by another model: loading it failed "
+                              f"({type(err).__name__}: {err})") from err
+    _recipe_hyperparameters(optimizer, fresh, accelerator._schedulers)
     if written != accelerator.num_processes:
         accelerator.print(f"checkpoint {path.name} was written by {written} processes and resumes in "
                           f"{accelerator.num_processes}: weights, optimizer, schedule and data position carry over; "
@@ -140,9 +203,26 @@ def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: 
     return state
 
 
-def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, keep: int, launch: dict | None = None) -> Path:
-    """Save into a temporary folder, record it (with `launch`, how the run is distributed), rename it into place,
-    keep the last `keep`."""
+def _recipe_hyperparameters(optimizer, fresh: list[dict], schedulers) -> None:
+    """Give the optimizer this run's hyperparameters (the checkpoint's came with its state) and rebase the schedule on
+    this run's learning rate at the restored step: a changed learning rate, schedule or max_steps takes effect."""
+    for group, hyper in zip(optimizer.param_groups, fresh):
+        group.update(hyper)
+    for wrapped in schedulers:
+        scheduler = getattr(wrapped, "scheduler", wrapped)
+        if not hasattr(scheduler, "lr_lambdas"):
+            continue
+        scheduler.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        rates = [base * fn(scheduler.last_epoch) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+        for group, rate in zip(optimizer.param_groups, rates):
+            group["lr"] = rate
+        scheduler._last_lr = rates
+
+
+def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, keep: int, launch: dict | None = None,
+                    identity: dict | None = None) -> Path:
+    """Save into a temporary folder, record it (with `launch`, how the run is distributed, and `identity`, what the run
+    is: `run_identity`), rename it into place, keep the last `keep`."""
     final = root / f"{CHECKPOINT_PREFIX}{state.step:08d}"
     tmp = root / f"{TMP}{final.name}"
     if accelerator.is_main_process:
@@ -156,7 +236,7 @@ def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, kee
         _save_portable(accelerator, tmp)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        _write_record(tmp, state, launch)
+        _write_record(tmp, state, launch, identity)
         _move_into_place(tmp, final)
         for stale in complete_checkpoints(root)[:-max(1, keep)]:
             _delete(stale)
@@ -227,12 +307,13 @@ def _aliases(model) -> dict[str, str]:
     return aliases
 
 
-def _write_record(folder: Path, state: TrainState, launch: dict | None) -> None:
+def _write_record(folder: Path, state: TrainState, launch: dict | None, identity: dict | None = None) -> None:
     """The state file, written last: only once every file it lists is on disk."""
     files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
     for name in files:
         _fsync(folder / name)
-    record = {"state": asdict(state), "files": files, "launch": launch or {}, "time": time.time()}
+    record = {"state": asdict(state), "files": files, "launch": launch or {}, "run": identity or {},
+              "time": time.time()}
     with (folder / STATE_FILE).open("w") as f:
         json.dump(record, f, indent=1)
         f.flush()
@@ -266,5 +347,6 @@ def _move_into_place(tmp: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["CHECKPOINT_PREFIX", "STATE_FILE", "CheckpointError", "TrainState", "complete_checkpoints",
-           "load_checkpoint", "resume_path", "save_checkpoint", "verify_checkpoint"]
+__all__ = ["CHECKPOINT_PREFIX", "STATE_FILE", "CheckpointError", "ResumeMismatchError", "TrainState",
+           "check_resume", "complete_checkpoints", "load_checkpoint", "resume_path", "run_identity", "save_checkpoint",
+           "verify_checkpoint"]

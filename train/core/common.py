@@ -26,9 +26,13 @@ from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
+from train.core import run_folder
 from train.core.data import load_text_dataset
 from train.core.recipes import Recipe, RecipeError, check_model_overrides, is_model_folder, load_model_config
 from train.core.tokenization import config_kwargs_from_tokenizer, load_tokenizer, train_tokenizer
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
 
 
 def load_split(recipe: Recipe, split: str, columns: Iterable[str] = (), default_dataset: str = ""):
@@ -61,6 +65,11 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]])
     if recipe.tokenizer:
         if not Path(recipe.tokenizer).exists():
             raise FileNotFoundError(f"tokenizer folder {recipe.tokenizer!r} does not exist")
+        folder = Path(recipe.tokenizer)
+        if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+            raise FileNotFoundError(f"recipe key 'tokenizer': folder {recipe.tokenizer!r} holds no tokenizer (none of "
+                                    f"{', '.join(TOKENIZER_FILES)}); give a folder written by save_pretrained or "
+                                    f"python -m train.train_tokenizer")
         return load_tokenizer(recipe.tokenizer, kind)
     if is_model_folder(recipe.model) and (Path(recipe.model) / "tokenizer.json").is_file():
         return load_tokenizer(recipe.model, kind)
@@ -70,12 +79,24 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]])
     state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
     with state.main_process_first():  # one process trains, the others load its vocabulary
         if state.is_main_process:
+            run_folder.claim(recipe)  # before the first file written into output_dir
             tokenizer = train_tokenizer(kind, texts(), recipe.tokenizer_vocab_size,
                                         model_max_length=recipe.max_seq_length)
             tokenizer.save_pretrained(trained)
         else:
             tokenizer = load_tokenizer(trained, kind)
     return tokenizer
+
+
+def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimum: int | None = None) -> None:
+    """Refuse a `max_seq_length` that leaves no token of text once the task's template has added its special tokens
+    (BERT pair: 3, GPT classification: 2 or 3, seq2seq: 1): tokenizers skip a truncation they cannot honour, and a
+    template alone trains on nothing. `minimum` overrides the template's count (a causal block needs 2 tokens)."""
+    overhead = tokenizer.num_special_tokens_to_add(pair=texts == 2)
+    needed = minimum if minimum is not None else overhead + texts
+    if recipe.max_seq_length < needed:
+        raise RecipeError(f"recipe key 'max_seq_length' is {recipe.max_seq_length}, below the minimum of {needed} for "
+                          f"{what} ({overhead} special tokens and at least one token of each of {texts} text(s))")
 
 
 def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, **fields: Any):
@@ -144,5 +165,5 @@ def dense_prediction_for_saving(model, recipe: Recipe) -> None:
     model.config.sparse_prediction = recipe.model_overrides.get("sparse_prediction", False)
 
 
-__all__ = ["build_model", "dense_prediction_for_saving", "get_tokenizer", "load_split", "load_splits",
+__all__ = ["build_model", "check_sequence_room", "dense_prediction_for_saving", "get_tokenizer", "load_split", "load_splits",
            "unpadded_on_gpu"]

@@ -16,7 +16,9 @@ Sources ``load_text_dataset`` accepts (``source`` argument):
 datasets cache. ``streaming=True`` returns an ``IterableDataset`` read lazily (corpora larger than
 memory). Bad input raises a ``DataError`` (a ``ValueError``) or ``DataFileNotFoundError`` (a
 ``FileNotFoundError``) naming the file, the line or row, and the problem: missing or empty files,
-missing columns, text that is not valid UTF-8, malformed JSON lines.
+missing columns, text that is not valid UTF-8, malformed JSON lines, CSV/TSV rows with more or fewer fields than the
+header, rows without a value (``row_location``: the line as an editor counts it, the format and the column). A UTF-8
+byte-order mark (Excel's "CSV UTF-8") is stripped.
 
 Tokenization (``tokenize_dataset``) runs the batch encoders of ``train.core.examples`` through
 ``Dataset.map(batched=True)``: cached next to file-backed datasets (a second run with the same
@@ -145,7 +147,7 @@ def _columns_of(path: Path, fmt: str) -> list[str]:
     if fmt == "parquet":
         import pyarrow.parquet as pq
         return list(pq.read_schema(path).names)
-    with open(path, encoding="utf-8", newline="") as handle:
+    with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: a BOM (Excel's "CSV UTF-8") is no text
         if fmt == "csv":
             tsv = _suffix(path) == ".tsv"
             header = next(csv.reader(handle, delimiter="\t" if tsv else ",",
@@ -177,13 +179,70 @@ def _json_columns(path: Path, handle) -> list[str]:
 
 
 def _find_bad_json_line(path: Path) -> None:
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:
         for number, line in enumerate(handle, 1):
             try:
                 if line.strip() and not isinstance(json.loads(line), dict):
                     raise MalformedRowError(f"{path}: line {number}: expected a JSON object")
             except json.JSONDecodeError as err:
                 raise MalformedRowError(f"{path}: line {number}: not valid JSON ({err.msg})") from None
+
+
+def _csv_dialect(path: Path) -> dict:
+    tsv = _suffix(path) == ".tsv"
+    return {"delimiter": "\t" if tsv else ",", "quoting": csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL}
+
+
+def _find_bad_csv_line(path: Path) -> None:
+    """The first row whose number of fields differs from the header's (a stray tab or comma)."""
+    kind = "TSV" if _suffix(path) == ".tsv" else "CSV"
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle, **_csv_dialect(path))
+        header = next(reader, [])
+        start = reader.line_num + 1
+        for fields in reader:
+            if fields and len(fields) != len(header):
+                separator = "tabs" if kind == "TSV" else "commas"
+                raise MalformedRowError(f"{path}: line {start}: {len(fields)} fields where the header (line 1) has "
+                                        f"{len(header)} ({', '.join(header)}); {kind} rows are split by {separator}, so "
+                                        f"one inside a value needs {'removing' if kind == 'TSV' else 'quotes'}")
+            start = reader.line_num + 1
+
+
+def row_location(source: str | Path, row: int, column: str | None = None) -> str:
+    """Where row `row` (0-based, as `datasets` counts) of a data file is, as the user's editor counts lines:
+    "a.csv: line 3 (CSV, column 'label')"; a source that is no local CSV or JSON Lines file gets "row N"."""
+    path = Path(source)
+    fmt = FORMATS.get(_suffix(path)) if path.is_file() and Path(path).suffix.lower() not in COMPRESSIONS else None
+    named = f", column {column!r}" if column else ""
+    line = None
+    if fmt == "csv":
+        kind = "TSV" if _suffix(path) == ".tsv" else "CSV"
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            reader = csv.reader(handle, **_csv_dialect(path))
+            next(reader, None)
+            start = reader.line_num + 1
+            for index, _ in enumerate(reader):
+                if index == row:
+                    line = start
+                    break
+                start = reader.line_num + 1
+    elif fmt == "json":
+        kind = "JSON Lines"
+        with open(path, encoding="utf-8-sig") as handle:
+            filled = (number for number, text in enumerate(handle, 1) if text.strip())
+            line = next((number for index, number in enumerate(filled) if index == row), None)
+            handle.seek(0)
+            if handle.read(1) == "[":
+                line, kind = None, "JSON"
+    if line is None:
+        return f"{source}: row {row}{named}"
+    return f"{path}: line {line} ({kind}{named})"
+
+
+def _has_bom(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(3) == codecs.BOM_UTF8
 
 
 def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> None:
@@ -212,14 +271,14 @@ def _parquet_rows(path: Path) -> int:
 
 
 def _check_nulls(dataset: datasets.Dataset, columns: Sequence[str], files: list[Path]) -> None:
-    """JSON Lines rows may omit a key that the first row had: name the first such row."""
+    """JSON Lines rows may omit a key that the first row had, CSV rows a field: name the first such row."""
     for column in columns:
         values = dataset.data.column(column)
         if values.null_count:
             row = next(i for i, v in enumerate(values.to_pylist()) if v is None)
-            source = files[0] if len(files) == 1 else f"{len(files)} files starting with {files[0]}"
-            raise MissingColumnError(f"{source}: row {row} (line {row + 1} of a JSON Lines file) has no "
-                                     f"value for column {column!r}")
+            where = (row_location(files[0], row, column) if len(files) == 1
+                     else f"{len(files)} files starting with {files[0]}: row {row}, column {column!r}")
+            raise MissingColumnError(f"{where}: the row has no value for column {column!r}")
 
 
 # ----------------------------------------------------------------------------- loading
@@ -245,13 +304,17 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     kwargs = {"sample_by": text_sample_by} if fmt == "text" else {}
     if fmt == "csv" and _suffix(files[0]) == ".tsv":
         kwargs.update(delimiter="\t", quoting=csv.QUOTE_NONE)  # TSV: a double quote is text (as GLUE's files)
+    if fmt != "parquet" and any(_has_bom(f) for f in files if f.suffix.lower() not in COMPRESSIONS):
+        kwargs["encoding"] = "utf-8-sig"  # the BOM is no part of the first column's name or the first line
     try:
         dataset = datasets.load_dataset(fmt, data_files={split: [str(f) for f in files]}, split=split,
                                         streaming=streaming, cache_dir=cache_dir, **kwargs)
     except datasets.exceptions.DatasetGenerationError:
-        if fmt == "json":
-            for path in files:
+        for path in files:
+            if fmt == "json":
                 _find_bad_json_line(path)
+            elif fmt == "csv" and path.suffix.lower() not in COMPRESSIONS:
+                _find_bad_csv_line(path)
         raise
     if not streaming:
         _check_nulls(dataset, columns, files)
@@ -317,11 +380,12 @@ def _apply_with_indices(rows: dict, indices: list[int], function) -> dict:
 def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, block_size: int, *,
                               text_column: str = "text", drop_last: bool = True, pack_documents: bool = False,
                               num_proc: int | None = None, batch_size: int = 1000,
-                              cache_dir: str | None = None) -> AnyDataset:
+                              cache_dir: str | None = None, source: str = "the corpus") -> AnyDataset:
     """Tokenize without templates and pack into ``block_size`` blocks joined by the end-of-text token
     (``tokenizer.eos_token``); column ``input_ids``, and with ``pack_documents`` ``position_ids`` restarting at
     each document (``examples.pack_documents``). Packing runs once over the whole stream, so no tail is lost
-    between map batches; the packed Dataset is cached under ``cache_dir``."""
+    between map batches; the packed Dataset is cached under ``cache_dir``. A corpus (``source`` names it in the error)
+    shorter than one block is refused with both numbers."""
     if tokenizer.eos_token_id is None:
         raise MissingSpecialTokenError("causal-LM packing needs an end-of-text token (eos_token)")
     tokenized = tokenize_dataset(dataset, tokenizer, "causal_lm", text_column=text_column, num_proc=num_proc,
@@ -332,6 +396,11 @@ def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenize
     features = datasets.Features({c: datasets.Sequence(datasets.Value("int32")) for c in columns})
     if isinstance(tokenized, datasets.IterableDataset):
         return datasets.IterableDataset.from_generator(_packed_blocks, features=features, gen_kwargs=gen_kwargs)
+    if drop_last:
+        tokens = sum(len(ids) + 1 for ids in tokenized["input_ids"])  # each document and its end-of-text token
+        if tokens < block_size:
+            raise DataError(f"{source}: the text yields {tokens} tokens (end-of-text tokens included), fewer than one "
+                            f"block of {block_size} (max_seq_length): give more text or a smaller max_seq_length")
     fingerprint = datasets.fingerprint.Hasher.hash([tokenized._fingerprint, block_size,
                                                     tokenizer.eos_token_id, drop_last, pack_documents])
     return datasets.Dataset.from_generator(_packed_blocks, features=features, gen_kwargs=gen_kwargs,
@@ -390,5 +459,5 @@ def _tokenize_sentences(rows: dict, tokenizer: PreTrainedTokenizerBase, column: 
 
 __all__ = ["FORMATS", "EMBEDDED_PREFIX", "TASKS", "DataError", "DataFileNotFoundError", "EmptyDataFileError",
            "MissingColumnError", "InvalidUTF8Error", "MalformedRowError", "resolve_files", "check_utf8",
-           "validate_files", "load_text_dataset", "tokenize_dataset", "prepare_causal_lm_dataset",
+           "validate_files", "load_text_dataset", "row_location", "tokenize_dataset", "prepare_causal_lm_dataset",
            "prepare_nsp_dataset", "split_sentences"]

@@ -1,7 +1,8 @@
 """The one training engine every entry script runs: a loop over Accelerate.
 
 `Engine(recipe, model, train_dataset, collate_fn, ...)` builds everything and checks every input before the
-first step (tokenizer against model, resume checkpoint); `engine.train()` runs the loop; `engine.save_final()`
+first step (tokenizer against model, resume checkpoint against the recipe: `train.core.checkpoints.check_resume`) and
+claims the output folder (`train.core.run_folder`); `engine.train()` runs the loop; `engine.save_final()`
 publishes the run (`train.core.publish`: weights with code, tokenizer, recipe, model card, Hub push).
 
 The loop (DESIGN.md, Training): Accelerate `prepare`, gradient accumulation (`accelerator.accumulate`), clipping,
@@ -44,7 +45,7 @@ from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from train.core import checkpoints, distributed, publish
+from train.core import checkpoints, distributed, publish, run_folder
 from train.core.batching import EpochSampler, IndexedDataset, SeededCollate
 from train.core.compilation import compile_model
 from train.core.evaluation import evaluate
@@ -104,9 +105,14 @@ class Engine:
         if len(train_dataset) == 0:
             raise ValueError("the training dataset is empty")
         resume_from = checkpoints.resume_path(recipe.resume_from_checkpoint, self.checkpoint_root)  # fails early
+        self.identity = checkpoints.run_identity(model.config, tokenizer, recipe, len(train_dataset))
+        self.changed = checkpoints.check_resume(resume_from, self.identity) if resume_from is not None else {}
         self.accelerator = self._accelerator()
+        if self.accelerator.is_main_process:
+            run_folder.claim(recipe)  # before the first file this run writes into output_dir
         self.launch = distributed.describe(self.accelerator)
-        self.accelerator.print("run: " + ", ".join(f"{k}={v}" for k, v in self.launch.items()))
+        changes = "".join(f", {k}: {old} -> {new} (changed on resume)" for k, (old, new) in self.changed.items())
+        self.accelerator.print("run: " + ", ".join(f"{k}={v}" for k, v in self.launch.items()) + changes)
         self._build_loaders(train_dataset, eval_dataset, collate_fn)
         self._build_optimization(model, d_model or getattr(model.config, "d_model", None) or model.config.hidden_size)
         examples = recipe.per_device_train_batch_size * self.accelerator.num_processes
@@ -116,7 +122,9 @@ class Engine:
             self._resume(resume_from)
         else:
             self.log.restart()
-        self.log.record_launch(self.state.step, self.launch)
+        self.log.record_launch(self.state.step, self.launch, self.changed)
+        if resume_from is not None and self.accelerator.is_main_process:
+            run_folder.note_resume(recipe, resume_from, self.state.step, self.changed)
         self.accelerator.wait_for_everyone()
 
     # ------------------------------------------------------------------ building
@@ -305,13 +313,20 @@ class Engine:
 
     def save_checkpoint(self) -> Path:
         return checkpoints.save_checkpoint(self.accelerator, self.checkpoint_root, self.state,
-                                           self.recipe.save_total_limit, self.launch)
+                                           self.recipe.save_total_limit, self.launch, self.identity)
 
     def save_final(self, results: dict[str, Any] | None = None, card: dict[str, Any] | None = None,
                    extra_files: dict[str, str] | None = None) -> Path:
         """Publish the run to `<output_dir>/model` (`train.core.publish.save_run`) and end it; returns the folder."""
+        if self.changed:  # the card says what ran: the recipe it shows holds the values after the resume
+            card = dict(card or {})
+            changes = ", ".join(f"`{k}` {old} -> {new}" for k, (old, new) in self.changed.items())
+            card["extra"] = (card.get("extra", "") + f"\nResumed from a checkpoint with changed recipe keys (the "
+                             f"recipe above holds the values trained with after the resume): {changes}.\n")
         folder = publish.save_run(self.accelerator, self.model, self.recipe, self.tokenizer, results, card, extra_files)
         self.accelerator.end_training()
+        if self.accelerator.is_main_process:
+            run_folder.release(self.recipe)
         return folder
 
 

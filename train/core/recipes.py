@@ -77,6 +77,7 @@ class Recipe:
     text_column: str | None = None
     text_pair_column: str | None = None
     label_column: str | None = None
+    skip_unlabeled: bool = False  # classification: skip rows labelled -1 (GLUE test splits) with a count; else refused
     train_size: int | None = None  # rows of the training split to use (None: all)
     eval_size: int | None = None
     max_seq_length: int = 128
@@ -117,6 +118,7 @@ class Recipe:
     save_total_limit: int = 2
     output_dir: str = "outputs/run"
     resume_from_checkpoint: str | None = None  # "latest" or a checkpoint folder
+    overwrite_output_dir: bool = False  # delete another run's files in output_dir (each named) and start over
     push_to_hub: str | None = None  # a Hub repo id; the final folder is uploaded only when set
     report_to: str = "tensorboard"  # or "none"
     ddp_find_unused_parameters: bool = False

@@ -25,9 +25,10 @@ class RunLog:
             self.file.parent.mkdir(parents=True, exist_ok=True)
             self.file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
 
-    def record_launch(self, step: int, launch: dict) -> None:
-        """How this (re)start of the run is distributed (`train.core.distributed.describe`): its first line."""
-        record = {"step": step, "seconds": 0.0, "launch": launch}
+    def record_launch(self, step: int, launch: dict, changed: dict | None = None) -> None:
+        """How this (re)start of the run is distributed (`train.core.distributed.describe`): its first line; with the
+        recipe keys a resume changed ({key: [before, now]})."""
+        record = {"step": step, "seconds": 0.0, "launch": launch, **({"changed": changed} if changed else {})}
         self.history.append(record)
         if self.accelerator.is_main_process:
             with self.file.open("a") as f:
