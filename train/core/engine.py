@@ -57,7 +57,7 @@ from train.core import checkpoints, distributed, publish
 from modeling.checks import value_checks
 from train.core.batching import EpochSampler, IndexedDataset, SeededCollate
 from train.core.collators import value_limits
-from train.core.compilation import compile_model
+from train.core.compilation import check_bounded_shapes, compile_model
 from train.core.evaluation import evaluate
 from train.core.optimization import build_optimizer
 from train.core.recipes import Recipe
@@ -151,6 +151,8 @@ class Engine:
 
     def _build_loaders(self, train_dataset, eval_dataset, collate_fn: Callable, limits: dict) -> None:
         r = self.recipe
+        if r.compile:
+            check_bounded_shapes(r.compile_mode, collate_fn, train_dataset)
         self.collate = SeededCollate(collate_fn, r.seed, limits)  # checks every batch's values on the CPU
         self.sampler = EpochSampler(len(train_dataset), r.seed)
         self.train_dl = self.accelerator.prepare(DataLoader(
