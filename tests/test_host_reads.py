@@ -138,7 +138,7 @@ def test_no_host_read_between_logging_steps_and_the_same_losses(name, tmp_path, 
     argv = ["--recipe", f"configs/recipes/{recipe}.yaml", *extra, "--progress_bar", "false", "--report_to", "none",
             "--max_steps", "6", "--logging_steps", "3", "--save_steps", "0", "--output_dir", str(tmp_path / "run")]
     counter, losses = counted_run(monkeypatch, main, argv)
-    assert [loss for _, loss in losses] == BEFORE[name]  # bit-identical: the loop computes what it did when it read every step
+    assert [loss for _, loss in losses] == BEFORE[name]  # bit-identical to the loop that read every step
     for step in range(1, 7):
         engine = sum(n for (path, _), n in counter.reads[step].items() if path.startswith("train"))
         checks = sum(n for (path, _), n in counter.reads[step].items() if path == os.path.join("modeling", "checks.py"))
@@ -194,8 +194,8 @@ def test_collate_refuses_out_of_range_values_as_the_model_would():
         allowed = r"-100 \(ignored\) or in" if key == "labels" else "in"
         with pytest.raises(ValueError, match=rf"`{key}` must be {allowed} \[0, {bound}\).*got {value}"):
             check_batch_values({"input_ids": ids, key: bad}, limits)
-    classifier = value_limits(type("Classifier", (), {"config": model.config, "get_output_embeddings": lambda s: None})())
-    assert "labels" not in classifier  # class indices: the classifier's loss checks them
+    classifier = type("Classifier", (), {"config": model.config, "get_output_embeddings": lambda self: None})()
+    assert "labels" not in value_limits(classifier)  # class indices: the classifier's loss checks them
 
 
 def test_value_checks_off_skips_the_value_reads_and_direct_calls_keep_their_errors():

@@ -14,7 +14,10 @@ seen in the epoch.
 
 Batches come from `train.core.batching` (a seeded epoch order, one seed per example for the collator's random
 choices), so on a CPU an interrupted and resumed run reproduces the per-step losses of an uninterrupted one,
-whatever the number of processes. The collator pads; the engine never re-pads.
+whatever the number of processes. The collator pads; the engine never re-pads. Every batch's token ids, token types,
+positions and LM labels are checked against the model's ranges on the CPU as it is collated
+(`train.core.collators.check_batch_values`), so the model's own value checks, which would read them back from the
+device, are off around the training forward (`modeling.checks.value_checks`).
 
 `max_train_seconds` (> 0) is a wall-clock budget: the run stops after the optimizer step at which the training
 time passes it, then evaluates and checkpoints as at `total_steps`. Training time (`seconds` in every step and
@@ -53,8 +56,8 @@ from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from train.core import checkpoints, distributed, publish
 from modeling.checks import value_checks
+from train.core import checkpoints, distributed, publish
 from train.core.batching import EpochSampler, IndexedDataset, SeededCollate
 from train.core.collators import value_limits
 from train.core.compilation import check_bounded_shapes, compile_model
