@@ -292,6 +292,8 @@ class Engine:
         training time."""
         acc = self.accelerator
         grad_norm = window.grad_norm if window.grad_norm is not None else math.nan
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2 returns the norm as a DTensor over the shards
+            grad_norm = grad_norm.full_tensor()
         local = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=acc.device).reshape(()) for v in (
             window.loss / window.micro_batches, window.tokens, window.first_bad_step, grad_norm,
             self.clock.elapsed())])
