@@ -236,3 +236,21 @@ def test_the_collator_batches_pass_the_checks_of_the_model_they_train():
                                          {"input_ids": [8, 9], "position_ids": [0, 1]}])
     check_batch_values(batch, value_limits(model))
     assert not math.isnan(model(**batch).loss.item())
+
+
+def test_the_engine_refuses_an_out_of_range_token_in_the_collate_before_the_model_runs(tmp_path, monkeypatch):
+    """The model's value checks are off inside the loop: the collate's check is what names the bad value (without
+    it the embedding would fail with an index error, or on a GPU a device-side assert)."""
+    from train.core.recipes import Recipe
+
+    model = LineageGptForCausalLM(preset("gpt-tiny"))
+    vocab = model.config.vocab_size
+    rows = [{"input_ids": [5, 6, 7, 8]}, {"input_ids": [5, vocab, 7, 8]}]
+    forwards = []
+    monkeypatch.setattr(Engine, "_compute_loss", lambda self, batch: forwards.append(batch))
+    engine = Engine(Recipe(model="gpt-tiny", max_steps=1, per_device_train_batch_size=2, report_to="none",
+                           progress_bar=False, output_dir=str(tmp_path)), model, rows,
+                    CausalLMCollator(type("Tokenizer", (), {"pad_token_id": 0})()))
+    with pytest.raises(ValueError, match=rf"`input_ids` must be in \[0, {vocab}\) \(vocab_size={vocab}\), got {vocab}"):
+        engine.train()
+    assert forwards == []
