@@ -31,6 +31,7 @@ from train.train_translation import main as train_translation
 READS = {torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.tolist,
          torch.Tensor.__index__}
 TORCH_DIR = os.path.dirname(torch.__file__)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (file, function) of the reads the eager forwards still make, which the engine cannot remove:
 MODEL_INTERNAL = {
     ("masking_utils.py", "_ignore_bidirectional_mask_sdpa"),  # transformers: drop an all-ones mask for SDPA
@@ -85,9 +86,9 @@ class HostReads(TorchFunctionMode):
         if func in READS and not self.paused:
             frame = next(f for f in reversed(traceback.extract_stack()[:-1])
                          if not f.filename.startswith(TORCH_DIR) and f.filename != __file__)
-            self.reads[self.step][(os.path.relpath(frame.filename, os.path.dirname(os.path.dirname(__file__)))
-                                   if "site-packages" not in frame.filename else os.path.basename(frame.filename),
-                                   frame.name)] += 1
+            where = (os.path.basename(frame.filename) if "site-packages" in frame.filename  # transformers
+                     else os.path.relpath(frame.filename, REPO))  # "train/core/engine.py", "modeling/checks.py"
+            self.reads[self.step][(where, frame.name)] += 1
         return func(*args, **(kwargs or {}))
 
 
