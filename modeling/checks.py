@@ -4,13 +4,36 @@ Checks that read tensor values (id ranges, a static cache's length) would break 
 (`torch.compile(fullgraph=True)` refuses data-dependent branches): they run eagerly, and compiled code is trusted to
 have been run eagerly once. Shape checks read static shapes and run under compile too. The families import these
 through `layers.py`.
+
+Each value check reads a tensor back to the host, which on an accelerator waits for every queued kernel. A training
+loop whose batches were already checked where they were built (on the CPU) turns them off around its forward with
+`value_checks(False)`; direct calls (inference, user code) keep them.
 """
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+import weakref
 
 import torch
 
+_value_checks = True
+_checked_labels: tuple | None = None  # (weak reference to the labels, (version, vocab_size, name))
+
+
+@contextmanager
+def value_checks(enabled: bool) -> Iterator[None]:
+    """Run the checks that read tensor values (id and label ranges, a cache's length) only when `enabled`, inside the
+    block; shape checks always run. For callers that checked the same values before the data reached the model."""
+    global _value_checks
+    previous, _value_checks = _value_checks, enabled
+    try:
+        yield
+    finally:
+        _value_checks = previous
+
 
 def _checks_enabled() -> bool:
-    return not torch.compiler.is_compiling()
+    return _value_checks and not torch.compiler.is_compiling()
 
 
 def check_token_ids(ids: torch.Tensor, upper: int, name: str, upper_name: str) -> None:
@@ -90,13 +113,19 @@ def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_l
 
 def check_label_ids(labels: torch.Tensor | None, vocab_size: int, name: str = "labels") -> None:
     """Require every label to be -100 (ignored) or a token id in `[0, vocab_size)`; the extra rows of a padded
-    vocabulary (`pad_vocab_to_multiple_of`) are no token."""
+    vocabulary (`pad_vocab_to_multiple_of`) are no token. The labels last checked are remembered (unchanged since:
+    same tensor, same version), so a loss function called by a forward that checked them does not read them again."""
+    global _checked_labels
     if labels is None or not _checks_enabled():
+        return
+    key = (labels._version, vocab_size, name)
+    if _checked_labels is not None and _checked_labels[0]() is labels and _checked_labels[1] == key:
         return
     outside = (labels != -100) & ((labels < 0) | (labels >= vocab_size))
     if bool(outside.any()):
         bad = int(labels[outside][0])
         raise ValueError(f"`{name}` must be -100 (ignored) or in [0, {vocab_size}) (vocab_size), got {bad}.")
+    _checked_labels = (weakref.ref(labels), key)
 
 
 def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | torch.Size, name: str = "labels") -> None:
@@ -105,4 +134,4 @@ def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | tor
 
 
 __all__ = ["check_cached_mask", "check_ids_or_embeds", "check_label_ids", "check_labels_shape", "check_mask_shape",
-           "check_sequence_length", "check_token_ids"]
+           "check_sequence_length", "check_token_ids", "value_checks"]

@@ -593,11 +593,11 @@ def lm_head_loss(
     Runs Liger Kernel's fused kernel where `lm_loss_backend` says so (it has no padded columns to skip, so it gets the
     first `vocab_size` rows of the weight), else `ChunkedLinearCrossEntropy`.
     """
+    check_label_ids(labels, vocab_size)  # a no-op for the labels the calling forward has just checked
     if shift:
         labels = nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]  # (..., T): the next token
     hidden = hidden_states.reshape(-1, hidden_states.shape[-1])  # (N, C)
     labels = labels.reshape(-1).to(hidden.device)  # (N,)
-    check_label_ids(labels, vocab_size)
     if chunk_size is None:
         chunk_size = max(1, LM_LOSS_CHUNK_ELEMENTS // weight.shape[0])
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:

@@ -65,7 +65,7 @@ def tokenizer_folder(tmp_path_factory):
 def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, tokenizer_folder):
     common = ["--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--tokenizer", tokenizer_folder,
               "--model_overrides", NO_DROPOUT, "--max_steps", "4", "--save_steps", "2", "--progress_bar", "false",
-              "--report_to", "none", "--train_size", "60"]
+              "--report_to", "none", "--train_size", "60", "--logging_steps", "1"]
     result = launch_two_processes(*common, "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "ddp"))
     assert (tmp_path / "ddp/checkpoints/step-00000004/random_states_1.pkl").is_file()  # two processes saved
     pretrain_bert([*common, "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "one")])
@@ -83,7 +83,7 @@ def test_two_processes_without_nsp_head_complete(tmp_path):
     out = tmp_path / "mlm"
     launch_two_processes("--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--nsp", "false", "--max_steps", "3",
                          "--save_steps", "0", "--progress_bar", "false", "--report_to", "none", "--train_size", "40",
-                         "--output_dir", str(out))
+                         "--logging_steps", "1", "--output_dir", str(out))
     records = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r] == [1, 2, 3]  # one logger: the processes form one group
     assert (out / "checkpoints" / "step-00000003" / "random_states_1.pkl").is_file()

@@ -31,7 +31,7 @@ FAMILIES = {  # entry script, recipe, Auto class of the final folder
 def _args(family: str, out: Path, per_device: int, *extra: str) -> list[str]:
     return ["--recipe", FAMILIES[family][1], "--model_overrides", NO_DROPOUT, "--max_steps", "4", "--save_steps", "2",
             "--progress_bar", "false", "--report_to", "none", "--train_size", "64", "--eval_size", "8",
-            "--per_device_train_batch_size", str(per_device), "--output_dir", str(out), *extra]
+            "--logging_steps", "1", "--per_device_train_batch_size", str(per_device), "--output_dir", str(out), *extra]
 
 
 def one_process(family: str, out: Path, *extra: str, per_device: int = 8) -> Path:

@@ -28,7 +28,7 @@ def losses(out: Path) -> dict[int, float]:
 
 
 SMALL = ("--train_size", "30", "--max_steps", "8", "--save_steps", "3", "--gradient_accumulation_steps", "2",
-         "--save_total_limit", "3")
+         "--save_total_limit", "3", "--logging_steps", "1")  # a record (and its loss) for every step
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_nan_loss_stops_with_step_number_and_keeps_last_checkpoint(tmp_path, mon
         return loss * float("nan") if self.state.step == 4 else loss
 
     monkeypatch.setattr(Engine, "_compute_loss", nan_at_step_5)
-    with pytest.raises(NonFiniteLossError, match="at step 5.*step-00000003"):
+    with pytest.raises(NonFiniteLossError, match="at step 5: training stopped at step 6.*step-00000003"):
         run(out, "--max_steps", "6", "--save_steps", "3")
     assert [p.name for p in complete_checkpoints(out / "checkpoints")] == ["step-00000003"]
     assert max(losses(out)) == 4

@@ -158,7 +158,8 @@ pretrain_bert.main(sys.argv[3:])
 
 def _killable(out: Path, pause: str, *extra: str) -> subprocess.Popen:
     argv = ["--recipe", BERT_RECIPE, "--output_dir", str(out), "--progress_bar", "false", "--report_to", "none",
-            "--max_steps", "12", "--save_steps", "4", "--save_total_limit", "3", "--eval_size", "16", *extra]
+            "--max_steps", "12", "--save_steps", "4", "--save_total_limit", "3", "--eval_size", "16",
+            "--logging_steps", "1", *extra]  # a record, and its loss, for every step
     log = open(out.parent / f"{out.name}-{pause.replace(':', '-')}.log", "w")  # a pipe could fill and block it
     process = subprocess.Popen([sys.executable, "-c", KILLABLE, str(out / "paused"), pause, *argv], cwd=REPO,
                                env=_env(), stdout=subprocess.DEVNULL, stderr=log)

@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None):
               "qa": {"max_length": recipe.max_seq_length, "doc_stride": recipe.max_seq_length // 4}}[encode_task]
     train_data = tokenize_dataset(train_rows, tokenizer, encode_task, **encode)
     eval_data = tokenize_dataset(eval_rows, tokenizer, encode_task, **encode) if eval_rows else None
-    engine = Engine(recipe, model, train_data, PaddingCollator(tokenizer), tokenizer=tokenizer,
-                    eval_dataset=eval_data, predict_fn=predict, metrics_fn=metrics)
+    engine = Engine(recipe, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
+                    tokenizer=tokenizer, eval_dataset=eval_data, predict_fn=predict, metrics_fn=metrics)
     with unpadded_on_gpu(model, recipe, engine.accelerator.device):
         results = engine.train()
     if recipe.lora is not None:

@@ -145,7 +145,7 @@ def train_arm(recipe: Recipe, train_rows, eval_rows):
                         label_smoothing=recipe.label_smoothing)
     lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
     engine = Engine(recipe, model, tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths),
-                    Seq2SeqCollator(tokenizer), tokenizer=tokenizer,
+                    Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of), tokenizer=tokenizer,
                     eval_dataset=tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths))
     results = engine.train()
     dense_prediction_for_saving(model, recipe)

@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None):
     if not recipe.nsp:
         train_data = train_data.remove_columns("next_sentence_label")
         eval_data = eval_data.remove_columns("next_sentence_label") if eval_data else None
-    collate = MaskedLMCollator(tokenizer, mlm_probability=recipe.mlm_probability)
+    collate = MaskedLMCollator(tokenizer, mlm_probability=recipe.mlm_probability,
+                               pad_to_multiple_of=recipe.pad_to_multiple_of)
     engine = Engine(recipe, model, train_data, collate, tokenizer=tokenizer, eval_dataset=eval_data,
                     loss_fn=make_loss_fn(recipe.nsp), predict_fn=predict, metrics_fn=metrics)
     with unpadded_on_gpu(model, recipe, engine.accelerator.device):

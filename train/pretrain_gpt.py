@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None):
                                            pack_documents=recipe.pack_documents,
                                            source=recipe.validation_file or f"{recipe.dataset} (validation)")
                  if eval_docs else None)
-    engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer), tokenizer=tokenizer,
-                    eval_dataset=eval_data, loss_fn=loss_fn, metrics_fn=metrics)
+    engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer, recipe.pad_to_multiple_of),
+                    tokenizer=tokenizer, eval_dataset=eval_data, loss_fn=loss_fn, metrics_fn=metrics)
     results = engine.train()
     # every process samples the same prompts with the same seed: under FSDP each forward needs all of them
     samples = sample(engine.accelerator.unwrap_model(engine.model), tokenizer,

@@ -67,8 +67,9 @@ def main(argv: list[str] | None = None):
     lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
     train_data = tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths)
     eval_data = tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths) if eval_rows else None
-    engine = Engine(recipe, model, train_data, Seq2SeqCollator(tokenizer), tokenizer=tokenizer, eval_dataset=eval_data,
-                    loss_fn=loss_fn, predict_fn=make_predict_fn(recipe), metrics_fn=make_metrics_fn(tokenizer))
+    engine = Engine(recipe, model, train_data, Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of),
+                    tokenizer=tokenizer, eval_dataset=eval_data, loss_fn=loss_fn, predict_fn=make_predict_fn(recipe),
+                    metrics_fn=make_metrics_fn(tokenizer))
     results = engine.train()
     dense_prediction_for_saving(model, recipe)
     extra = ""

@@ -14,6 +14,8 @@ from collections.abc import Callable
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from train.core.collators import check_batch_values
+
 
 def example_seed(seed: int, epoch: int, index: int) -> int:
     """The seed of example `index`'s random choices in `epoch` (`epoch = -1` for evaluation)."""
@@ -53,24 +55,28 @@ class IndexedDataset(Dataset):
 
 
 class SeededCollate:
-    """Calls the collator once per batch with one seed per example (`example_seed`).
+    """Calls the collator once per batch with one seed per example (`example_seed`), then checks the batch's values
+    against `limits` (`train.core.collators.value_limits`) on the CPU.
 
     A collator that takes no `seeds` argument (one from outside Lineage) runs under the seed of the batch's first
     example instead: reproducible, but its random choices then depend on the batch's composition.
     """
 
-    def __init__(self, collate_fn: Callable, seed: int):
-        self.collate_fn, self.seed, self.epoch = collate_fn, seed, 0
+    def __init__(self, collate_fn: Callable, seed: int, limits: dict[str, tuple[int, str]] | None = None):
+        self.collate_fn, self.seed, self.epoch, self.limits = collate_fn, seed, 0, limits or {}
         self.takes_seeds = "seeds" in inspect.signature(collate_fn).parameters
 
     def __call__(self, items: list[tuple[int, dict]]) -> dict[str, torch.Tensor]:
         seeds = [example_seed(self.seed, self.epoch, index) for index, _ in items]
         features = [example for _, example in items]
         if self.takes_seeds:
-            return self.collate_fn(features, seeds=seeds)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seeds[0])
-            return self.collate_fn(features)
+            batch = self.collate_fn(features, seeds=seeds)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seeds[0])
+                batch = self.collate_fn(features)
+        check_batch_values(batch, self.limits)
+        return batch
 
 
 __all__ = ["EpochSampler", "IndexedDataset", "SeededCollate", "example_seed"]

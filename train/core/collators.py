@@ -22,6 +22,11 @@ says (learned absolute positions then start at 0 in training). Labels are -100 w
 - ``Seq2SeqCollator``: ``input_ids``, ``attention_mask`` and ``labels`` (-100 on padding); the model derives
   its decoder inputs from the labels (teacher forcing).
 
+``check_batch_values(batch, value_limits(model))`` checks a collated batch's token ids, token types, positions and LM
+labels against the model's ranges while the batch is still on the CPU; the engine runs it on every batch and then
+turns the model's own value checks (which would read the values back from the accelerator) off around its forward
+(``modeling.checks.value_checks``).
+
 Randomness (masking) comes from torch's global generator unless ``seed`` is given. ``seeds``, one per
 example, makes each example's random choices depend on its seed alone, not on the rest of its batch: the
 engine (``train.core.batching.SeededCollate``) passes them so that masks do not depend on batch
@@ -112,6 +117,37 @@ def _is_sequence(value) -> bool:
 def _is_multiple_choice(feature: dict) -> bool:
     ids = feature["input_ids"]
     return len(ids) > 0 and _is_sequence(ids[0])
+
+
+# ----------------------------------------------------------------------------- value checks
+
+def value_limits(model) -> dict[str, tuple[int, str]]:
+    """The batch keys whose values a Lineage model range-checks in its forward: key -> (exclusive upper bound, the
+    config field it comes from). `labels` are token ids only for a model with an output (LM) layer; a classifier's
+    labels are class indices, which its loss checks."""
+    config = model.config
+    limits = {key: (getattr(config, field), field) for key, field in (
+        ("input_ids", "vocab_size"), ("decoder_input_ids", "vocab_size"), ("token_type_ids", "type_vocab_size"),
+        ("position_ids", "max_position_embeddings")) if isinstance(getattr(config, field, None), int)}
+    if model.get_output_embeddings() is not None:
+        limits["labels"] = (config.vocab_size, "vocab_size")
+    return limits
+
+
+def check_batch_values(batch: dict[str, torch.Tensor], limits: dict[str, tuple[int, str]]) -> None:
+    """Raise the model's own `ValueError` for a value out of its range (`value_limits`); `labels` may also be -100."""
+    for key, (upper, field) in limits.items():
+        values = batch.get(key)
+        if values is None or values.numel() == 0 or values.is_floating_point():
+            continue
+        outside = (values < 0) | (values >= upper)
+        if key == "labels":
+            outside &= values != IGNORE_INDEX
+        if outside.any():
+            bad = int(values[outside][0])
+            allowed = f"-100 (ignored) or in [0, {upper})" if key == "labels" else f"in [0, {upper})"
+            raise ValueError(f"`{key}` must be {allowed} ({field}={upper}), got {bad}: the collated batch holds a "
+                             "value the model cannot embed or predict (check the tokenizer and the data)")
 
 
 # ----------------------------------------------------------------------------- masked LM
@@ -237,4 +273,5 @@ class Seq2SeqCollator(PaddingCollator):
             raise ValueError("seq2seq labels must be padded on the right")
 
 
-__all__ = ["CausalLMCollator", "IGNORE_INDEX", "MaskedLMCollator", "PaddingCollator", "Seq2SeqCollator", "pad_sequences"]
+__all__ = ["CausalLMCollator", "IGNORE_INDEX", "MaskedLMCollator", "PaddingCollator", "Seq2SeqCollator",
+           "check_batch_values", "pad_sequences", "value_limits"]

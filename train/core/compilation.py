@@ -11,11 +11,17 @@ Dynamo settings: `capture_dynamic_output_shape_ops` lets `sparse_prediction` (th
 labelled positions, a data-dependent count) stay inside the graph instead of breaking it; `allow_rnn` lets Dynamo
 read the parameters of `nn.GRU` / `nn.LSTM` modules, which the RNN family runs through the cell functions when
 compiled (Dynamo traces neither the fused kernels nor packed sequences).
+
+`compile_mode: reduce-overhead` records a CUDA graph per batch shape, so the shapes must be few: packed causal-LM
+blocks all have one length; batches padded to their longest example (BERT, seq2seq, fine-tuning) must be padded to
+a multiple of `pad_to_multiple_of` (at most `max_seq_length / pad_to_multiple_of` lengths, and one more batch size at
+an epoch's end). `check_bounded_shapes` refuses the combination that cannot be bounded before any step.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 from torch import nn
@@ -57,4 +63,26 @@ def compile_model(model: nn.Module, enabled: bool, mode: str | None = None, devi
     return model
 
 
-__all__ = ["check_compiler", "compile_model", "compiler_error"]
+def check_bounded_shapes(compile_mode: str | None, collate_fn, dataset) -> None:
+    """Raise a `RecipeError` naming `compile_mode` and `pad_to_multiple_of` when CUDA graphs (`reduce-overhead`) would
+    meet a batch length per distinct example length: a padding collator (`train.core.collators`) without
+    `pad_to_multiple_of` over training rows of several lengths."""
+    if compile_mode != "reduce-overhead" or getattr(collate_fn, "pad_to_multiple_of", 0) is not None:
+        return
+    lengths = {_longest(row[key]) for row in dataset for key in ("input_ids", "labels") if key in row}
+    if len(lengths) > 1:
+        low, high = min(lengths), max(lengths)
+        raise RecipeError(
+            f"recipe key 'compile_mode' is 'reduce-overhead' (a CUDA graph recorded per batch shape) but batches are "
+            f"padded to their longest example and the training rows have {len(lengths)} lengths ({low} to {high} "
+            f"tokens); set 'pad_to_multiple_of' (e.g. 64: at most {math.ceil(high / 64)} lengths) to bound the shapes")
+
+
+def _longest(sequence) -> int:
+    """The padded length a row asks for: its length, or its longest choice (multiple choice)."""
+    if len(sequence) and isinstance(sequence[0], (list, tuple)):
+        return max(len(choice) for choice in sequence)
+    return len(sequence)
+
+
+__all__ = ["check_bounded_shapes", "check_compiler", "compile_model", "compiler_error"]

@@ -15,7 +15,10 @@ seen in the epoch.
 
 Batches come from `train.core.batching` (a seeded epoch order, one seed per example for the collator's random
 choices), so on a CPU an interrupted and resumed run reproduces the per-step losses of an uninterrupted one,
-whatever the number of processes. The collator pads; the engine never re-pads.
+whatever the number of processes. The collator pads; the engine never re-pads. Every batch's token ids, token types,
+positions and LM labels are checked against the model's ranges on the CPU as it is collated
+(`train.core.collators.check_batch_values`), so the model's own value checks, which would read them back from the
+device, are off around the training forward (`modeling.checks.value_checks`).
 
 `max_train_seconds` (> 0) is a wall-clock budget: the run stops after the optimizer step at which the training
 time passes it, then evaluates and checkpoints as at `total_steps`. Training time (`seconds` in every step and
@@ -26,8 +29,17 @@ How the run is spread over processes (and the launches refused because this mach
 `train.core.distributed`'s; the first record of the log and `results.json` say how it ran. A process that raises
 says so with its rank before it exits, and the launcher stops the others.
 
-A NaN or infinite loss stops the run (`NonFiniteLossError`, with the step number) before the optimizer
-applies it; the last good checkpoint stays as it was.
+The loop never waits for the device between logging steps: the loss sum, the token count, the gradient norm and
+a non-finite-loss flag (the first step whose loss was NaN or infinite) stay on the device, and are reduced over
+processes and read back in one transfer (`_read_back`) only when a record is written: every `logging_steps`, at
+each checkpoint and evaluation step, and at the last step. A record's `loss` is the mean over the micro-batches
+since the previous record; `grad_norm` is that of the record's own step. The `max_train_seconds` budget is checked
+in the same read-back, so the run stops within `logging_steps` (or `save_steps` / `eval_steps`) steps of passing it.
+
+A NaN or infinite loss stops the run (`NonFiniteLossError`, naming the first step whose loss was not finite and the
+last good checkpoint). It is detected within `logging_steps` steps, always before a checkpoint or an evaluation
+(both read the flag first), so no checkpoint is ever written from the weights that the bad step poisoned; the last
+good checkpoint stays as it was.
 """
 
 from __future__ import annotations
@@ -45,9 +57,11 @@ from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from modeling.checks import value_checks
 from train.core import checkpoints, distributed, publish, run_folder
 from train.core.batching import EpochSampler, IndexedDataset, SeededCollate
-from train.core.compilation import compile_model
+from train.core.collators import value_limits
+from train.core.compilation import check_bounded_shapes, compile_model
 from train.core.evaluation import evaluate
 from train.core.optimization import build_optimizer
 from train.core.recipes import Recipe
@@ -61,12 +75,15 @@ class NonFiniteLossError(RuntimeError):
 
 @dataclass
 class _Window:
-    """What the current optimizer step and logging interval have accumulated."""
+    """What the micro-batches since the last record have accumulated, on the device (no host read until the next
+    record)."""
 
-    loss: float | torch.Tensor = 0.0
+    loss: float | torch.Tensor = 0.0  # sum of the micro-batch losses
     micro_batches: int = 0
-    tokens: int = 0
-    since: float = 0.0  # perf_counter() of the last throughput record
+    tokens: int | torch.Tensor = 0
+    grad_norm: torch.Tensor | None = None  # the last optimizer step's
+    first_bad_step: float | torch.Tensor = math.inf  # the first step with a non-finite loss (inf: none)
+    since: float = 0.0  # perf_counter() of the last record
 
 
 @dataclass
@@ -113,7 +130,7 @@ class Engine:
         self.launch = distributed.describe(self.accelerator)
         changes = "".join(f", {k}: {old} -> {new} (changed on resume)" for k, (old, new) in self.changed.items())
         self.accelerator.print("run: " + ", ".join(f"{k}={v}" for k, v in self.launch.items()) + changes)
-        self._build_loaders(train_dataset, eval_dataset, collate_fn)
+        self._build_loaders(train_dataset, eval_dataset, collate_fn, value_limits(model))
         self._build_optimization(model, d_model or getattr(model.config, "d_model", None) or model.config.hidden_size)
         examples = recipe.per_device_train_batch_size * self.accelerator.num_processes
         self.state, self.clock = checkpoints.TrainState(micro_batch_examples=examples), _Clock()
@@ -143,9 +160,11 @@ class Engine:
             step_scheduler_with_optimizer=False,
         )
 
-    def _build_loaders(self, train_dataset, eval_dataset, collate_fn: Callable) -> None:
+    def _build_loaders(self, train_dataset, eval_dataset, collate_fn: Callable, limits: dict) -> None:
         r = self.recipe
-        self.collate = SeededCollate(collate_fn, r.seed)
+        if r.compile:
+            check_bounded_shapes(r.compile_mode, collate_fn, train_dataset)
+        self.collate = SeededCollate(collate_fn, r.seed, limits)  # checks every batch's values on the CPU
         self.sampler = EpochSampler(len(train_dataset), r.seed)
         self.train_dl = self.accelerator.prepare(DataLoader(
             IndexedDataset(train_dataset), batch_size=r.per_device_train_batch_size, sampler=self.sampler,
@@ -187,13 +206,21 @@ class Engine:
         outputs = self.model(**batch)
         return self.loss_fn(outputs, batch, self) if self.loss_fn else outputs.loss
 
-    def _check_finite(self, loss: torch.Tensor) -> None:
-        bad = self.accelerator.reduce((~torch.isfinite(loss.detach())).float().reshape(1), "sum")
-        if bad.item() > 0:
+    def _track_finite(self, loss: torch.Tensor, window: _Window) -> None:
+        """Note on the device the first step whose loss is NaN or infinite (read back with the next record)."""
+        bad = ~torch.isfinite(loss.detach())
+        window.first_bad_step = torch.where(bad, self.state.step + 1, math.inf).clamp(max=window.first_bad_step)
+
+    def _check_finite(self, first_bad_step: float) -> None:
+        """Stop the run if a loss since the last record was not finite: before a checkpoint or evaluation could use
+        the weights that step poisoned."""
+        if math.isfinite(first_bad_step):
             last = checkpoints.complete_checkpoints(self.checkpoint_root)
             kept = f"the last good checkpoint is {last[-1]}" if last else "no checkpoint was written yet"
-            raise NonFiniteLossError(f"loss is {loss.item()} at step {self.state.step + 1}: training stopped "
-                                     f"before applying it; {kept}")
+            raise NonFiniteLossError(
+                f"loss is not finite (NaN or infinite) at step {int(first_bad_step)}: training stopped at step "
+                f"{self.state.step} (non-finite losses are detected within logging_steps="
+                f"{self.recipe.logging_steps} steps, always before a checkpoint); {kept}")
 
     def train(self) -> dict[str, Any]:
         """Run to `total_steps`; return the last training loss, final evaluation metrics and throughput."""
@@ -232,16 +259,16 @@ class Engine:
         return loader
 
     def _micro_step(self, batch: dict, window: _Window, bar) -> bool:
-        """Forward and backward of one micro-batch; on the last one of an accumulation, the optimizer step and
-        its log record. Returns whether an optimizer step was completed."""
+        """Forward and backward of one micro-batch; on the last one of an accumulation, the optimizer step and, when
+        a record is due (`_records_at`), its log record. Returns whether an optimizer step was completed. Nothing
+        here reads a device value back except that record."""
         acc = self.accelerator
-        with acc.accumulate(self.model):
+        with acc.accumulate(self.model), value_checks(False):  # the collator checked the batch's values on the CPU
             loss = self._compute_loss(batch)
-            self._check_finite(loss)
+            self._track_finite(loss, window)
             acc.backward(loss)
-            grad_norm = None
             if acc.sync_gradients and self.recipe.max_grad_norm > 0:
-                grad_norm = acc.clip_grad_norm_(self.model.parameters(), self.recipe.max_grad_norm)
+                window.grad_norm = acc.clip_grad_norm_(self.model.parameters(), self.recipe.max_grad_norm)
             lr = self.scheduler.get_last_lr()[0]  # the rate this step applies
             self.optimizer.step()
             if acc.sync_gradients:
@@ -250,31 +277,55 @@ class Engine:
         self.state.batch_in_epoch += 1
         window.loss, window.micro_batches = window.loss + loss.detach().float(), window.micro_batches + 1
         mask = batch.get("attention_mask", batch.get("input_ids"))
-        window.tokens += int(mask.sum() if "attention_mask" in batch else mask.numel())
+        window.tokens = window.tokens + (mask.sum() if "attention_mask" in batch else mask.numel())
         if not acc.sync_gradients:
             return False
         self.state.step += 1
-        if self.recipe.max_train_seconds > 0 and self.state.step < self.total_steps and self._budget_spent():
-            acc.print(f"step {self.state.step}: the training budget of {self.recipe.max_train_seconds:g} s is spent")
-            self.total_steps = self.state.step  # the last step: logged as such, then the final evaluation
-        self.log.record(self._step_record(window, lr, grad_norm, bar))
+        if self._records_at(self.state.step):
+            self.log.record(self._step_record(window, lr, bar))
         bar.update(1)
         return True
 
-    def _step_record(self, window: _Window, lr: float, grad_norm, bar) -> dict:
-        step = self.state.step
-        record = {"step": step, "epoch": self.state.epoch,
-                  "loss": self.reduce_mean(window.loss / window.micro_batches).item(), "lr": lr,
+    def _records_at(self, step: int) -> bool:
+        """Whether `step` writes a record (and so reads back): every `logging_steps`, at every checkpoint and
+        evaluation (which must not run on poisoned weights, and whose windows then match a resumed run's), and at
+        the last step."""
+        r = self.recipe
+        return (step % r.logging_steps == 0 or step >= self.total_steps
+                or any(every > 0 and step % every == 0 for every in (r.save_steps, r.eval_steps)))
+
+    def _read_back(self, window: _Window) -> dict[str, float]:
+        """Every value the window holds, reduced over processes in one gather and read back in one transfer: the
+        mean loss, the token count, the first non-finite step, the last gradient norm and the slowest process's
+        training time."""
+        acc = self.accelerator
+        grad_norm = window.grad_norm if window.grad_norm is not None else math.nan
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2 returns the norm as a DTensor over the shards
+            grad_norm = grad_norm.full_tensor()
+        local = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=acc.device).reshape(()) for v in (
+            window.loss / window.micro_batches, window.tokens, window.first_bad_step, grad_norm,
+            self.clock.elapsed())])
+        every = acc.gather(local[None])  # (processes, 5)
+        loss, tokens, first_bad, grad, elapsed = torch.stack([
+            every[:, 0].mean(), every[:, 1].sum(), every[:, 2].min(), every[0, 3], every[:, 4].max()]).tolist()
+        return {"loss": loss, "tokens": tokens, "first_bad_step": first_bad, "grad_norm": grad, "elapsed": elapsed}
+
+    def _step_record(self, window: _Window, lr: float, bar) -> dict:
+        """The record of the current step: the window read back, checked for non-finite losses and the time budget,
+        then emptied."""
+        step, values, now = self.state.step, self._read_back(window), time.perf_counter()
+        self._check_finite(values["first_bad_step"])
+        if self.recipe.max_train_seconds > 0 and step < self.total_steps and self._budget_spent(values["elapsed"]):
+            self.accelerator.print(f"step {step}: the training budget of {self.recipe.max_train_seconds:g} s is spent")
+            self.total_steps = step  # the last step: logged as such, then the final evaluation
+        record = {"step": step, "epoch": self.state.epoch, "loss": values["loss"], "lr": lr,
                   "seconds": self.clock.elapsed()}
-        if grad_norm is not None:
-            record["grad_norm"] = float(grad_norm)
-        window.loss, window.micro_batches = 0.0, 0
-        if step % max(1, self.recipe.logging_steps) == 0 or step == self.total_steps:
-            now, acc = time.perf_counter(), self.accelerator
-            tokens = acc.reduce(torch.tensor(float(window.tokens), device=acc.device), "sum").item()
-            record["tokens_per_s"] = tokens / max(now - window.since, 1e-9)
-            window.tokens, window.since = 0, now
-            bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
+        if window.grad_norm is not None:
+            record["grad_norm"] = values["grad_norm"]
+        record["tokens_per_s"] = values["tokens"] / max(now - window.since, 1e-9)
+        bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
+        window.loss, window.micro_batches, window.tokens, window.grad_norm = 0.0, 0, 0, None
+        window.since = now
         return record
 
     def _after_step(self) -> dict[str, Any] | None:
@@ -287,10 +338,10 @@ class Engine:
             self.save_checkpoint()
         return metrics
 
-    def _budget_spent(self) -> bool:
-        """Whether the slowest process has trained for `max_train_seconds` (every process stops at the same step)."""
-        elapsed = torch.tensor([self.clock.elapsed()], device=self.accelerator.device)
-        return self.accelerator.gather(elapsed).max().item() >= self.recipe.max_train_seconds
+    def _budget_spent(self, slowest_elapsed: float) -> bool:
+        """Whether the slowest process (its training time read back with the record, so every process stops at the
+        same step) has trained for `max_train_seconds`."""
+        return slowest_elapsed >= self.recipe.max_train_seconds
 
     def _summary(self, start_step: int, wall: float, metrics: dict[str, Any]) -> dict[str, Any]:
         train_losses, throughput = self.log.values("loss"), self.log.values("tokens_per_s")

@@ -49,6 +49,7 @@ RANGES = {
     "eval_steps": (0, None, True, False), "save_steps": (0, None, True, False),
     "max_train_seconds": (0, None, True, False),
     "save_total_limit": (1, None, True, False), "dataloader_num_workers": (0, None, True, False),
+    "pad_to_multiple_of": (1, None, True, False),
     "seed": (0, 2**32 - 1, True, True),
 }
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
@@ -110,6 +111,7 @@ class Recipe:
     compile: bool = False  # torch.compile the model's forward (and so its backward) before training
     compile_mode: str | None = None  # torch.compile mode (COMPILE_MODES); None: PyTorch's default
     pack_documents: bool = True  # causal-LM pretraining: full blocks of documents, positions and attention per document
+    pad_to_multiple_of: int | None = None  # pad each batch to a multiple of this length: few shapes to compile
     seed: int = 42
     # evaluation, logging, checkpoints, outputs
     eval_steps: int = 0  # 0: evaluate at the end only
