@@ -40,7 +40,7 @@ def recipe(**fields):
 
 
 def script(tmp, *argv):
-    return pretrain_gpt.main(["--recipe", "configs/recipes/gpt-pretrain-tiny.yaml", "--output_dir", str(tmp),
+    return pretrain_gpt.main(["--recipe", "gpt-pretrain-tiny", "--output_dir", str(tmp),
                               "--progress_bar", "false", *argv])
 
 

@@ -18,7 +18,7 @@ QUIET = ("--progress_bar", "false")
 
 
 def _run(main, recipe: str, out: Path, *extra: str):
-    return main(["--recipe", f"configs/recipes/{recipe}.yaml", "--output_dir", str(out), *QUIET, *extra])
+    return main(["--recipe", recipe, "--output_dir", str(out), *QUIET, *extra])
 
 
 @pytest.fixture(scope="module")

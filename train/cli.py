@@ -1,7 +1,7 @@
 """The `lineage` console command: every `python -m train.<command>` under one name.
 
     lineage --help                                  # the commands found in the train package
-    lineage train pretrain_bert --recipe configs/recipes/bert-pretrain-tiny.yaml --max_steps 100
+    lineage train pretrain_bert --recipe bert-pretrain-tiny --max_steps 100
     lineage train finetune --recipe ... --model outputs/bert-pretrain-tiny/model
     lineage export --model outputs/bert-finetune-nli-tiny/model --out exported/
     lineage attention-maps --model ... --text "the cat sat" --out maps/
