@@ -1,4 +1,4 @@
-"""FSDP (v2) on two CPU processes (gloo) through `accelerate launch --config_file train/configs/accelerate/fsdp_cpu.yaml`,
+"""FSDP (v2) on two CPU processes (gloo) through `accelerate launch` with the config `fsdp_cpu`,
 checkpoints across world sizes, and the DeepSpeed configs.
 
 For each family with tied embeddings (GPT's LM head, BERT's MLM head, the Transformer's one embedding for source,

@@ -3,7 +3,7 @@
     lineage configs                          # every kind, its names and the folder they are in
     lineage configs recipes                  # the names of one kind (models, recipes, accelerate)
     lineage configs accelerate/fsdp          # the path of one file, for tools that want a path:
-    accelerate launch --config_file "$(lineage configs accelerate/fsdp)" -m train.pretrain_gpt --recipe gpt-pretrain-tiny
+    accelerate launch --config_file "$(lineage configs accelerate/fsdp)" -m train.pretrain_gpt ...
     cp "$(lineage configs recipes/gpt-pretrain-tiny)" my-recipe.yaml    # a recipe to edit, then --recipe my-recipe.yaml
 
 They are package data (`train.core.recipes.bundled`): the training scripts take a recipe or a preset by name from any

@@ -286,7 +286,8 @@ def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,
     """Command line of every entry script: `--recipe PATH` plus field overrides."""
     parser = argparse.ArgumentParser(description=description, add_help=True,
                                      epilog=f"Recipe keys (override with --key value): {', '.join(valid_keys())}")
-    parser.add_argument("--recipe", default=default_recipe, help="a recipe name (lineage configs recipes) or a YAML file")
+    parser.add_argument("--recipe", default=default_recipe,
+                        help="a recipe name (lineage configs recipes) or a YAML file")
     args, rest = parser.parse_known_args(argv)
     return load_recipe(args.recipe, parse_overrides(rest))
 
@@ -332,4 +333,5 @@ def is_model_folder(name_or_path: str) -> bool:
 
 
 __all__ = ["BUNDLED", "COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "available_presets", "bundled",
-           "check_model_overrides", "is_model_folder", "load_model_config", "load_recipe", "parse_args", "parse_overrides", "recipe_from_dict", "valid_keys"]
+           "check_model_overrides", "is_model_folder", "load_model_config", "load_recipe", "parse_args",
+           "parse_overrides", "recipe_from_dict", "valid_keys"]
