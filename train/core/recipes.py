@@ -37,7 +37,6 @@ BUNDLED = {"models": ".json", "recipes": ".yaml", "accelerate": ".yaml"}  # fold
 SCHEDULES = ("linear", "cosine", "inverse_sqrt", "constant")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-REPORT_TO = ("tensorboard", "none")
 # numeric recipe keys: (lowest, highest, whether the lowest is allowed, whether the highest is); None: unbounded
 RANGES = {
     "learning_rate": (0, None, False, False), "weight_decay": (0, None, True, False),
@@ -130,7 +129,7 @@ class Recipe:
     output_dir: str = "outputs/run"
     resume_from_checkpoint: str | None = None  # "latest" or a checkpoint folder
     push_to_hub: str | None = None  # a Hub repo id; the final folder is uploaded only when set
-    report_to: str = "tensorboard"  # or "none"
+    report_to: str | list = "tensorboard"  # Accelerate trackers: a name, several (list or "a,b"), "all" or "none"
     ddp_find_unused_parameters: bool = False
     dataloader_num_workers: int = 0
     progress_bar: bool = True
@@ -182,8 +181,7 @@ def _check_choices(recipe: Recipe) -> None:
     if recipe.compile_mode is not None and recipe.compile_mode not in COMPILE_MODES:
         raise RecipeError(f"recipe key 'compile_mode' must be one of {', '.join(COMPILE_MODES)} (or null), "
                           f"got {recipe.compile_mode!r}")
-    if recipe.report_to not in REPORT_TO:
-        raise RecipeError(f"recipe key 'report_to' must be one of {', '.join(REPORT_TO)}, got {recipe.report_to!r}")
+    trackers(recipe.report_to)
     for key, bounds in RANGES.items():
         _check_range(key, getattr(recipe, key), *bounds)
     if recipe.max_steps <= 0 and recipe.num_train_epochs <= 0:
@@ -191,6 +189,30 @@ def _check_choices(recipe: Recipe) -> None:
                           f"got {recipe.max_steps} and {recipe.num_train_epochs}")
     if recipe.lora is not None:
         _check_lora(recipe.lora)
+
+
+def trackers(report_to: str | list) -> list[str]:
+    """The Accelerate trackers `report_to` names ([]: none; "all": every installed one), or a `RecipeError` for an
+    unknown name or a tracker whose package is not installed, before anything is trained: Accelerate itself would
+    drop such a tracker without a word."""
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
+
+    names = [n.strip() for n in report_to.split(",")] if isinstance(report_to, str) else list(report_to)
+    installed = [str(t) for t in get_available_trackers()]
+    if names == ["all"]:
+        return installed
+    if names in (["none"], [""], []):
+        return []
+    known = list(LOGGER_TYPE_TO_CLASS)
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise RecipeError(f"recipe key 'report_to' must be none, all, or one or several (a list or 'a,b') of "
+                          f"{', '.join(known)}; got {report_to!r}")
+    missing = [n for n in names if n not in installed]
+    if missing:
+        raise RecipeError(f"recipe key 'report_to': " + "; ".join(f"tracker {n!r} needs the package {n}" for n in missing)
+                          + f", which is not installed: pip install {' '.join(missing)} (or report_to: none)")
+    return list(dict.fromkeys(names))
 
 
 def _check_range(key: str, value, low, high, low_in: bool, high_in: bool) -> None:
@@ -334,4 +356,4 @@ def is_model_folder(name_or_path: str) -> bool:
 
 __all__ = ["BUNDLED", "COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "available_presets", "bundled",
            "check_model_overrides", "is_model_folder", "load_model_config", "load_recipe", "parse_args",
-           "parse_overrides", "recipe_from_dict", "valid_keys"]
+           "parse_overrides", "recipe_from_dict", "trackers", "valid_keys"]
