@@ -94,19 +94,31 @@ def test_the_installed_package_runs_from_an_empty_folder(installed, tmp_path):
     fsdp = Path(_run([installed["lineage"], "configs", "accelerate/fsdp"], work).strip())
     assert fsdp.is_file() and fsdp.is_relative_to(installed["site"])
 
-    # the default recipe by name from the package data, the default output folder relative to the working folder
-    _run([installed["lineage"], "train", "pretrain_gpt", "--max_steps", "2", "--train_size", "32", "--eval_size", "8",
-          "--progress_bar", "false", "--report_to", "none"], work)
-    model = work / "outputs" / "gpt-pretrain-tiny" / "model"
-    assert (model / "config.json").is_file()
-    loaded = json.loads(_run([installed["python"], "-c", (
-        "import json, sys, torch, modeling, transformers\n"
-        "model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
-        "tokenizer = transformers.AutoTokenizer.from_pretrained(sys.argv[1])\n"
-        "ids = tokenizer('Anna was born in', return_tensors='pt').input_ids\n"
-        "out = model.generate(ids, max_new_tokens=3, do_sample=False)\n"
-        "print(json.dumps({'class': type(model).__name__, 'module': sys.modules[type(model).__module__].__file__,"
-        " 'prompt': ids.shape[1], 'generated': out.shape[1]}))"), model], work))
-    assert loaded["class"] == "LineageGptForCausalLM"
-    assert Path(loaded["module"]).is_relative_to(installed["site"])
-    assert loaded["generated"] == loaded["prompt"] + 3
+    # the main job's smoke run: recipes by name from the package data, outputs relative to the working folder
+    _run([installed["lineage"], "train", "main_job", "--quick", "--progress_bar", "false"], work)
+    root = work / "outputs" / "main-job"
+    stages = {row["name"]: row for row in json.loads((root / "summary.json").read_text())["stages"]}
+    assert set(stages) == {"bert-pretrain", "bert-nli", "gpt-pretrain", "gpt-nli", "translation", "rnn-translation"}
+    assert all((work / row["folder"]).is_dir() for row in stages.values())
+    loaded = json.loads(_run([installed["python"], "-c", LOAD, root / "gpt-pretrain" / "model",
+                              root / "translation" / "model"], work))
+    assert loaded["classes"] == ["LineageGptForCausalLM", "LineageTransformerForConditionalGeneration"]
+    assert all(Path(file).is_relative_to(installed["site"]) for file in loaded["files"])
+    assert loaded["new_tokens"] == [3, 3]
+
+
+# from_pretrained of what the main job wrote, through the Auto classes, and a few greedy tokens from each
+LOAD = """
+import json, sys, transformers
+import modeling  # the installed package registers the Lineage families with the Auto classes
+out = {"classes": [], "files": [], "new_tokens": []}
+for folder, auto in zip(sys.argv[1:], (transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM)):
+    model, tokenizer = auto.from_pretrained(folder), transformers.AutoTokenizer.from_pretrained(folder)
+    ids = tokenizer("six hundred forty-one books", return_tensors="pt").input_ids
+    generated = model.generate(ids, max_new_tokens=3, min_new_tokens=3, do_sample=False)
+    prompt = 1 if model.config.is_encoder_decoder else ids.shape[1]  # the decoder's start token, or the prompt
+    out["classes"].append(type(model).__name__)
+    out["files"].append(sys.modules[type(model).__module__].__file__)
+    out["new_tokens"].append(generated.shape[1] - prompt)
+print(json.dumps(out))
+"""
