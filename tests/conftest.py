@@ -19,7 +19,7 @@ from transformers import AutoConfig  # noqa: E402
 import modeling  # noqa: E402,F401  (registers the Lineage families with the Auto classes)
 
 REPO = Path(__file__).resolve().parents[1]
-PRESETS = REPO / "configs" / "models"
+PRESETS = REPO / "train" / "configs" / "models"
 
 # the tiny test models run fastest on one thread (and several test processes can share the machine)
 torch.set_num_threads(1)
@@ -40,7 +40,7 @@ def exact_linear(monkeypatch):
 
 
 def preset(name: str, **overrides):
-    """The config of `configs/models/<name>.json`, with overrides."""
+    """The config of `train/configs/models/<name>.json`, with overrides."""
     fields = json.loads((PRESETS / f"{name}.json").read_text())
     return AutoConfig.for_model(fields.pop("model_type"), **{**fields, **overrides})
 

@@ -41,7 +41,7 @@ def recipe(**fields):
 
 
 def script(tmp, *argv):
-    return pretrain_gpt.main(["--recipe", "configs/recipes/gpt-pretrain-tiny.yaml", "--output_dir", str(tmp),
+    return pretrain_gpt.main(["--recipe", "gpt-pretrain-tiny", "--output_dir", str(tmp),
                               "--progress_bar", "false", *argv])
 
 
@@ -108,8 +108,8 @@ CATALOGUE = [
      "linear, cosine, inverse_sqrt, constant"),
     ("recipe mixed_precision unknown", lambda t: recipe(mixed_precision="fp8"), RecipeError, "'mixed_precision'",
      "auto, no, fp16, bf16"),
-    ("recipe report_to unknown", lambda t: recipe(report_to="wandb"), RecipeError, "'report_to'",
-     "tensorboard, none"),
+    ("recipe report_to unknown", lambda t: recipe(report_to="tensorbord"), RecipeError, "'report_to'",
+     "none, all, or one or several .* of aim, comet_ml, mlflow, tensorboard, wandb"),
     ("recipe no steps and no epochs", lambda t: recipe(max_steps=0, num_train_epochs=0), RecipeError,
      "'max_steps' and 'num_train_epochs'", "max_steps > 0 or num_train_epochs > 0"),
     ("recipe model_overrides misspelt", lambda t: script(t, "--model_overrides", "{hidden_sizes: 64}"), RecipeError,

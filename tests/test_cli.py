@@ -1,10 +1,12 @@
-"""The `lineage` console command (train/cli.py): help lists every command module of `train/`, a subcommand runs
-that module's own `main(argv)`, unknown commands are named."""
+"""The `lineage` console command (train/cli.py): one explicit table of commands, each of which answers `--help`
+with its own usage under its `lineage` name and runs its module's own `main(argv)`; unknown commands are named."""
 
 import ast
+import os
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -13,37 +15,69 @@ from transformers import AutoTokenizer
 from train import cli
 
 
-def command_modules() -> list[str]:
+def modules_with_main() -> set[str]:
     """The modules of train/ that define a top-level main(), read independently of cli.py."""
-    names = []
-    for path in sorted((REPO / "train").glob("*.py")):
+    names = set()
+    for path in (REPO / "train").glob("*.py"):
         tree = ast.parse(path.read_text())
         if path.stem != "cli" and any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body):
-            names.append(path.stem)
+            names.add(path.stem)
     return names
+
+
+def test_the_table_names_every_command_module_once():
+    modules = [command.module for command in cli.COMMANDS.values()]
+    assert sorted(modules) == sorted(modules_with_main())  # a new command module needs its row, a row its module
+    assert {"main_job", "pretrain_bert", "pretrain_gpt", "finetune", "train_translation", "train_tokenizer",
+            "export", "list_configs"} <= set(modules)
 
 
 def test_help_lists_every_command(capsys):
     cli.main(["--help"])
-    text = capsys.readouterr().out
-    training, others = text.split("other commands:")
-    modules = command_modules()
-    assert {"pretrain_bert", "pretrain_gpt", "finetune", "train_translation", "train_tokenizer", "main_job",
-            "export"} <= set(modules)
-    for name in modules:
-        if cli.is_training(name):
-            assert f"\n  {name} " in training
-        else:
-            assert f"\n  {name.replace('_', '-')} " in others
+    training, others = capsys.readouterr().out.split("other commands:")
     assert "lineage train <script>" in training
+    for name, command in cli.COMMANDS.items():
+        if name.startswith("train "):
+            assert f"\n  {name.removeprefix('train ')} " in training and command.summary in training
+        else:
+            assert f"\n  {name} " in others and command.summary in others
 
 
-def test_console_script_is_declared_and_runs_as_a_module():
+@pytest.mark.parametrize("name", list(cli.COMMANDS))
+def test_every_command_answers_help_with_its_own_usage(name, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*name.split(), "--help"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: lineage {name} ")
+
+
+def test_console_script_is_declared_and_runs_from_an_empty_folder(tmp_path):
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"lineage": "train.cli:main"}
-    result = subprocess.run([sys.executable, "-m", "train.cli", "--help"], cwd=REPO, capture_output=True, text=True,
-                            timeout=120)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    run = lambda *argv: subprocess.run([sys.executable, "-m", "train.cli", *argv], cwd=tmp_path, env=env,  # noqa: E731
+                                       capture_output=True, text=True, timeout=120)
+    result = run("--help")
     assert result.returncode == 0 and "lineage train <script>" in result.stdout and "export" in result.stdout
+    fsdp = run("configs", "accelerate/fsdp")
+    assert fsdp.returncode == 0 and Path(fsdp.stdout.strip()).read_text().count("distributed_type: FSDP") == 1
+    assert list(tmp_path.iterdir()) == []  # nothing written to the working directory
+
+
+def test_configs_lists_kinds_and_names_and_refuses_unknown_ones(capsys):
+    cli.main(["configs"])
+    listing = capsys.readouterr().out
+    assert "models (" in listing and "bert-tiny" in listing and "recipes (" in listing and "fsdp_cpu" in listing
+    cli.main(["configs", "recipes"])
+    assert "gpt-pretrain-tiny" in capsys.readouterr().out.split()
+    cli.main(["configs", "models/gpt-tiny.json"])
+    assert '"model_type": "lineage-gpt"' in Path(capsys.readouterr().out.strip()).read_text()
+    with pytest.raises(SystemExit):
+        cli.main(["configs", "recipe/gpt-pretrain-tiny"])
+    assert "unknown kind 'recipe'; kinds: models, recipes, accelerate" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["configs", "accelerate/tpu"])
+    assert "no accelerate config 'tpu'; accelerate: cpu, deepspeed_zero2" in capsys.readouterr().err
 
 
 def test_subcommands_call_the_modules_own_main(monkeypatch):
@@ -55,6 +89,12 @@ def test_subcommands_call_the_modules_own_main(monkeypatch):
     cli.main(["export", "--model", "m", "--out", "o"])
     cli.main(["train", "finetune", "--recipe", "r.yaml", "--max_steps", "2"])
     assert calls == [("export", ["--model", "m", "--out", "o"]), ("finetune", ["--recipe", "r.yaml", "--max_steps", "2"])]
+
+
+def test_resolve_accepts_dashes_and_underscores():
+    assert cli.resolve(["train", "main-job", "--quick"]) == ("main_job", ["--quick"], "lineage train main_job")
+    assert cli.resolve(["attention_maps", "--text", "a"]) == ("attention_maps", ["--text", "a"],
+                                                              "lineage attention-maps")
 
 
 def test_train_tokenizer_through_the_command(tmp_path, capsys):
@@ -73,9 +113,11 @@ def test_commands_return_nothing_so_the_console_script_exits_with_status_zero(mo
 
 
 def test_unknown_commands_are_named():
-    with pytest.raises(SystemExit, match="unknown command 'serve'; commands: train, .*export"):
+    with pytest.raises(SystemExit, match="unknown command 'serve'; commands: train, attention-maps, .*export"):
         cli.main(["serve"])
-    with pytest.raises(SystemExit, match="unknown script 'pretrain_t5'; scripts: finetune, main_job, pretrain_bert"):
+    with pytest.raises(SystemExit, match="unknown script 'pretrain_t5'; scripts: main_job, pretrain_bert"):
         cli.main(["train", "pretrain_t5"])
-    with pytest.raises(SystemExit, match="lineage: unknown command 'finetune'"):
-        cli.main(["finetune"])  # a training script is reached through `lineage train`
+    with pytest.raises(SystemExit, match="name a script: main_job, pretrain_bert"):
+        cli.main(["train", "--max_steps", "2"])
+    with pytest.raises(SystemExit, match="lineage: 'finetune' is a training script: lineage train finetune"):
+        cli.main(["finetune"])

@@ -134,7 +134,7 @@ def test_compile_keeps_state_dict_keys():
 
 
 def run_gpt(out: Path, *extra: str):
-    return pretrain_gpt(["--recipe", "configs/recipes/gpt-pretrain-tiny.yaml", "--output_dir", str(out),
+    return pretrain_gpt(["--recipe", "gpt-pretrain-tiny", "--output_dir", str(out),
                          "--progress_bar", "false", "--report_to", "none", "--train_size", "16", "--max_steps", "2",
                          *extra])
 

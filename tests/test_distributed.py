@@ -63,7 +63,7 @@ def tokenizer_folder(tmp_path_factory):
 
 
 def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, tokenizer_folder):
-    common = ["--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--tokenizer", tokenizer_folder,
+    common = ["--recipe", "bert-pretrain-tiny", "--tokenizer", tokenizer_folder,
               "--model_overrides", NO_DROPOUT, "--max_steps", "4", "--save_steps", "2", "--progress_bar", "false",
               "--report_to", "none", "--train_size", "60", "--logging_steps", "1"]
     result = launch_two_processes(*common, "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "ddp"))
@@ -81,7 +81,7 @@ def test_two_processes_without_nsp_head_complete(tmp_path):
     runs without an unused-parameter search, never stalls; three steps prove later reductions work. The
     tokenizer is trained by the main process and loaded by the other (one vocabulary for both)."""
     out = tmp_path / "mlm"
-    launch_two_processes("--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--nsp", "false", "--max_steps", "3",
+    launch_two_processes("--recipe", "bert-pretrain-tiny", "--nsp", "false", "--max_steps", "3",
                          "--save_steps", "0", "--progress_bar", "false", "--report_to", "none", "--train_size", "40",
                          "--logging_steps", "1", "--output_dir", str(out))
     records = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
@@ -95,9 +95,9 @@ def test_fsdp_config_on_processes_that_form_no_group_is_refused(tmp_path, tokeni
     """fsdp.yaml on a machine without a GPU: Accelerate would run two independent one-process trainings
     (DistributedType.NO). The run stops before the first step and says why."""
     result = launch_two_processes(
-        "--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--tokenizer", tokenizer_folder, "--max_steps", "2",
+        "--recipe", "bert-pretrain-tiny", "--tokenizer", tokenizer_folder, "--max_steps", "2",
         "--progress_bar", "false", "--report_to", "none", "--train_size", "20", "--output_dir", str(tmp_path / "run"),
-        config="configs/accelerate/fsdp.yaml", cpu=False, succeed=False)
+        config="train/configs/accelerate/fsdp.yaml", cpu=False, succeed=False)
     assert result.returncode != 0
     assert "accelerate launched 2 processes, but they formed no process group" in result.stderr
     assert "ACCELERATE_USE_CPU=true" in result.stderr
@@ -113,7 +113,7 @@ def test_a_failing_process_fails_the_run_and_keeps_the_last_checkpoint(tmp_path,
     out = tmp_path / "run"
     began = time.monotonic()
     result = launch_two_processes(
-        "--fail_on_rank", "1", "--fail_at_step", "3", "--recipe", "configs/recipes/bert-pretrain-tiny.yaml",
+        "--fail_on_rank", "1", "--fail_at_step", "3", "--recipe", "bert-pretrain-tiny",
         "--tokenizer", tokenizer_folder, "--max_steps", "6", "--save_steps", "2", "--progress_bar", "false",
         "--report_to", "none", "--train_size", "60", "--per_device_train_batch_size", "4", "--output_dir", str(out),
         driver=True, succeed=False)
@@ -134,7 +134,7 @@ def test_gradient_checkpointing_gives_the_same_losses(tmp_path, tokenizer_folder
 
     calls, forward = [], LineageAttention.forward
     monkeypatch.setattr(LineageAttention, "forward", lambda self, *a, **k: calls.append(1) or forward(self, *a, **k))
-    common = ["--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--tokenizer", tokenizer_folder,
+    common = ["--recipe", "bert-pretrain-tiny", "--tokenizer", tokenizer_folder,
               "--max_steps", "3", "--save_steps", "0", "--progress_bar", "false", "--report_to", "none",
               "--train_size", "40", "--eval_size", "8"]
     pretrain_bert([*common, "--output_dir", str(tmp_path / "plain")])
@@ -151,14 +151,14 @@ def test_gradient_checkpointing_is_refused_for_a_model_without_it(tmp_path):
     from train import train_translation
 
     with pytest.raises(ValueError, match="recipe key 'gradient_checkpointing': LineageRnnForConditionalGeneration"):
-        train_translation.main(["--recipe", "configs/recipes/rnn-translation-tiny.yaml", "--gradient_checkpointing",
+        train_translation.main(["--recipe", "rnn-translation-tiny", "--gradient_checkpointing",
                                 "true", "--progress_bar", "false", "--report_to", "none",
                                 "--output_dir", str(tmp_path / "rnn")])
     assert not (tmp_path / "rnn" / "checkpoints").exists()
 
 
 def test_fsdp_asked_of_one_plain_process_is_refused(tmp_path, tokenizer_folder, monkeypatch):
-    """What `accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 1` gives each process on
+    """What `accelerate launch --config_file train/configs/accelerate/fsdp.yaml --num_processes 1` gives each process on
     a machine without a GPU: Accelerate would train unsharded (DistributedType.NO); the run refuses instead."""
     from train.core.distributed import DistributedSetupError
 
@@ -166,6 +166,6 @@ def test_fsdp_asked_of_one_plain_process_is_refused(tmp_path, tokenizer_folder, 
     monkeypatch.setenv("FSDP_VERSION", "2")
     with pytest.raises(DistributedSetupError, match="asks for FSDP, but this machine would run it as "
                                                     "DistributedType.NO: FSDP needs several processes in one group"):
-        pretrain_bert(["--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--tokenizer", tokenizer_folder,
+        pretrain_bert(["--recipe", "bert-pretrain-tiny", "--tokenizer", tokenizer_folder,
                        "--progress_bar", "false", "--report_to", "none", "--output_dir", str(tmp_path / "run")])
     assert not (tmp_path / "run" / "checkpoints").exists()

@@ -1,4 +1,4 @@
-"""FSDP (v2) on two CPU processes (gloo) through `accelerate launch --config_file configs/accelerate/fsdp_cpu.yaml`,
+"""FSDP (v2) on two CPU processes (gloo) through `accelerate launch` with the config `fsdp_cpu`,
 checkpoints across world sizes, and the DeepSpeed configs.
 
 For each family with tied embeddings (GPT's LM head, BERT's MLM head, the Transformer's one embedding for source,
@@ -19,11 +19,11 @@ import torch
 from test_distributed import NO_DROPOUT, REPO, _losses, launch_two_processes
 
 TOL = 1e-5
-FSDP_CPU = "configs/accelerate/fsdp_cpu.yaml"
+FSDP_CPU = "train/configs/accelerate/fsdp_cpu.yaml"
 FAMILIES = {  # entry script, recipe, Auto class of the final folder
-    "gpt": ("train.pretrain_gpt", "configs/recipes/gpt-pretrain-tiny.yaml", "AutoModelForCausalLM"),
-    "bert": ("train.pretrain_bert", "configs/recipes/bert-pretrain-tiny.yaml", "AutoModelForPreTraining"),
-    "transformer": ("train.train_translation", "configs/recipes/transformer-translation-tiny.yaml",
+    "gpt": ("train.pretrain_gpt", "gpt-pretrain-tiny", "AutoModelForCausalLM"),
+    "bert": ("train.pretrain_bert", "bert-pretrain-tiny", "AutoModelForPreTraining"),
+    "transformer": ("train.train_translation", "transformer-translation-tiny",
                     "AutoModelForSeq2SeqLM"),
 }
 
@@ -172,7 +172,7 @@ def test_deepspeed_configs_are_read_by_accelerate_and_build_the_plugin(name, sta
     from accelerate.utils.launch import prepare_deepspeed_cmd_env
 
     parser = launch_command_parser()
-    args = parser.parse_args(["--config_file", str(REPO / "configs" / "accelerate" / name), "train.py"])
+    args = parser.parse_args(["--config_file", str(REPO / "train" / "configs" / "accelerate" / name), "train.py"])
     args, defaults, _ = _validate_launch_command(args)
     known = {action.dest for action in parser._actions}
     assert set(defaults.deepspeed_config) <= known, set(defaults.deepspeed_config) - known  # no ignored key
@@ -196,7 +196,7 @@ def test_deepspeed_trains_and_saves_an_ordinary_folder(name, tmp_path):
     """On two GPUs with deepspeed installed: the run trains, records DeepSpeed and its ZeRO stage, and its final
     folder (ZeRO-3: 16-bit weights gathered on the main process) loads with from_pretrained."""
     out = tmp_path / "run"
-    launch_two_processes(*_args("gpt", out, 4), module="train.pretrain_gpt", config=f"configs/accelerate/{name}",
+    launch_two_processes(*_args("gpt", out, 4), module="train.pretrain_gpt", config=f"train/configs/accelerate/{name}",
                          cpu=False)
     launch = json.loads((out / "logs" / "metrics.jsonl").read_text().splitlines()[0])["launch"]
     assert launch["distributed_type"] == "DEEPSPEED" and launch["deepspeed_zero_stage"] == int(name[-6])

@@ -13,7 +13,7 @@ from train.core.engine import Engine, NonFiniteLossError
 from train.core.tokenization import TokenizerMismatchError
 from train.pretrain_bert import main as pretrain_bert
 
-RECIPE = "configs/recipes/bert-pretrain-tiny.yaml"
+RECIPE = "bert-pretrain-tiny"
 torch.set_num_threads(1)  # tiny models: one thread is fastest, and immune to a busy machine
 
 

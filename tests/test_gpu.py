@@ -131,7 +131,7 @@ def test_generation_on_the_gpu_matches_a_cpu_forward_step_by_step(family):
 
 def test_engine_runs_a_recipe_in_bf16_and_reports_throughput(tmp_path):
     results, folder = pretrain_gpt.main([
-        "--recipe", "configs/recipes/gpt-pretrain-tiny.yaml", "--output_dir", str(tmp_path / "gpt"),
+        "--recipe", "gpt-pretrain-tiny", "--output_dir", str(tmp_path / "gpt"),
         "--mixed_precision", "bf16", "--progress_bar", "false", "--save_steps", "0",
     ])
     assert results["steps"] == 6 and results["train_loss"] > 0

@@ -9,7 +9,7 @@ papers make for attention, as a test. One torch thread; about 10-15 s per model 
 
 import pytest
 import torch
-from conftest import REPO, preset
+from conftest import preset
 
 from modeling import LineageRnnForConditionalGeneration
 
@@ -95,7 +95,7 @@ def test_train_translation_trains_an_rnn_recipe_and_the_folder_translates(tmp_pa
 
     from train import train_translation
 
-    results, folder = train_translation.main(["--recipe", str(REPO / "configs/recipes/rnn-translation-tiny.yaml"),
+    results, folder = train_translation.main(["--recipe", "rnn-translation-tiny",
                                               "--output_dir", str(tmp_path), "--progress_bar", "false",
                                               "--report_to", "none"])
     assert 0 <= results["eval_bleu"] <= 100 and " -> " in results["sample_0"]

@@ -79,7 +79,7 @@ def test_missing_validation_file_named(tmp_path):
 
 def test_budget_key_is_checked():
     with pytest.raises(RecipeError, match="max_train_seconds"):
-        load_recipe("configs/recipes/lineage-transformer.yaml", {"max_train_seconds": -1})
+        load_recipe("lineage-transformer", {"max_train_seconds": -1})
 
 
 def test_engine_stops_after_the_step_that_spends_the_budget(tmp_path):
@@ -87,7 +87,7 @@ def test_engine_stops_after_the_step_that_spends_the_budget(tmp_path):
 
     out = tmp_path / "run"
     results, _ = train_translation.main([
-        "--recipe", "configs/recipes/rnn-translation-tiny.yaml", "--max_steps", "100000", "--max_train_seconds", "1.5",
+        "--recipe", "rnn-translation-tiny", "--max_steps", "100000", "--max_train_seconds", "1.5",
         "--eval_steps", "4", "--save_steps", "0", "--report_to", "none", "--progress_bar", "false",
         "--output_dir", str(out)])
     records = read_jsonl(out / "logs" / "metrics.jsonl")

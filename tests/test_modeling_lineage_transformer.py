@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 import transformers
-from conftest import PRESETS, REPO, preset, run_clean_process
+from conftest import PRESETS, preset, run_clean_process
 from transformers.modeling_outputs import BaseModelOutput
 
 from modeling import LineageTransformerConfig, LineageTransformerForConditionalGeneration, LineageTransformerModel
-from train.core.recipes import load_recipe
+from train.core.recipes import bundled, load_recipe
 
 PAD, BOS, EOS = 0, 1, 2  # transformer-tiny: <pad> <s> </s> <unk>, then ordinary tokens
 IMPLEMENTATIONS = ("eager", "sdpa")
@@ -602,8 +602,10 @@ def test_defaults_are_the_paper_base_model():
 def test_presets_describe_architectures_and_the_translation_recipes_smooth_labels():
     for path in PRESETS.glob("transformer-*.json"):
         assert "label_smoothing" not in json.loads(path.read_text()), path.name
-    for path in (REPO / "configs" / "recipes").glob("*translation*.yaml"):
-        assert load_recipe(path).label_smoothing == 0.1, path.name
+    translation = [name for name in bundled("recipes") if "translation" in name]
+    assert len(translation) >= 4
+    for name in translation:
+        assert load_recipe(name).label_smoothing == 0.1, name
 
 
 # ---------------------------------------------------------------------------------------------- bad input

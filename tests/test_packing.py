@@ -179,7 +179,7 @@ def test_pack_documents_refuses_a_model_that_cannot_mask_documents(tmp_path):
     OpenAIGPTLMHeadModel(config).save_pretrained(folder)
     tokenizer = train_tokenizer("gpt", ["a few words of text"] * 20, 300, model_max_length=64)
     tokenizer.save_pretrained(folder)
-    argv = ["--recipe", "configs/recipes/gpt-pretrain-tiny.yaml", "--output_dir", str(tmp_path / "run"),
+    argv = ["--recipe", "gpt-pretrain-tiny", "--output_dir", str(tmp_path / "run"),
             "--model", str(folder), "--max_seq_length", "32", "--progress_bar", "false"]
     with pytest.raises(RecipeError, match="recipe key 'pack_documents' is true but OpenAIGPTLMHeadModel is not a "
                                           "Lineage GPT.*set 'pack_documents: false'"):
@@ -188,7 +188,7 @@ def test_pack_documents_refuses_a_model_that_cannot_mask_documents(tmp_path):
 
 
 def test_a_block_longer_than_the_position_table_is_refused_before_training(tmp_path):
-    argv = ["--recipe", "configs/recipes/gpt-pretrain-tiny.yaml", "--output_dir", str(tmp_path),
+    argv = ["--recipe", "gpt-pretrain-tiny", "--output_dir", str(tmp_path),
             "--max_seq_length", "65", "--model_overrides", json.dumps({"max_position_embeddings": 64}),
             "--progress_bar", "false"]
     with pytest.raises(RecipeError, match="recipe key 'max_seq_length' is 65 but the model has 64 positions"):
@@ -226,7 +226,7 @@ def test_pretrain_gpt_packs_documents_by_default(tmp_path):
     """The recipe key changes what is trained on (same seed, same blocks): both runs train to a finite loss."""
     def run(*argv):
         results, _ = pretrain_gpt.main([
-            "--recipe", "configs/recipes/gpt-pretrain-tiny.yaml", "--output_dir", str(tmp_path / str(len(argv))),
+            "--recipe", "gpt-pretrain-tiny", "--output_dir", str(tmp_path / str(len(argv))),
             "--max_steps", "2", "--train_size", "64", "--eval_size", "16", "--progress_bar", "false",
             "--report_to", "none", *argv])
         return results["eval_loss"]

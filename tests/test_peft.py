@@ -101,7 +101,7 @@ def test_finetune_with_a_lora_recipe_saves_the_adapter_and_the_merged_model(tmp_
 
     out = tmp_path / "run"
     results, folder = finetune.main([
-        "--recipe", "configs/recipes/bert-finetune-nli-tiny.yaml", "--output_dir", str(out), "--progress_bar", "false",
+        "--recipe", "bert-finetune-nli-tiny", "--output_dir", str(out), "--progress_bar", "false",
         "--max_steps", "3", "--save_steps", "0", "--train_size", "48", "--eval_size", "16",
         "--lora", "{r: 4, alpha: 8, dropout: 0.1}"])
     adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())

@@ -5,9 +5,11 @@ from pathlib import Path
 import pytest
 
 from train.core.recipes import (
+    BUNDLED,
     Recipe,
     RecipeError,
     available_presets,
+    bundled,
     load_model_config,
     load_recipe,
     parse_args,
@@ -15,12 +17,15 @@ from train.core.recipes import (
     valid_keys,
 )
 
-RECIPES = sorted((Path(__file__).resolve().parents[1] / "configs" / "recipes").glob("*.yaml"))
+CONFIGS = Path(__file__).resolve().parents[1] / "train" / "configs"
+RECIPES = sorted((CONFIGS / "recipes").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
-def test_every_shipped_recipe_loads_and_names_an_existing_preset(path):
-    recipe = load_recipe(path)
+def test_every_shipped_recipe_loads_and_names_an_existing_preset(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a name is found from any working directory
+    recipe = load_recipe(path.stem)
+    assert recipe == load_recipe(path)  # by name or by path: the same file
     assert isinstance(recipe, Recipe)
     # a preset, or the output folder of an earlier step (main-*-nli fine-tune main-*-pretrain's model)
     assert recipe.model in available_presets() or recipe.model.startswith("outputs/")
@@ -59,8 +64,24 @@ def test_wrong_type_names_key_expected_and_got():
         load_recipe(None, {"lr_scheduler": "step"})
 
 
+@pytest.mark.parametrize("kind", BUNDLED)
+def test_bundled_configs_are_every_file_of_their_package_folder(kind):
+    names = {p.name.removesuffix(BUNDLED[kind]) for p in (CONFIGS / kind).iterdir()}
+    assert list(bundled(kind)) == sorted(names) and len(names) >= 3
+    assert all(file.is_file() for file in bundled(kind).values())
+    with pytest.raises(ValueError, match="unknown config kind 'model'; kinds: models, recipes, accelerate"):
+        bundled("model")
+
+
+def test_a_file_given_by_path_wins_over_a_recipe_of_the_same_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("bert-pretrain-tiny").write_text("max_steps: 7\n")
+    assert load_recipe("bert-pretrain-tiny").max_steps == 7
+
+
 def test_missing_recipe_and_preset():
-    with pytest.raises(FileNotFoundError, match="recipe 'nope' does not exist"):
+    with pytest.raises(FileNotFoundError, match="recipe 'nope' is neither a file nor a recipe name; recipe names: "
+                                                ".*bert-pretrain-tiny"):
         load_recipe("nope")
     with pytest.raises(FileNotFoundError, match="bert-huge.*bert-tiny"):
         load_model_config("bert-huge")

@@ -424,9 +424,9 @@ def test_save_load_and_a_clean_process_give_the_same_outputs(tmp_path):
 
 @pytest.mark.parametrize("recipe", ["relative-translation", "relative-gpt-python-docs"])
 def test_measurement_recipes_build_relative_models(recipe):
-    from train.core.recipes import RECIPES_DIR, load_recipe
+    from train.core.recipes import load_recipe
 
-    loaded = load_recipe(RECIPES_DIR / f"{recipe}.yaml")
+    loaded = load_recipe(recipe)
     config = preset(loaded.model, **loaded.model_overrides)
     assert (config.relative_attention, config.max_relative_position, config.uses_absolute_positions) == (
         "relative", 16, False)

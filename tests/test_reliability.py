@@ -19,7 +19,7 @@ import torch
 
 from conftest import REPO
 
-BERT_RECIPE = "configs/recipes/bert-pretrain-tiny.yaml"
+BERT_RECIPE = "bert-pretrain-tiny"
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -48,7 +48,7 @@ torch.set_num_threads(1)
 from train import finetune, main_job, train_tokenizer
 root = sys.argv[1]
 main_job.main(["--quick", "--output_dir", root, "--progress_bar", "false"])
-tiny = ["--recipe", "configs/recipes/bert-finetune-nli-tiny.yaml", "--model", root + "/bert-pretrain/model",
+tiny = ["--recipe", "bert-finetune-nli-tiny", "--model", root + "/bert-pretrain/model",
         "--progress_bar", "false", "--max_steps", "3", "--save_steps", "0", "--train_size", "60", "--eval_size", "20"]
 finetune.main(tiny + ["--output_dir", root + "/ner", "--task", "token-classification", "--dataset", "embedded:ner"])
 finetune.main(tiny + ["--output_dir", root + "/qa", "--task", "question-answering", "--dataset", "embedded:qa"])
@@ -311,7 +311,7 @@ print(json.dumps(samples))
 
 @pytest.mark.slow
 def test_resident_memory_is_flat_over_1000_cpu_steps(tmp_path):
-    result = _python(MEMORY, "--recipe", "configs/recipes/gpt-pretrain-tiny.yaml", "--output_dir", tmp_path,
+    result = _python(MEMORY, "--recipe", "gpt-pretrain-tiny", "--output_dir", tmp_path,
                      "--progress_bar", "false", "--report_to", "none", "--max_steps", "1000", "--save_steps", "250",
                      "--logging_steps", "10", "--eval_size", "16", "--max_new_tokens", "4")
     samples = json.loads(result.stdout.strip().splitlines()[-1])  # (step, resident MiB) every 50 steps

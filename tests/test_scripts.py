@@ -18,7 +18,7 @@ QUIET = ("--progress_bar", "false")
 
 
 def _run(main, recipe: str, out: Path, *extra: str):
-    return main(["--recipe", f"configs/recipes/{recipe}.yaml", "--output_dir", str(out), *QUIET, *extra])
+    return main(["--recipe", recipe, "--output_dir", str(out), *QUIET, *extra])
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_output_folder_holds_model_code_tokenizer_recipe_card_and_logs(runs):
     assert [r["step"] for r in records if "loss" in r] == [2, 3, 4, 6]
     assert any("tokens_per_s" in r for r in records) and any("eval_nsp_accuracy" in r for r in records)
     assert all(r["lr"] >= 0 for r in records if "lr" in r)
-    assert list((run_dir / "logs" / "tensorboard").rglob("events.out.tfevents*"))
+    assert list((run_dir / "logs" / "lineage").rglob("events.out.tfevents*"))
     assert (run_dir / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert results["steps"] == 6 and results["train_loss"] > 0
 

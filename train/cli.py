@@ -1,70 +1,80 @@
-"""The `lineage` console command: every `python -m train.<command>` under one name.
+"""The `lineage` console command: every `python -m train.<module>` under one name.
 
-    lineage --help                                  # the commands found in the train package
-    lineage train pretrain_bert --recipe configs/recipes/bert-pretrain-tiny.yaml --max_steps 100
+    lineage --help                                  # the commands, from the table COMMANDS
+    lineage train pretrain_bert --recipe bert-pretrain-tiny --max_steps 100
     lineage train finetune --recipe ... --model outputs/bert-pretrain-tiny/model
     lineage export --model outputs/bert-finetune-nli-tiny/model --out exported/
     lineage attention-maps --model ... --text "the cat sat" --out maps/
+    lineage configs accelerate/fsdp                 # the path of a shipped accelerate config
 
-The commands are discovered, not listed: each module `train/<name>.py` that defines `main` (read from its source,
-without importing it) is one. Those that train something (`main_job`, `finetune`, `pretrain_*`, `train_*`) are
-`lineage train <name>`; the others are `lineage <name>` with dashes (`attention_maps` -> `attention-maps`). Every
-command runs the module's own `main(argv)` with the rest of the command line, exactly as `python -m` does.
+The commands a user sees are the keys of `COMMANDS`, one explicit table: the training scripts are
+`lineage train <script>` (a dash may stand for an underscore), the others `lineage <command>` (an underscore may
+stand for a dash). Every command runs its module's own `main(argv)` with the rest of the command line, exactly as
+`python -m train.<module>` does; `lineage --help` imports none of them.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-
-PACKAGE_DIR = Path(__file__).resolve().parent
+from typing import NamedTuple
 
 
-def is_training(name: str) -> bool:
-    return name in ("main_job", "finetune") or name.startswith(("pretrain_", "train_"))
+class Command(NamedTuple):
+    module: str  # the module of the `train` package whose main(argv) runs the command
+    summary: str  # its line in `lineage --help`
 
 
-def commands() -> dict[str, str]:
-    """Module name -> the first line of its docstring, for every module of `train/` with a top-level `main`."""
-    found = {}
-    for path in sorted(PACKAGE_DIR.glob("*.py")):
-        if path.stem.startswith("_") or path.stem == "cli":
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        if any(isinstance(node, ast.FunctionDef) and node.name == "main" for node in tree.body):
-            found[path.stem] = ((ast.get_docstring(tree) or "").strip().splitlines() or [""])[0]
-    return found
+COMMANDS: dict[str, Command] = {
+    "train main_job": Command("main_job", "the main job: pretrain, fine-tune and translate at small scale, on a CPU "
+                                          "in minutes (--quick: about a minute)"),
+    "train pretrain_bert": Command("pretrain_bert", "pretrain BERT with masked-LM + next-sentence prediction"),
+    "train pretrain_gpt": Command("pretrain_gpt", "pretrain GPT as a causal language model, then sample from it"),
+    "train finetune": Command("finetune", "fine-tune BERT or GPT on a downstream task from a saved pretrained model"),
+    "train train_translation": Command("train_translation", "train a Transformer or RNN encoder-decoder translator"),
+    "train train_tokenizer": Command("train_tokenizer", "train a WordPiece, byte-level BPE or seq2seq BPE tokenizer"),
+    "attention-maps": Command("attention_maps", "attention maps of one input: PNG heatmaps, raw weights, a web page"),
+    "benchmark": Command("benchmark", "time training steps and generation of a preset, alone or against transformers"),
+    "configs": Command("list_configs", "list the shipped presets, recipes and accelerate configs, or print one's path"),
+    "export": Command("export", "export a saved model with torch.export, as ExportedPrograms or as ONNX"),
+    "lineage-experiment": Command("lineage_experiment", "the lineage experiment: RNN without and with attention, "
+                                                        "Transformer, one budget"),
+}
+TRAINING = "train "  # the prefix of the training scripts' commands
 
 
 def usage() -> str:
-    found = commands()
-    training = [f"  {name:<22}{doc}" for name, doc in found.items() if is_training(name)]
-    others = [f"  {name.replace('_', '-'):<22}{doc}" for name, doc in found.items() if not is_training(name)]
+    width = max(len(name.removeprefix(TRAINING)) for name in COMMANDS) + 2
+    training = [f"  {name.removeprefix(TRAINING):<{width}}{c.summary}" for name, c in COMMANDS.items()
+                if name.startswith(TRAINING)]
+    others = [f"  {name:<{width}}{c.summary}" for name, c in COMMANDS.items() if not name.startswith(TRAINING)]
     return "\n".join([
         "usage: lineage <command> [arguments]    (lineage <command> --help for its arguments)", "",
         "lineage train <script> [arguments]:", *training, "", "other commands:", *others, ""])
 
 
+def _scripts() -> str:
+    return ", ".join(name.removeprefix(TRAINING) for name in COMMANDS if name.startswith(TRAINING))
+
+
 def resolve(argv: Sequence[str]) -> tuple[str, list[str], str]:
-    """(module name, its arguments, the name to show in its usage) for a `lineage` command line."""
-    found = commands()
+    """(module of `train`, its arguments, the command to show in its usage) for a `lineage` command line."""
     command, rest = argv[0], list(argv[1:])
-    if command == "train":
+    if command == TRAINING.strip():
         if not rest or rest[0].startswith("-"):
-            raise SystemExit("lineage train: name a script: " + ", ".join(n for n in found if is_training(n)))
-        name = rest.pop(0).replace("-", "_")
-        if name not in found or not is_training(name):
-            raise SystemExit(f"lineage train: unknown script {name!r}; scripts: "
-                             + ", ".join(n for n in found if is_training(n)))
-        return name, rest, f"lineage train {name}"
-    name = command.replace("-", "_")
-    if name not in found or is_training(name):
-        choices = ["train"] + [n.replace("_", "-") for n in found if not is_training(n)]
+            raise SystemExit(f"lineage train: name a script: {_scripts()}")
+        name = TRAINING + rest.pop(0).replace("-", "_")
+        if name not in COMMANDS:
+            raise SystemExit(f"lineage train: unknown script {name.removeprefix(TRAINING)!r}; scripts: {_scripts()}")
+        return COMMANDS[name].module, rest, f"lineage {name}"
+    name = command.replace("_", "-")
+    if name not in COMMANDS:
+        if TRAINING + command.replace("-", "_") in COMMANDS:
+            raise SystemExit(f"lineage: {command!r} is a training script: lineage train {command.replace('-', '_')}")
+        choices = ["train"] + [n for n in COMMANDS if not n.startswith(TRAINING)]
         raise SystemExit(f"lineage: unknown command {command!r}; commands: {', '.join(choices)} (see lineage --help)")
-    return name, rest, f"lineage {command}"
+    return COMMANDS[name].module, rest, f"lineage {name}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -74,11 +84,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help", "help") or argv in (["train"], ["train", "-h"], ["train", "--help"]):
         print(usage())
         return
-    name, rest, shown = resolve(argv)
-    module = importlib.import_module(f"train.{name}")
+    module, rest, shown = resolve(argv)
     program, sys.argv[0] = sys.argv[0], shown  # argparse names the command in its usage lines
     try:
-        module.main(rest)
+        importlib.import_module(f"train.{module}").main(rest)
     finally:
         sys.argv[0] = program
 

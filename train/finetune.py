@@ -1,7 +1,7 @@
 """Fine-tune BERT or GPT on a downstream task (the second step of both papers), from a saved pretrained
 folder or from scratch.
 
-    python -m train.finetune --recipe configs/recipes/bert-finetune-nli-tiny.yaml [--key value ...]
+    python -m train.finetune --recipe bert-finetune-nli-tiny [--key value ...]
     python -m train.finetune --recipe ... --model outputs/bert-pretrain/model --task nli
 
 Tasks (`task`): `sequence-classification` (single text; default data embedded:sentiment), `nli` (premise /
@@ -34,7 +34,7 @@ from train.core.lora import apply_lora, merge_lora
 from train.metrics import load_metric
 from train.core.recipes import RecipeError, is_model_folder, load_model_config, parse_args
 
-DEFAULT_RECIPE = "configs/recipes/bert-finetune-nli-tiny.yaml"
+DEFAULT_RECIPE = "bert-finetune-nli-tiny"
 # task -> (default data, columns text / pair / label, data.tokenize_dataset task, Auto class)
 TASKS = {
     "sequence-classification": ("embedded:sentiment", ("text", None, "label"), "classification",

@@ -5,7 +5,7 @@
 
 Trains every arm on the same data, the same BPE tokenizer (trained once, `<out>/tokenizer`) and the same
 wall-clock budget of training time (`max_train_seconds`; periodic evaluation does not count, see
-`train.core.engine`), one recipe per arm in configs/recipes (`lineage-<arm>.yaml`, sizes within 0.7-1.0M
+`train.core.engine`), one recipe per arm (`lineage-<arm>`, sizes within 0.7-1.0M
 parameters):
 
 - `rnn-none`: the RNN encoder-decoder without attention, the fixed-size thought vector (Sutskever et al. 2014);
@@ -50,7 +50,7 @@ from train.core.common import (
 )
 from train.core.data import tokenize_dataset
 from train.core.engine import Engine, seed_everything
-from train.core.recipes import RECIPES_DIR, Recipe, load_recipe
+from train.core.recipes import Recipe, load_recipe
 
 ARMS = ("rnn-none", "rnn-bahdanau", "rnn-luong", "transformer", "transformer-relative")
 DATA_KEYS = ("dataset", "train_file", "validation_file", "train_size", "eval_size", "tokenizer_vocab_size",
@@ -113,7 +113,7 @@ def arm_recipes(args: argparse.Namespace, arms: list[str], budget: float) -> dic
         overrides.update(dataset="", train_file=args.train_file, validation_file=args.validation_file)
     elif args.dataset:
         overrides["dataset"] = args.dataset
-    recipes = {arm: load_recipe(RECIPES_DIR / f"lineage-{arm}.yaml",
+    recipes = {arm: load_recipe(f"lineage-{arm}",
                                 {**overrides, "output_dir": str(out / "runs" / arm)}) for arm in arms}
     if args.quick:
         recipes = {arm: dataclasses.replace(r, model_overrides={**r.model_overrides, **QUICK_SIZES.get(r.model, {})})

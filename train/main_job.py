@@ -1,6 +1,6 @@
 """The main job: the seed papers' story at small scale, on the embedded corpus, on a CPU in minutes.
 
-    python -m train.main_job                 # the full run (configs/recipes/main-*.yaml), under 10 minutes on 2 cores
+    python -m train.main_job                 # the full run (recipes main-*), under 10 minutes on 2 cores
     python -m train.main_job --quick         # a smoke run of the same steps (about a minute; used by the tests)
     python -m train.main_job --output_dir DIR [--overwrite_output_dir true]   # true: start over in DIR
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"tokenizers trained in {time.perf_counter() - start:.1f}s: {', '.join(map(str, tokenizers.values()))}")
     rows = []
     for name, script, recipe, kind, parent, figures in STAGES:
-        argv_stage = ["--recipe", f"configs/recipes/{recipe}.yaml", "--output_dir", str(root / name),
+        argv_stage = ["--recipe", recipe, "--output_dir", str(root / name),
                       "--progress_bar", args.progress_bar, "--overwrite_output_dir", args.overwrite_output_dir]
         argv_stage += ["--tokenizer", str(tokenizers[kind])] if kind else ["--model", str(root / parent / "model")]
         if args.quick:

@@ -1,6 +1,6 @@
 """Pretrain BERT with masked-LM + next-sentence prediction (Devlin et al. 2018, section 3.1).
 
-    python -m train.pretrain_bert --recipe configs/recipes/bert-pretrain-tiny.yaml [--key value ...]
+    python -m train.pretrain_bert --recipe bert-pretrain-tiny [--key value ...]
     accelerate launch -m train.pretrain_bert --recipe ... (one GPU, DDP, FSDP, several CPU processes)
 
 Data: documents (`text`, optionally `sentences`) -> BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`)
@@ -28,7 +28,7 @@ from train.metrics import load_metric
 from train.core.distributed import token_mean
 from train.core.recipes import parse_args
 
-DEFAULT_RECIPE = "configs/recipes/bert-pretrain-tiny.yaml"
+DEFAULT_RECIPE = "bert-pretrain-tiny"
 
 
 def make_loss_fn(nsp: bool):

@@ -1,6 +1,6 @@
 """Pretrain GPT as a causal language model (Radford et al. 2018, section 3.1), then sample from it.
 
-    python -m train.pretrain_gpt --recipe configs/recipes/gpt-pretrain-tiny.yaml [--key value ...]
+    python -m train.pretrain_gpt --recipe gpt-pretrain-tiny [--key value ...]
 
 Data: documents joined by the end-of-text token and cut into full `max_seq_length` blocks
 (`train.core.data.prepare_causal_lm_dataset`); the loss is weighted by each process's predicted tokens
@@ -24,7 +24,7 @@ from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
 from train.core.recipes import RecipeError, parse_args
 
-DEFAULT_RECIPE = "configs/recipes/gpt-pretrain-tiny.yaml"
+DEFAULT_RECIPE = "gpt-pretrain-tiny"
 DEFAULT_PROMPTS = ["Anna was born in", "First, wash the"]
 
 

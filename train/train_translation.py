@@ -3,8 +3,8 @@ recipes use the paper's inverse-square-root schedule with Adam 0.9, 0.98, 1e-9) 
 or without attention (`lineage-rnn`, Bahdanau et al. 2014, Luong et al. 2015); teacher forcing, label-smoothed
 cross-entropy, and sacreBLEU of beam-search translations of the evaluation set.
 
-    python -m train.train_translation --recipe configs/recipes/transformer-translation-tiny.yaml [--key value ...]
-    python -m train.train_translation --recipe configs/recipes/rnn-translation-tiny.yaml
+    python -m train.train_translation --recipe transformer-translation-tiny [--key value ...]
+    python -m train.train_translation --recipe rnn-translation-tiny
 
 Data: rows with `source` and `target` (the embedded English number words -> German by default).
 `label_smoothing` in the recipe overrides the model config's. Training runs the output projection on real
@@ -24,7 +24,7 @@ from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
 from train.core.recipes import parse_args
 
-DEFAULT_RECIPE = "configs/recipes/transformer-translation-tiny.yaml"
+DEFAULT_RECIPE = "transformer-translation-tiny"
 
 
 def make_predict_fn(recipe):

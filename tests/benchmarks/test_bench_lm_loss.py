@@ -40,7 +40,7 @@ def child(variant: str, batch: int, length: int, steps: int) -> dict:
     from modeling import LineageGptConfig, LineageGptForCausalLM
 
     return_logits, multiple = VARIANTS[variant]
-    fields = json.loads((REPO / "configs" / "models" / "gpt-124m-prenorm.json").read_text())
+    fields = json.loads((REPO / "train" / "configs" / "models" / "gpt-124m-prenorm.json").read_text())
     fields.pop("model_type")
     target = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)

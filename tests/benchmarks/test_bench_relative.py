@@ -2,10 +2,10 @@
 vs relative vs both positions with the same budget on two tasks:
 
 - the embedded translation task (English number words into German; BLEU), recipe
-  `configs/recipes/relative-translation.yaml`;
+  `relative-translation`;
 - real English prose that is not the embedded corpus: the Python reference manual's topic texts that ship with
   CPython (`pydoc_data.topics`, about 430 000 characters), as a causal-LM corpus for a small GPT (perplexity on
-  held-out topics), recipe `configs/recipes/relative-gpt-python-docs.yaml`.
+  held-out topics), recipe `relative-gpt-python-docs`.
 
 Run: python -m pytest -m benchmark tests/benchmarks/test_bench_relative.py -s
 
@@ -26,7 +26,6 @@ from modeling.configuration_lineage_gpt import LineageGptConfig
 from modeling.layers import LineageAttention, relative_position_index
 from train import pretrain_gpt, train_translation
 
-REPO = Path(__file__).resolve().parents[2]
 WIDTH = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 512,
          "max_position_embeddings": 128}
 RELATIVE = {"position_embedding_type": "relative", "max_relative_position": 16}
@@ -55,7 +54,7 @@ def _overrides(fields: dict) -> str:
 
 
 def _run(main, recipe: str, output_dir: Path, fields: dict, *extra: str) -> dict:
-    results, _ = main(["--recipe", str(REPO / "configs" / "recipes" / recipe), "--output_dir", str(output_dir),
+    results, _ = main(["--recipe", recipe, "--output_dir", str(output_dir),
                        "--model_overrides", _overrides(fields), "--progress_bar", "false", *extra])
     return results
 
@@ -71,7 +70,7 @@ def test_translation_absolute_relative_both(tmp_path):
     rows = {}
     for name, fields in VARIANTS.items():
         position = {"position_embedding_type": "sinusoidal"} if name == "absolute" else fields
-        rows[name] = _run(train_translation.main, "relative-translation.yaml", tmp_path / name, {**WIDTH, **position})
+        rows[name] = _run(train_translation.main, "relative-translation", tmp_path / name, {**WIDTH, **position})
     _table("embedded translation, 300 steps of 32", "eval_bleu", rows)
     assert all(0 <= results["eval_bleu"] <= 100 for results in rows.values())
 
@@ -82,7 +81,7 @@ def test_python_docs_absolute_relative_both(tmp_path):
     rows = {}
     for name, fields in VARIANTS.items():
         position = {"position_embedding_type": "absolute"} if name == "absolute" else fields
-        rows[name] = _run(pretrain_gpt.main, "relative-gpt-python-docs.yaml", tmp_path / name, {**WIDTH, **position},
+        rows[name] = _run(pretrain_gpt.main, "relative-gpt-python-docs", tmp_path / name, {**WIDTH, **position},
                           "--train_file", str(train_file), "--validation_file", str(validation_file))
     _table("Python reference manual, GPT causal LM, 300 steps of 16 x 128 tokens", "eval_perplexity", rows)
     assert all(results["eval_perplexity"] > 1 for results in rows.values())

@@ -1,6 +1,6 @@
 """How a run is spread over processes: the Accelerator that `accelerate launch` asked for, or a clear error.
 
-`accelerate launch --config_file configs/accelerate/<x>.yaml` hands its config to every process as environment
+`accelerate launch --config_file "$(lineage configs accelerate/<x>)"` hands its config to every process as environment
 variables (`ACCELERATE_USE_FSDP` and `FSDP_*`, `ACCELERATE_USE_DEEPSPEED`, torchrun's `WORLD_SIZE`). Where
 Accelerate (1.x) cannot honour them it falls back without a word:
 
@@ -66,7 +66,8 @@ def build_accelerator(**kwargs) -> Accelerator:
         raise DistributedSetupError(
             f"accelerate launched {launched} processes, but they formed no process group: each would train alone as "
             f"DistributedType.{got.name}. This machine has no GPU; to run processes on the CPU (gloo), set "
-            f"ACCELERATE_USE_CPU=true (for FSDP use configs/accelerate/fsdp_cpu.yaml), or launch one process")
+            f"ACCELERATE_USE_CPU=true (for FSDP the config fsdp_cpu: lineage configs accelerate/fsdp_cpu prints its "
+            "path), or launch one process")
     if asked is not None and got is not asked:
         why = ("DeepSpeed runs on GPUs only; Accelerate would run CPU processes as DDP" if asked is DistributedType.DEEPSPEED
                else "FSDP needs several processes in one group (GPUs, or CPU processes with ACCELERATE_USE_CPU=true)")

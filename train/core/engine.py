@@ -64,7 +64,7 @@ from train.core.collators import value_limits
 from train.core.compilation import check_bounded_shapes, compile_model
 from train.core.evaluation import evaluate
 from train.core.optimization import build_optimizer
-from train.core.recipes import Recipe
+from train.core.recipes import Recipe, trackers
 from train.core.run_log import RunLog
 from train.core.tokenization import check_tokenizer_matches_model
 
@@ -134,7 +134,7 @@ class Engine:
         self._build_optimization(model, d_model or getattr(model.config, "d_model", None) or model.config.hidden_size)
         examples = recipe.per_device_train_batch_size * self.accelerator.num_processes
         self.state, self.clock = checkpoints.TrainState(micro_batch_examples=examples), _Clock()
-        self.log = RunLog(self.accelerator, self.output_dir, recipe.report_to == "tensorboard", recipe.to_dict())
+        self.log = RunLog(self.accelerator, self.output_dir, bool(trackers(recipe.report_to)), recipe.to_dict())
         if resume_from is not None:
             self._resume(resume_from)
         else:
@@ -153,7 +153,7 @@ class Engine:
         return distributed.build_accelerator(
             gradient_accumulation_steps=r.gradient_accumulation_steps,
             mixed_precision=distributed.resolve_mixed_precision(r.mixed_precision),
-            log_with="tensorboard" if r.report_to == "tensorboard" else None,
+            log_with=trackers(r.report_to) or None,
             project_config=ProjectConfiguration(project_dir=str(self.output_dir),
                                                 logging_dir=str(self.output_dir / "logs")),
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=r.ddp_find_unused_parameters)],

@@ -10,8 +10,10 @@ before anything is built:
 
 YAML 1.1 reads `1e-4` (no dot) as a string; float fields accept such numeric strings.
 
-Model presets (`configs/models/<name>.json`) are resolved by `load_model_config`: a preset name, a path to a
-`config.json`, or a saved model folder; anything else raises `FileNotFoundError` listing the presets.
+Model presets (`train/configs/models/<name>.json`) are resolved by `load_model_config`: a preset name, a path to a
+`config.json`, or a saved model folder; anything else raises `FileNotFoundError` listing the presets. The presets,
+recipes and accelerate configs are package data, read through `importlib.resources` (`bundled`), so an installed
+wheel finds them from any working directory; a recipe or preset given by path is read from that path.
 """
 
 from __future__ import annotations
@@ -23,18 +25,18 @@ import json
 import re
 import types
 import typing
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-PRESETS_DIR = REPO / "configs" / "models"
-RECIPES_DIR = REPO / "configs" / "recipes"
+CONFIGS = files("train") / "configs"  # package data: the folders of BUNDLED
+BUNDLED = {"models": ".json", "recipes": ".yaml", "accelerate": ".yaml"}  # folder -> the suffix of its files
 SCHEDULES = ("linear", "cosine", "inverse_sqrt", "constant")
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-REPORT_TO = ("tensorboard", "none")
 # numeric recipe keys: (lowest, highest, whether the lowest is allowed, whether the highest is); None: unbounded
 RANGES = {
     "learning_rate": (0, None, False, False), "weight_decay": (0, None, True, False),
@@ -58,6 +60,15 @@ _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 class RecipeError(ValueError):
     """A recipe key or value that the training scripts cannot use."""
+
+
+def bundled(kind: str) -> dict[str, Traversable]:
+    """Name -> file of every shipped config of `kind` (`models`: presets, `recipes`, `accelerate`), by name."""
+    if kind not in BUNDLED:
+        raise ValueError(f"unknown config kind {kind!r}; kinds: {', '.join(BUNDLED)}")
+    suffix = BUNDLED[kind]
+    found = {f.name.removesuffix(suffix): f for f in (CONFIGS / kind).iterdir() if f.name.endswith(suffix)}
+    return dict(sorted(found.items()))
 
 
 @dataclasses.dataclass
@@ -122,7 +133,7 @@ class Recipe:
     resume_from_checkpoint: str | None = None  # "latest" or a checkpoint folder
     overwrite_output_dir: bool = False  # delete another run's files in output_dir (each named) and start over
     push_to_hub: str | None = None  # a Hub repo id; the final folder is uploaded only when set
-    report_to: str = "tensorboard"  # or "none"
+    report_to: str | list = "tensorboard"  # Accelerate trackers: a name, several (list or "a,b"), "all" or "none"
     ddp_find_unused_parameters: bool = False
     dataloader_num_workers: int = 0
     progress_bar: bool = True
@@ -174,8 +185,7 @@ def _check_choices(recipe: Recipe) -> None:
     if recipe.compile_mode is not None and recipe.compile_mode not in COMPILE_MODES:
         raise RecipeError(f"recipe key 'compile_mode' must be one of {', '.join(COMPILE_MODES)} (or null), "
                           f"got {recipe.compile_mode!r}")
-    if recipe.report_to not in REPORT_TO:
-        raise RecipeError(f"recipe key 'report_to' must be one of {', '.join(REPORT_TO)}, got {recipe.report_to!r}")
+    trackers(recipe.report_to)
     for key, bounds in RANGES.items():
         _check_range(key, getattr(recipe, key), *bounds)
     if recipe.max_steps <= 0 and recipe.num_train_epochs <= 0:
@@ -183,6 +193,30 @@ def _check_choices(recipe: Recipe) -> None:
                           f"got {recipe.max_steps} and {recipe.num_train_epochs}")
     if recipe.lora is not None:
         _check_lora(recipe.lora)
+
+
+def trackers(report_to: str | list) -> list[str]:
+    """The Accelerate trackers `report_to` names ([]: none; "all": every installed one), or a `RecipeError` for an
+    unknown name or a tracker whose package is not installed, before anything is trained: Accelerate itself would
+    drop such a tracker without a word."""
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
+
+    names = [n.strip() for n in report_to.split(",")] if isinstance(report_to, str) else list(report_to)
+    installed = [str(t) for t in get_available_trackers()]
+    if names == ["all"]:
+        return installed
+    if names in (["none"], [""], []):
+        return []
+    known = list(LOGGER_TYPE_TO_CLASS)
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise RecipeError(f"recipe key 'report_to' must be none, all, or one or several (a list or 'a,b') of "
+                          f"{', '.join(known)}; got {report_to!r}")
+    missing = [n for n in names if n not in installed]
+    if missing:
+        raise RecipeError(f"recipe key 'report_to': " + "; ".join(f"tracker {n!r} needs the package {n}" for n in missing)
+                          + f", which is not installed: pip install {' '.join(missing)} (or report_to: none)")
+    return list(dict.fromkeys(names))
 
 
 def _check_range(key: str, value, low, high, low_in: bool, high_in: bool) -> None:
@@ -261,14 +295,12 @@ def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None
     fields: dict[str, Any] = {}
     source = "recipe"
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            named = RECIPES_DIR / f"{path}.yaml"
-            if not named.is_file():
-                raise FileNotFoundError(f"recipe {str(path)!r} does not exist; recipes in {RECIPES_DIR}: "
-                                        f"{', '.join(sorted(p.stem for p in RECIPES_DIR.glob('*.yaml')))}")
-            path = named
-        fields = yaml.safe_load(path.read_text()) or {}
+        recipes = bundled("recipes")
+        file = Path(path) if Path(path).is_file() else recipes.get(str(path))
+        if file is None:
+            raise FileNotFoundError(f"recipe {str(path)!r} is neither a file nor a recipe name; recipe names: "
+                                    f"{', '.join(recipes)}")
+        fields = yaml.safe_load(file.read_text()) or {}
         source = str(path)
         if not isinstance(fields, dict):
             raise RecipeError(f"{source} must be a YAML mapping of keys to values")
@@ -280,17 +312,18 @@ def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,
     """Command line of every entry script: `--recipe PATH` plus field overrides."""
     parser = argparse.ArgumentParser(description=description, add_help=True,
                                      epilog=f"Recipe keys (override with --key value): {', '.join(valid_keys())}")
-    parser.add_argument("--recipe", default=default_recipe, help="YAML recipe (path or name in configs/recipes)")
+    parser.add_argument("--recipe", default=default_recipe,
+                        help="a recipe name (lineage configs recipes) or a YAML file")
     args, rest = parser.parse_known_args(argv)
     return load_recipe(args.recipe, parse_overrides(rest))
 
 
 def available_presets() -> list[str]:
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.json"))
+    return list(bundled("models"))
 
 
 def load_model_config(name_or_path: str, **overrides):
-    """The config of a preset name (`configs/models/<name>.json`), a config.json path, or a model folder."""
+    """The config of a preset name (`lineage configs models`), a config.json path, or a model folder."""
     from transformers import AutoConfig
 
     import modeling  # noqa: F401  (registers the Lineage families)
@@ -298,13 +331,12 @@ def load_model_config(name_or_path: str, **overrides):
     path = Path(name_or_path)
     if path.is_dir() and (path / "config.json").is_file():
         return AutoConfig.from_pretrained(str(path), **overrides)
-    candidates = [path] if path.suffix == ".json" else [PRESETS_DIR / f"{name_or_path}.json"]
-    for candidate in candidates:
-        if candidate.is_file():
-            fields = json.loads(candidate.read_text())
-            if "model_type" not in fields:
-                raise RecipeError(f"model config {candidate} has no 'model_type'")
-            return AutoConfig.for_model(fields.pop("model_type"), **{**fields, **overrides})
+    candidate = path if path.suffix == ".json" else bundled("models").get(name_or_path)
+    if candidate is not None and candidate.is_file():
+        fields = json.loads(candidate.read_text())
+        if "model_type" not in fields:
+            raise RecipeError(f"model config {name_or_path} has no 'model_type'")
+        return AutoConfig.for_model(fields.pop("model_type"), **{**fields, **overrides})
     raise FileNotFoundError(f"model preset {name_or_path!r} does not exist: it is neither a preset name "
                             f"({', '.join(available_presets())}), a config.json file nor a saved model folder")
 
@@ -326,5 +358,6 @@ def is_model_folder(name_or_path: str) -> bool:
     return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
-__all__ = ["COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "available_presets", "check_model_overrides", "is_model_folder",
-           "load_model_config", "load_recipe", "parse_args", "parse_overrides", "recipe_from_dict", "valid_keys"]
+__all__ = ["BUNDLED", "COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "available_presets", "bundled",
+           "check_model_overrides", "is_model_folder", "load_model_config", "load_recipe", "parse_args",
+           "parse_overrides", "recipe_from_dict", "trackers", "valid_keys"]

@@ -1,6 +1,9 @@
 """A run's log: every step record and evaluation, in memory (`history`), in `<output_dir>/logs/metrics.jsonl`
-(written by the main process, one JSON object a line) and in TensorBoard (Accelerate's tracker) when the recipe
-reports to it. A resumed run keeps the records up to its checkpoint's step and drops the rest."""
+(written by the main process, one JSON object a line) and in the Accelerate trackers the recipe reports to
+(`report_to`: TensorBoard under `<output_dir>/logs/lineage`, W&B, MLflow, ...): each gets the recipe as the run's
+config and every numeric figure of each record at its step. They are all one project, `lineage`; W&B and MLflow
+name the run after the output folder. A resumed run keeps the records up to its checkpoint's step and drops the
+rest."""
 
 from __future__ import annotations
 
@@ -9,14 +12,19 @@ from pathlib import Path
 
 from accelerate import Accelerator
 
+PROJECT = "lineage"  # the trackers' project (TensorBoard: the folder under logs/)
+
 
 class RunLog:
-    def __init__(self, accelerator: Accelerator, output_dir: Path, tensorboard: bool, recipe_fields: dict):
-        self.accelerator, self.tensorboard = accelerator, tensorboard
+    def __init__(self, accelerator: Accelerator, output_dir: Path, tracked: bool, recipe_fields: dict):
+        """`tracked`: the accelerator was built with trackers (`log_with`), which get the config and the figures."""
+        self.accelerator, self.tracked = accelerator, tracked
         self.file = output_dir / "logs" / "metrics.jsonl"
         self.history: list[dict] = []
-        if tensorboard:
-            accelerator.init_trackers("tensorboard", config=_scalars(recipe_fields))
+        if tracked:
+            run = output_dir.resolve().name
+            accelerator.init_trackers(PROJECT, config=_scalars(recipe_fields),
+                                      init_kwargs={"wandb": {"name": run}, "mlflow": {"run_name": run}})
 
     def restart(self, step: int = 0) -> None:
         """Keep the records up to `step` (0: a new run keeps none), in memory and on disk."""
@@ -39,7 +47,7 @@ class RunLog:
         if self.accelerator.is_main_process:
             with self.file.open("a") as f:
                 f.write(json.dumps(record) + "\n")
-        if self.tensorboard:
+        if self.tracked:
             scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
             self.accelerator.log(scalars, step=record["step"])
 

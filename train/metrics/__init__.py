@@ -2,16 +2,15 @@
 `evaluate.load(metric_path("bleu"))`, or `load_metric("bleu")`. A bare `evaluate.load("bleu")` would fetch
 the module from the Hub; these files carry the same interface and need no network."""
 
-from pathlib import Path
+from importlib.resources import files
 
 METRICS = ("accuracy", "f1", "bleu", "perplexity")
-_DIR = Path(__file__).resolve().parent
 
 
 def metric_path(name: str) -> str:
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; local metrics: {', '.join(METRICS)}")
-    return str(_DIR / f"{name}.py")
+    return str(files(__name__) / f"{name}.py")  # a file of this package: evaluate loads it by path
 
 
 def load_metric(name: str):
