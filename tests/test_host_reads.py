@@ -136,7 +136,7 @@ def counted_run(monkeypatch, main, argv: list[str]) -> tuple[HostReads, list[tup
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_no_host_read_between_logging_steps_and_the_same_losses(name, tmp_path, monkeypatch):
     main, recipe, *extra = COMMANDS[name]
-    argv = ["--recipe", f"configs/recipes/{recipe}.yaml", *extra, "--progress_bar", "false", "--report_to", "none",
+    argv = ["--recipe", recipe, *extra, "--progress_bar", "false", "--report_to", "none",
             "--max_steps", "6", "--logging_steps", "3", "--save_steps", "0", "--output_dir", str(tmp_path / "run")]
     counter, losses = counted_run(monkeypatch, main, argv)
     assert [loss for _, loss in losses] == BEFORE[name]  # bit-identical to the loop that read every step
@@ -173,7 +173,7 @@ def test_a_non_finite_loss_is_caught_before_the_next_checkpoint_naming_its_step(
     out = tmp_path / "run"
     with pytest.raises(NonFiniteLossError, match=r"at step 3: training stopped at step 4 .*within logging_steps=10.*"
                                                  r"step-00000002"):
-        pretrain_bert(["--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--train_size", "48", "--eval_size", "8",
+        pretrain_bert(["--recipe", "bert-pretrain-tiny", "--train_size", "48", "--eval_size", "8",
                        "--max_steps", "6", "--logging_steps", "10", "--save_steps", "2", "--progress_bar", "false",
                        "--report_to", "none", "--output_dir", str(out)])
     assert [p.name for p in complete_checkpoints(out / "checkpoints")] == ["step-00000002"]

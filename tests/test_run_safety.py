@@ -19,7 +19,7 @@ from train.core.run_folder import OutputDirError
 from train.finetune import main as finetune
 
 torch.set_num_threads(1)
-TINY = ["--recipe", "configs/recipes/bert-finetune-nli-tiny.yaml", "--progress_bar", "false", "--report_to", "none",
+TINY = ["--recipe", "bert-finetune-nli-tiny", "--progress_bar", "false", "--report_to", "none",
         "--train_size", "32", "--eval_size", "16", "--max_steps", "4", "--save_steps", "2", "--save_total_limit", "3"]
 
 
@@ -207,13 +207,13 @@ def test_rows_labelled_minus_one_are_skipped_with_a_count_when_the_recipe_says_s
 
 
 @pytest.mark.parametrize("command, argv, minimum", [
-    ("finetune", ["--recipe", "configs/recipes/bert-finetune-nli-tiny.yaml", "--max_seq_length", "4"], 5),
-    ("finetune", ["--recipe", "configs/recipes/gpt-finetune-nli-tiny.yaml", "--max_seq_length", "3"], 5),
-    ("finetune", ["--recipe", "configs/recipes/bert-finetune-nli-tiny.yaml", "--task", "sequence-classification",
+    ("finetune", ["--recipe", "bert-finetune-nli-tiny", "--max_seq_length", "4"], 5),
+    ("finetune", ["--recipe", "gpt-finetune-nli-tiny", "--max_seq_length", "3"], 5),
+    ("finetune", ["--recipe", "bert-finetune-nli-tiny", "--task", "sequence-classification",
                   "--dataset", "embedded:sentiment", "--max_seq_length", "2"], 3),
-    ("pretrain_bert", ["--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--max_seq_length", "3"], 5),
-    ("pretrain_gpt", ["--recipe", "configs/recipes/gpt-pretrain-tiny.yaml", "--max_seq_length", "1"], 2),
-    ("train_translation", ["--recipe", "configs/recipes/transformer-translation-tiny.yaml", "--max_seq_length", "1"], 2),
+    ("pretrain_bert", ["--recipe", "bert-pretrain-tiny", "--max_seq_length", "3"], 5),
+    ("pretrain_gpt", ["--recipe", "gpt-pretrain-tiny", "--max_seq_length", "1"], 2),
+    ("train_translation", ["--recipe", "transformer-translation-tiny", "--max_seq_length", "1"], 2),
 ])
 def test_max_seq_length_below_the_templates_minimum_is_refused(tmp_path, command, argv, minimum):
     import importlib

@@ -89,9 +89,9 @@ def test_packed_gpt_blocks_train_compiled_without_recompiling_or_reading_back(tm
 
 def test_padded_batches_take_a_few_lengths(tmp_path, monkeypatch):
     seen = batch_shapes(monkeypatch)
-    pretrain_bert(["--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--train_size", "48", "--eval_size", "8",
+    pretrain_bert(["--recipe", "bert-pretrain-tiny", "--train_size", "48", "--eval_size", "8",
                    "--max_steps", "6", "--pad_to_multiple_of", "16", *QUIET, "--output_dir", str(tmp_path / "bert")])
-    train_translation(["--recipe", "configs/recipes/transformer-translation-tiny.yaml", "--train_size", "64",
+    train_translation(["--recipe", "transformer-translation-tiny", "--train_size", "64",
                        "--eval_size", "2", "--max_new_tokens", "4", "--num_beams", "1", "--max_steps", "4",
                        "--pad_to_multiple_of", "16", *QUIET, "--output_dir", str(tmp_path / "mt")])
     lengths = {shape[1] for batch in seen for shape in batch.values() if len(shape) == 2}
@@ -102,7 +102,7 @@ def test_padded_batches_take_a_few_lengths(tmp_path, monkeypatch):
 def test_reduce_overhead_over_unbounded_lengths_is_refused_before_training(tmp_path, monkeypatch):
     seen = batch_shapes(monkeypatch)
     with pytest.raises(RecipeError, match=r"'compile_mode' is 'reduce-overhead'.*lengths.*set 'pad_to_multiple_of'"):
-        pretrain_bert(["--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--train_size", "48", "--eval_size",
+        pretrain_bert(["--recipe", "bert-pretrain-tiny", "--train_size", "48", "--eval_size",
                        "8", "--compile", "true", "--compile_mode", "reduce-overhead", *QUIET,
                        "--output_dir", str(tmp_path / "run")])
     assert seen == [] and not (tmp_path / "run" / "logs").exists()
@@ -115,7 +115,7 @@ def test_reduce_overhead_over_unbounded_lengths_is_refused_before_training(tmp_p
     check_bounded_shapes("reduce-overhead", CausalLMCollator(_Tokenizer()),  # packed blocks: one length
                          packed_blocks(4, 32, gpt.eos_token_id, gpt.vocab_size))
     with pytest.raises(RecipeError, match="'pad_to_multiple_of' must be in"):
-        pretrain_bert(["--recipe", "configs/recipes/bert-pretrain-tiny.yaml", "--pad_to_multiple_of", "0", *QUIET,
+        pretrain_bert(["--recipe", "bert-pretrain-tiny", "--pad_to_multiple_of", "0", *QUIET,
                        "--output_dir", str(tmp_path / "zero")])
 
 
