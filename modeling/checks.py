@@ -2,8 +2,7 @@
 
 Checks that read tensor values (id ranges, a static cache's length) would break a compiled graph
 (`torch.compile(fullgraph=True)` refuses data-dependent branches): they run eagerly, and compiled code is trusted to
-have been run eagerly once. Shape checks read static shapes and run under compile too. The families import these
-through `layers.py`.
+have been run eagerly once. Shape checks read static shapes and run under compile too.
 """
 
 import torch

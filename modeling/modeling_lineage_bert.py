@@ -59,13 +59,7 @@ from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_lineage_bert import LineageBertConfig
-from .layers import (
-    ACTIVATION_MODULES,
-    LearnedPositionalEmbedding,
-    LineageBlock,
-    LineageLinear,
-    LineagePreTrainedModel,
-    PackedSequences,
+from .checks import (
     check_cached_mask,
     check_ids_or_embeds,
     check_label_ids,
@@ -73,14 +67,13 @@ from .layers import (
     check_mask_shape,
     check_sequence_length,
     check_token_ids,
-    classifier_dropout,
-    labelled_positions,
-    lm_head_loss,
-    relative_attention_inputs,
-    skips_logits,
-    varlen_attention_inputs,
-    vocab_logits,
 )
+from .layers import ACTIVATION_MODULES, LearnedPositionalEmbedding, LineageBlock, classifier_dropout
+from .linear import LineageLinear
+from .losses import labelled_positions, lm_head_loss, skips_logits, vocab_logits
+from .packing import PackedSequences, varlen_attention_inputs
+from .pretrained import LineagePreTrainedModel
+from .relative_positions import relative_attention_inputs
 
 logger = logging.get_logger(__name__)
 
@@ -178,7 +171,7 @@ class LineageBertLMHead(nn.Module):
         return self.decoder(self.transform(hidden_states))  # (B, T, V'), V' = config.padded_vocab_size
 
     def loss(self, hidden_states: torch.Tensor, labels: torch.Tensor, vocab_size: int, **kwargs) -> torch.Tensor:
-        """The LM loss of `hidden_states` against `labels` without the logits (`layers.lm_head_loss`)."""
+        """The LM loss of `hidden_states` against `labels` without the logits (`losses.lm_head_loss`)."""
         return lm_head_loss(self.transform(hidden_states), self.decoder.weight, self.decoder.bias, labels, vocab_size,
                             **kwargs)
 
@@ -187,7 +180,7 @@ class LineageBertPreTrainedModel(LineagePreTrainedModel):
     config_class = LineageBertConfig
     base_model_prefix = "bert"
     _no_split_modules = ["LineageBlock"]
-    _can_compile_fullgraph = True  # input checks that read values run eagerly only (layers.py)
+    _can_compile_fullgraph = True  # input checks that read values run eagerly only (checks.py)
     _can_record_outputs = {
         **LineagePreTrainedModel._can_record_outputs,
         "cross_attentions": OutputRecorder(LineageBlock, index=2),
@@ -437,7 +430,7 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> LineageBertForPreTrainingOutput:
         """A training forward with `labels` returns `prediction_logits=None` (`return_logits`: see
-        `layers.skips_logits`)."""
+        `losses.skips_logits`)."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         check_label_ids(labels, self.config.vocab_size)
         outputs = self.bert(
@@ -487,7 +480,7 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         return_logits: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
-        """A training forward with `labels` returns `logits=None` (`return_logits`: `layers.skips_logits`)."""
+        """A training forward with `labels` returns `logits=None` (`return_logits`: `losses.skips_logits`)."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         check_label_ids(labels, self.config.vocab_size)
         outputs = self.bert(
@@ -542,7 +535,7 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithCrossAttentions:
         """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
-        with `labels` returns `logits=None` (`return_logits`: `layers.skips_logits`)."""
+        with `labels` returns `logits=None` (`return_logits`: `losses.skips_logits`)."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         if labels is not None:
             check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)

@@ -18,7 +18,7 @@ Departures from the references:
 - `generate()` refuses, before any forward pass, a prompt or `max_new_tokens` that would run past the position
   table, where the references fail part-way through with an index error;
 - by config, relative position representations (Shaw et al. 2018, `position_embedding_type="relative"`) in place
-  of (or besides) the learned positions, with distances between the same positions (`layers.key_positions`).
+  of (or besides) the learned positions, with distances between the same positions (`relative_positions.key_positions`).
 """
 
 import math
@@ -38,12 +38,7 @@ from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_lineage_gpt import LineageGptConfig
-from .layers import (
-    LearnedPositionalEmbedding,
-    LineageBlock,
-    LineageLinear,
-    LineagePreTrainedModel,
-    PackedSequences,
+from .checks import (
     check_cached_mask,
     check_ids_or_embeds,
     check_label_ids,
@@ -51,21 +46,20 @@ from .layers import (
     check_mask_shape,
     check_sequence_length,
     check_token_ids,
-    classifier_dropout,
-    document_masking_error,
-    lm_head_loss,
-    relative_attention_inputs,
-    skips_logits,
-    varlen_attention_inputs,
-    vocab_logits,
 )
+from .layers import LearnedPositionalEmbedding, LineageBlock, classifier_dropout
+from .linear import LineageLinear
+from .losses import lm_head_loss, skips_logits, vocab_logits
+from .packing import PackedSequences, document_masking_error, varlen_attention_inputs
+from .pretrained import LineagePreTrainedModel
+from .relative_positions import relative_attention_inputs
 
 
 class LineageGptPreTrainedModel(LineagePreTrainedModel):
     config_class = LineageGptConfig
     base_model_prefix = "transformer"
     _no_split_modules = ["LineageBlock"]
-    _can_compile_fullgraph = True  # input checks that read values run eagerly only (layers.py)
+    _can_compile_fullgraph = True  # input checks that read values run eagerly only (checks.py)
     auto_classes = {
         "AutoModel": "LineageGptModel",
         "AutoModelForCausalLM": "LineageGptForCausalLM",
@@ -242,7 +236,7 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithPast:
         """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
         with `labels` computes the loss without the (B, T, V) logits and returns `logits=None` (`return_logits`:
-        see `layers.skips_logits`)."""
+        see `losses.skips_logits`)."""
         skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
         if labels is not None:
             check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)

@@ -49,17 +49,11 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
 from .configuration_lineage_rnn import LineageRnnConfig
-from .layers import (
-    check_decoder_inputs,
-    LineageLinear,
-    LineagePreTrainedModel,
-    check_ids_or_embeds,
-    check_mask_shape,
-    labelled_positions,
-    seq2seq_loss,
-    shift_tokens_right,
-    teacher_forcing_inputs,
-)
+from .checks import check_ids_or_embeds, check_mask_shape
+from .linear import LineageLinear
+from .losses import labelled_positions, seq2seq_loss
+from .pretrained import LineagePreTrainedModel
+from .seq2seq import check_decoder_inputs, shift_tokens_right, teacher_forcing_inputs
 
 State = tuple[torch.Tensor, ...]  # (h,) for a GRU, (h, c) for an LSTM; each (L, B, C)
 

@@ -43,27 +43,13 @@ from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_lineage_transformer import LineageTransformerConfig
-from .layers import (
-    LearnedPositionalEmbedding,
-    LineageBlock,
-    LineageLinear,
-    LineagePreTrainedModel,
-    SinusoidalPositionalEmbedding,
-    check_cached_mask,
-    check_decoder_inputs,
-    check_ids_or_embeds,
-    check_label_ids,
-    check_mask_shape,
-    check_sequence_length,
-    labelled_positions,
-    lm_head_loss,
-    relative_attention_inputs,
-    seq2seq_loss,
-    shift_tokens_right,
-    skips_logits,
-    teacher_forcing_inputs,
-    vocab_logits,
-)
+from .checks import check_cached_mask, check_ids_or_embeds, check_label_ids, check_mask_shape, check_sequence_length
+from .layers import LearnedPositionalEmbedding, LineageBlock, SinusoidalPositionalEmbedding
+from .linear import LineageLinear
+from .losses import labelled_positions, lm_head_loss, seq2seq_loss, skips_logits, vocab_logits
+from .pretrained import LineagePreTrainedModel
+from .relative_positions import relative_attention_inputs
+from .seq2seq import check_decoder_inputs, shift_tokens_right, teacher_forcing_inputs
 
 
 class LineageTransformerPreTrainedModel(LineagePreTrainedModel):
@@ -71,7 +57,7 @@ class LineageTransformerPreTrainedModel(LineagePreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     _no_split_modules = ["LineageBlock"]
-    _can_compile_fullgraph = True  # input checks that read values run eagerly only (layers.py)
+    _can_compile_fullgraph = True  # input checks that read values run eagerly only (checks.py)
     auto_classes = {
         "AutoModel": "LineageTransformerModel",
         "AutoModelForSeq2SeqLM": "LineageTransformerForConditionalGeneration",
@@ -388,7 +374,7 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         """A training forward with `labels` computes the loss without the (B, T, V) logits and returns `logits=None`
-        (`return_logits`: see `layers.skips_logits`)."""
+        (`return_logits`: see `losses.skips_logits`)."""
         skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
         check_label_ids(labels, self.config.vocab_size)
         decoder_input_ids = teacher_forcing_inputs(labels, decoder_input_ids, decoder_inputs_embeds, self.config)

@@ -322,7 +322,8 @@ def test_saved_folder_lists_every_head_and_loads_in_a_clean_process(tmp_path):
     model.save_pretrained(folder)
     saved = transformers.AutoConfig.from_pretrained(folder).auto_map
     assert set(saved) == {"AutoConfig", *model.auto_classes}
-    for needed in ("modeling_lineage_bert.py", "configuration_lineage_bert.py", "layers.py",
+    for needed in ("modeling_lineage_bert.py", "configuration_lineage_bert.py", "layers.py", "linear.py", "losses.py",
+                   "relative_positions.py", "pretrained.py", "checks.py", "packing.py",
                    "configuration_lineage_common.py"):
         assert (folder / needed).exists(), needed
     inputs = make_inputs(config, LineageBertForPreTraining)

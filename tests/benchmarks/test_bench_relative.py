@@ -23,7 +23,8 @@ import torch
 from timing import compare, device
 
 from modeling.configuration_lineage_gpt import LineageGptConfig
-from modeling.layers import LineageAttention, relative_position_index
+from modeling.layers import LineageAttention
+from modeling.relative_positions import relative_position_index
 from train import pretrain_gpt, train_translation
 
 REPO = Path(__file__).resolve().parents[2]
