@@ -30,7 +30,6 @@ from torch import nn
 from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
 from transformers.modeling_utils import slice_logits_to_keep
@@ -40,6 +39,9 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_lineage_gpt import LineageGptConfig
 from .checks import (
     check_cached_mask,
+    check_choice_inputs,
+    check_class_labels,
+    check_devices,
     check_ids_or_embeds,
     check_label_ids,
     check_labels_shape,
@@ -106,6 +108,8 @@ class LineageGptModel(LineageGptPreTrainedModel):
         """Given `position_ids` are checked against the position table, not the row length: a packed row (sequences
         whose positions restart, as `DataCollatorWithFlattening` makes) may be longer than the table. Returns the
         batch size."""
+        check_devices(self.embed_tokens.weight.device, input_ids=input_ids, inputs_embeds=inputs_embeds,
+                      attention_mask=attention_mask, position_ids=position_ids)
         batch, length = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size,
                                             width=self.config.hidden_size)
         limit = self.config.max_position_embeddings
@@ -382,7 +386,9 @@ class LineageGptForSequenceClassification(_LineageGptClassifier):
                 f"({batch}, {self.num_labels}) (multi-label), got {tuple(labels.shape)}."
             )
         logits, outputs = self._scores(input_ids, real, position_ids, inputs_embeds, **kwargs)
-        classification_loss = ForSequenceClassificationLoss(labels, logits, self.config) if labels is not None else None
+        if labels is not None and labels.shape == (batch,):
+            check_class_labels(labels, self.num_labels)
+        classification_loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return self._output(logits, classification_loss, input_ids, real, outputs)
 
 
@@ -404,11 +410,9 @@ class LineageGptForMultipleChoice(_LineageGptClassifier):
         **kwargs: Unpack[TransformersKwargs],
     ) -> LineageGptClassifierOutput:
         self._check_auxiliary_inputs(input_ids, labels)
-        reference = input_ids if input_ids is not None else inputs_embeds
-        if reference is None or reference.dim() != (3 if input_ids is not None else 4):
-            raise ValueError("`input_ids` must have shape (batch, num_choices, length) for multiple choice.")
-        batch, num_choices = reference.shape[:2]
+        batch, num_choices = check_choice_inputs(input_ids, inputs_embeds)
         check_labels_shape(labels, (batch,))
+        check_class_labels(labels, num_choices, limit_name="num_choices")
         inputs = (input_ids, attention_mask, position_ids, inputs_embeds)
         ids, mask, positions, embeds = [x.flatten(0, 1) if x is not None else None for x in inputs]  # (B * choices, T)
         real = _real_tokens(ids, embeds, mask, self.config.pad_token_id)

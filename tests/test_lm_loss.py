@@ -275,12 +275,11 @@ def test_gpt_causal_lm(pad_vocab, norm, num_items_in_batch):
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("pad_vocab", [None, 64])
 def test_bert_masked_lm(model_class, sparse, pad_vocab):
-    model = model_class(preset("bert-tiny", sparse_prediction=sparse, pad_vocab_to_multiple_of=pad_vocab,
-                               **NO_DROPOUT))
+    model = model_class(preset("bert-tiny", pad_vocab_to_multiple_of=pad_vocab, **NO_DROPOUT))
     ids = torch.randint(5, V, (3, 10))
     labels = torch.full_like(ids, -100)
     labels[:, 2::3] = ids[:, 2::3]
-    inputs = {"input_ids": ids, "labels": labels}
+    inputs = {"input_ids": ids, "labels": labels, "sparse_prediction": sparse}
     if model_class is LineageBertForPreTraining:
         inputs["next_sentence_label"] = torch.tensor([0, 1, 1])
     else:
@@ -296,14 +295,14 @@ def test_bert_causal_lm_head():
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("final_logits_bias", [False, True])
 def test_transformer_with_label_smoothing(sparse, final_logits_bias):
-    config = preset("transformer-tiny", label_smoothing=0.1, sparse_prediction=sparse, hidden_dropout_prob=0.0,
+    config = preset("transformer-tiny", label_smoothing=0.1, hidden_dropout_prob=0.0,
                     final_logits_bias=final_logits_bias, pad_vocab_to_multiple_of=16)
     model = LineageTransformerForConditionalGeneration(config)
     if final_logits_bias:
         model.final_logits_bias.normal_()
     labels = torch.randint(3, V, (3, 6))
     labels[1, 4:] = -100
-    inputs = {"input_ids": torch.randint(3, V, (3, 8)), "labels": labels}
+    inputs = {"input_ids": torch.randint(3, V, (3, 8)), "labels": labels, "sparse_prediction": sparse}
     assert_fused_equals_dense(model, **inputs)
     assert_fused_equals_dense(model, **inputs, num_items_in_batch=torch.tensor(30))
 

@@ -8,7 +8,8 @@ cross-entropy, and sacreBLEU of beam-search translations of the evaluation set.
 
 Data: rows with `source` and `target` (the embedded English number words -> German by default).
 `label_smoothing` in the recipe overrides the model config's. Training runs the output projection on real
-target tokens only (`sparse_prediction`), skipping the padding of ragged batches.
+target tokens only (`sparse_prediction`, an option of the training calls, not of the saved model), skipping the
+padding of ragged batches.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import Seq2SeqCollator
-from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_splits
+from train.core.common import build_model, forward_options, get_tokenizer, load_splits
 from train.core.data import tokenize_dataset
 from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None):
     columns = ("source", "target")
     train_rows, eval_rows = load_splits(recipe, columns, "embedded:translation")
     tokenizer = get_tokenizer(recipe, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
-    fields = {"sparse_prediction": True}
+    fields = {}
     if recipe.label_smoothing is not None:
         fields["label_smoothing"] = recipe.label_smoothing
     model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", **fields)
@@ -67,8 +68,8 @@ def main(argv: list[str] | None = None):
     eval_data = tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths) if eval_rows else None
     engine = Engine(recipe, model, train_data, Seq2SeqCollator(tokenizer), tokenizer=tokenizer, eval_dataset=eval_data,
                     loss_fn=loss_fn, predict_fn=make_predict_fn(recipe), metrics_fn=make_metrics_fn(tokenizer))
-    results = engine.train()
-    dense_prediction_for_saving(model, recipe)
+    with forward_options(model, sparse_prediction=True):
+        results = engine.train()
     extra = ""
     if eval_rows is not None:  # on every process: under FSDP each forward needs all of them
         model = engine.accelerator.unwrap_model(engine.model).eval()
