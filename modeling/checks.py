@@ -137,5 +137,14 @@ def check_devices(device: torch.device, **inputs: torch.Tensor | None) -> None:
                              f"model's device (`{name}.to({str(device)!r})`).")
 
 
-__all__ = ["check_cached_mask", "check_choice_inputs", "check_class_labels", "check_devices", "check_ids_or_embeds",
-           "check_label_ids", "check_labels_shape", "check_mask_shape", "check_sequence_length", "check_token_ids"]
+def check_generation_config(generation_config) -> None:
+    """Generation settings transformers would only fail on deep inside (`num_beams=0` divides by zero in beam
+    search)."""
+    beams = generation_config.num_beams
+    if isinstance(beams, bool) or not isinstance(beams, int) or beams < 1:
+        raise ValueError(f"`num_beams` must be a positive integer (1: no beam search), got {beams!r}.")
+
+
+__all__ = ["check_cached_mask", "check_choice_inputs", "check_class_labels", "check_devices", "check_generation_config",
+           "check_ids_or_embeds", "check_label_ids", "check_labels_shape", "check_mask_shape", "check_sequence_length",
+           "check_token_ids"]

@@ -7,6 +7,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.utils.output_capturing import OutputRecorder
 
+from .checks import check_generation_config
 from .configuration_lineage_common import check_vocab_multiple
 from .layers import LineageBlock, SinusoidalPositionalEmbedding
 
@@ -58,13 +59,21 @@ class LineagePreTrainedModel(PreTrainedModel):
         transformers would count the padded rows as tokens (and could then generate them)."""
         if not hasattr(self.config, "pad_vocab_to_multiple_of"):  # a family without vocabulary padding (the RNN)
             return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        check_vocab_multiple(pad_to_multiple_of, "pad_to_multiple_of")
+        if isinstance(pad_to_multiple_of, int):  # a non-integer is refused by transformers, with its own message
+            check_vocab_multiple(pad_to_multiple_of, "pad_to_multiple_of")
         vocab_size = new_num_tokens if new_num_tokens is not None else self.config.vocab_size
         multiple = pad_to_multiple_of if pad_to_multiple_of is not None else self.config.pad_vocab_to_multiple_of
         embeddings = super().resize_token_embeddings(vocab_size, multiple, mean_resizing)
         self.config.vocab_size = self.vocab_size = vocab_size
         self.config.pad_vocab_to_multiple_of = multiple
         return embeddings
+
+    def _prepare_generation_config(self, generation_config, **kwargs):
+        """transformers' merge of the generation settings (the generative heads' `generate()`), then the checks of
+        settings it would fail on deep inside (`checks.check_generation_config`)."""
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+        check_generation_config(generation_config)
+        return generation_config, model_kwargs
 
     @classmethod
     def auto_class_name(cls) -> str:
