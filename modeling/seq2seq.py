@@ -42,7 +42,8 @@ def teacher_forcing_inputs(
     config,
 ) -> torch.Tensor | None:
     """The decoder input ids of a seq2seq forward: the given ones, else with `labels` the labels shifted right
-    (`shift_tokens_right`); checks that `labels` are (B, T) like the decoder inputs, and that the decoder has an input."""
+    (`shift_tokens_right`); checks that `labels` are (B, T) like the decoder inputs, and that the decoder has an
+    input."""
     if labels is None:
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError(
