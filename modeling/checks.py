@@ -113,6 +113,14 @@ def check_class_labels(labels: torch.Tensor | None, num_classes: int, name: str 
         raise ValueError(f"`{name}` must be -100 (ignored) or in [0, {num_classes}) ({limit_name}={num_classes}), "
                          f"got {bad}.")
 
+def check_sequence_labels(labels: torch.Tensor | None, num_labels: int, problem_type: str | None) -> None:
+    """A sequence classifier's (B,) labels: class indices in `[0, num_labels)` for single-label classification; the
+    targets of regression (`num_labels` 1) and multi-label classification are values, not indices."""
+    if labels is not None and labels.dim() == 1 and num_labels > 1 and problem_type in (
+            None, "single_label_classification"):
+        check_class_labels(labels, num_labels)
+
+
 
 def check_choice_inputs(ids: torch.Tensor | None, embeds: torch.Tensor | None) -> tuple[int, int]:
     """Multiple choice: (batch, num_choices, length) `input_ids` or (batch, num_choices, length, C) `inputs_embeds`,
@@ -146,5 +154,5 @@ def check_generation_config(generation_config) -> None:
 
 
 __all__ = ["check_cached_mask", "check_choice_inputs", "check_class_labels", "check_devices", "check_generation_config",
-           "check_ids_or_embeds", "check_label_ids", "check_labels_shape", "check_mask_shape", "check_sequence_length",
-           "check_token_ids"]
+           "check_ids_or_embeds", "check_label_ids", "check_labels_shape", "check_mask_shape", "check_sequence_labels",
+           "check_sequence_length", "check_token_ids"]

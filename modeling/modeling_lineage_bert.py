@@ -63,6 +63,7 @@ from .checks import (
     check_label_ids,
     check_labels_shape,
     check_mask_shape,
+    check_sequence_labels,
     check_sequence_length,
     check_token_ids,
 )
@@ -670,8 +671,7 @@ class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
                     f"`labels` must have shape {tuple(logits.shape[:1])} (one class id or value per example) or "
                     f"{tuple(logits.shape)} (multi-label), got {tuple(labels.shape)}."
                 )
-            if labels.shape == logits.shape[:1]:
-                check_class_labels(labels, self.num_labels)
+            check_sequence_labels(labels, self.num_labels, self.config.problem_type)
             loss = self.loss_function(labels, logits, self.config)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions

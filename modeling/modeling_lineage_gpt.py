@@ -46,6 +46,7 @@ from .checks import (
     check_label_ids,
     check_labels_shape,
     check_mask_shape,
+    check_sequence_labels,
     check_sequence_length,
     check_token_ids,
 )
@@ -386,8 +387,7 @@ class LineageGptForSequenceClassification(_LineageGptClassifier):
                 f"({batch}, {self.num_labels}) (multi-label), got {tuple(labels.shape)}."
             )
         logits, outputs = self._scores(input_ids, real, position_ids, inputs_embeds, **kwargs)
-        if labels is not None and labels.shape == (batch,):
-            check_class_labels(labels, self.num_labels)
+        check_sequence_labels(labels, self.num_labels, self.config.problem_type)
         classification_loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return self._output(logits, classification_loss, input_ids, real, outputs)
 

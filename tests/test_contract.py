@@ -220,6 +220,16 @@ def test_labels_out_of_range_are_refused_by_name(model_class):
         model(**inputs, **{**labels, **bad})
 
 
+@pytest.mark.parametrize("model_class", [LineageBertForSequenceClassification, LineageGptForSequenceClassification],
+                         ids=lambda c: c.__name__)
+def test_regression_and_multi_label_targets_are_values_not_class_indices(model_class):
+    inputs, _ = inputs_and_labels(model_class)
+    regression = build(model_class, num_labels=1).eval()
+    assert regression(**inputs, labels=torch.tensor([3, 7])).loss > 0  # integer targets of a regression
+    multi_label = build(model_class, num_labels=2, problem_type="multi_label_classification").eval()
+    assert multi_label(**inputs, labels=torch.tensor([[1.0, 0.0], [1.0, 1.0]])).loss > 0
+
+
 @head_ids
 def test_inputs_on_another_device_are_refused_naming_the_argument_and_both_devices(model_class):
     """The model on the CPU, `input_ids` on the `meta` device (as far from it as a CPU-only machine allows)."""
