@@ -2,8 +2,7 @@
 
 Checks that read tensor values (id ranges, a static cache's length) would break a compiled graph
 (`torch.compile(fullgraph=True)` refuses data-dependent branches): they run eagerly, and compiled code is trusted to
-have been run eagerly once. Shape checks read static shapes and run under compile too. The families import these
-through `layers.py`.
+have been run eagerly once. Shape checks read static shapes and run under compile too.
 
 Each value check reads a tensor back to the host, which on an accelerator waits for every queued kernel. A training
 loop whose batches were already checked where they were built (on the CPU) turns them off around its forward with
@@ -133,5 +132,58 @@ def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | tor
         raise ValueError(f"`{name}` must have shape {tuple(shape)} to match the logits, got {tuple(labels.shape)}.")
 
 
-__all__ = ["check_cached_mask", "check_ids_or_embeds", "check_label_ids", "check_labels_shape", "check_mask_shape",
+def check_class_labels(labels: torch.Tensor | None, num_classes: int, name: str = "labels",
+                       limit_name: str = "num_labels") -> None:
+    """Class indices: every integer label -100 (ignored) or in `[0, num_classes)` (floating labels are regression or
+    multi-label targets, not indices)."""
+    if labels is None or labels.is_floating_point() or not _checks_enabled():
+        return
+    outside = (labels != -100) & ((labels < 0) | (labels >= num_classes))
+    if bool(outside.any()):
+        bad = int(labels[outside][0])
+        raise ValueError(f"`{name}` must be -100 (ignored) or in [0, {num_classes}) ({limit_name}={num_classes}), "
+                         f"got {bad}.")
+
+
+def check_sequence_labels(labels: torch.Tensor | None, num_labels: int, problem_type: str | None) -> None:
+    """A sequence classifier's (B,) labels: class indices in `[0, num_labels)` for single-label classification; the
+    targets of regression (`num_labels` 1) and multi-label classification are values, not indices."""
+    if labels is not None and labels.dim() == 1 and num_labels > 1 and problem_type in (
+            None, "single_label_classification"):
+        check_class_labels(labels, num_labels)
+
+
+def check_choice_inputs(ids: torch.Tensor | None, embeds: torch.Tensor | None) -> tuple[int, int]:
+    """Multiple choice: (batch, num_choices, length) `input_ids` or (batch, num_choices, length, C) `inputs_embeds`,
+    the refusal naming the argument given; returns (batch, num_choices)."""
+    if (ids is None) == (embeds is None):
+        raise ValueError("Specify exactly one of `input_ids` or `inputs_embeds`.")
+    name, given, rank, layout = (("input_ids", ids, 3, "(batch, num_choices, length)") if ids is not None else
+                                 ("inputs_embeds", embeds, 4, "(batch, num_choices, length, hidden_size)"))
+    if given.dim() != rank:
+        raise ValueError(f"`{name}` must have shape {layout} for multiple choice, got {tuple(given.shape)}.")
+    return given.shape[0], given.shape[1]
+
+
+def check_devices(device: torch.device, **inputs: torch.Tensor | None) -> None:
+    """Every given input on the device of the weights that read it (`device`), checked before a kernel fails on it;
+    weights not materialised yet (`meta`, loaded by a hook at call time) are not compared."""
+    if device.type == "meta":
+        return
+    for name, tensor in inputs.items():
+        if tensor is not None and tensor.device != device:
+            raise ValueError(f"`{name}` is on {tensor.device} but the model is on {device}; move the inputs to the "
+                             f"model's device (`{name}.to({str(device)!r})`).")
+
+
+def check_generation_config(generation_config) -> None:
+    """Generation settings transformers would only fail on deep inside (`num_beams=0` divides by zero in beam
+    search)."""
+    beams = generation_config.num_beams
+    if isinstance(beams, bool) or not isinstance(beams, int) or beams < 1:
+        raise ValueError(f"`num_beams` must be a positive integer (1: no beam search), got {beams!r}.")
+
+
+__all__ = ["check_cached_mask", "check_choice_inputs", "check_class_labels", "check_devices", "check_generation_config",
+           "check_ids_or_embeds", "check_label_ids", "check_labels_shape", "check_mask_shape", "check_sequence_labels",
            "check_sequence_length", "check_token_ids", "value_checks"]

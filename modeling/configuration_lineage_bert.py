@@ -20,25 +20,11 @@ class LineageBertConfig(LineageConfig):
             `BertConfig` has them.
         classifier_dropout: dropout before classification heads; `None` uses `hidden_dropout_prob`.
         tie_word_embeddings: tie the masked-LM decoder to the word embeddings (the paper does).
-        sparse_prediction: when `labels` are given, run the masked-LM head only at the labelled positions
-            (label != -100), as the original BERT code gathers `masked_lm_positions`; the MLM logits are then
-            (N, vocab) for those N positions in row-major order. At 15% masking this made a bert-base training
-            step about 1.3x as fast. Calls without `labels` (fill-mask, evaluation) always get (B, T, vocab).
         is_decoder: causal self-attention (each token sees only earlier ones), for `LineageBertLMHeadModel` and the
             decoder of an `EncoderDecoderModel`; positions then continue from the key/value cache.
         add_cross_attention: add a cross-attention sublayer to every block, attending to `encoder_hidden_states`;
             requires `is_decoder`.
         use_cache: return a key/value cache from a decoder's forward passes outside training (generation).
-        unpad_inputs: with an `attention_mask`, remove the padding before the encoder stack (MosaicBERT): the
-            embeddings, feed-forward layers and LayerNorms run on real tokens only and attention runs per sequence
-            (flash-attn's varlen kernel, else SDPA over length buckets); the padding is restored at the output,
-            where `last_hidden_state` is zero at padded positions (the padded path leaves there the states of pad
-            tokens). Outputs at real positions equal the padded path's; the heads' outputs at padded positions are
-            those of a zero state, so the two paths differ there, in the pooled output of a row whose position 0 is
-            padding (left padding), and in a loss that reads padded positions (question answering's softmax spans
-            every position). Applies to an encoder (not `is_decoder`) with absolute positions under sdpa or flash
-            attention, when neither hidden states nor attention weights are requested; other calls take the padded
-            path. `pretrain_bert` and `finetune` set it while training on a GPU.
     """
 
     model_type = "lineage-bert"
@@ -51,11 +37,9 @@ class LineageBertConfig(LineageConfig):
     eos_token_id: int | None = None
     classifier_dropout: float | None = None
     tie_word_embeddings: bool = True
-    sparse_prediction: bool = False
     is_decoder: bool = False
     add_cross_attention: bool = False
     use_cache: bool = True
-    unpad_inputs: bool = False
 
     def check_lineage_fields(self) -> None:
         super().check_lineage_fields()

@@ -149,6 +149,13 @@ class LineageConfig(PreTrainedConfig):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
+        if isinstance(self.layer_norm_eps, bool) or not isinstance(self.layer_norm_eps, (int, float)) \
+                or not self.layer_norm_eps > 0:
+            raise ValueError(f"`layer_norm_eps` must be a positive number (e.g. 1e-12), got {self.layer_norm_eps!r}.")
+        if isinstance(self.initializer_range, bool) or not isinstance(self.initializer_range, (int, float)) \
+                or not self.initializer_range >= 0:
+            raise ValueError(f"`initializer_range` must be a number >= 0 (the initial weights' standard deviation), "
+                             f"got {self.initializer_range!r}.")
         check_vocab_multiple(self.pad_vocab_to_multiple_of)
         self.check_position_fields()
 

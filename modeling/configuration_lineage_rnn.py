@@ -48,8 +48,6 @@ class LineageRnnConfig(PreTrainedConfig):
         tie_word_embeddings: use the target embedding as the output projection (needs embedding_size ==
             hidden_size).
         label_smoothing: epsilon of label-smoothed cross-entropy, in [0, 1); 0 is plain cross-entropy.
-        sparse_prediction: with `labels`, run the output projection only at labelled positions (label != -100);
-            the logits are then (N, vocab). Calls without labels always get (B, T, vocab).
         pad_token_id, bos_token_id, eos_token_id, decoder_start_token_id: ids of `<pad>`, `<s>`, `</s>` and the
             first decoder input.
         use_cache: carry the recurrent state between decoding steps (`LineageRnnCache`).
@@ -73,7 +71,6 @@ class LineageRnnConfig(PreTrainedConfig):
     initializer_range: float = 0.1
     tie_word_embeddings: bool = False
     label_smoothing: float = 0.0
-    sparse_prediction: bool = False
     is_encoder_decoder: bool = True
     use_cache: bool = True
     pad_token_id: int | None = 0

@@ -35,9 +35,6 @@ class LineageTransformerConfig(LineageConfig):
         label_smoothing: epsilon of label-smoothed cross-entropy (section 5.4), in [0, 1); 0.0 (the default) gives
             plain cross-entropy. The paper trains with 0.1, which the translation recipes set.
         final_logits_bias: add a fixed (non-trained) per-token bias buffer to the logits, as Marian does.
-        sparse_prediction: when `labels` are given, run the output projection and the softmax only at labelled
-            target positions (label != -100), skipping padding; the logits are then (N, vocab) for those N
-            positions in row-major order. Calls without `labels` (generation) always get (B, T, vocab).
         tie_word_embeddings: use the shared token embedding as the pre-softmax projection (section 3.4).
         pad_token_id, bos_token_id, eos_token_id: ids of `<pad>`, `<s>`, `</s>`.
         decoder_start_token_id: first decoder input, in training (labels shifted right) and in generation.
@@ -65,7 +62,6 @@ class LineageTransformerConfig(LineageConfig):
     scale_embedding: bool = True
     label_smoothing: float = 0.0
     final_logits_bias: bool = False
-    sparse_prediction: bool = False
     tie_word_embeddings: bool = True
     is_encoder_decoder: bool = True
     use_cache: bool = True

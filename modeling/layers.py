@@ -1,4 +1,4 @@
-"""The shared core of every Lineage family: attention, feed-forward, norms, positions, residual blocks.
+"""The shared core of every Lineage family: attention, feed-forward, norms, residual blocks, positions.
 
 Follows "Attention Is All You Need" (Vaswani et al. 2017, section 3): scaled dot-product multi-head attention,
 position-wise feed-forward, residual sublayers with LayerNorm, sinusoidal or learned positions. One attention
@@ -10,11 +10,11 @@ models, `EncoderDecoderCache` for encoder-decoders).
 Departures from the paper, all selected by config: pre-norm (`x + Sublayer(LayerNorm(x))`, as GPT-2) besides
 the paper's post-norm; a gated feed-forward variant; the split sin/cos position layout used by Marian; relative
 position representations in self-attention (Shaw et al. 2018, "Self-Attention with Relative Position
-Representations"; `LineageAttention` says which kernel runs when).
+Representations"; its distance rows and kernels are in `relative_positions.py`, and `LineageAttention` says which
+kernel runs when).
 
-The output layer: logits over the real vocabulary of a padded one (`pad_vocab_to_multiple_of`, `vocab_logits`), and
-the LM loss computed without the (N, V) logits (`lm_head_loss`: chunked in PyTorch, or Liger Kernel's fused kernel on
-CUDA), which the heads use in training (`skips_logits`).
+Elsewhere: the output layer and its losses (`losses.py`), the projections' CPU kernel (`linear.py`), packed
+sequences (`packing.py`), the base class of every model (`pretrained.py`).
 
 Dimension legend:
     B  batch size
@@ -27,35 +27,17 @@ Dimension legend:
     V  vocabulary size (`vocab_size`); V' the rows of a padded output layer (`padded_vocab_size`)
 """
 
-import importlib.util
 from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
-from transformers import PreTrainedModel
-from transformers import initialization as init
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils.output_capturing import OutputRecorder
 
-from .configuration_lineage_common import check_vocab_multiple
-from .checks import (  # the families import the checks and the packing API from here
-    check_cached_mask,
-    check_ids_or_embeds,
-    check_label_ids,
-    check_labels_shape,
-    check_mask_shape,
-    check_sequence_length,
-    check_token_ids,
-)
-from .packing import (
-    PackedSequences,
-    document_masking_error,
-    varlen_attention_inputs,
-    varlen_sdpa_forward,
-)
+from .linear import LineageLinear
+from .packing import varlen_sdpa_forward
+from .relative_positions import relative_key_scores, relative_position_index, relative_value_term
 
 ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,
@@ -63,55 +45,6 @@ ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
     "gelu_new": lambda: nn.GELU(approximate="tanh"),
     "silu": nn.SiLU,
 }
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Linear
-# ----------------------------------------------------------------------------------------------------------
-
-# oneDNN's fp32 matmul; present in x86 CPU builds of torch. Inductor uses the same op for CPU linears.
-_ONEDNN_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
-# Below this many weights (a 512 x 512 matrix) the kernel's fixed cost per call (15-30 us) outweighs what it
-# saves: a 128-wide GPT generated about 2x slower through oneDNN than through `F.linear`.
-_ONEDNN_MIN_WEIGHTS = 2**18
-
-
-def _onednn_reads(parameter: torch.Tensor) -> bool:
-    """A weight or bias the oneDNN kernel reads correctly: a dense float32 CPU tensor (a strided bias is misread)."""
-    return (type(parameter) in (torch.Tensor, nn.Parameter) and parameter.device.type == "cpu"
-            and parameter.dtype == torch.float32 and parameter.is_contiguous())
-
-
-class LineageLinear(nn.Linear):
-    """`nn.Linear` (same parameters, same checkpoint keys) with a faster kernel for CPU inference.
-
-    For a float32 CPU input without autograd, `F.linear` goes to MKL, whose matrix-vector path runs on one
-    thread: decoding one token at a time spends most of its time there. oneDNN's matmul uses every core and
-    was 1.4x-2.3x faster for 1-128 rows on a 2-core x86 machine (12-layer 768-wide stack; docs/performance.md,
-    "Sparse prediction and the CPU inference kernel"); it serves weights of at least 512 x 512 elements, where
-    that gain exceeds its fixed cost per call. The two kernels round differently (about 1e-6 relative); set
-    `LineageLinear.fast_cpu_inference = False` for results bit-identical to `nn.Linear`. Training, other
-    devices and dtypes, autocast, tensor subclasses, strided weights or biases and `torch.compile` always
-    take `F.linear`.
-    """
-
-    fast_cpu_inference: bool = _ONEDNN_LINEAR is not None
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if (
-            self.fast_cpu_inference
-            and not torch.is_grad_enabled()  # first: training returns to `F.linear` after one check
-            and type(input) is torch.Tensor
-            and input.device.type == "cpu"
-            and input.dtype == torch.float32
-            and self.weight.numel() >= _ONEDNN_MIN_WEIGHTS
-            and _onednn_reads(self.weight)
-            and (self.bias is None or _onednn_reads(self.bias))
-            and not torch.is_autocast_enabled("cpu")
-            and not torch.compiler.is_compiling()
-        ):
-            return _ONEDNN_LINEAR(input, self.weight, self.bias, "none", [], "")
-        return super().forward(input)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -132,65 +65,6 @@ def apply_attention_mask(scores: torch.Tensor, attention_mask: torch.Tensor | No
     if attention_mask.dtype == torch.bool:
         return scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
     return scores + attention_mask
-
-
-def relative_position_index(query_positions: torch.Tensor, key_positions: torch.Tensor,
-                            max_distance: int) -> torch.Tensor:
-    """Shaw et al.'s clip(j - i, k) + k for query positions i (B or 1, T) and key positions j (B or 1, S): the
-    (B or 1, T, S) rows in [0, 2k] of a relative table; distances beyond k (or -k) share the last (or first) row."""
-    distance = key_positions[:, None, :] - query_positions[:, :, None]  # (B|1, T, S)
-    return distance.clamp(-max_distance, max_distance) + max_distance
-
-
-def key_positions(query_positions: torch.Tensor, past_length: int | torch.Tensor = 0,
-                  attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Positions (B or 1, past + T) of the keys of self-attention over `past_length` cached tokens and T new ones.
-
-    A new token's key has its query's position (`query_positions`, from `position_ids` or the cache offset). A cached
-    token lies as many positions before the first new token as there are real tokens from it to the end of the
-    cache: counted in a (B, past + T) `attention_mask`, so padding takes no position (GPT's positions count real
-    tokens), or consecutive without one (a 4D mask, a static cache's generate, the Transformer's decoder).
-    """
-    past = int(past_length)
-    if past == 0:
-        return query_positions
-    if attention_mask is None or attention_mask.dim() != 2:
-        real = torch.ones(1, past, dtype=torch.long, device=query_positions.device)
-    else:
-        real = attention_mask[:, :past].long()
-    behind = real.flip(-1).cumsum(-1).flip(-1)  # (B|1, past): real cached tokens from each slot to the cache's end
-    cached = query_positions[:, :1] - behind
-    return torch.cat([cached, query_positions.expand(cached.shape[0], -1)], dim=-1)
-
-
-def relative_attention_inputs(config, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None,
-                              past_length: int | torch.Tensor = 0,
-                              attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """The keyword a model hands its blocks for relative self-attention, `relative_position_index` (computed once per
-    forward for every layer), or nothing when `config` has absolute positions only. The (B, T, C) `hidden_states`
-    are at `position_ids` (B or 1, T), by default past_length..past_length+T-1."""
-    if config.relative_attention is None:
-        return {}
-    if position_ids is None:
-        position_ids = torch.arange(hidden_states.shape[1], device=hidden_states.device)[None] + past_length  # (1, T)
-    keys = key_positions(position_ids, past_length, attention_mask)
-    return {"relative_position_index": relative_position_index(position_ids, keys, config.max_relative_position)}
-
-
-def relative_key_scores(query: torch.Tensor, index: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """`q_i a^K_ij^T` for every query i and key j, (B, H, T, S): one (B, H, T, D) x (D, 2k+1) matmul against the
-    table, then a gather by distance row `index` (B or 1, 1, T, S); never a (T, S, D) tensor of gathered vectors."""
-    per_distance = torch.matmul(query, table.transpose(0, 1))  # (B, H, T, 2k+1)
-    return torch.gather(per_distance, -1, index.expand(*query.shape[:3], index.shape[-1]))
-
-
-def relative_value_term(probs: torch.Tensor, index: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """`sum_j alpha_ij a^V_ij`, (B, H, T, D): the probabilities (B, H, T, S) summed into their 2k+1 distance
-    buckets (a scatter-add by `index`), then one (B, H, T, 2k+1) x (2k+1, D) matmul."""
-    buckets = probs.new_zeros(*probs.shape[:3], table.shape[0])  # (B, H, T, 2k+1)
-    buckets = buckets.scatter_add(-1, index.expand_as(probs), probs)
-    return torch.matmul(buckets, table)
-
 
 def eager_attention_forward(
     module: nn.Module,
@@ -373,254 +247,6 @@ def classifier_dropout(config) -> nn.Dropout:
     """Dropout before a classification layer: `config.classifier_dropout`, else `hidden_dropout_prob` (the papers)."""
     return nn.Dropout(config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob)
 
-
-def labelled_positions(hidden_states: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`sparse_prediction`: the (N, C) states and (N,) labels of the N positions whose label is not -100, in
-    row-major order, so an output head and its softmax skip the positions the loss ignores."""
-    labelled = labels != -100  # (B, T)
-    return hidden_states[labelled], labels[labelled]
-
-
-def shift_tokens_right(
-    labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int | None
-) -> torch.Tensor:
-    """Teacher forcing: decoder inputs are the labels delayed by one step, starting from `decoder_start_token_id`;
-    ignored label positions (-100) become padding."""
-    if decoder_start_token_id is None or pad_token_id is None:
-        raise ValueError(
-            "`decoder_start_token_id` and `pad_token_id` must be set in the config (ids in [0, vocab_size)) to derive "
-            "`decoder_input_ids` from `labels`."
-        )
-    shifted = labels.new_full(labels.shape, decoder_start_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    return shifted.masked_fill(shifted == -100, pad_token_id)
-
-
-def check_decoder_inputs(decoder_input_ids: torch.Tensor | None, decoder_inputs_embeds: torch.Tensor | None,
-                         vocab_size: int, source_shape: torch.Size, attention_mask: torch.Tensor | None) -> torch.Size:
-    """A seq2seq decoder's inputs against its source: exactly one of ids (in the vocabulary) or embeddings, one target
-    per source, and the source mask (B, S), also when the encoder outputs are given. Returns the target's (B, T)."""
-    shape = check_ids_or_embeds(decoder_input_ids, decoder_inputs_embeds, vocab_size, "decoder_input_ids",
-                                "decoder_inputs_embeds")
-    if source_shape[0] != shape[0]:
-        raise ValueError(
-            f"`encoder_outputs` have batch size {source_shape[0]} but `decoder_input_ids` have {shape[0]}; "
-            "they must match (one source per target sequence)."
-        )
-    check_mask_shape(attention_mask, source_shape)
-    return shape
-
-
-def teacher_forcing_inputs(
-    labels: torch.Tensor | None, decoder_input_ids: torch.Tensor | None, decoder_inputs_embeds: torch.Tensor | None,
-    config,
-) -> torch.Tensor | None:
-    """The decoder input ids of a seq2seq forward: the given ones, else with `labels` the labels shifted right
-    (`shift_tokens_right`); checks that `labels` are (B, T) like the decoder inputs, and that the decoder has an input."""
-    if labels is None:
-        if decoder_input_ids is None and decoder_inputs_embeds is None:
-            raise ValueError(
-                "Give `decoder_input_ids` (or `decoder_inputs_embeds`), or `labels` to derive them by teacher forcing."
-            )
-        return decoder_input_ids
-    if decoder_input_ids is None and decoder_inputs_embeds is None:
-        decoder_input_ids = shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)
-    target = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
-    check_labels_shape(labels, target.shape[:2])  # (B, T), the logits' (B, T, V) without V
-    return decoder_input_ids
-
-
-def seq2seq_loss(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    label_smoothing: float,
-    num_items_in_batch: torch.Tensor | int | None = None,
-) -> torch.Tensor:
-    """Cross-entropy over target tokens (label-smoothed when `label_smoothing` > 0), ignoring -100; a mean over
-    tokens, or a sum divided by `num_items_in_batch` (the token count of all accumulated micro-batches) when the
-    Trainer gives it."""
-    loss = nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device), ignore_index=-100,
-        label_smoothing=label_smoothing, reduction="mean" if num_items_in_batch is None else "sum",
-    )
-    if num_items_in_batch is not None:
-        loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
-    return loss
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Output layer: logits over the real vocabulary, and the loss without the (N, V) logits
-# ----------------------------------------------------------------------------------------------------------
-
-
-def vocab_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Logits (..., V) of the real vocabulary: an output layer padded by `pad_vocab_to_multiple_of` has extra columns,
-    dropped (a contiguous copy of the real ones, as losses and users `view` logits) so that softmax, losses,
-    `generate()` and pipelines never see a padded id, and the width matches the tokenizer and the transformers
-    reference models. Masking them to -inf instead would keep a width no tokenizer or reference model has."""
-    return logits[..., :vocab_size].contiguous() if logits.shape[-1] != vocab_size else logits
-
-
-def skips_logits(model: nn.Module, head: nn.Module, labels: torch.Tensor | None, return_logits: bool | None) -> bool:
-    """Whether a head computes its loss with `lm_head_loss` and returns `logits=None`.
-
-    `return_logits` None (the default) follows the model's mode, as Liger's transformers integration does: a training
-    forward with `labels` skips the logits (Trainer and the engine read only the loss there); evaluation, Trainer's
-    `predict`, pipelines and `generate()` run in eval mode and get them. True always returns logits (and the loss
-    from them, the dense path); False skips them in eval mode too and needs `labels`. The output layer's weight is
-    read directly, so a head wrapped by another module (a PEFT adapter, a quantised layer) takes the dense path;
-    so must a model whose weights are gathered per module call (DeepSpeed ZeRO-3): pass `return_logits=True`.
-    """
-    if return_logits is False and labels is None:
-        raise ValueError("`return_logits=False` skips the logits to compute the loss without them: it needs `labels`.")
-    if labels is None or return_logits or (return_logits is None and not model.training):
-        return False
-    return type(head) in (nn.Linear, LineageLinear)
-
-
-LM_LOSS_CHUNK_ELEMENTS = 2**25  # float32 logits per chunk of `lm_head_loss` (128 MiB)
-
-
-def _liger_installed() -> bool:
-    return importlib.util.find_spec("liger_kernel") is not None
-
-
-def lm_loss_backend(device: torch.device) -> str:
-    """`"liger"` (Liger Kernel's fused linear cross-entropy, Triton) when `liger_kernel` is installed and the hidden
-    states are on CUDA, else `"chunked"` (`ChunkedLinearCrossEntropy`, plain PyTorch, any device)."""
-    return "liger" if device.type == "cuda" and _liger_installed() else "chunked"
-
-
-def _smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int,
-                            label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row losses (n,) and their gradient w.r.t. `logits` (n, V'), which it overwrites. Columns past `vocab_size`
-    (padding) are -inf, so they add nothing to the softmax. As `F.cross_entropy`: (1 - eps) * nll + eps * the mean
-    over the V real classes of -log p, and 0 (with zero gradient) for rows labelled -100."""
-    kept = labels != -100  # (n,)
-    target = labels.clamp(min=0)[:, None]  # (n, 1); ignored rows point at class 0, then are zeroed
-    lse = torch.logsumexp(logits, dim=-1)  # (n,)
-    losses = (1.0 - label_smoothing) * (lse - logits.gather(1, target)[:, 0])
-    if label_smoothing:
-        losses = losses + label_smoothing * (lse - logits[:, :vocab_size].mean(-1))
-    grad = logits.sub_(lse[:, None]).exp_()  # softmax, in place: (n, V')
-    grad.scatter_add_(1, target, grad.new_full(target.shape, label_smoothing - 1.0))
-    if label_smoothing:
-        grad[:, :vocab_size] -= label_smoothing / vocab_size
-    return losses * kept, grad.mul_(kept[:, None])
-
-
-class ChunkedLinearCrossEntropy(torch.autograd.Function):
-    """Summed cross-entropy of `hidden @ weight.T + bias` against `labels`, chunk by chunk over the N tokens.
-
-    Each chunk's float32 (n, V') logits are made, turned into the chunk's losses and the gradient of the logits, and
-    freed; the gradients w.r.t. `hidden` (N, C), `weight` (V', C, accumulated in float32) and `bias` are computed in
-    the forward pass (as Liger does), so neither pass ever holds (N, V') logits and the backward only scales them by
-    the incoming gradient. Matmuls run in autocast's dtype when autocast is on (as the dense head's would), else in
-    the dtype of `hidden`; logits in float32, as transformers' losses upcast them. Gradients are computed only for
-    inputs that require them and only when autograd records the call.
-    """
-
-    @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
-                vocab_size: int, label_smoothing: float, chunk_size: int,
-                grads: tuple[bool, bool, bool]) -> torch.Tensor:
-        """`grads`: which of `hidden`, `weight`, `bias` need a gradient (grad mode is off in here: the caller says)."""
-        device = hidden.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
-        with torch.autocast(device, enabled=False):
-            w = weight.to(dtype)
-            b = bias.to(dtype) if bias is not None else None
-            grad_hidden = torch.empty_like(hidden) if grads[0] else None
-            grad_weight = torch.zeros_like(weight, dtype=torch.float32) if grads[1] else None
-            grad_bias = torch.zeros_like(bias, dtype=torch.float32) if grads[2] else None
-            total = hidden.new_zeros((), dtype=torch.float32)
-            for start in range(0, hidden.shape[0], chunk_size):
-                rows = slice(start, start + chunk_size)
-                h = hidden[rows].to(dtype)  # (n, C)
-                logits = nn.functional.linear(h, w, b).float()  # (n, V')
-                logits[:, vocab_size:] = float("-inf")
-                losses, grad = _smoothed_cross_entropy(logits, labels[rows], vocab_size, label_smoothing)
-                total += losses.sum()
-                if grad_hidden is not None:
-                    grad_hidden[rows] = grad.to(dtype) @ w
-                if grad_weight is not None:
-                    grad_weight.addmm_(grad.T, h.float())
-                if grad_bias is not None:
-                    grad_bias += grad.sum(0)
-        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
-        ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
-        return total
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_output: torch.Tensor):
-        scaled = [None if grad is None else (grad * grad_output).to(dtype)
-                  for grad, dtype in zip(ctx.saved_tensors, ctx.dtypes)]
-        return (*scaled, None, None, None, None, None)
-
-
-def lm_head_loss(
-    hidden_states: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    labels: torch.Tensor,
-    vocab_size: int,
-    label_smoothing: float = 0.0,
-    num_items_in_batch: torch.Tensor | int | None = None,
-    shift: bool = False,
-    chunk_size: int | None = None,
-    dense: bool = False,
-) -> torch.Tensor:
-    """The cross-entropy of the output layer `hidden_states @ weight.T + bias` against `labels`, equal to the loss of
-    the materialised float32 logits (transformers' `ForCausalLMLoss` / `ForMaskedLMLoss`, `F.cross_entropy` with
-    `label_smoothing`) without ever holding the (N, V) logits of all N tokens.
-
-    Args:
-        hidden_states: (..., C) inputs of the output layer; `labels` (...) their targets, -100 left out of the loss.
-        weight, bias: the output layer's (V', C) weight and (V',) bias (or None); V' >= `vocab_size` (rows past it are
-            `pad_vocab_to_multiple_of` padding, outside the softmax).
-        shift: causal LM: position t predicts `labels[..., t + 1]` (labels are the input ids, as in transformers).
-        num_items_in_batch: Trainer's gradient-accumulation contract: the loss is the sum over tokens divided by this
-            count (of all accumulated micro-batches); None gives the mean over this batch's labelled tokens (NaN with
-            zero gradients when there are none, as `F.cross_entropy`).
-        chunk_size: tokens per chunk; by default as many as fit `LM_LOSS_CHUNK_ELEMENTS` float32 logits (128 MiB:
-            667 tokens at 50304 columns). Each chunk reads the weight and updates its gradient once, which on a CPU
-            made chunks of 32 tokens (Liger's rule, chunk logits the size of the hidden states) 2.2x slower than the
-            dense head at 2048 x 768 -> 50257; from about 500 tokens a chunk matched it.
-        dense: the (N, V) logits at once, for a token count only known at run time under `torch.compile` (the labelled
-            positions of `sparse_prediction`), on which a chunk loop would break the graph.
-
-    Runs Liger Kernel's fused kernel where `lm_loss_backend` says so (it has no padded columns to skip, so it gets the
-    first `vocab_size` rows of the weight), else `ChunkedLinearCrossEntropy`.
-    """
-    check_label_ids(labels, vocab_size)  # a no-op for the labels the calling forward has just checked
-    if shift:
-        labels = nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]  # (..., T): the next token
-    hidden = hidden_states.reshape(-1, hidden_states.shape[-1])  # (N, C)
-    labels = labels.reshape(-1).to(hidden.device)  # (N,)
-    if chunk_size is None:
-        chunk_size = max(1, LM_LOSS_CHUNK_ELEMENTS // weight.shape[0])
-    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be a positive integer (tokens per chunk), got {chunk_size!r}.")
-    if dense:
-        logits = vocab_logits(nn.functional.linear(hidden, weight, bias), vocab_size).float()  # (N, V)
-        total = nn.functional.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=label_smoothing,
-                                            reduction="sum")
-    elif lm_loss_backend(hidden.device) == "liger":
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
-
-        loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
-        total = loss_fn(weight[:vocab_size], hidden, labels, bias[:vocab_size] if bias is not None else None)
-    else:
-        grads = tuple(torch.is_grad_enabled() and x is not None and x.requires_grad for x in (hidden, weight, bias))
-        total = ChunkedLinearCrossEntropy.apply(hidden, weight, bias, labels, vocab_size, label_smoothing, chunk_size,
-                                                grads)
-    if num_items_in_batch is not None:
-        return total / torch.as_tensor(num_items_in_batch, device=total.device)
-    count = (labels != -100).sum()
-    return torch.where(count > 0, total / count.clamp(min=1), torch.nan)  # no token: NaN with zero gradients, as dense
-
-
 class ResidualSublayer(nn.Module):
     """Residual connection around `sublayer` with dropout on its output and LayerNorm placed by config.
 
@@ -728,129 +354,18 @@ class LearnedPositionalEmbedding(nn.Embedding):
     """Learned absolute positions (BERT, GPT), indexed by `position_ids`."""
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Pretrained base shared by every family
-# ----------------------------------------------------------------------------------------------------------
-
-
-class LineagePreTrainedModel(PreTrainedModel):
-    """Weight initialisation, attention-backend flags, output capture and complete `auto_map` saving for all
-    families.
-
-    A family's base class sets `config_class`, `base_model_prefix` and `auto_classes` (transformers Auto class
-    name -> Lineage class name); `save_pretrained` then writes an `auto_map` entry for every head, so each
-    head loads from the saved folder with `trust_remote_code=True`. A base model's `forward` decorated with
-    transformers' `@capture_outputs` returns, on `output_hidden_states` / `output_attentions`, what hooks on
-    every `LineageBlock` record: its input (the embedding output, for the first block) and output hidden states,
-    and its self-attention weights; the last hidden state is replaced by the model's `last_hidden_state` (after
-    a final LayerNorm).
-    """
-
-    auto_classes: dict[str, str] = {}
-    supports_gradient_checkpointing = True
-    _supports_sdpa = True
-    _supports_flash_attn = True
-    _supports_attention_backend = True
-    _can_record_outputs = {
-        "hidden_states": OutputRecorder(LineageBlock, index=0),
-        "attentions": OutputRecorder(LineageBlock, index=1),
-    }
-
-    def _init_weights(self, module: nn.Module) -> None:
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-        elif isinstance(module, SinusoidalPositionalEmbedding):
-            init.copy_(module.weight, module.reset_table())
-
-    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
-                                mean_resizing: bool = True) -> nn.Embedding:
-        """transformers' resize, keeping `pad_vocab_to_multiple_of` (`LineageConfig`): the embedding and the output
-        layer get `new_num_tokens` rows rounded up to `pad_to_multiple_of` (default: the config's multiple, which an
-        explicit value replaces), and `config.vocab_size` becomes `new_num_tokens`, the real vocabulary, where
-        transformers would count the padded rows as tokens (and could then generate them)."""
-        if not hasattr(self.config, "pad_vocab_to_multiple_of"):  # a family without vocabulary padding (the RNN)
-            return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        check_vocab_multiple(pad_to_multiple_of, "pad_to_multiple_of")
-        vocab_size = new_num_tokens if new_num_tokens is not None else self.config.vocab_size
-        multiple = pad_to_multiple_of if pad_to_multiple_of is not None else self.config.pad_vocab_to_multiple_of
-        embeddings = super().resize_token_embeddings(vocab_size, multiple, mean_resizing)
-        self.config.vocab_size = self.vocab_size = vocab_size
-        self.config.pad_vocab_to_multiple_of = multiple
-        return embeddings
-
-    @classmethod
-    def auto_class_name(cls) -> str:
-        """The transformers Auto class this class is registered under in `auto_classes` (`"AutoModel"` if none)."""
-        return next((auto for auto, name in cls.auto_classes.items() if name == cls.__name__), "AutoModel")
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """Save weights, config and this family's code, with an `auto_map` entry for every head, and the Lineage
-        pipelines this head serves (`custom_pipelines`; their file is copied as an import of this one)."""
-        from .pipelines_lineage import custom_pipelines_for
-
-        config_class, model_class = type(self.config), type(self)
-        config_class.register_for_auto_class("AutoConfig")
-        model_class.register_for_auto_class(model_class.auto_class_name())
-        config_module = config_class.__module__.rsplit(".", 1)[-1]
-        model_module = model_class.__module__.rsplit(".", 1)[-1]
-        self.config.auto_map = {
-            "AutoConfig": f"{config_module}.{config_class.__name__}",
-            **{auto: f"{model_module}.{name}" for auto, name in self.auto_classes.items()},
-        }
-        pipelines = custom_pipelines_for(model_class.auto_class_name())
-        if pipelines:
-            self.config.custom_pipelines = pipelines
-        return super().save_pretrained(save_directory, *args, **kwargs)
-
 
 __all__ = [
     "ACTIVATION_MODULES",
-    "ChunkedLinearCrossEntropy",
     "LearnedPositionalEmbedding",
     "LineageAttention",
     "LineageBlock",
     "LineageFeedForward",
-    "LineageLinear",
-    "LineagePreTrainedModel",
-    "PackedSequences",
     "ResidualSublayer",
     "SinusoidalPositionalEmbedding",
     "apply_attention_mask",
-    "check_cached_mask",
-    "check_decoder_inputs",
-    "check_ids_or_embeds",
-    "check_label_ids",
-    "check_labels_shape",
-    "check_mask_shape",
-    "check_sequence_length",
-    "check_token_ids",
     "classifier_dropout",
-    "document_masking_error",
     "eager_attention_forward",
-    "key_positions",
-    "labelled_positions",
-    "lm_head_loss",
-    "lm_loss_backend",
-    "relative_attention_inputs",
-    "relative_key_scores",
-    "relative_position_index",
-    "relative_value_term",
     "sdpa_relative_keys_forward",
-    "seq2seq_loss",
-    "shift_tokens_right",
     "sinusoidal_table",
-    "skips_logits",
-    "teacher_forcing_inputs",
-    "varlen_attention_inputs",
-    "vocab_logits",
 ]

@@ -16,9 +16,11 @@ embedding LayerNorm and adds a final one, so exactly one LayerNorm feeds every c
 instead of (or, with `absolute_and_relative`, besides) the learned positions. Without `attention_mask`,
 rows whose `position_ids` restart (packed sequences, as `DataCollatorWithFlattening` makes) attend within each
 sequence, as transformers' causal models and flash-attention paths do (under sdpa through `PackedSequences`, with
-no (T, T) mask); transformers' BERT under eager or sdpa attention lets such sequences see each other. With
-`unpad_inputs` the padding of a batch is removed before the encoder stack (MosaicBERT, Portes et al. 2023) and
-restored at the output.
+no (T, T) mask); transformers' BERT under eager or sdpa attention lets such sequences see each other.
+
+Training options, per call (not configuration, so a saved model's outputs never depend on how it was trained):
+`unpad_inputs=True` removes the padding of a batch before the encoder stack (MosaicBERT, Portes et al. 2023) and
+restores it at the output; `sparse_prediction=True` runs the masked-LM head only at labelled positions.
 """
 
 from collections.abc import Callable
@@ -29,13 +31,6 @@ import torch
 from torch import nn
 from transformers import GenerationMixin
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.loss.loss_utils import (
-    ForCausalLMLoss,
-    ForMaskedLMLoss,
-    ForQuestionAnsweringLoss,
-    ForSequenceClassificationLoss,
-    ForTokenClassification,
-)
 from transformers.masking_utils import (
     create_bidirectional_mask,
     create_causal_mask,
@@ -59,28 +54,25 @@ from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_lineage_bert import LineageBertConfig
-from .layers import (
-    ACTIVATION_MODULES,
-    LearnedPositionalEmbedding,
-    LineageBlock,
-    LineageLinear,
-    LineagePreTrainedModel,
-    PackedSequences,
+from .checks import (
     check_cached_mask,
+    check_choice_inputs,
+    check_class_labels,
+    check_devices,
     check_ids_or_embeds,
     check_label_ids,
     check_labels_shape,
     check_mask_shape,
+    check_sequence_labels,
     check_sequence_length,
     check_token_ids,
-    classifier_dropout,
-    labelled_positions,
-    lm_head_loss,
-    relative_attention_inputs,
-    skips_logits,
-    varlen_attention_inputs,
-    vocab_logits,
 )
+from .layers import ACTIVATION_MODULES, LearnedPositionalEmbedding, LineageBlock, classifier_dropout
+from .linear import LineageLinear
+from .losses import labelled_positions, lm_head_loss, skips_logits, vocab_logits
+from .packing import PackedSequences, varlen_attention_inputs
+from .pretrained import LineagePreTrainedModel
+from .relative_positions import relative_attention_inputs
 
 logger = logging.get_logger(__name__)
 
@@ -178,7 +170,7 @@ class LineageBertLMHead(nn.Module):
         return self.decoder(self.transform(hidden_states))  # (B, T, V'), V' = config.padded_vocab_size
 
     def loss(self, hidden_states: torch.Tensor, labels: torch.Tensor, vocab_size: int, **kwargs) -> torch.Tensor:
-        """The LM loss of `hidden_states` against `labels` without the logits (`layers.lm_head_loss`)."""
+        """The LM loss of `hidden_states` against `labels` without the logits (`losses.lm_head_loss`)."""
         return lm_head_loss(self.transform(hidden_states), self.decoder.weight, self.decoder.bias, labels, vocab_size,
                             **kwargs)
 
@@ -187,7 +179,7 @@ class LineageBertPreTrainedModel(LineagePreTrainedModel):
     config_class = LineageBertConfig
     base_model_prefix = "bert"
     _no_split_modules = ["LineageBlock"]
-    _can_compile_fullgraph = True  # input checks that read values run eagerly only (layers.py)
+    _can_compile_fullgraph = True  # input checks that read values run eagerly only (checks.py)
     _can_record_outputs = {
         **LineagePreTrainedModel._can_record_outputs,
         "cross_attentions": OutputRecorder(LineageBlock, index=2),
@@ -226,6 +218,9 @@ class LineageBertModel(LineageBertPreTrainedModel):
         """Given `position_ids` are checked against the position table, not the row length: a packed row may be
         longer than the table."""
         config = self.config
+        check_devices(self.embeddings.word_embeddings.weight.device, input_ids=input_ids, inputs_embeds=inputs_embeds,
+                      attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+                      encoder_hidden_states=encoder_hidden_states)
         shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size, width=config.hidden_size)
         check_cached_mask(attention_mask, shape[0], shape[1], past_length)
         check_mask_shape(token_type_ids, shape, "token_type_ids")
@@ -244,13 +239,22 @@ class LineageBertModel(LineageBertPreTrainedModel):
                              "encoder_hidden_states")
 
     def _cache(self, past_key_values: Cache | None, use_cache: bool | None,
-               encoder_hidden_states: torch.Tensor | None) -> Cache | None:
+               encoder_hidden_states: torch.Tensor | None, position_ids: torch.Tensor | None,
+               attention_mask: torch.Tensor | None) -> Cache | None:
         """A decoder's cache (as transformers' BERT): a new one when asked for, with a cross-attention part when
-        there is an encoder; an encoder never caches."""
+        there is an encoder; an encoder never caches, nor does a model in training unless asked. Packed rows
+        (`position_ids` restarting within a row, no `attention_mask`) get none by default and refuse one asked for:
+        a cache would hold the keys of every document of the row, so the next token would attend across them."""
         config = self.config
+        if not config.is_decoder:
+            return None
+        packed = not torch.compiler.is_compiling() and _packed_sequences(position_ids, attention_mask) is not None
+        if packed and (use_cache or past_key_values is not None):
+            raise ValueError("Packed rows (`position_ids` restarting within a row) cannot use a key/value cache: "
+                             "pass `use_cache=False` and no `past_key_values`, or one sequence per row.")
         if use_cache is None:
-            use_cache = config.use_cache and not self.training
-        if not (config.is_decoder and use_cache):
+            use_cache = config.use_cache and not self.training and not packed
+        if not use_cache:
             return None
         if past_key_values is None and encoder_hidden_states is not None:
             return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
@@ -281,11 +285,11 @@ class LineageBertModel(LineageBertPreTrainedModel):
                                        kwargs.get("output_attentions", self.config.output_attentions))
 
     def _unpadded_attention(self, attention_mask: torch.Tensor | None, encoder_hidden_states: torch.Tensor | None,
-                            kwargs: dict) -> dict | None:
-        """The blocks' keywords for unpadded attention (see `unpad_inputs` in the config), or None for the padded
+                            unpad_inputs: bool, kwargs: dict) -> dict | None:
+        """The blocks' keywords for unpadded attention (`unpad_inputs`, see `forward`), or None for the padded
         path: no padding mask, a decoder, hidden states or attention weights requested, or no varlen kernel."""
         config = self.config
-        if (not config.unpad_inputs or attention_mask is None or attention_mask.dim() != 2 or config.is_decoder
+        if (not unpad_inputs or attention_mask is None or attention_mask.dim() != 2 or config.is_decoder
                 or encoder_hidden_states is not None or torch.compiler.is_compiling()
                 or kwargs.get("output_hidden_states", config.output_hidden_states)):
             return None
@@ -319,15 +323,27 @@ class LineageBertModel(LineageBertPreTrainedModel):
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         use_cache: bool | None = None,
+        unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
         """A decoder's `attention_mask` covers cached + new tokens; `output_hidden_states` / `output_attentions` in
-        `kwargs` are collected by `@capture_outputs`."""
-        past_key_values = self._cache(past_key_values, use_cache, encoder_hidden_states)
+        `kwargs` are collected by `@capture_outputs`.
+
+        `unpad_inputs` (a training option, which the heads pass on): with a 2D `attention_mask`, remove the padding
+        before the encoder stack (MosaicBERT): the embeddings, feed-forward layers and LayerNorms run on real tokens
+        only and attention runs per sequence (flash-attn's varlen kernel, else SDPA over length buckets); the padding
+        is restored at the output, where `last_hidden_state` is zero at padded positions (the padded path leaves there
+        the states of pad tokens). Outputs at real positions equal the padded path's; the heads' outputs at padded
+        positions are those of a zero state, so the two paths differ there, in the pooled output of a row whose
+        position 0 is padding (left padding), and in a loss that reads padded positions (question answering's softmax
+        spans every position). Applies to an encoder (not `is_decoder`) with absolute positions under sdpa or flash
+        attention, when neither hidden states nor attention weights are requested; other calls take the padded path.
+        `pretrain_bert` and `finetune` pass it while training on a GPU."""
+        past_key_values = self._cache(past_key_values, use_cache, encoder_hidden_states, position_ids, attention_mask)
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         self._check_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
                            encoder_hidden_states, encoder_attention_mask, past_length)
-        varlen = self._unpadded_attention(attention_mask, encoder_hidden_states, kwargs)
+        varlen = self._unpadded_attention(attention_mask, encoder_hidden_states, unpad_inputs, kwargs)
         if varlen is not None:
             hidden_states = self._unpadded_forward(input_ids, attention_mask, token_type_ids, position_ids,
                                                    inputs_embeds, varlen, **kwargs)
@@ -379,28 +395,33 @@ class LineageBertForPreTrainingOutput(ModelOutput):
 
 
 def _masked_lm(model: LineageBertPreTrainedModel, hidden_states: torch.Tensor, labels: torch.Tensor | None,
-               skip_logits: bool, **kwargs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+               skip_logits: bool, sparse_prediction: bool, **kwargs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """MLM logits and loss: (B, T, V) logits, or with `sparse_prediction` and labels the (N, V) logits of the N
-    labelled positions only (the head and the softmax skip the rest, which the loss ignores anyway); with
-    `skip_logits` (`skips_logits`: a training forward with labels) the loss alone."""
+    labelled positions only, in row-major order, as the original BERT code gathers `masked_lm_positions` (the head and
+    the softmax skip the rest, which the loss ignores anyway; at 15% masking a bert-base training step was about 1.3x
+    as fast); with `skip_logits` (`skips_logits`: a training forward with labels) the loss alone. Calls without
+    labels always get (B, T, V)."""
     lm_head, vocab_size = model.lm_head, model.config.vocab_size
     if labels is None:
         return vocab_logits(lm_head(hidden_states), vocab_size), None
     check_labels_shape(labels, hidden_states.shape[:-1])
-    if model.config.sparse_prediction:
+    if sparse_prediction:
         hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
     if skip_logits:
         num_items_in_batch = kwargs.get("num_items_in_batch")
         return None, lm_head.loss(hidden_states, labels, vocab_size, num_items_in_batch=num_items_in_batch,
-                                  dense=model.config.sparse_prediction and torch.compiler.is_compiling())
+                                  dense=sparse_prediction and torch.compiler.is_compiling())
     logits = vocab_logits(lm_head(hidden_states), vocab_size)
-    return logits, ForMaskedLMLoss(logits, labels, vocab_size=vocab_size, **kwargs)
+    return logits, model.loss_function(logits, labels, vocab_size=vocab_size, **kwargs)
 
 
-def _classification_loss(logits: torch.Tensor, labels: torch.Tensor | None, name: str = "labels") -> torch.Tensor | None:
+def _classification_loss(logits: torch.Tensor, labels: torch.Tensor | None, name: str = "labels",
+                         limit_name: str = "num_labels") -> torch.Tensor | None:
+    """The mean cross-entropy of (B, K) scores against (B,) class indices in [0, K) (NSP, multiple choice)."""
     if labels is None:
         return None
     check_labels_shape(labels, logits.shape[:-1], name)
+    check_class_labels(labels, logits.shape[-1], name, limit_name)
     return nn.functional.cross_entropy(logits, labels)
 
 
@@ -412,6 +433,7 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
 
     def __init__(self, config: LineageBertConfig):
         super().__init__(config)
+        self.loss_type = "ForMaskedLM"  # the MLM term's (transformers reads a loss type from the class name)
         self.bert = LineageBertModel(config)
         self.lm_head = LineageBertLMHead(config)
         self.nsp_head = LineageLinear(config.hidden_size, 2)
@@ -434,18 +456,22 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         labels: torch.Tensor | None = None,
         next_sentence_label: torch.Tensor | None = None,
         return_logits: bool | None = None,
+        sparse_prediction: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> LineageBertForPreTrainingOutput:
         """A training forward with `labels` returns `prediction_logits=None` (`return_logits`: see
-        `layers.skips_logits`)."""
+        `losses.skips_logits`). `sparse_prediction` (a training option): with `labels`, the MLM logits are the (N, V)
+        ones of the N labelled positions only (`_masked_lm`)."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         check_label_ids(labels, self.config.vocab_size)
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
-        prediction_logits, mlm_loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits)
+        prediction_logits, mlm_loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits,
+                                                 sparse_prediction, **kwargs)
         seq_relationship_logits = self.nsp_head(outputs.pooler_output)
-        nsp_loss = _classification_loss(seq_relationship_logits, next_sentence_label, "next_sentence_label")
+        nsp_loss = _classification_loss(seq_relationship_logits, next_sentence_label, "next_sentence_label",
+                                        "the two NSP classes")
         losses = [loss for loss in (mlm_loss, nsp_loss) if loss is not None]
         return LineageBertForPreTrainingOutput(
             loss=sum(losses) if losses else None,
@@ -485,15 +511,18 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         return_logits: bool | None = None,
+        sparse_prediction: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
-        """A training forward with `labels` returns `logits=None` (`return_logits`: `layers.skips_logits`)."""
+        """A training forward with `labels` returns `logits=None` (`return_logits`: `losses.skips_logits`).
+        `sparse_prediction` (a training option): with `labels`, the logits are the (N, V) ones of the N labelled
+        positions only (`_masked_lm`)."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         check_label_ids(labels, self.config.vocab_size)
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
         )
-        logits, loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits, **kwargs)
+        logits, loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits, sparse_prediction, **kwargs)
         return MaskedLMOutput(
             loss=loss,
             logits=logits,
@@ -511,6 +540,7 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
 
     def __init__(self, config: LineageBertConfig):
         super().__init__(config)
+        self.loss_type = "ForCausalLM"  # transformers reads a loss type from the class name, and no name says it
         if not config.is_decoder:
             logger.warning("`LineageBertLMHeadModel` without `is_decoder=True` sees later tokens: set "
                            "`is_decoder=True` for a left-to-right language model.")
@@ -542,7 +572,7 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithCrossAttentions:
         """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
-        with `labels` returns `logits=None` (`return_logits`: `layers.skips_logits`)."""
+        with `labels` returns `logits=None` (`return_logits`: `losses.skips_logits`)."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         if labels is not None:
             check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
@@ -560,7 +590,7 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
         else:
             logits = vocab_logits(self.lm_head(hidden_states), vocab_size)  # (B, T', V)
             if labels is not None:
-                loss = ForCausalLMLoss(logits, labels, vocab_size=vocab_size, **kwargs)
+                loss = self.loss_function(logits, labels, vocab_size=vocab_size, **kwargs)
         return CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,
@@ -641,7 +671,8 @@ class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
                     f"`labels` must have shape {tuple(logits.shape[:1])} (one class id or value per example) or "
                     f"{tuple(logits.shape)} (multi-label), got {tuple(labels.shape)}."
                 )
-            loss = ForSequenceClassificationLoss(labels, logits, self.config)
+            check_sequence_labels(labels, self.num_labels, self.config.problem_type)
+            loss = self.loss_function(labels, logits, self.config)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -676,7 +707,8 @@ class LineageBertForTokenClassification(LineageBertPreTrainedModel):
         loss = None
         if labels is not None:
             check_labels_shape(labels, logits.shape[:-1])
-            loss = ForTokenClassification(logits, labels, self.config, **kwargs)
+            check_class_labels(labels, self.num_labels)
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -714,7 +746,7 @@ class LineageBertForQuestionAnswering(LineageBertPreTrainedModel):
         check_labels_shape(start_positions, start_logits.shape[:1], "start_positions")
         check_labels_shape(end_positions, end_logits.shape[:1], "end_positions")
         return QuestionAnsweringModelOutput(
-            loss=ForQuestionAnsweringLoss(start_logits, end_logits, start_positions, end_positions),
+            loss=self.loss_function(start_logits, end_logits, start_positions, end_positions),
             start_logits=start_logits,
             end_logits=end_logits,
             hidden_states=outputs.hidden_states,
@@ -745,16 +777,13 @@ class LineageBertForMultipleChoice(LineageBertPreTrainedModel):
         labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MultipleChoiceModelOutput:
-        reference = input_ids if input_ids is not None else inputs_embeds
-        if reference is None or reference.dim() < 3:
-            raise ValueError("`input_ids` must have shape (batch, num_choices, length) for multiple choice.")
-        num_choices = reference.shape[1]
+        _, num_choices = check_choice_inputs(input_ids, inputs_embeds)
         flat = [x.flatten(0, 1) if x is not None else None
                 for x in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)]
         outputs = self.bert(*flat, return_dict=True, **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)  # (B, num_choices)
         return MultipleChoiceModelOutput(
-            loss=_classification_loss(logits, labels),
+            loss=_classification_loss(logits, labels, limit_name="num_choices"),
             logits=logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,

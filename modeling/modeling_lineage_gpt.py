@@ -18,7 +18,7 @@ Departures from the references:
 - `generate()` refuses, before any forward pass, a prompt or `max_new_tokens` that would run past the position
   table, where the references fail part-way through with an index error;
 - by config, relative position representations (Shaw et al. 2018, `position_embedding_type="relative"`) in place
-  of (or besides) the learned positions, with distances between the same positions (`layers.key_positions`).
+  of (or besides) the learned positions, with distances between the same positions (`relative_positions.key_positions`).
 """
 
 import math
@@ -30,7 +30,6 @@ from torch import nn
 from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
 from transformers.modeling_utils import slice_logits_to_keep
@@ -38,34 +37,32 @@ from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_lineage_gpt import LineageGptConfig
-from .layers import (
-    LearnedPositionalEmbedding,
-    LineageBlock,
-    LineageLinear,
-    LineagePreTrainedModel,
-    PackedSequences,
+from .checks import (
     check_cached_mask,
+    check_choice_inputs,
+    check_class_labels,
+    check_devices,
     check_ids_or_embeds,
     check_label_ids,
     check_labels_shape,
     check_mask_shape,
+    check_sequence_labels,
     check_sequence_length,
     check_token_ids,
-    classifier_dropout,
-    document_masking_error,
-    lm_head_loss,
-    relative_attention_inputs,
-    skips_logits,
-    varlen_attention_inputs,
-    vocab_logits,
 )
+from .layers import LearnedPositionalEmbedding, LineageBlock, classifier_dropout
+from .linear import LineageLinear
+from .losses import lm_head_loss, skips_logits, vocab_logits
+from .packing import PackedSequences, document_masking_error, varlen_attention_inputs
+from .pretrained import LineagePreTrainedModel
+from .relative_positions import relative_attention_inputs
 
 
 class LineageGptPreTrainedModel(LineagePreTrainedModel):
     config_class = LineageGptConfig
     base_model_prefix = "transformer"
     _no_split_modules = ["LineageBlock"]
-    _can_compile_fullgraph = True  # input checks that read values run eagerly only (layers.py)
+    _can_compile_fullgraph = True  # input checks that read values run eagerly only (checks.py)
     auto_classes = {
         "AutoModel": "LineageGptModel",
         "AutoModelForCausalLM": "LineageGptForCausalLM",
@@ -112,6 +109,8 @@ class LineageGptModel(LineageGptPreTrainedModel):
         """Given `position_ids` are checked against the position table, not the row length: a packed row (sequences
         whose positions restart, as `DataCollatorWithFlattening` makes) may be longer than the table. Returns the
         batch size."""
+        check_devices(self.embed_tokens.weight.device, input_ids=input_ids, inputs_embeds=inputs_embeds,
+                      attention_mask=attention_mask, position_ids=position_ids)
         batch, length = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size,
                                             width=self.config.hidden_size)
         limit = self.config.max_position_embeddings
@@ -242,7 +241,7 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithPast:
         """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
         with `labels` computes the loss without the (B, T, V) logits and returns `logits=None` (`return_logits`:
-        see `layers.skips_logits`)."""
+        see `losses.skips_logits`)."""
         skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
         if labels is not None:
             check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
@@ -388,7 +387,8 @@ class LineageGptForSequenceClassification(_LineageGptClassifier):
                 f"({batch}, {self.num_labels}) (multi-label), got {tuple(labels.shape)}."
             )
         logits, outputs = self._scores(input_ids, real, position_ids, inputs_embeds, **kwargs)
-        classification_loss = ForSequenceClassificationLoss(labels, logits, self.config) if labels is not None else None
+        check_sequence_labels(labels, self.num_labels, self.config.problem_type)
+        classification_loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return self._output(logits, classification_loss, input_ids, real, outputs)
 
 
@@ -410,11 +410,9 @@ class LineageGptForMultipleChoice(_LineageGptClassifier):
         **kwargs: Unpack[TransformersKwargs],
     ) -> LineageGptClassifierOutput:
         self._check_auxiliary_inputs(input_ids, labels)
-        reference = input_ids if input_ids is not None else inputs_embeds
-        if reference is None or reference.dim() != (3 if input_ids is not None else 4):
-            raise ValueError("`input_ids` must have shape (batch, num_choices, length) for multiple choice.")
-        batch, num_choices = reference.shape[:2]
+        batch, num_choices = check_choice_inputs(input_ids, inputs_embeds)
         check_labels_shape(labels, (batch,))
+        check_class_labels(labels, num_choices, limit_name="num_choices")
         inputs = (input_ids, attention_mask, position_ids, inputs_embeds)
         ids, mask, positions, embeds = [x.flatten(0, 1) if x is not None else None for x in inputs]  # (B * choices, T)
         real = _real_tokens(ids, embeds, mask, self.config.pad_token_id)

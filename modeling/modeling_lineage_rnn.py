@@ -49,17 +49,11 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
 from .configuration_lineage_rnn import LineageRnnConfig
-from .layers import (
-    check_decoder_inputs,
-    LineageLinear,
-    LineagePreTrainedModel,
-    check_ids_or_embeds,
-    check_mask_shape,
-    labelled_positions,
-    seq2seq_loss,
-    shift_tokens_right,
-    teacher_forcing_inputs,
-)
+from .checks import check_devices, check_ids_or_embeds, check_label_ids, check_mask_shape
+from .linear import LineageLinear
+from .losses import labelled_positions, seq2seq_loss
+from .pretrained import LineagePreTrainedModel
+from .seq2seq import check_decoder_inputs, shift_tokens_right, teacher_forcing_inputs
 
 State = tuple[torch.Tensor, ...]  # (h,) for a GRU, (h, c) for an LSTM; each (L, B, C)
 
@@ -608,6 +602,9 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
+        check_devices(self.get_input_embeddings().weight.device, input_ids=input_ids, attention_mask=attention_mask,
+                      decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
+                      inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds)
         encoder_outputs = as_encoder_output(encoder_outputs)
         source_shape = (encoder_outputs.last_hidden_state.shape[:2] if encoder_outputs is not None
                         else check_ids_or_embeds(input_ids, inputs_embeds))
@@ -616,7 +613,9 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         if encoder_outputs is None:
             encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds,
                                           output_hidden_states=kwargs.get("output_hidden_states"))
-        if (use_cache if use_cache is not None else self.config.use_cache) and past_key_values is None:
+        if use_cache is None:
+            use_cache = self.config.use_cache and not self.training
+        if use_cache and past_key_values is None:
             past_key_values = LineageRnnCache()
         decoded = self._decode(decoder_input_ids, decoder_inputs_embeds, encoder_outputs, attention_mask,
                                past_key_values, **kwargs)
@@ -672,8 +671,13 @@ class LineageRnnForConditionalGeneration(LineageRnnPreTrainedModel, GenerationMi
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
+        sparse_prediction: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
+        """`sparse_prediction` (a training option): with `labels`, the output projection and the softmax run only at
+        labelled positions (label != -100), so the logits are the (N, V) ones of the N labelled positions in row-major
+        order, skipping the padding of ragged batches."""
+        check_label_ids(labels, self.config.vocab_size)
         decoder_input_ids = teacher_forcing_inputs(labels, decoder_input_ids, decoder_inputs_embeds, self.config)
         if labels is not None:
             use_cache = False
@@ -682,7 +686,7 @@ class LineageRnnForConditionalGeneration(LineageRnnPreTrainedModel, GenerationMi
             inputs_embeds, decoder_inputs_embeds, use_cache, return_dict=True, **kwargs,
         )
         hidden_states = outputs.last_hidden_state  # (B, T, C)
-        if labels is not None and self.config.sparse_prediction:
+        if labels is not None and sparse_prediction:
             hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
         logits = self.lm_head(self.dropout(hidden_states))  # (B, T, V), or (N, V)
         loss = None

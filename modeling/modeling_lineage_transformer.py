@@ -43,27 +43,20 @@ from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_lineage_transformer import LineageTransformerConfig
-from .layers import (
-    LearnedPositionalEmbedding,
-    LineageBlock,
-    LineageLinear,
-    LineagePreTrainedModel,
-    SinusoidalPositionalEmbedding,
+from .checks import (
     check_cached_mask,
-    check_decoder_inputs,
+    check_devices,
     check_ids_or_embeds,
     check_label_ids,
     check_mask_shape,
     check_sequence_length,
-    labelled_positions,
-    lm_head_loss,
-    relative_attention_inputs,
-    seq2seq_loss,
-    shift_tokens_right,
-    skips_logits,
-    teacher_forcing_inputs,
-    vocab_logits,
 )
+from .layers import LearnedPositionalEmbedding, LineageBlock, SinusoidalPositionalEmbedding
+from .linear import LineageLinear
+from .losses import labelled_positions, lm_head_loss, seq2seq_loss, skips_logits, vocab_logits
+from .pretrained import LineagePreTrainedModel
+from .relative_positions import relative_attention_inputs
+from .seq2seq import check_decoder_inputs, shift_tokens_right, teacher_forcing_inputs
 
 
 class LineageTransformerPreTrainedModel(LineagePreTrainedModel):
@@ -71,7 +64,7 @@ class LineageTransformerPreTrainedModel(LineagePreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     _no_split_modules = ["LineageBlock"]
-    _can_compile_fullgraph = True  # input checks that read values run eagerly only (layers.py)
+    _can_compile_fullgraph = True  # input checks that read values run eagerly only (checks.py)
     auto_classes = {
         "AutoModel": "LineageTransformerModel",
         "AutoModelForSeq2SeqLM": "LineageTransformerForConditionalGeneration",
@@ -315,6 +308,9 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
+        check_devices(self.get_input_embeddings().weight.device, input_ids=input_ids, attention_mask=attention_mask,
+                      decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
+                      inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds)
         if encoder_outputs is not None and not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         source_shape = (
@@ -327,7 +323,9 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         )
         if encoder_outputs is None:
             encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, **kwargs)
-        if (use_cache if use_cache is not None else self.config.use_cache) and past_key_values is None:
+        if use_cache is None:
+            use_cache = self.config.use_cache and not self.training
+        if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         decoder_outputs = self._decode(
             decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask, decoder_attention_mask,
@@ -385,10 +383,13 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
         use_cache: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
         return_logits: bool | None = None,
+        sparse_prediction: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         """A training forward with `labels` computes the loss without the (B, T, V) logits and returns `logits=None`
-        (`return_logits`: see `layers.skips_logits`)."""
+        (`return_logits`: see `losses.skips_logits`). `sparse_prediction` (a training option): with `labels`,
+        the output projection and the softmax run only at labelled positions (label != -100), so the logits are the
+        (N, V) ones of the N labelled positions in row-major order, skipping the padding of ragged batches."""
         skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
         check_label_ids(labels, self.config.vocab_size)
         decoder_input_ids = teacher_forcing_inputs(labels, decoder_input_ids, decoder_inputs_embeds, self.config)
@@ -399,13 +400,13 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
             inputs_embeds, decoder_inputs_embeds, use_cache, return_dict=True, **kwargs,
         )
         hidden_states = outputs.last_hidden_state  # (B, T, C)
-        if labels is not None and self.config.sparse_prediction:
+        if labels is not None and sparse_prediction:
             hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
         bias, vocab_size, logits, loss = self.final_logits_bias, self.config.vocab_size, None, None
         if skip_logits:
             loss = lm_head_loss(hidden_states, self.lm_head.weight, bias[0] if bias is not None else None, labels,
                                 vocab_size, self.config.label_smoothing, num_items_in_batch,
-                                dense=self.config.sparse_prediction and torch.compiler.is_compiling())
+                                dense=sparse_prediction and torch.compiler.is_compiling())
         else:
             logits = self.lm_head(hidden_states)  # (B, T, V'), or (N, V')
             logits = vocab_logits(logits + bias if bias is not None else logits, vocab_size)

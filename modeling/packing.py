@@ -1,6 +1,6 @@
 """Sequences laid end to end: packed documents (GPT) and unpadded rows (BERT), and the attention that keeps each
-sequence to itself (flash-attn's varlen kernel, or SDPA over length buckets). The families import these through
-`layers.py`; `LineageAttention` runs `varlen_sdpa_forward` when a model hands its blocks `packed_sequences`.
+sequence to itself (flash-attn's varlen kernel, or SDPA over length buckets). `LineageAttention`
+(`layers.py`) runs `varlen_sdpa_forward` when a model hands its blocks `packed_sequences`.
 
 Dimension legend as in `layers.py`; L is the length of a flattened stream of tokens.
 """

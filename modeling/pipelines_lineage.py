@@ -3,7 +3,7 @@ extractive question answering.
 
 transformers 5 removed its `translation`, `text2text-generation` and `question-answering` pipelines. A Lineage
 model folder brings its own through transformers' custom-pipeline mechanism: `save_pretrained`
-(`LineagePreTrainedModel` in layers.py) writes a `custom_pipelines` entry for each task its head serves
+(`LineagePreTrainedModel` in pretrained.py) writes a `custom_pipelines` entry for each task its head serves
 (`custom_pipelines_for`) and copies this file beside the model code, so that in any process
 
     pipeline("translation", model=folder, trust_remote_code=True)

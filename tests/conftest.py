@@ -34,7 +34,7 @@ def _seed():
 def exact_linear(monkeypatch):
     """Linear layers on `F.linear`, the reference's kernel: token-for-token comparisons with transformers then
     test the conversion alone, not how two CPU kernels round (`LineageLinear` is tested in test_layers.py)."""
-    from modeling.layers import LineageLinear
+    from modeling.linear import LineageLinear
 
     monkeypatch.setattr(LineageLinear, "fast_cpu_inference", False)
 

@@ -38,12 +38,13 @@ def gpt():
 
 
 def bert():
-    config = preset("bert-tiny", sparse_prediction=True, **NO_DROPOUT)
+    config = preset("bert-tiny", **NO_DROPOUT)
     ids = torch.randint(5, config.vocab_size, (B, T))
     attention_mask = torch.ones(B, T, dtype=torch.long)
     attention_mask[1, -3:] = 0
-    return AutoModelForPreTraining.from_config(config), {
-        "input_ids": ids, "attention_mask": attention_mask, "next_sentence_label": torch.tensor([0, 1])}
+    return AutoModelForPreTraining.from_config(config), {  # as pretrain_bert trains it
+        "input_ids": ids, "attention_mask": attention_mask, "next_sentence_label": torch.tensor([0, 1]),
+        "sparse_prediction": True}
 
 
 def transformer():

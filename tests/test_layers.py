@@ -9,17 +9,17 @@ import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
-from modeling import layers
+from modeling import linear
 from modeling.configuration_lineage_common import LineageConfig
 from modeling.layers import (
     LineageAttention,
     LineageBlock,
     LineageFeedForward,
-    LineageLinear,
     ResidualSublayer,
     SinusoidalPositionalEmbedding,
     sinusoidal_table,
 )
+from modeling.linear import LineageLinear
 
 
 def config(implementation: str = "sdpa", **overrides) -> LineageConfig:
@@ -38,26 +38,26 @@ def additive_mask(keep: torch.Tensor, length: int, causal: bool) -> torch.Tensor
     return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
 
 
-needs_onednn = pytest.mark.skipif(layers._ONEDNN_LINEAR is None, reason="this torch build has no oneDNN linear")
+needs_onednn = pytest.mark.skipif(linear._ONEDNN_LINEAR is None, reason="this torch build has no oneDNN linear")
 
 
 @pytest.fixture
 def onednn_calls(monkeypatch) -> list[tuple[int, ...]]:
     """Records the input shape of every call that took the oneDNN kernel; small test layers qualify."""
-    calls, kernel = [], layers._ONEDNN_LINEAR
+    calls, kernel = [], linear._ONEDNN_LINEAR
 
     def spy(input, *args):
         calls.append(tuple(input.shape))
         return kernel(input, *args)
 
-    monkeypatch.setattr(layers, "_ONEDNN_LINEAR", spy)
-    monkeypatch.setattr(layers, "_ONEDNN_MIN_WEIGHTS", 0)
+    monkeypatch.setattr(linear, "_ONEDNN_LINEAR", spy)
+    monkeypatch.setattr(linear, "_ONEDNN_MIN_WEIGHTS", 0)
     return calls
 
 
 @needs_onednn
 def test_linear_inference_kernel_serves_large_weights_only(onednn_calls, monkeypatch):
-    monkeypatch.setattr(layers, "_ONEDNN_MIN_WEIGHTS", 2**18)
+    monkeypatch.setattr(linear, "_ONEDNN_MIN_WEIGHTS", 2**18)
     small, large = LineageLinear(128, 128), LineageLinear(512, 512)
     x = torch.randn(1, 512)
     with torch.inference_mode():

@@ -1,4 +1,4 @@
-"""The LM head without the big logits tensor (`layers.lm_head_loss`, issue 11 part 4) and `pad_vocab_to_multiple_of`.
+"""The LM head without the big logits tensor (`losses.lm_head_loss`, issue 11 part 4) and `pad_vocab_to_multiple_of`.
 
 The chunked loss equals the dense one (loss and gradients w.r.t. hidden states, weight and bias, fp32 to 1e-6) with
 ignored labels, label smoothing, `num_items_in_batch`, padded vocabulary columns and chunks that do not divide the
@@ -28,10 +28,10 @@ from modeling import (
     LineageGptForCausalLM,
     LineageGptForSequenceClassification,
     LineageTransformerForConditionalGeneration,
-    layers,
+    losses,
 )
 from modeling.conversion import from_transformers, to_transformers
-from modeling.layers import lm_head_loss, lm_loss_backend
+from modeling.losses import lm_head_loss, lm_loss_backend
 
 V, C = 99, 32  # the tiny presets' vocabulary and width
 EXACT = {"rtol": 1e-6, "atol": 1e-6}
@@ -43,7 +43,7 @@ NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 def small_chunks(monkeypatch):
     """Chunks of 7-10 tokens by default (1000 logits over 99-128 columns), so the heads' batches (33, 30, 18 tokens)
     end in a partial chunk, as a real batch does at the default 128 MiB."""
-    monkeypatch.setattr(layers, "LM_LOSS_CHUNK_ELEMENTS", 1000)
+    monkeypatch.setattr(losses, "LM_LOSS_CHUNK_ELEMENTS", 1000)
 
 
 # ---------------------------------------------------------------------------------------------- the function
@@ -173,10 +173,10 @@ def test_bad_labels_and_chunk_size_are_refused_naming_them():
 
 
 def test_liger_is_chosen_only_on_cuda_with_liger_installed(monkeypatch):
-    monkeypatch.setattr(layers, "_liger_installed", lambda: True)
+    monkeypatch.setattr(losses, "_liger_installed", lambda: True)
     assert lm_loss_backend(torch.device("cuda", 0)) == "liger"
     assert lm_loss_backend(torch.device("cpu")) == "chunked"
-    monkeypatch.setattr(layers, "_liger_installed", lambda: False)
+    monkeypatch.setattr(losses, "_liger_installed", lambda: False)
     assert lm_loss_backend(torch.device("cuda", 0)) == "chunked"
 
 
@@ -200,7 +200,7 @@ def test_liger_gets_the_real_vocabulary_rows_and_the_reduction(monkeypatch):
     fake.LigerFusedLinearCrossEntropyLoss = FakeLigerLoss
     monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
     monkeypatch.setitem(sys.modules, "liger_kernel.transformers", fake)
-    monkeypatch.setattr(layers, "lm_loss_backend", lambda device: "liger")
+    monkeypatch.setattr(losses, "lm_loss_backend", lambda device: "liger")
     hidden, weight, bias = leaves(12, 128, bias=True)
     labels = some_ignored(12)
     loss = lm_head_loss(hidden, weight, bias, labels, V, 0.1, num_items_in_batch=20)
@@ -214,7 +214,7 @@ def test_cuda_backends_match_the_dense_loss(backend, monkeypatch):
     if backend == "liger":
         pytest.importorskip("liger_kernel")
     else:
-        monkeypatch.setattr(layers, "_liger_installed", lambda: False)
+        monkeypatch.setattr(losses, "_liger_installed", lambda: False)
     assert lm_loss_backend(torch.device("cuda")) == backend
     torch.backends.cuda.matmul.allow_tf32 = False
     hidden = torch.randn(300, 64, device="cuda", requires_grad=True)
@@ -275,12 +275,11 @@ def test_gpt_causal_lm(pad_vocab, norm, num_items_in_batch):
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("pad_vocab", [None, 64])
 def test_bert_masked_lm(model_class, sparse, pad_vocab):
-    model = model_class(preset("bert-tiny", sparse_prediction=sparse, pad_vocab_to_multiple_of=pad_vocab,
-                               **NO_DROPOUT))
+    model = model_class(preset("bert-tiny", pad_vocab_to_multiple_of=pad_vocab, **NO_DROPOUT))
     ids = torch.randint(5, V, (3, 10))
     labels = torch.full_like(ids, -100)
     labels[:, 2::3] = ids[:, 2::3]
-    inputs = {"input_ids": ids, "labels": labels}
+    inputs = {"input_ids": ids, "labels": labels, "sparse_prediction": sparse}
     if model_class is LineageBertForPreTraining:
         inputs["next_sentence_label"] = torch.tensor([0, 1, 1])
     else:
@@ -296,14 +295,14 @@ def test_bert_causal_lm_head():
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("final_logits_bias", [False, True])
 def test_transformer_with_label_smoothing(sparse, final_logits_bias):
-    config = preset("transformer-tiny", label_smoothing=0.1, sparse_prediction=sparse, hidden_dropout_prob=0.0,
+    config = preset("transformer-tiny", label_smoothing=0.1, hidden_dropout_prob=0.0,
                     final_logits_bias=final_logits_bias, pad_vocab_to_multiple_of=16)
     model = LineageTransformerForConditionalGeneration(config)
     if final_logits_bias:
         model.final_logits_bias.normal_()
     labels = torch.randint(3, V, (3, 6))
     labels[1, 4:] = -100
-    inputs = {"input_ids": torch.randint(3, V, (3, 8)), "labels": labels}
+    inputs = {"input_ids": torch.randint(3, V, (3, 8)), "labels": labels, "sparse_prediction": sparse}
     assert_fused_equals_dense(model, **inputs)
     assert_fused_equals_dense(model, **inputs, num_items_in_batch=torch.tensor(30))
 

@@ -123,12 +123,13 @@ def test_pretraining_loss_is_sum_of_mlm_and_nsp():
 def test_sparse_prediction_gives_the_dense_loss_and_gradients_at_labelled_positions(model_class):
     config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     dense = model_class(config).train()
-    sparse = model_class(tiny_config(sparse_prediction=True, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    sparse = model_class(config)
     sparse.load_state_dict(dense.state_dict())
     sparse.train()
     inputs = make_inputs(config, model_class)
     labelled = inputs["labels"] != -100
-    dense_out, sparse_out = dense(**inputs, return_logits=True), sparse(**inputs, return_logits=True)
+    dense_out = dense(**inputs, return_logits=True)
+    sparse_out = sparse(**inputs, return_logits=True, sparse_prediction=True)
     logits = "prediction_logits" if model_class is LineageBertForPreTraining else "logits"
     assert getattr(sparse_out, logits).shape == (int(labelled.sum()), 99)
     torch.testing.assert_close(getattr(sparse_out, logits), getattr(dense_out, logits)[labelled], rtol=0, atol=1e-5)
@@ -138,7 +139,7 @@ def test_sparse_prediction_gives_the_dense_loss_and_gradients_at_labelled_positi
     for (name, a), b in zip(dense.named_parameters(), sparse.parameters()):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=name)
     unlabelled = {k: v for k, v in inputs.items() if k not in ("labels", "next_sentence_label")}
-    assert getattr(sparse(**unlabelled), logits).shape == (*inputs["input_ids"].shape, 99)  # fill-mask: dense
+    assert getattr(sparse(**unlabelled, sparse_prediction=True), logits).shape == (*inputs["input_ids"].shape, 99)
 
 
 def test_regression_and_multi_label_classification():
@@ -322,7 +323,8 @@ def test_saved_folder_lists_every_head_and_loads_in_a_clean_process(tmp_path):
     model.save_pretrained(folder)
     saved = transformers.AutoConfig.from_pretrained(folder).auto_map
     assert set(saved) == {"AutoConfig", *model.auto_classes}
-    for needed in ("modeling_lineage_bert.py", "configuration_lineage_bert.py", "layers.py",
+    for needed in ("modeling_lineage_bert.py", "configuration_lineage_bert.py", "layers.py", "linear.py", "losses.py",
+                   "relative_positions.py", "pretrained.py", "checks.py", "packing.py",
                    "configuration_lineage_common.py"):
         assert (folder / needed).exists(), needed
     inputs = make_inputs(config, LineageBertForPreTraining)
@@ -400,7 +402,9 @@ def test_preset_parameter_counts_match_the_paper_and_the_reference(name, paper):
     ("hidden_act", "tanh", "`hidden_act` must be one of"),
     ("type_vocab_size", 0, "`type_vocab_size` must be a positive integer"),
     ("hidden_dropout_prob", 1.5, "`hidden_dropout_prob` must be in [0, 1)"),
-    ("sparse_prediction", "yes", "`sparse_prediction` must be True or False"),
+    ("is_decoder", "yes", "`is_decoder` must be True or False"),
+    ("layer_norm_eps", 0.0, "`layer_norm_eps` must be a positive number"),
+    ("initializer_range", -0.02, "`initializer_range` must be a number >= 0"),
 ])
 def test_bad_config_values(field, value, fragment):
     with pytest.raises(ValueError) as error:

@@ -356,13 +356,13 @@ def test_labels_are_shifted_right_and_the_loss_is_cross_entropy():
 
 def test_sparse_prediction_gives_the_dense_loss_and_gradients():
     dense = build(hidden_dropout_prob=0.0).train()
-    sparse = build(hidden_dropout_prob=0.0, sparse_prediction=True).train()
+    sparse = build(hidden_dropout_prob=0.0).train()
     sparse.load_state_dict(dense.state_dict())
     input_ids, attention_mask = sources()
     labels = tokens(3, 5)
     labels[1, 2:] = -100
     dense_out = dense(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
-    sparse_out = sparse(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    sparse_out = sparse(input_ids=input_ids, attention_mask=attention_mask, labels=labels, sparse_prediction=True)
     assert sparse_out.logits.shape == (12, 99)
     torch.testing.assert_close(sparse_out.loss, dense_out.loss)
     dense_out.loss.backward()

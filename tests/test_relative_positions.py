@@ -17,12 +17,8 @@ from modeling import (
     LineageTransformerForConditionalGeneration,
 )
 from modeling.conversion import to_transformers
-from modeling.layers import (
-    LineageAttention,
-    eager_attention_forward,
-    relative_position_index,
-    sdpa_relative_keys_forward,
-)
+from modeling.layers import LineageAttention, eager_attention_forward, sdpa_relative_keys_forward
+from modeling.relative_positions import relative_position_index
 
 K = 2  # max_relative_position: small, so the tiny sequences below reach past it
 KINDS = ("relative", "relative-keys")

@@ -6,6 +6,7 @@ scripts switch it on for a GPU only."""
 import pytest
 import torch
 from conftest import preset
+from transformers import AutoModel
 
 from modeling import (
     LineageBertForMaskedLM,
@@ -16,8 +17,7 @@ from modeling import (
     LineageBertForTokenClassification,
     LineageBertModel,
 )
-from train.core.common import unpadded_on_gpu
-from train.core.recipes import recipe_from_dict
+from train.core.common import forward_options, unpadding_on_gpu
 
 HEADS = (LineageBertModel, LineageBertForPreTraining, LineageBertForMaskedLM, LineageBertForSequenceClassification,
          LineageBertForTokenClassification, LineageBertForQuestionAnswering)
@@ -44,8 +44,7 @@ def batch(side: str = "right") -> dict[str, torch.Tensor]:
 
 
 def run(model, inputs: dict, unpad: bool):
-    model.config.unpad_inputs = unpad
-    return model(**inputs)
+    return model(**inputs, unpad_inputs=unpad)
 
 
 def real_positions(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -126,9 +125,9 @@ def encoder_shapes(model, inputs: dict, **kwargs) -> list[torch.Size]:
 
 
 def test_the_encoder_runs_on_real_tokens_only():
-    model = build(LineageBertForMaskedLM, unpad_inputs=True).eval()
+    model = build(LineageBertForMaskedLM).eval()
     inputs = batch()
-    assert encoder_shapes(model, inputs) == [torch.Size((1, 27, 32))]  # 13 + 9 + 4 + 1 real tokens of 52
+    assert encoder_shapes(model, inputs, unpad_inputs=True) == [torch.Size((1, 27, 32))]  # 13 + 9 + 4 + 1 of 52
 
 
 @pytest.mark.parametrize("case", ("hidden states", "attention weights", "eager", "relative positions", "no mask"))
@@ -137,10 +136,10 @@ def test_calls_the_unpadded_path_cannot_serve_take_the_padded_one(case):
     attn = "eager" if case == "eager" else "sdpa"
     relative = {"position_embedding_type": "relative-keys", "max_relative_position": 4}
     overrides = relative if case == "relative positions" else {}
-    model = build(LineageBertForMaskedLM, attn, unpad_inputs=True, **overrides).eval()
+    model = build(LineageBertForMaskedLM, attn, **overrides).eval()
     inputs = batch()
     kwargs = {"hidden states": {"output_hidden_states": True},
-              "attention weights": {"output_attentions": True}}.get(case, {})
+              "attention weights": {"output_attentions": True}}.get(case, {}) | {"unpad_inputs": True}
     if case == "no mask":
         inputs.pop("attention_mask")
     assert encoder_shapes(model, inputs, **kwargs) == [torch.Size((4, 13, 32))]
@@ -149,19 +148,25 @@ def test_calls_the_unpadded_path_cannot_serve_take_the_padded_one(case):
         assert outputs.hidden_states is not None or outputs.attentions is not None
 
 
-@pytest.mark.parametrize("device, overrides, expected", [
-    ("cuda", {}, True),
-    ("cpu", {}, False),
-    ("cuda", {"unpad_inputs": False}, False),
+@pytest.mark.parametrize("device, name, expected", [
+    ("cuda", "bert-tiny", {"unpad_inputs": True}),
+    ("cpu", "bert-tiny", {}),
+    ("cuda", "gpt-tiny", {}),
 ])
-def test_training_scripts_unpad_bert_on_a_gpu_only(device, overrides, expected):
-    """`unpadded_on_gpu` (pretrain_bert, finetune): on for a CUDA device unless the recipe chose; the config is
-    restored afterwards, so the saved model keeps the choice the run started with."""
-    model = build(LineageBertForMaskedLM)
-    recipe = recipe_from_dict({"model": "bert-tiny", "model_overrides": overrides})
-    with unpadded_on_gpu(model, recipe, torch.device(device)):
-        assert model.config.unpad_inputs is expected
-    assert model.config.unpad_inputs is False
+def test_training_scripts_unpad_bert_on_a_gpu_only(device, name, expected):
+    """`unpadding_on_gpu` (pretrain_bert, finetune): the forward option for a Lineage BERT on a CUDA device only."""
+    model = AutoModel.from_config(preset(name))
+    assert unpadding_on_gpu(model, torch.device(device)) == expected
+
+
+def test_forward_options_reach_the_calls_within_the_block_only_and_never_the_config():
+    model = build(LineageBertForMaskedLM).eval()
+    inputs = batch()
+    with forward_options(model, unpad_inputs=True):
+        assert encoder_shapes(model, inputs) == [torch.Size((1, 27, 32))]
+        assert encoder_shapes(model, inputs, unpad_inputs=False) == [torch.Size((4, 13, 32))]  # the call's own wins
+    assert encoder_shapes(model, inputs) == [torch.Size((4, 13, 32))]
+    assert "unpad_inputs" not in model.config.to_dict()
 
 
 @pytest.mark.gpu

@@ -31,7 +31,7 @@ from torch.export import Dim
 from transformers import AutoConfig, DynamicCache
 
 import modeling
-from modeling.layers import LineageLinear
+from modeling.linear import LineageLinear
 
 FORMATS = ("torch", "onnx")
 _OUTPUT_SKIP = ("loss", "hidden_states", "attentions", "past_key_values")

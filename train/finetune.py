@@ -8,7 +8,7 @@ Tasks (`task`): `sequence-classification` (single text; default data embedded:se
 hypothesis pairs; embedded:nli), for BERT and GPT; `token-classification` (embedded:ner) and
 `question-answering` (SQuAD-style; embedded:qa) for BERT. GPT's classification heads add the auxiliary
 LM loss weighted by `lm_loss_weight` (section 3.2; the paper uses 0.5). BERT trains unpadded on a GPU
-(`unpad_inputs`) unless `model_overrides` sets it. Metrics: accuracy and macro F1
+(`unpad_inputs`, an option of the training calls). Metrics: accuracy and macro F1
 (token classification: over the first sub-token of every word); QA: exact match of the start/end tokens.
 Classification labels may be strings (`pos` / `neg`: class ids in sorted order, the names in the saved config's
 `id2label`) or integer ids; both splits are checked before training (`train.core.labels`), and rows labelled -1
@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 
 from train.core.collators import PaddingCollator
-from train.core.common import build_model, check_sequence_room, get_tokenizer, load_splits, unpadded_on_gpu
+from train.core.common import (build_model, check_sequence_room, forward_options, get_tokenizer, load_splits,
+                               unpadding_on_gpu)
 from train.core.data import tokenize_dataset
 from train.core.engine import Engine, seed_everything
 from train.core.labels import class_labels
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None):
     eval_data = tokenize_dataset(eval_rows, tokenizer, encode_task, **encode) if eval_rows else None
     engine = Engine(recipe, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
                     tokenizer=tokenizer, eval_dataset=eval_data, predict_fn=predict, metrics_fn=metrics)
-    with unpadded_on_gpu(model, recipe, engine.accelerator.device):
+    with forward_options(model, **unpadding_on_gpu(model, engine.accelerator.device)):
         results = engine.train()
     if recipe.lora is not None:
         merge_lora(engine, Path(recipe.output_dir) / "adapter")

@@ -44,7 +44,7 @@ from train.core import experiment
 from train.core.collators import Seq2SeqCollator
 from train.core.common import (
     build_model,
-    dense_prediction_for_saving,
+    forward_options,
     get_tokenizer,
     load_splits,
 )
@@ -141,14 +141,13 @@ def train_arm(recipe: Recipe, train_rows, eval_rows):
     """Train one arm to its budget; returns the trained model (eval mode), the tokenizer and the run summary."""
     seed_everything(recipe.seed)
     tokenizer = get_tokenizer(recipe, "seq2seq", list)  # the shared one, from recipe.tokenizer
-    model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", sparse_prediction=True,
-                        label_smoothing=recipe.label_smoothing)
+    model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", label_smoothing=recipe.label_smoothing)
     lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
     engine = Engine(recipe, model, tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths),
                     Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of), tokenizer=tokenizer,
                     eval_dataset=tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths))
-    results = engine.train()
-    dense_prediction_for_saving(model, recipe)
+    with forward_options(model, sparse_prediction=True):
+        results = engine.train()
     results["eval_curve"] = [(r["seconds"], r["eval_loss"]) for r in engine.log.history if "eval_loss" in r]
     results["training_seconds"] = max((r["seconds"] for r in engine.log.history if "loss" in r), default=0.0)
     engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file,

@@ -6,13 +6,12 @@
 Data: documents (`text`, optionally `sentences`) -> BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`)
 -> dynamic masking (`MaskedLMCollator`). With `nsp: false` the model is `...ForMaskedLM` (no pooler, no NSP
 head), so every parameter receives a gradient and DDP needs no unused-parameter search. On a GPU the model trains
-unpadded (`unpad_inputs`, MosaicBERT: padding removed before the encoder, attention per sequence) unless
-`model_overrides` sets `unpad_inputs`.
+unpadded (`unpad_inputs`, MosaicBERT: padding removed before the encoder, attention per sequence).
 
 The MLM term is normalised by the number of masked tokens of the whole batch across processes, so the
 loss and its gradient do not depend on how the batch is split over processes. Training runs the MLM head on the
-masked positions only (`sparse_prediction`, as the original BERT code does); the saved model keeps the
-config's dense default unless the recipe's `model_overrides` set `sparse_prediction`.
+masked positions only (`sparse_prediction`, as the original BERT code does). Both are options of the training
+calls (`forward_options`), not of the saved model, whose logits cover every position.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import MaskedLMCollator
-from train.core.common import (build_model, check_sequence_room, dense_prediction_for_saving, get_tokenizer,
-                               load_splits, unpadded_on_gpu)
+from train.core.common import (build_model, check_sequence_room, forward_options, get_tokenizer, load_splits,
+                               unpadding_on_gpu)
 from train.core.data import prepare_nsp_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -66,8 +65,7 @@ def main(argv: list[str] | None = None):
     train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
     tokenizer = get_tokenizer(recipe, "bert", lambda: train_docs["text"])
     check_sequence_room(recipe, tokenizer, 2, "BERT pretraining's sentence pairs")
-    model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert",
-                        sparse_prediction=True)
+    model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert")
     train_data = prepare_nsp_dataset(train_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed)
     eval_data = prepare_nsp_dataset(eval_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed + 1) if eval_docs else None
     if not recipe.nsp:
@@ -77,9 +75,8 @@ def main(argv: list[str] | None = None):
                                pad_to_multiple_of=recipe.pad_to_multiple_of)
     engine = Engine(recipe, model, train_data, collate, tokenizer=tokenizer, eval_dataset=eval_data,
                     loss_fn=make_loss_fn(recipe.nsp), predict_fn=predict, metrics_fn=metrics)
-    with unpadded_on_gpu(model, recipe, engine.accelerator.device):
+    with forward_options(model, sparse_prediction=True, **unpadding_on_gpu(model, engine.accelerator.device)):
         results = engine.train()
-    dense_prediction_for_saving(model, recipe)
     folder = engine.save_final(results, card={
         "dataset_name": recipe.dataset or recipe.train_file or "embedded:documents",
         "description": "Pretrained with masked-LM" + (" and next-sentence prediction." if recipe.nsp else ".")})

@@ -8,7 +8,8 @@ cross-entropy, and sacreBLEU of beam-search translations of the evaluation set.
 
 Data: rows with `source` and `target` (the embedded English number words -> German by default).
 `label_smoothing` in the recipe overrides the model config's. Training runs the output projection on real
-target tokens only (`sparse_prediction`), skipping the padding of ragged batches.
+target tokens only (`sparse_prediction`, an option of the training calls, not of the saved model), skipping the
+padding of ragged batches.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import Seq2SeqCollator
-from train.core.common import (build_model, check_sequence_room, dense_prediction_for_saving, get_tokenizer,
-                               load_splits)
+from train.core.common import build_model, check_sequence_room, forward_options, get_tokenizer, load_splits
 from train.core.data import tokenize_dataset
 from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None):
     train_rows, eval_rows = load_splits(recipe, columns, "embedded:translation")
     tokenizer = get_tokenizer(recipe, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
     check_sequence_room(recipe, tokenizer, 1, "a seq2seq source or target (text </s>)")
-    fields = {"sparse_prediction": True}
+    fields = {}
     if recipe.label_smoothing is not None:
         fields["label_smoothing"] = recipe.label_smoothing
     model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", **fields)
@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None):
     engine = Engine(recipe, model, train_data, Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of),
                     tokenizer=tokenizer, eval_dataset=eval_data, loss_fn=loss_fn, predict_fn=make_predict_fn(recipe),
                     metrics_fn=make_metrics_fn(tokenizer))
-    results = engine.train()
-    dense_prediction_for_saving(model, recipe)
+    with forward_options(model, sparse_prediction=True):
+        results = engine.train()
     extra = ""
     if eval_rows is not None:  # on every process: under FSDP each forward needs all of them
         model = engine.accelerator.unwrap_model(engine.model).eval()

@@ -86,7 +86,7 @@ def time_head(batch: int, length: int, repeats: int = 5) -> float:
     import torch
     from timing import compare, device
 
-    from modeling.layers import lm_head_loss
+    from modeling.losses import lm_head_loss
 
     target = device()
     hidden = torch.randn(batch * length, 768, device=target, requires_grad=True)

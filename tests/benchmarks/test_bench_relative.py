@@ -14,8 +14,6 @@ the kernel ratios, which are measured interleaved.
 """
 
 import json
-import pydoc_data.topics
-import re
 from pathlib import Path
 
 import pytest
@@ -23,8 +21,10 @@ import torch
 from timing import compare, device
 
 from modeling.configuration_lineage_gpt import LineageGptConfig
-from modeling.layers import LineageAttention, relative_position_index
+from modeling.layers import LineageAttention
+from modeling.relative_positions import relative_position_index
 from train import pretrain_gpt, train_translation
+from train.python_docs import write_python_docs
 
 WIDTH = {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 512,
          "max_position_embeddings": 128}
@@ -34,19 +34,6 @@ VARIANTS = {  # name -> position fields on top of WIDTH; the Transformer's absol
     "relative": RELATIVE,
     "both": {**RELATIVE, "absolute_and_relative": True},
 }
-
-
-def write_python_docs(folder: Path) -> tuple[Path, Path]:
-    """The topic texts of `pydoc_data.topics`, one paragraph per line; every tenth topic (by name) held out."""
-    folder.mkdir(parents=True, exist_ok=True)
-    train, validation = [], []
-    for i, name in enumerate(sorted(pydoc_data.topics.topics)):
-        paragraphs = (" ".join(p.split()) for p in re.split(r"\n\s*\n", pydoc_data.topics.topics[name]))
-        (validation if i % 10 == 5 else train).extend(p for p in paragraphs if p)
-    paths = folder / "train.txt", folder / "validation.txt"
-    for path, lines in zip(paths, (train, validation)):
-        path.write_text("\n".join(lines) + "\n")
-    return paths
 
 
 def _overrides(fields: dict) -> str:

@@ -8,7 +8,8 @@
 - `build_model(recipe, auto_class, tokenizer, kind)`: from a saved folder (`from_pretrained`) or from a
   preset whose vocabulary and special ids are taken from the tokenizer (unless `model_overrides` sets
   `vocab_size` explicitly; the engine then checks the two agree).
-- `unpadded_on_gpu(model, recipe, device)`: BERT trains without padding on a GPU (`unpad_inputs`).
+- `forward_options(model, **options)`: training options passed to every forward call of a block (sparse prediction,
+  unpadding), never stored in the config; `unpadding_on_gpu(model, device)`: BERT's unpadding on a GPU.
 """
 
 from __future__ import annotations
@@ -144,26 +145,29 @@ class _DropLoadReport(logging.Filter):
 
 
 @contextmanager
-def unpadded_on_gpu(model, recipe: Recipe, device: torch.device) -> Iterator[None]:
-    """Train a Lineage BERT unpadded (`unpad_inputs`, MosaicBERT: no compute on padding) on a GPU, unless the recipe's
-    `model_overrides` chose; the saved config keeps the choice the run started with."""
-    config = model.config
-    if config.model_type != "lineage-bert" or "unpad_inputs" in recipe.model_overrides or device.type != "cuda":
+def forward_options(model: torch.nn.Module, **options: Any) -> Iterator[None]:
+    """Pass training options to every call of `model` within the block (the engine's training and evaluation steps):
+    keyword arguments of the Lineage heads' `forward` (`sparse_prediction`, `unpad_inputs`) that change how a step
+    computes, never what the model is, so neither its saved config nor the engine carries them. A keyword the call
+    gives itself wins."""
+    if not options:
         yield
         return
-    before, config.unpad_inputs = config.unpad_inputs, True
+
+    def add_options(module, args, kwargs):
+        return args, {**options, **kwargs}
+
+    handle = model.register_forward_pre_hook(add_options, with_kwargs=True)
     try:
         yield
     finally:
-        config.unpad_inputs = before
+        handle.remove()
 
 
-def dense_prediction_for_saving(model, recipe: Recipe) -> None:
-    """Scripts train with `sparse_prediction` (output head and softmax on labelled positions only); the saved
-    config keeps the dense default, so a loaded model's logits cover every position, unless the recipe's
-    `model_overrides` chose otherwise."""
-    model.config.sparse_prediction = recipe.model_overrides.get("sparse_prediction", False)
+def unpadding_on_gpu(model, device: torch.device) -> dict[str, bool]:
+    """The forward option that trains a Lineage BERT unpadded (`unpad_inputs=True`, MosaicBERT: no compute on
+    padding) on a GPU; none for other families and devices."""
+    return {"unpad_inputs": True} if model.config.model_type == "lineage-bert" and device.type == "cuda" else {}
 
-
-__all__ = ["build_model", "check_sequence_room", "dense_prediction_for_saving", "get_tokenizer", "load_split", "load_splits",
-           "unpadded_on_gpu"]
+__all__ = ["build_model", "check_sequence_room", "forward_options", "get_tokenizer", "load_split", "load_splits",
+           "unpadding_on_gpu"]

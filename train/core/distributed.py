@@ -129,8 +129,11 @@ def enable_gradient_checkpointing(accelerator: Accelerator, model: torch.nn.Modu
 
 def token_mean(accelerator: Accelerator, loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """`loss`, a mean over this process's labelled tokens (labels != -100), re-weighted so that its mean over processes
-    (what DDP and FSDP average gradients by, and the engine logs) is the mean over all processes' tokens: the same
-    loss and gradient as one process with the whole batch."""
+    (what DDP and FSDP average gradients by, and the engine logs) is the mean over all processes' tokens of this
+    micro-batch: the same loss and gradient as one process with the micro-batches of every process. Under gradient
+    accumulation each micro-batch's mean then counts equally, as in a one-process run with the same accumulation,
+    not weighted by its token count (a mean over all accumulated tokens would need their count before the first
+    micro-batch's backward)."""
     count = (labels != -100).sum().float()
     total = accelerator.reduce(count.detach().clone(), "mean")
     return loss * count / total.clamp(min=1.0)

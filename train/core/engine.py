@@ -5,7 +5,7 @@ first step (tokenizer against model, resume checkpoint against the recipe: `trai
 claims the output folder (`train.core.run_folder`); `engine.train()` runs the loop; `engine.save_final()`
 publishes the run (`train.core.publish`: weights with code, tokenizer, recipe, model card, Hub push).
 
-The loop (DESIGN.md, Training): Accelerate `prepare`, gradient accumulation (`accelerator.accumulate`), clipping,
+The loop: Accelerate `prepare`, gradient accumulation (`accelerator.accumulate`), clipping,
 mixed precision (`auto`: bf16 or fp16 on a GPU, none on a CPU), AdamW and the recipe's schedule
 (`train.core.optimization`), periodic evaluation with `gather_for_metrics` (`train.core.evaluation`), a log of
 loss, learning rate, gradient norm, tokens/s and metrics (`train.core.run_log`), checkpoints every `save_steps`

@@ -1,0 +1,55 @@
+"""`LineageLinear`: `nn.Linear` with oneDNN's matmul for CPU inference (engineering, not a paper's layer).
+
+Every projection of the Lineage families is a `LineageLinear`; its parameters and checkpoint keys are
+`nn.Linear`'s, so weights convert to and from transformers unchanged.
+"""
+
+import torch
+from torch import nn
+
+# oneDNN's fp32 matmul; present in x86 CPU builds of torch. Inductor uses the same op for CPU linears.
+_ONEDNN_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
+# Below this many weights (a 512 x 512 matrix) the kernel's fixed cost per call (15-30 us) outweighs what it
+# saves: a 128-wide GPT generated about 2x slower through oneDNN than through `F.linear`.
+_ONEDNN_MIN_WEIGHTS = 2**18
+
+
+def _onednn_reads(parameter: torch.Tensor) -> bool:
+    """A weight or bias the oneDNN kernel reads correctly: a dense float32 CPU tensor (a strided bias is misread)."""
+    return (type(parameter) in (torch.Tensor, nn.Parameter) and parameter.device.type == "cpu"
+            and parameter.dtype == torch.float32 and parameter.is_contiguous())
+
+
+class LineageLinear(nn.Linear):
+    """`nn.Linear` (same parameters, same checkpoint keys) with a faster kernel for CPU inference.
+
+    For a float32 CPU input without autograd, `F.linear` goes to MKL, whose matrix-vector path runs on one
+    thread: decoding one token at a time spends most of its time there. oneDNN's matmul uses every core and
+    was 1.4x-2.3x faster for 1-128 rows on a 2-core x86 machine (12-layer 768-wide stack; docs/performance.md,
+    "Sparse prediction and the CPU inference kernel"); it serves weights of at least 512 x 512 elements, where
+    that gain exceeds its fixed cost per call. The two kernels round differently (about 1e-6 relative); set
+    `LineageLinear.fast_cpu_inference = False` for results bit-identical to `nn.Linear`. Training, other
+    devices and dtypes, autocast, tensor subclasses, strided weights or biases and `torch.compile` always
+    take `F.linear`.
+    """
+
+    fast_cpu_inference: bool = _ONEDNN_LINEAR is not None
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if (
+            self.fast_cpu_inference
+            and not torch.is_grad_enabled()  # first: training returns to `F.linear` after one check
+            and type(input) is torch.Tensor
+            and input.device.type == "cpu"
+            and input.dtype == torch.float32
+            and self.weight.numel() >= _ONEDNN_MIN_WEIGHTS
+            and _onednn_reads(self.weight)
+            and (self.bias is None or _onednn_reads(self.bias))
+            and not torch.is_autocast_enabled("cpu")
+            and not torch.compiler.is_compiling()
+        ):
+            return _ONEDNN_LINEAR(input, self.weight, self.bias, "none", [], "")
+        return super().forward(input)
+
+
+__all__ = ["LineageLinear"]

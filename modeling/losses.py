@@ -1,0 +1,222 @@
+"""The output layer and its losses: logits over the real vocabulary of a padded output layer
+(`pad_vocab_to_multiple_of`, `vocab_logits`), the LM loss computed without the (N, V) logits (`lm_head_loss`: chunked
+in PyTorch, or Liger Kernel's fused kernel on CUDA), which the heads use in training (`skips_logits`), the labelled
+positions of sparse prediction and the seq2seq cross-entropy.
+
+Dimension legend as in `layers.py`; V' is the number of rows of a padded output layer (`padded_vocab_size`).
+"""
+
+import importlib.util
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from .checks import check_label_ids
+from .linear import LineageLinear
+
+
+def labelled_positions(hidden_states: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sparse_prediction`: the (N, C) states and (N,) labels of the N positions whose label is not -100, in
+    row-major order, so an output head and its softmax skip the positions the loss ignores."""
+    labelled = labels != -100  # (B, T)
+    return hidden_states[labelled], labels[labelled]
+
+
+def seq2seq_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    label_smoothing: float,
+    num_items_in_batch: torch.Tensor | int | None = None,
+) -> torch.Tensor:
+    """Cross-entropy over target tokens (label-smoothed when `label_smoothing` > 0), ignoring -100; a mean over
+    tokens, or a sum divided by `num_items_in_batch` (the token count of all accumulated micro-batches) when the
+    Trainer gives it."""
+    loss = nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device), ignore_index=-100,
+        label_smoothing=label_smoothing, reduction="mean" if num_items_in_batch is None else "sum",
+    )
+    if num_items_in_batch is not None:
+        loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
+    return loss
+
+
+def vocab_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Logits (..., V) of the real vocabulary: an output layer padded by `pad_vocab_to_multiple_of` has extra columns,
+    dropped (a contiguous copy of the real ones, as losses and users `view` logits) so that softmax, losses,
+    `generate()` and pipelines never see a padded id, and the width matches the tokenizer and the transformers
+    reference models. Masking them to -inf instead would keep a width no tokenizer or reference model has."""
+    return logits[..., :vocab_size].contiguous() if logits.shape[-1] != vocab_size else logits
+
+
+def skips_logits(model: nn.Module, head: nn.Module, labels: torch.Tensor | None, return_logits: bool | None) -> bool:
+    """Whether a head computes its loss with `lm_head_loss` and returns `logits=None`.
+
+    `return_logits` None (the default) follows the model's mode, as Liger's transformers integration does: a training
+    forward with `labels` skips the logits (Trainer and the engine read only the loss there); evaluation, Trainer's
+    `predict`, pipelines and `generate()` run in eval mode and get them. True always returns logits (and the loss
+    from them, the dense path); False skips them in eval mode too and needs `labels`. The output layer's weight is
+    read directly, so a head wrapped by another module (a PEFT adapter, a quantised layer) takes the dense path;
+    so must a model whose weights are gathered per module call (DeepSpeed ZeRO-3): pass `return_logits=True`.
+    """
+    if return_logits is False and labels is None:
+        raise ValueError("`return_logits=False` skips the logits to compute the loss without them: it needs `labels`.")
+    if labels is None or return_logits or (return_logits is None and not model.training):
+        return False
+    return type(head) in (nn.Linear, LineageLinear)
+
+
+LM_LOSS_CHUNK_ELEMENTS = 2**25  # float32 logits per chunk of `lm_head_loss` (128 MiB)
+
+
+def _liger_installed() -> bool:
+    return importlib.util.find_spec("liger_kernel") is not None
+
+
+def lm_loss_backend(device: torch.device) -> str:
+    """`"liger"` (Liger Kernel's fused linear cross-entropy, Triton) when `liger_kernel` is installed and the hidden
+    states are on CUDA, else `"chunked"` (`ChunkedLinearCrossEntropy`, plain PyTorch, any device)."""
+    return "liger" if device.type == "cuda" and _liger_installed() else "chunked"
+
+
+def _smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int,
+                            label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row losses (n,) and their gradient w.r.t. `logits` (n, V'), which it overwrites. Columns past `vocab_size`
+    (padding) are -inf, so they add nothing to the softmax. As `F.cross_entropy`: (1 - eps) * nll + eps * the mean
+    over the V real classes of -log p, and 0 (with zero gradient) for rows labelled -100."""
+    kept = labels != -100  # (n,)
+    target = labels.clamp(min=0)[:, None]  # (n, 1); ignored rows point at class 0, then are zeroed
+    lse = torch.logsumexp(logits, dim=-1)  # (n,)
+    losses = (1.0 - label_smoothing) * (lse - logits.gather(1, target)[:, 0])
+    if label_smoothing:
+        losses = losses + label_smoothing * (lse - logits[:, :vocab_size].mean(-1))
+    grad = logits.sub_(lse[:, None]).exp_()  # softmax, in place: (n, V')
+    grad.scatter_add_(1, target, grad.new_full(target.shape, label_smoothing - 1.0))
+    if label_smoothing:
+        grad[:, :vocab_size] -= label_smoothing / vocab_size
+    return losses * kept, grad.mul_(kept[:, None])
+
+
+class ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of `hidden @ weight.T + bias` against `labels`, chunk by chunk over the N tokens.
+
+    Each chunk's float32 (n, V') logits are made, turned into the chunk's losses and the gradient of the logits, and
+    freed; the gradients w.r.t. `hidden` (N, C), `weight` (V', C, accumulated in float32) and `bias` are computed in
+    the forward pass (as Liger does), so neither pass ever holds (N, V') logits and the backward only scales them by
+    the incoming gradient. Matmuls run in autocast's dtype when autocast is on (as the dense head's would), else in
+    the dtype of `hidden`; logits in float32, as transformers' losses upcast them. Gradients are computed only for
+    inputs that require them and only when autograd records the call.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
+                vocab_size: int, label_smoothing: float, chunk_size: int,
+                grads: tuple[bool, bool, bool]) -> torch.Tensor:
+        """`grads`: which of `hidden`, `weight`, `bias` need a gradient (grad mode is off in here: the caller says)."""
+        device = hidden.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+        with torch.autocast(device, enabled=False):
+            w = weight.to(dtype)
+            b = bias.to(dtype) if bias is not None else None
+            grad_hidden = torch.empty_like(hidden) if grads[0] else None
+            grad_weight = torch.zeros_like(weight, dtype=torch.float32) if grads[1] else None
+            grad_bias = torch.zeros_like(bias, dtype=torch.float32) if grads[2] else None
+            total = hidden.new_zeros((), dtype=torch.float32)
+            for start in range(0, hidden.shape[0], chunk_size):
+                rows = slice(start, start + chunk_size)
+                h = hidden[rows].to(dtype)  # (n, C)
+                logits = nn.functional.linear(h, w, b).float()  # (n, V')
+                logits[:, vocab_size:] = float("-inf")
+                losses, grad = _smoothed_cross_entropy(logits, labels[rows], vocab_size, label_smoothing)
+                total += losses.sum()
+                if grad_hidden is not None:
+                    grad_hidden[rows] = grad.to(dtype) @ w
+                if grad_weight is not None:
+                    grad_weight.addmm_(grad.T, h.float())
+                if grad_bias is not None:
+                    grad_bias += grad.sum(0)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
+        return total
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output: torch.Tensor):
+        scaled = [None if grad is None else (grad * grad_output).to(dtype)
+                  for grad, dtype in zip(ctx.saved_tensors, ctx.dtypes)]
+        return (*scaled, None, None, None, None, None)
+
+
+def lm_head_loss(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    labels: torch.Tensor,
+    vocab_size: int,
+    label_smoothing: float = 0.0,
+    num_items_in_batch: torch.Tensor | int | None = None,
+    shift: bool = False,
+    chunk_size: int | None = None,
+    dense: bool = False,
+) -> torch.Tensor:
+    """The cross-entropy of the output layer `hidden_states @ weight.T + bias` against `labels`, equal to the loss of
+    the materialised float32 logits (transformers' `ForCausalLMLoss` / `ForMaskedLMLoss`, `F.cross_entropy` with
+    `label_smoothing`) without ever holding the (N, V) logits of all N tokens.
+
+    Args:
+        hidden_states: (..., C) inputs of the output layer; `labels` (...) their targets, -100 left out of the loss.
+        weight, bias: the output layer's (V', C) weight and (V',) bias (or None); V' >= `vocab_size` (rows past it are
+            `pad_vocab_to_multiple_of` padding, outside the softmax).
+        shift: causal LM: position t predicts `labels[..., t + 1]` (labels are the input ids, as in transformers).
+        num_items_in_batch: Trainer's gradient-accumulation contract: the loss is the sum over tokens divided by this
+            count (of all accumulated micro-batches); None gives the mean over this batch's labelled tokens (NaN with
+            zero gradients when there are none, as `F.cross_entropy`).
+        chunk_size: tokens per chunk; by default as many as fit `LM_LOSS_CHUNK_ELEMENTS` float32 logits (128 MiB:
+            667 tokens at 50304 columns). Each chunk reads the weight and updates its gradient once, which on a CPU
+            made chunks of 32 tokens (Liger's rule, chunk logits the size of the hidden states) 2.2x slower than the
+            dense head at 2048 x 768 -> 50257; from about 500 tokens a chunk matched it.
+        dense: the (N, V) logits at once, for a token count only known at run time under `torch.compile` (the labelled
+            positions of `sparse_prediction`), on which a chunk loop would break the graph.
+
+    Runs Liger Kernel's fused kernel where `lm_loss_backend` says so (it has no padded columns to skip, so it gets the
+    first `vocab_size` rows of the weight), else `ChunkedLinearCrossEntropy`.
+    """
+    check_label_ids(labels, vocab_size)  # a no-op for the labels the calling forward has just checked
+    if shift:
+        labels = nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]  # (..., T): the next token
+    hidden = hidden_states.reshape(-1, hidden_states.shape[-1])  # (N, C)
+    labels = labels.reshape(-1).to(hidden.device)  # (N,)
+    if chunk_size is None:
+        chunk_size = max(1, LM_LOSS_CHUNK_ELEMENTS // weight.shape[0])
+    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"`chunk_size` must be a positive integer (tokens per chunk), got {chunk_size!r}.")
+    if dense:
+        logits = vocab_logits(nn.functional.linear(hidden, weight, bias), vocab_size).float()  # (N, V)
+        total = nn.functional.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=label_smoothing,
+                                            reduction="sum")
+    elif lm_loss_backend(hidden.device) == "liger":
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
+        total = loss_fn(weight[:vocab_size], hidden, labels, bias[:vocab_size] if bias is not None else None)
+    else:
+        grads = tuple(torch.is_grad_enabled() and x is not None and x.requires_grad for x in (hidden, weight, bias))
+        total = ChunkedLinearCrossEntropy.apply(hidden, weight, bias, labels, vocab_size, label_smoothing, chunk_size,
+                                                grads)
+    if num_items_in_batch is not None:
+        return total / torch.as_tensor(num_items_in_batch, device=total.device)
+    count = (labels != -100).sum()
+    return torch.where(count > 0, total / count.clamp(min=1), torch.nan)  # no token: NaN with zero gradients, as dense
+
+
+
+__all__ = [
+    "ChunkedLinearCrossEntropy",
+    "LM_LOSS_CHUNK_ELEMENTS",
+    "labelled_positions",
+    "lm_head_loss",
+    "lm_loss_backend",
+    "seq2seq_loss",
+    "skips_logits",
+    "vocab_logits",
+]

@@ -1,0 +1,104 @@
+"""`LineagePreTrainedModel`, the transformers base every Lineage family derives from: weight initialisation,
+attention-backend flags, output capture, vocabulary-padding-aware resizing and saving with complete `auto_map`s.
+"""
+
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.utils.output_capturing import OutputRecorder
+
+from .checks import check_generation_config
+from .configuration_lineage_common import check_vocab_multiple
+from .layers import LineageBlock, SinusoidalPositionalEmbedding
+
+
+class LineagePreTrainedModel(PreTrainedModel):
+    """Weight initialisation, attention-backend flags, output capture and complete `auto_map` saving for all
+    families.
+
+    A family's base class sets `config_class`, `base_model_prefix` and `auto_classes` (transformers Auto class
+    name -> Lineage class name); `save_pretrained` then writes an `auto_map` entry for every head, so each
+    head loads from the saved folder with `trust_remote_code=True`. A base model's `forward` decorated with
+    transformers' `@capture_outputs` returns, on `output_hidden_states` / `output_attentions`, what hooks on
+    every `LineageBlock` record: its input (the embedding output, for the first block) and output hidden states,
+    and its self-attention weights; the last hidden state is replaced by the model's `last_hidden_state` (after
+    a final LayerNorm).
+    """
+
+    auto_classes: dict[str, str] = {}
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+    _can_record_outputs = {
+        "hidden_states": OutputRecorder(LineageBlock, index=0),
+        "attentions": OutputRecorder(LineageBlock, index=1),
+    }
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, SinusoidalPositionalEmbedding):
+            init.copy_(module.weight, module.reset_table())
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        """transformers' resize, keeping `pad_vocab_to_multiple_of` (`LineageConfig`): the embedding and the output
+        layer get `new_num_tokens` rows rounded up to `pad_to_multiple_of` (default: the config's multiple, which an
+        explicit value replaces), and `config.vocab_size` becomes `new_num_tokens`, the real vocabulary, where
+        transformers would count the padded rows as tokens (and could then generate them)."""
+        if not hasattr(self.config, "pad_vocab_to_multiple_of"):  # a family without vocabulary padding (the RNN)
+            return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if isinstance(pad_to_multiple_of, int):  # a non-integer is refused by transformers, with its own message
+            check_vocab_multiple(pad_to_multiple_of, "pad_to_multiple_of")
+        vocab_size = new_num_tokens if new_num_tokens is not None else self.config.vocab_size
+        multiple = pad_to_multiple_of if pad_to_multiple_of is not None else self.config.pad_vocab_to_multiple_of
+        embeddings = super().resize_token_embeddings(vocab_size, multiple, mean_resizing)
+        self.config.vocab_size = self.vocab_size = vocab_size
+        self.config.pad_vocab_to_multiple_of = multiple
+        return embeddings
+
+    def _prepare_generation_config(self, generation_config, **kwargs):
+        """transformers' merge of the generation settings (the generative heads' `generate()`), then the checks of
+        settings it would fail on deep inside (`checks.check_generation_config`)."""
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+        check_generation_config(generation_config)
+        return generation_config, model_kwargs
+
+    @classmethod
+    def auto_class_name(cls) -> str:
+        """The transformers Auto class this class is registered under in `auto_classes` (`"AutoModel"` if none)."""
+        return next((auto for auto, name in cls.auto_classes.items() if name == cls.__name__), "AutoModel")
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save weights, config and this family's code, with an `auto_map` entry for every head, and the Lineage
+        pipelines this head serves (`custom_pipelines`; their file is copied as an import of this one)."""
+        from .pipelines_lineage import custom_pipelines_for
+
+        config_class, model_class = type(self.config), type(self)
+        config_class.register_for_auto_class("AutoConfig")
+        model_class.register_for_auto_class(model_class.auto_class_name())
+        config_module = config_class.__module__.rsplit(".", 1)[-1]
+        model_module = model_class.__module__.rsplit(".", 1)[-1]
+        self.config.auto_map = {
+            "AutoConfig": f"{config_module}.{config_class.__name__}",
+            **{auto: f"{model_module}.{name}" for auto, name in self.auto_classes.items()},
+        }
+        pipelines = custom_pipelines_for(model_class.auto_class_name())
+        if pipelines:
+            self.config.custom_pipelines = pipelines
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+
+__all__ = ["LineagePreTrainedModel"]
