@@ -35,7 +35,7 @@ def test_first_losses_match_the_stored_baseline(recipe, tmp_path, monkeypatch):
     main, expected = BASELINES[recipe]
     monkeypatch.setenv("ACCELERATE_USE_CPU", "true")  # the baselines are CPU fp32 ones, on a GPU machine too
     torch.set_num_threads(1)  # a CPU kernel's reduction order depends on the thread count
-    _, folder = main(["--recipe", f"configs/recipes/{recipe}.yaml", "--output_dir", str(tmp_path / "run"),
+    _, folder = main(["--recipe", recipe, "--output_dir", str(tmp_path / "run"),
                       "--max_steps", str(STEPS), "--logging_steps", "1", "--eval_size", "4", "--save_steps", "0",
                       "--mixed_precision", "'no'",  # quoted: YAML reads a bare no as false
                       "--report_to", "none", "--progress_bar", "false"])
