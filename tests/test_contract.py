@@ -317,7 +317,7 @@ def test_the_python_docs_recipe_data_comes_from_the_train_package(tmp_path):
     held_out = validation_file.read_text().splitlines()
     assert len(train_lines) > 5 * len(held_out) > 0  # every tenth topic held out
     assert all(line and " ".join(line.split()) == line for line in train_lines + held_out)  # one paragraph a line
-    recipe = load_recipe(REPO / "configs" / "recipes" / "relative-gpt-python-docs.yaml")
+    recipe = load_recipe("relative-gpt-python-docs")
     assert (recipe.train_file, recipe.validation_file) == (f"{DEFAULT_FOLDER}/train.txt",
                                                            f"{DEFAULT_FOLDER}/validation.txt")
 

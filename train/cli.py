@@ -38,6 +38,8 @@ COMMANDS: dict[str, Command] = {
     "benchmark": Command("benchmark", "time training steps and generation of a preset, alone or against transformers"),
     "configs": Command("list_configs", "list the shipped presets, recipes and accelerate configs, or print one's path"),
     "export": Command("export", "export a saved model with torch.export, as ExportedPrograms or as ONNX"),
+    "python-docs": Command("python_docs", "write the Python reference manual's topics as a text corpus (the data of "
+                                          "recipe relative-gpt-python-docs)"),
     "lineage-experiment": Command("lineage_experiment", "the lineage experiment: RNN without and with attention, "
                                                         "Transformer, one budget"),
 }

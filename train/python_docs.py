@@ -1,6 +1,6 @@
 """The Python reference manual's topic texts (`pydoc_data.topics`, about 430 000 characters shipped with CPython) as
 a causal-LM corpus of real English prose that is not the embedded one: one paragraph per line, every tenth topic
-(by name) held out. The data of `configs/recipes/relative-gpt-python-docs.yaml`:
+(by name) held out. The data of the recipe `relative-gpt-python-docs`:
 
     python -m train.python_docs [folder]   # writes <folder>/train.txt and <folder>/validation.txt
 """
