@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import MaskedLMCollator
-from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_splits, unpadded_on_gpu
+from train.core.common import (build_model, dense_prediction_for_saving, get_tokenizer, load_splits, model_source,
+                               unpadded_on_gpu)
 from train.core.data import prepare_nsp_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -62,10 +63,11 @@ def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str,
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
+    source = model_source(recipe, "pretrain_bert", ("bert",))
     train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
-    tokenizer = get_tokenizer(recipe, "bert", lambda: train_docs["text"])
+    tokenizer = get_tokenizer(recipe, "bert", lambda: train_docs["text"], source=source)
     model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert",
-                        sparse_prediction=True)
+                        source, sparse_prediction=True)
     train_data = prepare_nsp_dataset(train_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed)
     eval_data = prepare_nsp_dataset(eval_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed + 1) if eval_docs else None
     if not recipe.nsp:
@@ -77,9 +79,11 @@ def main(argv: list[str] | None = None):
     with unpadded_on_gpu(model, recipe, engine.accelerator.device):
         results = engine.train()
     dense_prediction_for_saving(model, recipe)
+    results.update(source.report)
     folder = engine.save_final(results, card={
-        "dataset_name": recipe.dataset or recipe.train_file or "embedded:documents",
-        "description": "Pretrained with masked-LM" + (" and next-sentence prediction." if recipe.nsp else ".")})
+        "dataset_name": recipe.dataset or recipe.train_file or "embedded:documents", "base_model": source.repo_id,
+        "description": "Pretrained with masked-LM" + (" and next-sentence prediction. " if recipe.nsp else ". ")
+                       + (source.card_text() if source.pretrained else "")})
     return results, folder
 
 

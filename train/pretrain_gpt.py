@@ -17,7 +17,7 @@ import torch
 from modeling.packing import document_masking_error
 from modeling.modeling_lineage_gpt import LineageGptPreTrainedModel
 from train.core.collators import CausalLMCollator
-from train.core.common import build_model, get_tokenizer, load_splits
+from train.core.common import build_model, get_tokenizer, load_splits, model_source
 from train.core.data import prepare_causal_lm_dataset
 from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
@@ -62,9 +62,10 @@ def check_document_packing(model) -> None:
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
+    source = model_source(recipe, "pretrain_gpt", ("gpt",))
     train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
-    tokenizer = get_tokenizer(recipe, "gpt", lambda: train_docs["text"])
-    model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt")
+    tokenizer = get_tokenizer(recipe, "gpt", lambda: train_docs["text"], source=source, templates=False)
+    model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt", source)
     if recipe.pack_documents:
         check_document_packing(model)
     train_data = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length,
@@ -81,8 +82,11 @@ def main(argv: list[str] | None = None):
         engine.accelerator.print(f"sample: {text}")
     results.update({f"sample_{i}": text for i, text in enumerate(samples)})
     extra = "\n## Samples\n\n" + "\n".join(f"- {s!r}" for s in samples) + "\n" if samples else ""
+    results.update(source.report)
     folder = engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file or "embedded:documents",
-                                              "description": "Pretrained as a causal language model.", "extra": extra})
+                                              "description": "Pretrained as a causal language model. "
+                                                             + (source.card_text() if source.pretrained else ""),
+                                              "base_model": source.repo_id, "extra": extra})
     return results, folder
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import Seq2SeqCollator
-from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_splits
+from train.core.common import build_model, dense_prediction_for_saving, get_tokenizer, load_splits, model_source
 from train.core.data import tokenize_dataset
 from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
@@ -55,13 +55,15 @@ def make_metrics_fn(tokenizer):
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
+    source = model_source(recipe, "train_translation", ("seq2seq",))
     columns = ("source", "target")
     train_rows, eval_rows = load_splits(recipe, columns, "embedded:translation")
-    tokenizer = get_tokenizer(recipe, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
+    tokenizer = get_tokenizer(recipe, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])],
+                              source=source)
     fields = {"sparse_prediction": True}
     if recipe.label_smoothing is not None:
         fields["label_smoothing"] = recipe.label_smoothing
-    model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", **fields)
+    model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", source, **fields)
     lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
     train_data = tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths)
     eval_data = tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths) if eval_rows else None
@@ -79,8 +81,11 @@ def main(argv: list[str] | None = None):
         pairs = list(zip(sources, decode(tokenizer, out)))
         results.update({f"sample_{i}": f"{s} -> {t}" for i, (s, t) in enumerate(pairs)})
         extra = "\n## Samples\n\n" + "\n".join(f"- {s!r} -> {t!r}" for s, t in pairs) + "\n"
+    results.update(source.report)
     folder = engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file or "embedded:translation",
-                                              "description": "Trained for translation with teacher forcing.",
+                                              "description": "Trained for translation with teacher forcing. "
+                                                             + (source.card_text() if source.pretrained else ""),
+                                              "base_model": source.repo_id,
                                               "extra": extra})
     return results, folder
 
