@@ -263,7 +263,7 @@ def assert_nothing_written(parent, out) -> None:
 
 def test_a_folder_that_is_no_supported_model_is_refused(tmp_path):
     transformers.ElectraConfig(architectures=["ElectraModel"]).save_pretrained(tmp_path / "electra")
-    with pytest.raises(AttentionInputError, match=r"ElectraModel.*supported reference models: BertForMaskedLM"):
+    with pytest.raises(AttentionInputError, match=r"ElectraModel.*transformers classes BertForMaskedLM"):
         run(tmp_path / "electra", tmp_path / "maps")
     with pytest.raises(AttentionInputError, match="--model .*missing"):
         run(tmp_path / "missing", tmp_path / "maps")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import re
 import tempfile
 from contextlib import contextmanager
@@ -178,11 +179,8 @@ def _read_folder(name: str, folder: Path, argument: str) -> ModelSource:
         raise ModelSourceError(f"{argument} {name!r} is not a saved model folder: it has no config.json")
     fields = json.loads(config_file.read_text())
     model_type = fields.get("model_type")
-    if not any(folder.glob("*.safetensors")):
-        other = [p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack")]
-        extra = f" (found {', '.join(other)}, which is not read: pickled weights can run code)" if other else ""
-        raise ModelSourceError(f"{argument} {name!r} has a config.json but no safetensors weights{extra}")
     if model_type in LINEAGE_MODEL_TYPES:
+        _check_weights(name, folder, argument)
         return ModelSource(name, "lineage", transformers.AutoConfig.from_pretrained(folder), folder)
     if str(model_type).startswith("lineage-"):
         raise ModelSourceError(
@@ -198,12 +196,20 @@ def _read_folder(name: str, folder: Path, argument: str) -> ModelSource:
             f"{argument} {name!r} holds {shown} (model_type {model_type!r}), which Lineage cannot convert; supported "
             f"checkpoints are Lineage models and the transformers classes {', '.join(sorted(REFERENCE_CLASSES))} "
             "(other heads of these families load as their base model)")
+    _check_weights(name, folder, argument)
     reference_config = transformers.AutoConfig.from_pretrained(folder)
     try:
         config = REFERENCE_CLASSES[architecture].config_to_lineage(reference_config)
     except ValueError as error:
         raise UnsupportedCheckpointError(f"{argument} {name!r}: this {architecture} does not convert: {error}") from None
     return ModelSource(name, "reference", config, folder, reference_class=architecture)
+
+
+def _check_weights(name: str, folder: Path, argument: str) -> None:
+    if not any(folder.glob("*.safetensors")):
+        other = [p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack")]
+        extra = f" (found {', '.join(other)}, which is not read: pickled weights can run code)" if other else ""
+        raise ModelSourceError(f"{argument} {name!r} has a config.json but no safetensors weights{extra}")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -243,15 +249,17 @@ def convert_checked(source: ModelSource, argument: str = "--model") -> tuple[tor
     """The converted Lineage model of a reference checkpoint and the check's difference; `ConversionCheckError`
     above the tolerance."""
     reference_class = getattr(transformers, source.reference_class)
-    reference = reference_class.from_pretrained(source.folder, use_safetensors=True, attn_implementation="eager")
+    reference = reference_class.from_pretrained(source.folder, use_safetensors=True, attn_implementation="eager",
+                                                dtype=torch.float32)  # the check in fp32, whatever the file holds
     converted = from_transformers(reference)
     difference = conversion_difference(reference, converted)
     if not difference <= CONVERSION_TOLERANCE:
+        why = ("the checkpoint uses a setting modeling.conversion does not carry over" if math.isfinite(difference)
+               else "the outputs are not finite: the weights hold NaN or infinite values")
         raise ConversionCheckError(
             f"{argument} {source.name!r}: the converted {type(converted).__name__} differs from the reference "
             f"{source.reference_class} by {difference:.3g} (largest |logit difference| on {CHECK_TOKENS} tokens, "
-            f"fp32; the limit is {CONVERSION_TOLERANCE:g}): the checkpoint uses a setting modeling.conversion does "
-            "not carry over. Nothing was trained or written")
+            f"fp32; the limit is {CONVERSION_TOLERANCE:g}): {why}. Nothing was trained or written")
     return converted, difference
 
 
@@ -301,7 +309,7 @@ def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, temp
     """The tokenizer of a pretrained source (or `tokenizer`, the recipe key, checked against the checkpoint's),
     with the special tokens and templates the family's tasks need added (`templates`: GPT's classification
     templates; False for causal-LM training, which needs only a pad and an end-of-text token)."""
-    own = _own_tokenizer(source.folder)
+    own = own_tokenizer(source.folder)
     if tokenizer is not None:
         if not Path(tokenizer).exists():
             raise ModelSourceError(f"recipe key 'tokenizer': folder {tokenizer!r} does not exist")
@@ -321,7 +329,8 @@ def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, temp
     return chosen
 
 
-def _own_tokenizer(folder: Path):
+def own_tokenizer(folder: Path):
+    """The tokenizer saved in a model folder, or None when it has none."""
     try:
         return transformers.AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError, TypeError):
@@ -425,4 +434,4 @@ def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
 
 __all__ = ["CONVERSION_TOLERANCE", "ConversionCheckError", "ModelSource", "ModelSourceError",
            "UnsupportedCheckpointError", "conversion_difference", "convert_checked", "fit_embeddings", "load_model",
-           "pretrained_tokenizer", "reference_of", "resolve_model"]
+           "own_tokenizer", "pretrained_tokenizer", "reference_of", "resolve_model"]
