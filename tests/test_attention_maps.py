@@ -128,7 +128,7 @@ def test_a_reference_model_folder_is_converted_and_gives_its_own_attention(token
     reference.save_pretrained(tmp_path / "reference")
     tokenizer.save_pretrained(tmp_path / "reference")
     run(tmp_path / "reference", tmp_path / "maps")
-    assert "from_transformers" in capsys.readouterr().out
+    assert "a transformers `BertForMaskedLM` converted to Lineage" in capsys.readouterr().out
     with torch.no_grad():
         expected = reference(**tokenizer(TEXT, return_tensors="pt"), output_attentions=True).attentions
     np.testing.assert_allclose(np.load(tmp_path / "maps" / "self.npy"), torch.cat(expected).numpy(), atol=1e-5)
