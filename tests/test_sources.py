@@ -175,7 +175,7 @@ def test_an_unsupported_architecture_is_refused_listing_the_supported_classes(tm
 
 
 def test_an_uncached_hub_id_offline_names_the_id_and_the_variable(tmp_path):
-    with pytest.raises(sources.ModelSourceError, match=r"'nobody/not-cached' is not in the Hugging Face cache .* "
+    with pytest.raises(sources.ModelSourceError, match=r"'nobody/not-cached' is no local folder, and as a Hub repo id it is not in the Hugging Face cache .* "
                                                        r"HF_HUB_OFFLINE=1 forbids downloading it"):
         finetune.main(["--model", "nobody/not-cached", "--output_dir", str(tmp_path / "out"), *QUICK])
     assert not (tmp_path / "out").exists()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 
 from modeling.packing import document_masking_error
-from modeling.modeling_lineage_gpt import LineageGptPreTrainedModel
 from train.core.collators import CausalLMCollator
 from train.core.common import build_model, get_tokenizer, load_splits, model_source
 from train.core.data import prepare_causal_lm_dataset
@@ -51,9 +50,9 @@ def loss_fn(outputs, batch, engine) -> torch.Tensor:
 
 
 def check_document_packing(model) -> None:
-    """`pack_documents` needs a model that keeps attention within each document of a packed row."""
-    problem = (document_masking_error(model.config) if isinstance(model, LineageGptPreTrainedModel)
-               else f"{type(model).__name__} is not a Lineage GPT, whose attention splits rows at restarting positions")
+    """`pack_documents` needs attention that keeps within each document of a packed row (every `--model` source is a
+    Lineage GPT by now: a transformers checkpoint was converted on load)."""
+    problem = document_masking_error(model.config)
     if problem is not None:
         raise RecipeError(f"recipe key 'pack_documents' is true but {problem}; set 'pack_documents: false' to "
                           "train on blocks whose documents attend to each other")

@@ -68,6 +68,10 @@ class ModelSourceError(RecipeError):
     """`--model` (or the recipe key `model`) names nothing this installation can start from."""
 
 
+class ModelNotFoundError(ModelSourceError, FileNotFoundError):
+    """`--model` is no preset, file, folder or Hub repo id."""
+
+
 class UnsupportedCheckpointError(ModelSourceError):
     """A checkpoint of an architecture that `modeling.conversion` does not convert."""
 
@@ -139,7 +143,7 @@ def resolve_model(name: str, revision: str | None = None, argument: str = "--mod
         source = _read_folder(name, folder, argument)
         source.repo_id, source.revision = name, commit
         return source
-    raise ModelSourceError(f"{argument} {name!r} is neither a preset ({', '.join(available_presets())}), a config.json "
+    raise ModelNotFoundError(f"{argument} {name!r} is neither a preset ({', '.join(available_presets())}), a config.json "
                            "file, a model folder nor a Hub repo id (org/name)")
 
 
@@ -159,7 +163,7 @@ def _download(repo_id: str, revision: str | None, argument: str) -> tuple[Path, 
     except LocalEntryNotFoundError:
         if constants.HF_HUB_OFFLINE:
             raise ModelSourceError(
-                f"{argument} {repo_id!r}{at} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+                f"{argument} {repo_id!r}{at} is no local folder, and as a Hub repo id it is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
                 "HF_HUB_OFFLINE=1 forbids downloading it: download it once with the network on, or unset "
                 "HF_HUB_OFFLINE") from None
         raise ModelSourceError(f"{argument} {repo_id!r}{at} could not be downloaded (no network?) and is not "
@@ -432,6 +436,6 @@ def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
     return report
 
 
-__all__ = ["CONVERSION_TOLERANCE", "ConversionCheckError", "ModelSource", "ModelSourceError",
+__all__ = ["CONVERSION_TOLERANCE", "ConversionCheckError", "ModelNotFoundError", "ModelSource", "ModelSourceError",
            "UnsupportedCheckpointError", "conversion_difference", "convert_checked", "fit_embeddings", "load_model",
            "own_tokenizer", "pretrained_tokenizer", "reference_of", "resolve_model"]
