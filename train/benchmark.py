@@ -5,6 +5,9 @@
         --seq-len 64 --reference --generate
     lineage benchmark --model gpt-124m-prenorm --task causal-lm --dtype bf16 --compile --json bench.json
 
+`--model` is read as every command reads it (`train.core.sources`): a preset, a config.json, or a folder or Hub id of a
+Lineage model or of a transformers checkpoint (its converted config); the weights are random either way.
+
 A training step is zero_grad, forward with labels, backward and an AdamW step on random tokens of the full length
 (`train.core.throughput`). `--warmup` steps run first and are not timed (they include compilation with
 `--compile`); then `--steps` steps are timed one by one and the median is reported as ms/step, tokens/s (B x T per

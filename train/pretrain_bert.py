@@ -2,6 +2,9 @@
 
     python -m train.pretrain_bert --recipe configs/recipes/bert-pretrain-tiny.yaml [--key value ...]
     accelerate launch -m train.pretrain_bert --recipe ... (one GPU, DDP, FSDP, several CPU processes)
+    python -m train.pretrain_bert --recipe bert-pretrain-tiny --model google-bert/bert-base-uncased --train_file docs.txt
+
+`--model` may be pretrained (`train.core.sources`): continued pretraining with the checkpoint's own tokenizer.
 
 Data: documents (`text`, optionally `sentences`) -> BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`)
 -> dynamic masking (`MaskedLMCollator`). With `nsp: false` the model is `...ForMaskedLM` (no pooler, no NSP

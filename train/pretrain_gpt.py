@@ -1,6 +1,11 @@
 """Pretrain GPT as a causal language model (Radford et al. 2018, section 3.1), then sample from it.
 
     python -m train.pretrain_gpt --recipe configs/recipes/gpt-pretrain-tiny.yaml [--key value ...]
+    python -m train.pretrain_gpt --recipe gpt-pretrain-tiny --model openai-community/gpt2 --train_file corpus.txt
+
+`--model` may be pretrained (`train.core.sources`: a Lineage folder or Hub id, or a GPT-2 / OpenAI GPT checkpoint
+converted on load): training continues from it with its own tokenizer, to which only a pad token (and an
+end-of-text token where it has none) is added.
 
 Data: documents joined by the end-of-text token and cut into full `max_seq_length` blocks
 (`train.core.data.prepare_causal_lm_dataset`); the loss is weighted by each process's predicted tokens

@@ -5,6 +5,11 @@ cross-entropy, and sacreBLEU of beam-search translations of the evaluation set.
 
     python -m train.train_translation --recipe configs/recipes/transformer-translation-tiny.yaml [--key value ...]
     python -m train.train_translation --recipe configs/recipes/rnn-translation-tiny.yaml
+    python -m train.train_translation --recipe transformer-translation-tiny --model Helsinki-NLP/opus-mt-en-de \\
+        --train_file pairs.json
+
+`--model` may be pretrained (`train.core.sources`: a Lineage folder or Hub id, or a Marian checkpoint converted on
+load) and brings its own tokenizer.
 
 Data: rows with `source` and `target` (the embedded English number words -> German by default).
 `label_smoothing` in the recipe overrides the model config's. Training runs the output projection on real
