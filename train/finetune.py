@@ -3,8 +3,8 @@ scratch.
 
     python -m train.finetune --recipe configs/recipes/bert-finetune-nli-tiny.yaml [--key value ...]
     python -m train.finetune --recipe ... --model outputs/bert-pretrain/model --task nli
-    python -m train.finetune --model google-bert/bert-base-uncased --task sequence-classification \\
-        --train_file reviews.csv --text_column review --label_column stars --output_dir outputs/reviews
+    python -m train.finetune --recipe bert-base-finetune --train_file reviews.csv --text_column review \\
+        --label_column stars --output_dir outputs/reviews   # google-bert/bert-base-uncased, converted on load
 
 `--model` is a preset, a Lineage folder or Hub id, or a transformers BERT / OpenAI GPT / GPT-2 checkpoint (folder or
 Hub id, converted on load and checked; `train.core.sources`); a pretrained model brings its own tokenizer.
