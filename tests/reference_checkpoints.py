@@ -73,9 +73,11 @@ def reference_model(name: str, tokenizer, dropout: float = 0.1, **config):
             **config)
     elif name.startswith(("GPT2", "OpenAIGPT")):
         cls = transformers.GPT2Config if name.startswith("GPT2") else transformers.OpenAIGPTConfig
-        ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id} if name.startswith("GPT2") else {}
+        ids = ({"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}
+               if name.startswith("GPT2") else {})
         cfg = cls(vocab_size=len(tokenizer), n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"],
-                  n_positions=s["positions"], resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout, **ids, **config)
+                  n_positions=s["positions"], resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout, **ids,
+                  **config)
     else:
         cfg = transformers.MarianConfig(
             vocab_size=len(tokenizer), decoder_vocab_size=len(tokenizer), d_model=s["hidden"], encoder_layers=2,
@@ -98,7 +100,8 @@ def save_reference(folder: Path, name: str, dropout: float = 0.1, **config) -> P
     return folder
 
 
-def put_in_hub_cache(folder: Path, cache: Path, repo_id: str, commit: str = "0123456789abcdef" * 2 + "01234567") -> Path:
+def put_in_hub_cache(folder: Path, cache: Path, repo_id: str, commit: str = "0123456789abcdef" * 2 + "01234567"
+                     ) -> Path:
     """Copy `folder` into the Hugging Face cache at `cache` as the `main` revision of the model repo `repo_id`
     (`models--org--name/snapshots/<commit>/...`, `refs/main`), the layout `huggingface_hub` reads offline."""
     repo = cache / ("models--" + repo_id.replace("/", "--"))

@@ -1,5 +1,5 @@
-"""`lineage convert` (train.convert): a reference checkpoint to Lineage and back, with the tokenizer and the parity figure
-in the card; refusals leave nothing behind."""
+"""`lineage convert` (train.convert): a reference checkpoint to Lineage and back, with the tokenizer and the parity
+figure in the card; refusals leave nothing behind."""
 
 import json
 

@@ -37,6 +37,8 @@ RUNS = {
                              "AutoModelForSequenceClassification"),
     "GPT2ForSequenceClassification": (pretrain_gpt, ["--dataset", "embedded:documents", "--pack_documents", "false"],
                                       "AutoModelForCausalLM"),
+    "BertModel": (finetune, ["--task", "token-classification", "--dataset", "embedded:ner"],
+                  "AutoModelForTokenClassification"),
     "MarianMTModel": (train_translation, ["--dataset", "embedded:translation", "--num_beams", "1",
                                           "--max_new_tokens", "8", "--label_smoothing", "0.1"],
                       "AutoModelForSeq2SeqLM"),
@@ -84,6 +86,14 @@ def test_a_reference_checkpoint_in_a_folder_trains_through_its_command(tmp_path,
     assert clean_logits(saved, auto, text, tmp_path) == pytest.approx(local_logits(saved, auto, text), abs=1e-5)
 
 
+@pytest.mark.parametrize("reference", sorted(sources.REFERENCE_CLASSES))
+def test_every_supported_reference_class_converts_on_load_within_the_tolerance(tmp_path, reference):
+    source = sources.resolve_model(str(save_reference(tmp_path / reference, reference)))
+    model = sources.load_model(source)
+    assert source.kind == "reference" and type(model).__name__.startswith("Lineage")
+    assert 0 <= source.report["conversion_max_abs_diff"] <= sources.CONVERSION_TOLERANCE
+
+
 def test_the_checkpoints_own_tokenizer_gets_lineages_tokens_and_mean_rows(tmp_path):
     folder = save_reference(tmp_path / "gpt2", "GPT2LMHeadModel")
     reference = transformers.GPT2LMHeadModel.from_pretrained(folder)
@@ -127,7 +137,8 @@ def test_pull_after_push_a_lineage_model_from_the_hub_cache_trains_further(tmp_p
     cache = tmp_path / "cache"
     snapshot = put_in_hub_cache(first / "model", cache, "someone/bert-sentiment")
     second = tmp_path / "second"
-    done = run_command("train.finetune", ["--recipe", "bert-finetune-nli-tiny", "--model", "someone/bert-sentiment", "--output_dir", str(second),
+    done = run_command("train.finetune", ["--recipe", "bert-finetune-nli-tiny", "--model", "someone/bert-sentiment",
+                                          "--output_dir", str(second),
                                           "--task", "sequence-classification", "--dataset", "embedded:sentiment",
                                           *QUICK], cache, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -146,7 +157,8 @@ def test_a_reference_checkpoint_from_the_hub_cache_continues_pretraining(tmp_pat
     cache = tmp_path / "cache"
     snapshot = put_in_hub_cache(save_reference(tmp_path / "gpt2", "GPT2LMHeadModel"), cache, "openai-community/gpt2-t")
     out = tmp_path / "run"
-    done = run_command("train.pretrain_gpt", ["--recipe", "gpt-pretrain-tiny", "--model", "openai-community/gpt2-t", "--model_revision", "main",
+    done = run_command("train.pretrain_gpt", ["--recipe", "gpt-pretrain-tiny", "--model", "openai-community/gpt2-t",
+                                              "--model_revision", "main",
                                               "--output_dir", str(out), "--dataset", "embedded:documents",
                                               "--pack_documents", "false", "--max_new_tokens", "4", *QUICK],
                        cache, tmp_path)
@@ -175,7 +187,8 @@ def test_an_unsupported_architecture_is_refused_listing_the_supported_classes(tm
 
 
 def test_an_uncached_hub_id_offline_names_the_id_and_the_variable(tmp_path):
-    with pytest.raises(sources.ModelSourceError, match=r"'nobody/not-cached' is no local folder, and as a Hub repo id it is not in the Hugging Face cache .* "
+    with pytest.raises(sources.ModelSourceError, match=r"'nobody/not-cached' is no local folder, and as a Hub repo id "
+                                                       r"it is not in the Hugging Face cache .* "
                                                        r"HF_HUB_OFFLINE=1 forbids downloading it"):
         finetune.main(["--model", "nobody/not-cached", "--output_dir", str(tmp_path / "out"), *QUICK])
     assert not (tmp_path / "out").exists()

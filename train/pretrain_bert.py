@@ -2,7 +2,7 @@
 
     python -m train.pretrain_bert --recipe configs/recipes/bert-pretrain-tiny.yaml [--key value ...]
     accelerate launch -m train.pretrain_bert --recipe ... (one GPU, DDP, FSDP, several CPU processes)
-    python -m train.pretrain_bert --recipe bert-pretrain-tiny --model google-bert/bert-base-uncased --train_file docs.txt
+    python -m train.pretrain_bert --recipe bert-pretrain-tiny --model google-bert/bert-base-uncased --train_file a.txt
 
 `--model` may be pretrained (`train.core.sources`): continued pretraining with the checkpoint's own tokenizer.
 

@@ -108,7 +108,8 @@ class ModelSource:
         if not self.pretrained:
             return f"preset `{self.name}` (fresh weights)"
         where = f"`{self.repo_id}` (revision {self.revision})" if self.repo_id else f"`{self.name}`"
-        return where + (f", a transformers `{self.reference_class}` converted to Lineage" if self.reference_class else "")
+        converted = f", a transformers `{self.reference_class}` converted to Lineage" if self.reference_class else ""
+        return where + converted
 
     def card_text(self) -> str:
         """The model card's sentence on where the weights started, with the conversion check."""
@@ -138,13 +139,13 @@ def resolve_model(name: str, revision: str | None = None, argument: str = "--mod
         return _read_folder(name, path, argument)
     if "/" not in name and name in available_presets():
         return ModelSource(name, "preset", load_model_config(name))
-    if HUB_ID.fullmatch(name) and not name.startswith("."):
+    if HUB_ID.fullmatch(name):
         folder, commit = _download(name, revision, argument)
         source = _read_folder(name, folder, argument)
         source.repo_id, source.revision = name, commit
         return source
-    raise ModelNotFoundError(f"{argument} {name!r} is neither a preset ({', '.join(available_presets())}), a config.json "
-                           "file, a model folder nor a Hub repo id (org/name)")
+    raise ModelNotFoundError(f"{argument} {name!r} is neither a preset ({', '.join(available_presets())}), a "
+                             "config.json file, a model folder nor a Hub repo id (org/name)")
 
 
 def _download(repo_id: str, revision: str | None, argument: str) -> tuple[Path, str]:
@@ -163,9 +164,9 @@ def _download(repo_id: str, revision: str | None, argument: str) -> tuple[Path, 
     except LocalEntryNotFoundError:
         if constants.HF_HUB_OFFLINE:
             raise ModelSourceError(
-                f"{argument} {repo_id!r}{at} is no local folder, and as a Hub repo id it is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
-                "HF_HUB_OFFLINE=1 forbids downloading it: download it once with the network on, or unset "
-                "HF_HUB_OFFLINE") from None
+                f"{argument} {repo_id!r}{at} is no local folder, and as a Hub repo id it is not in the Hugging Face "
+                f"cache ({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE=1 forbids downloading it: download it once with "
+                "the network on, or unset HF_HUB_OFFLINE") from None
         raise ModelSourceError(f"{argument} {repo_id!r}{at} could not be downloaded (no network?) and is not "
                                f"in the Hugging Face cache ({constants.HF_HUB_CACHE})") from None
     except RevisionNotFoundError:
@@ -205,7 +206,8 @@ def _read_folder(name: str, folder: Path, argument: str) -> ModelSource:
     try:
         config = REFERENCE_CLASSES[architecture].config_to_lineage(reference_config)
     except ValueError as error:
-        raise UnsupportedCheckpointError(f"{argument} {name!r}: this {architecture} does not convert: {error}") from None
+        raise UnsupportedCheckpointError(f"{argument} {name!r}: this {architecture} does not convert: {error}") \
+            from None
     return ModelSource(name, "reference", config, folder, reference_class=architecture)
 
 
@@ -425,7 +427,8 @@ def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
                 tensor[old:] = tensor[:old].mean(0)
             logits_bias = getattr(model, "final_logits_bias", None)
             if logits_bias is not None and logits_bias.shape[-1] == old:  # (1, V)
-                model.final_logits_bias = torch.cat([logits_bias, logits_bias.mean(-1, keepdim=True).expand(1, new - old)], -1)
+                added = logits_bias.mean(-1, keepdim=True).expand(1, new - old)  # (1, new - old)
+                model.final_logits_bias = torch.cat([logits_bias, added], -1)
         PartialState().print(f"embeddings: {old} -> {new} rows for the tokenizer's added tokens (mean of the "
                              "existing rows)")
         report["added_embedding_rows"] = new - old
