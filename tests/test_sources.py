@@ -245,10 +245,16 @@ def test_presets_hub_ids_and_paths_are_told_apart(tmp_path):
         sources.resolve_model("bert-huge")
     with pytest.raises(RecipeError, match="is neither a preset"):
         sources.resolve_model(str(tmp_path / "missing" / "model"))
+    with pytest.raises(RecipeError, match="recipe key 'model_revision' \\('v1'\\) selects a version of a Hub repo"):
+        sources.resolve_model("bert-tiny", "v1")
     assert sources.HUB_ID.fullmatch("google-bert/bert-base-uncased") and not sources.HUB_ID.fullmatch("a/b/c")
     lineage = tmp_path / "lineage"
     modeling.LineageBertForMaskedLM(sources.resolve_model("bert-tiny").config).save_pretrained(lineage)
     assert sources.resolve_model(str(lineage)).kind == "lineage"
+    (tmp_path / "lineage-run").mkdir()
+    lineage = lineage.rename(tmp_path / "lineage-run" / "model")
+    with pytest.raises(RecipeError, match=r"has no config.json \(a run saves its model in .*lineage-run/model\)"):
+        sources.resolve_model(str(tmp_path / "lineage-run"))
     with pytest.raises(RecipeError, match="no tokenizer files .* give the checkpoint's tokenizer with --tokenizer"):
         finetune.main(["--model", str(lineage), "--output_dir", str(tmp_path / "o"), *QUICK])
     assert not (tmp_path / "o").exists()

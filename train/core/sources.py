@@ -133,13 +133,17 @@ def lineage_version() -> str:
 def resolve_model(name: str, revision: str | None = None, argument: str = "--model") -> ModelSource:
     """The `ModelSource` of `name` (module docstring); nothing is loaded but configs."""
     path = Path(name)
+    hub = not path.exists() and "/" in name and HUB_ID.fullmatch(name) is not None
+    if revision is not None and not hub:
+        raise ModelSourceError(f"recipe key 'model_revision' ({revision!r}) selects a version of a Hub repo; "
+                               f"{argument} {name!r} is a local file, folder or preset: leave model_revision unset")
     if path.is_file() and path.suffix == ".json":
         return ModelSource(name, "preset", load_model_config(name))
     if path.is_dir():
         return _read_folder(name, path, argument)
     if "/" not in name and name in available_presets():
         return ModelSource(name, "preset", load_model_config(name))
-    if HUB_ID.fullmatch(name):
+    if hub:
         folder, commit = _download(name, revision, argument)
         source = _read_folder(name, folder, argument)
         source.repo_id, source.revision = name, commit
@@ -181,7 +185,8 @@ def _download(repo_id: str, revision: str | None, argument: str) -> tuple[Path, 
 def _read_folder(name: str, folder: Path, argument: str) -> ModelSource:
     config_file = folder / "config.json"
     if not config_file.is_file():
-        raise ModelSourceError(f"{argument} {name!r} is not a saved model folder: it has no config.json")
+        hint = f" (a run saves its model in {folder / 'model'})" if (folder / "model" / "config.json").is_file() else ""
+        raise ModelSourceError(f"{argument} {name!r} is not a saved model folder: it has no config.json{hint}")
     fields = json.loads(config_file.read_text())
     model_type = fields.get("model_type")
     if model_type in LINEAGE_MODEL_TYPES:
