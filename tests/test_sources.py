@@ -118,6 +118,18 @@ def test_the_checkpoints_own_tokenizer_gets_lineages_tokens_and_mean_rows(tmp_pa
     assert len(bert_tokenizer) == bert.config.vocab_size
     pair = bert_tokenizer("a cat", "a dog")
     assert pair["token_type_ids"][-1] == 1 and bert_tokenizer.convert_ids_to_tokens(pair["input_ids"][0]) == "[CLS]"
+    # Marian: the logits bias grows with the vocabulary, its new entries the mean of the old
+    marian = sources.resolve_model(str(save_reference(tmp_path / "marian", "MarianMTModel")))
+    marian_tokenizer = sources.pretrained_tokenizer(marian)
+    model = sources.load_model(marian, "AutoModelForSeq2SeqLM")
+    model.final_logits_bias.normal_()
+    before = model.final_logits_bias.clone()  # (1, V)
+    marian_tokenizer.add_tokens(["<new-1>", "<new-2>"])
+    assert sources.fit_embeddings(model, marian_tokenizer) == {"added_embedding_rows": 2}
+    assert model.final_logits_bias.shape == (1, len(marian_tokenizer))
+    torch.testing.assert_close(model.final_logits_bias[0, -2:], before.mean().expand(2))
+    ids = torch.tensor([[len(marian_tokenizer) - 1, 5, 2]])
+    assert model(input_ids=ids, decoder_input_ids=ids).logits.shape[-1] == len(marian_tokenizer)
 
 
 def run_command(module: str, args: list[str], cache: Path, cwd: Path) -> subprocess.CompletedProcess:

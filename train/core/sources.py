@@ -423,6 +423,8 @@ def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
     if new > old:
         head = model.get_output_embeddings()
         tied = head is not None and head.weight is embedding.weight
+        logits_bias = getattr(model, "final_logits_bias", None)  # (1, V), Marian's
+        logits_bias = None if logits_bias is None else logits_bias.clone()
         model.resize_token_embeddings(new, mean_resizing=False)
         embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
         with torch.no_grad():
@@ -430,8 +432,7 @@ def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
             tensors += [head.bias] if head is not None and getattr(head, "bias", None) is not None else []
             for tensor in tensors:
                 tensor[old:] = tensor[:old].mean(0)
-            logits_bias = getattr(model, "final_logits_bias", None)
-            if logits_bias is not None and logits_bias.shape[-1] == old:  # (1, V)
+            if logits_bias is not None:
                 added = logits_bias.mean(-1, keepdim=True).expand(1, new - old)  # (1, new - old)
                 model.final_logits_bias = torch.cat([logits_bias, added], -1)
         PartialState().print(f"embeddings: {old} -> {new} rows for the tokenizer's added tokens (mean of the "
