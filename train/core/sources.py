@@ -47,7 +47,6 @@ from tokenizers import processors
 
 import modeling
 from modeling.conversion import CONVERSIONS, from_transformers, to_transformers
-from modeling.layers import LineageLinear
 from train.core.recipes import RecipeError, available_presets, load_model_config
 from train.core.tokenization import GPT_SPECIAL_TOKENS, END_OF_TEXT
 
@@ -229,13 +228,21 @@ def _check_weights(name: str, folder: Path, argument: str) -> None:
 
 
 @contextmanager
-def _exact_kernels():
-    """Lineage's linear layers on `F.linear`, the reference's kernel, so the check measures the conversion only."""
-    fast, LineageLinear.fast_cpu_inference = LineageLinear.fast_cpu_inference, False
+def _exact_kernels(model: torch.nn.Module):
+    """Lineage's linear layers on `F.linear`, the reference's kernel (their `fast_cpu_inference` switch off), so the
+    check measures the conversion only."""
+    classes = {type(m) for m in model.modules() if hasattr(type(m), "fast_cpu_inference")}
+    own = {c: vars(c)["fast_cpu_inference"] for c in classes if "fast_cpu_inference" in vars(c)}
+    for c in classes:
+        c.fast_cpu_inference = False
     try:
         yield
     finally:
-        LineageLinear.fast_cpu_inference = fast
+        for c in classes:
+            if c in own:
+                c.fast_cpu_inference = own[c]
+            else:
+                del c.fast_cpu_inference
 
 
 def conversion_difference(reference: torch.nn.Module, converted: torch.nn.Module) -> float:
@@ -247,7 +254,7 @@ def conversion_difference(reference: torch.nn.Module, converted: torch.nn.Module
     if config.is_encoder_decoder:
         inputs["decoder_input_ids"] = ids[:, : CHECK_TOKENS // 2]
     outputs = []
-    with _exact_kernels(), torch.no_grad():
+    with _exact_kernels(converted), torch.no_grad():
         for model in (reference, converted):
             was_training = model.training
             outputs.append(model.eval()(**inputs))
