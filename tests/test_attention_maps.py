@@ -128,7 +128,7 @@ def test_a_reference_model_folder_is_converted_and_gives_its_own_attention(token
     reference.save_pretrained(tmp_path / "reference")
     tokenizer.save_pretrained(tmp_path / "reference")
     run(tmp_path / "reference", tmp_path / "maps")
-    assert "from_transformers" in capsys.readouterr().out
+    assert "a transformers `BertForMaskedLM` converted to Lineage" in capsys.readouterr().out
     with torch.no_grad():
         expected = reference(**tokenizer(TEXT, return_tensors="pt"), output_attentions=True).attentions
     np.testing.assert_allclose(np.load(tmp_path / "maps" / "self.npy"), torch.cat(expected).numpy(), atol=1e-5)
@@ -263,7 +263,7 @@ def assert_nothing_written(parent, out) -> None:
 
 def test_a_folder_that_is_no_supported_model_is_refused(tmp_path):
     transformers.ElectraConfig(architectures=["ElectraModel"]).save_pretrained(tmp_path / "electra")
-    with pytest.raises(AttentionInputError, match=r"ElectraModel.*supported reference models: BertForMaskedLM"):
+    with pytest.raises(AttentionInputError, match=r"ElectraModel.*transformers classes BertForMaskedLM"):
         run(tmp_path / "electra", tmp_path / "maps")
     with pytest.raises(AttentionInputError, match="--model .*missing"):
         run(tmp_path / "missing", tmp_path / "maps")

@@ -127,11 +127,14 @@ def test_command_writes_the_files_and_refuses_bad_input(tmp_path, capsys):
     with pytest.raises(SystemExit):
         export.main(["--model", str(folder), "--out", str(tmp_path / "o"), "--format", "tflite"])
     assert "--format: invalid choice: 'tflite'" in capsys.readouterr().err
-    with pytest.raises(FileNotFoundError, match="is not a saved model folder: it has no config.json"):
+    with pytest.raises(ValueError, match="is neither a preset .* nor a Hub repo id"):
         export.main(["--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
-    (tmp_path / "bert-ref").mkdir()
-    (tmp_path / "bert-ref" / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    with pytest.raises(ValueError, match="holds a 'bert' model, not a Lineage one"):
-        export.main(["--model", str(tmp_path / "bert-ref"), "--out", str(tmp_path / "o")])
+    (tmp_path / "roberta").mkdir()
+    (tmp_path / "roberta" / "config.json").write_text(json.dumps({"model_type": "roberta"}))
+    (tmp_path / "roberta" / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match="model_type 'roberta'.*Lineage cannot convert; supported checkpoints"):
+        export.main(["--model", str(tmp_path / "roberta"), "--out", str(tmp_path / "o")])
+    with pytest.raises(ValueError, match="is a preset, which has no trained weights"):
+        export.main(["--model", "bert-tiny", "--out", str(tmp_path / "o")])
     with pytest.raises(ValueError, match="format must be one of torch, onnx, got 'tflite'"):
         export.export_model(LineageBertForSequenceClassification(preset("bert-tiny")), tmp_path / "o", "tflite")

@@ -172,19 +172,27 @@ def test_relative_positions_under_a_kernel_without_bias_cannot_mask_documents(at
         assert document_masking_error(config) is None
 
 
-def test_pack_documents_refuses_a_model_that_cannot_mask_documents(tmp_path):
-    """A transformers OpenAIGPT folder: its attention ignores restarting positions; refused before training."""
+def test_a_transformers_gpt_folder_is_converted_and_trains_on_packed_documents(tmp_path):
+    """A transformers OpenAIGPT folder (its own attention ignores restarting positions) is converted on load into a
+    Lineage GPT, whose attention keeps each document to itself."""
     folder = tmp_path / "openai-gpt"
     config = OpenAIGPTConfig(vocab_size=300, n_positions=64, n_embd=32, n_layer=1, n_head=4)
     OpenAIGPTLMHeadModel(config).save_pretrained(folder)
     tokenizer = train_tokenizer("gpt", ["a few words of text"] * 20, 300, model_max_length=64)
     tokenizer.save_pretrained(folder)
     argv = ["--recipe", "gpt-pretrain-tiny", "--output_dir", str(tmp_path / "run"),
-            "--model", str(folder), "--max_seq_length", "32", "--progress_bar", "false"]
-    with pytest.raises(RecipeError, match="recipe key 'pack_documents' is true but OpenAIGPTLMHeadModel is not a "
-                                          "Lineage GPT.*set 'pack_documents: false'"):
-        pretrain_gpt.main(argv)
-    assert not (tmp_path / "run" / "checkpoints").exists()
+            "--model", str(folder), "--max_seq_length", "32", "--progress_bar", "false", "--max_steps", "1",
+            "--train_size", "8", "--eval_size", "4", "--report_to", "none", "--max_new_tokens", "2"]
+    results, _ = pretrain_gpt.main(argv)
+    assert results["converted_from"] == "OpenAIGPTLMHeadModel" and results["steps"] == 1
+
+
+def test_pack_documents_refuses_attention_that_cannot_mask_documents():
+    model = build("sdpa", position_embedding_type="relative-keys", **RELATIVE)
+    model.config._attn_implementation = "flex_attention"
+    with pytest.raises(RecipeError, match="recipe key 'pack_documents' is true but relative positions .*under "
+                                          "`attn_implementation='flex_attention'`.*set 'pack_documents: false'"):
+        pretrain_gpt.check_document_packing(model)
 
 
 def test_a_block_longer_than_the_position_table_is_refused_before_training(tmp_path):

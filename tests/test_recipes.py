@@ -27,8 +27,9 @@ def test_every_shipped_recipe_loads_and_names_an_existing_preset(path, tmp_path,
     recipe = load_recipe(path.stem)
     assert recipe == load_recipe(path)  # by name or by path: the same file
     assert isinstance(recipe, Recipe)
-    # a preset, or the output folder of an earlier step (main-*-nli fine-tune main-*-pretrain's model)
-    assert recipe.model in available_presets() or recipe.model.startswith("outputs/")
+    # a preset, the output folder of an earlier step (main-*-nli fine-tune main-*-pretrain's model), or a Hub id
+    assert (recipe.model in available_presets() or recipe.model.startswith("outputs/")
+            or recipe.model == "google-bert/bert-base-uncased")
 
 
 def test_overrides_both_forms_and_yaml_values(tmp_path):

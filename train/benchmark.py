@@ -5,6 +5,9 @@
         --seq-len 64 --reference --generate
     lineage benchmark --model gpt-124m-prenorm --task causal-lm --dtype bf16 --compile --json bench.json
 
+`--model` is read as every command reads it (`train.core.sources`): a preset, a config.json, or a folder or Hub id of a
+Lineage model or of a transformers checkpoint (its converted config); the weights are random either way.
+
 A training step is zero_grad, forward with labels, backward and an AdamW step on random tokens of the full length
 (`train.core.throughput`). `--warmup` steps run first and are not timed (they include compilation with
 `--compile`); then `--steps` steps are timed one by one and the median is reported as ms/step, tokens/s (B x T per
@@ -35,7 +38,7 @@ import yaml
 from transformers import CompileConfig
 
 from modeling.conversion import to_transformers
-from train.core import throughput
+from train.core import sources, throughput
 from train.core.compilation import compile_model, compiler_error
 from train.core.recipes import (
     available_presets,
@@ -48,8 +51,9 @@ REFERENCE_FAMILIES = ("lineage-gpt", "lineage-bert", "lineage-transformer")
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
-    parser.add_argument("--model", required=True, help=f"a preset ({', '.join(available_presets())}), a config.json "
-                                                       "or a saved model folder (its config; weights are random)")
+    parser.add_argument("--model", required=True, help=f"a preset ({', '.join(available_presets())}), a config.json, "
+                                                       "a model folder or Hub id, Lineage or a supported transformers "
+                                                       "checkpoint (its config, converted; weights are random)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of the model config (repeatable; YAML values), e.g. "
                              "sinusoidal_layout=split for the Marian reference")
@@ -75,12 +79,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        config = load_model_config(args.model, **config_overrides(args.model, args.config))
+        config = model_config(args.model, config_overrides(args.model, args.config))
         check_arguments(args, config, device())
     except (ValueError, FileNotFoundError) as error:  # RecipeError is a ValueError
         parser.error(str(error))
     args.config = config
     return args
+
+
+def model_config(model: str, overrides: dict):
+    """The Lineage config `--model` names (`train.core.sources`: converted for a transformers checkpoint), with
+    `overrides`."""
+    source = sources.resolve_model(model)
+    if not source.pretrained:
+        return load_model_config(model, **overrides)
+    return type(source.config).from_dict({**source.config.to_dict(), **overrides})
 
 
 def config_overrides(model: str, pairs: list[str]) -> dict:
@@ -89,7 +102,7 @@ def config_overrides(model: str, pairs: list[str]) -> dict:
         raise ValueError(f"--config expects KEY=VALUE, got {', '.join(p for p in pairs if '=' not in p)}")
     overrides = {key: yaml.safe_load(value) for key, value in (pair.split("=", 1) for pair in pairs)}
     if overrides:
-        check_model_overrides(overrides, load_model_config(model))
+        check_model_overrides(overrides, sources.resolve_model(model).config)
     return overrides
 
 

@@ -36,6 +36,8 @@ COMMANDS: dict[str, Command] = {
     "train train_tokenizer": Command("train_tokenizer", "train a WordPiece, byte-level BPE or seq2seq BPE tokenizer"),
     "attention-maps": Command("attention_maps", "attention maps of one input: PNG heatmaps, raw weights, a web page"),
     "benchmark": Command("benchmark", "time training steps and generation of a preset, alone or against transformers"),
+    "convert": Command("convert", "convert a model between Lineage and transformers (a folder or Hub id in, a folder "
+                                  "out), with its tokenizer and the parity figure"),
     "configs": Command("list_configs", "list the shipped presets, recipes and accelerate configs, or print one's path"),
     "export": Command("export", "export a saved model with torch.export, as ExportedPrograms or as ONNX"),
     "python-docs": Command("python_docs", "write the Python reference manual's topics as a text corpus (the data of "

@@ -1,6 +1,9 @@
 """Export a saved Lineage model's inference forward with `torch.export`, as ExportedPrograms or as ONNX.
 
     python -m train.export --model outputs/bert-finetune-nli-tiny/model --out exported/ [--format torch|onnx]
+    python -m train.export --model openai-community/gpt2 --out exported/gpt2   # converted to Lineage on load
+
+`--model` is a Lineage folder or Hub id, or a supported transformers checkpoint (`train.core.sources`).
 
 What is exported, per family (batch and lengths are dynamic):
 
@@ -28,10 +31,10 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.export import Dim
-from transformers import AutoConfig, DynamicCache
+from transformers import DynamicCache
 
-import modeling
 from modeling.linear import LineageLinear
+from train.core import sources
 
 FORMATS = ("torch", "onnx")
 _OUTPUT_SKIP = ("loss", "hidden_states", "attentions", "past_key_values")
@@ -178,25 +181,14 @@ def programs(model) -> list[tuple]:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def load_lineage_model(folder: str | Path):
-    """The model saved in `folder` (its `architectures` class), refusing a folder that holds no Lineage model."""
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder} is not a saved model folder: it has no config.json")
-    fields = json.loads((folder / "config.json").read_text())
-    families = sorted(config.model_type for config, _, _ in modeling._FAMILIES)
-    if fields.get("model_type") not in families:
-        raise ValueError(f"{folder} holds a {fields.get('model_type')!r} model, not a Lineage one "
-                         f"(model_type one of {', '.join(families)})")
-    if not any(folder.glob("*.safetensors")) and not any(folder.glob("pytorch_model*.bin")):
-        raise FileNotFoundError(f"--model {folder}: the folder has a config.json but no weights (model.safetensors); "
-                                f"give the folder a run published, <output_dir>/model")
-    config = AutoConfig.from_pretrained(folder)
-    architecture = (fields.get("architectures") or [""])[0]
-    model_class = getattr(modeling, architecture, None)
-    if model_class is None:
-        raise ValueError(f"{folder}: unknown architecture {architecture!r} in config.json")
-    return model_class.from_pretrained(folder, config=config).eval()
+def load_lineage_model(name: str, revision: str | None = None):
+    """The model that `--model` names (`train.core.sources`: a Lineage folder or Hub id, or a transformers reference
+    checkpoint converted and checked on load), in eval mode; a preset (no trained weights) is refused."""
+    source = sources.resolve_model(str(name), revision)
+    if not source.pretrained:
+        raise sources.ModelSourceError(f"--model {name!r} is a preset, which has no trained weights to export; give a "
+                                       "saved model folder or Hub id")
+    return sources.load_model(source).eval()
 
 
 def export_model(model, out_dir: str | Path, fmt: str = "torch") -> dict[str, dict]:
@@ -233,7 +225,9 @@ def _to_onnx(program, path: Path, input_names: list[str], output_names: list[str
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="a saved Lineage model folder")
+    parser.add_argument("--model", required=True, help="a saved model folder or Hub id (Lineage, or a supported "
+                                                       "transformers checkpoint, converted on load)")
+    parser.add_argument("--revision", default=None, help="Hub branch, tag or commit of --model")
     parser.add_argument("--out", required=True, help="folder for the exported files")
     parser.add_argument("--format", default="torch", choices=FORMATS, help="torch: .pt2 ExportedPrograms; onnx: .onnx")
     return parser.parse_args(argv)
@@ -241,7 +235,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict]:
     args = parse_args(argv)
-    manifest = export_model(load_lineage_model(args.model), args.out, args.format)
+    manifest = export_model(load_lineage_model(args.model, args.revision), args.out, args.format)
     for name, entry in manifest.items():
         inputs, outputs = ", ".join(entry["inputs"]), ", ".join(entry["outputs"])
         print(f"{name}: {Path(args.out) / entry['file']} ({inputs} -> {outputs})")

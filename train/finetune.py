@@ -1,8 +1,13 @@
-"""Fine-tune BERT or GPT on a downstream task (the second step of both papers), from a saved pretrained
-folder or from scratch.
+"""Fine-tune BERT or GPT on a downstream task (the second step of both papers), from pretrained weights or from
+scratch.
 
     python -m train.finetune --recipe bert-finetune-nli-tiny [--key value ...]
     python -m train.finetune --recipe ... --model outputs/bert-pretrain/model --task nli
+    python -m train.finetune --recipe bert-base-finetune --train_file reviews.csv --text_column review \\
+        --label_column stars --output_dir outputs/reviews   # google-bert/bert-base-uncased, converted on load
+
+`--model` is a preset, a Lineage folder or Hub id, or a transformers BERT / OpenAI GPT / GPT-2 checkpoint (folder or
+Hub id, converted on load and checked; `train.core.sources`); a pretrained model brings its own tokenizer.
 
 Tasks (`task`): `sequence-classification` (single text; default data embedded:sentiment), `nli` (premise /
 hypothesis pairs; embedded:nli), for BERT and GPT; `token-classification` (embedded:ner) and
@@ -27,13 +32,13 @@ import torch
 
 from train.core.collators import PaddingCollator
 from train.core.common import (build_model, check_sequence_room, forward_options, get_tokenizer, load_splits,
-                               unpadding_on_gpu)
+                               model_source, unpadding_on_gpu)
 from train.core.data import tokenize_dataset
 from train.core.engine import Engine, seed_everything
 from train.core.labels import class_labels
 from train.core.lora import apply_lora, merge_lora
 from train.metrics import load_metric
-from train.core.recipes import RecipeError, is_model_folder, load_model_config, parse_args
+from train.core.recipes import RecipeError, parse_args
 
 DEFAULT_RECIPE = "bert-finetune-nli-tiny"
 # task -> (default data, columns text / pair / label, data.tokenize_dataset task, Auto class)
@@ -90,9 +95,11 @@ def main(argv: list[str] | None = None):
         raise RecipeError(f"recipe key 'task' must be one of {', '.join(TASKS)}, got {recipe.task!r}")
     seed_everything(recipe.seed)
     default_data, (text, pair, label), encode_task, auto_class = TASKS[recipe.task]
-    family = FAMILIES.get(load_model_config(recipe.model).model_type)
-    if family is None or (family == "gpt" and encode_task != "classification"):
-        raise RecipeError(f"task {recipe.task!r} is not available for model {recipe.model!r}")
+    source = model_source(recipe, "finetune", ("bert", "gpt"))
+    family = source.family
+    if family == "gpt" and encode_task != "classification":
+        raise RecipeError(f"recipe key 'task': {recipe.task!r} needs a BERT model; {recipe.model!r} is a GPT model, "
+                          "whose heads serve the tasks sequence-classification and nli")
     text, pair, label = recipe.text_column or text, recipe.text_pair_column or pair, recipe.label_column or label
     columns = [c for c in (text, pair, label) if c] + (["answers"] if encode_task == "qa" else [])
     train_rows, eval_rows = load_splits(recipe, columns, default_data)
@@ -105,15 +112,15 @@ def main(argv: list[str] | None = None):
 
     names = None
     if encode_task == "classification":  # checked before a tokenizer is trained or anything is written
-        sources = (recipe.train_file or recipe.dataset or default_data,
+        files = (recipe.train_file or recipe.dataset or default_data,
                    recipe.validation_file or f"{recipe.dataset or default_data} (validation)")
-        names, train_rows, eval_rows = class_labels(train_rows, eval_rows, label, sources, recipe.skip_unlabeled)
-    tokenizer = get_tokenizer(recipe, family, texts)
+        names, train_rows, eval_rows = class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
+    tokenizer = get_tokenizer(recipe, family, texts, source)
     check_sequence_room(recipe, tokenizer, 2 if pair else 1, f"{recipe.task} with a {family} template")
     fields = _label_fields(names if names is not None else _label_names(train_rows, label))
     if family == "gpt":
         fields["lm_loss_weight"] = recipe.lm_loss_weight
-    model = build_model(recipe, auto_class, tokenizer, family, **fields)
+    model = build_model(recipe, auto_class, tokenizer, family, source, **fields)
     if recipe.lora is not None:
         model = apply_lora(model, recipe.lora)
     encode = {"classification": {"text_column": text, "text_pair_column": pair, "label_column": label,
@@ -128,9 +135,10 @@ def main(argv: list[str] | None = None):
         results = engine.train()
     if recipe.lora is not None:
         merge_lora(engine, Path(recipe.output_dir) / "adapter")
-    start = f"from `{recipe.model}`" if is_model_folder(recipe.model) else f"from scratch (preset `{recipe.model}`)"
+    results.update(source.report)
     folder = engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file or default_data,
-                                              "description": f"Fine-tuned for {recipe.task} {start}."})
+                                              "description": f"Fine-tuned for {recipe.task}. {source.card_text()}",
+                                              "base_model": source.repo_id})
     return results, folder
 
 

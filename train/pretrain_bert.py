@@ -2,6 +2,9 @@
 
     python -m train.pretrain_bert --recipe bert-pretrain-tiny [--key value ...]
     accelerate launch -m train.pretrain_bert --recipe ... (one GPU, DDP, FSDP, several CPU processes)
+    python -m train.pretrain_bert --recipe bert-pretrain-tiny --model google-bert/bert-base-uncased --train_file a.txt
+
+`--model` may be pretrained (`train.core.sources`): continued pretraining with the checkpoint's own tokenizer.
 
 Data: documents (`text`, optionally `sentences`) -> BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`)
 -> dynamic masking (`MaskedLMCollator`). With `nsp: false` the model is `...ForMaskedLM` (no pooler, no NSP
@@ -20,7 +23,7 @@ import torch
 
 from train.core.collators import MaskedLMCollator
 from train.core.common import (build_model, check_sequence_room, forward_options, get_tokenizer, load_splits,
-                               unpadding_on_gpu)
+                               model_source, unpadding_on_gpu)
 from train.core.data import prepare_nsp_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -62,10 +65,12 @@ def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str,
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
+    source = model_source(recipe, "pretrain_bert", ("bert",))
     train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
-    tokenizer = get_tokenizer(recipe, "bert", lambda: train_docs["text"])
+    tokenizer = get_tokenizer(recipe, "bert", lambda: train_docs["text"], source=source)
     check_sequence_room(recipe, tokenizer, 2, "BERT pretraining's sentence pairs")
-    model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert")
+    model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert",
+                        source)
     train_data = prepare_nsp_dataset(train_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed)
     eval_data = prepare_nsp_dataset(eval_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed + 1) if eval_docs else None
     if not recipe.nsp:
@@ -77,9 +82,11 @@ def main(argv: list[str] | None = None):
                     loss_fn=make_loss_fn(recipe.nsp), predict_fn=predict, metrics_fn=metrics)
     with forward_options(model, sparse_prediction=True, **unpadding_on_gpu(model, engine.accelerator.device)):
         results = engine.train()
+    results.update(source.report)
     folder = engine.save_final(results, card={
-        "dataset_name": recipe.dataset or recipe.train_file or "embedded:documents",
-        "description": "Pretrained with masked-LM" + (" and next-sentence prediction." if recipe.nsp else ".")})
+        "dataset_name": recipe.dataset or recipe.train_file or "embedded:documents", "base_model": source.repo_id,
+        "description": "Pretrained with masked-LM" + (" and next-sentence prediction. " if recipe.nsp else ". ")
+                       + (source.card_text() if source.pretrained else "")})
     return results, folder
 
 

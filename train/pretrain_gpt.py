@@ -1,6 +1,11 @@
 """Pretrain GPT as a causal language model (Radford et al. 2018, section 3.1), then sample from it.
 
     python -m train.pretrain_gpt --recipe gpt-pretrain-tiny [--key value ...]
+    python -m train.pretrain_gpt --recipe gpt-pretrain-tiny --model openai-community/gpt2 --train_file corpus.txt
+
+`--model` may be pretrained (`train.core.sources`: a Lineage folder or Hub id, or a GPT-2 / OpenAI GPT checkpoint
+converted on load): training continues from it with its own tokenizer, to which only a pad token (and an
+end-of-text token where it has none) is added.
 
 Data: documents joined by the end-of-text token and cut into full `max_seq_length` blocks
 (`train.core.data.prepare_causal_lm_dataset`); the loss is weighted by each process's predicted tokens
@@ -16,7 +21,7 @@ import torch
 
 from modeling.packing import document_masking_error
 from train.core.collators import CausalLMCollator
-from train.core.common import build_model, check_sequence_room, get_tokenizer, load_splits
+from train.core.common import build_model, check_sequence_room, get_tokenizer, load_splits, model_source
 from train.core.data import prepare_causal_lm_dataset
 from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
@@ -50,9 +55,9 @@ def loss_fn(outputs, batch, engine) -> torch.Tensor:
 
 
 def check_document_packing(model) -> None:
-    """`pack_documents` needs a model that keeps attention within each document of a packed row."""
-    problem = (document_masking_error(model.config) if model.config.model_type == "lineage-gpt"
-               else f"{type(model).__name__} is not a Lineage GPT, whose attention splits rows at restarting positions")
+    """`pack_documents` needs attention that keeps within each document of a packed row (every `--model` source is a
+    Lineage GPT by now: a transformers checkpoint was converted on load)."""
+    problem = document_masking_error(model.config)
     if problem is not None:
         raise RecipeError(f"recipe key 'pack_documents' is true but {problem}; set 'pack_documents: false' to "
                           "train on blocks whose documents attend to each other")
@@ -61,10 +66,11 @@ def check_document_packing(model) -> None:
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
+    source = model_source(recipe, "pretrain_gpt", ("gpt",))
     train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
-    tokenizer = get_tokenizer(recipe, "gpt", lambda: train_docs["text"])
+    tokenizer = get_tokenizer(recipe, "gpt", lambda: train_docs["text"], source=source, templates=False)
     check_sequence_room(recipe, tokenizer, 1, "causal-LM blocks (a token and the next one it predicts)", minimum=2)
-    model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt")
+    model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt", source)
     if recipe.pack_documents:
         check_document_packing(model)
     train_data = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length,
@@ -84,8 +90,11 @@ def main(argv: list[str] | None = None):
         engine.accelerator.print(f"sample: {text}")
     results.update({f"sample_{i}": text for i, text in enumerate(samples)})
     extra = "\n## Samples\n\n" + "\n".join(f"- {s!r}" for s in samples) + "\n" if samples else ""
+    results.update(source.report)
     folder = engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file or "embedded:documents",
-                                              "description": "Pretrained as a causal language model.", "extra": extra})
+                                              "description": "Pretrained as a causal language model. "
+                                                             + (source.card_text() if source.pretrained else ""),
+                                              "base_model": source.repo_id, "extra": extra})
     return results, folder
 
 

@@ -5,6 +5,11 @@ cross-entropy, and sacreBLEU of beam-search translations of the evaluation set.
 
     python -m train.train_translation --recipe transformer-translation-tiny [--key value ...]
     python -m train.train_translation --recipe rnn-translation-tiny
+    python -m train.train_translation --recipe transformer-translation-tiny --model Helsinki-NLP/opus-mt-en-de \\
+        --train_file pairs.json
+
+`--model` may be pretrained (`train.core.sources`: a Lineage folder or Hub id, or a Marian checkpoint converted on
+load) and brings its own tokenizer.
 
 Data: rows with `source` and `target` (the embedded English number words -> German by default).
 `label_smoothing` in the recipe overrides the model config's. Training runs the output projection on real
@@ -17,7 +22,8 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import Seq2SeqCollator
-from train.core.common import build_model, check_sequence_room, forward_options, get_tokenizer, load_splits
+from train.core.common import (build_model, check_sequence_room, forward_options, get_tokenizer, load_splits,
+                               model_source)
 from train.core.data import tokenize_dataset
 from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
@@ -56,14 +62,16 @@ def make_metrics_fn(tokenizer):
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
+    source = model_source(recipe, "train_translation", ("seq2seq",))
     columns = ("source", "target")
     train_rows, eval_rows = load_splits(recipe, columns, "embedded:translation")
-    tokenizer = get_tokenizer(recipe, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
+    tokenizer = get_tokenizer(recipe, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])],
+                              source=source)
     check_sequence_room(recipe, tokenizer, 1, "a seq2seq source or target (text </s>)")
     fields = {}
     if recipe.label_smoothing is not None:
         fields["label_smoothing"] = recipe.label_smoothing
-    model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", **fields)
+    model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", source, **fields)
     lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
     train_data = tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths)
     eval_data = tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths) if eval_rows else None
@@ -82,8 +90,11 @@ def main(argv: list[str] | None = None):
         pairs = list(zip(sources, decode(tokenizer, out)))
         results.update({f"sample_{i}": f"{s} -> {t}" for i, (s, t) in enumerate(pairs)})
         extra = "\n## Samples\n\n" + "\n".join(f"- {s!r} -> {t!r}" for s, t in pairs) + "\n"
+    results.update(source.report)
     folder = engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file or "embedded:translation",
-                                              "description": "Trained for translation with teacher forcing.",
+                                              "description": "Trained for translation with teacher forcing. "
+                                                             + (source.card_text() if source.pretrained else ""),
+                                              "base_model": source.repo_id,
                                               "extra": extra})
     return results, folder
 

@@ -1,7 +1,8 @@
 """The attention weights of one input, from any Lineage model or a supported transformers reference model.
 
 - `load_model(name)`: a saved Lineage folder or Hub id (the class named in its config's `architectures`), or a
-  transformers reference model that `modeling.conversion` supports, converted with `from_transformers`; switched
+  transformers reference model that `modeling.conversion` supports, converted and checked on load
+  (`train.core.sources`); switched
   to the eager attention kernel, the one that returns weights (`output_attentions=True`; sdpa and flash do not).
 - `encode_text(...)`: the tokenizer's template for the model's task; text longer than the model's positions is
   cut with a warning that names its length.
@@ -26,8 +27,7 @@ import numpy as np
 import torch
 import transformers
 
-import modeling
-from modeling.conversion import CONVERSIONS, from_transformers
+from train.core import sources
 
 
 class AttentionInputError(ValueError):
@@ -46,33 +46,17 @@ class AttentionMap:
     heads: list[int]
 
 
-REFERENCE_CLASSES = sorted({c.reference_class.__name__ for c in CONVERSIONS})
-
-
-def _model_class(config, name: str):
-    architecture = (getattr(config, "architectures", None) or [""])[0]
-    if architecture.startswith("Lineage") and hasattr(modeling, architecture):
-        return getattr(modeling, architecture), False
-    if architecture in REFERENCE_CLASSES:
-        return getattr(transformers, architecture), True
-    raise AttentionInputError(
-        f"--model {name!r} holds a {architecture or 'model without architectures'} ({config.model_type}); give a "
-        f"Lineage model folder or one of the supported reference models: {', '.join(REFERENCE_CLASSES)}"
-    )
-
-
 def load_model(name: str) -> torch.nn.Module:
-    """The model of a folder or Hub id, in eval mode, on the eager attention kernel."""
+    """The model of a folder or Hub id (`train.core.sources`: Lineage, or a reference checkpoint converted and
+    checked on load), in eval mode, on the eager attention kernel."""
     try:
-        config = transformers.AutoConfig.from_pretrained(name)
-    except (OSError, ValueError, KeyError) as error:
-        raise AttentionInputError(f"--model {name!r} is not a model folder or Hub id that loads here: "
-                                  f"{error}") from None
-    model_class, reference = _model_class(config, name)
-    model = model_class.from_pretrained(name)
-    if reference:
-        print(f"converted the reference {model_class.__name__} to Lineage with modeling.conversion.from_transformers")
-        model = from_transformers(model)
+        source = sources.resolve_model(name)
+        if not source.pretrained:
+            raise sources.ModelSourceError(f"--model {name!r} is a preset, which has no trained weights; give a saved "
+                                           "model folder or Hub id")
+        model = sources.load_model(source)
+    except sources.ModelSourceError as error:
+        raise AttentionInputError(str(error)) from None
     implementation = getattr(model.config, "_attn_implementation", "eager")
     if implementation != "eager":
         model.set_attn_implementation("eager")
@@ -83,7 +67,7 @@ def load_model(name: str) -> torch.nn.Module:
 
 def load_tokenizer(name: str):
     try:
-        return transformers.AutoTokenizer.from_pretrained(name)
+        return transformers.AutoTokenizer.from_pretrained(sources.resolve_model(name).folder)
     except (OSError, ValueError) as error:
         raise AttentionInputError(f"--model {name!r} has no tokenizer that loads ({error}); save the tokenizer "
                                   "beside the model (tokenizer.json)") from None
@@ -204,7 +188,6 @@ def is_seq2seq(model) -> bool:
 
 
 __all__ = [
-    "REFERENCE_CLASSES",
     "AttentionInputError",
     "AttentionMap",
     "collect",

@@ -3,11 +3,18 @@
 - `load_splits(recipe, columns)`: the training and validation splits; each (`load_split`) from
   `train_file` / `validation_file` when given, else `recipe.dataset` (`embedded:<task>`, a file, or a Hub name)
   through `train.core.data.load_text_dataset`; a missing file raises before anything is built.
-- `get_tokenizer(recipe, kind, texts)`: `recipe.tokenizer` if set, else the tokenizer saved in the model
-  folder being fine-tuned, else one trained on `texts()` with `recipe.tokenizer_vocab_size` tokens.
-- `build_model(recipe, auto_class, tokenizer, kind)`: from a saved folder (`from_pretrained`) or from a
-  preset whose vocabulary and special ids are taken from the tokenizer (unless `model_overrides` sets
-  `vocab_size` explicitly; the engine then checks the two agree).
+- `model_source(recipe, command, kinds)`: `recipe.model` resolved (`train.core.sources.resolve_model`: preset,
+  config.json, Lineage folder or Hub id, transformers reference checkpoint), refused unless its family is one the
+  command trains.
+- `get_tokenizer(recipe, kind, texts, source)`: for a pretrained source the checkpoint's own tokenizer (or
+  `recipe.tokenizer`, checked against it) completed with the tokens Lineage's templates need
+  (`sources.pretrained_tokenizer`); for a preset `recipe.tokenizer` if set, else one trained on `texts()` with
+  `recipe.tokenizer_vocab_size` tokens. A pretrained model is never paired with a freshly trained vocabulary.
+- `build_model(recipe, auto_class, tokenizer, kind, source)`: a pretrained source's weights (converted and checked
+  for a reference checkpoint) under the head `auto_class`, its embeddings grown to the tokenizer's added tokens
+  (`sources.fit_embeddings`); or a fresh model from a preset whose vocabulary and special ids are taken from the
+  tokenizer (unless `model_overrides` sets `vocab_size` explicitly; the engine then checks the two agree).
+- `check_sequence_room(recipe, tokenizer, texts, what)`: a `max_seq_length` that leaves room for text.
 - `forward_options(model, **options)`: training options passed to every forward call of a block (sparse prediction,
   unpadding), never stored in the config; `unpadding_on_gpu(model, device)`: BERT's unpadding on a GPU.
 """
@@ -29,7 +36,8 @@ from accelerate.utils import parse_flag_from_env
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
 from train.core import run_folder
 from train.core.data import load_text_dataset
-from train.core.recipes import Recipe, RecipeError, check_model_overrides, is_model_folder, load_model_config
+from train.core import sources
+from train.core.recipes import Recipe, RecipeError, check_model_overrides, load_model_config
 from train.core.tokenization import config_kwargs_from_tokenizer, load_tokenizer, train_tokenizer
 
 
@@ -59,9 +67,22 @@ def load_splits(recipe: Recipe, columns: Iterable[str] = (), default_dataset: st
             load_split(recipe, "validation", columns, default_dataset))
 
 
-def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]]):
-    """The run's tokenizer. One trained here is saved in `<output_dir>/tokenizer` and reused on resume
-    (training is reproducible, but the data a resumed run reads could have changed since)."""
+def model_source(recipe: Recipe, command: str, kinds: tuple[str, ...]) -> sources.ModelSource:
+    """`recipe.model` resolved, refused unless its family (`bert`, `gpt`, `seq2seq`) is one of `kinds`."""
+    source = sources.resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
+    if source.family not in kinds:
+        raise RecipeError(f"recipe key 'model': {command} trains {' or '.join(kinds)} models; {recipe.model!r} is a "
+                          f"{source.config.model_type} model")
+    return source
+
+
+def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
+                  source: sources.ModelSource | None = None, templates: bool = True):
+    """The run's tokenizer (module docstring). One trained here is saved in `<output_dir>/tokenizer` and reused on
+    resume (training is reproducible, but the data a resumed run reads could have changed since)."""
+    source = source or sources.resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
+    if source.pretrained:
+        return sources.pretrained_tokenizer(source, recipe.tokenizer, templates=templates)
     trained = Path(recipe.output_dir) / "tokenizer"
     if recipe.tokenizer:
         if not Path(recipe.tokenizer).exists():
@@ -72,8 +93,6 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]])
                                     f"{', '.join(TOKENIZER_FILES)}); give a folder written by save_pretrained or "
                                     f"python -m train.train_tokenizer")
         return load_tokenizer(recipe.tokenizer, kind)
-    if is_model_folder(recipe.model) and (Path(recipe.model) / "tokenizer.json").is_file():
-        return load_tokenizer(recipe.model, kind)
     if recipe.resume_from_checkpoint and (trained / "tokenizer.json").is_file():
         return load_tokenizer(trained, kind)
     # before the Accelerator exists: say "CPU" as it will, or two launched CPU processes would each see one
@@ -100,14 +119,17 @@ def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimu
                           f"{what} ({overhead} special tokens and at least one token of each of {texts} text(s))")
 
 
-def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, **fields: Any):
-    """The model to train: a saved folder's weights with a (possibly new) head, or a fresh one from a preset."""
-    auto = getattr(transformers, auto_class)
-    check_model_overrides(recipe.model_overrides, load_model_config(recipe.model))
+def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, source: sources.ModelSource | None = None,
+                **fields: Any):
+    """The model to train: a pretrained source's weights with a (possibly new) head, or a fresh one from a preset."""
+    source = source or sources.resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
+    check_model_overrides(recipe.model_overrides, source.config)
     overrides = {**fields, **recipe.model_overrides}
-    if is_model_folder(recipe.model):
-        model = _load_backbone(auto, recipe.model, overrides)
+    if source.pretrained:
+        model = sources.load_model(source, auto_class, overrides, argument="recipe key 'model'")
+        source.report.update(sources.fit_embeddings(model, tokenizer))
     else:
+        auto = getattr(transformers, auto_class)
         token_fields = {} if "vocab_size" in recipe.model_overrides else config_kwargs_from_tokenizer(tokenizer, kind)
         model = auto.from_config(load_model_config(recipe.model, **{**token_fields, **overrides}))
     positions = getattr(model.config, "max_position_embeddings", None)  # recurrent models have no limit
@@ -117,7 +139,7 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, **fields:
     return model
 
 
-def _load_backbone(auto, folder: str, overrides: dict[str, Any]):
+def load_backbone(auto, folder: str, overrides: dict[str, Any]):
     """A saved model under a (possibly different) head. transformers logs a LOAD REPORT warning for every head
     key it leaves out or initializes: when fine-tuning a pretrained folder that is the plan, not a problem, so its
     report is replaced by one line; a warning remains for what would be a problem, a missing or reshaped
@@ -169,5 +191,5 @@ def unpadding_on_gpu(model, device: torch.device) -> dict[str, bool]:
     padding) on a GPU; none for other families and devices."""
     return {"unpad_inputs": True} if model.config.model_type == "lineage-bert" and device.type == "cuda" else {}
 
-__all__ = ["build_model", "check_sequence_room", "forward_options", "get_tokenizer", "load_split", "load_splits",
-           "unpadding_on_gpu"]
+__all__ = ["build_model", "check_sequence_room", "forward_options", "get_tokenizer", "load_backbone", "load_split",
+           "load_splits", "model_source", "unpadding_on_gpu"]

@@ -74,11 +74,14 @@ def _pipeline_use(model) -> str:
 
 
 def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any], *, dataset_name: str | None = None,
-                     description: str = "", extra: str = "") -> Path:
-    """Write `folder/README.md` and return its path."""
+                     description: str = "", extra: str = "", base_model: str | None = None) -> Path:
+    """Write `folder/README.md` and return its path; `base_model` (a Hub id the run started from) goes in the
+    metadata, where the Hub links the two models."""
     folder = Path(folder)
     dataset_name = dataset_name or recipe.dataset or recipe.train_file or "custom"
     metadata = card_metadata(model, recipe, results, dataset_name)
+    if base_model:
+        metadata["base_model"] = base_model
     auto = type(model).auto_class_name()
     rows = "\n".join(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |"
                      for k, v in results.items() if v is not None)

@@ -76,8 +76,9 @@ class Recipe:
     """Every field a training script reads. Scripts ignore the fields that do not concern them."""
 
     # what to train
-    model: str = "bert-tiny"  # preset name, path to a config.json, or a saved model folder to start from
+    model: str = "bert-tiny"  # preset name, config.json, model folder or Hub id (Lineage or reference; train.core.sources)
     model_overrides: dict = dataclasses.field(default_factory=dict)  # config fields set on top of the preset
+    model_revision: str | None = None  # Hub branch, tag or commit of `model` when it is a Hub id (None: main)
     tokenizer: str | None = None  # tokenizer folder; None: the model folder's, else one trained on the data
     tokenizer_vocab_size: int = 4000
     task: str = ""  # finetune: sequence-classification | nli | token-classification | question-answering

@@ -1,0 +1,105 @@
+"""Convert a model folder or Hub id between Lineage and its transformers reference class, with its tokenizer.
+
+    python -m train.convert google-bert/bert-base-uncased bert-base-lineage/ --to lineage
+    python -m train.convert outputs/gpt-pretrain-tiny/model gpt-as-gpt2/ --to transformers
+    lineage convert Helsinki-NLP/opus-mt-en-de opus-en-de-lineage/ --to lineage --revision main
+
+`SRC` is read as `--model` is everywhere (`train.core.sources`). `--to lineage` takes a transformers checkpoint of a
+class `modeling.conversion` supports (BERT, OpenAI GPT, GPT-2, Marian and their heads) and writes the Lineage model
+with its code (loadable with `trust_remote_code=True` where Lineage is not installed); `--to transformers` takes a
+Lineage model and writes the reference class (post-norm GPT -> OpenAIGPT*, pre-norm GPT -> GPT2*, BERT, the
+Transformer with Marian's settings -> Marian). The tokenizer is copied unchanged. Both models run on the same
+`CHECK_TOKENS` tokens in fp32 and the largest output difference is printed and written into the model card
+(`README.md`); above 1e-4 nothing is written. `DST` must not exist or be empty; it is written in a temporary folder
+beside it and moved into place at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from train.core import sources
+
+TARGETS = ("lineage", "transformers")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("src", metavar="SRC", help="model folder or Hub id (Lineage or a supported transformers class)")
+    parser.add_argument("dst", metavar="DST", help="folder to write (must not exist or be empty)")
+    parser.add_argument("--to", required=True, choices=TARGETS, help="the implementation to convert to")
+    parser.add_argument("--revision", default=None, help="Hub branch, tag or commit of SRC")
+    return parser.parse_args(argv)
+
+
+def convert(source: sources.ModelSource, to: str):
+    """(converted model, the model it came from, largest output difference), or `ModelSourceError` when `source`
+    is already in the `to` implementation or is a preset."""
+    if not source.pretrained:
+        raise sources.ModelSourceError(f"SRC {source.name!r} is a preset, which has no weights to convert")
+    if to == "lineage":
+        if source.kind != "reference":
+            raise sources.ModelSourceError(f"SRC {source.name!r} is already a Lineage model; use --to transformers")
+        converted, difference = sources.convert_checked(source, argument="SRC")
+        return converted, source.reference_class, difference
+    if source.kind != "lineage":
+        raise sources.ModelSourceError(f"SRC {source.name!r} is already a transformers {source.reference_class}; "
+                                       "use --to lineage")
+    model = sources.load_model(source, argument="SRC")
+    try:
+        reference, difference = sources.reference_of(model)
+    except (TypeError, ValueError) as error:  # no reference class, or a setting the reference lacks
+        raise sources.ModelSourceError(f"SRC {source.name!r} has no transformers equivalent: {error}") from None
+    if not difference <= sources.CONVERSION_TOLERANCE:
+        raise sources.ConversionCheckError(
+            f"SRC {source.name!r}: the {type(reference).__name__} differs from the Lineage model by {difference:.3g} "
+            f"(limit {sources.CONVERSION_TOLERANCE:g}); nothing was written")
+    return reference, type(model).__name__, difference
+
+
+def card(source: sources.ModelSource, model, origin: str, difference: float) -> str:
+    where = f"`{source.repo_id}` (revision {source.revision})" if source.repo_id else f"`{source.name}`"
+    header = f"---\nbase_model: {source.repo_id}\n---\n\n" if source.repo_id else ""
+    remote = ", trust_remote_code=True" if type(model).__name__.startswith("Lineage") else ""
+    return (f"{header}# {type(model).__name__}\n\nConverted from {where}, a `{origin}`, with `lineage convert` "
+            f"(`modeling.conversion`).\n\nParity: on {sources.CHECK_TOKENS} tokens in fp32 the largest difference "
+            f"between the outputs of the two models was {difference:.3g} (limit {sources.CONVERSION_TOLERANCE:g}).\n\n"
+            "```python\nfrom transformers import AutoModel, AutoTokenizer\n\n"
+            f'model = AutoModel.from_pretrained("path/or/repo-id"{remote})\n'
+            'tokenizer = AutoTokenizer.from_pretrained("path/or/repo-id")\n```\n')
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the command; returns the written folder."""
+    args = parse_args(argv)
+    dst = Path(args.dst)
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise sources.ModelSourceError(f"DST {args.dst!r} exists and is not an empty folder; choose a new one")
+    source = sources.resolve_model(args.src, args.revision, argument="SRC")
+    model, origin, difference = convert(source, args.to)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.tmp-"))
+    try:
+        model.save_pretrained(staging)
+        tokenizer = sources.own_tokenizer(source.folder)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
+        (staging / "README.md").write_text(card(source, model, origin, difference))
+        if dst.exists():
+            dst.rmdir()
+        staging.rename(dst)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    print(f"converted {args.src} ({origin}) -> {dst} ({type(model).__name__}): largest output difference "
+          f"{difference:.3g} on {sources.CHECK_TOKENS} tokens (fp32, limit {sources.CONVERSION_TOLERANCE:g})"
+          + ("" if tokenizer is not None else "; SRC has no tokenizer, none copied"))
+    return dst
+
+
+if __name__ == "__main__":
+    main()
