@@ -5,7 +5,7 @@
 `resolve_model(name, revision)` reads `name` as, in this order:
 
 - an existing `config.json` file, or a folder holding one (a saved model);
-- a preset name (`configs/models/<name>.json`: a name without '/');
+- a preset name (`train/configs/models/<name>.json`: a name without '/');
 - a Hub repo id (`org/name`, exactly one '/'), fetched with `huggingface_hub.snapshot_download` at `revision`
   (the recipe key `model_revision`: a branch, tag or commit) into the Hugging Face cache; with `HF_HUB_OFFLINE=1`
   a cached repo loads and an uncached one is refused naming the id and the variable. Only configs, safetensors
