@@ -143,7 +143,7 @@ def test_resume_with_other_data_is_refused_naming_it(finished):
 
 def test_resume_with_a_changed_learning_rate_applies_it_and_records_it(finished, capsys):
     run(finished, "--resume_from_checkpoint", "latest", "--max_steps", "6", "--learning_rate", "1.0e-6",
-        "--lr_scheduler", "constant")
+        "--lr_scheduler", "constant", "--logging_steps", "1")
     printed = capsys.readouterr().out
     assert "learning_rate: 0.001 -> 1e-06 (changed on resume)" in printed
     assert "lr_scheduler: linear -> constant (changed on resume)" in printed

@@ -219,7 +219,8 @@ def _check_weights(name: str, folder: Path, argument: str) -> None:
     if not any(folder.glob("*.safetensors")):
         other = [p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack")]
         extra = f" (found {', '.join(other)}, which is not read: pickled weights can run code)" if other else ""
-        raise ModelSourceError(f"{argument} {name!r} has a config.json but no safetensors weights{extra}")
+        raise ModelSourceError(f"{argument} {name!r} has a config.json but no safetensors weights{extra}; give a "
+                               "folder that save_pretrained or a run wrote (a run publishes <output_dir>/model)")
 
 
 # ----------------------------------------------------------------------------------------------------------
