@@ -93,3 +93,15 @@ def test_recipe_round_trips_through_yaml(tmp_path):
     recipe = load_recipe(None, {"max_steps": 3, "sample_prompts": ["Anna"]})
     recipe.save(tmp_path / "saved.yaml")
     assert load_recipe(tmp_path / "saved.yaml") == recipe
+
+
+def test_mixed_precision_no_is_the_word_not_a_boolean(tmp_path):
+    """YAML reads a bare `no` as false; `mixed_precision: no` is Accelerate's full precision, in a file and on the
+    command line alike, while `yes` stays refused."""
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text("model: gpt-tiny\nmixed_precision: no\n")
+    assert load_recipe(recipe_file).mixed_precision == "no"
+    assert parse_args(["--recipe", "gpt-pretrain-tiny", "--mixed_precision", "no"], "gpt-pretrain-tiny",
+                      "x").mixed_precision == "no"
+    with pytest.raises(RecipeError, match="recipe key 'mixed_precision' expects str, got bool True"):
+        parse_args(["--recipe", "gpt-pretrain-tiny", "--mixed_precision", "yes"], "gpt-pretrain-tiny", "x")

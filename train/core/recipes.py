@@ -156,8 +156,15 @@ def _type_name(tp) -> str:
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 
+# YAML 1.1 reads a bare `no` as false: `mixed_precision: no` (Accelerate's name for full precision), in a recipe or as
+# `--mixed_precision no`, means the word
+_YAML_BOOLEAN_WORDS = {"mixed_precision": {False: "no"}}
+
+
 def _coerce(key: str, value: Any, tp) -> Any:
     """`value` as type `tp`, or a `RecipeError` naming the key, the expected type and the value."""
+    if isinstance(value, bool) and value in _YAML_BOOLEAN_WORDS.get(key, {}):
+        value = _YAML_BOOLEAN_WORDS[key][value]
     options = typing.get_args(tp) if isinstance(tp, types.UnionType) else (tp,)
     for option in options:
         if option is type(None) and value is None:
