@@ -68,6 +68,26 @@ def test_masked_lm_with_reference(tmp_path):
     check_training(result, reference=True)
 
 
+@pytest.mark.parametrize("flag, option", [("--sparse-prediction", "sparse_prediction"),
+                                          ("--unpad-inputs", "unpad_inputs")])
+def test_forward_options_reach_lineage_training_forward_only(tmp_path, monkeypatch, flag, option):
+    """`--sparse-prediction` / `--unpad-inputs` time the forward the training commands run: the option reaches every
+    Lineage training call and never the reference's."""
+    seen = {}
+    original = throughput.TrainingStep.__call__
+
+    def recording(step):
+        seen.setdefault(type(step.model).__name__, []).append(dict(step.options))
+        original(step)
+
+    monkeypatch.setattr(throughput.TrainingStep, "__call__", recording)
+    result, _ = run(tmp_path, "bert-tiny", "mlm", "--reference", flag)
+    assert result[option] is True
+    assert seen["LineageBertForMaskedLM"] and all(o == {option: True} for o in seen["LineageBertForMaskedLM"])
+    assert seen["BertForMaskedLM"] and all(o == {} for o in seen["BertForMaskedLM"])
+    check_training(result, reference=True)
+
+
 def test_seq2seq_with_reference(tmp_path):
     result, _ = run(tmp_path, "transformer-tiny", "seq2seq", "--config", "sinusoidal_layout=split", "--reference",
                     "--dtype", "bf16")
@@ -96,6 +116,8 @@ LM = ["--task", "causal-lm"]
     (LM + ["--steps", "0"], "--steps must be >= 1"),
     (LM + ["--config", "hidden_sise=64"], "'hidden_sise' is no field of lineage-gpt configs"),
     (LM + ["--config", "hidden_size"], "--config expects KEY=VALUE"),
+    (LM + ["--sparse-prediction"], "--sparse-prediction is a forward option of masked-LM and seq2seq models"),
+    (LM + ["--unpad-inputs"], "--unpad-inputs is a forward option of Lineage BERT"),
 ])
 def test_bad_settings_are_refused_before_any_step(extra, message, capsys, monkeypatch):
     monkeypatch.setattr(benchmark, "build_models", lambda *a: pytest.fail("a model was built"))

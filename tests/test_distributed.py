@@ -116,7 +116,7 @@ def test_a_failing_process_fails_the_run_and_keeps_the_last_checkpoint(tmp_path,
         "--fail_on_rank", "1", "--fail_at_step", "3", "--recipe", "bert-pretrain-tiny",
         "--tokenizer", tokenizer_folder, "--max_steps", "6", "--save_steps", "2", "--progress_bar", "false",
         "--report_to", "none", "--train_size", "60", "--per_device_train_batch_size", "4", "--output_dir", str(out),
-        driver=True, succeed=False)
+        "--logging_steps", "1", driver=True, succeed=False)
     elapsed = time.monotonic() - began
     assert result.returncode != 0
     assert elapsed < 180, elapsed  # startup included; a hang would run to the 600 s timeout
@@ -136,7 +136,7 @@ def test_gradient_checkpointing_gives_the_same_losses(tmp_path, tokenizer_folder
     monkeypatch.setattr(LineageAttention, "forward", lambda self, *a, **k: calls.append(1) or forward(self, *a, **k))
     common = ["--recipe", "bert-pretrain-tiny", "--tokenizer", tokenizer_folder,
               "--max_steps", "3", "--save_steps", "0", "--progress_bar", "false", "--report_to", "none",
-              "--train_size", "40", "--eval_size", "8"]
+              "--train_size", "40", "--eval_size", "8", "--logging_steps", "1"]
     pretrain_bert([*common, "--output_dir", str(tmp_path / "plain")])
     plain_calls = len(calls)
     pretrain_bert([*common, "--gradient_checkpointing", "true", "--output_dir", str(tmp_path / "gc")])

@@ -58,6 +58,12 @@ def make_parser() -> argparse.ArgumentParser:
                         help="override a field of the model config (repeatable; YAML values), e.g. "
                              "sinusoidal_layout=split for the Marian reference")
     parser.add_argument("--task", required=True, choices=tuple(throughput.TASKS))
+    parser.add_argument("--sparse-prediction", action="store_true",
+                        help="Lineage's training forward with sparse_prediction=True (the output head on labelled "
+                             "positions only, as pretrain_bert and train_translation train; --task mlm or seq2seq)")
+    parser.add_argument("--unpad-inputs", action="store_true",
+                        help="Lineage BERT's training forward with unpad_inputs=True (no compute on padding; --task "
+                             "mlm; random batches have no padding, so this times the unpadded kernels' overhead)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--steps", type=int, default=10, help="timed steps (or generate calls); the median is kept")
@@ -127,6 +133,11 @@ def check_arguments(args: argparse.Namespace, config, target: torch.device) -> N
     if config.model_type not in families:
         raise ValueError(f"--task {args.task} needs a {' or '.join(families)} model; --model {args.model} is "
                          f"{config.model_type}")
+    if args.sparse_prediction and args.task == "causal-lm":
+        raise ValueError("--sparse-prediction is a forward option of masked-LM and seq2seq models (--task mlm or "
+                         "seq2seq); a causal LM's loss already skips the logits")
+    if args.unpad_inputs and args.task != "mlm":
+        raise ValueError("--unpad-inputs is a forward option of Lineage BERT (--task mlm)")
     if args.generate and args.task == "mlm":
         raise ValueError("--generate times text generation, which a masked LM (--task mlm) does not do")
     if args.reference and config.model_type not in REFERENCE_FAMILIES:
@@ -160,7 +171,9 @@ def benchmark_training(args: argparse.Namespace, models: dict, target: torch.dev
     flops = throughput.training_flops(throughput.matmul_parameters(models["lineage"]),
                                       throughput.attention_layers(args.config), args.config.hidden_size,
                                       args.batch_size, args.seq_len)
-    steps = {name: throughput.TrainingStep(model, batch, target, args.dtype) for name, model in models.items()}
+    options = {key: True for key in ("sparse_prediction", "unpad_inputs") if getattr(args, key)}
+    steps = {name: throughput.TrainingStep(model, batch, target, args.dtype, options if name == "lineage" else {})
+             for name, model in models.items()}
     memory = {}
     for name, step in steps.items():
         if args.compile:
@@ -233,6 +246,7 @@ def run(args: argparse.Namespace, models: dict[str, torch.nn.Module]) -> dict:
     result = {
         "model": args.model, "task": args.task, "batch_size": args.batch_size, "seq_len": args.seq_len,
         "steps": args.steps, "warmup": args.warmup, "dtype": args.dtype, "compile": args.compile,
+        "sparse_prediction": args.sparse_prediction, "unpad_inputs": args.unpad_inputs,
         "device": torch.cuda.get_device_name(target) if target.type == "cuda" else f"cpu ({torch.get_num_threads()} "
                                                                                    "threads)",
         "peak_tflops": peak, "memory": throughput.memory_measure(target),

@@ -156,6 +156,7 @@ class TrainingStep:
     batch: dict
     device: torch.device
     dtype: str
+    options: dict = dataclasses.field(default_factory=dict)  # forward keywords: sparse_prediction, unpad_inputs
 
     def __post_init__(self):
         self.model.train()
@@ -164,7 +165,7 @@ class TrainingStep:
     def __call__(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         with precision(self.device, self.dtype):
-            loss = self.model(**self.batch).loss
+            loss = self.model(**self.batch, **self.options).loss
         loss.backward()
         self.optimizer.step()
 
