@@ -31,13 +31,14 @@ def value_checks(enabled: bool) -> Iterator[None]:
         _value_checks = previous
 
 
-def _checks_enabled() -> bool:
+def value_checks_enabled() -> bool:
+    """Whether a check may read tensor values here: not inside a compiled graph, nor inside `value_checks(False)`."""
     return _value_checks and not torch.compiler.is_compiling()
 
 
 def check_token_ids(ids: torch.Tensor, upper: int, name: str, upper_name: str) -> None:
     """Require every id in `[0, upper)`."""
-    if not _checks_enabled() or ids.numel() == 0:
+    if not value_checks_enabled() or ids.numel() == 0:
         return
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= upper:
@@ -73,7 +74,7 @@ def check_sequence_length(length: int, max_positions: int, name: str = "input_id
                           past_length: int | torch.Tensor = 0) -> None:
     """Positions counted from the cache length (`past_length`, a 0-d tensor for a static cache) must stay inside the
     position table. Callers that take `position_ids` check those instead: a packed row may be longer than the table."""
-    if not _checks_enabled():
+    if not value_checks_enabled():
         return
     past_length = int(past_length)
     if past_length + length > max_positions:
@@ -95,7 +96,7 @@ def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_l
     """A causal model's mask: (B, cached + new) over tokens, or a 4D mask that transformers prepared (a static
     cache's `generate()` builds one per step) of shape (B or 1, 1, new, >= cached + new). `past_length` is a 0-d
     tensor for a static cache, so the check is skipped under `torch.compile`."""
-    if mask is None or not _checks_enabled():
+    if mask is None or not value_checks_enabled():
         return
     past_length = int(past_length)
     total = past_length + length
@@ -115,7 +116,7 @@ def check_label_ids(labels: torch.Tensor | None, vocab_size: int, name: str = "l
     vocabulary (`pad_vocab_to_multiple_of`) are no token. The labels last checked are remembered (unchanged since:
     same tensor, same version), so a loss function called by a forward that checked them does not read them again."""
     global _checked_labels
-    if labels is None or not _checks_enabled():
+    if labels is None or not value_checks_enabled():
         return
     key = (labels._version, vocab_size, name)
     if _checked_labels is not None and _checked_labels[0]() is labels and _checked_labels[1] == key:
@@ -136,7 +137,7 @@ def check_class_labels(labels: torch.Tensor | None, num_classes: int, name: str 
                        limit_name: str = "num_labels") -> None:
     """Class indices: every integer label -100 (ignored) or in `[0, num_classes)` (floating labels are regression or
     multi-label targets, not indices)."""
-    if labels is None or labels.is_floating_point() or not _checks_enabled():
+    if labels is None or labels.is_floating_point() or not value_checks_enabled():
         return
     outside = (labels != -100) & ((labels < 0) | (labels >= num_classes))
     if bool(outside.any()):
@@ -186,4 +187,4 @@ def check_generation_config(generation_config) -> None:
 
 __all__ = ["check_cached_mask", "check_choice_inputs", "check_class_labels", "check_devices", "check_generation_config",
            "check_ids_or_embeds", "check_label_ids", "check_labels_shape", "check_mask_shape", "check_sequence_labels",
-           "check_sequence_length", "check_token_ids", "value_checks"]
+           "check_sequence_length", "check_token_ids", "value_checks", "value_checks_enabled"]

@@ -49,6 +49,7 @@ from .checks import (
     check_sequence_labels,
     check_sequence_length,
     check_token_ids,
+    value_checks_enabled,
 )
 from .layers import LearnedPositionalEmbedding, LineageBlock, classifier_dropout
 from .linear import LineageLinear
@@ -302,7 +303,7 @@ def _real_tokens(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | N
             f"A batch of {reference.shape[0]} sequences needs `attention_mask` or `config.pad_token_id` to find "
             "each row's `[EXTRACT]` (last non-padding) token; neither was given."
         )
-    if not torch.compiler.is_compiling() and not bool(real.any(-1).all()):
+    if value_checks_enabled() and not bool(real.any(-1).all()):
         row = int((~real.any(-1)).nonzero()[0, 0])
         raise ValueError(
             f"Row {row} of `input_ids` has no non-padding token, hence no `[EXTRACT]` token to classify; every row "

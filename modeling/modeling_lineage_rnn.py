@@ -49,7 +49,7 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
 from .configuration_lineage_rnn import LineageRnnConfig
-from .checks import check_devices, check_ids_or_embeds, check_label_ids, check_mask_shape
+from .checks import check_devices, check_ids_or_embeds, check_label_ids, check_mask_shape, value_checks_enabled
 from .linear import LineageLinear
 from .losses import labelled_positions, seq2seq_loss
 from .pretrained import LineagePreTrainedModel
@@ -136,10 +136,11 @@ class LineageRnnCache(Cache):
 
 def require(condition: torch.Tensor, message: str) -> None:
     """A check of input values: a `ValueError`, or inside a compiled graph an assertion op with the same message
-    (a `RuntimeError` when it fails), since reading a tensor's value in Python would break the graph."""
+    (a `RuntimeError` when it fails), since reading a tensor's value in Python would break the graph; skipped inside
+    `value_checks(False)` (a training loop whose collator built the mask)."""
     if torch.compiler.is_compiling():
         torch._assert_async(condition, message)
-    elif not bool(condition):
+    elif value_checks_enabled() and not bool(condition):
         raise ValueError(message)
 
 

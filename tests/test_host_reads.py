@@ -39,8 +39,6 @@ MODEL_INTERNAL = {
     ("packing.py", "__init__"),  # packed documents: the per-document index is built on the host
     ("packing.py", "from_position_ids"),
     ("modeling_lineage_rnn.py", "forward"),  # cuDNN's packed sequences take their lengths on the host
-    ("modeling_lineage_rnn.py", "require"),  # the RNN's right-padding check (not yet behind value_checks)
-    ("modeling_lineage_gpt.py", "_real_tokens"),  # the classifier's [EXTRACT] check (not yet behind value_checks)
 }
 
 # Per-micro-batch losses of these runs recorded with the engine before this change (logging_steps=1, one read per
