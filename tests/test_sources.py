@@ -270,3 +270,29 @@ def test_presets_hub_ids_and_paths_are_told_apart(tmp_path):
     with pytest.raises(RecipeError, match="no tokenizer files .* give the checkpoint's tokenizer with --tokenizer"):
         finetune.main(["--model", str(lineage), "--output_dir", str(tmp_path / "o"), *QUICK])
     assert not (tmp_path / "o").exists()
+
+
+def test_attention_maps_and_benchmark_take_a_hub_revision(tmp_path, monkeypatch, capsys):
+    """`--revision` of the commands without a recipe: a Hub id's revision from the offline cache; with a local folder
+    it is refused naming `--revision`."""
+    from huggingface_hub import constants
+
+    from train import benchmark
+    from train.core import attention
+
+    cache = tmp_path / "cache"
+    local = save_reference(tmp_path / "gpt2", "GPT2LMHeadModel")
+    put_in_hub_cache(local, cache, "someone/gpt2-tiny")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    model = attention.load_model("someone/gpt2-tiny", "main")
+    assert type(model).__name__ == "LineageGptForCausalLM"
+    assert attention.load_tokenizer("someone/gpt2-tiny", "main").vocab_size > 0
+    args = benchmark.parse_args(["--model", "someone/gpt2-tiny", "--revision", "main", "--task", "causal-lm",
+                                 "--seq-len", "8"])
+    assert args.config.model_type == "lineage-gpt" and args.config.vocab_size == model.config.vocab_size
+    with pytest.raises(attention.AttentionInputError, match=r"--revision \('main'\) selects a version of a Hub repo; "
+                                                            r"--model .* is a local file, folder or preset"):
+        attention.load_model(str(local), "main")
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(["--model", "gpt-tiny", "--revision", "main", "--task", "causal-lm"])
+    assert "--revision ('main') selects a version of a Hub repo; --model 'gpt-tiny'" in capsys.readouterr().err

@@ -56,6 +56,7 @@ def index_list(value: str) -> list[int]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="saved model folder or Hub id (with its tokenizer)")
+    parser.add_argument("--revision", default=None, help="Hub branch, tag or commit of --model")
     parser.add_argument("--text", required=True, help="the input (the source of a sequence-to-sequence model)")
     parser.add_argument("--text-pair", default=None, help="second segment (BERT / GPT sentence pairs)")
     parser.add_argument("--target", default=None, help="seq2seq: target text to force (default: generated)")
@@ -106,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
     """Run the command; returns the written files by kind (`png`, `npy`, `json`, `html`), at their final paths."""
     args = parse_args(argv)
     check_arguments(args)
-    model, tokenizer = load_model(args.model), load_tokenizer(args.model)
+    model, tokenizer = load_model(args.model, args.revision), load_tokenizer(args.model, args.revision)
     check_task(model, args)
     inputs = encode_text(model, tokenizer, args.text, args.text_pair)
     decoder_ids, generated = None, False

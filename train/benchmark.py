@@ -54,6 +54,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True, help=f"a preset ({', '.join(available_presets())}), a config.json, "
                                                        "a model folder or Hub id, Lineage or a supported transformers "
                                                        "checkpoint (its config, converted; weights are random)")
+    parser.add_argument("--revision", default=None, help="Hub branch, tag or commit of --model (its config)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of the model config (repeatable; YAML values), e.g. "
                              "sinusoidal_layout=split for the Marian reference")
@@ -85,7 +86,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        config = model_config(args.model, config_overrides(args.model, args.config))
+        config = model_config(args.model, config_overrides(args.model, args.config, args.revision), args.revision)
         check_arguments(args, config, device())
     except (ValueError, FileNotFoundError) as error:  # RecipeError is a ValueError
         parser.error(str(error))
@@ -93,22 +94,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def model_config(model: str, overrides: dict):
-    """The Lineage config `--model` names (`train.core.sources`: converted for a transformers checkpoint), with
-    `overrides`."""
-    source = sources.resolve_model(model)
+def model_config(model: str, overrides: dict, revision: str | None = None):
+    """The Lineage config `--model` names (`train.core.sources`: converted for a transformers checkpoint; `revision`
+    of a Hub id), with `overrides`."""
+    source = sources.resolve_model(model, revision, revision_argument="--revision")
     if not source.pretrained:
         return load_model_config(model, **overrides)
     return type(source.config).from_dict({**source.config.to_dict(), **overrides})
 
 
-def config_overrides(model: str, pairs: list[str]) -> dict:
+def config_overrides(model: str, pairs: list[str], revision: str | None = None) -> dict:
     """`--config KEY=VALUE` pairs, each key a field of the model's config."""
     if any("=" not in pair for pair in pairs):
         raise ValueError(f"--config expects KEY=VALUE, got {', '.join(p for p in pairs if '=' not in p)}")
     overrides = {key: yaml.safe_load(value) for key, value in (pair.split("=", 1) for pair in pairs)}
     if overrides:
-        check_model_overrides(overrides, sources.resolve_model(model).config)
+        check_model_overrides(overrides, sources.resolve_model(model, revision, revision_argument="--revision").config)
     return overrides
 
 

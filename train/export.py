@@ -184,7 +184,7 @@ def programs(model) -> list[tuple]:
 def load_lineage_model(name: str, revision: str | None = None):
     """The model that `--model` names (`train.core.sources`: a Lineage folder or Hub id, or a transformers reference
     checkpoint converted and checked on load), in eval mode; a preset (no trained weights) is refused."""
-    source = sources.resolve_model(str(name), revision)
+    source = sources.resolve_model(str(name), revision, revision_argument="--revision")
     if not source.pretrained:
         raise sources.ModelSourceError(f"--model {name!r} is a preset, which has no trained weights to export; give a "
                                        "saved model folder or Hub id")

@@ -46,11 +46,11 @@ class AttentionMap:
     heads: list[int]
 
 
-def load_model(name: str) -> torch.nn.Module:
+def load_model(name: str, revision: str | None = None) -> torch.nn.Module:
     """The model of a folder or Hub id (`train.core.sources`: Lineage, or a reference checkpoint converted and
-    checked on load), in eval mode, on the eager attention kernel."""
+    checked on load; `revision` a Hub branch, tag or commit), in eval mode, on the eager attention kernel."""
     try:
-        source = sources.resolve_model(name)
+        source = sources.resolve_model(name, revision, revision_argument="--revision")
         if not source.pretrained:
             raise sources.ModelSourceError(f"--model {name!r} is a preset, which has no trained weights; give a saved "
                                            "model folder or Hub id")
@@ -65,9 +65,10 @@ def load_model(name: str) -> torch.nn.Module:
     return model.eval()
 
 
-def load_tokenizer(name: str):
+def load_tokenizer(name: str, revision: str | None = None):
     try:
-        return transformers.AutoTokenizer.from_pretrained(sources.resolve_model(name).folder)
+        return transformers.AutoTokenizer.from_pretrained(
+            sources.resolve_model(name, revision, revision_argument="--revision").folder)
     except (OSError, ValueError) as error:
         raise AttentionInputError(f"--model {name!r} has no tokenizer that loads ({error}); save the tokenizer "
                                   "beside the model (tokenizer.json)") from None

@@ -129,13 +129,15 @@ def lineage_version() -> str:
         return "unknown (not installed)"
 
 
-def resolve_model(name: str, revision: str | None = None, argument: str = "--model") -> ModelSource:
-    """The `ModelSource` of `name` (module docstring); nothing is loaded but configs."""
+def resolve_model(name: str, revision: str | None = None, argument: str = "--model",
+                  revision_argument: str = "recipe key 'model_revision'") -> ModelSource:
+    """The `ModelSource` of `name` (module docstring); nothing is loaded but configs. `argument` and
+    `revision_argument` name where `name` and `revision` came from, for the errors."""
     path = Path(name)
     hub = not path.exists() and "/" in name and HUB_ID.fullmatch(name) is not None
     if revision is not None and not hub:
-        raise ModelSourceError(f"recipe key 'model_revision' ({revision!r}) selects a version of a Hub repo; "
-                               f"{argument} {name!r} is a local file, folder or preset: leave model_revision unset")
+        raise ModelSourceError(f"{revision_argument} ({revision!r}) selects a version of a Hub repo; "
+                               f"{argument} {name!r} is a local file, folder or preset: leave it unset")
     if path.is_file() and path.suffix == ".json":
         return ModelSource(name, "preset", load_model_config(name))
     if path.is_dir():
