@@ -11,12 +11,10 @@ loop whose batches were already checked where they were built (on the CPU) turns
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-import weakref
 
 import torch
 
 _value_checks = True
-_checked_labels: tuple | None = None  # (weak reference to the labels, (version, vocab_size, name))
 
 
 @contextmanager
@@ -111,21 +109,16 @@ def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_l
     check_mask_shape(mask, torch.Size((batch, total)), name, against)
 
 
-def check_label_ids(labels: torch.Tensor | None, vocab_size: int, name: str = "labels") -> None:
-    """Require every label to be -100 (ignored) or a token id in `[0, vocab_size)`; the extra rows of a padded
-    vocabulary (`pad_vocab_to_multiple_of`) are no token. The labels last checked are remembered (unchanged since:
-    same tensor, same version), so a loss function called by a forward that checked them does not read them again."""
-    global _checked_labels
+def check_label_ids(labels: torch.Tensor | None, upper: int, name: str = "labels", limit_name: str = "vocab_size"
+                    ) -> None:
+    """Require every label to be -100 (ignored) or in `[0, upper)`: a token id of the vocabulary (`vocab_size`; the
+    extra rows of a padded vocabulary, `pad_vocab_to_multiple_of`, are no token), or a class (`check_class_labels`)."""
     if labels is None or not value_checks_enabled():
         return
-    key = (labels._version, vocab_size, name)
-    if _checked_labels is not None and _checked_labels[0]() is labels and _checked_labels[1] == key:
-        return
-    outside = (labels != -100) & ((labels < 0) | (labels >= vocab_size))
+    outside = (labels != -100) & ((labels < 0) | (labels >= upper))
     if bool(outside.any()):
         bad = int(labels[outside][0])
-        raise ValueError(f"`{name}` must be -100 (ignored) or in [0, {vocab_size}) (vocab_size), got {bad}.")
-    _checked_labels = (weakref.ref(labels), key)
+        raise ValueError(f"`{name}` must be -100 (ignored) or in [0, {upper}) ({limit_name}={upper}), got {bad}.")
 
 
 def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | torch.Size, name: str = "labels") -> None:
@@ -137,13 +130,8 @@ def check_class_labels(labels: torch.Tensor | None, num_classes: int, name: str 
                        limit_name: str = "num_labels") -> None:
     """Class indices: every integer label -100 (ignored) or in `[0, num_classes)` (floating labels are regression or
     multi-label targets, not indices)."""
-    if labels is None or labels.is_floating_point() or not value_checks_enabled():
-        return
-    outside = (labels != -100) & ((labels < 0) | (labels >= num_classes))
-    if bool(outside.any()):
-        bad = int(labels[outside][0])
-        raise ValueError(f"`{name}` must be -100 (ignored) or in [0, {num_classes}) ({limit_name}={num_classes}), "
-                         f"got {bad}.")
+    if labels is not None and not labels.is_floating_point():
+        check_label_ids(labels, num_classes, name, limit_name)
 
 
 def check_sequence_labels(labels: torch.Tensor | None, num_labels: int, problem_type: str | None) -> None:

@@ -158,6 +158,7 @@ def lm_head_loss(
     shift: bool = False,
     chunk_size: int | None = None,
     dense: bool = False,
+    check_labels: bool = True,
 ) -> torch.Tensor:
     """The cross-entropy of the output layer `hidden_states @ weight.T + bias` against `labels`, equal to the loss of
     the materialised float32 logits (transformers' `ForCausalLMLoss` / `ForMaskedLMLoss`, `F.cross_entropy` with
@@ -177,11 +178,14 @@ def lm_head_loss(
             dense head at 2048 x 768 -> 50257; from about 500 tokens a chunk matched it.
         dense: the (N, V) logits at once, for a token count only known at run time under `torch.compile` (the labelled
             positions of `sparse_prediction`), on which a chunk loop would break the graph.
+        check_labels: range-check `labels` (`checks.check_label_ids`); False for a caller that has checked them (the
+            families' forwards), so the check reads them once per forward.
 
     Runs Liger Kernel's fused kernel where `lm_loss_backend` says so (it has no padded columns to skip, so it gets the
     first `vocab_size` rows of the weight), else `ChunkedLinearCrossEntropy`.
     """
-    check_label_ids(labels, vocab_size)  # a no-op for the labels the calling forward has just checked
+    if check_labels:
+        check_label_ids(labels, vocab_size)
     if shift:
         labels = nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]  # (..., T): the next token
     hidden = hidden_states.reshape(-1, hidden_states.shape[-1])  # (N, C)

@@ -170,9 +170,10 @@ class LineageBertLMHead(nn.Module):
         return self.decoder(self.transform(hidden_states))  # (B, T, V'), V' = config.padded_vocab_size
 
     def loss(self, hidden_states: torch.Tensor, labels: torch.Tensor, vocab_size: int, **kwargs) -> torch.Tensor:
-        """The LM loss of `hidden_states` against `labels` without the logits (`losses.lm_head_loss`)."""
+        """The LM loss of `hidden_states` against `labels` without the logits (`losses.lm_head_loss`); the heads'
+        forwards have range-checked `labels`."""
         return lm_head_loss(self.transform(hidden_states), self.decoder.weight, self.decoder.bias, labels, vocab_size,
-                            **kwargs)
+                            check_labels=False, **kwargs)
 
 
 class LineageBertPreTrainedModel(LineagePreTrainedModel):

@@ -255,7 +255,7 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
         vocab_size, logits, loss = self.config.vocab_size, None, None
         if skip_logits:
             loss = lm_head_loss(hidden_states, self.lm_head.weight, None, labels, vocab_size, shift=True,
-                                num_items_in_batch=kwargs.get("num_items_in_batch"))
+                                num_items_in_batch=kwargs.get("num_items_in_batch"), check_labels=False)
         else:
             logits = vocab_logits(self.lm_head(hidden_states), vocab_size)  # (B, T', V)
             if labels is not None:
@@ -348,7 +348,8 @@ class _LineageGptClassifier(LineageGptPreTrainedModel):
         loss, lm_loss, weight = classification_loss, None, self.config.lm_loss_weight
         if classification_loss is not None and weight > 0:  # the LM head is the tied embedding: no (N, T, V) logits
             lm_loss = lm_head_loss(outputs.last_hidden_state, self.get_input_embeddings().weight, None,
-                                   input_ids.masked_fill(~real, -100), self.config.vocab_size, shift=True)
+                                   input_ids.masked_fill(~real, -100), self.config.vocab_size, shift=True,
+                                   check_labels=False)  # the input ids, checked by the backbone
             loss = classification_loss + weight * lm_loss
         return LineageGptClassifierOutput(
             loss=loss,

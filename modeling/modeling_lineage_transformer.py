@@ -406,7 +406,7 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
         if skip_logits:
             loss = lm_head_loss(hidden_states, self.lm_head.weight, bias[0] if bias is not None else None, labels,
                                 vocab_size, self.config.label_smoothing, num_items_in_batch,
-                                dense=sparse_prediction and torch.compiler.is_compiling())
+                                dense=sparse_prediction and torch.compiler.is_compiling(), check_labels=False)
         else:
             logits = self.lm_head(hidden_states)  # (B, T, V'), or (N, V')
             logits = vocab_logits(logits + bias if bias is not None else logits, vocab_size)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from modeling.checks import check_label_ids, check_token_ids, value_checks
 from train.core.examples import IGNORE_INDEX
 from train.core.tokenization import MissingSpecialTokenError
 
@@ -135,19 +136,21 @@ def value_limits(model) -> dict[str, tuple[int, str]]:
 
 
 def check_batch_values(batch: dict[str, torch.Tensor], limits: dict[str, tuple[int, str]]) -> None:
-    """Raise the model's own `ValueError` for a value out of its range (`value_limits`); `labels` may also be -100."""
-    for key, (upper, field) in limits.items():
-        values = batch.get(key)
-        if values is None or values.numel() == 0 or values.is_floating_point():
-            continue
-        outside = (values < 0) | (values >= upper)
-        if key == "labels":
-            outside &= values != IGNORE_INDEX
-        if outside.any():
-            bad = int(values[outside][0])
-            allowed = f"-100 (ignored) or in [0, {upper})" if key == "labels" else f"in [0, {upper})"
-            raise ValueError(f"`{key}` must be {allowed} ({field}={upper}), got {bad}: the collated batch holds a "
-                             "value the model cannot embed or predict (check the tokenizer and the data)")
+    """Run the model's own range checks (`modeling.checks`) on a collated batch's values (`value_limits`; `labels` may
+    also be -100), whatever `value_checks` says around the training forward."""
+    try:
+        with value_checks(True):
+            for key, (upper, field) in limits.items():
+                values = batch.get(key)
+                if values is None or values.is_floating_point():
+                    continue
+                if key == "labels":
+                    check_label_ids(values, upper)
+                else:
+                    check_token_ids(values, upper, key, field)
+    except ValueError as error:
+        raise ValueError(f"{error} The collated batch holds a value the model cannot embed or predict (check the "
+                         "tokenizer and the data).") from None
 
 
 # ----------------------------------------------------------------------------- masked LM

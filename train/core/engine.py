@@ -198,10 +198,6 @@ class Engine:
 
     # ------------------------------------------------------------------ the loop
 
-    def reduce_mean(self, value: torch.Tensor) -> torch.Tensor:
-        """Mean of a tensor over processes (identity on one process)."""
-        return self.accelerator.reduce(value.detach().float().clone(), "mean")
-
     def _compute_loss(self, batch: dict) -> torch.Tensor:
         outputs = self.model(**batch)
         return self.loss_fn(outputs, batch, self) if self.loss_fn else outputs.loss
