@@ -53,8 +53,6 @@ CHECKPOINT_PREFIX = "step-"
 TMP, OLD, DELETING = ".tmp-", ".old-", ".del-"  # prefixes of folders a save is writing, replacing, deleting
 
 
-# recipe keys that say where the run writes and how it is watched: never reported as changed
-_UNRECORDED = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "progress_bar", "push_to_hub")
 # config keys that say how the model is run, not what it is: free to differ on resume
 _RUNTIME_CONFIG = {"transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype", "use_cache",
                    "_attn_implementation", "attn_implementation", "_attn_implementation_autoset", "unpad_inputs",
@@ -137,7 +135,7 @@ def run_identity(config, tokenizer, recipe, examples: int) -> dict:
     identity = {"model_config": {k: v for k, v in sorted(fields.items()) if k not in _RUNTIME_CONFIG},
                 "dataset": {"source": recipe.train_file or recipe.dataset, "dataset_config": recipe.dataset_config,
                             "examples": examples},
-                "hyperparameters": {k: v for k, v in recipe.to_dict().items() if k not in _UNRECORDED}}
+                "hyperparameters": recipe.training_dict()}
     identity["dataset"]["seed"] = recipe.seed  # the epoch order the data position counts in
     if tokenizer is not None:
         vocab = json.dumps(sorted(tokenizer.get_vocab().items())).encode()

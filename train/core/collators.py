@@ -140,14 +140,14 @@ def check_batch_values(batch: dict[str, torch.Tensor], limits: dict[str, tuple[i
     also be -100), whatever `value_checks` says around the training forward."""
     try:
         with value_checks(True):
-            for key, (upper, field) in limits.items():
+            for key, (upper, limit) in limits.items():
                 values = batch.get(key)
                 if values is None or values.is_floating_point():
                     continue
                 if key == "labels":
                     check_label_ids(values, upper)
                 else:
-                    check_token_ids(values, upper, key, field)
+                    check_token_ids(values, upper, key, limit)
     except ValueError as error:
         raise ValueError(f"{error} The collated batch holds a value the model cannot embed or predict (check the "
                          "tokenizer and the data).") from None

@@ -21,8 +21,6 @@
 
 from __future__ import annotations
 
-import logging
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,9 +32,8 @@ from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
-from train.core import run_folder
+from train.core import run_folder, sources
 from train.core.data import load_text_dataset
-from train.core import sources
 from train.core.recipes import Recipe, RecipeError, check_model_overrides, load_model_config
 from train.core.tokenization import config_kwargs_from_tokenizer, load_tokenizer, train_tokenizer
 
@@ -139,33 +136,6 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, source: s
     return model
 
 
-def load_backbone(auto, folder: str, overrides: dict[str, Any]):
-    """A saved model under a (possibly different) head. transformers logs a LOAD REPORT warning for every head
-    key it leaves out or initializes: when fine-tuning a pretrained folder that is the plan, not a problem, so its
-    report is replaced by one line; a warning remains for what would be a problem, a missing or reshaped
-    backbone weight."""
-    reporter = logging.getLogger("transformers.modeling_utils")
-    report_filter = _DropLoadReport()
-    reporter.addFilter(report_filter)
-    try:
-        model, info = auto.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True, **overrides)
-    finally:
-        reporter.removeFilter(report_filter)
-    new = sorted(info["missing_keys"] | {k[0] if isinstance(k, tuple) else k for k in info["mismatched_keys"]})
-    backbone = [k for k in new if k.startswith(model.base_model_prefix + ".")]
-    if backbone:
-        warnings.warn(f"{folder}: backbone weights missing or of another shape, initialized afresh: {backbone}")
-    if new or info["unexpected_keys"]:
-        PartialState().print(f"{type(model).__name__} from {folder}: initialized {', '.join(new) or 'nothing'}; "
-                             f"left out {', '.join(sorted(info['unexpected_keys'])) or 'nothing'}")
-    return model
-
-
-class _DropLoadReport(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "LOAD REPORT" not in record.getMessage()
-
-
 @contextmanager
 def forward_options(model: torch.nn.Module, **options: Any) -> Iterator[None]:
     """Pass training options to every call of `model` within the block (the engine's training and evaluation steps):
@@ -191,5 +161,5 @@ def unpadding_on_gpu(model, device: torch.device) -> dict[str, bool]:
     padding) on a GPU; none for other families and devices."""
     return {"unpad_inputs": True} if model.config.model_type == "lineage-bert" and device.type == "cuda" else {}
 
-__all__ = ["build_model", "check_sequence_room", "forward_options", "get_tokenizer", "load_backbone", "load_split",
+__all__ = ["build_model", "check_sequence_room", "forward_options", "get_tokenizer", "load_split",
            "load_splits", "model_source", "unpadding_on_gpu"]

@@ -71,6 +71,9 @@ def bundled(kind: str) -> dict[str, Traversable]:
     return dict(sorted(found.items()))
 
 
+_OUTPUT_KEYS = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "progress_bar", "push_to_hub")
+
+
 @dataclasses.dataclass
 class Recipe:
     """Every field a training script reads. Scripts ignore the fields that do not concern them."""
@@ -141,6 +144,11 @@ class Recipe:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def training_dict(self) -> dict[str, Any]:
+        """The keys that say what the run trains, without those that say where it writes and how it is watched (a
+        run's identity for its hash and for what changed on resume)."""
+        return {k: v for k, v in self.to_dict().items() if k not in _OUTPUT_KEYS}
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
@@ -222,7 +230,7 @@ def trackers(report_to: str | list) -> list[str]:
                           f"{', '.join(known)}; got {report_to!r}")
     missing = [n for n in names if n not in installed]
     if missing:
-        raise RecipeError(f"recipe key 'report_to': " + "; ".join(f"tracker {n!r} needs the package {n}" for n in missing)
+        raise RecipeError("recipe key 'report_to': " + "; ".join(f"tracker {n!r} needs the package {n}" for n in missing)
                           + f", which is not installed: pip install {' '.join(missing)} (or report_to: none)")
     return list(dict.fromkeys(names))
 
@@ -360,12 +368,6 @@ def check_model_overrides(overrides: dict[str, Any], config) -> None:
                           f"{config.model_type} configs; valid fields: {', '.join(sorted(fields - {'self', 'kwargs'}))}")
 
 
-def is_model_folder(name_or_path: str) -> bool:
-    """A folder with saved weights (a run's output or a `save_pretrained` folder)."""
-    path = Path(name_or_path)
-    return path.is_dir() and (path / "config.json").is_file() and any(path.glob("*.safetensors"))
-
-
 __all__ = ["BUNDLED", "COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "available_presets", "bundled",
-           "check_model_overrides", "is_model_folder", "load_model_config", "load_recipe", "parse_args",
-           "parse_overrides", "recipe_from_dict", "trackers", "valid_keys"]
+           "check_model_overrides", "load_model_config", "load_recipe", "parse_args", "parse_overrides",
+           "recipe_from_dict", "trackers", "valid_keys"]

@@ -33,8 +33,6 @@ import yaml
 RECORD, LOCK = "run.json", ".lock"
 RUN_FILES = (RECORD, "checkpoints", "logs", "tokenizer", "model", "adapter", "loss_curve.png")
 WORK = ("checkpoints", "logs", "model", "adapter")  # a run that left none of these never trained: it is replaced
-# keys that say where and how the run is watched, not what it trains: left out of the recipe's hash
-_UNHASHED = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "progress_bar", "push_to_hub")
 _claims: dict[Path, object] = {}  # folder -> the recipe object of the run in this process that claimed it
 
 
@@ -43,8 +41,7 @@ class OutputDirError(RuntimeError):
 
 
 def recipe_hash(recipe) -> str:
-    fields = {k: v for k, v in recipe.to_dict().items() if k not in _UNHASHED}
-    return hashlib.sha256(yaml.safe_dump(fields, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(yaml.safe_dump(recipe.training_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def claim(recipe) -> Path:

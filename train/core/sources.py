@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import math
 import re
 import tempfile
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,12 +286,37 @@ def convert_checked(source: ModelSource, argument: str = "--model") -> tuple[tor
     return converted, difference
 
 
+def load_backbone(auto, folder: str, overrides: dict[str, Any]):
+    """A saved model under a (possibly different) head. transformers logs a LOAD REPORT warning for every head
+    key it leaves out or initializes: when fine-tuning a pretrained folder that is the plan, not a problem, so its
+    report is replaced by one line; a warning remains for what would be a problem, a missing or reshaped
+    backbone weight."""
+    reporter = logging.getLogger("transformers.modeling_utils")
+    report_filter = _DropLoadReport()
+    reporter.addFilter(report_filter)
+    try:
+        model, info = auto.from_pretrained(folder, ignore_mismatched_sizes=True, output_loading_info=True, **overrides)
+    finally:
+        reporter.removeFilter(report_filter)
+    new = sorted(info["missing_keys"] | {k[0] if isinstance(k, tuple) else k for k in info["mismatched_keys"]})
+    backbone = [k for k in new if k.startswith(model.base_model_prefix + ".")]
+    if backbone:
+        warnings.warn(f"{folder}: backbone weights missing or of another shape, initialized afresh: {backbone}")
+    if new or info["unexpected_keys"]:
+        PartialState().print(f"{type(model).__name__} from {folder}: initialized {', '.join(new) or 'nothing'}; "
+                             f"left out {', '.join(sorted(info['unexpected_keys'])) or 'nothing'}")
+    return model
+
+
+class _DropLoadReport(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "LOAD REPORT" not in record.getMessage()
+
+
 def load_model(source: ModelSource, auto_class: str | None = None, overrides: dict[str, Any] | None = None,
                argument: str = "--model") -> torch.nn.Module:
     """The model of a pretrained source under `auto_class`'s head (None: the saved class); what the load found
     goes to `source.report` (`base_model`, `base_model_revision`, `converted_from`, `conversion_max_abs_diff`)."""
-    from train.core.common import load_backbone
-
     overrides = overrides or {}
     report = source.report
     report["base_model"] = source.repo_id or source.name
