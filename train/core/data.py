@@ -34,7 +34,7 @@ import csv
 import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import datasets
@@ -149,9 +149,7 @@ def _columns_of(path: Path, fmt: str) -> list[str]:
         return list(pq.read_schema(path).names)
     with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: a BOM (Excel's "CSV UTF-8") is no text
         if fmt == "csv":
-            tsv = _suffix(path) == ".tsv"
-            header = next(csv.reader(handle, delimiter="\t" if tsv else ",",
-                                     quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL), [])
+            header = next(csv.reader(handle, **_csv_dialect(path)), [])
             if not next(handle, "").strip():
                 raise EmptyDataFileError(f"{path}: has a header line but no rows")
             return header
@@ -193,20 +191,28 @@ def _csv_dialect(path: Path) -> dict:
     return {"delimiter": "\t" if tsv else ",", "quoting": csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL}
 
 
+def _csv_records(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(the line an editor shows the record starting on, its fields) of every record, the header first; a quoted
+    value may span lines."""
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle, **_csv_dialect(path))
+        start = 1
+        for fields in reader:
+            yield start, fields
+            start = reader.line_num + 1
+
+
 def _find_bad_csv_line(path: Path) -> None:
     """The first row whose number of fields differs from the header's (a stray tab or comma)."""
     kind = "TSV" if _suffix(path) == ".tsv" else "CSV"
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        reader = csv.reader(handle, **_csv_dialect(path))
-        header = next(reader, [])
-        start = reader.line_num + 1
-        for fields in reader:
-            if fields and len(fields) != len(header):
-                separator = "tabs" if kind == "TSV" else "commas"
-                raise MalformedRowError(f"{path}: line {start}: {len(fields)} fields where the header (line 1) has "
-                                        f"{len(header)} ({', '.join(header)}); {kind} rows are split by {separator}, so "
-                                        f"one inside a value needs {'removing' if kind == 'TSV' else 'quotes'}")
-            start = reader.line_num + 1
+    records = _csv_records(path)
+    _, header = next(records, (1, []))
+    for line, fields in records:
+        if fields and len(fields) != len(header):
+            separator = "tabs" if kind == "TSV" else "commas"
+            raise MalformedRowError(f"{path}: line {line}: {len(fields)} fields where the header (line 1) has "
+                                    f"{len(header)} ({', '.join(header)}); {kind} rows are split by {separator}, so "
+                                    f"one inside a value needs {'removing' if kind == 'TSV' else 'quotes'}")
 
 
 def row_location(source: str | Path, row: int, column: str | None = None) -> str:
@@ -218,15 +224,9 @@ def row_location(source: str | Path, row: int, column: str | None = None) -> str
     line = None
     if fmt == "csv":
         kind = "TSV" if _suffix(path) == ".tsv" else "CSV"
-        with open(path, encoding="utf-8-sig", newline="") as handle:
-            reader = csv.reader(handle, **_csv_dialect(path))
-            next(reader, None)
-            start = reader.line_num + 1
-            for index, _ in enumerate(reader):
-                if index == row:
-                    line = start
-                    break
-                start = reader.line_num + 1
+        records = _csv_records(path)
+        next(records, None)  # the header
+        line = next((start for index, (start, _) in enumerate(records) if index == row), None)
     elif fmt == "json":
         kind = "JSON Lines"
         with open(path, encoding="utf-8-sig") as handle:
