@@ -50,7 +50,6 @@ TASKS = {
                              "AutoModelForTokenClassification"),
     "question-answering": ("embedded:qa", ("question", "context", None), "qa", "AutoModelForQuestionAnswering"),
 }
-FAMILIES = {"lineage-bert": "bert", "lineage-gpt": "gpt"}
 
 
 def predict(model, batch, outputs) -> dict[str, torch.Tensor]:

@@ -71,6 +71,7 @@ def bundled(kind: str) -> dict[str, Traversable]:
     return dict(sorted(found.items()))
 
 
+# the keys that say where a run writes and how it is watched, not what it trains (`Recipe.training_dict`)
 _OUTPUT_KEYS = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "progress_bar", "push_to_hub")
 
 
