@@ -4,13 +4,13 @@ where the family supports it, `num_items_in_batch` as a token count, labels and 
 defects of the review, each with its test."""
 
 import ast
-from pathlib import Path
 
 import pytest
 import torch
 from conftest import REPO, preset
 from transformers.utils import ModelOutput
 
+import modeling
 from modeling import (
     LineageBertForMaskedLM,
     LineageBertForMultipleChoice,
@@ -20,11 +20,9 @@ from modeling import (
     LineageBertForSequenceClassification,
     LineageBertForTokenClassification,
     LineageBertLMHeadModel,
-    LineageBertModel,
     LineageGptForCausalLM,
     LineageGptForMultipleChoice,
     LineageGptForSequenceClassification,
-    LineageGptModel,
     LineageRnnForConditionalGeneration,
     LineageRnnModel,
     LineageTransformerForConditionalGeneration,
@@ -33,14 +31,9 @@ from modeling import (
 
 V, B, T, CHOICES = 99, 2, 6, 3  # the tiny presets' vocabulary
 PRESETS = {"Bert": "bert-tiny", "Gpt": "gpt-tiny", "Transformer": "transformer-tiny", "Rnn": "rnn-tiny"}
-HEADS = [
-    LineageBertModel, LineageBertForPreTraining, LineageBertForMaskedLM, LineageBertLMHeadModel,
-    LineageBertForNextSentencePrediction, LineageBertForSequenceClassification, LineageBertForTokenClassification,
-    LineageBertForQuestionAnswering, LineageBertForMultipleChoice,
-    LineageGptModel, LineageGptForCausalLM, LineageGptForSequenceClassification, LineageGptForMultipleChoice,
-    LineageTransformerModel, LineageTransformerForConditionalGeneration,
-    LineageRnnModel, LineageRnnForConditionalGeneration,
-]
+# every class the package registers with the Auto classes: a head added to a family joins the contract
+HEADS = [getattr(module, name) for _, pretrained, module in modeling._FAMILIES
+         for name in dict.fromkeys(pretrained.auto_classes.values())]
 # heads with a per-token loss that Trainer's `num_items_in_batch` divides (the others average per example)
 TOKEN_LOSS = {LineageBertForMaskedLM, LineageBertLMHeadModel, LineageBertForTokenClassification,
               LineageGptForCausalLM, LineageTransformerForConditionalGeneration, LineageRnnForConditionalGeneration}
