@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 import torch
 
+from .arguments import CACHE_NAME
+
 _value_checks = True
 
 
@@ -76,7 +78,7 @@ def check_sequence_length(length: int, max_positions: int, name: str = "input_id
         return
     past_length = int(past_length)
     if past_length + length > max_positions:
-        name = f"past_key_values + {name}" if past_length else name
+        name = f"{CACHE_NAME} + {name}" if past_length else name
         raise ValueError(
             f"`{name}` has {past_length + length} positions but `max_position_embeddings` is {max_positions}; "
             f"sequences must have at most {max_positions} tokens (truncate the input)."

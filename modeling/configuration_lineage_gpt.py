@@ -29,7 +29,7 @@ class LineageGptConfig(LineageConfig):
     """
 
     model_type = "lineage-gpt"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache output before and from transformers 5.24
     metadata_token_ids = ("pad_token_id", "bos_token_id", "eos_token_id")
 
     vocab_size: int = 40478

@@ -54,7 +54,7 @@ class LineageRnnConfig(PreTrainedConfig):
     """
 
     model_type = "lineage-rnn"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache output before and from transformers 5.24
 
     vocab_size: int = 30000
     embedding_size: int = 620

@@ -43,7 +43,7 @@ class LineageTransformerConfig(LineageConfig):
 
     model_type = "lineage-transformer"
     absolute_position_types = ("sinusoidal", "learned")
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache output before and from transformers 5.24
     weight_token_ids = ("pad_token_id",)  # the shared embedding's `padding_idx`
     metadata_token_ids = ("bos_token_id", "eos_token_id", "decoder_start_token_id")
 

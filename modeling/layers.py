@@ -35,6 +35,7 @@ from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from .arguments import forward_arguments
 from .linear import LineageLinear
 from .packing import varlen_sdpa_forward
 from .relative_positions import relative_key_scores, relative_position_index, relative_value_term
@@ -159,22 +160,22 @@ class LineageAttention(nn.Module):
         return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
 
     def _key_value(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None,
-                   past_key_values: Cache | None) -> tuple[torch.Tensor, torch.Tensor]:
+                   cache: Cache | None) -> tuple[torch.Tensor, torch.Tensor]:
         if self.is_cross_attention:
-            cache = past_key_values.cross_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else None
-            if cache is not None and past_key_values.is_updated.get(self.layer_idx):
-                layer = cache.layers[self.layer_idx]
+            cross = cache.cross_attention_cache if isinstance(cache, EncoderDecoderCache) else None
+            if cross is not None and cache.is_updated.get(self.layer_idx):
+                layer = cross.layers[self.layer_idx]
                 return layer.keys, layer.values
             key, value = self._heads(self.k_proj(key_value_states)), self._heads(self.v_proj(key_value_states))
-            if cache is not None:
-                key, value = cache.update(key, value, self.layer_idx)
-                past_key_values.is_updated[self.layer_idx] = True
+            if cross is not None:
+                key, value = cross.update(key, value, self.layer_idx)
+                cache.is_updated[self.layer_idx] = True
             return key, value
         key, value = self._heads(self.k_proj(hidden_states)), self._heads(self.v_proj(hidden_states))
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values = past_key_values.self_attention_cache
-        if past_key_values is not None:
-            key, value = past_key_values.update(key, value, self.layer_idx)  # (B, H, S, D)
+        if isinstance(cache, EncoderDecoderCache):
+            cache = cache.self_attention_cache
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)  # (B, H, S, D)
         return key, value
 
     def forward(
@@ -182,14 +183,14 @@ class LineageAttention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         key_value_states: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         output_attentions: bool = False,
         relative_position_index: torch.Tensor | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, length, _ = hidden_states.shape
         query = self._heads(self.q_proj(hidden_states))  # (B, H, T, D)
-        key, value = self._key_value(hidden_states, key_value_states, past_key_values)
+        key, value = self._key_value(hidden_states, key_value_states, cache)
         if self.relative_keys is not None:
             kwargs["relative_position_index"] = self._relative_index(relative_position_index, length, key.shape[2])
         output, weights = self._kernel(output_attentions, "packed_sequences" in kwargs)(
@@ -291,22 +292,21 @@ class LineageBlock(GradientCheckpointingLayer):
         )
         self.feed_forward = ResidualSublayer(LineageFeedForward(config), config)
 
+    @forward_arguments(strict=False)  # the extra keywords are the attention kernel's
     def forward(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        hidden_states, self_weights = self.self_attn(
-            hidden_states, attention_mask, past_key_values=past_key_values, **kwargs
-        )
+        hidden_states, self_weights = self.self_attn(hidden_states, attention_mask, cache=cache, **kwargs)
         cross_weights = None
         if self.cross_attn is not None and encoder_hidden_states is not None:  # none given: a decoder-only pass
             hidden_states, cross_weights = self.cross_attn(
-                hidden_states, encoder_attention_mask, encoder_hidden_states, past_key_values=past_key_values, **kwargs
+                hidden_states, encoder_attention_mask, encoder_hidden_states, cache=cache, **kwargs
             )
         return self.feed_forward(hidden_states), self_weights, cross_weights
 

@@ -54,6 +54,7 @@ from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_lineage_bert import LineageBertConfig
+from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
 from .checks import (
     check_cached_mask,
     check_choice_inputs,
@@ -239,7 +240,7 @@ class LineageBertModel(LineageBertPreTrainedModel):
             check_mask_shape(encoder_attention_mask, encoder_hidden_states.shape[:2], "encoder_attention_mask",
                              "encoder_hidden_states")
 
-    def _cache(self, past_key_values: Cache | None, use_cache: bool | None,
+    def _cache(self, cache: Cache | None, use_cache: bool | None,
                encoder_hidden_states: torch.Tensor | None, position_ids: torch.Tensor | None,
                attention_mask: torch.Tensor | None) -> Cache | None:
         """A decoder's cache (as transformers' BERT): a new one when asked for, with a cross-attention part when
@@ -250,35 +251,35 @@ class LineageBertModel(LineageBertPreTrainedModel):
         if not config.is_decoder:
             return None
         packed = not torch.compiler.is_compiling() and _packed_sequences(position_ids, attention_mask) is not None
-        if packed and (use_cache or past_key_values is not None):
+        if packed and (use_cache or cache is not None):
             raise ValueError("Packed rows (`position_ids` restarting within a row) cannot use a key/value cache: "
-                             "pass `use_cache=False` and no `past_key_values`, or one sequence per row.")
+                             f"pass `use_cache=False` and no `{CACHE_NAME}`, or one sequence per row.")
         if use_cache is None:
             use_cache = config.use_cache and not self.training and not packed
         if not use_cache:
             return None
-        if past_key_values is None and encoder_hidden_states is not None:
+        if cache is None and encoder_hidden_states is not None:
             return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
-        return past_key_values if past_key_values is not None else DynamicCache(config=config)
+        return cache if cache is not None else DynamicCache(config=config)
 
     def _self_attention_mask(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                             position_ids: torch.Tensor | None, past_key_values: Cache | None):
+                             position_ids: torch.Tensor | None, cache: Cache | None):
         """Causal for a decoder, bidirectional otherwise; a packed row (restarting `position_ids`, no
         `attention_mask`) attends within each of its sequences either way."""
         if self.config.is_decoder:
-            if isinstance(past_key_values, EncoderDecoderCache):
-                past_key_values = past_key_values.self_attention_cache
-            return create_causal_mask(self.config, hidden_states, attention_mask, past_key_values, position_ids)
+            if isinstance(cache, EncoderDecoderCache):
+                cache = cache.self_attention_cache
+            return create_causal_mask(self.config, hidden_states, attention_mask, cache, position_ids)
         return create_bidirectional_mask(self.config, hidden_states, attention_mask,
                                          and_mask_function=_packed_sequences(position_ids, attention_mask))
 
     def _packed_attention(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                          position_ids: torch.Tensor | None, past_key_values: Cache | None,
+                          position_ids: torch.Tensor | None, cache: Cache | None,
                           encoder_hidden_states: torch.Tensor | None, kwargs: dict) -> dict | None:
         """Packed rows (restarting `position_ids`, no `attention_mask`, no cache, no cross attention): the blocks'
         keywords for attention within each sequence without a (T, T) mask (`PackedSequences`), or None for the
         mask path (`_self_attention_mask`, which also splits packed rows)."""
-        if (position_ids is None or attention_mask is not None or past_key_values is not None
+        if (position_ids is None or attention_mask is not None or cache is not None
                 or encoder_hidden_states is not None or torch.compiler.is_compiling()):
             return None
         sequences = PackedSequences.from_position_ids(position_ids.expand(hidden_states.shape[0], -1))
@@ -312,6 +313,7 @@ class LineageBertModel(LineageBertPreTrainedModel):
         restored = hidden_states.new_zeros(batch * length, hidden_states.shape[-1])
         return restored.index_copy(0, real, hidden_states[0]).view(batch, length, -1)  # (B, T, C)
 
+    @forward_arguments
     @capture_outputs
     def forward(
         self,
@@ -322,7 +324,7 @@ class LineageBertModel(LineageBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = None,
         unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
@@ -340,8 +342,8 @@ class LineageBertModel(LineageBertPreTrainedModel):
         spans every position). Applies to an encoder (not `is_decoder`) with absolute positions under sdpa or flash
         attention, when neither hidden states nor attention weights are requested; other calls take the padded path.
         `pretrain_bert` and `finetune` pass it while training on a GPU."""
-        past_key_values = self._cache(past_key_values, use_cache, encoder_hidden_states, position_ids, attention_mask)
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        cache = self._cache(cache, use_cache, encoder_hidden_states, position_ids, attention_mask)
+        past_length = cache.get_seq_length() if cache is not None else 0
         self._check_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
                            encoder_hidden_states, encoder_attention_mask, past_length)
         varlen = self._unpadded_attention(attention_mask, encoder_hidden_states, unpad_inputs, kwargs)
@@ -353,10 +355,10 @@ class LineageBertModel(LineageBertPreTrainedModel):
                 pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
             )
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
-        varlen = self._packed_attention(hidden_states, attention_mask, position_ids, past_key_values,
+        varlen = self._packed_attention(hidden_states, attention_mask, position_ids, cache,
                                         encoder_hidden_states, kwargs)
         mask = None if varlen else self._self_attention_mask(hidden_states, attention_mask, position_ids,
-                                                             past_key_values)
+                                                             cache)
         memory = ()
         if encoder_hidden_states is not None:
             cross_mask = create_bidirectional_mask(self.config, hidden_states, encoder_attention_mask,
@@ -364,12 +366,12 @@ class LineageBertModel(LineageBertPreTrainedModel):
             memory = (encoder_hidden_states, cross_mask)
         relative = relative_attention_inputs(self.config, hidden_states, position_ids, past_length, attention_mask)
         hidden_states = self.encoder(
-            hidden_states, mask, *memory, past_key_values=past_key_values, **(varlen or {}), **relative, **kwargs
+            hidden_states, mask, *memory, **cache_keyword(cache), **(varlen or {}), **relative, **kwargs
         )
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
             pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
-            past_key_values=past_key_values,
+            **cache_keyword(cache),
         )
 
 
@@ -446,6 +448,7 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head.decoder = value
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -458,6 +461,7 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         next_sentence_label: torch.Tensor | None = None,
         return_logits: bool | None = None,
         sparse_prediction: bool = False,
+        unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> LineageBertForPreTrainingOutput:
         """A training forward with `labels` returns `prediction_logits=None` (`return_logits`: see
@@ -466,7 +470,8 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         check_label_ids(labels, self.config.vocab_size)
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
+            return_dict=True, **kwargs
         )
         prediction_logits, mlm_loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits,
                                                  sparse_prediction, **kwargs)
@@ -502,6 +507,7 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head.decoder = value
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -513,6 +519,7 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         labels: torch.Tensor | None = None,
         return_logits: bool | None = None,
         sparse_prediction: bool = False,
+        unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
         """A training forward with `labels` returns `logits=None` (`return_logits`: `losses.skips_logits`).
@@ -521,7 +528,8 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         check_label_ids(labels, self.config.vocab_size)
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
+            return_dict=True, **kwargs
         )
         logits, loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits, sparse_prediction, **kwargs)
         return MaskedLMOutput(
@@ -555,6 +563,7 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head.decoder = value
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -566,7 +575,7 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         return_logits: bool | None = None,
@@ -581,7 +590,7 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
             use_cache = False
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, encoder_hidden_states,
-            encoder_attention_mask, past_key_values, use_cache, return_dict=True, **kwargs,
+            encoder_attention_mask, cache, use_cache, return_dict=True, **kwargs,
         )
         hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (B, T', C)
         vocab_size, logits, loss = self.config.vocab_size, None, None
@@ -595,7 +604,7 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
         return CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_keyword(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             cross_attentions=outputs.cross_attentions,
@@ -613,6 +622,7 @@ class LineageBertForNextSentencePrediction(LineageBertPreTrainedModel):
         self.nsp_head = LineageLinear(config.hidden_size, 2)
         self.post_init()
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -622,10 +632,12 @@ class LineageBertForNextSentencePrediction(LineageBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> NextSentencePredictorOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
+            return_dict=True, **kwargs
         )
         logits = self.nsp_head(outputs.pooler_output)
         return NextSentencePredictorOutput(
@@ -650,6 +662,7 @@ class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
         self.classifier = LineageLinear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -659,10 +672,12 @@ class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
+            return_dict=True, **kwargs
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
         loss = None
@@ -690,6 +705,7 @@ class LineageBertForTokenClassification(LineageBertPreTrainedModel):
         self.classifier = LineageLinear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -699,10 +715,12 @@ class LineageBertForTokenClassification(LineageBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> TokenClassifierOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
+            return_dict=True, **kwargs
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
@@ -727,6 +745,7 @@ class LineageBertForQuestionAnswering(LineageBertPreTrainedModel):
         self.qa_outputs = LineageLinear(config.hidden_size, 2)
         self.post_init()
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -737,10 +756,12 @@ class LineageBertForQuestionAnswering(LineageBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         start_positions: torch.Tensor | None = None,
         end_positions: torch.Tensor | None = None,
+        unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True, **kwargs
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
+            return_dict=True, **kwargs
         )
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)  # 2 x (B, T)
         start_logits, end_logits = start_logits.contiguous(), end_logits.contiguous()
@@ -767,6 +788,7 @@ class LineageBertForMultipleChoice(LineageBertPreTrainedModel):
         self.classifier = LineageLinear(config.hidden_size, 1)
         self.post_init()
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -776,12 +798,13 @@ class LineageBertForMultipleChoice(LineageBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MultipleChoiceModelOutput:
         _, num_choices = check_choice_inputs(input_ids, inputs_embeds)
         flat = [x.flatten(0, 1) if x is not None else None
                 for x in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)]
-        outputs = self.bert(*flat, return_dict=True, **kwargs)
+        outputs = self.bert(*flat, unpad_inputs=unpad_inputs, return_dict=True, **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)  # (B, num_choices)
         return MultipleChoiceModelOutput(
             loss=_classification_loss(logits, labels, limit_name="num_choices"),

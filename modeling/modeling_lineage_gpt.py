@@ -37,6 +37,7 @@ from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_lineage_gpt import LineageGptConfig
+from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
 from .checks import (
     check_cached_mask,
     check_choice_inputs,
@@ -128,7 +129,7 @@ class LineageGptModel(LineageGptPreTrainedModel):
         return batch
 
     def _documents(self, position_ids: torch.Tensor | None, batch: int, attention_mask: torch.Tensor | None,
-                   past_key_values: Cache | None, use_cache: bool | None) -> PackedSequences | None:
+                   cache: Cache | None, use_cache: bool | None) -> PackedSequences | None:
         """The documents of packed rows: `position_ids` that restart within a row, no `attention_mask`, no cache
         (transformers' convention, as `DataCollatorWithFlattening` makes them). Attention then keeps to each
         document; a configuration that cannot do so, or a cache, is refused. Under `torch.compile` the documents
@@ -141,9 +142,9 @@ class LineageGptModel(LineageGptPreTrainedModel):
         problem = document_masking_error(self.config)
         if problem is not None:
             raise ValueError(f"Packed rows (`position_ids` restarting within a row): {problem}.")
-        if past_key_values is not None or use_cache:
+        if cache is not None or use_cache:
             raise ValueError("Packed rows (`position_ids` restarting within a row) cannot use a key/value cache: "
-                             "pass `use_cache=False` and no `past_key_values`, or one sequence per row.")
+                             f"pass `use_cache=False` and no `{CACHE_NAME}`, or one sequence per row.")
         return documents
 
     @staticmethod
@@ -157,27 +158,28 @@ class LineageGptModel(LineageGptPreTrainedModel):
         positions = attention_mask.long().cumsum(-1) - 1  # (B, S); left padding gives -1
         return positions[:, -length:].clamp(min=0)  # (B, T)
 
+    @forward_arguments
     @capture_outputs
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPast:
         """`use_cache` defaults to `config.use_cache` outside training; `attention_mask` covers cached + new tokens;
         `output_hidden_states` / `output_attentions` in `kwargs` are collected by `@capture_outputs`."""
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past_length = cache.get_seq_length() if cache is not None else 0
         batch = self._check_inputs(input_ids, inputs_embeds, attention_mask, position_ids, past_length)
         config = self.config
-        documents = self._documents(position_ids, batch, attention_mask, past_key_values, use_cache)
+        documents = self._documents(position_ids, batch, attention_mask, cache, use_cache)
         use_cache = use_cache if use_cache is not None else config.use_cache and not self.training
         use_cache = use_cache and documents is None
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=config)
+        if use_cache and cache is None:
+            cache = DynamicCache(config=config)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, C)
         positions = position_ids
@@ -186,16 +188,16 @@ class LineageGptModel(LineageGptPreTrainedModel):
         embeddings = inputs_embeds + self.embed_positions(positions) if self.embed_positions is not None else inputs_embeds
         hidden_states = self.dropout(embeddings)
         varlen = varlen_attention_inputs(config, documents, kwargs.get("output_attentions", config.output_attentions))
-        mask = None if varlen else create_causal_mask(config, inputs_embeds, attention_mask, past_key_values,
+        mask = None if varlen else create_causal_mask(config, inputs_embeds, attention_mask, cache,
                                                       position_ids)
         relative = relative_attention_inputs(config, hidden_states, positions, past_length, attention_mask)
         for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, past_key_values=past_key_values, **(varlen or {}), **relative,
+            hidden_states = layer(hidden_states, mask, **cache_keyword(cache), **(varlen or {}), **relative,
                                   **kwargs)[0]
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
         return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
+            last_hidden_state=hidden_states, **cache_keyword(cache if use_cache else None)
         )
 
 
@@ -226,13 +228,14 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
             )
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
@@ -248,7 +251,7 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
             check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
             check_label_ids(labels, self.config.vocab_size)
         outputs = self.transformer(
-            input_ids, attention_mask, position_ids, past_key_values, inputs_embeds, use_cache=use_cache,
+            input_ids, attention_mask, position_ids, cache, inputs_embeds, use_cache=use_cache,
             return_dict=True, **kwargs,
         )
         hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (B, T', C)
@@ -263,7 +266,7 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_keyword(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
@@ -370,6 +373,7 @@ class LineageGptForSequenceClassification(_LineageGptClassifier):
         super().__init__(config, config.num_labels)
         self.num_labels = config.num_labels
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -401,6 +405,7 @@ class LineageGptForMultipleChoice(_LineageGptClassifier):
     def __init__(self, config: LineageGptConfig):
         super().__init__(config, 1)
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,

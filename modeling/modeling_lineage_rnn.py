@@ -49,6 +49,7 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
 from .configuration_lineage_rnn import LineageRnnConfig
+from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
 from .checks import check_devices, check_ids_or_embeds, check_label_ids, check_mask_shape, value_checks_enabled
 from .linear import LineageLinear
 from .losses import labelled_positions, seq2seq_loss
@@ -297,6 +298,7 @@ class LineageRnnEncoder(nn.Module):
         state = state.view(layers, -1, batch, state.shape[-1])  # (L, directions, B, C / directions)
         return state.permute(2, 0, 1, 3).reshape(batch, layers, self.config.hidden_size)
 
+    @forward_arguments
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -515,40 +517,41 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         """Run the encoder once over the (right-padded) source: (B, S) ids -> (B, S, C) annotations."""
         return self.encoder(input_ids, attention_mask, inputs_embeds, **kwargs)
 
+    @forward_arguments
     def decode(
         self,
         decoder_input_ids: torch.Tensor | None,
         encoder_outputs: LineageRnnEncoderOutput,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: "LineageRnnCache | None" = None,
+        cache: "LineageRnnCache | None" = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> ModelOutput:
-        """(B, T) target ids -> (B, T, C) output states, continuing from `past_key_values` when it holds a state
+        """(B, T) target ids -> (B, T, C) output states, continuing from `cache` when it holds a state
         (then T counts the new tokens only) and storing the state reached there."""
-        self._check_target(decoder_input_ids, decoder_inputs_embeds, None, past_key_values,
+        self._check_target(decoder_input_ids, decoder_inputs_embeds, None, cache,
                            encoder_outputs.last_hidden_state.shape[:2], attention_mask)
         return self._decode(decoder_input_ids, decoder_inputs_embeds, encoder_outputs, attention_mask,
-                            past_key_values, **kwargs)
+                            cache, **kwargs)
 
     def _check_target(
         self,
         decoder_input_ids: torch.Tensor | None,
         decoder_inputs_embeds: torch.Tensor | None,
         decoder_attention_mask: torch.Tensor | None,
-        past_key_values: Cache | None,
+        cache: Cache | None,
         source_shape: torch.Size,
         attention_mask: torch.Tensor | None,
     ) -> None:
         shape = check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, self.config.vocab_size, source_shape,
                                      attention_mask)
-        if past_key_values is not None and not isinstance(past_key_values, LineageRnnCache):
-            raise ValueError(f"`past_key_values` must be a `LineageRnnCache` (the recurrent decoder state), got "
-                             f"{type(past_key_values).__name__}.")
-        if past_key_values is not None and past_key_values.is_initialized and past_key_values.batch_size != shape[0]:
-            raise ValueError(f"`past_key_values` holds {past_key_values.batch_size} sequences but "
+        if cache is not None and not isinstance(cache, LineageRnnCache):
+            raise ValueError(f"`{CACHE_NAME}` must be a `LineageRnnCache` (the recurrent decoder state), got "
+                             f"{type(cache).__name__}.")
+        if cache is not None and cache.is_initialized and cache.batch_size != shape[0]:
+            raise ValueError(f"`{CACHE_NAME}` holds {cache.batch_size} sequences but "
                              f"`decoder_input_ids` have {shape[0]}.")
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past = cache.get_seq_length() if cache is not None else 0
         if decoder_attention_mask is not None:  # the decoder reads left to right: right padding never matters
             total = torch.Size((shape[0], past + shape[1]))
             check_mask_shape(decoder_attention_mask, total, "decoder_attention_mask",
@@ -584,11 +587,12 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=outputs,
-            past_key_values=cache,
+            **cache_keyword(cache),
             hidden_states=(embedded, outputs) if output_hidden_states else None,
             cross_attentions=(weights[:, None],) if output_attentions and weights is not None else None,  # (B, 1, T, S)
         )
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -597,7 +601,7 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         decoder_input_ids: torch.Tensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: LineageRnnEncoderOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
@@ -609,20 +613,20 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         encoder_outputs = as_encoder_output(encoder_outputs)
         source_shape = (encoder_outputs.last_hidden_state.shape[:2] if encoder_outputs is not None
                         else check_ids_or_embeds(input_ids, inputs_embeds))
-        self._check_target(decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, past_key_values,
+        self._check_target(decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, cache,
                            source_shape, attention_mask)  # both sides are checked before the encoder runs
         if encoder_outputs is None:
             encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds,
                                           output_hidden_states=kwargs.get("output_hidden_states"))
         if use_cache is None:
             use_cache = self.config.use_cache and not self.training
-        if use_cache and past_key_values is None:
-            past_key_values = LineageRnnCache()
+        if use_cache and cache is None:
+            cache = LineageRnnCache()
         decoded = self._decode(decoder_input_ids, decoder_inputs_embeds, encoder_outputs, attention_mask,
-                               past_key_values, **kwargs)
+                               cache, **kwargs)
         return Seq2SeqModelOutput(
             last_hidden_state=decoded.last_hidden_state,
-            past_key_values=decoded.past_key_values,
+            **cache_keyword(output_cache(decoded)),
             decoder_hidden_states=decoded.hidden_states,
             cross_attentions=decoded.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
@@ -658,6 +662,7 @@ class LineageRnnForConditionalGeneration(LineageRnnPreTrainedModel, GenerationMi
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -666,7 +671,7 @@ class LineageRnnForConditionalGeneration(LineageRnnPreTrainedModel, GenerationMi
         decoder_input_ids: torch.Tensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: LineageRnnEncoderOutput | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
@@ -683,7 +688,7 @@ class LineageRnnForConditionalGeneration(LineageRnnPreTrainedModel, GenerationMi
         if labels is not None:
             use_cache = False
         outputs = self.model(
-            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, past_key_values,
+            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, cache,
             inputs_embeds, decoder_inputs_embeds, use_cache, return_dict=True, **kwargs,
         )
         hidden_states = outputs.last_hidden_state  # (B, T, C)
@@ -696,7 +701,7 @@ class LineageRnnForConditionalGeneration(LineageRnnPreTrainedModel, GenerationMi
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_keyword(output_cache(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,
             cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,

@@ -43,6 +43,7 @@ from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_lineage_transformer import LineageTransformerConfig
+from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
 from .checks import (
     check_cached_mask,
     check_devices,
@@ -144,6 +145,7 @@ class LineageTransformerEncoder(LineageTransformerStack):
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 zeros_(module.weight[module.padding_idx])
 
+    @forward_arguments
     @capture_outputs
     def forward(
         self,
@@ -176,6 +178,7 @@ class LineageTransformerDecoder(LineageTransformerStack):
         super().__init__(config, is_decoder=True)
         self.post_init()
 
+    @forward_arguments
     @capture_outputs
     def forward(
         self,
@@ -183,14 +186,14 @@ class LineageTransformerDecoder(LineageTransformerStack):
         encoder_hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        offset = past_key_values.get_seq_length() if past_key_values is not None else 0
+        offset = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embed(inputs_embeds, offset)
-        self_cache = past_key_values.self_attention_cache if past_key_values is not None else None
+        self_cache = cache.self_attention_cache if cache is not None else None
         causal_mask = create_causal_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask, past_key_values=self_cache
+            self.config, hidden_states, attention_mask, self_cache  # positional: the cache keyword was renamed in 5.24
         )
         cross_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
@@ -198,11 +201,11 @@ class LineageTransformerDecoder(LineageTransformerStack):
         )
         relative = relative_attention_inputs(self.config, hidden_states, past_length=offset)  # consecutive positions
         hidden_states = self.run_layers(
-            hidden_states, causal_mask, encoder_hidden_states, cross_mask, past_key_values=past_key_values,
+            hidden_states, causal_mask, encoder_hidden_states, cross_mask, **cache_keyword(cache),
             **relative, **kwargs,
         )
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
+            last_hidden_state=hidden_states, **cache_keyword(cache)
         )
 
 
@@ -235,24 +238,25 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         """Run the encoder once over the source: (B, S) ids -> (B, S, C) memory."""
         return self.encoder(input_ids, attention_mask, inputs_embeds, return_dict=True, **kwargs)
 
+    @forward_arguments
     def decode(
         self,
         decoder_input_ids: torch.Tensor | None,
         encoder_hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """One decoder pass over (B, T) target ids given the (B, S, C) encoder memory and its (B, S) padding mask;
         with a cache, T is the number of new tokens and earlier keys/values come from the cache."""
         self._check_target(
-            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, past_key_values,
+            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, cache,
             encoder_hidden_states.shape[:2], attention_mask,
         )
         return self._decode(
-            decoder_input_ids, encoder_hidden_states, attention_mask, decoder_attention_mask, past_key_values,
+            decoder_input_ids, encoder_hidden_states, attention_mask, decoder_attention_mask, cache,
             decoder_inputs_embeds, **kwargs,
         )
 
@@ -261,18 +265,18 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         decoder_input_ids: torch.Tensor | None,
         decoder_inputs_embeds: torch.Tensor | None,
         decoder_attention_mask: torch.Tensor | None,
-        past_key_values: Cache | None,
+        cache: Cache | None,
         source_shape: torch.Size,
         attention_mask: torch.Tensor | None,
     ) -> None:
         shape = check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, self.config.vocab_size, source_shape,
                                      attention_mask)
-        if past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
+        if cache is not None and not isinstance(cache, EncoderDecoderCache):
             raise ValueError(
-                "`past_key_values` must be an `EncoderDecoderCache` (self-attention and cross-attention caches), "
-                f"got {type(past_key_values).__name__}."
+                f"`{CACHE_NAME}` must be an `EncoderDecoderCache` (self-attention and cross-attention caches), "
+                f"got {type(cache).__name__}."
             )
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past = cache.get_seq_length() if cache is not None else 0
         check_sequence_length(shape[1], self.config.max_position_embeddings, "decoder_input_ids", past)
         check_cached_mask(decoder_attention_mask, shape[0], shape[1], past, "decoder_attention_mask",
                           "decoder_input_ids")
@@ -283,17 +287,18 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         encoder_hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None,
         decoder_attention_mask: torch.Tensor | None,
-        past_key_values: Cache | None,
+        cache: Cache | None,
         decoder_inputs_embeds: torch.Tensor | None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if decoder_inputs_embeds is None:
             decoder_inputs_embeds = self.get_input_embeddings()(decoder_input_ids)  # (B, T, C)
         return self.decoder(
-            decoder_inputs_embeds, encoder_hidden_states, decoder_attention_mask, attention_mask, past_key_values,
+            decoder_inputs_embeds, encoder_hidden_states, decoder_attention_mask, attention_mask, cache,
             return_dict=True, **kwargs,
         )
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -302,7 +307,7 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         decoder_input_ids: torch.Tensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
@@ -318,22 +323,22 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
             else check_ids_or_embeds(input_ids, inputs_embeds)
         )
         self._check_target(  # both sides are checked before the encoder runs
-            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, past_key_values, source_shape,
+            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, cache, source_shape,
             attention_mask,
         )
         if encoder_outputs is None:
             encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, **kwargs)
         if use_cache is None:
             use_cache = self.config.use_cache and not self.training
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         decoder_outputs = self._decode(
             decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask, decoder_attention_mask,
-            past_key_values, decoder_inputs_embeds, **kwargs,
+            cache, decoder_inputs_embeds, **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **cache_keyword(output_cache(decoder_outputs)),
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -368,6 +373,7 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @forward_arguments
     @can_return_tuple
     def forward(
         self,
@@ -376,7 +382,7 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
         decoder_input_ids: torch.Tensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
@@ -396,7 +402,7 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
         if labels is not None:
             use_cache = False
         outputs = self.model(
-            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, past_key_values,
+            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, cache,
             inputs_embeds, decoder_inputs_embeds, use_cache, return_dict=True, **kwargs,
         )
         hidden_states = outputs.last_hidden_state  # (B, T, C)
@@ -415,7 +421,7 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **cache_keyword(output_cache(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,

@@ -26,6 +26,9 @@ class LineagePreTrainedModel(PreTrainedModel):
     """
 
     auto_classes: dict[str, str] = {}
+    # Trainer passes `num_items_in_batch` to a head that says so (a forward's signature shows no `**kwargs`,
+    # `arguments.forward_arguments`); heads whose loss is a per-example mean set False.
+    accepts_loss_kwargs = True
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _supports_flash_attn = True

@@ -1,9 +1,11 @@
 """One contract for every head of every family (BERT, GPT, Transformer, RNN): no cache in training mode,
 `return_dict=False` tuples, exact save/load with a config that holds only the architecture, gradient checkpointing
-where the family supports it, `num_items_in_batch` as a token count, labels and inputs refused by name; then the
-defects of the review, each with its test."""
+where the family supports it, `num_items_in_batch` as a token count, labels and inputs refused by name, the keyword
+contract (the cache under either name, no keyword swallowed) and generation that uses its cache; then the defects of
+the review, each with its test."""
 
 import ast
+import inspect
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ from conftest import REPO, preset
 from transformers.utils import ModelOutput
 
 import modeling
+from modeling.arguments import CACHE_NAME, OLD_CACHE_NAME, TRANSFORMERS_KEYWORDS, output_cache
 from modeling import (
     LineageBertForMaskedLM,
     LineageBertForMultipleChoice,
@@ -111,13 +114,16 @@ def scalar(output: ModelOutput) -> torch.Tensor:
 
 
 head_ids = pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
+GENERATIVE = [LineageBertLMHeadModel, LineageGptForCausalLM, LineageTransformerForConditionalGeneration,
+              LineageRnnForConditionalGeneration]
+generative_ids = pytest.mark.parametrize("model_class", GENERATIVE, ids=lambda c: c.__name__)
 
 
 @head_ids
 def test_no_cache_in_training_mode(model_class):
     model = build(model_class).train()
     output = model(**unlabelled_inputs(model_class))
-    assert output.get("past_key_values") is None
+    assert output_cache(output) is None
 
 
 @head_ids
@@ -143,6 +149,8 @@ def test_save_and_load_are_exact_and_the_config_holds_only_the_architecture(mode
     assert "sparse_prediction" not in saved and "unpad_inputs" not in saved
     for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
         torch.testing.assert_close(b, a, rtol=0, atol=0, msg=name)
+    for parameter in loaded.parameters():  # transformers 5.24 maps the file: weights at unaligned addresses, which
+        parameter.data = parameter.data.clone()  # MKL rounds differently (1e-9); the same bits in fresh memory
     for a, b in zip(tensors(model(**inputs, **labels).to_tuple()), tensors(loaded(**inputs, **labels).to_tuple())):
         torch.testing.assert_close(b, a, rtol=0, atol=0)
 
@@ -282,6 +290,83 @@ def test_generate_refuses_a_beam_count_below_one(model_class, beams):
     model = build(model_class).eval()
     with pytest.raises(ValueError, match=rf"`num_beams` must be a positive integer \(1: no beam search\), got {beams}"):
         model.generate(torch.randint(5, V, (1, 4)), num_beams=beams, max_new_tokens=2)
+
+
+@head_ids
+@pytest.mark.parametrize("keyword", ["not_an_argument", "cache_params", "token_type_idz", "cu_seq_lens_q"])
+def test_a_keyword_the_forward_does_not_use_is_refused_by_name(model_class, keyword):
+    """A renamed or misspelt argument is an error naming it, never dropped: the next rename upstream fails here."""
+    model = build(model_class).eval()
+    with pytest.raises(TypeError, match=rf"{model_class.__name__}.forward\(\) got an unexpected keyword argument "
+                                        rf"'{keyword}'; it takes .*input"):
+        model(**unlabelled_inputs(model_class), **{keyword: None})
+
+
+@head_ids
+def test_the_signature_lists_exactly_what_the_forward_takes(model_class):
+    """What transformers inspects (Trainer's label names, generate()'s encoder arguments) is what the forward takes:
+    no `**kwargs`, the cache under the installed name only, transformers' own keywords listed."""
+    parameters = inspect.signature(model_class.forward).parameters
+    assert not any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    assert TRANSFORMERS_KEYWORDS <= set(parameters)
+    assert "cache" not in parameters or CACHE_NAME == "cache"
+    assert OLD_CACHE_NAME not in parameters or CACHE_NAME == OLD_CACHE_NAME
+
+
+@pytest.mark.parametrize("model_class", [c for c in HEADS if c.accepts_loss_kwargs is False], ids=lambda c: c.__name__)
+def test_a_per_example_loss_refuses_a_token_count(model_class):
+    model = build(model_class).eval()
+    inputs, labels = inputs_and_labels(model_class)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'num_items_in_batch'"):
+        model(**inputs, **labels, num_items_in_batch=torch.tensor(5))
+
+
+@generative_ids
+def test_the_cache_is_taken_under_both_names_and_returned_under_the_installed_one(model_class):
+    model = build(model_class).eval()
+    inputs = unlabelled_inputs(model_class)
+    first = model(**inputs, use_cache=True)
+    assert output_cache(first) is not None and CACHE_NAME in first.keys()
+    step = {"decoder_input_ids": inputs["decoder_input_ids"][:, -1:]} if model_class in SEQ2SEQ else {
+        "input_ids": inputs["input_ids"][:, -1:],
+        "attention_mask": torch.cat([inputs["attention_mask"], torch.ones(B, 1, dtype=torch.long)], 1)}
+    if model_class in SEQ2SEQ:
+        step = {**inputs, **step}
+    new, old = (output_cache(model(**inputs, use_cache=True)) for _ in range(2))
+    torch.testing.assert_close(model(**step, cache=new).logits, model(**step, past_key_values=old).logits,
+                               rtol=0, atol=0)
+    assert new.get_seq_length() == old.get_seq_length() == output_cache(first).get_seq_length() + 1
+    with pytest.raises(TypeError, match="got the cache twice, as `cache` and `past_key_values`"):
+        model(**step, cache=output_cache(first), past_key_values=output_cache(first))
+
+
+def _prompt(model_class) -> dict:
+    if model_class in SEQ2SEQ:
+        return {"input_ids": torch.randint(5, V, (2, 6)), "attention_mask": torch.tensor([[1] * 6, [1] * 4 + [0] * 2])}
+    return {"input_ids": torch.randint(5, V, (2, 5)), "attention_mask": torch.tensor([[0, 0, 1, 1, 1], [1] * 5])}
+
+
+@generative_ids
+@pytest.mark.parametrize("mode", [{}, {"num_beams": 3}, {"do_sample": True, "top_k": 5}],
+                         ids=["greedy", "beam", "sampling"])
+def test_generate_uses_its_cache_and_gives_the_tokens_it_gives_without(model_class, mode):
+    """With the cache every step after the first feeds one new token (the cache reached the forward under the name
+    generate() passed it), and the tokens equal those of generation without a cache, left padding included."""
+    model = build(model_class).eval()
+    model.generation_config.eos_token_id = None
+    prompt = _prompt(model_class)
+    fed = []
+    key = "decoder_input_ids" if model_class in SEQ2SEQ else "input_ids"
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: fed.append(kwargs[key].shape[1]), with_kwargs=True)
+    outputs = {}
+    for use_cache in (True, False):
+        torch.manual_seed(1)
+        fed.clear()
+        outputs[use_cache] = model.generate(**prompt, max_new_tokens=6, use_cache=use_cache, pad_token_id=0, **mode)
+        if use_cache:
+            assert len(fed) == 6 and fed[1:] == [1] * 5, fed
+    hook.remove()
+    torch.testing.assert_close(outputs[True], outputs[False], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", ["bert-tiny", "gpt-tiny", "transformer-tiny"])

@@ -23,6 +23,7 @@ from modeling import (
     LineageGptForSequenceClassification,
     LineageGptModel,
 )
+from modeling.arguments import CACHE_NAME, cache_keyword, output_cache
 
 PAD = 0  # gpt-tiny: [PAD]=0, [START]=1, [DELIM]=2, [EXTRACT]=3, <|endoftext|>=4
 NORMS = ("post", "pre")
@@ -650,9 +651,9 @@ def test_padded_batch_without_pad_token_or_mask_is_refused():
 
 def test_cache_plus_new_tokens_past_positions_is_refused():
     model = build(LineageGptForCausalLM)
-    cache = model(tokens(1, 60)).past_key_values
-    assert_refused(model, "`past_key_values \\+ input_ids` has 65 positions",
-                   lambda: model(tokens(1, 5), past_key_values=cache))
+    cache = output_cache(model(tokens(1, 60)))
+    assert_refused(model, f"`{CACHE_NAME} \\+ input_ids` has 65 positions",
+                   lambda: model(tokens(1, 5), **cache_keyword(cache)))
     assert_refused(model, "60 cached \\+ 2 new tokens",
                    lambda: model(tokens(1, 2), attention_mask=torch.ones(1, 2), past_key_values=cache))
     assert_refused(model, r"A 4D `attention_mask` must have shape \(1, 1, 2, >= 62\)",

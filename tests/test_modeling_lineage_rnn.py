@@ -8,6 +8,7 @@ import transformers
 from conftest import preset, run_clean_process
 
 from modeling import LineageRnnConfig, LineageRnnForConditionalGeneration, LineageRnnModel
+from modeling.arguments import CACHE_NAME
 from modeling.modeling_lineage_rnn import LineageRnnCache, LineageRnnEncoderOutput
 
 PAD, BOS, EOS = 0, 1, 2  # rnn-tiny: <pad> <s> </s> <unk>, then ordinary tokens
@@ -498,8 +499,8 @@ def _bad_input_cases():
         "encoder outputs batch": ({"encoder_outputs": {"last_hidden_state": torch.zeros(2, 7, 32)},
                                    "decoder_input_ids": tokens(3, 2)}, r"batch size 2 but `decoder_input_ids` have 3"),
         "key/value cache": ({"input_ids": source, "decoder_input_ids": tokens(3, 2),
-                             "past_key_values": transformers.DynamicCache()},
-                            r"`past_key_values` must be a `LineageRnnCache`"),
+                             CACHE_NAME: transformers.DynamicCache()},
+                            rf"`{CACHE_NAME}` must be a `LineageRnnCache`"),
     }
 
 

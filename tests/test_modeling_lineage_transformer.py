@@ -12,6 +12,7 @@ from conftest import PRESETS, preset, run_clean_process
 from transformers.modeling_outputs import BaseModelOutput
 
 from modeling import LineageTransformerConfig, LineageTransformerForConditionalGeneration, LineageTransformerModel
+from modeling.arguments import CACHE_NAME
 from train.core.recipes import bundled, load_recipe
 
 PAD, BOS, EOS = 0, 1, 2  # transformer-tiny: <pad> <s> </s> <unk>, then ordinary tokens
@@ -432,7 +433,7 @@ def test_every_position_of_the_table_is_accepted_and_no_more():
     cache = model(input_ids=source, decoder_input_ids=target[:, :63]).past_key_values
     step = model(input_ids=source, decoder_input_ids=target[:, 63:], past_key_values=cache)
     torch.testing.assert_close(step.logits[:, -1], full[:, -1], rtol=0, atol=1e-5)
-    with pytest.raises(ValueError, match=r"`past_key_values \+ decoder_input_ids` has 65 positions"):
+    with pytest.raises(ValueError, match=rf"`{CACHE_NAME} \+ decoder_input_ids` has 65 positions"):
         model(input_ids=source, decoder_input_ids=target[:, :1], past_key_values=step.past_key_values)
 
 
@@ -660,8 +661,8 @@ def _bad_input_cases():
         "encoder outputs batch": ({"encoder_outputs": wrong_batch, "decoder_input_ids": tokens(3, 2)},
                                   r"`encoder_outputs` have batch size 2 but `decoder_input_ids` have 3"),
         "decoder-only cache": ({"input_ids": source, "decoder_input_ids": tokens(3, 2),
-                                "past_key_values": transformers.DynamicCache()},
-                               r"`past_key_values` must be an `EncoderDecoderCache`"),
+                                CACHE_NAME: transformers.DynamicCache()},
+                               rf"`{CACHE_NAME}` must be an `EncoderDecoderCache`"),
     }
 
 

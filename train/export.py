@@ -33,11 +33,12 @@ from torch import nn
 from torch.export import Dim
 from transformers import DynamicCache
 
+from modeling.arguments import CACHE_NAME, cache_keyword, output_cache
 from modeling.linear import LineageLinear
 from train.core import sources
 
 FORMATS = ("torch", "onnx")
-_OUTPUT_SKIP = ("loss", "hidden_states", "attentions", "past_key_values")
+_OUTPUT_SKIP = ("loss", "hidden_states", "attentions", CACHE_NAME)
 
 
 class HeadForward(nn.Module):
@@ -76,8 +77,8 @@ class CachedCausalDecoder(nn.Module):
         cache = DynamicCache(config=self.model.config)
         for layer, (keys, values) in enumerate(zip(past_keys.unbind(0), past_values.unbind(0))):
             cache.update(keys, values, layer)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
-        layers = out.past_key_values.layers
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **cache_keyword(cache))
+        layers = output_cache(out).layers
         return out.logits, torch.stack([l.keys for l in layers]), torch.stack([l.values for l in layers])
 
 

@@ -1,0 +1,83 @@
+"""The keyword contract of every Lineage forward: the cache under the name the installed transformers uses, the old
+name still honoured, and no keyword swallowed.
+
+transformers 5.24 renamed the cache argument of a forward, and the field of its output classes, from
+`past_key_values` to `cache` (`generate()` passes `cache=`). A forward whose `**kwargs` takes whatever it is given
+would drop a renamed argument without a word, so `@forward_arguments` accepts the cache under either name, shows
+the installed name in the signature transformers inspects, and refuses by name every keyword that is neither a
+parameter of the forward nor one that transformers passes to every model (`TRANSFORMERS_KEYWORDS`).
+"""
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import fields
+
+from transformers.modeling_outputs import BaseModelOutputWithPast
+
+OLD_CACHE_NAME = "past_key_values"
+CACHE_NAME = "cache" if "cache" in {field.name for field in fields(BaseModelOutputWithPast)} else OLD_CACHE_NAME
+
+# Keywords transformers passes to a model beyond the forward's own parameters. Trainer passes `num_items_in_batch`
+# (the token count of a gradient-accumulation step) only to heads whose loss takes it (`accepts_loss_kwargs`).
+TRANSFORMERS_KEYWORDS = frozenset({"output_attentions", "output_hidden_states", "return_dict", "num_items_in_batch"})
+
+
+def cache_keyword(cache) -> dict:
+    """`{name: cache}` under the installed name: for an output class (`BaseModelOutputWithPast(..., **cache_keyword(c))`)
+    and for a call whose callee transformers inspects by that name (`GradientCheckpointingLayer` drops the cache)."""
+    return {CACHE_NAME: cache}
+
+
+def output_cache(outputs):
+    """The cache a model output carries, under the installed name (None when it holds none)."""
+    return getattr(outputs, CACHE_NAME, None)
+
+
+def _accepted(model, names: set[str]) -> set[str]:
+    accepted = names | TRANSFORMERS_KEYWORDS
+    if getattr(model, "accepts_loss_kwargs", True) is False:  # a per-example mean: no token count to divide by
+        accepted = accepted - {"num_items_in_batch"}
+    return accepted
+
+
+def forward_arguments(forward: Callable | None = None, *, strict: bool = True) -> Callable:
+    """Decorate a forward whose cache parameter (if any) is named `cache`: it takes the cache as `cache` or
+    `past_key_values` (both at once are refused), its signature names the cache as the installed transformers does,
+    and (`strict`) a keyword it does not use raises a `TypeError` naming it, its signature then listing exactly the
+    keywords it takes (its own and `TRANSFORMERS_KEYWORDS`, no `**kwargs`). A layer whose extra keywords are the
+    attention kernel's own sets `strict=False`."""
+    if forward is None:
+        return functools.partial(forward_arguments, strict=strict)
+    signature = inspect.signature(forward)
+    parameters = signature.parameters
+    names = {name for name, p in parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+    takes_cache = "cache" in parameters
+
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        if takes_cache and OLD_CACHE_NAME in kwargs:
+            if "cache" in kwargs:
+                raise TypeError(f"{type(self).__name__}.{forward.__name__}() got the cache twice, as `cache` and "
+                                f"`{OLD_CACHE_NAME}` (two names of one argument): pass one.")
+            kwargs["cache"] = kwargs.pop(OLD_CACHE_NAME)
+        if strict:
+            accepted = _accepted(self, names)
+            unused = [key for key in kwargs if key not in accepted]
+            if unused:
+                shown = sorted(CACHE_NAME if name == "cache" else name for name in accepted)
+                raise TypeError(f"{type(self).__name__}.{forward.__name__}() got an unexpected keyword argument "
+                                f"{unused[0]!r}; it takes {', '.join(shown)}.")
+        return forward(self, *args, **kwargs)
+
+    shown = [p.replace(name=CACHE_NAME) if name == "cache" else p for name, p in parameters.items()
+             if not (strict and p.kind == p.VAR_KEYWORD)]
+    if strict:  # what the forward takes, as transformers reads it (`generate()` hands an encoder only these)
+        shown += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
+                  for name in sorted(TRANSFORMERS_KEYWORDS - names)]
+    wrapper.__signature__ = signature.replace(parameters=shown)
+    return wrapper
+
+
+__all__ = ["CACHE_NAME", "OLD_CACHE_NAME", "TRANSFORMERS_KEYWORDS", "cache_keyword", "forward_arguments",
+           "output_cache"]
