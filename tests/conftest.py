@@ -45,12 +45,13 @@ def preset(name: str, **overrides):
     return AutoConfig.for_model(fields.pop("model_type"), **{**fields, **overrides})
 
 
-def run_clean_process(code: str, cwd: Path) -> str:
-    """Run `code` in `python -I` from `cwd` with `modeling` and `train` made unimportable; return its stdout."""
+def run_clean_process(code: str, cwd: Path, python: str = sys.executable) -> str:
+    """Run `code` in `python -I` (this interpreter, or another environment's) from `cwd` with `modeling` and `train`
+    made unimportable; return its stdout."""
     prelude = "import sys\nsys.modules['modeling'] = None\nsys.modules['train'] = None\n"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     result = subprocess.run(
-        [sys.executable, "-I", "-c", prelude + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+        [python, "-I", "-c", prelude + code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, f"clean process failed:\n{result.stderr[-4000:]}"
     return result.stdout

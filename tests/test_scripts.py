@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 import yaml
 
 from conftest import run_clean_process
 from train import finetune, pretrain_bert, pretrain_gpt, train_translation
+from train.core.environment import versions
 from train.core.publish import read_card_metadata
 
 torch.set_num_threads(1)
@@ -48,6 +50,9 @@ def test_output_folder_holds_model_code_tokenizer_recipe_card_and_logs(runs):
     assert list((run_dir / "logs" / "lineage").rglob("events.out.tfevents*"))
     assert (run_dir / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert results["steps"] == 6 and results["train_loss"] > 0
+    recorded = json.loads((folder / "results.json").read_text())["versions"]
+    assert recorded == versions() and recorded["transformers"] == transformers.__version__
+    assert f"transformers {transformers.__version__}" in (folder / "README.md").read_text()
 
 
 def test_pretraining_predicts_sparsely_and_saves_only_the_architecture(runs):

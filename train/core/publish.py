@@ -1,10 +1,11 @@
 """Publishing a run: the output folder `<output_dir>/model` and what goes in it, and the Hub upload.
 
 `save_run` writes the weights with their code (`save_pretrained`, loadable with `trust_remote_code`), the
-tokenizer, `recipe.yaml`, `results.json`, the loss curve and the model card (`README.md`, with Hub metadata in
-its YAML front matter: `library_name`, `pipeline_tag`, `tags`, `datasets`, `metrics` and a `model-index` holding
-the figures reached, followed by how to load the folder, the results table, the training recipe and the loss
-curve), then uploads the folder when the recipe names a Hub repo (`push_to_hub`).
+tokenizer, `recipe.yaml`, `results.json` (the figures reached and the library versions the run used), the loss
+curve and the model card (`README.md`, with Hub metadata in its YAML front matter: `library_name`, `pipeline_tag`,
+`tags`, `datasets`, `metrics` and a `model-index` holding the figures reached, followed by how to load the folder,
+the results table, the library versions, the training recipe and the loss curve), then uploads the folder when the
+recipe names a Hub repo (`push_to_hub`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import yaml
 from accelerate import Accelerator
 
 from train.core.distributed import unsharded
+from train.core.environment import versions
 
 # class-name suffix -> (Hub pipeline tag, task type in model-index)
 PIPELINE_TAGS = {
@@ -89,6 +91,7 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
                                   if k not in ("output_dir", "push_to_hub", "resume_from_checkpoint")},
                                  sort_keys=False)
     curve = "![loss curve](loss_curve.png)\n" if (folder / "loss_curve.png").is_file() else ""
+    software = ", ".join(f"{name} {version}" for name, version in versions().items() if version)
     body = f"""# {Path(recipe.output_dir).name}
 
 A `{type(model).__name__}` ({model.config.model_type}, {sum(p.numel() for p in model.parameters()):,} parameters)
@@ -114,6 +117,10 @@ transformers asks because it reads this folder's `config.json` first.
 {rows}
 
 {curve}
+## Software
+
+Trained with {software}.
+
 ## Training recipe
 
 ```yaml
@@ -179,7 +186,7 @@ def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: d
         for name, text in (extra_files or {}).items():
             (folder / name).write_text(text)
         clean = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str)) or v is None}
-        (folder / "results.json").write_text(json.dumps(clean, indent=1))
+        (folder / "results.json").write_text(json.dumps({**clean, "versions": versions()}, indent=1))
         write_model_card(folder, unwrapped, recipe, clean, **(card or {}))
     accelerator.wait_for_everyone()
     if recipe.push_to_hub and accelerator.is_main_process:

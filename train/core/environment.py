@@ -1,0 +1,85 @@
+"""The software a run uses: the installed version of each library Lineage depends on, the range the installed
+`lineage` package declares for it (its metadata, written from `pyproject.toml`) and the releases the test suite
+passed on (`TESTED`: the floor job and the newest job of `.ci/run`). `lineage env` prints them; `results.json` and
+the model card record them (`versions`).
+"""
+
+from __future__ import annotations
+
+import platform
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+# library -> (oldest, newest) release the test suite passed on (.ci/run's two jobs); docs/using.md shows the table
+TESTED = {
+    "torch": ("2.13.0", "2.13.0"),
+    "transformers": ("5.23.0", "5.24.0"),
+    "accelerate": ("1.3.0", "1.15.0"),
+    "datasets": ("4.3.0", "5.2.0"),
+    "tokenizers": ("0.23.3", "0.23.3"),
+}
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def declared_ranges() -> dict[str, SpecifierSet]:
+    """The version range of each dependency, from the installed package's metadata (or, in a checkout that was
+    not installed, from its `pyproject.toml`)."""
+    try:
+        lines = metadata.requires("lineage") or []
+    except metadata.PackageNotFoundError:
+        lines = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
+    requirements = [Requirement(line) for line in lines]
+    return {r.name: r.specifier for r in requirements if r.marker is None}
+
+
+def installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    """Python and the libraries of `TESTED`, as installed (None: not installed)."""
+    return {"python": platform.python_version(), **{name: installed(name) for name in TESTED}}
+
+
+def device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"cuda: {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def status(name: str, version: str | None, declared: SpecifierSet | None) -> str:
+    """Where an installed release stands: outside the declared range, inside the tested span, or declared but
+    untested."""
+    if version is None:
+        return "not installed"
+    if declared is not None and not declared.contains(version, prereleases=True):
+        return f"OUTSIDE the declared range {declared}"
+    oldest, newest = (Version(v) for v in TESTED[name])
+    if oldest <= Version(Version(version).base_version) <= newest:
+        return "tested"
+    return f"in the declared range, untested (tested {TESTED[name][0]} to {TESTED[name][1]})"
+
+
+def report() -> list[tuple[str, str, str, str]]:
+    """(name, installed version, declared range, status) for Python and every library of `TESTED`."""
+    declared = declared_ranges()
+    rows = [("python", platform.python_version(), "", "")]
+    for name in TESTED:
+        version = installed(name)
+        rows.append((name, version or "-", str(declared.get(name, "")), status(name, version, declared.get(name))))
+    return rows
+
+
+__all__ = ["TESTED", "declared_ranges", "device", "report", "status", "versions"]
