@@ -24,7 +24,7 @@ TRANSFORMERS_KEYWORDS = frozenset({"output_attentions", "output_hidden_states", 
 
 
 def cache_keyword(cache) -> dict:
-    """`{name: cache}` under the installed name: for an output class (`BaseModelOutputWithPast(..., **cache_keyword(c))`)
+    """`{name: cache}` under the installed name, for an output class (`BaseModelOutputWithPast(**cache_keyword(c))`)
     and for a call whose callee transformers inspects by that name (`GradientCheckpointingLayer` drops the cache)."""
     return {CACHE_NAME: cache}
 

@@ -39,10 +39,11 @@ def test_a_model_saved_here_generates_the_same_tokens_under_the_other_transforme
     folder = tmp_path / family
     model.save_pretrained(folder)
     ids = torch.randint(5, V, (2, 6))
-    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2] if model.config.is_encoder_decoder else [[0, 0] + [1] * 4, [1] * 6])
+    padded = [[1] * 6, [1] * 4 + [0] * 2] if model.config.is_encoder_decoder else [[0, 0] + [1] * 4, [1] * 6]
+    mask = torch.tensor(padded)  # right padding for a source, left padding for a prompt
     settings = [{"num_beams": 1}, {"num_beams": 3}]
-    expected = [model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0, **s).tolist()
-                for s in settings]
+    expected = [model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0,
+                               **setting).tolist() for setting in settings]
     code = f"""
 import json, torch, transformers
 model = transformers.{auto_class}.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
