@@ -149,8 +149,8 @@ def test_save_and_load_are_exact_and_the_config_holds_only_the_architecture(mode
     assert "sparse_prediction" not in saved and "unpad_inputs" not in saved
     for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
         torch.testing.assert_close(b, a, rtol=0, atol=0, msg=name)
-    for parameter in loaded.parameters():  # transformers 5.24 maps the file: weights at unaligned addresses, which
-        parameter.data = parameter.data.clone()  # MKL rounds differently (1e-9); the same bits in fresh memory
+    for parameter in loaded.parameters():  # loaded weights may sit at unaligned addresses, where MKL rounds
+        parameter.data = parameter.data.clone()  # differently (1e-9): the same bits in fresh memory
     for a, b in zip(tensors(model(**inputs, **labels).to_tuple()), tensors(loaded(**inputs, **labels).to_tuple())):
         torch.testing.assert_close(b, a, rtol=0, atol=0)
 
