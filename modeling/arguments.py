@@ -34,13 +34,6 @@ def output_cache(outputs):
     return getattr(outputs, CACHE_NAME, None)
 
 
-def _accepted(model, names: set[str]) -> set[str]:
-    accepted = names | TRANSFORMERS_KEYWORDS
-    if getattr(model, "accepts_loss_kwargs", True) is False:  # a per-example mean: no token count to divide by
-        accepted = accepted - {"num_items_in_batch"}
-    return accepted
-
-
 def forward_arguments(forward: Callable | None = None, *, strict: bool = True) -> Callable:
     """Decorate a forward whose cache parameter (if any) is named `cache`: it takes the cache as `cache` or
     `past_key_values` (both at once are refused), its signature names the cache as the installed transformers does,
@@ -53,6 +46,8 @@ def forward_arguments(forward: Callable | None = None, *, strict: bool = True) -
     parameters = signature.parameters
     names = {name for name, p in parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
     takes_cache = "cache" in parameters
+    accepted = names | TRANSFORMERS_KEYWORDS
+    per_example = accepted - {"num_items_in_batch"}  # a per-example mean loss: no token count to divide by
 
     @functools.wraps(forward)
     def wrapper(self, *args, **kwargs):
@@ -62,10 +57,10 @@ def forward_arguments(forward: Callable | None = None, *, strict: bool = True) -
                                 f"`{OLD_CACHE_NAME}` (two names of one argument): pass one.")
             kwargs["cache"] = kwargs.pop(OLD_CACHE_NAME)
         if strict:
-            accepted = _accepted(self, names)
-            unused = [key for key in kwargs if key not in accepted]
+            taken = per_example if getattr(self, "accepts_loss_kwargs", True) is False else accepted
+            unused = [key for key in kwargs if key not in taken]
             if unused:
-                shown = sorted(CACHE_NAME if name == "cache" else name for name in accepted)
+                shown = sorted(CACHE_NAME if name == "cache" else name for name in taken)
                 raise TypeError(f"{type(self).__name__}.{forward.__name__}() got an unexpected keyword argument "
                                 f"{unused[0]!r}; it takes {', '.join(shown)}.")
         return forward(self, *args, **kwargs)

@@ -196,14 +196,16 @@ def test_bad_input_is_refused(scripted, folders, tokenizers):
 
 
 def test_model_card_shows_the_saved_pipelines(folders, tmp_path):
+    from train.core.environment import versions
     from train.core.publish import write_model_card
     from train.core.recipes import Recipe
 
     recipe = Recipe(output_dir=str(tmp_path / "run"), dataset="embedded:translation")
-    card = write_model_card(tmp_path, folders["translator"][0], recipe, {"eval_bleu": 1.0}).read_text()
+    card = write_model_card(tmp_path, folders["translator"][0], recipe, {"eval_bleu": 1.0}, versions()).read_text()
     assert 'translation = pipeline("translation", model="path/or/repo-id", trust_remote_code=True)' in card
     assert 'text2text_generation = pipeline("text2text-generation"' in card
-    plain = write_model_card(tmp_path, LineageBertForMaskedLM(preset("bert-tiny")), recipe, {}).read_text()
+    plain = write_model_card(tmp_path, LineageBertForMaskedLM(preset("bert-tiny")), recipe, {},
+                             versions()).read_text()
     assert "pipeline(" not in plain
 
 

@@ -75,10 +75,12 @@ def _pipeline_use(model) -> str:
             f"```python\nfrom transformers import pipeline\n\n{calls}\n```\n")
 
 
-def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any], *, dataset_name: str | None = None,
-                     description: str = "", extra: str = "", base_model: str | None = None) -> Path:
-    """Write `folder/README.md` and return its path; `base_model` (a Hub id the run started from) goes in the
-    metadata, where the Hub links the two models."""
+def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
+                     software: dict[str, str | None], *, dataset_name: str | None = None, description: str = "",
+                     extra: str = "", base_model: str | None = None) -> Path:
+    """Write `folder/README.md` and return its path; `software` is the releases the run used
+    (`environment.versions`); `base_model` (a Hub id the run started from) goes in the metadata, where the Hub links
+    the two models."""
     folder = Path(folder)
     dataset_name = dataset_name or recipe.dataset or recipe.train_file or "custom"
     metadata = card_metadata(model, recipe, results, dataset_name)
@@ -91,7 +93,7 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
                                   if k not in ("output_dir", "push_to_hub", "resume_from_checkpoint")},
                                  sort_keys=False)
     curve = "![loss curve](loss_curve.png)\n" if (folder / "loss_curve.png").is_file() else ""
-    software = ", ".join(f"{name} {version}" for name, version in versions().items() if version)
+    releases = ", ".join(f"{name} {version}" for name, version in software.items() if version)
     body = f"""# {Path(recipe.output_dir).name}
 
 A `{type(model).__name__}` ({model.config.model_type}, {sum(p.numel() for p in model.parameters()):,} parameters)
@@ -119,7 +121,7 @@ transformers asks because it reads this folder's `config.json` first.
 {curve}
 ## Software
 
-Trained with {software}.
+Trained with {releases}.
 
 ## Training recipe
 
@@ -186,8 +188,9 @@ def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: d
         for name, text in (extra_files or {}).items():
             (folder / name).write_text(text)
         clean = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str)) or v is None}
-        (folder / "results.json").write_text(json.dumps({**clean, "versions": versions()}, indent=1))
-        write_model_card(folder, unwrapped, recipe, clean, **(card or {}))
+        software = versions()
+        (folder / "results.json").write_text(json.dumps({**clean, "versions": software}, indent=1))
+        write_model_card(folder, unwrapped, recipe, clean, software, **(card or {}))
     accelerator.wait_for_everyone()
     if recipe.push_to_hub and accelerator.is_main_process:
         push_folder(folder, recipe.push_to_hub)
