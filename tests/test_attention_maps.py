@@ -19,6 +19,7 @@ import modeling
 from train import attention_maps
 from train.core import attention_plots
 from train.core.attention import AttentionInputError
+from train.core.run_folder import OUTPUT_RECORD, OutputDirError
 from train.core.corpus import tokenizer_training_texts
 from train.core.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 
@@ -66,7 +67,8 @@ def test_every_family_writes_pictures_weights_tokens_and_a_page(kind, folders, t
     files = run(folders[kind], tmp_path / "maps", *extra)
     assert "switched the attention kernel from sdpa to eager" in capsys.readouterr().out
     out = tmp_path / "maps"
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for group in files.values() for p in group)
+    written = sorted(p.name for group in files.values() for p in group)
+    assert sorted(p.name for p in out.iterdir() if p.name != OUTPUT_RECORD) == written
     for png in files["png"]:
         image = matplotlib.image.imread(png)
         assert image.ndim == 3 and min(image.shape[:2]) > 100
@@ -304,15 +306,24 @@ def test_text_longer_than_the_positions_is_truncated_with_a_warning(folders, tmp
     assert np.load(tmp_path / "maps" / "self.npy").shape == (1, 1, 64, 64)
 
 
-def test_an_existing_out_folder_is_kept_unless_overwrite(folders, tmp_path):
+def test_an_out_folder_of_other_files_is_refused_even_with_overwrite_and_kept(folders, tmp_path):
     out = tmp_path / "maps"
     out.mkdir()
     (out / "mine.txt").write_text("keep")
-    with pytest.raises(AttentionInputError, match="exists and is not empty"):
+    for flags in ((), ("--overwrite",)):
+        with pytest.raises(OutputDirError, match=r"holds mine.txt, which attention-maps did not write there"):
+            run(folders["gpt"], out, *flags)
+        assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["maps"]
+
+
+def test_an_earlier_output_is_replaced_only_with_overwrite(folders, tmp_path):
+    out = tmp_path / "maps"
+    run(folders["gpt"], out)
+    with pytest.raises(AttentionInputError, match="holds an earlier output of attention-maps; .* --overwrite"):
         run(folders["gpt"], out)
-    assert [p.name for p in out.iterdir()] == ["mine.txt"]
-    run(folders["gpt"], out, "--overwrite")
-    assert not (out / "mine.txt").exists() and (out / "self.npy").is_file()
+    run(folders["bert"], out, "--overwrite")
+    assert json.loads((out / "tokens.json").read_text())["model"] == str(folders["bert"])
     assert [p.name for p in tmp_path.iterdir()] == ["maps"]
 
 

@@ -12,6 +12,7 @@ from conftest import run_clean_process
 from reference_checkpoints import put_in_hub_cache, save_reference
 from train import convert
 from train.core import sources
+from train.core.run_folder import OutputDirError
 
 
 def test_a_reference_checkpoint_converts_to_lineage_and_back(tmp_path, capsys):
@@ -57,7 +58,7 @@ def test_refusals_leave_nothing_behind(tmp_path):
         convert.main(["gpt-tiny", str(tmp_path / "a"), "--to", "lineage"])
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
-    with pytest.raises(sources.ModelSourceError, match="DST .* exists and is not an empty folder"):
+    with pytest.raises(OutputDirError, match="DST .*full is not empty and holds x, which convert did not write"):
         convert.main([str(original), str(tmp_path / "full"), "--to", "lineage"])
     weights = load_file(original / "model.safetensors")
     weights["transformer.wte.weight"][3, 0] = float("inf")

@@ -4,6 +4,7 @@ is taken over), and a resume is checked against the recipe (another architecture
 learning rate takes effect and is recorded in the log, the run record, recipe.yaml and the card)."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,8 +48,6 @@ def first_run(tmp_path_factory):
 @pytest.fixture
 def finished(first_run, tmp_path):
     """A private copy of the finished run's folder."""
-    import shutil
-
     out = tmp_path / "run"
     shutil.copytree(first_run, out)
     return out
@@ -73,9 +72,10 @@ def test_second_run_into_the_same_folder_is_refused_and_the_first_runs_files_sta
 
 def test_a_second_run_with_its_own_tokenizer_is_refused_too(finished, tmp_path):
     """With --tokenizer nothing is trained: the engine's claim refuses, before the log is touched."""
+    shutil.copytree(finished / "tokenizer", tmp_path / "tokenizer")
     before = files(finished)
     with pytest.raises(OutputDirError, match="holds another run's files"):
-        run(finished, "--tokenizer", str(finished / "tokenizer"))
+        run(finished, "--tokenizer", str(tmp_path / "tokenizer"))
     assert files(finished) == before
 
 

@@ -17,14 +17,13 @@ Output (`train.core.attention_plots` lists the files): PNG heatmaps (layer x hea
 full size, the cross-attention alignment averaged over heads), `<kind>.npy` weights (layers, heads, rows,
 columns) with `tokens.json`, and `attention.html` (plus bertviz's views with the `viz` extra). Everything is
 written to a temporary folder beside `--out` and moved into place at the end: a failed run leaves `--out` as
-it was. An existing non-empty `--out` is refused unless `--overwrite` is given.
+it was. `--out` must be new or empty; `--overwrite` replaces an earlier output of this command, and a folder holding
+anything else is refused whatever the flag (`train.core.run_folder`).
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,6 +39,9 @@ from train.core.attention import (
     tokens,
 )
 from train.core.attention_plots import write_all
+from train.core.run_folder import OutputDirError, check_writer_output, staged_output
+
+COMMAND = "attention-maps"
 
 
 def index_list(value: str) -> list[int]:
@@ -64,8 +66,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=index_list, default=None, help="head indices, e.g. 1,3 (default: all)")
     parser.add_argument("--num-beams", type=int, default=1, help="seq2seq generation without --target")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="seq2seq generation without --target")
-    parser.add_argument("--out", required=True, help="folder to write (must not exist or be empty)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    parser.add_argument("--out", required=True, help="folder to write (new or empty)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier output of attention-maps")
     return parser.parse_args(argv)
 
 
@@ -76,12 +78,10 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise AttentionInputError(f"{flag} is empty; give some text")
     if args.num_beams < 1:
         raise AttentionInputError(f"--num-beams must be at least 1, got {args.num_beams}")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise AttentionInputError(f"--out {args.out!r} is a file; give a folder")
+    out = check_writer_output(args.out, COMMAND, "--out")
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        raise AttentionInputError(f"--out {args.out!r} exists and is not empty; choose a new folder or pass "
-                                  "--overwrite")
+        raise AttentionInputError(f"--out {args.out!r} holds an earlier output of {COMMAND}; choose a new folder or "
+                                  f"pass --overwrite to replace it")
 
 
 def check_task(model, args: argparse.Namespace) -> None:
@@ -92,15 +92,6 @@ def check_task(model, args: argparse.Namespace) -> None:
     if not seq2seq and (args.target is not None or args.num_beams != 1 or args.max_new_tokens is not None):
         raise AttentionInputError(f"--target, --num-beams and --max-new-tokens are for sequence-to-sequence models; "
                                   f"{type(model).__name__} reads --text (and --text-pair) only")
-
-
-def move_into_place(staging: Path, out: Path) -> None:
-    """Replace `out` by the finished `staging` folder (renames in one file system)."""
-    if out.exists():
-        retired = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
-        out.rename(retired / out.name)
-        shutil.rmtree(retired)
-    staging.rename(out)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
@@ -117,14 +108,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
     description = {"model": args.model, "architecture": type(model).__name__, "text": args.text,
                    "text_pair": args.text_pair, "target": args.target, "target_generated": generated}
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
+    with staged_output(out.resolve(), COMMAND) as staging:
         written = write_all(maps, tokens(tokenizer, inputs, decoder_ids), description, staging)
-    except BaseException:
-        shutil.rmtree(staging)
-        raise
-    move_into_place(staging, out)
     files: dict[str, list[Path]] = {}
     for path in written:
         files.setdefault(path.suffix.lstrip("."), []).append(out / path.name)
@@ -135,5 +120,5 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
 if __name__ == "__main__":
     try:
         main()
-    except AttentionInputError as error:
+    except (AttentionInputError, OutputDirError) as error:
         raise SystemExit(f"error: {error}") from None

@@ -10,19 +10,18 @@ with its code (loadable with `trust_remote_code=True` where Lineage is not insta
 Lineage model and writes the reference class (post-norm GPT -> OpenAIGPT*, pre-norm GPT -> GPT2*, BERT, the
 Transformer with Marian's settings -> Marian). The tokenizer is copied unchanged. Both models run on the same
 `CHECK_TOKENS` tokens in fp32 and the largest output difference is printed and written into the model card
-(`README.md`); above 1e-4 nothing is written. `DST` must not exist or be empty; it is written in a temporary folder
-beside it and moved into place at the end.
+(`README.md`); above 1e-4 nothing is written. `DST` must be new, empty, or a folder this command wrote before
+(`train.core.run_folder`); it is written in a temporary folder beside it and moved into place at the end.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from train.core import sources
+from train.core.run_folder import check_writer_output, staged_output
 
 TARGETS = ("lineage", "transformers")
 
@@ -30,7 +29,7 @@ TARGETS = ("lineage", "transformers")
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("src", metavar="SRC", help="model folder or Hub id (Lineage or a supported transformers class)")
-    parser.add_argument("dst", metavar="DST", help="folder to write (must not exist or be empty)")
+    parser.add_argument("dst", metavar="DST", help="folder to write (new, empty, or an earlier convert output)")
     parser.add_argument("--to", required=True, choices=TARGETS, help="the implementation to convert to")
     parser.add_argument("--revision", default=None, help="Hub branch, tag or commit of SRC")
     return parser.parse_args(argv)
@@ -76,25 +75,16 @@ def card(source: sources.ModelSource, model, origin: str, difference: float) -> 
 def main(argv: Sequence[str] | None = None) -> Path:
     """Run the command; returns the written folder."""
     args = parse_args(argv)
+    check_writer_output(args.dst, "convert", "DST")
     dst = Path(args.dst)
-    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
-        raise sources.ModelSourceError(f"DST {args.dst!r} exists and is not an empty folder; choose a new one")
     source = sources.resolve_model(args.src, args.revision, argument="SRC")
     model, origin, difference = convert(source, args.to)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.tmp-"))
-    try:
+    with staged_output(dst, "convert") as staging:
         model.save_pretrained(staging)
         tokenizer = sources.own_tokenizer(source.folder)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card(source, model, origin, difference))
-        if dst.exists():
-            dst.rmdir()
-        staging.rename(dst)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     print(f"converted {args.src} ({origin}) -> {dst} ({type(model).__name__}): largest output difference "
           f"{difference:.3g} on {sources.CHECK_TOKENS} tokens (fp32, limit {sources.CONVERSION_TOLERANCE:g})"
           + ("" if tokenizer is not None else "; SRC has no tokenizer, none copied"))

@@ -16,7 +16,9 @@ What is exported, per family (batch and lengths are dynamic):
 
 `--format torch` writes `<program>.pt2` (`torch.export.save`; load with `torch.export.load(path).module()`);
 `--format onnx` writes `<program>.onnx` through the dynamo exporter (the optional extra `onnx`: onnx, onnxscript;
-onnxruntime runs the files). `export.json` lists the files with their input and output names. Export runs the
+onnxruntime runs the files). `export.json` lists the files with their input and output names. `--out` must be new,
+empty, or a folder this command wrote before (`train.core.run_folder`); the files are written beside it and moved
+into place when every program has exported. Export runs the
 linear layers on `F.linear` (`LineageLinear.fast_cpu_inference` off): oneDNN's CPU kernel is not an ONNX operator.
 """
 
@@ -36,6 +38,7 @@ from transformers import DynamicCache
 from modeling.arguments import CACHE_NAME, cache_keyword, output_cache
 from modeling.linear import LineageLinear
 from train.core import sources
+from train.core.run_folder import check_writer_output, staged_output
 
 FORMATS = ("torch", "onnx")
 _OUTPUT_SKIP = ("loss", "hidden_states", "attentions", CACHE_NAME)
@@ -236,7 +239,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict]:
     args = parse_args(argv)
-    manifest = export_model(load_lineage_model(args.model, args.revision), args.out, args.format)
+    folder = check_writer_output(args.out, "export", "--out")
+    model = load_lineage_model(args.model, args.revision)
+    with staged_output(folder, "export") as staging:
+        manifest = export_model(model, staging, args.format)
     for name, entry in manifest.items():
         inputs, outputs = ", ".join(entry["inputs"]), ", ".join(entry["outputs"])
         print(f"{name}: {Path(args.out) / entry['file']} ({inputs} -> {outputs})")

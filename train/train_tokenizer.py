@@ -8,6 +8,9 @@
 ``--dataset`` takes what ``train.core.data.load_text_dataset`` takes (a file, a folder, ``embedded:<task>``,
 a Hub name); the default, ``embedded``, is text covering every task of the embedded corpus. Every
 ``--text_column`` is read (a translation tokenizer learns one vocabulary from both sides).
+
+``--output_dir`` must be new, empty, or a tokenizer folder this command wrote before (``train.core.run_folder``): a
+model's folder or another program's files are never written over.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Iterator, Sequence
 
 from train.core.corpus import tokenizer_training_texts
 from train.core.data import load_text_dataset
+from train.core.run_folder import check_writer_output, staged_output
 from train.core.tokenization import KINDS, train_tokenizer
 
 
@@ -44,8 +48,8 @@ def iter_texts(args: argparse.Namespace) -> Iterator[str]:
         yield from tokenizer_training_texts(seed=args.seed, size=args.max_texts)
         return
     columns = args.text_column or ["text"]
-    dataset = load_text_dataset(args.dataset, args.split, columns=columns, streaming=args.streaming,
-                                hub_config=args.hub_config, seed=args.seed)
+    dataset = load_text_dataset(args.dataset, args.split, columns=[(c, "text") for c in columns],
+                                streaming=args.streaming, hub_config=args.hub_config, seed=args.seed)
     for count, row in enumerate(dataset):
         if args.max_texts is not None and count >= args.max_texts:
             return
@@ -54,10 +58,12 @@ def iter_texts(args: argparse.Namespace) -> Iterator[str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    folder = check_writer_output(args.output_dir, "train_tokenizer")
     tokenizer = train_tokenizer(args.kind, iter_texts(args), args.vocab_size, min_frequency=args.min_frequency,
                                 model_max_length=args.model_max_length, lowercase=args.lowercase,
                                 show_progress=False)
-    tokenizer.save_pretrained(args.output_dir)
+    with staged_output(folder, "train_tokenizer") as staging:
+        tokenizer.save_pretrained(staging)
     print(f"saved a {args.kind} tokenizer with {len(tokenizer)} tokens to {args.output_dir}")
 
 

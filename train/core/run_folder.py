@@ -1,17 +1,30 @@
-"""Who owns an output folder: one run at a time, and no run silently over another's files.
+"""Who owns an output folder: one run at a time, and a run deletes only what it wrote itself.
 
-A run claims its `output_dir` before it writes anything there (`claim`, called by `get_tokenizer` before it saves a
-trained tokenizer and by the engine before its first log line; only the main process of a launch claims):
+A run claims its `output_dir` (`claim`) before it writes anything there; only the main process of a launch claims.
+Before anything is written, the folder is checked (`check_output_dir`): it must be given (not `''`), must not be the
+working folder, a file, a folder holding one of the run's inputs (`--tokenizer`, `--model`, data files), or a saved
+model folder (a `config.json`: a run publishes its model into `<output_dir>/model`, never over one).
 
-- `<output_dir>` must be a folder (it is created when missing); a file there is refused naming the recipe key;
-- a folder holding another run's work (`WORK`: checkpoints, log, model) is refused unless the recipe resumes
-  (`resume_from_checkpoint`) or asks to start over (`overwrite_output_dir`, which prints every path of `RUN_FILES`
-  it deletes and deletes only those), as transformers' Trainer refuses a non-empty `output_dir`; the record and
-  tokenizer of a run that stopped before its first step (a refused recipe) are replaced, each path printed;
+`<output_dir>/run.json` is the run's record: the recipe's hash, the start time, the process and host, the command,
+one entry per accepted resume (the recipe keys that changed, `note_resume`), and `wrote`, the manifest of every file
+the run has written under the folder, each with its size and a hash of its content (`record_written`, called as
+each part is written: tokenizer, log, checkpoints, loss curve, model, adapter). Files the run keeps appending to
+(the log) are recorded by size only. What the manifest says decides what a later run may delete:
+
+- the paths a run writes (`RUN_FILES`) are deleted only when the manifest of the record in the folder accounts for
+  every file under them, unchanged; anything else there (another program's `tokenizer/`, a `run.json` without a
+  manifest, a file added or edited since) is refused, naming it, and nothing is deleted;
+- a folder whose run trained (`WORK`: checkpoints, log, model, adapter) is refused unless the recipe resumes
+  (`resume_from_checkpoint`, which changes the record only once the resume is accepted) or asks to start over
+  (`overwrite_output_dir`, which prints every path it deletes); the record and tokenizer of a run that stopped before
+  its first step are deleted, each path printed;
 - `<output_dir>/.lock` (created atomically, holding the process id and host) keeps a second live run out; a lock
-  whose process is gone (a killed run) is reported and taken over, never obeyed forever;
-- `<output_dir>/run.json` is the run's record: the recipe's hash, the start time, the process and host, the
-  command, and one entry per resume (with the recipe keys that changed, `note_resume`).
+  whose process is gone (a killed run) is reported and taken over, never obeyed forever.
+
+The commands that write a folder of their own (`train_tokenizer`, `export`, `convert`, `attention-maps`) use
+`check_writer_output` and `staged_output`: they write into a new or empty folder, or replace one that their own
+manifest (`.lineage-output.json` in it) says they wrote, unchanged since; the files are written beside it first and
+moved into place when complete, so a failure leaves the folder as it was.
 
 The lock is released when the run publishes its model (`release`) or its process exits.
 """
@@ -26,13 +39,18 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
-RECORD, LOCK = "run.json", ".lock"
-RUN_FILES = (RECORD, "checkpoints", "logs", "tokenizer", "model", "adapter", "loss_curve.png")
+RECORD, LOCK, OUTPUT_RECORD = "run.json", ".lock", ".lineage-output.json"
+RUN_FILES = ("checkpoints", "logs", "tokenizer", "model", "adapter", "loss_curve.png")  # what a run writes
 WORK = ("checkpoints", "logs", "model", "adapter")  # a run that left none of these never trained: it is replaced
+APPENDED = ("logs",)  # written to as the run goes: recorded by size, which only grows
+_SAMPLE = 1 << 20  # bytes hashed from each end of a file: a fingerprint, not a full read of a multi-GB checkpoint
 _claims: dict[Path, object] = {}  # folder -> the recipe object of the run in this process that claimed it
 
 
@@ -44,39 +62,179 @@ def recipe_hash(recipe) -> str:
     return hashlib.sha256(yaml.safe_dump(recipe.training_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def run_inputs(recipe) -> dict[str, str]:
+    """The recipe keys naming local paths that the run reads (they must lie outside its output folder)."""
+    keys = ("tokenizer", "model", "train_file", "validation_file", "dataset")
+    return {key: value for key in keys if (value := getattr(recipe, key)) and Path(value).exists()}
+
+
+def _check_path(value: str, argument: str) -> Path:
+    """`value` resolved, unless it is empty, a file (or below one) or the working folder."""
+    if not str(value).strip():
+        raise OutputDirError(f"{argument} is empty: give a folder for the run's files (it is created when missing), "
+                             f"e.g. outputs/run")
+    for candidate in (Path(value), *Path(value).parents):
+        if candidate.exists() and not candidate.is_dir():
+            raise OutputDirError(f"{argument}: {candidate} is a file, not a folder; give a folder path (it is created "
+                                 f"when missing)")
+    folder = Path(value).resolve()
+    if folder == Path.cwd().resolve():
+        raise OutputDirError(f"{argument} is the working folder {folder}: the output is written into subfolders and "
+                             f"files of it; give a folder of its own, e.g. outputs/run")
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputDirError(f"{argument}: {existing} is not writable by this user, so nothing could be saved "
+                             f"there; give a folder you can write to")
+    return folder
+
+
+def check_output_dir(value: str, inputs: dict[str, str] | None = None,
+                     argument: str = "recipe key 'output_dir'") -> Path:
+    """The resolved run folder, or an `OutputDirError` naming why the run may not write there (module docstring);
+    writes nothing."""
+    folder = _check_path(value, argument)
+    for key, path in (inputs or {}).items():
+        resolved = Path(path).resolve()
+        if resolved == folder or folder in resolved.parents:
+            raise OutputDirError(f"{argument} {folder} holds an input of this run (recipe key {key!r}: {path}); the "
+                                 f"output folder must lie outside every input, so that nothing the run reads is "
+                                 f"ever replaced or deleted: choose another folder")
+    if (folder / "config.json").is_file():
+        raise OutputDirError(f"{argument} {folder} is a saved model folder (it holds config.json); a run publishes its "
+                             f"own model into <output_dir>/model and never writes over a model: choose a new folder")
+    return folder
+
+
+# ----------------------------------------------------------------------------- manifests
+
+def _fingerprint(path: Path) -> list:
+    """[size, hash of the first and last `_SAMPLE` bytes]: what a manifest records of a file."""
+    size, digest = path.stat().st_size, hashlib.sha256()
+    with open(path, "rb") as handle:
+        digest.update(handle.read(_SAMPLE))
+        if size > _SAMPLE:
+            handle.seek(max(_SAMPLE, size - _SAMPLE))
+            digest.update(handle.read())
+    return [size, digest.hexdigest()[:16]]
+
+
+def _listing(folder: Path, name: str) -> dict[str, list]:
+    """Every file at or under `folder/name`, by its path relative to `folder`, with its fingerprint (its size alone
+    for `APPENDED` parts)."""
+    root = folder / name
+    paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    return {p.relative_to(folder).as_posix(): [p.stat().st_size] if name in APPENDED else _fingerprint(p)
+            for p in paths}
+
+
+def _under(relative: str, name: str) -> bool:
+    return relative == name or relative.startswith(name + "/")
+
+
+def _unchanged(folder: Path, name: str, wrote: dict[str, list]) -> bool:
+    """Whether `folder/name` holds only files that `wrote` records, each as recorded (an `APPENDED` one may have
+    grown); recorded files may have gone (a checkpoint rotated out)."""
+    if not any(_under(relative, name) for relative in wrote):
+        return False
+    for relative, now in _listing(folder, name).items():
+        before = wrote.get(relative)
+        if before is None or (now[0] < before[0] if name in APPENDED else now != before):
+            return False
+    return True
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write `data` to `path` through a temporary file and a rename: a reader never sees half a record."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def _delete(path: Path, why: str) -> None:
+    print(f"{why}: deleting {path}", flush=True)
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+# ----------------------------------------------------------------------------- runs
+
 def claim(recipe) -> Path:
-    """Check `recipe.output_dir` (module docstring), take its lock and write the run record; idempotent for one run
-    (the same recipe object). Returns the folder."""
-    folder = Path(recipe.output_dir).resolve()
-    if _claims.get(folder) is recipe:
-        return folder
-    _check_is_folder(Path(recipe.output_dir))
+    """Check `recipe.output_dir` (module docstring), take its lock and start the run record; idempotent for one run
+    (the same recipe object). A refusal deletes nothing and leaves no file behind. Returns the folder."""
+    if recipe.output_dir and _claims.get(Path(recipe.output_dir).resolve()) is recipe:
+        return Path(recipe.output_dir).resolve()
+    folder = check_output_dir(recipe.output_dir, run_inputs(recipe))
+    existed = folder.is_dir()
     _take_lock(folder)
-    found = [folder / name for name in RUN_FILES if (folder / name).exists()]
-    trained = any(path.name in WORK for path in found)
-    if found and not recipe.resume_from_checkpoint:
-        if trained and not recipe.overwrite_output_dir:
-            _release_lock(folder)
-            raise OutputDirError(
-                f"output_dir {folder} holds another run's files ({', '.join(p.name for p in found)}); to continue that "
-                f"run pass --resume_from_checkpoint latest, to delete its files and start over pass "
-                f"--overwrite_output_dir true, or choose another --output_dir")
-        why = "overwrite_output_dir" if trained else "a run that stopped before training (no checkpoint, log or model)"
-        for path in found:
-            print(f"{why}: deleting {path}", flush=True)
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    _write_record(folder, recipe)
+    try:
+        record = _read_json(folder / RECORD) if existed else None
+        if recipe.resume_from_checkpoint:
+            if record is None:
+                _write_record(folder, recipe)  # a folder without a record: the resume starts one
+        else:
+            _clear_for_new_run(folder, record, recipe.overwrite_output_dir)
+            _write_record(folder, recipe)
+    except BaseException:
+        _release_lock(folder)
+        if not existed:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     _claims[folder] = recipe
     return folder
 
 
+def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> None:
+    """Delete what an earlier run recorded writing here, when it may be (module docstring); refuse otherwise."""
+    present = [name for name in RUN_FILES if (folder / name).exists()]
+    wrote = (record or {}).get("wrote")
+    wrote = wrote if isinstance(wrote, dict) else None
+    foreign = [name for name in present if wrote is None or not _unchanged(folder, name, wrote)]
+    if (folder / RECORD).exists() and wrote is None:
+        foreign.insert(0, RECORD)  # another program's run.json, or one from before records listed their files
+    if foreign:
+        raise OutputDirError(
+            f"output_dir {folder} holds {', '.join(foreign)}, which no Lineage run recorded writing there (or which "
+            f"changed since): a run writes these paths itself and deletes only files its own record lists; move "
+            f"them away or choose another --output_dir")
+    if any(name in WORK for name in present) and not overwrite:
+        raise OutputDirError(
+            f"output_dir {folder} holds another run's files ({', '.join([RECORD, *present])}); to continue that run "
+            f"pass --resume_from_checkpoint latest, to delete its files and start over pass --overwrite_output_dir "
+            f"true, or choose another --output_dir")
+    why = ("overwrite_output_dir" if any(name in WORK for name in present)
+           else "a run that stopped before training (no checkpoint, log or model)")
+    for name in present:
+        _delete(folder / name, why)
+
+
+def record_written(recipe, *names: str) -> None:
+    """Record in the run's manifest every file now at or under `<output_dir>/<name>` (the parts `names` of
+    `RUN_FILES` that the run has just written), replacing what was recorded for them; main process only."""
+    folder = Path(recipe.output_dir).resolve()
+    record = _read_json(folder / RECORD) or {}
+    wrote = {k: v for k, v in record.get("wrote", {}).items() if not any(_under(k, name) for name in names)}
+    for name in names:
+        if (folder / name).exists():
+            wrote.update(_listing(folder, name))
+    record["wrote"] = dict(sorted(wrote.items()))
+    _write_json(folder / RECORD, record)
+
+
 def note_resume(recipe, checkpoint: Path, step: int, changed: dict) -> None:
-    """Add a resume (its checkpoint, step and the recipe keys changed since: {key: [before, now]}) to the record."""
+    """Add an accepted resume (its checkpoint, step, command and the recipe keys changed since:
+    {key: [before, now]}) to the record."""
     path = Path(recipe.output_dir).resolve() / RECORD
-    record = json.loads(path.read_text()) if path.is_file() else {}
+    record = _read_json(path) or {}
     record.setdefault("resumes", []).append({"checkpoint": str(checkpoint), "step": step, "changed": changed,
-                                             "time": _now(), "pid": os.getpid()})
-    path.write_text(json.dumps(record, indent=1))
+                                             "time": _now(), "pid": os.getpid(), "command": sys.argv})
+    _write_json(path, record)
 
 
 def release(recipe) -> None:
@@ -86,25 +244,56 @@ def release(recipe) -> None:
     _release_lock(folder)
 
 
-def _check_is_folder(path: Path) -> None:
-    for candidate in (path, *path.parents):
-        if candidate.exists() and not candidate.is_dir():
-            raise OutputDirError(f"recipe key 'output_dir': {candidate} is a file, not a folder; give a folder path "
-                                 f"(it is created when missing)")
-
-
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _write_record(folder: Path, recipe) -> None:
-    path = folder / RECORD
-    previous = json.loads(path.read_text()) if recipe.resume_from_checkpoint and path.is_file() else {}
-    record = {"recipe_sha256": recipe_hash(recipe), "started": _now(), "pid": os.getpid(),
-              "host": socket.gethostname(), "command": sys.argv, "resumes": previous.get("resumes", [])}
-    if previous:
-        record["first_started"] = previous.get("first_started", previous.get("started"))
-    path.write_text(json.dumps(record, indent=1))
+    _write_json(folder / RECORD, {"recipe_sha256": recipe_hash(recipe), "started": _now(), "pid": os.getpid(),
+                                  "host": socket.gethostname(), "command": sys.argv, "resumes": [], "wrote": {}})
+
+
+# ----------------------------------------------------------------------------- other commands' folders
+
+def check_writer_output(value: str, command: str, argument: str = "--output_dir") -> Path:
+    """The resolved folder that `command` may write (new, empty, or holding only what its own manifest records,
+    unchanged), or an `OutputDirError` naming what is in the way; writes nothing."""
+    folder = _check_path(value, argument)
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return folder
+    own = _read_json(folder / OUTPUT_RECORD) or {}
+    wrote = own.get("wrote") if own.get("command") == command else None
+    others = [p.name for p in sorted(folder.iterdir())
+              if p.name != OUTPUT_RECORD and (wrote is None or not _unchanged(folder, p.name, wrote))]
+    if wrote is None or others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise OutputDirError(
+            f"{argument} {folder} is not empty and holds {shown}, which {command} did not write there (or which "
+            f"changed since): {command} writes into a new or empty folder, or replaces its own earlier output; choose "
+            f"another folder")
+    return folder
+
+
+@contextmanager
+def staged_output(folder: Path, command: str) -> Iterator[Path]:
+    """A temporary folder beside `folder` to write `command`'s output into; when the block completes it is recorded
+    (`OUTPUT_RECORD`) and moved into place, replacing `folder` (checked by `check_writer_output`); when it raises,
+    it is removed and `folder` stays as it was."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-"))
+    try:
+        yield staging
+        wrote = {k: v for p in staging.iterdir() for k, v in _listing(staging, p.name).items()}
+        _write_json(staging / OUTPUT_RECORD, {"command": command, "wrote": wrote})
+        if folder.exists():
+            retired = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old-"))
+            folder.rename(retired / folder.name)
+            staging.rename(folder)
+            shutil.rmtree(retired)
+        else:
+            staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
@@ -157,4 +346,5 @@ def _release_lock(folder: Path) -> None:
         lock.unlink(missing_ok=True)
 
 
-__all__ = ["LOCK", "OutputDirError", "RECORD", "RUN_FILES", "claim", "note_resume", "recipe_hash", "release"]
+__all__ = ["LOCK", "OUTPUT_RECORD", "OutputDirError", "RECORD", "RUN_FILES", "check_output_dir", "check_writer_output",
+           "claim", "note_resume", "recipe_hash", "record_written", "release", "run_inputs", "staged_output"]
