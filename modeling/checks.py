@@ -85,6 +85,26 @@ def check_sequence_length(length: int, max_positions: int, name: str = "input_id
         )
 
 
+def check_generation_length(prompt_length: int, max_length: int, max_positions: int, name: str = "input_ids",
+                            prompt: str = "prompt", window: str = "the context window") -> None:
+    """`generate()`'s sequence (the prompt and every new token, `max_length` in all) inside the position table of
+    `max_positions`, checked before the first decoding step: transformers only warns, and the model would fail
+    part-way with `check_sequence_length`'s advice to truncate an input that was fine. A decoder-only model's prompt
+    is its `input_ids`; an encoder-decoder's is its `decoder_input_ids` (the start token), counted against the
+    decoder's positions (`prompt`, `window` say which)."""
+    if prompt_length > max_positions:
+        raise ValueError(
+            f"The {prompt} (`{name}`) has {prompt_length} tokens but {window} (`max_position_embeddings`) is "
+            f"{max_positions}; {prompt}s must have at most {max_positions} tokens (truncate them)."
+        )
+    if max_length > max_positions:
+        raise ValueError(
+            f"Generating up to {max_length} tokens exceeds {window} (`max_position_embeddings`={max_positions}); "
+            f"with a {prompt_length}-token {prompt} `max_new_tokens` must be in [1, {max_positions - prompt_length}] "
+            f"(and `max_length` at most {max_positions})."
+        )
+
+
 def check_mask_shape(mask: torch.Tensor | None, shape: torch.Size, name: str = "attention_mask",
                      against: str = "input_ids") -> None:
     if mask is not None and mask.shape != shape:
@@ -175,6 +195,7 @@ def check_generation_config(generation_config) -> None:
         raise ValueError(f"`num_beams` must be a positive integer (1: no beam search), got {beams!r}.")
 
 
-__all__ = ["check_cached_mask", "check_choice_inputs", "check_class_labels", "check_devices", "check_generation_config",
-           "check_ids_or_embeds", "check_label_ids", "check_labels_shape", "check_mask_shape", "check_sequence_labels",
-           "check_sequence_length", "check_token_ids", "value_checks", "value_checks_enabled"]
+__all__ = ["check_cached_mask", "check_choice_inputs", "check_class_labels", "check_devices",
+           "check_generation_config", "check_generation_length", "check_ids_or_embeds", "check_label_ids",
+           "check_labels_shape", "check_mask_shape", "check_sequence_labels", "check_sequence_length",
+           "check_token_ids", "value_checks", "value_checks_enabled"]

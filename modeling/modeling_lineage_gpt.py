@@ -43,6 +43,7 @@ from .checks import (
     check_choice_inputs,
     check_class_labels,
     check_devices,
+    check_generation_length,
     check_ids_or_embeds,
     check_label_ids,
     check_labels_shape,
@@ -214,18 +215,7 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
 
     def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
         """Refuse, before any forward pass, a (padded) prompt or a total length past the position table."""
-        limit = self.config.max_position_embeddings
-        if input_ids_length > limit:
-            raise ValueError(
-                f"The prompt (`input_ids`) has {input_ids_length} tokens but the context window "
-                f"(`max_position_embeddings`) is {limit}; prompts must have at most {limit} tokens (truncate them)."
-            )
-        if generation_config.max_length > limit:
-            raise ValueError(
-                f"Generating up to {generation_config.max_length} tokens exceeds the context window "
-                f"(`max_position_embeddings`={limit}); with a {input_ids_length}-token prompt `max_new_tokens` "
-                f"must be in [1, {limit - input_ids_length}] (and `max_length` at most {limit})."
-            )
+        check_generation_length(input_ids_length, generation_config.max_length, self.config.max_position_embeddings)
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
 
     @forward_arguments

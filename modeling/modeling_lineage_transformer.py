@@ -10,7 +10,8 @@ NLL). Following the annotated transformer, `LineageTransformerModel` has separat
 in transformers' Marian, encoder and decoder are pretrained models of their own, so each collects its hidden states
 and attentions through transformers' output capture (`@capture_outputs`). Generation goes through
 transformers' `GenerationMixin` with an `EncoderDecoderCache` (the encoder runs once, cross-attention keys/values
-are projected once, self-attention keys/values are cached).
+are projected once, self-attention keys/values are cached); a `max_new_tokens` (or `max_length`) that would run past
+the decoder's positions is refused before the first decoding step (`checks.check_generation_length`).
 
 Departures, by config only (see `LineageTransformerConfig`): pre-norm (with a final LayerNorm per stack), learned
 positions, Marian's split sin|cos layout, relative position representations (Shaw et al. 2018) in the encoder's and
@@ -47,6 +48,7 @@ from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cach
 from .checks import (
     check_cached_mask,
     check_devices,
+    check_generation_length,
     check_ids_or_embeds,
     check_label_ids,
     check_mask_shape,
@@ -372,6 +374,13 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
+        """Refuse, before the first decoding step, a decoder prompt or a total length past the decoder's positions
+        (the source was checked against the encoder's when the encoder ran)."""
+        check_generation_length(input_ids_length, generation_config.max_length, self.config.max_position_embeddings,
+                                "decoder_input_ids", "decoder prompt", "the decoder's context window")
+        super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
 
     @forward_arguments
     @can_return_tuple

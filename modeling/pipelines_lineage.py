@@ -35,6 +35,14 @@ PIPELINES_BY_AUTO_CLASS = {
                               "text2text-generation": "LineageText2TextGenerationPipeline"},
     "AutoModelForQuestionAnswering": {"question-answering": "LineageQuestionAnsweringPipeline"},
 }
+# the Auto class a head is registered under -> the transformers pipelines it serves
+_TRANSFORMERS_TASKS = {
+    "AutoModel": ("feature-extraction",),
+    "AutoModelForMaskedLM": ("fill-mask",),
+    "AutoModelForSequenceClassification": ("text-classification", "zero-shot-classification"),
+    "AutoModelForTokenClassification": ("token-classification",),
+    "AutoModelForCausalLM": ("text-generation",),
+}
 
 
 def custom_pipelines_for(auto_class: str) -> dict[str, dict]:
@@ -42,6 +50,14 @@ def custom_pipelines_for(auto_class: str) -> dict[str, dict]:
     module = __name__.rsplit(".", 1)[-1]
     return {task: {"impl": f"{module}.{name}", "pt": [auto_class], "type": "text"}
             for task, name in PIPELINES_BY_AUTO_CLASS.get(auto_class, {}).items()}
+
+
+def served_tasks(model) -> str:
+    """The pipeline tasks a model serves, in words ("LineageBertForMaskedLM serves fill-mask"), for the refusals."""
+    auto_class = model.auto_class_name() if hasattr(model, "auto_class_name") else None
+    tasks = [*_TRANSFORMERS_TASKS.get(auto_class, ()), *PIPELINES_BY_AUTO_CLASS.get(auto_class, {})]
+    listed = " and ".join([", ".join(tasks[:-1]), tasks[-1]] if len(tasks) > 1 else tasks) or "no pipeline task"
+    return f"{type(model).__name__} serves {listed}"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -64,7 +80,9 @@ class LineageText2TextGenerationPipeline(Pipeline):
         super().__init__(*args, **kwargs)
         if not getattr(self.model.config, "is_encoder_decoder", False) or not self.model.can_generate():
             raise ValueError(f"the {self.task or 'text2text-generation'} pipeline needs an encoder-decoder model that "
-                             f"generates, got {type(self.model).__name__}")
+                             "generates: a Lineage Transformer or RNN (LineageTransformerForConditionalGeneration or "
+                             "LineageRnnForConditionalGeneration, as train_translation saves them); "
+                             f"{served_tasks(self.model)}")
 
     def _sanitize_parameters(self, truncation: bool | None = None, return_tensors: bool | None = None,
                              clean_up_tokenization_spaces: bool | None = None, **generate_kwargs):
@@ -282,4 +300,4 @@ def _deduplicate(answers: list[dict]) -> list[dict]:
 
 
 __all__ = ["LineageQuestionAnsweringPipeline", "LineageText2TextGenerationPipeline", "LineageTranslationPipeline",
-           "PIPELINES_BY_AUTO_CLASS", "custom_pipelines_for"]
+           "PIPELINES_BY_AUTO_CLASS", "custom_pipelines_for", "served_tasks"]

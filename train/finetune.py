@@ -15,9 +15,12 @@ hypothesis pairs; embedded:nli), for BERT and GPT; `token-classification` (embed
 LM loss weighted by `lm_loss_weight` (section 3.2; the paper uses 0.5). BERT trains unpadded on a GPU
 (`unpad_inputs`, an option of the training calls). Metrics: accuracy and macro F1
 (token classification: over the first sub-token of every word); QA: exact match of the start/end tokens.
-Classification labels may be strings (`pos` / `neg`: class ids in sorted order, the names in the saved config's
-`id2label`) or integer ids; both splits are checked before training (`train.core.labels`), and rows labelled -1
-are skipped with a count when the recipe sets `skip_unlabeled`.
+Every column is checked against what the task reads before anything is built (`train.core.data.KINDS`: a text
+column holds strings, token classification's words a list of strings, QA's answers SQuAD's structure). Labels and
+NER tags may be strings (`pos` / `neg`, `B-PER` / `O`: class ids in sorted order, the names in the saved config's
+`id2label`) or integer ids (a tag of -100 marks a word the loss and metrics skip); both splits are checked before
+training (`train.core.labels`): rows labelled -1 are skipped with a count when the recipe sets `skip_unlabeled`, and
+a training split of one class is refused unless it sets `allow_single_class`.
 
 With the recipe key `lora` (`{r: 8, alpha: 16, dropout: 0.0, target_modules: null}`, peft installed) only a
 LoRA adapter and the new head train (`train.core.lora`); the adapter is saved to `<output_dir>/adapter` and the
@@ -50,6 +53,8 @@ TASKS = {
                              "AutoModelForTokenClassification"),
     "question-answering": ("embedded:qa", ("question", "context", None), "qa", "AutoModelForQuestionAnswering"),
 }
+# data.tokenize_dataset task -> the kinds (train.core.data.KINDS) of its text and label columns
+COLUMN_KINDS = {"classification": ("text", "label"), "token_classification": ("words", "tags"), "qa": ("text", None)}
 
 
 def predict(model, batch, outputs) -> dict[str, torch.Tensor]:
@@ -67,18 +72,6 @@ def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str,
     preds, refs = predictions["predictions"][keep].tolist(), predictions["labels"][keep].tolist()
     return {"accuracy": load_metric("accuracy").compute(predictions=preds, references=refs)["accuracy"],
             "f1": load_metric("f1").compute(predictions=preds, references=refs, average="macro")["f1"]}
-
-
-def _label_names(dataset, column: str | None) -> list[str] | None:
-    if column is None:
-        return None
-    feature = dataset.features[column]
-    feature = getattr(feature, "feature", feature)  # a Sequence of ClassLabel (token tags)
-    if hasattr(feature, "names"):
-        return list(feature.names)
-    values = dataset[column]
-    flat = [v for row in values for v in row] if values and isinstance(values[0], list) else values
-    return [str(i) for i in range(max(flat) + 1)]
 
 
 def _label_fields(names: list[str] | None) -> dict:
@@ -100,7 +93,10 @@ def main(argv: list[str] | None = None):
         raise RecipeError(f"recipe key 'task': {recipe.task!r} needs a BERT model; {recipe.model!r} is a GPT model, "
                           "whose heads serve the tasks sequence-classification and nli")
     text, pair, label = recipe.text_column or text, recipe.text_pair_column or pair, recipe.label_column or label
-    columns = [c for c in (text, pair, label) if c] + (["answers"] if encode_task == "qa" else [])
+    text_kind, label_kind = COLUMN_KINDS[encode_task]
+    columns = [(c, kind) for c, kind in ((text, text_kind), (pair, "text"), (label, label_kind)) if c]
+    if encode_task == "qa":
+        columns.append(("answers", "answers"))
     train_rows, eval_rows = load_splits(recipe, columns, default_data)
 
     def texts():
@@ -110,13 +106,13 @@ def main(argv: list[str] | None = None):
                     yield " ".join(row[column]) if isinstance(row[column], list) else row[column]
 
     names = None
-    if encode_task == "classification":  # checked before a tokenizer is trained or anything is written
-        files = (recipe.train_file or recipe.dataset or default_data,
-                   recipe.validation_file or f"{recipe.dataset or default_data} (validation)")
-        names, train_rows, eval_rows = class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
+    if label:  # checked before a tokenizer is trained or anything is written
+        files = (recipe.split_name("train", default_data), recipe.split_name("validation", default_data))
+        names, train_rows, eval_rows = class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled,
+                                                    recipe.allow_single_class)
     tokenizer = get_tokenizer(recipe, family, texts, source)
     check_sequence_room(recipe, tokenizer, 2 if pair else 1, f"{recipe.task} with a {family} template")
-    fields = _label_fields(names if names is not None else _label_names(train_rows, label))
+    fields = _label_fields(names)
     if family == "gpt":
         fields["lm_loss_weight"] = recipe.lm_loss_weight
     model = build_model(recipe, auto_class, tokenizer, family, source, **fields)
@@ -135,7 +131,7 @@ def main(argv: list[str] | None = None):
     if recipe.lora is not None:
         merge_lora(engine, Path(recipe.output_dir) / "adapter")
     results.update(source.report)
-    folder = engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file or default_data,
+    folder = engine.save_final(results, card={"dataset_name": recipe.data_source("train", default_data),
                                               "description": f"Fine-tuned for {recipe.task}. {source.card_text()}",
                                               "base_model": source.repo_id})
     return results, folder

@@ -6,8 +6,10 @@
 
 `--model` may be pretrained (`train.core.sources`): continued pretraining with the checkpoint's own tokenizer.
 
-Data: documents (`text`, optionally `sentences`) -> BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`)
--> dynamic masking (`MaskedLMCollator`). With `nsp: false` the model is `...ForMaskedLM` (no pooler, no NSP
+Data: documents (`text`, optionally `sentences`; counted and printed by `train.core.data.check_documents`) ->
+BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`) -> dynamic masking (`MaskedLMCollator`). A `.txt`
+file in BERT's own layout (one sentence per line, a blank line between documents) is read a document per row
+(`text_sample_by: auto`, or `paragraph`). With `nsp: false` the model is `...ForMaskedLM` (no pooler, no NSP
 head), so every parameter receives a gradient and DDP needs no unused-parameter search. On a GPU the model trains
 unpadded (`unpad_inputs`, MosaicBERT: padding removed before the encoder, attention per sequence).
 
@@ -24,7 +26,7 @@ import torch
 from train.core.collators import MaskedLMCollator
 from train.core.common import (build_model, check_sequence_room, forward_options, get_tokenizer, load_splits,
                                model_source, unpadding_on_gpu)
-from train.core.data import prepare_nsp_dataset
+from train.core.data import check_documents, prepare_nsp_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
 from train.core.distributed import token_mean
@@ -66,7 +68,10 @@ def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
     source = model_source(recipe, "pretrain_bert", ("bert",))
-    train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
+    train_docs, eval_docs = load_splits(recipe, [("text", "text")], "embedded:documents")
+    check_documents(train_docs, recipe.data_source("train", "embedded:documents"))
+    if eval_docs:
+        check_documents(eval_docs, recipe.split_name("validation", "embedded:documents"))
     tokenizer = get_tokenizer(recipe, "bert", lambda: train_docs["text"], source=source)
     check_sequence_room(recipe, tokenizer, 2, "BERT pretraining's sentence pairs")
     model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert",
@@ -84,7 +89,7 @@ def main(argv: list[str] | None = None):
         results = engine.train()
     results.update(source.report)
     folder = engine.save_final(results, card={
-        "dataset_name": recipe.dataset or recipe.train_file or "embedded:documents", "base_model": source.repo_id,
+        "dataset_name": recipe.data_source("train", "embedded:documents"), "base_model": source.repo_id,
         "description": "Pretrained with masked-LM" + (" and next-sentence prediction. " if recipe.nsp else ". ")
                        + (source.card_text() if source.pretrained else "")})
     return results, folder

@@ -11,7 +11,8 @@ cross-entropy, and sacreBLEU of beam-search translations of the evaluation set.
 `--model` may be pretrained (`train.core.sources`: a Lineage folder or Hub id, or a Marian checkpoint converted on
 load) and brings its own tokenizer.
 
-Data: rows with `source` and `target` (the embedded English number words -> German by default).
+Data: rows with the columns `source` and `target` (the embedded English number words -> German by default); a file
+without them is refused naming both.
 `label_smoothing` in the recipe overrides the model config's. Training runs the output projection on real
 target tokens only (`sparse_prediction`, an option of the training calls, not of the saved model), skipping the
 padding of ragged batches.
@@ -31,6 +32,9 @@ from train.metrics import load_metric
 from train.core.recipes import parse_args
 
 DEFAULT_RECIPE = "transformer-translation-tiny"
+COLUMNS = (("source", "text"), ("target", "text"))  # fixed: no recipe key renames them
+COLUMN_ADVICE = ("train_translation reads the columns 'source' and 'target' of every row (no recipe key renames "
+                 "them): rename the file's columns")
 
 
 def make_predict_fn(recipe):
@@ -62,9 +66,8 @@ def make_metrics_fn(tokenizer):
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
-    source = model_source(recipe, "train_translation", ("seq2seq",))
-    columns = ("source", "target")
-    train_rows, eval_rows = load_splits(recipe, columns, "embedded:translation")
+    source = model_source(recipe, "train_translation", ("seq2seq",), generates=True)
+    train_rows, eval_rows = load_splits(recipe, COLUMNS, "embedded:translation", COLUMN_ADVICE)
     tokenizer = get_tokenizer(recipe, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])],
                               source=source)
     check_sequence_room(recipe, tokenizer, 1, "a seq2seq source or target (text </s>)")
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None):
         results.update({f"sample_{i}": f"{s} -> {t}" for i, (s, t) in enumerate(pairs)})
         extra = "\n## Samples\n\n" + "\n".join(f"- {s!r} -> {t!r}" for s, t in pairs) + "\n"
     results.update(source.report)
-    folder = engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file or "embedded:translation",
+    folder = engine.save_final(results, card={"dataset_name": recipe.data_source("train", "embedded:translation"),
                                               "description": "Trained for translation with teacher forcing. "
                                                              + (source.card_text() if source.pretrained else ""),
                                               "base_model": source.repo_id,

@@ -14,8 +14,9 @@
 A folder (local or downloaded) holds either a **Lineage** model (`model_type` `lineage-*`, loaded with the installed
 classes, which `import modeling` registers) or a **transformers reference checkpoint** of a class that
 `modeling.conversion` supports (BERT, OpenAI GPT, GPT-2, Marian and their heads; a checkpoint of another head of
-those families loads as the base model). A reference checkpoint is converted on load
-(`modeling.conversion.from_transformers`), and the two models' outputs are compared on a few tokens
+those families loads as the base model). Its config.json must be a JSON object and each safetensors file whole (its
+header is read against the file's size), or the folder is refused naming the file. A reference checkpoint is
+converted on load (`modeling.conversion.from_transformers`), and the two models' outputs are compared on a few tokens
 (`conversion_difference`, fp32, eager attention, exact linear kernels) before anything else happens; a difference
 above `CONVERSION_TOLERANCE` stops the command before any file is written.
 
@@ -45,12 +46,13 @@ from typing import Any
 import torch
 import transformers
 from accelerate import PartialState
+from safetensors import SafetensorError, safe_open
 from tokenizers import processors
 
 import modeling
 from modeling.conversion import CONVERSIONS, from_transformers, to_transformers
 from train.core.recipes import RecipeError, available_presets, load_model_config
-from train.core.tokenization import GPT_SPECIAL_TOKENS, END_OF_TEXT
+from train.core.tokenization import END_OF_TEXT, GPT_SPECIAL_TOKENS, check_not_a_file
 
 CONVERSION_TOLERANCE = 1e-4  # largest |logit difference| accepted between a checkpoint and its conversion (fp32)
 CHECK_TOKENS = 8  # tokens of the conversion check
@@ -141,6 +143,7 @@ def resolve_model(name: str, revision: str | None = None, argument: str = "--mod
         raise ModelSourceError(f"{revision_argument} ({revision!r}) selects a version of a Hub repo; "
                                f"{argument} {name!r} is a local file, folder or preset: leave it unset")
     if path.is_file() and path.suffix == ".json":
+        _read_config(name, path, argument)
         return ModelSource(name, "preset", load_model_config(name))
     if path.is_dir():
         return _read_folder(name, path, argument)
@@ -190,7 +193,7 @@ def _read_folder(name: str, folder: Path, argument: str) -> ModelSource:
     if not config_file.is_file():
         hint = f" (a run saves its model in {folder / 'model'})" if (folder / "model" / "config.json").is_file() else ""
         raise ModelSourceError(f"{argument} {name!r} is not a saved model folder: it has no config.json{hint}")
-    fields = json.loads(config_file.read_text())
+    fields = _read_config(name, config_file, argument)
     model_type = fields.get("model_type")
     if model_type in LINEAGE_MODEL_TYPES:
         _check_weights(name, folder, argument)
@@ -219,12 +222,45 @@ def _read_folder(name: str, folder: Path, argument: str) -> ModelSource:
     return ModelSource(name, "reference", config, folder, reference_class=architecture)
 
 
+def _read_config(name: str, config_file: Path, argument: str) -> dict[str, Any]:
+    """The fields of a config.json, refused naming the file (and json's line and column) unless it is UTF-8 JSON
+    holding an object."""
+    try:
+        fields = json.loads(config_file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ModelSourceError(f"{argument} {name!r}: {config_file} is not UTF-8 text (byte {error.start}); "
+                               "re-save it (save_pretrained writes it)") from None
+    except json.JSONDecodeError as error:
+        raise ModelSourceError(f"{argument} {name!r}: {config_file} is not valid JSON (line {error.lineno}, column "
+                               f"{error.colno}: {error.msg}); fix it or re-save it (save_pretrained writes it)") \
+            from None
+    if not isinstance(fields, dict):
+        raise ModelSourceError(f"{argument} {name!r}: {config_file} holds a JSON {_JSON_TYPES[type(fields)]}, not an "
+                               "object of config fields; re-save it (save_pretrained writes it)")
+    return fields
+
+
+_JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
 def _check_weights(name: str, folder: Path, argument: str) -> None:
-    if not any(folder.glob("*.safetensors")):
+    """safetensors weights present, and each file whole: its header read (not its tensors) and checked against the
+    file's size, so a truncated download fails here rather than when the model loads."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
         other = [p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".h5", ".msgpack")]
         extra = f" (found {', '.join(other)}, which is not read: pickled weights can run code)" if other else ""
         raise ModelSourceError(f"{argument} {name!r} has a config.json but no safetensors weights{extra}; give a "
                                "folder that save_pretrained or a run wrote (a run publishes <output_dir>/model)")
+    for file in files:
+        try:
+            with safe_open(file, "pt"):
+                pass
+        except SafetensorError as error:
+            reason = str(error).removeprefix("Error while deserializing header: ")
+            raise ModelSourceError(
+                f"{argument} {name!r}: {file} is truncated or not a safetensors file ({reason}); re-save it "
+                "(save_pretrained) or download it again") from None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -361,6 +397,7 @@ def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, temp
     if tokenizer is not None:
         if not Path(tokenizer).exists():
             raise ModelSourceError(f"recipe key 'tokenizer': folder {tokenizer!r} does not exist")
+        check_not_a_file(tokenizer, "recipe key 'tokenizer'")
         chosen = transformers.AutoTokenizer.from_pretrained(tokenizer)
         _check_same_vocabulary(chosen, own, source, tokenizer)
     elif own is None:

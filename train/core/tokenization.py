@@ -28,8 +28,8 @@ Conventions the models and the engine rely on:
 
 API: ``train_tokenizer(kind, texts, vocab_size, ...)``, ``load_tokenizer(path, kind)``,
 ``check_special_tokens(tokenizer, kind)``, ``config_kwargs_from_tokenizer(tokenizer, kind)``,
-``special_token_names(kind)``. Errors: ``MissingSpecialTokenError``, ``VocabularySizeError`` (both
-``ValueError``).
+``special_token_names(kind)``, ``check_not_a_file(path, argument)``. Errors: ``MissingSpecialTokenError``,
+``VocabularySizeError``, ``TokenizerPathError`` (all ``ValueError``).
 """
 
 from __future__ import annotations
@@ -63,6 +63,10 @@ class MissingSpecialTokenError(ValueError):
 
 class VocabularySizeError(ValueError):
     """The requested vocabulary cannot hold the special tokens (and the byte alphabet)."""
+
+
+class TokenizerPathError(ValueError):
+    """A file named where a tokenizer folder belongs."""
 
 
 def canonical_kind(kind: str) -> str:
@@ -238,8 +242,27 @@ def check_special_tokens(tokenizer: PreTrainedTokenizerFast, kind: str, source: 
                                            f"templates need ({' '.join(_SPECIALS[kind])})")
 
 
-def load_tokenizer(path_or_name: str | Path, kind: str | None = None, **kwargs) -> PreTrainedTokenizerFast:
-    """``AutoTokenizer.from_pretrained`` plus, when ``kind`` is given, ``check_special_tokens``."""
+def check_not_a_file(path_or_name: str | Path, argument: str = "tokenizer") -> None:
+    """Refuse a file (``tok/tokenizer.json``) where a tokenizer folder belongs, naming ``argument`` and the folder to
+    give. A file alone is not loaded: ``tokenizer.json`` holds the vocabulary and the templates, but the special-token
+    roles, ``padding_side`` and ``model_max_length`` live in ``tokenizer_config.json`` beside it."""
+    path = Path(path_or_name)
+    if not path.is_file():
+        return
+    folder = path.parent
+    if (folder / "tokenizer_config.json").is_file() and (folder / "tokenizer.json").is_file():
+        give = f"give its folder {str(folder)!r}"
+    else:
+        give = "give the folder that save_pretrained or python -m train.train_tokenizer wrote"
+    raise TokenizerPathError(f"{argument} {str(path)!r} is a file; a tokenizer is loaded from the folder that holds it "
+                             f"(tokenizer.json with tokenizer_config.json, which names its special tokens): {give}")
+
+
+def load_tokenizer(path_or_name: str | Path, kind: str | None = None, argument: str = "tokenizer",
+                   **kwargs) -> PreTrainedTokenizerFast:
+    """``AutoTokenizer.from_pretrained`` plus, when ``kind`` is given, ``check_special_tokens``; a file where the
+    folder belongs is refused naming ``argument`` (``check_not_a_file``)."""
+    check_not_a_file(path_or_name, argument)
     tokenizer = AutoTokenizer.from_pretrained(str(path_or_name), **kwargs)
     if kind is not None:
         check_special_tokens(tokenizer, kind, source=str(path_or_name))
@@ -286,4 +309,5 @@ def check_tokenizer_matches_model(tokenizer, config) -> None:
 __all__ = ["KINDS", "BERT_SPECIAL_TOKENS", "GPT_SPECIAL_TOKENS", "SEQ2SEQ_SPECIAL_TOKENS", "END_OF_TEXT",
            "MissingSpecialTokenError", "VocabularySizeError", "canonical_kind", "special_token_names",
            "minimum_vocab_size", "train_tokenizer", "wrap_tokenizer", "check_special_tokens",
-           "load_tokenizer", "config_kwargs_from_tokenizer", "TokenizerMismatchError", "check_tokenizer_matches_model"]
+           "load_tokenizer", "config_kwargs_from_tokenizer", "TokenizerMismatchError", "check_tokenizer_matches_model",
+           "TokenizerPathError", "check_not_a_file"]
