@@ -174,6 +174,8 @@ def test_push_to_hub_uploads_the_final_folder(tmp_path, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeHub)
     monkeypatch.setattr(FakeHub, "calls", [])
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # as online, with a token: the fake Hub
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     _, folder = _run(pretrain_gpt.main, "gpt-pretrain-tiny", tmp_path / "a", "--max_steps", "2", "--save_steps", "0",
                      "--push_to_hub", "someone/tiny-gpt")
     assert FakeHub.calls[0] == ("create_repo", "someone/tiny-gpt", True)

@@ -31,7 +31,6 @@ column of the report before comparing arms.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import sys
@@ -47,6 +46,7 @@ from train.core.common import (
     forward_options,
     get_tokenizer,
     load_splits,
+    model_source,
 )
 from train.core.data import tokenize_dataset
 from train.core.engine import Engine, seed_everything
@@ -61,7 +61,7 @@ QUICK = {"train_size": 200, "eval_size": 24, "tokenizer_vocab_size": 300, "max_s
          "logging_steps": 3, "num_beams": 2, "max_new_tokens": 24, "per_device_train_batch_size": 16}
 QUICK_SIZES = {"rnn-tiny": {"hidden_size": 32, "embedding_size": 16},  # by preset: the tiny widths
                "transformer-tiny": {"hidden_size": 32, "intermediate_size": 64}}
-COLUMNS = ("source", "target")
+COLUMNS = (("source", "text"), ("target", "text"))
 
 
 class ExperimentError(ValueError):
@@ -116,7 +116,7 @@ def arm_recipes(args: argparse.Namespace, arms: list[str], budget: float) -> dic
     recipes = {arm: load_recipe(f"lineage-{arm}",
                                 {**overrides, "output_dir": str(out / "runs" / arm)}) for arm in arms}
     if args.quick:
-        recipes = {arm: dataclasses.replace(r, model_overrides={**r.model_overrides, **QUICK_SIZES.get(r.model, {})})
+        recipes = {arm: r.replace(model_overrides={**r.model_overrides, **QUICK_SIZES.get(r.model, {})})
                    for arm, r in recipes.items()}
     first = recipes[arms[0]]
     for arm, recipe in recipes.items():
@@ -132,7 +132,7 @@ def shared_data(recipe: Recipe, out: Path):
     train_rows, eval_rows = load_splits(recipe, COLUMNS, "embedded:translation")
     if eval_rows is None or len(eval_rows) == 0:
         raise ExperimentError("the data has no validation split: give --validation-file (BLEU is measured on it)")
-    shared = dataclasses.replace(recipe, tokenizer=None, output_dir=str(out), resume_from_checkpoint=None)
+    shared = recipe.replace(tokenizer=None, output_dir=str(out), resume_from_checkpoint=None)
     get_tokenizer(shared, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
     return train_rows, eval_rows
 
@@ -140,8 +140,10 @@ def shared_data(recipe: Recipe, out: Path):
 def train_arm(recipe: Recipe, train_rows, eval_rows):
     """Train one arm to its budget; returns the trained model (eval mode), the tokenizer and the run summary."""
     seed_everything(recipe.seed)
-    tokenizer = get_tokenizer(recipe, "seq2seq", list)  # the shared one, from recipe.tokenizer
-    model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", label_smoothing=recipe.label_smoothing)
+    source = model_source(recipe, "lineage_experiment", ("seq2seq",), generates=True)
+    tokenizer = get_tokenizer(recipe, "seq2seq", list, source)  # the shared one, from recipe.tokenizer
+    model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", source,
+                        label_smoothing=recipe.label_smoothing)
     lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
     engine = Engine(recipe, model, tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths),
                     Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of), tokenizer=tokenizer,
@@ -150,7 +152,7 @@ def train_arm(recipe: Recipe, train_rows, eval_rows):
         results = engine.train()
     results["eval_curve"] = [(r["seconds"], r["eval_loss"]) for r in engine.log.history if "eval_loss" in r]
     results["training_seconds"] = max((r["seconds"] for r in engine.log.history if "loss" in r), default=0.0)
-    engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file,
+    engine.save_final(results, card={"dataset_name": recipe.data_source("train"),
                                      "description": "A lineage experiment arm (train.lineage_experiment)."})
     return engine.accelerator.unwrap_model(engine.model).eval(), tokenizer, results
 

@@ -54,6 +54,21 @@ def loss_fn(outputs, batch, engine) -> torch.Tensor:
     return token_mean(engine.accelerator, outputs.loss, batch["labels"][:, 1:])
 
 
+def check_sample_room(recipe, tokenizer, prompts: list[str], positions: int) -> None:
+    """Refuse, before training, samples that could not be generated after it: an empty prompt, or a prompt and
+    `max_new_tokens` longer than the model's positions."""
+    lengths = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    if 0 in lengths:
+        raise RecipeError(f"recipe key 'sample_prompts': prompt {lengths.index(0)} ({prompts[lengths.index(0)]!r}) "
+                          "has no tokens; give text to continue")
+    longest = max(lengths)
+    if longest + recipe.max_new_tokens > positions:
+        raise RecipeError(f"recipe key 'max_new_tokens' is {recipe.max_new_tokens}: after training, the longest sample "
+                          f"prompt ({longest} tokens, {prompts[lengths.index(longest)]!r}) would continue to "
+                          f"{longest + recipe.max_new_tokens} tokens, beyond the model's {positions} positions; "
+                          f"max_new_tokens must be in [1, {positions - longest}] (or shorten sample_prompts)")
+
+
 def check_document_packing(model) -> None:
     """`pack_documents` needs attention that keeps within each document of a packed row (every `--model` source is a
     Lineage GPT by now: a transformers checkpoint was converted on load)."""
@@ -66,32 +81,34 @@ def check_document_packing(model) -> None:
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
     seed_everything(recipe.seed)
-    source = model_source(recipe, "pretrain_gpt", ("gpt",))
-    train_docs, eval_docs = load_splits(recipe, ("text",), "embedded:documents")
+    source = model_source(recipe, "pretrain_gpt", ("gpt",), generates=True)
+    train_docs, eval_docs = load_splits(recipe, [("text", "text")], "embedded:documents")
     tokenizer = get_tokenizer(recipe, "gpt", lambda: train_docs["text"], source=source, templates=False)
     check_sequence_room(recipe, tokenizer, 1, "causal-LM blocks (a token and the next one it predicts)", minimum=2)
     model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt", source)
+    prompts = recipe.sample_prompts or DEFAULT_PROMPTS
+    check_sample_room(recipe, tokenizer, prompts, model.config.max_position_embeddings)
     if recipe.pack_documents:
         check_document_packing(model)
     train_data = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length,
                                            pack_documents=recipe.pack_documents,
-                                           source=recipe.train_file or recipe.dataset or "embedded:documents")
+                                           source=recipe.data_source("train", "embedded:documents"))
     eval_data = (prepare_causal_lm_dataset(eval_docs, tokenizer, recipe.max_seq_length,
                                            pack_documents=recipe.pack_documents,
-                                           source=recipe.validation_file or f"{recipe.dataset} (validation)")
+                                           source=recipe.split_name("validation", "embedded:documents"))
                  if eval_docs else None)
     engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer, recipe.pad_to_multiple_of),
                     tokenizer=tokenizer, eval_dataset=eval_data, loss_fn=loss_fn, metrics_fn=metrics)
     results = engine.train()
     # every process samples the same prompts with the same seed: under FSDP each forward needs all of them
-    samples = sample(engine.accelerator.unwrap_model(engine.model), tokenizer,
-                     recipe.sample_prompts or DEFAULT_PROMPTS, recipe.max_new_tokens, recipe.seed)
+    samples = sample(engine.accelerator.unwrap_model(engine.model), tokenizer, prompts, recipe.max_new_tokens,
+                     recipe.seed)
     for text in samples:
         engine.accelerator.print(f"sample: {text}")
     results.update({f"sample_{i}": text for i, text in enumerate(samples)})
     extra = "\n## Samples\n\n" + "\n".join(f"- {s!r}" for s in samples) + "\n" if samples else ""
     results.update(source.report)
-    folder = engine.save_final(results, card={"dataset_name": recipe.dataset or recipe.train_file or "embedded:documents",
+    folder = engine.save_final(results, card={"dataset_name": recipe.data_source("train", "embedded:documents"),
                                               "description": "Pretrained as a causal language model. "
                                                              + (source.card_text() if source.pretrained else ""),
                                               "base_model": source.repo_id, "extra": extra})

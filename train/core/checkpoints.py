@@ -49,6 +49,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict, set_optimizer_state_dict)
 
 STATE_FILE = "lineage_state.json"
+FIXED_AT_START = ("tokenizer_vocab_size",)  # recipe keys acting only before the first step: a resume cannot change them
 CHECKPOINT_PREFIX = "step-"
 TMP, OLD, DELETING = ".tmp-", ".old-", ".del-"  # prefixes of folders a save is writing, replacing, deleting
 
@@ -133,7 +134,7 @@ def run_identity(config, tokenizer, recipe, examples: int) -> dict:
     """What a checkpoint must share with the run that resumes it, and the recipe's changeable keys."""
     fields = json.loads(json.dumps(config.to_dict(), default=str))
     identity = {"model_config": {k: v for k, v in sorted(fields.items()) if k not in _RUNTIME_CONFIG},
-                "dataset": {"source": recipe.train_file or recipe.dataset, "dataset_config": recipe.dataset_config,
+                "dataset": {"source": recipe.data_source("train"), "dataset_config": recipe.dataset_config,
                             "examples": examples},
                 "hyperparameters": recipe.training_dict()}
     identity["dataset"]["seed"] = recipe.seed  # the epoch order the data position counts in
@@ -163,7 +164,15 @@ def check_resume(path: Path, identity: dict) -> dict[str, list]:
             + "\n  ".join(problems) + "\nresume with the recipe that wrote it, or start a new run in another "
             "output_dir (or with --overwrite_output_dir true)")
     before, now = written.get("hyperparameters", {}), identity["hyperparameters"]
-    return {k: [before[k], now[k]] for k in now if k in before and before[k] != now[k]}
+    changed = {k: [before[k], now[k]] for k in now if k in before and before[k] != now[k]}
+    fixed = [k for k in FIXED_AT_START if k in changed]
+    if fixed:
+        raise ResumeMismatchError(
+            "; ".join(f"recipe key {k!r} is {changed[k][1]!r} but the run was started with {changed[k][0]!r}"
+                      for k in fixed)
+            + ": it acted before the first step (a resumed run keeps the tokenizer it trained), so a resume cannot "
+            "change it; resume with the value the run started with, or start a new run in another output_dir")
+    return changed
 
 
 def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: int) -> TrainState:

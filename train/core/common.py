@@ -5,7 +5,7 @@
   through `train.core.data.load_text_dataset`; a missing file raises before anything is built.
 - `model_source(recipe, command, kinds)`: `recipe.model` resolved (`train.core.sources.resolve_model`: preset,
   config.json, Lineage folder or Hub id, transformers reference checkpoint), refused unless its family is one the
-  command trains.
+  command trains; then `check_before_start`: lengths against the model's positions, the precision, the Hub upload.
 - `get_tokenizer(recipe, kind, texts, source)`: for a pretrained source the checkpoint's own tokenizer (or
   `recipe.tokenizer`, checked against it) completed with the tokens Lineage's templates need
   (`sources.pretrained_tokenizer`); for a preset `recipe.tokenizer` if set, else one trained on `texts()` with
@@ -32,45 +32,92 @@ from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
-from train.core import run_folder, sources
-from train.core.data import load_text_dataset
-from train.core.recipes import Recipe, RecipeError, check_model_overrides, load_model_config
+from train.core import distributed, publish, run_folder, sources
+from train.core.data import Columns, UnknownColumnError, load_text_dataset
+from train.core.recipes import Recipe, RecipeError, check_model_overrides, load_model_config, trackers
+from train.core.run_log import check_tracker_login
 from train.core.tokenization import config_kwargs_from_tokenizer, load_tokenizer, train_tokenizer
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
 
 
-def load_split(recipe: Recipe, split: str, columns: Iterable[str] = (), default_dataset: str = ""):
-    """One split (`train` or `validation`) of the recipe's data, cut to `train_size` / `eval_size` rows."""
-    size = recipe.train_size if split == "train" else recipe.eval_size
-    file = recipe.train_file if split == "train" else recipe.validation_file
-    source = file or recipe.dataset or default_dataset
+COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_column and label_column, or rename it"
+
+
+def load_split(recipe: Recipe, split: str, columns: Columns = (), default_dataset: str = "",
+               column_advice: str = COLUMN_ADVICE):
+    """One split (`train` or `validation`) of the recipe's data (`Recipe.data_source`), `.txt` files cut into rows as
+    `text_sample_by` says. The embedded corpus is made with `train_size` / `eval_size` rows; a user's file or Hub
+    dataset is cut to them (its first rows) only when the user set the key, not when a shipped recipe did, and a
+    cut, or a size left unapplied, is printed with both counts. A column the data lacks is refused with
+    `column_advice` (which keys of the command name the columns)."""
+    key = "train_size" if split == "train" else "eval_size"
+    size, file = getattr(recipe, key), recipe.train_file if split == "train" else recipe.validation_file
+    source = recipe.data_source(split, default_dataset)
     if not source:
         raise RecipeError("the recipe names no data: set 'dataset' (e.g. embedded:nli) or 'train_file'")
     embedded = source.startswith("embedded:")
     if split != "train" and file is None and (recipe.train_file or Path(source).exists()):
         return None  # local training files and no validation file: no evaluation
-    kwargs = {"size": size, "seed": recipe.seed} if embedded else {"hub_config": recipe.dataset_config}
-    dataset = load_text_dataset(source, split, columns=tuple(columns), **kwargs)
+    kwargs = ({"size": size, "seed": recipe.seed} if embedded
+              else {"hub_config": recipe.dataset_config, "text_sample_by": recipe.text_sample_by})
+    try:
+        dataset = load_text_dataset(source, split, columns=columns, **kwargs)
+    except UnknownColumnError as error:
+        raise UnknownColumnError(f"{error}: {column_advice}") from None
     if size is not None and not embedded and len(dataset) > size:
-        dataset = dataset.select(range(size))
+        if key in recipe.set_by_user:
+            print(f"{key} {size}: using the first {size} of the {len(dataset)} rows of {source}", flush=True)
+            dataset = dataset.select(range(size))
+        else:
+            print(f"{source}: using all {len(dataset)} rows (the shipped recipe's {key} {size} sizes the embedded "
+                  f"corpus; set --{key} to cut your data)", flush=True)
     return dataset
 
 
-def load_splits(recipe: Recipe, columns: Iterable[str] = (), default_dataset: str = ""):
+def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str = "", column_advice: str = COLUMN_ADVICE):
     """`(train, validation)`: both splits of the recipe's data (`load_split`); validation may be None."""
-    return (load_split(recipe, "train", columns, default_dataset),
-            load_split(recipe, "validation", columns, default_dataset))
+    return (load_split(recipe, "train", columns, default_dataset, column_advice),
+            load_split(recipe, "validation", columns, default_dataset, column_advice))
 
 
-def model_source(recipe: Recipe, command: str, kinds: tuple[str, ...]) -> sources.ModelSource:
-    """`recipe.model` resolved, refused unless its family (`bert`, `gpt`, `seq2seq`) is one of `kinds`."""
+def model_source(recipe: Recipe, command: str, kinds: tuple[str, ...], generates: bool = False) -> sources.ModelSource:
+    """`recipe.model` resolved, refused unless its family (`bert`, `gpt`, `seq2seq`) is one of `kinds`; then every
+    check that needs no data (`check_before_start`; `generates`: the command generates text after training)."""
     source = sources.resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
     if source.family not in kinds:
         raise RecipeError(f"recipe key 'model': {command} trains {' or '.join(kinds)} models; {recipe.model!r} is a "
                           f"{source.config.model_type} model")
+    check_before_start(recipe, source.config, generates)
     return source
+
+
+def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
+    """Refuse what the recipe and the model's config alone show will fail, before a tokenizer is trained or a file
+    written: `max_seq_length`, `pad_to_multiple_of` and (`generates`) `max_new_tokens` against the model's positions,
+    a precision this machine cannot run (`distributed.resolve_mixed_precision`), a hosted tracker without a login
+    (`run_log.check_tracker_login`) and a Hub upload that cannot succeed (`publish.check_push`)."""
+    positions = recipe.model_overrides.get("max_position_embeddings",
+                                           getattr(config, "max_position_embeddings", None))  # an RNN has no limit
+    length, multiple = recipe.max_seq_length, recipe.pad_to_multiple_of
+    if positions is not None and length > positions:
+        raise RecipeError(f"recipe key 'max_seq_length' is {length} but the model has {positions} positions "
+                          f"(max_position_embeddings)")
+    padded = -(-length // multiple) * multiple if multiple else length
+    if positions is not None and padded > positions:
+        raise RecipeError(f"recipe key 'pad_to_multiple_of' is {multiple}: a batch of {length}-token rows "
+                          f"(max_seq_length) would be padded to {padded}, beyond the model's {positions} positions; "
+                          f"give a value whose first multiple at or above {length} is at most {positions} (a divisor "
+                          f"of {length}, such as 8)")
+    if generates and positions is not None and recipe.max_new_tokens >= positions:
+        raise RecipeError(f"recipe key 'max_new_tokens' is {recipe.max_new_tokens} but the model has {positions} "
+                          f"positions, one of them at least for the prompt (or the decoder's start token): "
+                          f"max_new_tokens must be in [1, {positions - 1}]")
+    distributed.resolve_mixed_precision(recipe.mixed_precision)
+    check_tracker_login(trackers(recipe.report_to))
+    if recipe.push_to_hub:
+        publish.check_push(recipe.push_to_hub)
 
 
 def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
@@ -89,7 +136,7 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
             raise FileNotFoundError(f"recipe key 'tokenizer': folder {recipe.tokenizer!r} holds no tokenizer (none of "
                                     f"{', '.join(TOKENIZER_FILES)}); give a folder written by save_pretrained or "
                                     f"python -m train.train_tokenizer")
-        return load_tokenizer(recipe.tokenizer, kind)
+        return load_tokenizer(recipe.tokenizer, kind, argument="recipe key 'tokenizer'")
     if recipe.resume_from_checkpoint and (trained / "tokenizer.json").is_file():
         return load_tokenizer(trained, kind)
     # before the Accelerator exists: say "CPU" as it will, or two launched CPU processes would each see one
@@ -100,6 +147,7 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
             tokenizer = train_tokenizer(kind, texts(), recipe.tokenizer_vocab_size,
                                         model_max_length=recipe.max_seq_length)
             tokenizer.save_pretrained(trained)
+            run_folder.record_written(recipe, "tokenizer")
         else:
             tokenizer = load_tokenizer(trained, kind)
     return tokenizer
@@ -129,10 +177,6 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, source: s
         auto = getattr(transformers, auto_class)
         token_fields = {} if "vocab_size" in recipe.model_overrides else config_kwargs_from_tokenizer(tokenizer, kind)
         model = auto.from_config(load_model_config(recipe.model, **{**token_fields, **overrides}))
-    positions = getattr(model.config, "max_position_embeddings", None)  # recurrent models have no limit
-    if positions is not None and recipe.max_seq_length > positions:
-        raise RecipeError(f"recipe key 'max_seq_length' is {recipe.max_seq_length} but the model has "
-                          f"{positions} positions (max_position_embeddings)")
     return model
 
 
@@ -161,5 +205,5 @@ def unpadding_on_gpu(model, device: torch.device) -> dict[str, bool]:
     padding) on a GPU; none for other families and devices."""
     return {"unpad_inputs": True} if model.config.model_type == "lineage-bert" and device.type == "cuda" else {}
 
-__all__ = ["build_model", "check_sequence_room", "forward_options", "get_tokenizer", "load_split",
+__all__ = ["build_model", "check_before_start", "check_sequence_room", "forward_options", "get_tokenizer", "load_split",
            "load_splits", "model_source", "unpadding_on_gpu"]

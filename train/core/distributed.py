@@ -26,6 +26,8 @@ from accelerate import Accelerator
 from accelerate.state import PartialState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
+from train.core.recipes import RecipeError
+
 
 class DistributedSetupError(RuntimeError):
     """The launch asked for a distribution this machine cannot give."""
@@ -36,7 +38,11 @@ def _flag(name: str) -> bool:
 
 
 def resolve_mixed_precision(value: str) -> str:
-    """The recipe's `mixed_precision`; `auto`: bf16 (fp16 where bf16 is unsupported) on a GPU, none on a CPU."""
+    """The recipe's `mixed_precision`; `auto`: bf16 (fp16 where bf16 is unsupported) on a GPU, none on a CPU. fp16
+    on a CPU is refused: Accelerate has no fp16 autocast there and would train in fp32 while recording fp16."""
+    if value == "fp16" and PartialState(cpu=_flag("ACCELERATE_USE_CPU")).device.type == "cpu":
+        raise RecipeError("recipe key 'mixed_precision' is fp16, which a CPU does not run (the run would train in "
+                          "fp32 and be recorded as fp16): use bf16 (autocast on the CPU), no, or auto")
     if value != "auto":
         return value
     if torch.cuda.is_available():
@@ -139,9 +145,10 @@ def token_mean(accelerator: Accelerator, loss: torch.Tensor, labels: torch.Tenso
     return loss * count / total.clamp(min=1.0)
 
 
-def report_failure(accelerator: Accelerator, step: int, error: BaseException) -> None:
-    """Say which process failed and why, on its own stderr (the launcher then stops the others)."""
-    print(f"[rank {accelerator.process_index} of {accelerator.num_processes}] training failed at step {step + 1}: "
+def report_failure(accelerator: Accelerator, where: str, error: BaseException) -> None:
+    """Say which process failed, where (`at step 3`, `in the final evaluation after step 2`) and why, on its own
+    stderr (the launcher then stops the others)."""
+    print(f"[rank {accelerator.process_index} of {accelerator.num_processes}] training failed {where}: "
           f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
 

@@ -9,7 +9,9 @@ The loop: Accelerate `prepare`, gradient accumulation (`accelerator.accumulate`)
 mixed precision (`auto`: bf16 or fp16 on a GPU, none on a CPU), AdamW and the recipe's schedule
 (`train.core.optimization`), periodic evaluation with `gather_for_metrics` (`train.core.evaluation`), a log of
 loss, learning rate, gradient norm, tokens/s and metrics (`train.core.run_log`), checkpoints every `save_steps`
-and at the end (`train.core.checkpoints`: atomic, the last `save_total_limit` kept). `resume_from_checkpoint`
+and at the end, before the final evaluation, so that a failing evaluation keeps the trained weights
+(`train.core.checkpoints`: atomic, the last `save_total_limit` kept). Everything written into the output folder is
+recorded in the run's manifest as it is written (`train.core.run_folder.record_written`). `resume_from_checkpoint`
 (`latest` or a folder) restores model, optimizer, scheduler and random states and skips the batches already
 seen in the epoch.
 
@@ -21,7 +23,7 @@ positions and LM labels are checked against the model's ranges on the CPU as it 
 device, are off around the training forward (`modeling.checks.value_checks`).
 
 `max_train_seconds` (> 0) is a wall-clock budget: the run stops after the optimizer step at which the training
-time passes it, then evaluates and checkpoints as at `total_steps`. Training time (`seconds` in every step and
+time passes it, then checkpoints and evaluates as at `total_steps`. Training time (`seconds` in every step and
 evaluation record of the log) is the wall time since `train()` began less the time spent in evaluation, so
 periodic evaluation neither uses up the budget nor shifts a loss-against-time curve; it restarts at 0 on resume.
 
@@ -140,8 +142,10 @@ class Engine:
         else:
             self.log.restart()
         self.log.record_launch(self.state.step, self.launch, self.changed)
-        if resume_from is not None and self.accelerator.is_main_process:
-            run_folder.note_resume(recipe, resume_from, self.state.step, self.changed)
+        if self.accelerator.is_main_process:
+            if resume_from is not None:
+                run_folder.note_resume(recipe, resume_from, self.state.step, self.changed)
+            run_folder.record_written(recipe, "logs")
         self.accelerator.wait_for_everyone()
 
     # ------------------------------------------------------------------ building
@@ -225,6 +229,7 @@ class Engine:
                    disable=not (self.accelerator.is_local_main_process and self.recipe.progress_bar))
         window, metrics, self.clock = _Window(since=started), {}, _Clock(started)
         self.model.train()
+        final = None  # the part of the run's end under way, once the last step is done
         try:
             while state.step < self.total_steps:
                 for batch in self._epoch_batches():
@@ -235,15 +240,19 @@ class Engine:
                 else:
                     state.epoch, state.batch_in_epoch = state.epoch + 1, 0
             wall = time.perf_counter() - started
-            metrics = self.evaluate() if self.eval_dl is not None else metrics
+            final = "final checkpoint"  # first: an evaluation that fails cannot lose the trained weights
             self.save_checkpoint()
+            final = "final evaluation"
+            metrics = self.evaluate() if self.eval_dl is not None else metrics
         except Exception as error:
-            distributed.report_failure(self.accelerator, state.step, error)
+            where = f"in the {final} after step {state.step}" if final else f"at step {state.step + 1}"
+            distributed.report_failure(self.accelerator, where, error)
             raise
         finally:
             bar.close()
         if self.accelerator.is_main_process:
             publish.plot_loss_curve(self.log.history, self.output_dir / "loss_curve.png", self.output_dir.name)
+            run_folder.record_written(self.recipe, "loss_curve.png", "logs")
         return self._summary(start_step, wall, metrics)
 
     def _epoch_batches(self):
@@ -359,8 +368,11 @@ class Engine:
     # ------------------------------------------------------------------ outputs
 
     def save_checkpoint(self) -> Path:
-        return checkpoints.save_checkpoint(self.accelerator, self.checkpoint_root, self.state,
+        path = checkpoints.save_checkpoint(self.accelerator, self.checkpoint_root, self.state,
                                            self.recipe.save_total_limit, self.launch, self.identity)
+        if self.accelerator.is_main_process:
+            run_folder.record_written(self.recipe, "checkpoints", "logs")
+        return path
 
     def save_final(self, results: dict[str, Any] | None = None, card: dict[str, Any] | None = None,
                    extra_files: dict[str, str] | None = None) -> Path:
@@ -373,6 +385,7 @@ class Engine:
         folder = publish.save_run(self.accelerator, self.model, self.recipe, self.tokenizer, results, card, extra_files)
         self.accelerator.end_training()
         if self.accelerator.is_main_process:
+            run_folder.record_written(self.recipe, *run_folder.RUN_FILES)
             run_folder.release(self.recipe)
         return folder
 

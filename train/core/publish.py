@@ -5,7 +5,7 @@ tokenizer, `recipe.yaml`, `results.json` (the figures reached and the library ve
 curve and the model card (`README.md`, with Hub metadata in its YAML front matter: `library_name`, `pipeline_tag`,
 `tags`, `datasets`, `metrics` and a `model-index` holding the figures reached, followed by how to load the folder,
 the results table, the library versions, the training recipe and the loss curve), then uploads the folder when the
-recipe names a Hub repo (`push_to_hub`).
+recipe names a Hub repo (`push_to_hub`; `check_push` refuses, before training, one that cannot succeed).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from accelerate import Accelerator
 
 from train.core.distributed import unsharded
 from train.core.environment import versions
+from train.core.recipes import RecipeError
 
 # class-name suffix -> (Hub pipeline tag, task type in model-index)
 PIPELINE_TAGS = {
@@ -82,7 +83,7 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
     (`environment.versions`); `base_model` (a Hub id the run started from) goes in the metadata, where the Hub links
     the two models."""
     folder = Path(folder)
-    dataset_name = dataset_name or recipe.dataset or recipe.train_file or "custom"
+    dataset_name = dataset_name or recipe.data_source("train", "custom")
     metadata = card_metadata(model, recipe, results, dataset_name)
     if base_model:
         metadata["base_model"] = base_model
@@ -189,12 +190,33 @@ def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: d
             (folder / name).write_text(text)
         clean = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str)) or v is None}
         software = versions()
-        (folder / "results.json").write_text(json.dumps({**clean, "versions": software}, indent=1))
+        data = (card or {}).get("dataset_name") or recipe.data_source("train")
+        (folder / "results.json").write_text(json.dumps({**clean, "dataset": data, "versions": software}, indent=1))
         write_model_card(folder, unwrapped, recipe, clean, software, **(card or {}))
     accelerator.wait_for_everyone()
     if recipe.push_to_hub and accelerator.is_main_process:
         push_folder(folder, recipe.push_to_hub)
     return folder
+
+
+def check_push(repo_id: str) -> None:
+    """Refuse, before training, a `push_to_hub` that cannot succeed: a malformed repo id, the Hub switched off
+    (`HF_HUB_OFFLINE`), or no token to write with."""
+    from huggingface_hub import constants, get_token
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise RecipeError(f"recipe key 'push_to_hub' is {repo_id!r}, which is no Hub repo id ({error}); give "
+                          f"<user or organisation>/<name>") from None
+    if constants.HF_HUB_OFFLINE:
+        raise RecipeError(f"recipe key 'push_to_hub' is {repo_id!r} but the Hub is switched off (HF_HUB_OFFLINE=1): "
+                          f"the upload would fail after training; unset HF_HUB_OFFLINE or drop push_to_hub (the model "
+                          f"is saved in <output_dir>/model either way)")
+    if get_token() is None:
+        raise RecipeError(f"recipe key 'push_to_hub' is {repo_id!r} but no Hugging Face token is set: log in (hf auth "
+                          f"login) or set HF_TOKEN to a token with write access, or drop push_to_hub")
 
 
 def push_folder(folder: Path, repo_id: str) -> None:
@@ -209,5 +231,5 @@ def push_folder(folder: Path, repo_id: str) -> None:
         raise RuntimeError(f"push_to_hub: uploading to {repo_id!r} failed ({error}); the model is saved in {folder}") from error
 
 
-__all__ = ["PIPELINE_TAGS", "card_metadata", "plot_loss_curve", "push_folder", "read_card_metadata", "save_run",
-           "write_model_card"]
+__all__ = ["PIPELINE_TAGS", "card_metadata", "check_push", "plot_loss_curve", "push_folder", "read_card_metadata",
+           "save_run", "write_model_card"]

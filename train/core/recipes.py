@@ -25,6 +25,7 @@ import json
 import re
 import types
 import typing
+from collections.abc import Iterable
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -95,6 +96,8 @@ class Recipe:
     text_pair_column: str | None = None
     label_column: str | None = None
     skip_unlabeled: bool = False  # classification: skip rows labelled -1 (GLUE test splits) with a count; else refused
+    allow_single_class: bool = False  # classification: train on data of one class (refused by default: a sorted file)
+    text_sample_by: str = "auto"  # a .txt file's rows: line | paragraph | document | auto (paragraphs if blank lines)
     train_size: int | None = None  # rows of the training split to use (None: all)
     eval_size: int | None = None
     max_seq_length: int = 128
@@ -143,6 +146,10 @@ class Recipe:
     dataloader_num_workers: int = 0
     progress_bar: bool = True
 
+    # the keys the user set (in their own recipe file or on the command line), not a shipped recipe's: a shipped
+    # recipe's `train_size` cuts its own data, never a user's files (`train.core.common.load_split`)
+    set_by_user = frozenset()  # no field: a class attribute, set per recipe by `recipe_from_dict`
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -153,6 +160,25 @@ class Recipe:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    def replace(self, **changes: Any) -> Recipe:
+        """A copy with `changes` applied (unchecked), keeping which keys the user set."""
+        copy = dataclasses.replace(self, **changes)
+        copy.set_by_user = self.set_by_user
+        return copy
+
+    def data_source(self, split: str = "train", default: str = "") -> str:
+        """What the run reads for `split` (`train` or `validation`): its file when given, else `dataset`, else the
+        command's `default`. The one place that decides it: the loader, the checkpoint identity, the card and
+        results.json all read this."""
+        file = self.train_file if split == "train" else self.validation_file
+        return file or self.dataset or default
+
+    def split_name(self, split: str = "train", default: str = "") -> str:
+        """`data_source` as messages name it: a file as it is, a dataset's validation split as `<name> (validation)`."""
+        source = self.data_source(split, default)
+        named_file = self.train_file if split == "train" else self.validation_file
+        return source if named_file or split == "train" else f"{source} (validation)"
 
 
 def valid_keys() -> list[str]:
@@ -199,6 +225,11 @@ def _check_choices(recipe: Recipe) -> None:
     if recipe.mixed_precision not in MIXED_PRECISION:
         raise RecipeError(f"recipe key 'mixed_precision' must be one of {', '.join(MIXED_PRECISION)}, "
                           f"got {recipe.mixed_precision!r}")
+    from train.core.data import TEXT_SAMPLE_BY
+
+    if recipe.text_sample_by not in TEXT_SAMPLE_BY:
+        raise RecipeError(f"recipe key 'text_sample_by' must be one of {', '.join(TEXT_SAMPLE_BY)}, "
+                          f"got {recipe.text_sample_by!r}")
     if recipe.compile_mode is not None and recipe.compile_mode not in COMPILE_MODES:
         raise RecipeError(f"recipe key 'compile_mode' must be one of {', '.join(COMPILE_MODES)} (or null), "
                           f"got {recipe.compile_mode!r}")
@@ -269,8 +300,9 @@ def _check_lora(lora: dict) -> None:
             raise RecipeError(f"recipe key 'lora.{key}' must be {expected}, got {value!r}")
 
 
-def recipe_from_dict(fields: dict[str, Any], source: str = "recipe") -> Recipe:
-    """A checked `Recipe` from a mapping of its fields."""
+def recipe_from_dict(fields: dict[str, Any], source: str = "recipe", user_keys: Iterable[str] | None = None) -> Recipe:
+    """A checked `Recipe` from a mapping of its fields; `user_keys` (default: every key of `fields`) are those the
+    user set, as opposed to a shipped recipe's (`Recipe.set_by_user`)."""
     if not isinstance(fields, dict):
         raise RecipeError(f"{source} must be a YAML mapping of keys to values, got {type(fields).__name__}")
     hints = typing.get_type_hints(Recipe)
@@ -280,6 +312,7 @@ def recipe_from_dict(fields: dict[str, Any], source: str = "recipe") -> Recipe:
                           f"valid keys: {', '.join(valid_keys())}")
     recipe = Recipe(**{k: _coerce(k, v, hints[k]) for k, v in fields.items()})
     _check_choices(recipe)
+    recipe.set_by_user = frozenset(fields if user_keys is None else user_keys)
     return recipe
 
 
@@ -303,25 +336,39 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
             i += 2
         else:
             raise RecipeError(f"unexpected command-line argument {arg!r}; use --key value or --set key=value")
-        out[key.replace("-", "_")] = yaml.safe_load(raw) if raw != "" else ""
+        out[key.replace("-", "_")] = _yaml(raw, f"--{key}") if raw != "" else ""
     return out
 
 
 def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Recipe:
     """The recipe at `path` (YAML) with `overrides` applied on top, checked."""
     fields: dict[str, Any] = {}
-    source = "recipe"
+    source, user = "recipe", set(overrides or {})
     if path is not None:
         recipes = bundled("recipes")
         file = Path(path) if Path(path).is_file() else recipes.get(str(path))
         if file is None:
             raise FileNotFoundError(f"recipe {str(path)!r} is neither a file nor a recipe name; recipe names: "
                                     f"{', '.join(recipes)}")
-        fields = yaml.safe_load(file.read_text()) or {}
         source = str(path)
+        fields = _yaml(file.read_text(), source) or {}
         if not isinstance(fields, dict):
             raise RecipeError(f"{source} must be a YAML mapping of keys to values")
-    return recipe_from_dict({**fields, **(overrides or {})}, source)
+        if Path(path).is_file():  # the user's own recipe file; a shipped recipe's keys are not the user's
+            user |= set(fields)
+    return recipe_from_dict({**fields, **(overrides or {})}, source, user)
+
+
+def _yaml(text: str, where: str) -> Any:
+    """`text` parsed as YAML, or a `RecipeError` naming `where` (a file or an override) and the line and column."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise RecipeError(f"{where}:{at} is not valid YAML ({problem}); a value with a colon, # or brackets needs "
+                          f"quotes") from None
 
 
 def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,

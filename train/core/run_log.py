@@ -3,14 +3,18 @@
 (`report_to`: TensorBoard under `<output_dir>/logs/lineage`, W&B, MLflow, ...): each gets the recipe as the run's
 config and every numeric figure of each record at its step. They are all one project, `lineage`; W&B and MLflow
 name the run after the output folder. A resumed run keeps the records up to its checkpoint's step and drops the
-rest."""
+rest. `check_tracker_login` refuses, before training, a hosted tracker (W&B, Comet) that has no account to log
+to and is not set to log offline: it would ask for a key mid-run or drop the figures."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from accelerate import Accelerator
+
+from train.core.recipes import RecipeError
 
 PROJECT = "lineage"  # the trackers' project (TensorBoard: the folder under logs/)
 
@@ -56,6 +60,32 @@ class RunLog:
         return [r[key] for r in self.history if key in r]
 
 
+# hosted trackers: (the environment variables that hold a key, the netrc machine of a stored login, the variable and
+# values that log offline)
+HOSTED = {"wandb": (("WANDB_API_KEY",), "api.wandb.ai", ("WANDB_MODE", ("offline", "disabled", "dryrun"))),
+          "comet_ml": (("COMET_API_KEY",), None, ("COMET_MODE", ("offline", "disabled")))}
+
+
+def check_tracker_login(names: list[str]) -> None:
+    """Refuse a hosted tracker of `names` (`recipes.trackers`) with no key, no stored login and no offline mode."""
+    import netrc
+
+    for name in names:
+        if name not in HOSTED:
+            continue
+        keys, machine, (mode, offline) = HOSTED[name]
+        if any(os.environ.get(k) for k in keys) or os.environ.get(mode, "").lower() in offline:
+            continue
+        try:
+            stored = machine is not None and netrc.netrc().authenticators(machine) is not None
+        except (OSError, netrc.NetrcParseError):
+            stored = False
+        if not stored:
+            raise RecipeError(f"recipe key 'report_to' names {name}, which has no login here (no {', '.join(keys)}"
+                              f"{f', no {machine} entry in ~/.netrc' if machine else ''}): set the key, log in, set "
+                              f"{mode}=offline to log locally, or leave {name} out of report_to")
+
+
 def read_jsonl(path: Path) -> list[dict]:
     if not path.is_file():
         return []
@@ -66,4 +96,4 @@ def _scalars(fields: dict) -> dict:
     return {k: v if isinstance(v, (int, float, str, bool)) else json.dumps(v) for k, v in fields.items()}
 
 
-__all__ = ["RunLog", "read_jsonl"]
+__all__ = ["HOSTED", "RunLog", "check_tracker_login", "read_jsonl"]
