@@ -6,6 +6,8 @@ import bz2
 import gzip
 import json
 import lzma
+import shutil
+from pathlib import Path
 
 import datasets
 import pyarrow as pa
@@ -33,6 +35,8 @@ def load(path, columns, tmp_path):
 
 
 def run_finetune(tmp_path, task: str, train: str, validation: str, *argv: str):
+    if validation == train:  # the same rows held out as a copy: one file may not be both
+        validation = str(shutil.copy(train, tmp_path / f"held-out-{Path(train).name}"))
     return finetune(["--recipe", "bert-finetune-nli-tiny", *RUN, "--task", task, "--train_file", train,
                      "--validation_file", validation, "--output_dir", str(tmp_path / "run"), *argv])
 

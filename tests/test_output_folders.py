@@ -170,3 +170,15 @@ def test_a_refused_resume_keeps_the_record_of_the_first_run(tmp_path):
     record = json.loads((out / run_folder.RECORD).read_text())
     assert record["pid"] == json.loads(before)["pid"] and record["command"] == json.loads(before)["command"]
     assert record["resumes"][-1]["step"] == 2 and record["resumes"][-1]["pid"] == os.getpid()
+
+
+def test_a_resume_never_adopts_files_the_run_did_not_write(tmp_path):
+    """Before: a resume recorded a user's files under model/ as the run's, and a later overwrite deleted them."""
+    out = tmp_path / "run"
+    gpt(out, "--save_steps", "1")
+    (out / "model" / "notes.txt").write_text("mine")
+    with pytest.raises(OutputDirError, match="holds model, which no Lineage run recorded writing there"):
+        gpt(out, "--resume_from_checkpoint", "latest", "--max_steps", "3")
+    (out / "model" / "notes.txt").unlink()
+    gpt(out, "--resume_from_checkpoint", "latest", "--max_steps", "3")
+    assert "model/notes.txt" not in json.loads((out / run_folder.RECORD).read_text())["wrote"]

@@ -138,3 +138,77 @@ def test_a_hosted_tracker_without_a_login_is_refused_unless_it_logs_offline(tmp_
     check_tracker_login(["wandb"])
     monkeypatch.setenv("COMET_MODE", "offline")
     check_tracker_login(["comet_ml", "tensorboard"])
+
+
+# ----------------------------------------------------------------------------- a fresh hunt (issue 29's closing note)
+
+def reviews(path: Path, labels: list) -> Path:
+    path.write_text("".join(json.dumps({"text": f"review {i} was {'good' if y else 'bad'}", "label": y}) + "\n"
+                            for i, y in enumerate(labels)))
+    return path
+
+
+def finetune_run(tmp_path: Path, *extra: str):
+    from train.finetune import main
+
+    return main(["--recipe", "bert-finetune-nli-tiny", "--task", "sequence-classification", "--progress_bar", "false",
+                 "--report_to", "none", "--max_steps", "2", "--output_dir", str(tmp_path / "run"), *extra])
+
+
+@pytest.mark.parametrize("files, message", [
+    ((None, "dev.jsonl"), r"recipe key 'validation_file' is '.*dev.jsonl' but 'train_file' is not set: the run would "
+                          r"train on 'embedded:nli' and evaluate on your file"),
+    (("train.jsonl", "train.jsonl"), r"recipe keys 'train_file' and 'validation_file' both name '.*train.jsonl': the "
+                                     r"evaluation figures would be figures on the training data"),
+])
+def test_data_splits_that_would_mislabel_the_figures_are_refused(tmp_path, files, message):
+    reviews(tmp_path / "train.jsonl", [0, 1] * 8)
+    reviews(tmp_path / "dev.jsonl", [1, 0] * 4)
+    argv = [arg for key, name in zip(("--train_file", "--validation_file"), files) if name
+            for arg in (key, str(tmp_path / name))]
+    with pytest.raises(RecipeError, match=message):
+        finetune_run(tmp_path, *argv)
+    assert not (tmp_path / "run").exists()
+
+
+def test_one_column_named_twice_and_a_config_for_no_hub_dataset_are_refused(tmp_path):
+    data = reviews(tmp_path / "train.jsonl", [0, 1] * 8)
+    with pytest.raises(RecipeError, match="recipe keys 'text_column' and 'label_column' both name the column 'label'"):
+        finetune_run(tmp_path, "--train_file", str(data), "--text_column", "label")
+    with pytest.raises(RecipeError, match=r"recipe key 'dataset_config' is 'wikitext-2-raw-v1', which selects a "
+                                          r"configuration of a Hub dataset; this run reads 'embedded:documents'"):
+        gpt(tmp_path / "gpt", "--dataset_config", "wikitext-2-raw-v1")
+    assert not (tmp_path / "run").exists() and not (tmp_path / "gpt").exists()
+
+
+def test_a_key_the_command_does_not_read_is_refused_when_the_user_sets_it(tmp_path):
+    with pytest.raises(RecipeError, match=r"recipe key 'lora' is read by finetune only: pretrain_gpt would ignore it"):
+        gpt(tmp_path / "run", "--lora", "{r: 4}")
+    with pytest.raises(RecipeError, match=r"recipe key 'nsp' is read by pretrain_bert only"):
+        gpt(tmp_path / "run", "--nsp", "false")
+    with pytest.raises(RecipeError, match=r"recipe key 'sample_prompts': item 1 is int 1999; every prompt must be "
+                                          r"non-empty text \(YAML reads a bare number as one: quote it\)"):
+        gpt(tmp_path / "run", "--sample_prompts", "[Anna was born in, 1999]")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_tilde_in_a_path_key_means_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    gpt("~/runs/gpt")
+    assert (tmp_path / "home" / "runs" / "gpt" / "model" / "config.json").is_file()
+    assert not (tmp_path / "~").exists()
+
+
+def test_overrides_that_would_drop_the_pretrained_weights_are_refused(tmp_path):
+    _, folder = gpt(tmp_path / "pretrained")
+    with pytest.raises(RecipeError, match=r"recipe key 'model_overrides': hidden_size=48 change the shapes of the "
+                                          r"weights of the pretrained model .* initialized afresh instead of loaded"):
+        gpt(tmp_path / "run", "--model", str(folder), "--model_overrides", "{hidden_size: 48}")
+    gpt(tmp_path / "dropout", "--model", str(folder), "--model_overrides", "{hidden_dropout_prob: 0.0}")
+
+
+def test_resume_latest_without_a_checkpoint_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(Exception, match="holds no complete checkpoint"):
+        gpt(tmp_path / "run", "--resume_from_checkpoint", "latest")
+    assert not (tmp_path / "run").exists()

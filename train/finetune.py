@@ -82,7 +82,7 @@ def _label_fields(names: list[str] | None) -> dict:
 
 
 def main(argv: list[str] | None = None):
-    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
+    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "finetune")
     if recipe.task not in TASKS:
         raise RecipeError(f"recipe key 'task' must be one of {', '.join(TASKS)}, got {recipe.task!r}")
     seed_everything(recipe.seed)
@@ -93,6 +93,13 @@ def main(argv: list[str] | None = None):
         raise RecipeError(f"recipe key 'task': {recipe.task!r} needs a BERT model; {recipe.model!r} is a GPT model, "
                           "whose heads serve the tasks sequence-classification and nli")
     text, pair, label = recipe.text_column or text, recipe.text_pair_column or pair, recipe.label_column or label
+    named = {key: column for key, column in (("text_column", text), ("text_pair_column", pair),
+                                               ("label_column", label)) if column}
+    for key, column in named.items():
+        same = [other for other, c in named.items() if c == column and other != key]
+        if same:
+            raise RecipeError(f"recipe keys {key!r} and {same[0]!r} both name the column {column!r}: each must name "
+                              f"its own column (the texts, the second texts, the labels)")
     text_kind, label_kind = COLUMN_KINDS[encode_task]
     columns = [(c, kind) for c, kind in ((text, text_kind), (pair, "text"), (label, label_kind)) if c]
     if encode_task == "qa":

@@ -65,7 +65,7 @@ def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str,
 
 
 def main(argv: list[str] | None = None):
-    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
+    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_bert")
     seed_everything(recipe.seed)
     source = model_source(recipe, "pretrain_bert", ("bert",))
     train_docs, eval_docs = load_splits(recipe, [("text", "text")], "embedded:documents")

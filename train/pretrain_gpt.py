@@ -79,7 +79,7 @@ def check_document_packing(model) -> None:
 
 
 def main(argv: list[str] | None = None):
-    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
+    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_gpt")
     seed_everything(recipe.seed)
     source = model_source(recipe, "pretrain_gpt", ("gpt",), generates=True)
     train_docs, eval_docs = load_splits(recipe, [("text", "text")], "embedded:documents")

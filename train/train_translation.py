@@ -64,7 +64,7 @@ def make_metrics_fn(tokenizer):
 
 
 def main(argv: list[str] | None = None):
-    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0])
+    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "train_translation")
     seed_everything(recipe.seed)
     source = model_source(recipe, "train_translation", ("seq2seq",), generates=True)
     train_rows, eval_rows = load_splits(recipe, COLUMNS, "embedded:translation", COLUMN_ADVICE)

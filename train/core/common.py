@@ -32,7 +32,7 @@ from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
-from train.core import distributed, publish, run_folder, sources
+from train.core import checkpoints, distributed, publish, run_folder, sources
 from train.core.data import Columns, UnknownColumnError, load_text_dataset
 from train.core.recipes import Recipe, RecipeError, check_model_overrides, load_model_config, trackers
 from train.core.run_log import check_tracker_login
@@ -77,7 +77,22 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
 
 
 def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str = "", column_advice: str = COLUMN_ADVICE):
-    """`(train, validation)`: both splits of the recipe's data (`load_split`); validation may be None."""
+    """`(train, validation)`: both splits of the recipe's data (`load_split`); validation may be None. Refused first:
+    a validation file without a training file (the run would train on the recipe's dataset), the same file for both
+    (the figures would be training figures), `dataset_config` for data that is no Hub dataset."""
+    train, validation = recipe.train_file, recipe.validation_file
+    if validation and not train:
+        raise RecipeError(f"recipe key 'validation_file' is {validation!r} but 'train_file' is not set: the run would "
+                          f"train on {recipe.data_source('train', default_dataset)!r} and evaluate on your file; set "
+                          f"train_file too, or drop validation_file")
+    if train and validation and Path(train).resolve() == Path(validation).resolve():
+        raise RecipeError(f"recipe keys 'train_file' and 'validation_file' both name {train!r}: the evaluation figures "
+                          f"would be figures on the training data; give held-out data as validation_file, or drop it "
+                          f"(no evaluation)")
+    source = recipe.data_source("train", default_dataset)
+    if recipe.dataset_config and (source.startswith("embedded:") or Path(source).exists()):
+        raise RecipeError(f"recipe key 'dataset_config' is {recipe.dataset_config!r}, which selects a configuration "
+                          f"of a Hub dataset; this run reads {source!r}: drop it, or name the Hub dataset with 'dataset'")
     return (load_split(recipe, "train", columns, default_dataset, column_advice),
             load_split(recipe, "validation", columns, default_dataset, column_advice))
 
@@ -96,6 +111,7 @@ def model_source(recipe: Recipe, command: str, kinds: tuple[str, ...], generates
 def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
     """Refuse what the recipe and the model's config alone show will fail, before a tokenizer is trained or a file
     written: `max_seq_length`, `pad_to_multiple_of` and (`generates`) `max_new_tokens` against the model's positions,
+    a checkpoint to resume from that does not exist,
     a precision this machine cannot run (`distributed.resolve_mixed_precision`), a hosted tracker without a login
     (`run_log.check_tracker_login`) and a Hub upload that cannot succeed (`publish.check_push`)."""
     positions = recipe.model_overrides.get("max_position_embeddings",
@@ -115,6 +131,7 @@ def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
                           f"positions, one of them at least for the prompt (or the decoder's start token): "
                           f"max_new_tokens must be in [1, {positions - 1}]")
     distributed.resolve_mixed_precision(recipe.mixed_precision)
+    checkpoints.resume_path(recipe.resume_from_checkpoint, Path(recipe.output_dir) / "checkpoints")
     check_tracker_login(trackers(recipe.report_to))
     if recipe.push_to_hub:
         publish.check_push(recipe.push_to_hub)
@@ -171,6 +188,7 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, source: s
     check_model_overrides(recipe.model_overrides, source.config)
     overrides = {**fields, **recipe.model_overrides}
     if source.pretrained:
+        check_keeps_weights(source, recipe.model_overrides)
         model = sources.load_model(source, auto_class, overrides, argument="recipe key 'model'")
         source.report.update(sources.fit_embeddings(model, tokenizer))
     else:
@@ -178,6 +196,28 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, source: s
         token_fields = {} if "vocab_size" in recipe.model_overrides else config_kwargs_from_tokenizer(tokenizer, kind)
         model = auto.from_config(load_model_config(recipe.model, **{**token_fields, **overrides}))
     return model
+
+
+def check_keeps_weights(source: sources.ModelSource, overrides: dict[str, Any]) -> None:
+    """Refuse `model_overrides` that change the shape or number of a pretrained model's weights: they would be
+    initialized afresh, not loaded, while the card and results say the run started from the model. Compared on
+    the meta device (no memory, no weights)."""
+    changed = {k: v for k, v in overrides.items() if getattr(source.config, k, None) != v}
+    if not changed:
+        return
+
+    def shapes(config) -> dict[str, tuple]:
+        with torch.device("meta"):
+            model = transformers.AutoModel.from_config(config)
+        return {name: tuple(p.shape) for name, p in model.state_dict().items()}
+
+    altered = source.config.__class__.from_dict({**source.config.to_dict(), **changed})
+    if shapes(altered) != shapes(source.config):
+        raise RecipeError(f"recipe key 'model_overrides': {', '.join(f'{k}={v!r}' for k, v in changed.items())} "
+                          f"change the shapes of the weights of the pretrained model {source.name!r} (saved with "
+                          f"{', '.join(f'{k}={getattr(source.config, k, None)!r}' for k in changed)}), which would then "
+                          f"be initialized afresh instead of loaded; drop them to fine-tune its weights, or start from "
+                          f"a preset to train from scratch")
 
 
 @contextmanager
@@ -205,5 +245,5 @@ def unpadding_on_gpu(model, device: torch.device) -> dict[str, bool]:
     padding) on a GPU; none for other families and devices."""
     return {"unpad_inputs": True} if model.config.model_type == "lineage-bert" and device.type == "cuda" else {}
 
-__all__ = ["build_model", "check_before_start", "check_sequence_room", "forward_options", "get_tokenizer", "load_split",
-           "load_splits", "model_source", "unpadding_on_gpu"]
+__all__ = ["build_model", "check_before_start", "check_keeps_weights", "check_sequence_room", "forward_options",
+           "get_tokenizer", "load_split", "load_splits", "model_source", "unpadding_on_gpu"]

@@ -21,6 +21,7 @@ from accelerate import Accelerator
 from train.core.distributed import unsharded
 from train.core.environment import versions
 from train.core.recipes import RecipeError
+from train.core.run_folder import staged_output
 
 # class-name suffix -> (Hub pipeline tag, task type in model-index)
 PIPELINE_TAGS = {
@@ -41,6 +42,8 @@ def _suffix(class_name: str) -> str:
 
 
 def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> dict[str, Any]:
+    """The card's Hub metadata; the figures are named as measured on the validation file when the recipe gives
+    one, else on `dataset_name`'s validation split."""
     class_name = type(model).__name__
     suffix = _suffix(class_name)
     pipeline_tag = PIPELINE_TAGS.get(suffix, "feature-extraction")
@@ -56,7 +59,9 @@ def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> 
             "name": Path(recipe.output_dir).name,
             "results": [{
                 "task": {"type": pipeline_tag},
-                "dataset": {"name": dataset_name, "type": dataset_name, "split": "validation"},
+                "dataset": ({"name": recipe.validation_file, "type": recipe.validation_file}
+                            if recipe.validation_file else
+                            {"name": dataset_name, "type": dataset_name, "split": "validation"}),
                 "metrics": [{"type": k, "value": round(float(v), 4)} for k, v in sorted(figures.items())]
                 or [{"type": "loss", "value": round(float(results.get("eval_loss", float("nan"))), 4)}],
             }],
@@ -178,21 +183,22 @@ def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: d
     accelerator.wait_for_everyone()
     state_dict = accelerator.get_state_dict(model)
     if accelerator.is_main_process:
-        folder.mkdir(parents=True, exist_ok=True)
-        unwrapped, state_dict = unsharded(accelerator.unwrap_model(model), state_dict)
-        unwrapped.save_pretrained(folder, state_dict=state_dict)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(folder)
-        recipe.save(folder / "recipe.yaml")
-        if (output_dir / "loss_curve.png").is_file():
-            shutil.copy(output_dir / "loss_curve.png", folder / "loss_curve.png")
-        for name, text in (extra_files or {}).items():
-            (folder / name).write_text(text)
-        clean = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str)) or v is None}
-        software = versions()
-        data = (card or {}).get("dataset_name") or recipe.data_source("train")
-        (folder / "results.json").write_text(json.dumps({**clean, "dataset": data, "versions": software}, indent=1))
-        write_model_card(folder, unwrapped, recipe, clean, software, **(card or {}))
+        with staged_output(folder.resolve()) as staging:  # the folder holds exactly what this run wrote
+            unwrapped, state_dict = unsharded(accelerator.unwrap_model(model), state_dict)
+            unwrapped.save_pretrained(staging, state_dict=state_dict)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staging)
+            recipe.save(staging / "recipe.yaml")
+            if (output_dir / "loss_curve.png").is_file():
+                shutil.copy(output_dir / "loss_curve.png", staging / "loss_curve.png")
+            for name, text in (extra_files or {}).items():
+                (staging / name).write_text(text)
+            clean = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str)) or v is None}
+            software = versions()
+            data = (card or {}).get("dataset_name") or recipe.data_source("train")
+            (staging / "results.json").write_text(json.dumps({**clean, "dataset": data, "versions": software},
+                                                             indent=1))
+            write_model_card(staging, unwrapped, recipe, clean, software, **(card or {}))
     accelerator.wait_for_everyone()
     if recipe.push_to_hub and accelerator.is_main_process:
         push_folder(folder, recipe.push_to_hub)

@@ -56,6 +56,17 @@ RANGES = {
     "seed": (0, 2**32 - 1, True, True),
 }
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
+# recipe keys only some commands read -> those commands: set by the user for another command, a key is refused (it
+# would be recorded in recipe.yaml and the card as if it had acted)
+COMMAND_KEYS = {
+    **dict.fromkeys(("task", "lora", "text_column", "text_pair_column", "label_column", "skip_unlabeled",
+                     "allow_single_class", "lm_loss_weight"), ("finetune",)),
+    **dict.fromkeys(("nsp", "mlm_probability"), ("pretrain_bert",)),
+    **dict.fromkeys(("pack_documents", "sample_prompts"), ("pretrain_gpt",)),
+    **dict.fromkeys(("label_smoothing", "num_beams"), ("train_translation",)),
+    "max_new_tokens": ("pretrain_gpt", "train_translation"),
+}
+PATH_KEYS = ("model", "tokenizer", "dataset", "train_file", "validation_file", "output_dir", "resume_from_checkpoint")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
@@ -241,6 +252,11 @@ def _check_choices(recipe: Recipe) -> None:
                           f"got {recipe.max_steps} and {recipe.num_train_epochs}")
     if recipe.lora is not None:
         _check_lora(recipe.lora)
+    for index, prompt in enumerate(recipe.sample_prompts):
+        if not isinstance(prompt, str) or not prompt.strip():
+            hint = " (YAML reads a bare number as one: quote it)" if isinstance(prompt, (int, float)) else ""
+            raise RecipeError(f"recipe key 'sample_prompts': item {index} is {type(prompt).__name__} {prompt!r}; "
+                              f"every prompt must be non-empty text{hint}")
 
 
 def trackers(report_to: str | list) -> list[str]:
@@ -310,7 +326,11 @@ def recipe_from_dict(fields: dict[str, Any], source: str = "recipe", user_keys: 
     if unknown:
         raise RecipeError(f"unknown recipe key(s) {', '.join(map(repr, unknown))} in {source}; "
                           f"valid keys: {', '.join(valid_keys())}")
-    recipe = Recipe(**{k: _coerce(k, v, hints[k]) for k, v in fields.items()})
+    values = {k: _coerce(k, v, hints[k]) for k, v in fields.items()}
+    for key in PATH_KEYS:  # `~/runs` as the shell would expand it: never a folder named ~ in the working folder
+        if isinstance(values.get(key), str) and values[key].startswith("~"):
+            values[key] = str(Path(values[key]).expanduser())
+    recipe = Recipe(**values)
     _check_choices(recipe)
     recipe.set_by_user = frozenset(fields if user_keys is None else user_keys)
     return recipe
@@ -372,14 +392,21 @@ def _yaml(text: str, where: str) -> Any:
 
 
 def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,
-               description: str = "") -> Recipe:
-    """Command line of every entry script: `--recipe PATH` plus field overrides."""
+               description: str = "", command: str | None = None) -> Recipe:
+    """Command line of every entry script: `--recipe PATH` plus field overrides; keys the user set that `command`
+    does not read (`COMMAND_KEYS`) are refused."""
     parser = argparse.ArgumentParser(description=description, add_help=True,
                                      epilog=f"Recipe keys (override with --key value): {', '.join(valid_keys())}")
     parser.add_argument("--recipe", default=default_recipe,
                         help="a recipe name (lineage configs recipes) or a YAML file")
     args, rest = parser.parse_known_args(argv)
-    return load_recipe(args.recipe, parse_overrides(rest))
+    recipe = load_recipe(args.recipe, parse_overrides(rest))
+    unread = sorted(k for k in recipe.set_by_user if command and command not in COMMAND_KEYS.get(k, (command,)))
+    if unread:
+        raise RecipeError("; ".join(f"recipe key {k!r} is read by {' and '.join(COMMAND_KEYS[k])} only" for k in unread)
+                          + f": {command} would ignore it, and its recipe.yaml and model card would show it as used; "
+                          f"drop it")
+    return recipe
 
 
 def available_presets() -> list[str]:
@@ -416,6 +443,6 @@ def check_model_overrides(overrides: dict[str, Any], config) -> None:
                           f"{config.model_type} configs; valid fields: {', '.join(sorted(fields - {'self', 'kwargs'}))}")
 
 
-__all__ = ["BUNDLED", "COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "available_presets", "bundled",
+__all__ = ["BUNDLED", "COMMAND_KEYS", "COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "available_presets", "bundled",
            "check_model_overrides", "load_model_config", "load_recipe", "parse_args", "parse_overrides",
            "recipe_from_dict", "trackers", "valid_keys"]

@@ -11,8 +11,9 @@ the run has written under the folder, each with its size and a hash of its conte
 each part is written: tokenizer, log, checkpoints, loss curve, model, adapter). Files the run keeps appending to
 (the log) are recorded by size only. What the manifest says decides what a later run may delete:
 
-- the paths a run writes (`RUN_FILES`) are deleted only when the manifest of the record in the folder accounts for
-  every file under them, unchanged; anything else there (another program's `tokenizer/`, a `run.json` without a
+- the paths a run writes (`RUN_FILES`) are deleted (or resumed into) only when the manifest of the record in the
+  folder accounts for every file under them, unchanged (the files of a checkpoint folder by their names: a kill may
+  come between a save and its record); anything else there (another program's `tokenizer/`, a `run.json` without a
   manifest, a file added or edited since) is refused, naming it, and nothing is deleted;
 - a folder whose run trained (`WORK`: checkpoints, log, model, adapter) is refused unless the recipe resumes
   (`resume_from_checkpoint`, which changes the record only once the resume is accepted) or asks to start over
@@ -45,6 +46,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+
+from train.core.checkpoints import CHECKPOINT_PREFIX, DELETING, OLD, TMP
 
 RECORD, LOCK, OUTPUT_RECORD = "run.json", ".lock", ".lineage-output.json"
 RUN_FILES = ("checkpoints", "logs", "tokenizer", "model", "adapter", "loss_curve.png")  # what a run writes
@@ -133,14 +136,24 @@ def _under(relative: str, name: str) -> bool:
 
 def _unchanged(folder: Path, name: str, wrote: dict[str, list]) -> bool:
     """Whether `folder/name` holds only files that `wrote` records, each as recorded (an `APPENDED` one may have
-    grown); recorded files may have gone (a checkpoint rotated out)."""
-    if not any(_under(relative, name) for relative in wrote):
-        return False
+    grown), or files of the checkpoint folders a save names itself (`_checkpoint_file`); recorded files may have
+    gone (a checkpoint rotated out)."""
     for relative, now in _listing(folder, name).items():
         before = wrote.get(relative)
+        if _checkpoint_file(relative):
+            continue
         if before is None or (now[0] < before[0] if name in APPENDED else now != before):
             return False
     return True
+
+
+def _checkpoint_file(relative: str) -> bool:
+    """A file inside a folder that a checkpoint save names (`step-N`, or its `.tmp-` / `.old-` / `.del-` stages):
+    the run's own even when a kill came between the write and its record. A checkpoint's integrity is its state
+    file's business (`checkpoints.verify_checkpoint`), not the manifest's."""
+    parts = relative.split("/")
+    return (len(parts) > 2 and parts[0] == "checkpoints"
+            and parts[1].startswith((CHECKPOINT_PREFIX, TMP, OLD, DELETING)))
 
 
 def _read_json(path: Path) -> dict | None:
@@ -178,6 +191,8 @@ def claim(recipe) -> Path:
         if recipe.resume_from_checkpoint:
             if record is None:
                 _write_record(folder, recipe)  # a folder without a record: the resume starts one
+            else:
+                _refuse_foreign(folder, record)  # a resume must not adopt files it did not write
         else:
             _clear_for_new_run(folder, record, recipe.overwrite_output_dir)
             _write_record(folder, recipe)
@@ -190,8 +205,9 @@ def claim(recipe) -> Path:
     return folder
 
 
-def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> None:
-    """Delete what an earlier run recorded writing here, when it may be (module docstring); refuse otherwise."""
+def _refuse_foreign(folder: Path, record: dict | None) -> list[str]:
+    """The paths of `RUN_FILES` present in `folder`, or an `OutputDirError` naming those that the record's manifest
+    does not account for (module docstring)."""
     present = [name for name in RUN_FILES if (folder / name).exists()]
     wrote = (record or {}).get("wrote")
     wrote = wrote if isinstance(wrote, dict) else None
@@ -203,6 +219,12 @@ def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> No
             f"output_dir {folder} holds {', '.join(foreign)}, which no Lineage run recorded writing there (or which "
             f"changed since): a run writes these paths itself and deletes only files its own record lists; move "
             f"them away or choose another --output_dir")
+    return present
+
+
+def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> None:
+    """Delete what an earlier run recorded writing here, when it may be (module docstring); refuse otherwise."""
+    present = _refuse_foreign(folder, record)
     if any(name in WORK for name in present) and not overwrite:
         raise OutputDirError(
             f"output_dir {folder} holds another run's files ({', '.join([RECORD, *present])}); to continue that run "
@@ -275,16 +297,18 @@ def check_writer_output(value: str, command: str, argument: str = "--output_dir"
 
 
 @contextmanager
-def staged_output(folder: Path, command: str) -> Iterator[Path]:
-    """A temporary folder beside `folder` to write `command`'s output into; when the block completes it is recorded
-    (`OUTPUT_RECORD`) and moved into place, replacing `folder` (checked by `check_writer_output`); when it raises,
-    it is removed and `folder` stays as it was."""
+def staged_output(folder: Path, command: str | None = None) -> Iterator[Path]:
+    """A temporary folder beside `folder` to write into; when the block completes it is recorded as `command`'s
+    output (`OUTPUT_RECORD`; None: a run's part, which the run's own manifest records) and moved into place,
+    replacing `folder` (checked by `check_writer_output` or, for a run, `claim`); when it raises, it is removed and
+    `folder` stays as it was."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-"))
     try:
         yield staging
-        wrote = {k: v for p in staging.iterdir() for k, v in _listing(staging, p.name).items()}
-        _write_json(staging / OUTPUT_RECORD, {"command": command, "wrote": wrote})
+        if command is not None:
+            wrote = {k: v for p in staging.iterdir() for k, v in _listing(staging, p.name).items()}
+            _write_json(staging / OUTPUT_RECORD, {"command": command, "wrote": wrote})
         if folder.exists():
             retired = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old-"))
             folder.rename(retired / folder.name)
