@@ -5,12 +5,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ["LINEAGE_CACHE"] = tempfile.mkdtemp(prefix="lineage-cache-")  # what runs keep for later ones, per session
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 
 from train.core.collators import MaskedLMCollator
-from train.core.common import (build_model, check_sequence_room, forward_options, get_tokenizer, load_splits,
-                               model_source, unpadding_on_gpu)
+from train.core.common import (build_model, check_sequence_room, column_texts, forward_options, get_tokenizer,
+                               load_splits, model_source, unpadding_on_gpu)
 from train.core.data import check_documents, prepare_nsp_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None):
     check_documents(train_docs, recipe.data_source("train", "embedded:documents"))
     if eval_docs:
         check_documents(eval_docs, recipe.split_name("validation", "embedded:documents"))
-    tokenizer = get_tokenizer(recipe, "bert", lambda: train_docs["text"], source=source)
+    tokenizer = get_tokenizer(recipe, "bert", lambda: column_texts(train_docs), source=source)
     check_sequence_room(recipe, tokenizer, 2, "BERT pretraining's sentence pairs")
     model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert",
                         source)

@@ -21,7 +21,8 @@ import torch
 
 from modeling.packing import document_masking_error
 from train.core.collators import CausalLMCollator
-from train.core.common import build_model, check_sequence_room, get_tokenizer, load_splits, model_source
+from train.core.common import (build_model, check_sequence_room, column_texts, get_tokenizer, load_splits,
+                               model_source)
 from train.core.data import prepare_causal_lm_dataset
 from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None):
     seed_everything(recipe.seed)
     source = model_source(recipe, "pretrain_gpt", ("gpt",), generates=True)
     train_docs, eval_docs = load_splits(recipe, [("text", "text")], "embedded:documents")
-    tokenizer = get_tokenizer(recipe, "gpt", lambda: train_docs["text"], source=source, templates=False)
+    tokenizer = get_tokenizer(recipe, "gpt", lambda: column_texts(train_docs), source=source, templates=False)
     check_sequence_room(recipe, tokenizer, 1, "causal-LM blocks (a token and the next one it predicts)", minimum=2)
     model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt", source)
     prompts = recipe.sample_prompts or DEFAULT_PROMPTS

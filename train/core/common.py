@@ -8,8 +8,9 @@
   command trains; then `check_before_start`: lengths against the model's positions, the precision, the Hub upload.
 - `get_tokenizer(recipe, kind, texts, source)`: for a pretrained source the checkpoint's own tokenizer (or
   `recipe.tokenizer`, checked against it) completed with the tokens Lineage's templates need
-  (`sources.pretrained_tokenizer`); for a preset `recipe.tokenizer` if set, else one trained on `texts()` with
-  `recipe.tokenizer_vocab_size` tokens. A pretrained model is never paired with a freshly trained vocabulary.
+  (`sources.pretrained_tokenizer`); for a preset `recipe.tokenizer` if set, else one trained on the first
+  `recipe.tokenizer_train_size` characters of `texts()` with `recipe.tokenizer_vocab_size` tokens, or the same one
+  reused from the cache (`tokenization.reused_or_trained`). A pretrained model is never paired with a freshly trained vocabulary.
 - `build_model(recipe, auto_class, tokenizer, kind, source)`: a pretrained source's weights (converted and checked
   for a reference checkpoint) under the head `auto_class`, its embeddings grown to the tokenizer's added tokens
   (`sources.fit_embeddings`); or a fresh model from a preset whose vocabulary and special ids are taken from the
@@ -36,7 +37,7 @@ from train.core import checkpoints, distributed, publish, run_folder, sources
 from train.core.data import Columns, UnknownColumnError, load_text_dataset
 from train.core.recipes import Recipe, RecipeError, check_model_overrides, load_model_config, trackers
 from train.core.run_log import check_tracker_login
-from train.core.tokenization import config_kwargs_from_tokenizer, load_tokenizer, train_tokenizer
+from train.core.tokenization import config_kwargs_from_tokenizer, load_tokenizer, reused_or_trained
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
@@ -161,13 +162,20 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
     with state.main_process_first():  # one process trains, the others load its vocabulary
         if state.is_main_process:
             run_folder.claim(recipe)  # before the first file written into output_dir
-            tokenizer = train_tokenizer(kind, texts(), recipe.tokenizer_vocab_size,
-                                        model_max_length=recipe.max_seq_length)
+            tokenizer = reused_or_trained(kind, texts, recipe.tokenizer_vocab_size,
+                                          sample_size=recipe.tokenizer_train_size,
+                                          model_max_length=recipe.max_seq_length)
             tokenizer.save_pretrained(trained)
             run_folder.record_written(recipe, "tokenizer")
         else:
             tokenizer = load_tokenizer(trained, kind)
     return tokenizer
+
+
+def column_texts(dataset, column: str = "text") -> Iterator[str]:
+    """The texts of `column`, read a thousand rows at a time (never the whole column in memory)."""
+    for batch in dataset.iter(batch_size=1000):
+        yield from batch[column]
 
 
 def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimum: int | None = None) -> None:
@@ -245,5 +253,5 @@ def unpadding_on_gpu(model, device: torch.device) -> dict[str, bool]:
     padding) on a GPU; none for other families and devices."""
     return {"unpad_inputs": True} if model.config.model_type == "lineage-bert" and device.type == "cuda" else {}
 
-__all__ = ["build_model", "check_before_start", "check_keeps_weights", "check_sequence_room", "forward_options",
-           "get_tokenizer", "load_split", "load_splits", "model_source", "unpadding_on_gpu"]
+__all__ = ["build_model", "check_before_start", "check_keeps_weights", "check_sequence_room", "column_texts",
+           "forward_options", "get_tokenizer", "load_split", "load_splits", "model_source", "unpadding_on_gpu"]

@@ -45,7 +45,8 @@ RANGES = {
     "max_grad_norm": (0, None, True, False), "warmup_steps": (0, None, True, False),
     "mlm_probability": (0, 1, False, False), "lm_loss_weight": (0, None, True, False),
     "label_smoothing": (0, 1, True, False), "train_size": (1, None, True, False), "eval_size": (1, None, True, False),
-    "tokenizer_vocab_size": (1, None, True, False), "max_seq_length": (1, None, True, False),
+    "tokenizer_vocab_size": (1, None, True, False), "tokenizer_train_size": (1, None, True, False),
+    "max_seq_length": (1, None, True, False),
     "num_beams": (1, None, True, False), "max_new_tokens": (1, None, True, False),
     "per_device_train_batch_size": (1, None, True, False), "per_device_eval_batch_size": (1, None, True, False),
     "gradient_accumulation_steps": (1, None, True, False), "logging_steps": (1, None, True, False),
@@ -97,6 +98,7 @@ class Recipe:
     model_revision: str | None = None  # Hub branch, tag or commit of `model` when it is a Hub id (None: main)
     tokenizer: str | None = None  # tokenizer folder; None: the model folder's, else one trained on the data
     tokenizer_vocab_size: int = 4000
+    tokenizer_train_size: int | None = 200_000_000  # characters of training text a tokenizer learns from (None: all)
     task: str = ""  # finetune: sequence-classification | nli | token-classification | question-answering
     # data: "embedded:<task>" (the generated default corpus), a local file, or a Hub dataset name
     dataset: str = ""

@@ -28,13 +28,18 @@ Conventions the models and the engine rely on:
 
 API: ``train_tokenizer(kind, texts, vocab_size, ...)``, ``load_tokenizer(path, kind)``,
 ``check_special_tokens(tokenizer, kind)``, ``config_kwargs_from_tokenizer(tokenizer, kind)``,
-``special_token_names(kind)``, ``check_not_a_file(path, argument)``. Errors: ``MissingSpecialTokenError``,
+``special_token_names(kind)``, ``check_not_a_file(path, argument)``, ``reused_or_trained(kind, texts, vocab_size,
+...)`` (a tokenizer trained on a bounded sample, kept in ``cache_folder()`` and reused for the same sample). Errors: ``MissingSpecialTokenError``,
 ``VocabularySizeError``, ``TokenizerPathError`` (all ``ValueError``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -202,6 +207,61 @@ def _rebuilt_without_added_tokens(kind: str, backend: Tokenizer, lowercase: bool
                                      max_input_chars_per_word=model.max_input_chars_per_word)
     rebuilt.add_special_tokens(_SPECIALS[kind])
     return rebuilt
+
+
+def cache_folder() -> Path:
+    """Where Lineage keeps what later runs reuse: `$LINEAGE_CACHE`, else `~/.cache/lineage`."""
+    return Path(os.environ.get("LINEAGE_CACHE") or Path.home() / ".cache" / "lineage").expanduser()
+
+
+def bounded(texts: Iterable[str], limit: int | None) -> Iterator[str]:
+    """`texts` up to `limit` characters in all: every text that starts within the limit, whole (None: all)."""
+    read = 0
+    for text in texts:
+        if limit is not None and read >= limit:
+            return
+        read += len(text)
+        yield text
+
+
+def reused_or_trained(kind: str, texts: Callable[[], Iterable[str]], vocab_size: int, *, sample_size: int | None,
+                      model_max_length: int) -> PreTrainedTokenizerFast:
+    """A tokenizer of `kind` trained on the first `sample_size` characters of `texts()` (`bounded`), or the one
+    trained on exactly those texts before, from `cache_folder()/tokenizers/<key>`: the key hashes the sampled texts
+    themselves (a first read of the sample) with the training settings and the tokenizers release, so a tokenizer is
+    reused only where training would give the same one. A new one is written into the cache through a temporary
+    folder and a rename; a damaged entry is trained again."""
+    import tokenizers
+
+    digest, characters, count = hashlib.sha256(), 0, 0
+    for text in bounded(texts(), sample_size):
+        digest.update(text.encode("utf-8", "surrogatepass") + b"\x00")
+        characters, count = characters + len(text), count + 1
+    settings = f"{canonical_kind(kind)} {vocab_size} {model_max_length} {tokenizers.__version__}"
+    key = hashlib.sha256(f"{settings} {digest.hexdigest()}".encode()).hexdigest()[:24]
+    folder = cache_folder() / "tokenizers" / key
+    if (folder / "tokenizer.json").is_file():
+        try:
+            tokenizer = load_tokenizer(folder, kind)
+        except (OSError, ValueError):
+            tokenizer = None  # a damaged entry: trained again below
+        if tokenizer is not None:
+            print(f"tokenizer: reused {folder} (trained on the same {count} texts, {characters:,} characters)",
+                  flush=True)
+            return tokenizer
+    tokenizer = train_tokenizer(kind, bounded(texts(), sample_size), vocab_size, model_max_length=model_max_length)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{key}.tmp-"))
+    try:
+        tokenizer.save_pretrained(staging)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    cut = f"the first {count} texts ({characters:,} characters, tokenizer_train_size)" if (
+        sample_size is not None and characters >= sample_size) else f"all {count} texts ({characters:,} characters)"
+    print(f"tokenizer: trained on {cut}; kept in {folder} for the next run on the same data", flush=True)
+    return tokenizer
 
 
 class _CountingIterator:
