@@ -49,7 +49,8 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict, set_optimizer_state_dict)
 
 STATE_FILE = "lineage_state.json"
-FIXED_AT_START = ("tokenizer_vocab_size", "tokenizer_train_size")  # recipe keys acting only before the first step: a resume cannot change them
+# recipe keys acting only before the first step (the tokenizer a run trains): a resume cannot change them
+FIXED_AT_START = ("tokenizer_vocab_size", "tokenizer_train_size")
 CHECKPOINT_PREFIX = "step-"
 TMP, OLD, DELETING = ".tmp-", ".old-", ".del-"  # prefixes of folders a save is writing, replacing, deleting
 

@@ -10,7 +10,8 @@
   `recipe.tokenizer`, checked against it) completed with the tokens Lineage's templates need
   (`sources.pretrained_tokenizer`); for a preset `recipe.tokenizer` if set, else one trained on the first
   `recipe.tokenizer_train_size` characters of `texts()` with `recipe.tokenizer_vocab_size` tokens, or the same one
-  reused from the cache (`tokenization.reused_or_trained`). A pretrained model is never paired with a freshly trained vocabulary.
+  reused from the cache (`tokenization.reused_or_trained`). A pretrained model is never paired with a freshly
+  trained vocabulary.
 - `build_model(recipe, auto_class, tokenizer, kind, source)`: a pretrained source's weights (converted and checked
   for a reference checkpoint) under the head `auto_class`, its embeddings grown to the tokenizer's added tokens
   (`sources.fit_embeddings`); or a fresh model from a preset whose vocabulary and special ids are taken from the
@@ -93,7 +94,8 @@ def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str = ""
     source = recipe.data_source("train", default_dataset)
     if recipe.dataset_config and (source.startswith("embedded:") or Path(source).exists()):
         raise RecipeError(f"recipe key 'dataset_config' is {recipe.dataset_config!r}, which selects a configuration "
-                          f"of a Hub dataset; this run reads {source!r}: drop it, or name the Hub dataset with 'dataset'")
+                          f"of a Hub dataset; this run reads {source!r}: drop it, or name the Hub dataset with "
+                          f"'dataset'")
     return (load_split(recipe, "train", columns, default_dataset, column_advice),
             load_split(recipe, "validation", columns, default_dataset, column_advice))
 
@@ -221,11 +223,11 @@ def check_keeps_weights(source: sources.ModelSource, overrides: dict[str, Any]) 
 
     altered = source.config.__class__.from_dict({**source.config.to_dict(), **changed})
     if shapes(altered) != shapes(source.config):
+        saved = ", ".join(f"{k}={getattr(source.config, k, None)!r}" for k in changed)
         raise RecipeError(f"recipe key 'model_overrides': {', '.join(f'{k}={v!r}' for k, v in changed.items())} "
                           f"change the shapes of the weights of the pretrained model {source.name!r} (saved with "
-                          f"{', '.join(f'{k}={getattr(source.config, k, None)!r}' for k in changed)}), which would then "
-                          f"be initialized afresh instead of loaded; drop them to fine-tune its weights, or start from "
-                          f"a preset to train from scratch")
+                          f"{saved}), which would then be initialized afresh instead of loaded; drop them to fine-tune "
+                          f"its weights, or start from a preset to train from scratch")
 
 
 @contextmanager

@@ -29,8 +29,8 @@ Conventions the models and the engine rely on:
 API: ``train_tokenizer(kind, texts, vocab_size, ...)``, ``load_tokenizer(path, kind)``,
 ``check_special_tokens(tokenizer, kind)``, ``config_kwargs_from_tokenizer(tokenizer, kind)``,
 ``special_token_names(kind)``, ``check_not_a_file(path, argument)``, ``reused_or_trained(kind, texts, vocab_size,
-...)`` (a tokenizer trained on a bounded sample, kept in ``cache_folder()`` and reused for the same sample). Errors: ``MissingSpecialTokenError``,
-``VocabularySizeError``, ``TokenizerPathError`` (all ``ValueError``).
+...)`` (a tokenizer trained on a bounded sample, kept in ``cache_folder()`` and reused for the same sample). Errors:
+``MissingSpecialTokenError``, ``VocabularySizeError``, ``TokenizerPathError`` (all ``ValueError``).
 """
 
 from __future__ import annotations
