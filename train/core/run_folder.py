@@ -2,14 +2,15 @@
 
 A run claims its `output_dir` (`claim`) before it writes anything there; only the main process of a launch claims.
 Before anything is written, the folder is checked (`check_output_dir`): it must be given (not `''`), must not be the
-working folder, a file, a folder holding one of the run's inputs (`--tokenizer`, `--model`, data files), or a saved
-model folder (a `config.json`: a run publishes its model into `<output_dir>/model`, never over one).
+working folder, a file, a folder holding one of the run's inputs (`--tokenizer`, `--model`, data files), a saved
+model folder (a `config.json`: a run publishes its model into `<output_dir>/model`, never over one) or a folder this
+user cannot write.
 
 `<output_dir>/run.json` is the run's record: the recipe's hash, the start time, the process and host, the command,
 one entry per accepted resume (the recipe keys that changed, `note_resume`), and `wrote`, the manifest of every file
-the run has written under the folder, each with its size and a hash of its content (`record_written`, called as
-each part is written: tokenizer, log, checkpoints, loss curve, model, adapter). Files the run keeps appending to
-(the log) are recorded by size only. What the manifest says decides what a later run may delete:
+the run has written under the folder, each with its size and a hash of its first and last MiB (`record_written`,
+called as each part is written: tokenizer, log, checkpoints, loss curve, model, adapter). Files the run keeps
+appending to (the log) are recorded by size only. What the manifest says decides what a later run may delete:
 
 - the paths a run writes (`RUN_FILES`) are deleted (or resumed into) only when the manifest of the record in the
   folder accounts for every file under them, unchanged (the files of a checkpoint folder by their names: a kill may
