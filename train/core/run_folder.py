@@ -124,11 +124,15 @@ def _fingerprint(path: Path) -> list:
 
 def _listing(folder: Path, name: str) -> dict[str, list]:
     """Every file at or under `folder/name`, by its path relative to `folder`, with its fingerprint (its size alone
-    for `APPENDED` parts)."""
+    for `APPENDED` parts and for checkpoint files, which are owned by their names: `_checkpoint_file`)."""
     root = folder / name
     paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-    return {p.relative_to(folder).as_posix(): [p.stat().st_size] if name in APPENDED else _fingerprint(p)
-            for p in paths}
+    listing = {}
+    for path in paths:
+        relative = path.relative_to(folder).as_posix()
+        by_size = name in APPENDED or _checkpoint_file(relative)
+        listing[relative] = [path.stat().st_size] if by_size else _fingerprint(path)
+    return listing
 
 
 def _under(relative: str, name: str) -> bool:
