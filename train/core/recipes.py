@@ -53,6 +53,7 @@ RANGES = {
     "eval_steps": (0, None, True, False), "save_steps": (0, None, True, False),
     "max_train_seconds": (0, None, True, False),
     "save_total_limit": (1, None, True, False), "dataloader_num_workers": (0, None, True, False),
+    "num_proc": (1, None, True, False),
     "pad_to_multiple_of": (1, None, True, False),
     "seed": (0, 2**32 - 1, True, True),
 }
@@ -111,6 +112,8 @@ class Recipe:
     skip_unlabeled: bool = False  # classification: skip rows labelled -1 (GLUE test splits) with a count; else refused
     allow_single_class: bool = False  # classification: train on data of one class (refused by default: a sorted file)
     text_sample_by: str = "auto"  # a .txt file's rows: line | paragraph | document | auto (paragraphs if blank lines)
+    streaming: bool = False  # read the data as a stream (no full read before step 1): trains by max_steps, in file order
+    num_proc: int | None = None  # processes that tokenize and pack a corpus (None: one per CPU core)
     train_size: int | None = None  # rows of the training split to use (None: all)
     eval_size: int | None = None
     max_seq_length: int = 128
