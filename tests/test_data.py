@@ -186,15 +186,22 @@ def test_tokenize_map_is_cached_and_multiprocess(tmp_path, bert):
     assert [row["input_ids"] for row in stream] == bert([r["text"] for r in ROWS])["input_ids"]
 
 
+def column(dataset, name: str) -> list:
+    """One column of a map-style dataset (a `datasets.Dataset` or a prepared one), row by row."""
+    return [dataset[i][name] for i in range(len(dataset))]
+
+
 def test_causal_lm_packing_dataset(gpt):
     docs = load_text_dataset("embedded:documents", size=60)
     packed = prepare_causal_lm_dataset(docs, gpt, block_size=64)
     stream = [t for text in docs["text"] for t in (*gpt(text, add_special_tokens=False)["input_ids"], gpt.eos_token_id)]
-    flat = [t for block in packed["input_ids"] for t in block]
-    assert all(len(b) == 64 for b in packed["input_ids"])
+    flat = [t for block in column(packed, "input_ids") for t in block]
+    assert all(len(b) == 64 for b in column(packed, "input_ids"))
     assert flat == stream[:len(flat)] and len(stream) - len(flat) < 64
+    whole = prepare_causal_lm_dataset(docs, gpt, block_size=64, drop_last=False)
+    assert [t for block in column(whole, "input_ids") for t in block] == stream
     lazy = prepare_causal_lm_dataset(docs.to_iterable_dataset(), gpt, block_size=64, drop_last=False)
-    assert [t for row in lazy for t in row["input_ids"]] == stream
+    assert [t for row in lazy for t in row["input_ids"]] == stream  # fewer than a thousand documents: one group
 
 
 def test_causal_lm_dataset_of_packed_documents(gpt):
@@ -202,23 +209,25 @@ def test_causal_lm_dataset_of_packed_documents(gpt):
     docs = load_text_dataset("embedded:documents", size=60)
     plain = prepare_causal_lm_dataset(docs, gpt, block_size=64)
     packed = prepare_causal_lm_dataset(docs, gpt, block_size=64, pack_documents=True)
-    assert packed.column_names == ["input_ids", "position_ids"] and packed["input_ids"] == plain["input_ids"]
-    for ids, positions in zip(packed["input_ids"], packed["position_ids"]):
+    assert set(packed[0]) == {"input_ids", "position_ids"} and column(packed, "input_ids") == column(plain, "input_ids")
+    for ids, positions in zip(column(packed, "input_ids"), column(packed, "position_ids")):
         assert positions[0] == 0
         for i in range(1, 64):
             assert positions[i] == (0 if ids[i - 1] == gpt.eos_token_id else positions[i - 1] + 1)
     lazy = prepare_causal_lm_dataset(docs.to_iterable_dataset(), gpt, block_size=64, pack_documents=True)
-    assert [row["position_ids"] for row in lazy] == packed["position_ids"]
+    assert [row["position_ids"] for row in lazy] == column(packed, "position_ids")
 
 
 def test_nsp_dataset_from_sentences_or_text(bert):
     docs = load_text_dataset("embedded:documents", size=80)
     pairs = prepare_nsp_dataset(docs, bert, max_length=64, seed=1)
     from_text = prepare_nsp_dataset(docs.remove_columns("sentences"), bert, max_length=64, seed=1)
-    assert pairs["input_ids"] == from_text["input_ids"]  # split_sentences recovers the sentences
-    assert set(pairs.column_names) == {"input_ids", "token_type_ids", "next_sentence_label"}
-    assert all(len(x) <= 64 for x in pairs["input_ids"]) and len(pairs) > 80
-    assert 0.35 < sum(pairs["next_sentence_label"]) / len(pairs) < 0.65
+    assert column(pairs, "input_ids") == column(from_text, "input_ids")  # split_sentences recovers the sentences
+    assert set(pairs[0]) == {"input_ids", "token_type_ids", "next_sentence_label"}
+    assert all(len(x) <= 64 for x in column(pairs, "input_ids")) and len(pairs) > 80
+    assert 0.35 < sum(column(pairs, "next_sentence_label")) / len(pairs) < 0.65
+    assert set(prepare_nsp_dataset(docs, bert, max_length=64, seed=1, next_sentence=False)[0]) == {
+        "input_ids", "token_type_ids"}
 
 
 # ----------------------------------------------------------------------------- files as users have them (issue 24)

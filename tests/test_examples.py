@@ -10,7 +10,7 @@ from train.core.collators import PaddingCollator
 from train.core.corpus import generate_records, tokenizer_training_texts
 from train.core.examples import (
     IGNORE_INDEX, LabelAlignmentError, QAAnswerSpanError, create_nsp_examples, encode_qa,
-    encode_token_classification, pack_documents, pack_sequences, truncate_seq_pair,
+    encode_token_classification, pack_documents, pack_sequences, truncate_ranges,
 )
 from train.core.tokenization import train_tokenizer
 
@@ -56,14 +56,14 @@ def test_nsp_is_fifty_fifty_and_pairs_are_real(bert):
             assert doc_a != doc_b, "NotNext: B must come from another document"
 
 
-def test_truncate_seq_pair_trims_longer_side_from_both_ends():
+def test_truncate_ranges_trims_longer_side_from_both_ends():
     rng, fronts, backs = random.Random(0), 0, 0
     for _ in range(50):
-        a, b = list(range(30)), list(range(100, 110))
-        truncate_seq_pair(a, b, 25, rng)
-        assert len(a) + len(b) == 25 and b == list(range(100, 110))
+        a, b = [0, 30], [100, 110]
+        truncate_ranges(a, b, 25, rng)
+        assert (a[1] - a[0]) + (b[1] - b[0]) == 25 and b == [100, 110]
         fronts += a[0] != 0
-        backs += a[-1] != 29
+        backs += a[1] != 30
     assert fronts and backs
 
 

@@ -3,6 +3,7 @@
     lineage --help                                  # the commands, from the table COMMANDS
     lineage train pretrain_bert --recipe bert-pretrain-tiny --max_steps 100
     lineage train finetune --recipe ... --model outputs/bert-pretrain-tiny/model
+    lineage prepare --recipe gpt-pretrain-tiny --train_file corpus.txt --num_proc 8
     lineage export --model outputs/bert-finetune-nli-tiny/model --out exported/
     lineage attention-maps --model ... --text "the cat sat" --out maps/
     lineage configs accelerate/fsdp                 # the path of a shipped accelerate config
@@ -34,6 +35,8 @@ COMMANDS: dict[str, Command] = {
     "train finetune": Command("finetune", "fine-tune BERT or GPT on a downstream task from a saved pretrained model"),
     "train train_translation": Command("train_translation", "train a Transformer or RNN encoder-decoder translator"),
     "train train_tokenizer": Command("train_tokenizer", "train a WordPiece, byte-level BPE or seq2seq BPE tokenizer"),
+    "prepare": Command("prepare", "tokenize a pretraining corpus once, with every core, into the store later runs "
+                                  "reuse"),
     "attention-maps": Command("attention_maps", "attention maps of one input: PNG heatmaps, raw weights, a web page"),
     "benchmark": Command("benchmark", "time training steps and generation of a preset, alone or against transformers"),
     "convert": Command("convert", "convert a model between Lineage and transformers (a folder or Hub id in, a folder "

@@ -6,11 +6,14 @@
 
 `--model` may be pretrained (`train.core.sources`): continued pretraining with the checkpoint's own tokenizer.
 
-Data: documents (`text`, optionally `sentences`; counted and printed by `train.core.data.check_documents`) ->
-BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`) -> dynamic masking (`MaskedLMCollator`). A `.txt`
-file in BERT's own layout (one sentence per line, a blank line between documents) is read a document per row
-(`text_sample_by: auto`, or `paragraph`). With `nsp: false` the model is `...ForMaskedLM` (no pooler, no NSP
-head), so every parameter receives a gradient and DDP needs no unused-parameter search. On a GPU the model trains
+Data: documents (`text`, optionally `sentences`; refused before training by `train.core.data.check_documents` when
+they give no sentence pair) -> BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`: the corpus tokenized
+once into a store reused by later runs, `num_proc` processes, its documents and sentences counted and printed, the
+pairs an index of token ranges, so memory stays flat; with `streaming` paired lazily as it is read) -> dynamic
+masking (`MaskedLMCollator`). A `.txt` file in BERT's own layout (one sentence per line, a blank line between
+documents) is read a document per row (`text_sample_by: auto`, or `paragraph`). With `nsp: false` the model is
+`...ForMaskedLM` (no pooler, no NSP head), so every parameter receives a gradient and DDP needs no unused-parameter
+search. On a GPU the model trains
 unpadded (`unpad_inputs`, MosaicBERT: padding removed before the encoder, attention per sequence).
 
 The MLM term is normalised by the number of masked tokens of the whole batch across processes, so the
@@ -25,7 +28,7 @@ import torch
 
 from train.core.collators import MaskedLMCollator
 from train.core.common import (build_model, check_sequence_room, column_texts, forward_options, get_tokenizer,
-                               load_splits, model_source, unpadding_on_gpu)
+                               load_splits, model_source, one_process_first, unpadding_on_gpu)
 from train.core.data import check_documents, prepare_nsp_dataset
 from train.core.engine import Engine, seed_everything
 from train.metrics import load_metric
@@ -64,6 +67,20 @@ def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str,
     return out
 
 
+def training_data(recipe, tokenizer, train_docs, eval_docs):
+    """`(train, validation)` sentence pairs of the recipe's documents (validation None without documents); one
+    process prepares a corpus's store, the others then open it."""
+    with one_process_first():
+        train = prepare_nsp_dataset(train_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed,
+                                    next_sentence=recipe.nsp, num_proc=recipe.num_proc,
+                                    source=recipe.data_source("train", "embedded:documents"))
+        validation = (prepare_nsp_dataset(eval_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed + 1,
+                                          next_sentence=recipe.nsp, num_proc=recipe.num_proc,
+                                          source=recipe.split_name("validation", "embedded:documents"))
+                      if eval_docs else None)
+    return train, validation
+
+
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_bert")
     seed_everything(recipe.seed)
@@ -76,11 +93,7 @@ def main(argv: list[str] | None = None):
     check_sequence_room(recipe, tokenizer, 2, "BERT pretraining's sentence pairs")
     model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert",
                         source)
-    train_data = prepare_nsp_dataset(train_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed)
-    eval_data = prepare_nsp_dataset(eval_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed + 1) if eval_docs else None
-    if not recipe.nsp:
-        train_data = train_data.remove_columns("next_sentence_label")
-        eval_data = eval_data.remove_columns("next_sentence_label") if eval_data else None
+    train_data, eval_data = training_data(recipe, tokenizer, train_docs, eval_docs)
     collate = MaskedLMCollator(tokenizer, mlm_probability=recipe.mlm_probability,
                                pad_to_multiple_of=recipe.pad_to_multiple_of)
     engine = Engine(recipe, model, train_data, collate, tokenizer=tokenizer, eval_dataset=eval_data,

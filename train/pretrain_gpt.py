@@ -8,10 +8,12 @@ converted on load): training continues from it with its own tokenizer, to which 
 end-of-text token where it has none) is added.
 
 Data: documents joined by the end-of-text token and cut into full `max_seq_length` blocks
-(`train.core.data.prepare_causal_lm_dataset`); the loss is weighted by each process's predicted tokens
-(`loss_fn`), so it is the same however batches are split over processes. With `pack_documents` (the default) positions restart at each document, attention
-never crosses a document boundary and no document's first token is predicted from the previous one; a model that
-cannot keep attention within documents is refused before training. Evaluation reports perplexity;
+(`train.core.data.prepare_causal_lm_dataset`: the corpus tokenized once, in `num_proc` processes, into a store of
+2-byte token ids reused by every later run on the same data, whose blocks are slices of it; with `streaming`, packed
+lazily as it is read); the loss is weighted by each process's predicted tokens (`loss_fn`), so it is the same
+however batches are split over processes. With `pack_documents` (the default) positions restart at each document,
+attention never crosses a document boundary and no document's first token is predicted from the previous one; a
+model that cannot keep attention within documents is refused before training. Evaluation reports perplexity;
 `sample_prompts` are continued at the end.
 """
 
@@ -22,7 +24,7 @@ import torch
 from modeling.packing import document_masking_error
 from train.core.collators import CausalLMCollator
 from train.core.common import (build_model, check_sequence_room, column_texts, get_tokenizer, load_splits,
-                               model_source)
+                               model_source, one_process_first)
 from train.core.data import prepare_causal_lm_dataset
 from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
@@ -79,6 +81,20 @@ def check_document_packing(model) -> None:
                           "train on blocks whose documents attend to each other")
 
 
+def training_data(recipe, tokenizer, train_docs, eval_docs):
+    """`(train, validation)` blocks of the recipe's documents (validation None without documents); one process
+    prepares a corpus's store, the others then open it."""
+    with one_process_first():
+        train = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length,
+                                          pack_documents=recipe.pack_documents, num_proc=recipe.num_proc,
+                                          source=recipe.data_source("train", "embedded:documents"))
+        validation = (prepare_causal_lm_dataset(eval_docs, tokenizer, recipe.max_seq_length,
+                                                pack_documents=recipe.pack_documents, num_proc=recipe.num_proc,
+                                                source=recipe.split_name("validation", "embedded:documents"))
+                      if eval_docs else None)
+    return train, validation
+
+
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_gpt")
     seed_everything(recipe.seed)
@@ -91,13 +107,7 @@ def main(argv: list[str] | None = None):
     check_sample_room(recipe, tokenizer, prompts, model.config.max_position_embeddings)
     if recipe.pack_documents:
         check_document_packing(model)
-    train_data = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length,
-                                           pack_documents=recipe.pack_documents,
-                                           source=recipe.data_source("train", "embedded:documents"))
-    eval_data = (prepare_causal_lm_dataset(eval_docs, tokenizer, recipe.max_seq_length,
-                                           pack_documents=recipe.pack_documents,
-                                           source=recipe.split_name("validation", "embedded:documents"))
-                 if eval_docs else None)
+    train_data, eval_data = training_data(recipe, tokenizer, train_docs, eval_docs)
     engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer, recipe.pad_to_multiple_of),
                     tokenizer=tokenizer, eval_dataset=eval_data, loss_fn=loss_fn, metrics_fn=metrics)
     results = engine.train()

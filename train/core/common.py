@@ -142,12 +142,33 @@ def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
 
 def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
                   source: sources.ModelSource | None = None, templates: bool = True):
-    """The run's tokenizer (module docstring). One trained here is saved in `<output_dir>/tokenizer` and reused on
-    resume (training is reproducible, but the data a resumed run reads could have changed since)."""
+    """The run's tokenizer (module docstring, `corpus_tokenizer`). One trained here is saved in
+    `<output_dir>/tokenizer` and reused on resume (training is reproducible, but the data a resumed run reads could
+    have changed since)."""
     source = source or sources.resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
+    if source.pretrained or recipe.tokenizer:
+        return corpus_tokenizer(recipe, kind, texts, source, templates)
+    trained = Path(recipe.output_dir) / "tokenizer"
+    if recipe.resume_from_checkpoint and (trained / "tokenizer.json").is_file():
+        return load_tokenizer(trained, kind)
+    with one_process_first() as main:  # one process trains, the others load its vocabulary
+        if main:
+            run_folder.claim(recipe)  # before the first file written into output_dir
+            tokenizer = corpus_tokenizer(recipe, kind, texts, source, templates)
+            tokenizer.save_pretrained(trained)
+            run_folder.record_written(recipe, "tokenizer")
+        else:
+            tokenizer = load_tokenizer(trained, kind)
+    return tokenizer
+
+
+def corpus_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]], source: sources.ModelSource,
+                     templates: bool = True):
+    """The tokenizer a run of `recipe` on its data uses, written nowhere but the tokenizer cache: a pretrained
+    source's own (`sources.pretrained_tokenizer`), `recipe.tokenizer`, or one trained on `texts()` (or reused from
+    the cache: `tokenization.reused_or_trained`)."""
     if source.pretrained:
         return sources.pretrained_tokenizer(source, recipe.tokenizer, templates=templates)
-    trained = Path(recipe.output_dir) / "tokenizer"
     if recipe.tokenizer:
         if not Path(recipe.tokenizer).exists():
             raise FileNotFoundError(f"tokenizer folder {recipe.tokenizer!r} does not exist")
@@ -157,21 +178,17 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
                                     f"{', '.join(TOKENIZER_FILES)}); give a folder written by save_pretrained or "
                                     f"python -m train.train_tokenizer")
         return load_tokenizer(recipe.tokenizer, kind, argument="recipe key 'tokenizer'")
-    if recipe.resume_from_checkpoint and (trained / "tokenizer.json").is_file():
-        return load_tokenizer(trained, kind)
-    # before the Accelerator exists: say "CPU" as it will, or two launched CPU processes would each see one
-    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
-    with state.main_process_first():  # one process trains, the others load its vocabulary
-        if state.is_main_process:
-            run_folder.claim(recipe)  # before the first file written into output_dir
-            tokenizer = reused_or_trained(kind, texts, recipe.tokenizer_vocab_size,
-                                          sample_size=recipe.tokenizer_train_size,
-                                          model_max_length=recipe.max_seq_length)
-            tokenizer.save_pretrained(trained)
-            run_folder.record_written(recipe, "tokenizer")
-        else:
-            tokenizer = load_tokenizer(trained, kind)
-    return tokenizer
+    return reused_or_trained(kind, texts, recipe.tokenizer_vocab_size, sample_size=recipe.tokenizer_train_size,
+                             model_max_length=recipe.max_seq_length)
+
+
+@contextmanager
+def one_process_first() -> Iterator[bool]:
+    """Run the block in the main process first and then in the others (whether this is the main process is
+    yielded), before the Accelerator exists: one process writes what the others then read."""
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # "CPU" as the Accelerator will say
+    with state.main_process_first():
+        yield state.is_main_process
 
 
 def column_texts(dataset, column: str = "text") -> Iterator[str]:
@@ -256,4 +273,5 @@ def unpadding_on_gpu(model, device: torch.device) -> dict[str, bool]:
     return {"unpad_inputs": True} if model.config.model_type == "lineage-bert" and device.type == "cuda" else {}
 
 __all__ = ["build_model", "check_before_start", "check_keeps_weights", "check_sequence_room", "column_texts",
-           "forward_options", "get_tokenizer", "load_split", "load_splits", "model_source", "unpadding_on_gpu"]
+           "corpus_tokenizer", "forward_options", "get_tokenizer", "load_split", "load_splits", "model_source",
+           "one_process_first", "unpadding_on_gpu"]

@@ -48,6 +48,7 @@ import json
 import lzma
 import re
 import reprlib
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
@@ -56,7 +57,8 @@ import datasets
 import pyarrow.compute as pc
 from transformers import PreTrainedTokenizerBase
 
-from train.core import corpus, examples
+from train.core import corpus, examples, prepared
+from train.core.examples import split_sentences, tokenize_documents
 from train.core.tokenization import MissingSpecialTokenError
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
@@ -585,102 +587,106 @@ def _apply_with_indices(rows: dict, indices: list[int], function) -> dict:
 
 def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, block_size: int, *,
                               text_column: str = "text", drop_last: bool = True, pack_documents: bool = False,
-                              num_proc: int | None = None, batch_size: int = 1000,
-                              cache_dir: str | None = None, source: str = "the corpus") -> AnyDataset:
-    """Tokenize without templates and pack into ``block_size`` blocks joined by the end-of-text token
-    (``tokenizer.eos_token``); column ``input_ids``, and with ``pack_documents`` ``position_ids`` restarting at
-    each document (``examples.pack_documents``). Packing runs once over the whole stream, so no tail is lost
-    between map batches; the packed Dataset is cached under ``cache_dir``. A corpus (``source`` names it in the error)
-    shorter than one block is refused with both numbers."""
+                              num_proc: int | None = None, source: str = "the corpus"):
+    """Documents tokenized without templates and packed into ``block_size`` blocks joined by the end-of-text token
+    (``tokenizer.eos_token``): rows of ``input_ids``, and with ``pack_documents`` ``position_ids`` restarting at each
+    document (``examples.pack_documents``).
+
+    A ``Dataset`` is prepared once into a store of its tokens (``train.core.prepared``: ``num_proc`` processes, reused
+    by every later run on the same data and tokenizer) and its blocks are slices of it (``prepared.CausalBlocks``);
+    one shorter than a block (``source`` names it in the error) is refused with both numbers. A stream is packed
+    lazily, ``prepared.ROWS_PER_BATCH`` documents at a time (``datasets.IterableDataset.map``, so its position can be
+    saved and restored): the tail of each group of documents that fills no block is dropped, as transformers'
+    ``run_clm.py`` drops it."""
     if tokenizer.eos_token_id is None:
         raise MissingSpecialTokenError("causal-LM packing needs an end-of-text token (eos_token)")
-    tokenized = tokenize_dataset(dataset, tokenizer, "causal_lm", text_column=text_column, num_proc=num_proc,
-                                 batch_size=batch_size)
-    gen_kwargs = {"tokenized": tokenized, "block_size": block_size, "separator_id": tokenizer.eos_token_id,
-                  "drop_last": drop_last, "pack_documents": pack_documents}
-    columns = ("input_ids", "position_ids") if pack_documents else ("input_ids",)
-    features = datasets.Features({c: datasets.Sequence(datasets.Value("int32")) for c in columns})
-    if isinstance(tokenized, datasets.IterableDataset):
-        return datasets.IterableDataset.from_generator(_packed_blocks, features=features, gen_kwargs=gen_kwargs)
-    if drop_last:
-        tokens = sum(len(ids) + 1 for ids in tokenized["input_ids"])  # each document and its end-of-text token
-        if tokens < block_size:
-            raise DataError(f"{source}: the text yields {tokens} tokens (end-of-text tokens included), fewer than one "
-                            f"block of {block_size} (max_seq_length): give more text or a smaller max_seq_length")
-    fingerprint = datasets.fingerprint.Hasher.hash([tokenized._fingerprint, block_size,
-                                                    tokenizer.eos_token_id, drop_last, pack_documents])
-    return datasets.Dataset.from_generator(_packed_blocks, features=features, gen_kwargs=gen_kwargs,
-                                           fingerprint=fingerprint, cache_dir=cache_dir)
+    if isinstance(dataset, datasets.IterableDataset):
+        return dataset.map(_packed_blocks, batched=True, batch_size=prepared.ROWS_PER_BATCH,
+                           remove_columns=dataset.column_names, fn_kwargs={
+                               "tokenizer": tokenizer, "column": text_column, "block_size": block_size,
+                               "drop_last": drop_last, "pack_documents": pack_documents})
+    store = prepared.prepared_store(dataset, tokenizer, "documents", column=text_column, num_proc=num_proc,
+                                    source=source)
+    if drop_last and store.info["tokens"] < block_size:
+        raise DataError(f"{source}: the text yields {store.info['tokens']} tokens (end-of-text tokens included), fewer "
+                        f"than one block of {block_size} (max_seq_length): give more text or a smaller max_seq_length")
+    return prepared.CausalBlocks(store, block_size, pack_documents, drop_last=drop_last)
 
 
-def _packed_blocks(tokenized, block_size: int, separator_id: int, drop_last: bool, pack_documents: bool):
-    rows = (row["input_ids"] for row in tokenized)
+def _packed_blocks(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, block_size: int, drop_last: bool,
+                   pack_documents: bool) -> dict[str, list]:
+    """One group of a stream's documents as packed blocks (``prepare_causal_lm_dataset``)."""
+    ids = examples.encode_causal_lm(rows, tokenizer, column)["input_ids"]
     if pack_documents:
-        yield from examples.pack_documents(rows, block_size, separator_id, drop_last)
-        return
-    for block in examples.pack_sequences(rows, block_size, separator_id, drop_last):
-        yield {"input_ids": block}
+        blocks = list(examples.pack_documents(ids, block_size, tokenizer.eos_token_id, drop_last))
+        return {"input_ids": [b["input_ids"] for b in blocks], "position_ids": [b["position_ids"] for b in blocks]}
+    return {"input_ids": list(examples.pack_sequences(ids, block_size, tokenizer.eos_token_id, drop_last))}
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
-
-
-def split_sentences(text: str) -> list[str]:
-    """One sentence per line when the text has line breaks (BERT's layout), else split after . ! ?
-    followed by a capital or digit."""
-    parts = text.splitlines() if "\n" in text.strip() else _SENTENCE_END.split(text)
-    return [p.strip() for p in parts if p.strip()]
-
-
-def check_documents(dataset: datasets.Dataset, source: str, sentences_column: str | None = "sentences",
+def check_documents(dataset: AnyDataset, source: str, sentences_column: str | None = "sentences",
                     text_column: str = "text") -> None:
-    """Print how many documents and sentences ``source`` holds for BERT's sentence pairs (rows as
-    ``prepare_nsp_dataset`` reads them), and refuse, with both counts, one that gives no pair: fewer than two
-    documents, or no document of two sentences (a ``.txt`` file read line by line)."""
-    if sentences_column is not None and sentences_column in dataset.column_names:
-        documents = [[s for s in doc if s.strip()] for doc in dataset[sentences_column]]
-    else:
-        documents = [split_sentences(text) for text in dataset[text_column]]
-    documents = [doc for doc in documents if doc]
-    counts = f"{source}: {len(documents)} documents, {sum(map(len, documents))} sentences"
-    print(counts, flush=True)
-    problem = ("fewer than two documents" if len(documents) < 2
-               else "no document has two sentences" if all(len(doc) < 2 for doc in documents) else None)
-    if problem:
-        raise DataError(f"{counts}: {problem}, so there is no sentence pair to train on. BERT's layout is one "
-                        f"sentence per line and a blank line between documents (a .txt file with text_sample_by auto "
-                        f"or paragraph), or a {sentences_column!r} column holding each document's sentences")
+    """Refuse ``source`` when it gives no sentence pair (rows read as ``prepare_nsp_dataset`` reads them): fewer than
+    two documents, or no document of two sentences (a ``.txt`` file read line by line). The rows are read only until
+    both are found, which for a usable corpus is its first rows; a refusal gives the counts of the whole corpus.
+    A stream is checked on its first ``prepared.ROWS_PER_BATCH`` rows (a group its pairs are drawn within)."""
+    use_sentences = sentences_column is not None and sentences_column in (dataset.column_names or ())
+    rows = dataset.take(prepared.ROWS_PER_BATCH) if isinstance(dataset, datasets.IterableDataset) else dataset
+    documents = sentences = 0
+    paired = False
+    for batch in rows.iter(batch_size=prepared.ROWS_PER_BATCH):
+        for doc in (batch[sentences_column] if use_sentences else map(split_sentences, batch[text_column])):
+            count = sum(1 for s in doc if s.strip())
+            documents, sentences, paired = documents + (count > 0), sentences + count, paired or count >= 2
+            if paired and documents >= 2:
+                return
+    read = "in its first rows" if isinstance(dataset, datasets.IterableDataset) else ""
+    counts = f"{source}: {documents} documents, {sentences} sentences{read and ' ' + read}"
+    problem = "fewer than two documents" if documents < 2 else "no document has two sentences"
+    raise DataError(f"{counts}: {problem}, so there is no sentence pair to train on. BERT's layout is one sentence "
+                    f"per line and a blank line between documents (a .txt file with text_sample_by auto or "
+                    f"paragraph), or a {sentences_column!r} column holding each document's sentences")
 
 
-def prepare_nsp_dataset(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, max_length: int = 128, *,
+def prepare_nsp_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, max_length: int = 128, *,
                         sentences_column: str | None = "sentences", text_column: str = "text",
-                        short_seq_prob: float = 0.1, seed: int = 0, dupe_factor: int = 1,
-                        num_proc: int | None = None) -> datasets.Dataset:
-    """BERT's sentence pairs (``input_ids``, ``token_type_ids``, ``next_sentence_label``) for MLM + NSP.
+                        short_seq_prob: float = 0.1, seed: int = 0, dupe_factor: int = 1, next_sentence: bool = True,
+                        num_proc: int | None = None, source: str = "the corpus"):
+    """BERT's sentence pairs (``input_ids``, ``token_type_ids`` and, with ``next_sentence``, ``next_sentence_label``)
+    for MLM + NSP (``examples.nsp_pair_index``). Documents are rows: a list of sentences in ``sentences_column`` when
+    the dataset has it, otherwise ``text_column`` split by ``split_sentences``.
 
-    Documents are rows: a list of sentences in ``sentences_column`` when the dataset has it, otherwise
-    ``text_column`` split by ``split_sentences``. Holds all token ids in memory, as BERT's script did.
-    """
-    use_sentences = sentences_column is not None and sentences_column in dataset.column_names
-    tokenized = dataset.map(_tokenize_sentences, batched=True, num_proc=num_proc,
-                            fn_kwargs={"tokenizer": tokenizer, "column": sentences_column if use_sentences
-                                       else text_column, "split": not use_sentences},
-                            remove_columns=dataset.column_names, desc="tokenizing sentences")
-    pairs = examples.create_nsp_examples(tokenized["sentence_ids"], tokenizer, max_length, short_seq_prob, seed,
-                                         dupe_factor)
-    return datasets.Dataset.from_list(pairs)
+    A ``Dataset`` is prepared once into a store of its sentences' tokens (``train.core.prepared``, reused by later
+    runs; its document and sentence counts printed) and the pairs are an index of token ranges built once per
+    ``max_length``, ``seed``, ``short_seq_prob`` and ``dupe_factor`` (``prepared.SentencePairs``): memory does not
+    grow with the corpus. A stream is paired lazily, ``prepared.ROWS_PER_BATCH`` documents at a time, the random next
+    sentences drawn from the other documents of the same group."""
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise MissingSpecialTokenError("next-sentence examples need a tokenizer with [CLS] and [SEP]")
+    if isinstance(dataset, datasets.IterableDataset):
+        use_sentences = sentences_column is not None and sentences_column in (dataset.column_names or ())
+        return dataset.map(_window_pairs, batched=True, batch_size=prepared.ROWS_PER_BATCH,
+                           remove_columns=dataset.column_names, fn_kwargs={
+                               "tokenizer": tokenizer, "column": sentences_column if use_sentences else text_column,
+                               "split": not use_sentences, "max_length": max_length, "short_seq_prob": short_seq_prob,
+                               "seed": seed, "dupe_factor": dupe_factor, "next_sentence": next_sentence})
+    store = prepared.prepared_store(dataset, tokenizer, "sentences", column=text_column,
+                                    sentences_column=sentences_column, num_proc=num_proc, source=source)
+    print(f"{source}: {store.info['documents']} documents, {store.info['sentences']} sentences", flush=True)
+    return prepared.SentencePairs(store, tokenizer, max_length, seed=seed, short_seq_prob=short_seq_prob,
+                                  dupe_factor=dupe_factor, next_sentence=next_sentence)
 
 
-def _tokenize_sentences(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, split: bool) -> dict:
-    documents = [split_sentences(t) for t in rows[column]] if split else rows[column]
-    flat = [s for doc in documents for s in doc]
-    # a sentence may be longer than the model: create_nsp_examples truncates each pair, so no length warning
-    ids = tokenizer(flat, add_special_tokens=False, verbose=False)["input_ids"] if flat else []
-    out, start = [], 0
-    for doc in documents:
-        out.append(ids[start:start + len(doc)])
-        start += len(doc)
-    return {"sentence_ids": out}
+def _window_pairs(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, split: bool, max_length: int,
+                  short_seq_prob: float, seed: int, dupe_factor: int, next_sentence: bool) -> dict[str, list]:
+    """The sentence pairs of one group of a stream's documents, seeded by the run's seed and the group's first
+    document (so the same on any number of processes); a group of fewer than two documents gives none."""
+    tokenized, _ = tokenize_documents(rows[column], tokenizer, split)
+    columns = ("input_ids", "token_type_ids", "next_sentence_label")[:3 if next_sentence else 2]
+    if sum(1 for doc in tokenized if doc) < 2:
+        return {c: [] for c in columns}
+    window_seed = zlib.crc32(f"{seed} {json.dumps(rows[column][0])}".encode()) + seed
+    pairs = examples.create_nsp_examples(tokenized, tokenizer, max_length, short_seq_prob, window_seed, dupe_factor)
+    return {c: [p[c] for p in pairs] for c in columns}
 
 
 __all__ = ["FORMATS", "EMBEDDED_PREFIX", "KINDS", "TASKS", "TEXT_SAMPLE_BY", "DataError", "DataFileNotFoundError",

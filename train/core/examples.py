@@ -26,9 +26,12 @@ collating batches. ``train.core.data`` runs them inside ``Dataset.map`` (batched
 
 from __future__ import annotations
 
+import itertools
 import random
+import re
 from collections.abc import Iterable, Iterator, Sequence
 
+import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from train.core.tokenization import MissingSpecialTokenError
@@ -85,75 +88,117 @@ def pack_documents(sequences: Iterable[Sequence[int]], block_size: int, separato
         yield {"input_ids": ids, "position_ids": positions}
 
 
-def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
-    """BERT's truncation, in place: trim the longer side, from its front or back at random."""
-    while len(tokens_a) + len(tokens_b) > max_num_tokens:
-        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-        if rng.random() < 0.5:
-            del longer[0]
-        else:
-            longer.pop()
-
-
 def create_nsp_examples(documents: Sequence[Sequence[Sequence[int]]], tokenizer: PreTrainedTokenizerBase,
                         max_length: int = 128, short_seq_prob: float = 0.1, seed: int = 0,
                         dupe_factor: int = 1) -> list[dict]:
-    """Sentence-pair examples from documents given as lists of tokenized sentences (no templates)."""
+    """Sentence-pair examples from documents given as lists of tokenized sentences (no templates): the pairs of
+    ``nsp_pair_index`` over these documents, with their tokens."""
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise MissingSpecialTokenError("next-sentence examples need a tokenizer with [CLS] and [SEP]")
-    documents = [d for d in documents if any(len(s) for s in d)]
-    if len(documents) < 2:
+    documents = [[list(s) for s in d if len(s)] for d in documents]
+    documents = [d for d in documents if d]
+    sentences = [s for d in documents for s in d]
+    tokens = [t for s in sentences for t in s]
+    items = np.concatenate([[0], np.cumsum([len(s) for s in sentences], dtype=np.int64)])
+    firsts = np.concatenate([[0], np.cumsum([len(d) for d in documents], dtype=np.int64)])
+    pairs = nsp_pair_index(items, firsts, max_length, short_seq_prob, seed, dupe_factor)
+    return [nsp_features(tokens[a0:a1], tokens[b0:b1], bool(r), tokenizer.cls_token_id, tokenizer.sep_token_id)
+            for a0, a1, b0, b1, r in pairs.tolist()]
+
+
+def nsp_pair_index(items: np.ndarray, documents: np.ndarray, max_length: int = 128, short_seq_prob: float = 0.1,
+                   seed: int = 0, dupe_factor: int = 1) -> np.ndarray:
+    """BERT's sentence pairs (`examples` module docstring) over sentences given by their token `items` starts and
+    `documents`' first sentences (every sentence and document non-empty), as token ranges: an int64 array (pairs, 5)
+    of `[a_start, a_end, b_start, b_end, is_random]`, in the shuffled order. Only lengths are read, so the index of
+    any corpus fits in memory (40 bytes a pair); the random draws are those `examples.create_nsp_examples` makes."""
+    if len(documents) < 3:
         raise ValueError("next-sentence prediction needs at least two non-empty documents")
-    rng, examples = random.Random(seed), []
+    rng, pairs = random.Random(seed), []
+    starts, firsts = np.asarray(items).tolist(), np.asarray(documents).tolist()
     for _ in range(dupe_factor):
-        for index in range(len(documents)):
-            for a, b, is_random in _document_pairs(documents, index, max_length - 3, short_seq_prob, rng):
-                examples.append(_nsp_features(a, b, is_random, tokenizer))
-    rng.shuffle(examples)
-    return examples
+        for index in range(len(firsts) - 1):
+            pairs.extend(_document_pairs(starts, firsts, index, max_length - 3, short_seq_prob, rng))
+    order = list(range(len(pairs)))
+    rng.shuffle(order)
+    return np.asarray(pairs, dtype=np.int64).reshape(-1, 5)[order]
 
 
-def _document_pairs(documents, index: int, max_num_tokens: int, short_seq_prob: float, rng: random.Random):
-    document = [list(s) for s in documents[index] if len(s)]
+def _document_pairs(starts: list[int], firsts: list[int], index: int, max_num_tokens: int, short_seq_prob: float,
+                    rng: random.Random) -> Iterator[tuple[int, int, int, int, int]]:
+    """`create_instances_from_document` over sentence ranges: chunks of whole sentences up to a target length, split
+    into A and B at a random sentence boundary, B replaced by another document's text half the time."""
+    first, count = firsts[index], firsts[index + 1] - firsts[index]
     target = rng.randint(2, max_num_tokens) if rng.random() < short_seq_prob else max_num_tokens
-    chunk, length, i = [], 0, 0
-    while i < len(document):
-        chunk.append(document[i])
-        length += len(document[i])
-        last = i == len(document) - 1
-        if last or (length >= target and len(chunk) >= 2 and i != len(document) - 2):
-            if len(chunk) >= 2:
-                a_end = rng.randint(1, len(chunk) - 1)
-                tokens_a = [t for s in chunk[:a_end] for t in s]
+    chunk_first, chunk, length, i = 0, 0, 0, 0
+    while i < count:
+        if chunk == 0:
+            chunk_first = i
+        chunk += 1
+        length += starts[first + i + 1] - starts[first + i]
+        if i == count - 1 or (length >= target and chunk >= 2 and i != count - 2):
+            if chunk >= 2:
+                a_end = rng.randint(1, chunk - 1)
+                a = [starts[first + chunk_first], starts[first + chunk_first + a_end]]
                 if rng.random() < 0.5:
-                    tokens_b = _random_segment(documents, index, target - len(tokens_a), rng)
-                    i -= len(chunk) - a_end  # put the unused sentences back
-                    is_random = True
+                    b = _random_segment(starts, firsts, index, target - (a[1] - a[0]), rng)
+                    i -= chunk - a_end  # put the unused sentences back
+                    is_random = 1
                 else:
-                    tokens_b, is_random = [t for s in chunk[a_end:] for t in s], False
-                truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-                if tokens_a and tokens_b:
-                    yield tokens_a, tokens_b, is_random
-            chunk, length = [], 0
+                    b, is_random = [a[1], starts[first + i + 1]], 0
+                truncate_ranges(a, b, max_num_tokens, rng)
+                if a[1] > a[0] and b[1] > b[0]:
+                    yield a[0], a[1], b[0], b[1], is_random
+            chunk, length = 0, 0
         i += 1
 
 
-def _random_segment(documents, index: int, target_length: int, rng: random.Random) -> list[int]:
-    other = rng.randrange(len(documents) - 1)
+def _random_segment(starts: list[int], firsts: list[int], index: int, target_length: int,
+                    rng: random.Random) -> list[int]:
+    other = rng.randrange(len(firsts) - 2)
     other += other >= index  # any document but this one
-    sentences = [s for s in documents[other] if len(s)]
-    tokens: list[int] = []
-    for sentence in sentences[rng.randrange(len(sentences)):]:
-        tokens.extend(sentence)
-        if len(tokens) >= target_length:
-            break
-    return tokens
+    begin, end = firsts[other] + rng.randrange(firsts[other + 1] - firsts[other]), firsts[other + 1]
+    sentence = begin
+    while sentence < end - 1 and starts[sentence + 1] - starts[begin] < target_length:
+        sentence += 1
+    return [starts[begin], starts[sentence + 1]]
 
 
-def _nsp_features(a: list[int], b: list[int], is_random: bool, tokenizer) -> dict:
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    return {"input_ids": [cls, *a, sep, *b, sep], "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
+def truncate_ranges(a: list[int], b: list[int], max_num_tokens: int, rng: random.Random) -> None:
+    """BERT's truncation of two token ranges, in place: trim the longer, from its front or back at random."""
+    while (a[1] - a[0]) + (b[1] - b[0]) > max_num_tokens:
+        longer = a if a[1] - a[0] > b[1] - b[0] else b
+        if rng.random() < 0.5:
+            longer[0] += 1
+        else:
+            longer[1] -= 1
+
+
+def nsp_features(a: list[int], b: list[int], is_random: bool, cls_id: int, sep_id: int) -> dict:
+    """`[CLS] a [SEP] b [SEP]` with its token types and `next_sentence_label` (1: b is random)."""
+    return {"input_ids": [cls_id, *a, sep_id, *b, sep_id], "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
             "next_sentence_label": int(is_random)}
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+def split_sentences(text: str) -> list[str]:
+    """One sentence per line when the text has line breaks (BERT's layout), else split after . ! ?
+    followed by a capital or digit."""
+    parts = text.splitlines() if "\n" in text.strip() else _SENTENCE_END.split(text)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def tokenize_documents(rows: Sequence, tokenizer: PreTrainedTokenizerBase,
+                       split: bool) -> tuple[list[list[list[int]]], int]:
+    """Documents as lists of tokenized sentences, sentences without tokens dropped, and the characters read: each row
+    a text cut by ``split_sentences`` (``split``) or a list of sentences. A sentence may be longer than the model
+    (the pairs made of it are truncated), so the tokenizer's length warning is off."""
+    documents = [split_sentences(t) for t in rows] if split else [[s for s in d if s.strip()] for d in rows]
+    flat = [s for doc in documents for s in doc]
+    encoded = iter(tokenizer(flat, add_special_tokens=False, verbose=False)["input_ids"] if flat else [])
+    return [[ids for ids in itertools.islice(encoded, len(doc)) if ids] for doc in documents], sum(map(len, flat))
 
 
 # ----------------------------------------------------------------------------- batch encoders
@@ -259,5 +304,6 @@ def _answer_tokens(offsets, sequence_ids, answers) -> tuple[int, int]:
 
 
 __all__ = ["IGNORE_INDEX", "LabelAlignmentError", "QAAnswerSpanError", "create_nsp_examples", "encode_causal_lm",
-           "encode_classification", "encode_qa", "encode_seq2seq", "encode_token_classification", "pack_documents",
-           "pack_sequences", "truncate_seq_pair"]
+           "encode_classification", "encode_qa", "encode_seq2seq", "encode_token_classification", "nsp_features",
+           "nsp_pair_index", "pack_documents", "pack_sequences", "split_sentences", "tokenize_documents",
+           "truncate_ranges"]

@@ -112,7 +112,7 @@ class Recipe:
     skip_unlabeled: bool = False  # classification: skip rows labelled -1 (GLUE test splits) with a count; else refused
     allow_single_class: bool = False  # classification: train on data of one class (refused by default: a sorted file)
     text_sample_by: str = "auto"  # a .txt file's rows: line | paragraph | document | auto (paragraphs if blank lines)
-    streaming: bool = False  # read the data as a stream (no full read before step 1): trains by max_steps, in file order
+    streaming: bool = False  # read the data as a stream (no full read before step 1): by max_steps, in file order
     num_proc: int | None = None  # processes that tokenize and pack a corpus (None: one per CPU core)
     train_size: int | None = None  # rows of the training split to use (None: all)
     eval_size: int | None = None

@@ -1,0 +1,48 @@
+"""Prepare a pretraining corpus once: tokenize it with every core into the store that later runs reuse.
+
+    lineage prepare --recipe gpt-pretrain-tiny --train_file corpus.txt --num_proc 8
+    lineage prepare --recipe bert-pretrain-tiny --train_file wiki.txt --validation_file held-out.txt
+    lineage train pretrain_gpt --recipe gpt-pretrain-tiny --train_file corpus.txt     # opens the store
+
+It takes the recipe of the pretraining run it prepares for, with the same keys: the model's family says which
+(a GPT model: `pretrain_gpt`'s documents; a BERT model: `pretrain_bert`'s sentences and sentence pairs). It resolves
+the run's tokenizer as the run will (the model's own, `tokenizer`, or one trained on the data and kept in the
+tokenizer cache), then writes the training and validation splits' stores (`train.core.prepared`) into the cache,
+`$LINEAGE_CACHE/prepared` (default `~/.cache/lineage/prepared`). Nothing is written into `output_dir`. A run with
+the same data, tokenizer and (for BERT) `max_seq_length` and `seed` then reaches its first step without reading
+the corpus again.
+"""
+
+from __future__ import annotations
+
+from train import pretrain_bert, pretrain_gpt
+from train.core.common import column_texts, corpus_tokenizer, load_splits, model_source
+from train.core.data import check_documents
+from train.core.engine import seed_everything
+from train.core.recipes import COMMAND_KEYS, RecipeError, parse_args
+
+COMMANDS = {"gpt": pretrain_gpt, "bert": pretrain_bert}
+
+
+def main(argv: list[str] | None = None):
+    recipe = parse_args(argv, None, __doc__.splitlines()[0])
+    if recipe.streaming:
+        raise RecipeError("recipe key 'streaming' is true: a stream is read as the run trains, never prepared; "
+                          "drop streaming to prepare the corpus")
+    seed_everything(recipe.seed)
+    source = model_source(recipe, "prepare", tuple(COMMANDS))
+    command = f"pretrain_{source.family}"
+    unread = sorted(k for k in recipe.set_by_user if command not in COMMAND_KEYS.get(k, (command,)))
+    if unread:
+        raise RecipeError(f"recipe key {unread[0]!r} is read by {' and '.join(COMMAND_KEYS[unread[0]])} only; this "
+                          f"recipe prepares for {command} ({recipe.model!r} is a {source.family} model): drop it")
+    train_docs, eval_docs = load_splits(recipe, [("text", "text")], "embedded:documents")
+    if source.family == "bert":
+        check_documents(train_docs, recipe.data_source("train", "embedded:documents"))
+    tokenizer = corpus_tokenizer(recipe, source.family, lambda: column_texts(train_docs), source,
+                                 templates=source.family == "bert")
+    return COMMANDS[source.family].training_data(recipe, tokenizer, train_docs, eval_docs)
+
+
+if __name__ == "__main__":
+    main()
