@@ -3,6 +3,7 @@ bytes a token; it is the same whatever the number of processes, reused by later 
 on, and never left half-written; BERT's pairs are an index of token ranges; streams are packed and paired lazily and
 resume where they stopped."""
 
+import json
 import os
 import random
 import subprocess
@@ -12,6 +13,7 @@ import datasets
 import numpy as np
 import pytest
 
+from train import corpus_benchmark
 from train.core import prepared
 from train.core.corpus import tokenizer_training_texts
 from train.core.data import load_text_dataset, prepare_causal_lm_dataset, prepare_nsp_dataset
@@ -185,3 +187,18 @@ def test_data_made_in_memory_is_keyed_by_its_texts(gpt, fresh_cache):
     a = datasets.Dataset.from_dict({"text": ["one two", "three"]})
     b = datasets.Dataset.from_dict({"text": ["one two", "three"]})  # the same texts, another random fingerprint
     assert prepared.prepared_store(a, gpt, "documents").folder == prepared.prepared_store(b, gpt, "documents").folder
+
+
+def test_the_corpus_benchmark_prepares_runs_and_streams_a_corpus_of_the_size_asked(tmp_path):
+    """`lineage corpus-benchmark` end to end on a 0.3 MB corpus in BERT's layout (timings are not asserted)."""
+    out = tmp_path / "bench.json"
+    results = corpus_benchmark.main(["--family", "bert", "--size-mb", "0.3", "--unique-mb", "0.1", "--num_proc", "2",
+                                     "--work", str(tmp_path / "work"), "--json", str(out)])
+    assert json.loads(out.read_text()) == results
+    corpus = tmp_path / "work" / "corpus-bert-0.3mb.txt"
+    assert 0.3e6 <= corpus.stat().st_size < 0.31e6 and "\n\n" in corpus.read_text()[:2000]
+    assert results["prepare"]["bytes_per_token"] == 2 and results["prepare"]["tokens"] > 50_000
+    for stage in corpus_benchmark.STAGES:
+        assert results[stage]["seconds"] > 0 and results[stage]["peak_anon_mib"] > 50
+    with pytest.raises(SystemExit, match="unknown stage 'warm'"):
+        corpus_benchmark.main(["--family", "gpt", "--size-mb", "1", "--stages", "prepare,warm"])

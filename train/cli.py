@@ -35,10 +35,12 @@ COMMANDS: dict[str, Command] = {
     "train finetune": Command("finetune", "fine-tune BERT or GPT on a downstream task from a saved pretrained model"),
     "train train_translation": Command("train_translation", "train a Transformer or RNN encoder-decoder translator"),
     "train train_tokenizer": Command("train_tokenizer", "train a WordPiece, byte-level BPE or seq2seq BPE tokenizer"),
+    "attention-maps": Command("attention_maps", "attention maps of one input: PNG heatmaps, raw weights, a web page"),
     "prepare": Command("prepare", "tokenize a pretraining corpus once, with every core, into the store later runs "
                                   "reuse"),
-    "attention-maps": Command("attention_maps", "attention maps of one input: PNG heatmaps, raw weights, a web page"),
     "benchmark": Command("benchmark", "time training steps and generation of a preset, alone or against transformers"),
+    "corpus-benchmark": Command("corpus_benchmark", "time preparing, the first step and memory of pretraining on a "
+                                                    "corpus of a given size (prepared, or streamed)"),
     "convert": Command("convert", "convert a model between Lineage and transformers (a folder or Hub id in, a folder "
                                   "out), with its tokenizer and the parity figure"),
     "configs": Command("list_configs", "list the shipped presets, recipes and accelerate configs, or print one's path"),

@@ -26,10 +26,11 @@ collating batches. ``train.core.data`` runs them inside ``Dataset.map`` (batched
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from transformers import PreTrainedTokenizerBase
@@ -190,15 +191,22 @@ def split_sentences(text: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def tokenize_documents(rows: Sequence, tokenizer: PreTrainedTokenizerBase,
+def tokenize_documents(rows: Sequence, encode: Callable[[list[str]], list[list[int]]] | PreTrainedTokenizerBase,
                        split: bool) -> tuple[list[list[list[int]]], int]:
     """Documents as lists of tokenized sentences, sentences without tokens dropped, and the characters read: each row
-    a text cut by ``split_sentences`` (``split``) or a list of sentences. A sentence may be longer than the model
-    (the pairs made of it are truncated), so the tokenizer's length warning is off."""
+    a text cut by ``split_sentences`` (``split``) or a list of sentences; ``encode`` is a tokenizer or a function
+    from texts to their ids without special tokens. A sentence may be longer than the model (the pairs made of it are
+    truncated), so the tokenizer's length warning is off."""
     documents = [split_sentences(t) for t in rows] if split else [[s for s in d if s.strip()] for d in rows]
     flat = [s for doc in documents for s in doc]
-    encoded = iter(tokenizer(flat, add_special_tokens=False, verbose=False)["input_ids"] if flat else [])
+    if isinstance(encode, PreTrainedTokenizerBase):
+        encode = functools.partial(_ids, tokenizer=encode)
+    encoded = iter(encode(flat) if flat else [])
     return [[ids for ids in itertools.islice(encoded, len(doc)) if ids] for doc in documents], sum(map(len, flat))
+
+
+def _ids(texts: list[str], tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
+    return tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
 
 
 # ----------------------------------------------------------------------------- batch encoders

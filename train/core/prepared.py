@@ -38,13 +38,14 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import datasets
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
 from train.core.examples import nsp_features, nsp_pair_index, tokenize_documents
@@ -206,17 +207,16 @@ def _write_part(job) -> dict:
     length) and, for sentences, `part-<i>.documents.npy` (each document's sentence count)."""
     dataset, tokenizer, layout, column, has_sentences, staging, index, parts = job
     part = dataset.shard(parts, index, contiguous=True) if parts > 1 else dataset
-    dtype, eos = token_dtype(tokenizer), tokenizer.eos_token_id
+    dtype, eos, encode = token_dtype(tokenizer), tokenizer.eos_token_id, _encoder(tokenizer)
     lengths, documents, characters = [], [], 0
     with open(staging / f"part-{index}.tokens", "wb") as out:
         for batch in part.select_columns([column]).iter(batch_size=ROWS_PER_BATCH):
             rows = batch[column]
             if layout == "documents":
                 characters += sum(map(len, rows))
-                ids = tokenizer(rows, add_special_tokens=False, verbose=False)["input_ids"] if rows else []
-                ids = [[*row, eos] for row in ids]
+                ids = [[*row, eos] for row in encode(rows)]
             else:
-                tokenized, read = tokenize_documents(rows, tokenizer, split=not has_sentences)
+                tokenized, read = tokenize_documents(rows, encode, split=not has_sentences)
                 characters += read
                 ids = [sentence for doc in tokenized for sentence in doc]
                 documents.extend(len(doc) for doc in tokenized if doc)
@@ -227,6 +227,18 @@ def _write_part(job) -> dict:
         np.save(staging / f"part-{index}.documents.npy", np.asarray(documents, dtype=np.int64))
     return {"tokens": int(sum(lengths)), "items": len(lengths), "characters": characters,
             "documents": len(documents) if layout == "sentences" else len(lengths)}
+
+
+def _encoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[str]], list[list[int]]]:
+    """`texts -> ids` as `tokenizer(texts, add_special_tokens=False)` gives them: for a fast tokenizer straight from
+    a copy of its backend without offsets or truncation (`encode_batch_fast`, about a quarter faster)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch_fast"):
+        return lambda texts: tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
+    backend = Tokenizer.from_str(backend.to_str())
+    backend.no_truncation()
+    backend.no_padding()
+    return lambda texts: [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
 
 
 def _join_parts(staging: Path, layout: str, parts: int, dtype: str) -> None:

@@ -1,0 +1,229 @@
+"""How pretraining scales with the corpus: preparation, time to the first step and memory, at a given corpus size.
+
+    lineage corpus-benchmark --family gpt --size-mb 100 --num_proc 2 --json gpt-100mb.json
+    lineage corpus-benchmark --family bert --size-mb 1000 --stages prepare,run,stream
+    lineage corpus-benchmark --family gpt --size-mb 100 --stages run --repo ../lineage-old   # another checkout
+
+A corpus of `--size-mb` MB of English is written into `--work` (once; reused by later calls): documents of the
+embedded generator (`train.core.corpus`, biographies, travel diaries and recipes; a small vocabulary, so text
+tokenizes faster than literary English), `--unique-mb` MB of distinct documents repeated in a new order per copy. GPT's
+file holds one document per line, BERT's is in BERT's own layout (one sentence per line, a blank line between
+documents). A tokenizer is trained once on the corpus's first 20 MB and given to every run (`tokenizer`), so no stage
+times tokenizer training. Each stage then runs the real command in a new process; the caches (`LINEAGE_CACHE` and the
+datasets cache, under `--work`) start empty at each call, so a stage finds only what the stages before it wrote:
+
+- `prepare` (cold): `lineage prepare` with `--num_proc` processes: seconds and MB of text per second of the whole
+  command (start-up, reading the text into the datasets cache, tokenizing) and of its tokenizing alone (the store's
+  record), the store's size on disk, the bytes per token of its ids and the size of its indexes (document or
+  sentence offsets, BERT's pair index);
+- `run`: the pretraining command on the prepared corpus (`--max_steps 2`): seconds from the launch to the first step's
+  record in `logs/metrics.jsonl`. Run without `prepare` first (or with `--repo` an older checkout), this is a cold
+  first run that prepares its data itself;
+- `stream`: the same command with `streaming: true`, nothing prepared.
+
+Every stage reports the peak anonymous resident memory (`Pss_Anon` of the process and its children, summed and sampled
+every 0.2 s: the memory the run holds itself, not the pages of memory-mapped files the kernel can drop, and a page a
+forked process shares with its parent counted once). The model is the
+recipe's tiny preset: these figures are about the data path, not the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from train.core.corpus import generate_records
+
+STAGES = ("prepare", "run", "stream")
+RECIPES = {"gpt": ("gpt-pretrain-tiny", "pretrain_gpt"), "bert": ("bert-pretrain-tiny", "pretrain_bert")}
+TOKENIZER_SAMPLE = 20_000_000  # characters the benchmark's tokenizer learns from
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--family", choices=tuple(RECIPES), required=True)
+    parser.add_argument("--size-mb", type=float, required=True, help="corpus size in MB (10^6 bytes of UTF-8)")
+    parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, in order: {', '.join(STAGES)}")
+    parser.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="processes of `lineage prepare`")
+    parser.add_argument("--unique-mb", type=float, default=16.0, help="MB of distinct documents in the corpus")
+    parser.add_argument("--work", type=Path, default=Path("outputs/corpus-benchmark"),
+                        help="where the corpora, tokenizers, caches and runs go")
+    parser.add_argument("--repo", type=Path, default=None, help="run the commands from this checkout instead")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds a stage may take")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    return parser
+
+
+def write_corpus(path: Path, family: str, size_mb: float, unique_mb: float) -> Path:
+    """`size_mb` MB of documents in `family`'s layout at `path` (kept: a second call reuses it)."""
+    if path.is_file():
+        return path
+    documents, total, seed = [], 0, 0
+    while total < unique_mb * 1e6:
+        for row in generate_records("documents", "train", seed, 2000):
+            text = row["text"] + "\n" if family == "gpt" else "\n".join(row["sentences"]) + "\n\n"
+            documents.append(text)
+            total += len(text.encode())
+        seed += 1
+    staging, rng, written = path.with_name(path.name + ".tmp"), random.Random(0), 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with staging.open("w") as out:
+        while written < size_mb * 1e6:
+            rng.shuffle(documents)
+            for text in documents:
+                out.write(text)
+                written += len(text.encode())
+                if written >= size_mb * 1e6:
+                    break
+    staging.replace(path)
+    return path
+
+
+def write_tokenizer(folder: Path, corpus: Path, family: str) -> Path:
+    """A tokenizer of the recipe's vocabulary size trained on the corpus's first `TOKENIZER_SAMPLE` characters."""
+    if (folder / "tokenizer.json").is_file():
+        return folder
+    from train.core.recipes import load_recipe
+    from train.core.tokenization import bounded, train_tokenizer
+
+    recipe = load_recipe(RECIPES[family][0])
+    with corpus.open() as lines:
+        texts = bounded((line for line in lines if line.strip()), TOKENIZER_SAMPLE)
+        tokenizer = train_tokenizer(family, texts, recipe.tokenizer_vocab_size, model_max_length=recipe.max_seq_length)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+class AnonymousMemory(threading.Thread):
+    """The peak anonymous memory (MiB) of a process and its descendants, sampled until `stop()`: the sum of their
+    `Pss_Anon`, so pages a forked process still shares with its parent count once."""
+
+    def __init__(self, pid: int, every: float = 0.2):
+        super().__init__(daemon=True)
+        self.pid, self.every, self.peak, self._done = pid, every, 0.0, threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, sum(_pss_anon(p) for p in _tree(self.pid)) / 1024)
+            self._done.wait(self.every)
+
+    def stop(self) -> float:
+        self._done.set()
+        self.join()
+        return self.peak
+
+
+def _tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _pss_anon(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss_Anon:"):
+                return int(line.split()[1])  # kB
+    except OSError:
+        pass
+    return 0
+
+
+def run_stage(command: list[str], env: dict, cwd: Path, timeout: float, first_step: Path | None = None) -> dict:
+    """Run `command`; its seconds (to the first record in `first_step` when given, else to its exit) and peak
+    anonymous memory. A failing command raises with the end of its output."""
+    began = time.perf_counter()
+    log = cwd / "stage.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        memory = AnonymousMemory(process.pid)
+        memory.start()
+        reached = None
+        while process.poll() is None and time.perf_counter() - began < timeout:
+            if first_step is not None and reached is None and first_step.is_file() and (
+                    '"loss"' in first_step.read_text()):
+                reached = time.perf_counter() - began
+            time.sleep(0.05)
+        if process.poll() is None:
+            process.kill()
+        code = process.wait()
+        peak = memory.stop()
+    if code != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({code}):\n{log.read_text()[-3000:]}")
+    seconds = reached if first_step is not None else time.perf_counter() - began
+    if seconds is None:
+        raise RuntimeError(f"{' '.join(command)}: no step record in {first_step}")
+    return {"seconds": round(seconds, 2), "peak_anon_mib": round(peak, 1)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = make_parser().parse_args(argv)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown or not stages:
+        raise SystemExit(f"--stages: unknown stage {unknown[0]!r}; stages: {', '.join(STAGES)}" if unknown
+                         else f"--stages: name at least one of {', '.join(STAGES)}")
+    if args.size_mb <= 0 or args.unique_mb <= 0 or args.num_proc < 1:
+        raise SystemExit("--size-mb and --unique-mb must be > 0 and --num_proc >= 1")
+    work = args.work.resolve()
+    recipe, script = RECIPES[args.family]
+    corpus = write_corpus(work / f"corpus-{args.family}-{args.size_mb:g}mb.txt", args.family, args.size_mb,
+                          args.unique_mb)
+    tokenizer = write_tokenizer(work / f"tokenizer-{args.family}", corpus, args.family)
+    cwd = (args.repo or Path(__file__).resolve().parents[1]).resolve()
+    cache = work / f"cache-{args.family}-{args.size_mb:g}mb"
+    env = {**os.environ, "LINEAGE_CACHE": str(cache / "lineage"), "HF_DATASETS_CACHE": str(cache / "datasets"),
+           "PYTHONPATH": str(cwd), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "true"}
+    keys = ["--recipe", recipe, "--train_file", str(corpus), "--tokenizer", str(tokenizer)]
+    run_keys = ["--max_steps", "2", "--logging_steps", "1", "--save_steps", "0", "--report_to", "none",
+                "--progress_bar", "false", "--overwrite_output_dir", "true"]
+    results = {"family": args.family, "size_mb": args.size_mb, "corpus": str(corpus), "num_proc": args.num_proc,
+               "repo": str(cwd), "cpus": os.cpu_count()}
+    shutil.rmtree(cache, ignore_errors=True)  # cold: the stages after `prepare` find what it wrote
+    for stage in stages:
+        if stage == "prepare":
+            row = run_stage([sys.executable, "-m", "train.prepare", *keys, "--num_proc", str(args.num_proc)], env,
+                            work, args.timeout)
+            stores = [p for p in (cache / "lineage" / "prepared").iterdir() if not p.name.startswith(".")]
+            info = json.loads((stores[0] / "store.json").read_text())
+            size = sum(f.stat().st_size for f in stores[0].iterdir())
+            ids = (stores[0] / "tokens.bin").stat().st_size
+            row.update(mb_per_s=round(args.size_mb / row["seconds"], 2), tokenize_seconds=info["seconds"],
+                       tokenize_mb_per_s=round(args.size_mb / info["seconds"], 2), tokens=info["tokens"],
+                       store_mib=round(size / 2**20, 1), bytes_per_token=round(ids / info["tokens"], 3),
+                       index_mib=round((size - ids) / 2**20, 1))
+        else:
+            output = work / f"run-{args.family}-{stage}"
+            shutil.rmtree(output, ignore_errors=True)
+            extra = ["--streaming", "true"] if stage == "stream" else []
+            row = run_stage([sys.executable, "-m", f"train.{script}", *keys, *run_keys, *extra, "--output_dir",
+                             str(output)], env, work, args.timeout, first_step=output / "logs" / "metrics.jsonl")
+        results[stage] = row
+        print(f"{args.family} {args.size_mb:g} MB {stage}: " + ", ".join(f"{k} {v}" for k, v in row.items()),
+              flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return results
+
+
+if __name__ == "__main__":
+    main()
