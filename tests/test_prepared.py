@@ -130,8 +130,8 @@ def test_the_pair_index_matches_pairs_built_from_token_lists(bert):
     """`create_nsp_examples` runs on the index; its pairs still hold whole sentences of one document (A) and the
     next ones or another document's (B), on documents with empty sentences and empty documents."""
     rng = random.Random(1)
-    documents = [[[d * 1000 + 100 + s * 30 + t for t in range(rng.randrange(0, 12))] for s in range(rng.randrange(0, 7))]
-                 for d in range(80)]
+    documents = [[[d * 1000 + 100 + s * 30 + t for t in range(rng.randrange(0, 12))]
+                  for s in range(rng.randrange(0, 7))] for d in range(80)]
     examples = create_nsp_examples(documents, bert, max_length=32, seed=2, dupe_factor=2, short_seq_prob=0.3)
     assert examples and all(len(e["input_ids"]) <= 32 for e in examples)
     for e in examples:
