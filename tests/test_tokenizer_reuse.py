@@ -1,6 +1,6 @@
 """Tokenizers are trained once, on a bounded sample, and reused by the next run on the same data (issue 30, item 3):
-the cache key hashes the sampled texts themselves, so a tokenizer is reused only where training would give the same
-one, whatever the output folder."""
+the cache key hashes the sampled texts themselves, or the fingerprint of data read from files, so a tokenizer is reused
+only where training would give the same one, whatever the output folder."""
 
 import pytest
 
@@ -50,3 +50,18 @@ def test_a_damaged_cache_entry_is_trained_again(tmp_path, monkeypatch, capsys):
     assert "tokenizer: trained on all" in capsys.readouterr().out
     assert again.get_vocab() == first.get_vocab()
     assert [p.name for p in (tmp_path / "cache" / "tokenizers").iterdir()] == [entry.name]
+
+
+def test_a_tokenizer_of_data_read_from_files_is_found_by_its_fingerprint_without_reading_it(tmp_path, monkeypatch,
+                                                                                            capsys):
+    monkeypatch.setenv("LINEAGE_CACHE", str(tmp_path / "cache"))
+    first = reused_or_trained("gpt", lambda: iter(TEXTS), 300, sample_size=None, model_max_length=64, data_key="k1")
+    assert "tokenizer: trained on all 120 texts" in capsys.readouterr().out
+
+    def unread():
+        raise AssertionError("the data was read")
+
+    again = reused_or_trained("gpt", unread, 300, sample_size=None, model_max_length=64, data_key="k1")
+    assert "tokenizer: reused" in capsys.readouterr().out and again.get_vocab() == first.get_vocab()
+    with pytest.raises(AssertionError, match="the data was read"):  # other data, or another sample: trained
+        reused_or_trained("gpt", unread, 300, sample_size=1000, model_max_length=64, data_key="k1")

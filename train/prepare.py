@@ -19,6 +19,7 @@ from train import pretrain_bert, pretrain_gpt
 from train.core.common import column_texts, corpus_tokenizer, load_splits, model_source
 from train.core.data import check_documents
 from train.core.engine import seed_everything
+from train.core.prepared import data_key
 from train.core.recipes import COMMAND_KEYS, RecipeError, parse_args
 
 COMMANDS = {"gpt": pretrain_gpt, "bert": pretrain_bert}
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None):
     if source.family == "bert":
         check_documents(train_docs, recipe.data_source("train", "embedded:documents"))
     tokenizer = corpus_tokenizer(recipe, source.family, lambda: column_texts(train_docs), source,
-                                 templates=source.family == "bert")
+                                 templates=source.family == "bert", data_key=data_key(train_docs, ["text"]))
     return COMMANDS[source.family].training_data(recipe, tokenizer, train_docs, eval_docs)
 
 

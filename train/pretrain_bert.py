@@ -31,6 +31,7 @@ from train.core.common import (build_model, check_sequence_room, column_texts, f
                                load_splits, model_source, one_process_first, unpadding_on_gpu)
 from train.core.data import check_documents, prepare_nsp_dataset
 from train.core.engine import Engine, seed_everything
+from train.core.prepared import data_key
 from train.metrics import load_metric
 from train.core.distributed import token_mean
 from train.core.recipes import parse_args
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None):
     check_documents(train_docs, recipe.data_source("train", "embedded:documents"))
     if eval_docs:
         check_documents(eval_docs, recipe.split_name("validation", "embedded:documents"))
-    tokenizer = get_tokenizer(recipe, "bert", lambda: column_texts(train_docs), source=source)
+    tokenizer = get_tokenizer(recipe, "bert", lambda: column_texts(train_docs), source=source,
+                              data_key=data_key(train_docs, ["text"]))
     check_sequence_room(recipe, tokenizer, 2, "BERT pretraining's sentence pairs")
     model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert",
                         source)

@@ -28,6 +28,7 @@ from train.core.common import (build_model, check_sequence_room, column_texts, g
 from train.core.data import prepare_causal_lm_dataset
 from train.core.distributed import token_mean
 from train.core.engine import Engine, seed_everything
+from train.core.prepared import data_key
 from train.metrics import load_metric
 from train.core.recipes import RecipeError, parse_args
 
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None):
     seed_everything(recipe.seed)
     source = model_source(recipe, "pretrain_gpt", ("gpt",), generates=True)
     train_docs, eval_docs = load_splits(recipe, [("text", "text")], "embedded:documents")
-    tokenizer = get_tokenizer(recipe, "gpt", lambda: column_texts(train_docs), source=source, templates=False)
+    tokenizer = get_tokenizer(recipe, "gpt", lambda: column_texts(train_docs), source=source, templates=False,
+                              data_key=data_key(train_docs, ["text"]))
     check_sequence_room(recipe, tokenizer, 1, "causal-LM blocks (a token and the next one it predicts)", minimum=2)
     model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt", source)
     prompts = recipe.sample_prompts or DEFAULT_PROMPTS

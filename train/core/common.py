@@ -141,7 +141,7 @@ def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
 
 
 def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
-                  source: sources.ModelSource | None = None, templates: bool = True):
+                  source: sources.ModelSource | None = None, templates: bool = True, data_key: str | None = None):
     """The run's tokenizer (module docstring, `corpus_tokenizer`). One trained here is saved in
     `<output_dir>/tokenizer` and reused on resume (training is reproducible, but the data a resumed run reads could
     have changed since)."""
@@ -154,7 +154,7 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
     with one_process_first() as main:  # one process trains, the others load its vocabulary
         if main:
             run_folder.claim(recipe)  # before the first file written into output_dir
-            tokenizer = corpus_tokenizer(recipe, kind, texts, source, templates)
+            tokenizer = corpus_tokenizer(recipe, kind, texts, source, templates, data_key)
             tokenizer.save_pretrained(trained)
             run_folder.record_written(recipe, "tokenizer")
         else:
@@ -163,10 +163,11 @@ def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
 
 
 def corpus_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]], source: sources.ModelSource,
-                     templates: bool = True):
+                     templates: bool = True, data_key: str | None = None):
     """The tokenizer a run of `recipe` on its data uses, written nowhere but the tokenizer cache: a pretrained
     source's own (`sources.pretrained_tokenizer`), `recipe.tokenizer`, or one trained on `texts()` (or reused from
-    the cache: `tokenization.reused_or_trained`)."""
+    the cache: `tokenization.reused_or_trained`, found by `data_key` when the data has one:
+    `prepared.data_key`)."""
     if source.pretrained:
         return sources.pretrained_tokenizer(source, recipe.tokenizer, templates=templates)
     if recipe.tokenizer:
@@ -179,7 +180,7 @@ def corpus_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str
                                     f"python -m train.train_tokenizer")
         return load_tokenizer(recipe.tokenizer, kind, argument="recipe key 'tokenizer'")
     return reused_or_trained(kind, texts, recipe.tokenizer_vocab_size, sample_size=recipe.tokenizer_train_size,
-                             model_max_length=recipe.max_seq_length)
+                             model_max_length=recipe.max_seq_length, data_key=data_key)
 
 
 @contextmanager

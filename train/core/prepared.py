@@ -93,12 +93,20 @@ def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
     return hashlib.sha256(f"{definition}\n{specials}".encode()).hexdigest()
 
 
-def corpus_digest(dataset: datasets.Dataset, columns: list[str]) -> str:
-    """A hash of `dataset`'s `columns`: its fingerprint when it was loaded from files (datasets derives it from the
-    data files and every transform since), else the texts themselves (data made in memory gets a random
-    fingerprint)."""
-    if dataset.cache_files:
+def data_key(dataset, columns: list[str]) -> str | None:
+    """What identifies `dataset`'s `columns` without reading them: its fingerprint when it was loaded from files or
+    the Hub (datasets derives it from the data files and every transform since); None for data made in memory, whose
+    fingerprint is random, and for a stream."""
+    if isinstance(dataset, datasets.Dataset) and dataset.cache_files:
         return hashlib.sha256(f"{dataset._fingerprint} {columns}".encode()).hexdigest()
+    return None
+
+
+def corpus_digest(dataset: datasets.Dataset, columns: list[str]) -> str:
+    """A hash of `dataset`'s `columns`: `data_key`, else the texts themselves."""
+    key = data_key(dataset, columns)
+    if key is not None:
+        return key
     digest = hashlib.sha256(repr(columns).encode())
     for batch in dataset.select_columns(columns).iter(batch_size=ROWS_PER_BATCH):
         digest.update(json.dumps(batch, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
@@ -322,5 +330,5 @@ class SentencePairs(torch.utils.data.Dataset):
         return row
 
 
-__all__ = ["LAYOUTS", "CausalBlocks", "SentencePairs", "TokenStore", "corpus_digest", "prepared_store", "token_dtype",
-           "tokenizer_digest"]
+__all__ = ["LAYOUTS", "CausalBlocks", "SentencePairs", "TokenStore", "corpus_digest", "data_key", "prepared_store",
+           "token_dtype", "tokenizer_digest"]

@@ -225,20 +225,25 @@ def bounded(texts: Iterable[str], limit: int | None) -> Iterator[str]:
 
 
 def reused_or_trained(kind: str, texts: Callable[[], Iterable[str]], vocab_size: int, *, sample_size: int | None,
-                      model_max_length: int) -> PreTrainedTokenizerFast:
+                      model_max_length: int, data_key: str | None = None) -> PreTrainedTokenizerFast:
     """A tokenizer of `kind` trained on the first `sample_size` characters of `texts()` (`bounded`), or the one
-    trained on exactly those texts before, from `cache_folder()/tokenizers/<key>`: the key hashes the sampled texts
-    themselves (a first read of the sample) with the training settings and the tokenizers release, so a tokenizer is
-    reused only where training would give the same one. A new one is written into the cache through a temporary
-    folder and a rename; a damaged entry is trained again."""
+    trained on exactly those texts before, from `cache_folder()/tokenizers/<key>`: the key hashes the training
+    settings and the tokenizers release with `data_key` when given (what identifies data read from files: their
+    fingerprint, so nothing is read to find the tokenizer), else with the sampled texts themselves (a first read of
+    the sample), so a tokenizer is reused only where training would give the same one. A new one is written into
+    the cache through a temporary folder and a rename; a damaged entry is trained again."""
     import tokenizers
 
-    digest, characters, count = hashlib.sha256(), 0, 0
-    for text in bounded(texts(), sample_size):
-        digest.update(text.encode("utf-8", "surrogatepass") + b"\x00")
-        characters, count = characters + len(text), count + 1
+    if data_key is None:
+        digest, characters, count = hashlib.sha256(), 0, 0
+        for text in bounded(texts(), sample_size):
+            digest.update(text.encode("utf-8", "surrogatepass") + b"\x00")
+            characters, count = characters + len(text), count + 1
+        identity, same = digest.hexdigest(), f"the same {count} texts, {characters:,} characters"
+    else:
+        identity, same = f"data {data_key} {sample_size}", "the same data"
     settings = f"{canonical_kind(kind)} {vocab_size} {model_max_length} {tokenizers.__version__}"
-    key = hashlib.sha256(f"{settings} {digest.hexdigest()}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(f"{settings} {identity}".encode()).hexdigest()[:24]
     folder = cache_folder() / "tokenizers" / key
     if (folder / "tokenizer.json").is_file():
         try:
@@ -246,10 +251,16 @@ def reused_or_trained(kind: str, texts: Callable[[], Iterable[str]], vocab_size:
         except (OSError, ValueError):
             tokenizer = None  # a damaged entry: trained again below
         if tokenizer is not None:
-            print(f"tokenizer: reused {folder} (trained on the same {count} texts, {characters:,} characters)",
-                  flush=True)
+            print(f"tokenizer: reused {folder} (trained on {same})", flush=True)
             return tokenizer
-    tokenizer = train_tokenizer(kind, bounded(texts(), sample_size), vocab_size, model_max_length=model_max_length)
+    read = [0, 0]  # texts, characters
+
+    def sample() -> Iterator[str]:
+        for text in bounded(texts(), sample_size):
+            read[0], read[1] = read[0] + 1, read[1] + len(text)
+            yield text
+
+    tokenizer = train_tokenizer(kind, sample(), vocab_size, model_max_length=model_max_length)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{key}.tmp-"))
     try:
@@ -258,6 +269,7 @@ def reused_or_trained(kind: str, texts: Callable[[], Iterable[str]], vocab_size:
         os.replace(staging, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    count, characters = read
     cut = f"the first {count} texts ({characters:,} characters, tokenizer_train_size)" if (
         sample_size is not None and characters >= sample_size) else f"all {count} texts ({characters:,} characters)"
     print(f"tokenizer: trained on {cut}; kept in {folder} for the next run on the same data", flush=True)
