@@ -4,17 +4,31 @@ Exact resume and process-count independence rest on two facts. The data order of
 seeded by `(seed, e)`, the same on every process (`EpochSampler`). Each example's random choices (MLM masking)
 come from a seed drawn from `(seed, epoch, example index)` (`SeededCollate`), so they never depend on which
 other examples share its batch, on prefetching, or on the number of processes.
+
+A stream (a `datasets.IterableDataset`: no length, read as training goes) is drawn by `StreamBatches` instead, in
+its own order. Every process reads the stream's micro-batch of all processes together and keeps every `W`-th example
+of it from its rank on, so that micro-batch holds the same examples whatever the number of processes `W` is, an
+example's index is its position in the pass over the stream, and every process knows by itself where a pass ends: at
+the first micro-batch the stream cannot fill. The next pass is the next epoch (`set_epoch`: the stream's shards, its
+files, in an order seeded by the epoch). The stream's own `state_dict()`, taken between micro-batches, is its exact
+position, the same on every process (each read is made in the training process, none ahead), from datasets 5.2.0
+on (`stream_resume_problem`: older releases restore it inexactly). `check_stream` holds what a streamed run needs of
+its recipe.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import count, islice
 
+import datasets
 import torch
+from packaging.version import Version
 from torch.utils.data import Dataset, Sampler
 
 from train.core.collators import check_batch_values
+from train.core.recipes import RecipeError
 
 
 def example_seed(seed: int, epoch: int, index: int) -> int:
@@ -79,4 +93,86 @@ class SeededCollate:
         return batch
 
 
-__all__ = ["EpochSampler", "IndexedDataset", "SeededCollate", "example_seed"]
+def is_stream(dataset) -> bool:
+    """Whether `dataset` is a stream (`datasets.IterableDataset`), drawn by `StreamBatches`, not by index."""
+    return isinstance(dataset, datasets.IterableDataset)
+
+
+def check_stream(max_steps: int, dataloader_num_workers: int) -> None:
+    """Refuse what a streamed run cannot do: size itself by epochs (a stream has no length), or read in loader worker
+    processes (which read ahead of training, so the stream's position a checkpoint saves would be past the trained
+    batches)."""
+    if max_steps <= 0:
+        raise RecipeError(f"recipe key 'streaming' is true but 'max_steps' is {max_steps}: a stream has no length, so "
+                          f"'num_train_epochs' cannot size the run; set max_steps > 0 (the stream is read again from "
+                          f"its start whenever it ends before max_steps)")
+    if dataloader_num_workers > 0:
+        raise RecipeError(f"recipe key 'streaming' is true but 'dataloader_num_workers' is {dataloader_num_workers}: a "
+                          f"stream is read in the training process, so that the position a checkpoint saves is exactly "
+                          f"that of the trained batches (workers read ahead); set dataloader_num_workers to 0")
+
+
+# the first datasets release checked to resume a stream exactly through what the commands build
+# (tests/test_streaming.py); 4.3 to 4.5 skip examples after a batched map (huggingface/datasets#8145), and from 5.0
+# until huggingface/datasets#8308 was fixed a resumed stream's position stopped advancing (a second resume restarted it)
+EXACT_STREAM_RESUME = "5.2.0"
+
+
+def stream_resume_problem() -> str | None:
+    """Why the installed `datasets` cannot resume a stream exactly (None: it can)."""
+    if Version(datasets.__version__) >= Version(EXACT_STREAM_RESUME):
+        return None
+    return (f"the installed datasets {datasets.__version__} does not restore a stream's position exactly (it skips "
+            f"examples after a map, huggingface/datasets#8145, or restarts the stream at a second resume, #8308); "
+            f"resuming a streamed run needs datasets>={EXACT_STREAM_RESUME}")
+
+
+class EmptyStreamError(ValueError):
+    """A pass over the training stream that gave no micro-batch."""
+
+
+class StreamBatches:
+    """This process's micro-batches of `per_process` examples from `dataset`, a `datasets.IterableDataset` that this
+    object iterates, sets the epoch of and restores (module docstring), collated by `collate` with each example's
+    position in the pass as its index. Process `rank` of `processes` keeps the examples at positions `rank`,
+    `rank + processes`, ... of every micro-batch of all processes. A pass begun from its start that ends before its
+    first micro-batch raises `EmptyStreamError`."""
+
+    def __init__(self, dataset: datasets.IterableDataset, per_process: int, collate: SeededCollate, rank: int = 0,
+                 processes: int = 1):
+        self.stream, self.per_process, self.collate, self.rank, self.processes = (dataset, per_process, collate, rank,
+                                                                                  processes)
+
+    def state_dict(self) -> dict:
+        """The stream's position after the last micro-batch drawn (`datasets.IterableDataset.state_dict`)."""
+        return self.stream.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue, in the pass `state` was taken in, from the micro-batch after it."""
+        self.stream.load_state_dict(state)
+
+    def batches(self, epoch: int, start: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+        """Pass `epoch`'s micro-batches from its `start`-th on (a resumed pass: the loaded state is at that one)."""
+        self.stream.set_epoch(epoch)
+        self.collate.epoch = epoch
+        examples = iter(self.stream)
+        every = self.per_process * self.processes
+        for index in count(start):
+            taken = list(islice(examples, every))
+            if len(taken) < every:
+                if index == 0:
+                    self._refuse_empty(len(taken))
+                return
+            yield self.collate([(index * every + i, taken[i]) for i in range(self.rank, every, self.processes)])
+
+    def _refuse_empty(self, read: int) -> None:
+        if read == 0:
+            raise EmptyStreamError("the training stream yielded no example")
+        raise EmptyStreamError(
+            f"the training stream yielded {read} examples, fewer than one micro-batch of "
+            f"{self.per_process * self.processes} (per_device_train_batch_size {self.per_process} x {self.processes} "
+            f"processes): give more data or a smaller per_device_train_batch_size")
+
+
+__all__ = ["EXACT_STREAM_RESUME", "EmptyStreamError", "EpochSampler", "IndexedDataset", "SeededCollate",
+           "StreamBatches", "check_stream", "example_seed", "is_stream", "stream_resume_problem"]

@@ -7,12 +7,14 @@ and `lineage_state.json`: the engine's `TrainState`, how the run was distributed
 checkpoint resumes at any number of processes and under any of these distributions: each process loads the full
 state and keeps its shard. The data position (`batch_in_epoch`) counts micro-batches of `micro_batch_examples`
 examples over all processes; resuming with another per-process batch times process count is refused, with the
-product to restore. Random states of processes the checkpoint did not have start from the seed (dropout then differs
-from an uninterrupted run; weights, optimizer, schedule and data order do not). DeepSpeed runs keep DeepSpeed's own
-format (Accelerate's `save_state`), which resumes at the world size that wrote it. It is written to a temporary folder and renamed into place
-once complete, so a crash during a save never touches the previous good one; a checkpoint without its state file
-is incomplete and never resumed from. `resume_path("latest" | folder)` finds and verifies one before anything is
-built; `load_checkpoint` restores it.
+product to restore. A streamed run (`train.core.batching.StreamBatches`) also keeps its position in the stream,
+`stream_state.json` (`datasets.IterableDataset.state_dict()`, the same on every process), which the same product of
+processes and batch size continues exactly. Random states of processes the checkpoint did not have start from the
+seed (dropout then differs from an uninterrupted run; weights, optimizer, schedule and data order do not). DeepSpeed
+runs keep DeepSpeed's own format (Accelerate's `save_state`), which resumes at the world size that wrote it. It is
+written to a temporary folder and renamed into place once complete, so a crash during a save never touches the
+previous good one; a checkpoint without its state file is incomplete and never resumed from.
+`resume_path("latest" | folder)` finds and verifies one before anything is built; `load_checkpoint` restores it.
 
 Killed at any instant (SIGKILL, tested in tests/test_reliability.py): every file is fsynced before the state file
 is written, and the folder's entry after the rename, so a complete checkpoint stays complete; folders left by a
@@ -22,12 +24,12 @@ new one -> `step-N`); killed between them, `.old-step-N` is that step's checkpoi
 back.
 
 Resume is checked against the recipe (`check_resume`): the record holds what the run was (`run_identity`: the model
-config, the tokenizer's vocabulary, the data and the number of examples in it), and a checkpoint written by another
-model, tokenizer or data is refused key by key (`ResumeMismatchError`: "the checkpoint was written with
-num_hidden_layers=2, this run has 1"), never reported as corrupt. Every other recipe key (learning rate, schedule,
-warmup, max_steps, weight decay, logging and saving intervals, ...) may change on resume: it takes effect (the
-optimizer's hyperparameters and the schedule's base rate come from the recipe, not the checkpoint) and is returned
-for the run line, the log and the run record.
+config, the tokenizer's vocabulary, the data and the number of examples in it, `stream` for a stream), and a
+checkpoint written by another model, tokenizer or data is refused key by key (`ResumeMismatchError`: "the checkpoint
+was written with num_hidden_layers=2, this run has 1"), never reported as corrupt. Every other recipe key (learning
+rate, schedule, warmup, max_steps, weight decay, logging and saving intervals, ...) may change on resume: it takes
+effect (the optimizer's hyperparameters and the schedule's base rate come from the recipe, not the checkpoint) and is
+returned for the run line, the log and the run record.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict, set_optimizer_state_dict)
 
 STATE_FILE = "lineage_state.json"
+STREAM_STATE = "stream_state.json"  # the position in a training stream
 # recipe keys acting only before the first step (the tokenizer a run trains): a resume cannot change them
 FIXED_AT_START = ("tokenizer_vocab_size", "tokenizer_train_size")
 CHECKPOINT_PREFIX = "step-"
@@ -131,8 +134,9 @@ def resume_path(spec: str | None, root: Path) -> Path | None:
     return path
 
 
-def run_identity(config, tokenizer, recipe, examples: int) -> dict:
-    """What a checkpoint must share with the run that resumes it, and the recipe's changeable keys."""
+def run_identity(config, tokenizer, recipe, examples: int | str) -> dict:
+    """What a checkpoint must share with the run that resumes it, and the recipe's changeable keys. `examples`: the
+    number of training examples, or `"stream"` for a stream (whose length is unknown)."""
     fields = json.loads(json.dumps(config.to_dict(), default=str))
     identity = {"model_config": {k: v for k, v in sorted(fields.items()) if k not in _RUNTIME_CONFIG},
                 "dataset": {"source": recipe.data_source("train"), "dataset_config": recipe.dataset_config,
@@ -211,6 +215,19 @@ def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: 
     return state
 
 
+def load_stream_state(path: Path) -> dict:
+    """The position in the training stream saved in checkpoint `path`; a checkpoint without one (written by a run that
+    did not stream) is refused."""
+    verify_checkpoint(path)
+    if not (path / STREAM_STATE).is_file():
+        raise CheckpointError(f"checkpoint {path} holds no position in a training stream (it was written by a run "
+                              f"that did not stream): resume it with streaming: false, or start a new run")
+    try:
+        return json.loads((path / STREAM_STATE).read_text())
+    except ValueError as err:
+        raise CheckpointError(f"checkpoint {path} is corrupt: unreadable {STREAM_STATE} ({err})") from err
+
+
 def _recipe_hyperparameters(optimizer, fresh: list[dict], schedulers) -> None:
     """Give the optimizer this run's hyperparameters (the checkpoint's came with its state) and rebase the schedule on
     this run's learning rate at the restored step: a changed learning rate, schedule or max_steps takes effect."""
@@ -228,9 +245,10 @@ def _recipe_hyperparameters(optimizer, fresh: list[dict], schedulers) -> None:
 
 
 def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, keep: int, launch: dict | None = None,
-                    identity: dict | None = None) -> Path:
+                    identity: dict | None = None, stream_state: dict | None = None) -> Path:
     """Save into a temporary folder, record it (with `launch`, how the run is distributed, and `identity`, what the run
-    is: `run_identity`), rename it into place, keep the last `keep`."""
+    is: `run_identity`), rename it into place, keep the last `keep`. `stream_state`: the position in a training
+    stream (the same on every process; the main process writes it)."""
     final = root / f"{CHECKPOINT_PREFIX}{state.step:08d}"
     tmp = root / f"{TMP}{final.name}"
     if accelerator.is_main_process:
@@ -244,6 +262,8 @@ def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, kee
         _save_portable(accelerator, tmp)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        if stream_state is not None:
+            (tmp / STREAM_STATE).write_text(json.dumps(stream_state))
         _write_record(tmp, state, launch, identity)
         _move_into_place(tmp, final)
         for stale in complete_checkpoints(root)[:-max(1, keep)]:
@@ -355,6 +375,6 @@ def _move_into_place(tmp: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["CHECKPOINT_PREFIX", "STATE_FILE", "CheckpointError", "ResumeMismatchError", "TrainState",
-           "check_resume", "complete_checkpoints", "load_checkpoint", "resume_path", "run_identity", "save_checkpoint",
-           "verify_checkpoint"]
+__all__ = ["CHECKPOINT_PREFIX", "STATE_FILE", "STREAM_STATE", "CheckpointError", "ResumeMismatchError", "TrainState",
+           "check_resume", "complete_checkpoints", "load_checkpoint", "load_stream_state", "resume_path",
+           "run_identity", "save_checkpoint", "verify_checkpoint"]

@@ -13,7 +13,7 @@ and at the end, before the final evaluation, so that a failing evaluation keeps 
 (`train.core.checkpoints`: atomic, the last `save_total_limit` kept). Everything written into the output folder is
 recorded in the run's manifest as it is written (`train.core.run_folder.record_written`). `resume_from_checkpoint`
 (`latest` or a folder) restores model, optimizer, scheduler and random states and skips the batches already
-seen in the epoch.
+seen in the epoch (a stream continues from the position the checkpoint saved).
 
 Batches come from `train.core.batching` (a seeded epoch order, one seed per example for the collator's random
 choices), so on a CPU an interrupted and resumed run reproduces the per-step losses of an uninterrupted one,
@@ -21,6 +21,15 @@ whatever the number of processes. The collator pads; the engine never re-pads. E
 positions and LM labels are checked against the model's ranges on the CPU as it is collated
 (`train.core.collators.check_batch_values`), so the model's own value checks, which would read them back from the
 device, are off around the training forward (`modeling.checks.value_checks`).
+
+A `datasets.IterableDataset` as training data (`streaming: true`) is a stream: the run is sized by `max_steps` alone
+and reads it in its own order, each process every `W`-th example of it (`batching.StreamBatches`), never ahead of
+training (no loader workers, and not Accelerate's dispatch of every batch from the main process: each process reads
+the stream itself and collates its share, moved to the device here). When the stream ends before `max_steps` the next
+pass is the next epoch; an accumulation window may span two passes (every optimizer step takes
+`gradient_accumulation_steps` micro-batches). A checkpoint keeps the position in the stream
+(`IterableDataset.state_dict()`, the same on every process), so a resumed run continues with the next micro-batch and
+repeats the uninterrupted one's losses. Evaluation data is never a stream: it is read whole at each evaluation.
 
 `max_train_seconds` (> 0) is a wall-clock budget: the run stops after the optimizer step at which the training
 time passes it, then checkpoints and evaluates as at `total_steps`. Training time (`seconds` in every step and
@@ -55,13 +64,14 @@ from typing import Any
 
 import torch
 from accelerate.state import AcceleratorState, GradientState
-from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration, set_seed
+from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration, send_to_device, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from modeling.checks import value_checks
 from train.core import checkpoints, distributed, publish, run_folder
-from train.core.batching import EpochSampler, IndexedDataset, SeededCollate
+from train.core.batching import (EpochSampler, IndexedDataset, SeededCollate, StreamBatches, check_stream, is_stream,
+                                  stream_resume_problem)
 from train.core.collators import value_limits
 from train.core.compilation import check_bounded_shapes, compile_model
 from train.core.evaluation import evaluate
@@ -103,6 +113,10 @@ class Engine:
     """Train `model` on `train_dataset` as `recipe` says.
 
     Args:
+        train_dataset: a `datasets.Dataset` (or any sequence of examples), or a stream: a `datasets.IterableDataset`
+            (trained by `max_steps`; resumable through its `state_dict()` / `load_state_dict()`, as every
+            `datasets` stream is, after `map`, `filter`, `take` and `IterableDataset.from_generator` alike).
+        eval_dataset: a `datasets.Dataset` (or any sequence), not a stream.
         collate_fn: turns a list of examples into a padded batch of tensors (`train.core.collators`); called
             with `seeds=` (one per example) when it takes them.
         loss_fn: `(outputs, batch, engine) -> loss`; default `outputs.loss`.
@@ -121,10 +135,12 @@ class Engine:
         self.checkpoint_root = self.output_dir / "checkpoints"
         if tokenizer is not None:
             check_tokenizer_matches_model(tokenizer, model.config)
-        if len(train_dataset) == 0:
-            raise ValueError("the training dataset is empty")
+        self.streamed = is_stream(train_dataset)
+        _check_datasets(train_dataset, eval_dataset, recipe)
         resume_from = checkpoints.resume_path(recipe.resume_from_checkpoint, self.checkpoint_root)  # fails early
-        self.identity = checkpoints.run_identity(model.config, tokenizer, recipe, len(train_dataset))
+        position = _stream_position(resume_from) if self.streamed and resume_from is not None else None
+        examples = "stream" if self.streamed else len(train_dataset)
+        self.identity = checkpoints.run_identity(model.config, tokenizer, recipe, examples)
         self.changed = checkpoints.check_resume(resume_from, self.identity) if resume_from is not None else {}
         self.accelerator = self._accelerator()
         if self.accelerator.is_main_process:
@@ -132,13 +148,15 @@ class Engine:
         self.launch = distributed.describe(self.accelerator)
         changes = "".join(f", {k}: {old} -> {new} (changed on resume)" for k, (old, new) in self.changed.items())
         self.accelerator.print("run: " + ", ".join(f"{k}={v}" for k, v in self.launch.items()) + changes)
+        if self.streamed and stream_resume_problem():  # said now, not when a resume is refused days later
+            self.accelerator.print(f"note: {stream_resume_problem()}; this run's checkpoints keep its weights")
         self._build_loaders(train_dataset, eval_dataset, collate_fn, value_limits(model))
         self._build_optimization(model, d_model or getattr(model.config, "d_model", None) or model.config.hidden_size)
         examples = recipe.per_device_train_batch_size * self.accelerator.num_processes
         self.state, self.clock = checkpoints.TrainState(micro_batch_examples=examples), _Clock()
         self.log = RunLog(self.accelerator, self.output_dir, bool(trackers(recipe.report_to)), recipe.to_dict())
         if resume_from is not None:
-            self._resume(resume_from)
+            self._resume(resume_from, position)
         else:
             self.log.restart()
         self.log.record_launch(self.state.step, self.launch, self.changed)
@@ -166,13 +184,20 @@ class Engine:
 
     def _build_loaders(self, train_dataset, eval_dataset, collate_fn: Callable, limits: dict) -> None:
         r = self.recipe
-        if r.compile:
-            check_bounded_shapes(r.compile_mode, collate_fn, train_dataset)
+        if r.compile:  # a stream's first thousand rows stand for it (read only if the check needs rows)
+            check_bounded_shapes(r.compile_mode, collate_fn,
+                                 train_dataset.take(1000) if self.streamed else train_dataset)
         self.collate = SeededCollate(collate_fn, r.seed, limits)  # checks every batch's values on the CPU
-        self.sampler = EpochSampler(len(train_dataset), r.seed)
-        self.train_dl = self.accelerator.prepare(DataLoader(
-            IndexedDataset(train_dataset), batch_size=r.per_device_train_batch_size, sampler=self.sampler,
-            collate_fn=self.collate, num_workers=r.dataloader_num_workers, generator=_own_generator(r.seed)))
+        self.stream = self.train_dl = None
+        if self.streamed:
+            acc = self.accelerator
+            self.stream = StreamBatches(train_dataset, r.per_device_train_batch_size, self.collate, acc.process_index,
+                                        acc.num_processes)
+        else:
+            self.train_dl = self.accelerator.prepare(DataLoader(
+                IndexedDataset(train_dataset), batch_size=r.per_device_train_batch_size,
+                sampler=EpochSampler(len(train_dataset), r.seed), collate_fn=self.collate,
+                num_workers=r.dataloader_num_workers, generator=_own_generator(r.seed)))
         self.eval_dl = None
         if eval_dataset is not None and len(eval_dataset) > 0:
             eval_collate = SeededCollate(collate_fn, r.seed)
@@ -184,7 +209,8 @@ class Engine:
 
     def _build_optimization(self, model: torch.nn.Module, d_model: int) -> None:
         r = self.recipe
-        self.steps_per_epoch = max(1, math.ceil(len(self.train_dl) / r.gradient_accumulation_steps))
+        self.steps_per_epoch = (None if self.streamed  # a stream's length is unknown
+                                else max(1, math.ceil(len(self.train_dl) / r.gradient_accumulation_steps)))
         self.total_steps = (r.max_steps if r.max_steps > 0
                             else max(1, math.ceil(r.num_train_epochs * self.steps_per_epoch)))
         if r.gradient_checkpointing:
@@ -194,7 +220,10 @@ class Engine:
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
         distributed.mark_sharded_for_generate(self.accelerator, self.model)
 
-    def _resume(self, path: Path) -> None:
+    def _resume(self, path: Path, position: dict | None) -> None:
+        """Restore the checkpoint at `path` (and a stream's `position` in it, read before anything was built)."""
+        if position is not None:
+            self.stream.load_state_dict(position)
         self.state = checkpoints.load_checkpoint(self.accelerator, path, self.state.micro_batch_examples)
         self.log.restart(self.state.step)
         self.accelerator.print(f"resumed from {path} at step {self.state.step} (epoch {self.state.epoch}, "
@@ -256,7 +285,12 @@ class Engine:
         return self._summary(start_step, wall, metrics)
 
     def _epoch_batches(self):
-        """This epoch's batches, skipping those a resumed run already consumed."""
+        """This epoch's batches, skipping those a resumed run already consumed (a stream continues from the position
+        its checkpoint saved)."""
+        if self.stream is not None:
+            acc = self.accelerator
+            batches = self.stream.batches(self.state.epoch, self.state.batch_in_epoch)
+            return (send_to_device(batch, acc.device) for batch in batches)
         self.collate.epoch = self.state.epoch
         skip = self.state.batch_in_epoch
         loader = self.accelerator.skip_first_batches(self.train_dl, skip) if skip else self.train_dl
@@ -369,7 +403,8 @@ class Engine:
 
     def save_checkpoint(self) -> Path:
         path = checkpoints.save_checkpoint(self.accelerator, self.checkpoint_root, self.state,
-                                           self.recipe.save_total_limit, self.launch, self.identity)
+                                           self.recipe.save_total_limit, self.launch, self.identity,
+                                           self.stream.state_dict() if self.stream is not None else None)
         if self.accelerator.is_main_process:
             run_folder.record_written(self.recipe, "checkpoints", "logs")
         return path
@@ -388,6 +423,30 @@ class Engine:
             run_folder.record_written(self.recipe, *run_folder.RUN_FILES)
             run_folder.release(self.recipe)
         return folder
+
+
+def _check_datasets(train_dataset, eval_dataset, recipe: Recipe) -> None:
+    """Refuse, before anything is built, training data that gives no batch, a stream the recipe cannot train from
+    (`batching.check_stream`), and evaluation data that is a stream."""
+    if is_stream(train_dataset):
+        check_stream(recipe.max_steps, recipe.dataloader_num_workers)
+    elif not hasattr(train_dataset, "__len__"):
+        raise TypeError(f"the training dataset is a {type(train_dataset).__name__}: give a datasets.Dataset (or a "
+                        f"sequence of examples) or, for a stream, a datasets.IterableDataset")
+    elif len(train_dataset) == 0:
+        raise ValueError("the training dataset is empty")
+    if is_stream(eval_dataset):
+        raise TypeError("the evaluation dataset is a stream (datasets.IterableDataset); evaluation reads its data "
+                        "whole at every evaluation: give a datasets.Dataset (a validation split is small: "
+                        "datasets.Dataset.from_list(list(stream)))")
+
+
+def _stream_position(path: Path) -> dict:
+    """The stream position saved in the checkpoint at `path`, or a `CheckpointError` when it cannot be resumed."""
+    problem = stream_resume_problem()
+    if problem:
+        raise checkpoints.CheckpointError(f"checkpoint {path} is a streamed run's: {problem}")
+    return checkpoints.load_stream_state(path)
 
 
 def _own_generator(seed: int) -> torch.Generator:
