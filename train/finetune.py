@@ -22,6 +22,12 @@ NER tags may be strings (`pos` / `neg`, `B-PER` / `O`: class ids in sorted order
 training (`train.core.labels`): rows labelled -1 are skipped with a count when the recipe sets `skip_unlabeled`, and
 a training split of one class is refused unless it sets `allow_single_class`.
 
+With `streaming: true` the training split is read as training goes (`max_steps` sizes the run; docs/training.md,
+"Streaming"), so nothing reads it whole before the first step: its classes come from its features (a `ClassLabel`
+column, as the embedded corpus and many Hub datasets declare; data without one is refused, naming `streaming`), the
+validation split (read whole) must declare the same ones, and its labels are not checked ahead (the loss refuses a
+label that is no class when it meets it).
+
 With the recipe key `lora` (`{r: 8, alpha: 16, dropout: 0.0, target_modules: null}`, peft installed) only a
 LoRA adapter and the new head train (`train.core.lora`); the adapter is saved to `<output_dir>/adapter` and the
 merged model to `<output_dir>/model`.
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import datasets
 import torch
 
 from train.core.collators import PaddingCollator
@@ -81,6 +88,33 @@ def _label_fields(names: list[str] | None) -> dict:
     return {"num_labels": len(names), "id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
 
 
+def streamed_labels(train: datasets.IterableDataset, validation: datasets.Dataset | None, column: str,
+                    files: tuple[str, str], skip_unlabeled: bool):
+    """`(names, train, validation)` for a streamed training split (module docstring); with `skip_unlabeled` rows
+    labelled -1 are left out of both as they are read."""
+    def declared(dataset) -> list[str] | None:
+        feature = (dataset.features or {}).get(column)
+        feature = getattr(feature, "feature", feature)  # the tags of a list column
+        return list(feature.names) if isinstance(feature, datasets.ClassLabel) else None
+
+    names = declared(train)
+    if names is None:
+        raise RecipeError(f"recipe key 'streaming' is true, but {files[0]} declares no classes for column {column!r} "
+                          f"(no datasets ClassLabel feature): finetune would have to read the whole stream to collect "
+                          f"them before training; set streaming: false")
+    if validation is not None and declared(validation) != names:
+        raise RecipeError(f"recipe key 'streaming' is true: the classes of column {column!r} come from the training "
+                          f"stream's features ({names}), but {files[1]} declares {declared(validation)}; give "
+                          f"validation data with the same ClassLabel feature, or set streaming: false")
+    if skip_unlabeled:
+        def labelled(value) -> bool:
+            return -1 not in (value if isinstance(value, list) else [value])
+
+        train = train.filter(labelled, input_columns=column)
+        validation = validation.filter(labelled, input_columns=column) if validation is not None else None
+    return names, train, validation
+
+
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "finetune")
     if recipe.task not in TASKS:
@@ -115,8 +149,11 @@ def main(argv: list[str] | None = None):
     names = None
     if label:  # checked before a tokenizer is trained or anything is written
         files = (recipe.split_name("train", default_data), recipe.split_name("validation", default_data))
-        names, train_rows, eval_rows = class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled,
-                                                    recipe.allow_single_class)
+        if recipe.streaming:
+            names, train_rows, eval_rows = streamed_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
+        else:
+            names, train_rows, eval_rows = class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled,
+                                                        recipe.allow_single_class)
     tokenizer = get_tokenizer(recipe, family, texts, source)
     check_sequence_room(recipe, tokenizer, 2 if pair else 1, f"{recipe.task} with a {family} template")
     fields = _label_fields(names)

@@ -12,7 +12,8 @@ cross-entropy, and sacreBLEU of beam-search translations of the evaluation set.
 load) and brings its own tokenizer.
 
 Data: rows with the columns `source` and `target` (the embedded English number words -> German by default); a file
-without them is refused naming both.
+without them is refused naming both. With `streaming: true` the training pairs are read as training goes
+(`max_steps` sizes the run; docs/training.md, "Streaming"); the validation pairs are read whole.
 `label_smoothing` in the recipe overrides the model config's. Training runs the output projection on real
 target tokens only (`sparse_prediction`, an option of the training calls, not of the saved model), skipping the
 padding of ragged batches.
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None):
     seed_everything(recipe.seed)
     source = model_source(recipe, "train_translation", ("seq2seq",), generates=True)
     train_rows, eval_rows = load_splits(recipe, COLUMNS, "embedded:translation", COLUMN_ADVICE)
-    tokenizer = get_tokenizer(recipe, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])],
+    tokenizer = get_tokenizer(recipe, "seq2seq", lambda: (t for r in train_rows for t in (r["source"], r["target"])),
                               source=source)
     check_sequence_room(recipe, tokenizer, 1, "a seq2seq source or target (text </s>)")
     fields = {}

@@ -2,7 +2,8 @@
 
 - `load_splits(recipe, columns)`: the training and validation splits; each (`load_split`) from
   `train_file` / `validation_file` when given, else `recipe.dataset` (`embedded:<task>`, a file, or a Hub name)
-  through `train.core.data.load_text_dataset`; a missing file raises before anything is built.
+  through `train.core.data.load_text_dataset`; a missing file raises before anything is built. With `streaming` the
+  training split is a stream (`datasets.IterableDataset`); validation is read whole.
 - `model_source(recipe, command, kinds)`: `recipe.model` resolved (`train.core.sources.resolve_model`: preset,
   config.json, Lineage folder or Hub id, transformers reference checkpoint), refused unless its family is one the
   command trains; then `check_before_start`: lengths against the model's positions, the precision, the Hub upload.
@@ -28,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import datasets
 import torch
 import transformers
 from accelerate import PartialState
@@ -35,6 +37,7 @@ from accelerate.utils import parse_flag_from_env
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
 from train.core import checkpoints, distributed, publish, run_folder, sources
+from train.core.batching import check_stream
 from train.core.data import Columns, UnknownColumnError, load_text_dataset
 from train.core.recipes import Recipe, RecipeError, check_model_overrides, load_model_config, trackers
 from train.core.run_log import check_tracker_login
@@ -53,7 +56,12 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
     `text_sample_by` says. The embedded corpus is made with `train_size` / `eval_size` rows; a user's file or Hub
     dataset is cut to them (its first rows) only when the user set the key, not when a shipped recipe did, and a
     cut, or a size left unapplied, is printed with both counts. A column the data lacks is refused with
-    `column_advice` (which keys of the command name the columns)."""
+    `column_advice` (which keys of the command name the columns).
+
+    With `streaming`, the training split is a `datasets.IterableDataset` read as training goes (a recipe that cannot
+    train from one is refused first: `batching.check_stream`), cut by `.take(n)`; the validation split is read whole
+    as without it, except a Hub dataset's, which is streamed into memory (so that no split of a Hub corpus is
+    downloaded whole)."""
     key = "train_size" if split == "train" else "eval_size"
     size, file = getattr(recipe, key), recipe.train_file if split == "train" else recipe.validation_file
     source = recipe.data_source(split, default_dataset)
@@ -62,13 +70,25 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
     embedded = source.startswith("embedded:")
     if split != "train" and file is None and (recipe.train_file or Path(source).exists()):
         return None  # local training files and no validation file: no evaluation
+    streamed = recipe.streaming and (split == "train" or (file is None and not embedded))
+    if recipe.streaming and split == "train":
+        check_stream(recipe.max_steps, recipe.dataloader_num_workers)
     kwargs = ({"size": size, "seed": recipe.seed} if embedded
               else {"hub_config": recipe.dataset_config, "text_sample_by": recipe.text_sample_by})
     try:
-        dataset = load_text_dataset(source, split, columns=columns, **kwargs)
+        dataset = load_text_dataset(source, split, columns=columns, streaming=streamed, **kwargs)
     except UnknownColumnError as error:
         raise UnknownColumnError(f"{error}: {column_advice}") from None
-    if size is not None and not embedded and len(dataset) > size:
+    if streamed and not embedded:  # its length is unknown: cut by the user's key, never counted
+        if size is not None and key in recipe.set_by_user:
+            print(f"{key} {size}: using the first {size} rows of {source} (streamed)", flush=True)
+            dataset = dataset.take(size)
+        elif size is not None:
+            print(f"{source}: streaming all its rows (the shipped recipe's {key} {size} sizes the embedded corpus; "
+                  f"set --{key} to cut your data)", flush=True)
+        if split != "train":  # evaluation reads its data whole, each time
+            dataset = datasets.Dataset.from_list(list(dataset), features=dataset.features)
+    elif size is not None and not embedded and len(dataset) > size:
         if key in recipe.set_by_user:
             print(f"{key} {size}: using the first {size} of the {len(dataset)} rows of {source}", flush=True)
             dataset = dataset.select(range(size))
