@@ -34,19 +34,21 @@ def output_cache(outputs):
     return getattr(outputs, CACHE_NAME, None)
 
 
-def forward_arguments(forward: Callable | None = None, *, strict: bool = True) -> Callable:
+def forward_arguments(forward: Callable | None = None, *, strict: bool = True, takes: tuple[str, ...] = ()) -> Callable:
     """Decorate a forward whose cache parameter (if any) is named `cache`: it takes the cache as `cache` or
     `past_key_values` (both at once are refused), its signature names the cache as the installed transformers does,
     and (`strict`) a keyword it does not use raises a `TypeError` naming it, its signature then listing exactly the
-    keywords it takes (its own and `TRANSFORMERS_KEYWORDS`, no `**kwargs`). A layer whose extra keywords are the
-    attention kernel's own sets `strict=False`."""
+    keywords it takes (its own, `TRANSFORMERS_KEYWORDS` and `takes`, no `**kwargs`). `takes` names keywords the
+    forward receives in its `**kwargs`: those a head hands on to its base model, or those it reads there itself
+    (transformers' varlen keywords). A layer whose extra keywords are the attention kernel's own sets
+    `strict=False`."""
     if forward is None:
-        return functools.partial(forward_arguments, strict=strict)
+        return functools.partial(forward_arguments, strict=strict, takes=takes)
     signature = inspect.signature(forward)
     parameters = signature.parameters
     names = {name for name, p in parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
     takes_cache = "cache" in parameters
-    accepted = names | TRANSFORMERS_KEYWORDS
+    accepted = names | TRANSFORMERS_KEYWORDS | set(takes)
     per_example = accepted - {"num_items_in_batch"}  # a per-example mean loss: no token count to divide by
 
     @functools.wraps(forward)
@@ -69,7 +71,7 @@ def forward_arguments(forward: Callable | None = None, *, strict: bool = True) -
              if not (strict and p.kind == p.VAR_KEYWORD)]
     if strict:  # what the forward takes, as transformers reads it (`generate()` hands an encoder only these)
         shown += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
-                  for name in sorted(TRANSFORMERS_KEYWORDS - names)]
+                  for name in sorted((TRANSFORMERS_KEYWORDS | set(takes)) - names)]
     wrapper.__signature__ = signature.replace(parameters=shown)
     return wrapper
 

@@ -16,7 +16,9 @@ embedding LayerNorm and adds a final one, so exactly one LayerNorm feeds every c
 instead of (or, with `absolute_and_relative`, besides) the learned positions. Without `attention_mask`,
 rows whose `position_ids` restart (packed sequences, as `DataCollatorWithFlattening` makes) attend within each
 sequence, as transformers' causal models and flash-attention paths do (under sdpa through `PackedSequences`, with
-no (T, T) mask); transformers' BERT under eager or sdpa attention lets such sequences see each other.
+no (T, T) mask); transformers' BERT under eager or sdpa attention lets such sequences see each other. The collators'
+`packed_sequences` say on the host where a batch's sequences and padding lie, so that a training forward reads none
+of it back from the device.
 
 Training options, per call (not configuration, so a saved model's outputs never depend on how it was trained):
 `unpad_inputs=True` removes the padding of a batch before the encoder stack (MosaicBERT, Portes et al. 2023) and
@@ -71,7 +73,14 @@ from .checks import (
 from .layers import ACTIVATION_MODULES, LearnedPositionalEmbedding, LineageBlock, classifier_dropout
 from .linear import LineageLinear
 from .losses import labelled_positions, lm_head_loss, skips_logits, vocab_logits
-from .packing import PackedSequences, varlen_attention_inputs
+from .packing import (
+    PackedSequences,
+    mask_inputs,
+    packed_documents,
+    unpadded_sequences,
+    varlen_attention_inputs,
+    varlen_kernel,
+)
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 
@@ -263,47 +272,57 @@ class LineageBertModel(LineageBertPreTrainedModel):
         return cache if cache is not None else DynamicCache(config=config)
 
     def _self_attention_mask(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                             position_ids: torch.Tensor | None, cache: Cache | None):
+                             position_ids: torch.Tensor | None, cache: Cache | None,
+                             packed_sequences: PackedSequences | None):
         """Causal for a decoder, bidirectional otherwise; a packed row (restarting `position_ids`, no
-        `attention_mask`) attends within each of its sequences either way."""
+        `attention_mask`) attends within each of its sequences either way. The collate's `packed_sequences` answer
+        on the host what transformers would read back (`mask_inputs`)."""
+        padding, restarts, test = mask_inputs(attention_mask, position_ids, packed_sequences, hidden_states.shape[0])
         if self.config.is_decoder:
             if isinstance(cache, EncoderDecoderCache):
                 cache = cache.self_attention_cache
-            return create_causal_mask(self.config, hidden_states, attention_mask, cache, position_ids)
-        return create_bidirectional_mask(self.config, hidden_states, attention_mask,
-                                         and_mask_function=_packed_sequences(position_ids, attention_mask))
+            return create_causal_mask(self.config, hidden_states, padding, cache, restarts, allow_is_causal_skip=test)
+        return create_bidirectional_mask(self.config, hidden_states, padding, allow_is_bidirectional_skip=test,
+                                         and_mask_function=_packed_sequences(restarts, padding))
 
     def _packed_attention(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
                           position_ids: torch.Tensor | None, cache: Cache | None,
-                          encoder_hidden_states: torch.Tensor | None, kwargs: dict) -> dict | None:
+                          encoder_hidden_states: torch.Tensor | None, packed_sequences: PackedSequences | None,
+                          kwargs: dict) -> dict | None:
         """Packed rows (restarting `position_ids`, no `attention_mask`, no cache, no cross attention): the blocks'
-        keywords for attention within each sequence without a (T, T) mask (`PackedSequences`), or None for the
-        mask path (`_self_attention_mask`, which also splits packed rows)."""
+        keywords for attention within each sequence without a (T, T) mask (`PackedSequences`, the collate's or read
+        from the positions), or None for the mask path (`_self_attention_mask`, which also splits packed rows)."""
         if (position_ids is None or attention_mask is not None or cache is not None
                 or encoder_hidden_states is not None or torch.compiler.is_compiling()):
             return None
-        sequences = PackedSequences.from_position_ids(position_ids.expand(hidden_states.shape[0], -1))
+        sequences = packed_documents(position_ids.expand(hidden_states.shape[0], -1), packed_sequences)
         return varlen_attention_inputs(self.config, sequences,
                                        kwargs.get("output_attentions", self.config.output_attentions))
 
     def _unpadded_attention(self, attention_mask: torch.Tensor | None, encoder_hidden_states: torch.Tensor | None,
-                            unpad_inputs: bool, kwargs: dict) -> dict | None:
-        """The blocks' keywords for unpadded attention (`unpad_inputs`, see `forward`), or None for the padded
-        path: no padding mask, a decoder, hidden states or attention weights requested, or no varlen kernel."""
+                            unpad_inputs: bool, packed_sequences: PackedSequences | None,
+                            kwargs: dict) -> tuple[PackedSequences, dict] | None:
+        """Each row's real tokens end to end (the collate's `packed_sequences`, or read from the mask) and the blocks'
+        keywords for attention within them (`unpad_inputs`, see `forward`), or None for the padded path: no padding
+        mask, a decoder, hidden states or attention weights requested, or no varlen kernel."""
         config = self.config
         if (not unpad_inputs or attention_mask is None or attention_mask.dim() != 2 or config.is_decoder
                 or encoder_hidden_states is not None or torch.compiler.is_compiling()
                 or kwargs.get("output_hidden_states", config.output_hidden_states)):
             return None
-        sequences = PackedSequences.from_lengths(attention_mask.sum(-1))  # each row's real tokens, end to end
-        return varlen_attention_inputs(config, sequences, kwargs.get("output_attentions", config.output_attentions))
+        output_attentions = kwargs.get("output_attentions", config.output_attentions)
+        if not varlen_kernel(config, output_attentions):
+            return None
+        sequences = unpadded_sequences(attention_mask, packed_sequences)
+        return sequences, varlen_attention_inputs(config, sequences, output_attentions)
 
     def _unpadded_forward(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                          varlen: dict, **kwargs) -> torch.Tensor:
-        """Embeddings and blocks on the real tokens only, laid end to end as one (1, N, C) row; returns the (B, T, C)
-        states with zeros at padded positions. Positions are those of the padded path (0..T-1 over the row)."""
+                          sequences: PackedSequences, varlen: dict, **kwargs) -> torch.Tensor:
+        """Embeddings and blocks on the real tokens only (`sequences.tokens`), laid end to end as one (1, N, C) row;
+        returns the (B, T, C) states with zeros at padded positions. Positions are those of the padded path (0..T-1
+        over the row)."""
         batch, length = attention_mask.shape
-        real = attention_mask.flatten().nonzero().squeeze(1)  # (N,) indices of real tokens in the B * T grid
+        real = sequences.tokens  # (N,) indices of real tokens in the B * T grid
         if position_ids is None:
             position_ids = torch.arange(length, device=attention_mask.device)[None]
         position_ids = position_ids.expand(batch, length)
@@ -327,6 +346,7 @@ class LineageBertModel(LineageBertPreTrainedModel):
         cache: Cache | None = None,
         use_cache: bool | None = None,
         unpad_inputs: bool = False,
+        packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
         """A decoder's `attention_mask` covers cached + new tokens; `output_hidden_states` / `output_attentions` in
@@ -341,24 +361,29 @@ class LineageBertModel(LineageBertPreTrainedModel):
         position 0 is padding (left padding), and in a loss that reads padded positions (question answering's softmax
         spans every position). Applies to an encoder (not `is_decoder`) with absolute positions under sdpa or flash
         attention, when neither hidden states nor attention weights are requested; other calls take the padded path.
-        `pretrain_bert` and `finetune` pass it while training on a GPU."""
+        `pretrain_bert` and `finetune` pass it while training on a GPU.
+
+        `packed_sequences` (from the collators, `packing.PackedSequences`) say on the host where the real tokens of
+        padded rows, or the sequences of packed rows, lie, so that the forward reads none of it back from the device;
+        they change no output."""
         cache = self._cache(cache, use_cache, encoder_hidden_states, position_ids, attention_mask)
         past_length = cache.get_seq_length() if cache is not None else 0
         self._check_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
                            encoder_hidden_states, encoder_attention_mask, past_length)
-        varlen = self._unpadded_attention(attention_mask, encoder_hidden_states, unpad_inputs, kwargs)
-        if varlen is not None:
+        unpadded = self._unpadded_attention(attention_mask, encoder_hidden_states, unpad_inputs, packed_sequences,
+                                            kwargs)
+        if unpadded is not None:
             hidden_states = self._unpadded_forward(input_ids, attention_mask, token_type_ids, position_ids,
-                                                   inputs_embeds, varlen, **kwargs)
+                                                   inputs_embeds, *unpadded, **kwargs)
             return BaseModelOutputWithPoolingAndCrossAttentions(
                 last_hidden_state=hidden_states,
                 pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
             )
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
         varlen = self._packed_attention(hidden_states, attention_mask, position_ids, cache,
-                                        encoder_hidden_states, kwargs)
+                                        encoder_hidden_states, packed_sequences, kwargs)
         mask = None if varlen else self._self_attention_mask(hidden_states, attention_mask, position_ids,
-                                                             cache)
+                                                             cache, packed_sequences)
         memory = ()
         if encoder_hidden_states is not None:
             cross_mask = create_bidirectional_mask(self.config, hidden_states, encoder_attention_mask,
@@ -448,7 +473,7 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head.decoder = value
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,
@@ -507,7 +532,7 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head.decoder = value
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,
@@ -563,7 +588,7 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head.decoder = value
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,
@@ -622,7 +647,7 @@ class LineageBertForNextSentencePrediction(LineageBertPreTrainedModel):
         self.nsp_head = LineageLinear(config.hidden_size, 2)
         self.post_init()
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,
@@ -662,7 +687,7 @@ class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
         self.classifier = LineageLinear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,
@@ -705,7 +730,7 @@ class LineageBertForTokenClassification(LineageBertPreTrainedModel):
         self.classifier = LineageLinear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,
@@ -745,7 +770,7 @@ class LineageBertForQuestionAnswering(LineageBertPreTrainedModel):
         self.qa_outputs = LineageLinear(config.hidden_size, 2)
         self.post_init()
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,
@@ -788,7 +813,7 @@ class LineageBertForMultipleChoice(LineageBertPreTrainedModel):
         self.classifier = LineageLinear(config.hidden_size, 1)
         self.post_init()
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,

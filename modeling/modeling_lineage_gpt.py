@@ -19,6 +19,11 @@ Departures from the references:
   table, where the references fail part-way through with an index error;
 - by config, relative position representations (Shaw et al. 2018, `position_embedding_type="relative"`) in place
   of (or besides) the learned positions, with distances between the same positions (`relative_positions.key_positions`).
+
+Packed rows (`position_ids` restarting at each document, no `attention_mask`, as `DataCollatorWithFlattening` makes
+them) attend within each document (`packing.py`); where the documents lie comes from the collators'
+`packed_sequences` or transformers' `cu_seq_lens_*` / `max_length_*` without a read back from the device, else from
+the positions.
 """
 
 import math
@@ -56,7 +61,14 @@ from .checks import (
 from .layers import LearnedPositionalEmbedding, LineageBlock, classifier_dropout
 from .linear import LineageLinear
 from .losses import lm_head_loss, skips_logits, vocab_logits
-from .packing import PackedSequences, document_masking_error, varlen_attention_inputs
+from .packing import (
+    VARLEN_KEYWORDS,
+    PackedSequences,
+    document_masking_error,
+    mask_inputs,
+    packed_documents,
+    varlen_attention_inputs,
+)
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 
@@ -130,14 +142,20 @@ class LineageGptModel(LineageGptPreTrainedModel):
         return batch
 
     def _documents(self, position_ids: torch.Tensor | None, batch: int, attention_mask: torch.Tensor | None,
-                   cache: Cache | None, use_cache: bool | None) -> PackedSequences | None:
+                   cache: Cache | None, use_cache: bool | None, packed_sequences: PackedSequences | None,
+                   boundaries: dict) -> PackedSequences | None:
         """The documents of packed rows: `position_ids` that restart within a row, no `attention_mask`, no cache
-        (transformers' convention, as `DataCollatorWithFlattening` makes them). Attention then keeps to each
-        document; a configuration that cannot do so, or a cache, is refused. Under `torch.compile` the documents
-        are left to transformers' mask (`create_causal_mask` reads the same restarts)."""
+        (transformers' convention, as `DataCollatorWithFlattening` makes them), as the collate found them
+        (`packed_sequences`, or transformers' `boundaries`) or else read from the positions (`packed_documents`).
+        Attention then keeps to each document; a configuration that cannot do so, or a cache, is refused. Under
+        `torch.compile` the documents are left to transformers' mask (`create_causal_mask` reads the same
+        restarts)."""
+        if boundaries and (position_ids is None or attention_mask is not None):
+            raise ValueError(f"{', '.join(boundaries)} delimit packed rows, which take `position_ids` restarting at "
+                             "each sequence and no `attention_mask`.")
         if position_ids is None or attention_mask is not None or torch.compiler.is_compiling():
             return None
-        documents = PackedSequences.from_position_ids(position_ids.expand(batch, -1))
+        documents = packed_documents(position_ids.expand(batch, -1), packed_sequences, boundaries)
         if documents is None:
             return None
         problem = document_masking_error(self.config)
@@ -159,7 +177,7 @@ class LineageGptModel(LineageGptPreTrainedModel):
         positions = attention_mask.long().cumsum(-1) - 1  # (B, S); left padding gives -1
         return positions[:, -length:].clamp(min=0)  # (B, T)
 
-    @forward_arguments
+    @forward_arguments(takes=VARLEN_KEYWORDS)
     @capture_outputs
     def forward(
         self,
@@ -169,14 +187,19 @@ class LineageGptModel(LineageGptPreTrainedModel):
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPast:
         """`use_cache` defaults to `config.use_cache` outside training; `attention_mask` covers cached + new tokens;
-        `output_hidden_states` / `output_attentions` in `kwargs` are collected by `@capture_outputs`."""
+        `output_hidden_states` / `output_attentions` in `kwargs` are collected by `@capture_outputs`. The collators'
+        `packed_sequences` and transformers' `cu_seq_lens_*` / `max_length_*` (in `kwargs`) say on the host where
+        the sequences lie (`packing.py`), so that the forward reads nothing back; they change no output."""
         past_length = cache.get_seq_length() if cache is not None else 0
         batch = self._check_inputs(input_ids, inputs_embeds, attention_mask, position_ids, past_length)
         config = self.config
-        documents = self._documents(position_ids, batch, attention_mask, cache, use_cache)
+        boundaries = {key: kwargs.pop(key) for key in VARLEN_KEYWORDS if key in kwargs}
+        documents = self._documents(position_ids, batch, attention_mask, cache, use_cache, packed_sequences,
+                                    boundaries)
         use_cache = use_cache if use_cache is not None else config.use_cache and not self.training
         use_cache = use_cache and documents is None
         if use_cache and cache is None:
@@ -189,8 +212,9 @@ class LineageGptModel(LineageGptPreTrainedModel):
         embeddings = inputs_embeds + self.embed_positions(positions) if self.embed_positions is not None else inputs_embeds
         hidden_states = self.dropout(embeddings)
         varlen = varlen_attention_inputs(config, documents, kwargs.get("output_attentions", config.output_attentions))
-        mask = None if varlen else create_causal_mask(config, inputs_embeds, attention_mask, cache,
-                                                      position_ids)
+        padding, restarts, test = mask_inputs(attention_mask, position_ids, packed_sequences, batch)
+        mask = None if varlen else create_causal_mask(config, inputs_embeds, padding, cache, restarts,
+                                                      allow_is_causal_skip=test)
         relative = relative_attention_inputs(config, hidden_states, positions, past_length, attention_mask)
         for layer in self.layers:
             hidden_states = layer(hidden_states, mask, **cache_keyword(cache), **(varlen or {}), **relative,
@@ -218,7 +242,7 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
         check_generation_length(input_ids_length, generation_config.max_length, self.config.max_position_embeddings)
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences", *VARLEN_KEYWORDS))
     @can_return_tuple
     def forward(
         self,
@@ -235,7 +259,8 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithPast:
         """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
         with `labels` computes the loss without the (B, T, V) logits and returns `logits=None` (`return_logits`:
-        see `losses.skips_logits`)."""
+        see `losses.skips_logits`). `packed_sequences` and the `cu_seq_lens_*` / `max_length_*` of packed rows go to
+        the base model (`LineageGptModel.forward`)."""
         skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
         if labels is not None:
             check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
@@ -363,7 +388,7 @@ class LineageGptForSequenceClassification(_LineageGptClassifier):
         super().__init__(config, config.num_labels)
         self.num_labels = config.num_labels
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,
@@ -395,7 +420,7 @@ class LineageGptForMultipleChoice(_LineageGptClassifier):
     def __init__(self, config: LineageGptConfig):
         super().__init__(config, 1)
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,

@@ -12,7 +12,8 @@
   (`h_t^T h_i`, `h_t^T W_a h_i`, `v^T tanh(W_a [h_t; h_i])`) and the prediction reads the attentional state
   `h~_t = tanh(W_c [c_t; h_t])`, which input feeding (section 3.3) concatenates to the next step's input.
 
-Speed: the encoder runs through `nn.GRU` / `nn.LSTM` over packed sequences (cuDNN / oneDNN kernels). The decoder
+Speed: the encoder runs through `nn.GRU` / `nn.LSTM` over packed sequences (cuDNN / oneDNN kernels), packed by the
+source lengths that the collators' `packed_sequences` carry on the host when given. The decoder
 runs the whole target in one call where the architecture allows (`none`, Luong without input feeding); Bahdanau and
 input feeding need one step per position. Every time-independent projection of the annotations (`U h_i`, `W_a h_i`)
 is computed once per source and kept in the cache during generation.
@@ -53,6 +54,7 @@ from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cach
 from .checks import check_devices, check_ids_or_embeds, check_label_ids, check_mask_shape, value_checks_enabled
 from .linear import LineageLinear
 from .losses import labelled_positions, seq2seq_loss
+from .packing import PackedSequences, host_lengths
 from .pretrained import LineagePreTrainedModel
 from .seq2seq import check_decoder_inputs, shift_tokens_right, teacher_forcing_inputs
 
@@ -305,8 +307,11 @@ class LineageRnnEncoder(nn.Module):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
+        packed_sequences: PackedSequences | None = None,
         **kwargs,
     ) -> LineageRnnEncoderOutput:
+        """`packed_sequences`: the collate's source rows, whose lengths it knows on the host (`packing.host_lengths`):
+        the kernel's packed sequences take them as they are, not copied back from the device; no output changes."""
         shape = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size,
                                     width=self.config.embedding_size)
         check_mask_shape(attention_mask, shape)
@@ -321,7 +326,9 @@ class LineageRnnEncoder(nn.Module):
             mask = attention_mask.bool() if attention_mask is not None else None
             annotations, state = cell_rnn(self.rnn, ordered, (zeros,) * (2 if self.config.cell == "lstm" else 1), mask)
         else:
-            packed = pack_padded_sequence(ordered, lengths.cpu(), batch_first=True, enforce_sorted=False)
+            on_host = host_lengths(attention_mask, packed_sequences)
+            packed = pack_padded_sequence(ordered, lengths.cpu() if on_host is None else on_host, batch_first=True,
+                                          enforce_sorted=False)
             outputs, state = self.rnn(packed)
             annotations = pad_packed_sequence(outputs, batch_first=True, total_length=shape[1])[0]  # (B, S, C)
         if self.config.reverse_source:
@@ -514,7 +521,8 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> LineageRnnEncoderOutput:
-        """Run the encoder once over the (right-padded) source: (B, S) ids -> (B, S, C) annotations."""
+        """Run the encoder once over the (right-padded) source: (B, S) ids -> (B, S, C) annotations (`kwargs`: the
+        encoder's `output_hidden_states`, `packed_sequences`)."""
         return self.encoder(input_ids, attention_mask, inputs_embeds, **kwargs)
 
     @forward_arguments
@@ -605,8 +613,10 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
+        """`packed_sequences` (from the collators): the source rows, for the encoder (`LineageRnnEncoder.forward`)."""
         check_devices(self.get_input_embeddings().weight.device, input_ids=input_ids, attention_mask=attention_mask,
                       decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
                       inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds)
@@ -616,7 +626,7 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         self._check_target(decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, cache,
                            source_shape, attention_mask)  # both sides are checked before the encoder runs
         if encoder_outputs is None:
-            encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds,
+            encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, packed_sequences=packed_sequences,
                                           output_hidden_states=kwargs.get("output_hidden_states"))
         if use_cache is None:
             use_cache = self.config.use_cache and not self.training
@@ -662,7 +672,7 @@ class LineageRnnForConditionalGeneration(LineageRnnPreTrainedModel, GenerationMi
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,

@@ -23,6 +23,9 @@ Initialisation, which the paper does not give: token embeddings ~ N(0, d_model^-
 so that the scaled embeddings have unit variance like the sinusoids they are added to; other weights as the shared
 base class (normal with `initializer_range`).
 
+The collators' `packed_sequences` say on the host whether the source rows hold padding, so that the masks are made
+without reading `attention_mask` back from the device (`packing.mask_inputs`).
+
 Shapes: B batch, S source length, T target length (of this call), C hidden size, V vocabulary size.
 """
 
@@ -57,6 +60,7 @@ from .checks import (
 from .layers import LearnedPositionalEmbedding, LineageBlock, SinusoidalPositionalEmbedding
 from .linear import LineageLinear
 from .losses import labelled_positions, lm_head_loss, seq2seq_loss, skips_logits, vocab_logits
+from .packing import PackedSequences, mask_inputs
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 from .seq2seq import check_decoder_inputs, shift_tokens_right, teacher_forcing_inputs
@@ -154,8 +158,11 @@ class LineageTransformerEncoder(LineageTransformerStack):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
+        """`packed_sequences`: the collate's account of the source rows' padding (`packing.mask_inputs`), so that
+        the mask is made without reading `attention_mask` back; it changes no output."""
         config = self.config
         shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size, width=config.hidden_size)
         check_sequence_length(shape[1], config.max_position_embeddings, "input_ids")
@@ -163,7 +170,9 @@ class LineageTransformerEncoder(LineageTransformerStack):
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, C)
         hidden_states = self.embed(inputs_embeds)
-        mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        padding, _, test = mask_inputs(attention_mask, None, packed_sequences, shape[0])
+        mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=padding,
+                                         allow_is_bidirectional_skip=test)
         relative = relative_attention_inputs(config, hidden_states)
         return BaseModelOutput(last_hidden_state=self.run_layers(hidden_states, mask, **relative, **kwargs))
 
@@ -189,17 +198,21 @@ class LineageTransformerDecoder(LineageTransformerStack):
         attention_mask: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
+        encoder_packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        """`encoder_packed_sequences`: the collate's account of the source rows' padding, as the encoder's."""
         offset = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embed(inputs_embeds, offset)
         self_cache = cache.self_attention_cache if cache is not None else None
         causal_mask = create_causal_mask(
             self.config, hidden_states, attention_mask, self_cache  # positional: the cache keyword was renamed in 5.24
         )
+        padding, _, test = mask_inputs(encoder_attention_mask, None, encoder_packed_sequences,
+                                       encoder_hidden_states.shape[0])
         cross_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
+            config=self.config, inputs_embeds=hidden_states, attention_mask=padding,
+            encoder_hidden_states=encoder_hidden_states, allow_is_bidirectional_skip=test,
         )
         relative = relative_attention_inputs(self.config, hidden_states, past_length=offset)  # consecutive positions
         hidden_states = self.run_layers(
@@ -235,10 +248,11 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         """Run the encoder once over the source: (B, S) ids -> (B, S, C) memory."""
-        return self.encoder(input_ids, attention_mask, inputs_embeds, return_dict=True, **kwargs)
+        return self.encoder(input_ids, attention_mask, inputs_embeds, packed_sequences, return_dict=True, **kwargs)
 
     @forward_arguments
     def decode(
@@ -249,17 +263,19 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         decoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
+        packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        """One decoder pass over (B, T) target ids given the (B, S, C) encoder memory and its (B, S) padding mask;
-        with a cache, T is the number of new tokens and earlier keys/values come from the cache."""
+        """One decoder pass over (B, T) target ids given the (B, S, C) encoder memory and its (B, S) padding mask
+        (and the collate's `packed_sequences` of the source rows); with a cache, T is the number of new tokens and
+        earlier keys/values come from the cache."""
         self._check_target(
             decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, cache,
             encoder_hidden_states.shape[:2], attention_mask,
         )
         return self._decode(
             decoder_input_ids, encoder_hidden_states, attention_mask, decoder_attention_mask, cache,
-            decoder_inputs_embeds, **kwargs,
+            decoder_inputs_embeds, packed_sequences, **kwargs,
         )
 
     def _check_target(
@@ -291,13 +307,14 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         decoder_attention_mask: torch.Tensor | None,
         cache: Cache | None,
         decoder_inputs_embeds: torch.Tensor | None,
+        packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if decoder_inputs_embeds is None:
             decoder_inputs_embeds = self.get_input_embeddings()(decoder_input_ids)  # (B, T, C)
         return self.decoder(
             decoder_inputs_embeds, encoder_hidden_states, decoder_attention_mask, attention_mask, cache,
-            return_dict=True, **kwargs,
+            packed_sequences, return_dict=True, **kwargs,
         )
 
     @forward_arguments
@@ -313,8 +330,11 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
+        """`packed_sequences` (from the collators): the source rows' padding, known on the host
+        (`packing.mask_inputs`); it changes no output."""
         check_devices(self.get_input_embeddings().weight.device, input_ids=input_ids, attention_mask=attention_mask,
                       decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
                       inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds)
@@ -329,14 +349,14 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
             attention_mask,
         )
         if encoder_outputs is None:
-            encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, **kwargs)
+            encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, packed_sequences, **kwargs)
         if use_cache is None:
             use_cache = self.config.use_cache and not self.training
         if use_cache and cache is None:
             cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         decoder_outputs = self._decode(
             decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask, decoder_attention_mask,
-            cache, decoder_inputs_embeds, **kwargs,
+            cache, decoder_inputs_embeds, packed_sequences, **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
@@ -382,7 +402,7 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
                                 "decoder_input_ids", "decoder prompt", "the decoder's context window")
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
 
-    @forward_arguments
+    @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
         self,

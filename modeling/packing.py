@@ -2,8 +2,20 @@
 sequence to itself (flash-attn's varlen kernel, or SDPA over length buckets). `LineageAttention`
 (`layers.py`) runs `varlen_sdpa_forward` when a model hands its blocks `packed_sequences`.
 
+Where the sequences of a batch lie is known on the CPU when the batch is collated: the collators
+(`train.core.collators`) build `PackedSequences.for_batch` there, SDPA's bucket index included, and hand it to the
+model as `packed_sequences`, which moves to the device with the batch (`PackedSequences.to`, which Accelerate's
+`send_to_device` calls). A forward handed it reads nothing back from the device: neither the documents of packed rows,
+nor the real tokens that unpadding gathers, nor whether padded rows hold padding at all, which transformers' mask
+functions would otherwise test on the device to drop an all-ones mask (`mask_inputs`). A forward called without it
+(a user's call, `generate()`, an evaluation pipeline) finds the same sequences from its tensors, reading them back.
+
 Dimension legend as in `layers.py`; L is the length of a flattened stream of tokens.
 """
+
+import copy
+import itertools
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -14,6 +26,9 @@ from torch import nn
 FLASH_IMPLEMENTATIONS = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
 # Implementations whose masks (`masking_utils`) split a row at restarting `position_ids`.
 DOCUMENT_MASKING_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", *FLASH_IMPLEMENTATIONS)
+# transformers' boundaries of packed sequences (`FlashAttentionKwargs`), as `DataCollatorWithFlattening` emits them
+# with `return_flash_attn_kwargs=True`: int32 start offsets plus the end, and the longest length as a Python int.
+VARLEN_KEYWORDS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
 
 def document_masking_error(config) -> str | None:
@@ -32,52 +47,151 @@ def document_masking_error(config) -> str | None:
 
 class PackedSequences:
     """N sequences laid end to end in a flattened stream of tokens (a packed row's documents, or the real tokens of
-    a padded batch), given by their start offsets `cu_seqlens` (N + 1,), and the attention that keeps each sequence
-    to itself.
+    a padded batch), given by their start offsets `cu_seqlens` (N + 1,) and their longest length `max_length`, and
+    the attention that keeps each sequence to itself.
 
     `attend` runs SDPA on the sequences grouped by length into power-of-two buckets (lengths in (2^(b-1), 2^b]),
     each bucket right-padded to its longest sequence: at most log2(longest) + 1 kernel calls, padded tokens fewer
     than real ones, so memory is linear in the stream length and no (T, T) mask is built. Causal attention needs
     no mask (a real query never reaches the right padding); bidirectional attention masks the padded keys with a
-    (n, 1, 1, width) mask. The index tensors are built once per forward and shared by every layer.
+    (n, 1, 1, width) mask. The index tensors are built once and shared by every layer: with the object when the
+    lengths are known on the host (`from_lengths`, as a collate builds it on the CPU), else on the first `attend`,
+    reading the lengths back (boundaries handed over as a device tensor, as transformers' `cu_seq_lens_q`).
+
+    For padded rows, `tokens` (L,) are the positions of the stream's tokens among the B * T of the batch and `grid`
+    is B * T; the host then knows whether any token is padding (`padding`).
     """
 
-    def __init__(self, cu_seqlens: torch.Tensor):
-        device = cu_seqlens.device
+    def __init__(self, cu_seqlens: torch.Tensor, max_length: int, tokens: torch.Tensor | None = None,
+                 grid: int | None = None, lengths: list[int] | None = None):
         self.cu_seqlens = cu_seqlens.to(torch.int32)
-        starts, lengths = cu_seqlens[:-1].tolist(), cu_seqlens.diff().tolist()
-        self.max_length = max(lengths, default=0)
-        buckets: dict[int, list[int]] = {}
+        self.max_length = max_length
+        self.tokens = tokens
+        self.grid = grid
+        self._lengths = lengths  # on the host, when known
+        self._index = None  # (buckets, inverse): built once, see `attend`
+        if lengths is not None:
+            self._index = self._bucket_index(lengths, self.cu_seqlens.device)
+
+    @classmethod
+    def from_lengths(cls, lengths: torch.Tensor | Sequence[int], tokens: torch.Tensor | None = None,
+                     grid: int | None = None, device: torch.device | str | None = None) -> "PackedSequences":
+        """Consecutive sequences of the given (N,) lengths (a tensor's are read back), with their index built at
+        once on `device` (that of `lengths`, else the CPU)."""
+        if isinstance(lengths, torch.Tensor):
+            device, lengths = device or lengths.device, lengths.tolist()
+        lengths = [int(n) for n in lengths]
+        cu_seqlens = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+        return cls(cu_seqlens, max(lengths, default=0), tokens, grid if grid is not None else sum(lengths), lengths)
+
+    @classmethod
+    def from_position_ids(cls, position_ids: torch.Tensor) -> "PackedSequences | None":
+        """The documents of (B, T) rows whose `position_ids` restart, over the flattened B * T tokens; None when no
+        row restarts. Reads the positions back (see `document_lengths`)."""
+        lengths = document_lengths(position_ids)
+        if len(lengths) == position_ids.shape[0]:
+            return None
+        return cls.from_lengths(lengths, grid=position_ids.numel(), device=position_ids.device)
+
+    @classmethod
+    def from_padding_mask(cls, attention_mask: torch.Tensor) -> "PackedSequences":
+        """The real tokens of each row of a (B, T) padding mask (1 real, 0 padding), laid end to end in row order;
+        reads the mask back."""
+        tokens = attention_mask.flatten().nonzero().squeeze(1)  # (L,) positions of the real tokens among B * T
+        return cls.from_lengths(attention_mask.sum(-1).tolist(), tokens, attention_mask.numel(),
+                                attention_mask.device)
+
+    @classmethod
+    def for_batch(cls, attention_mask: torch.Tensor | None = None,
+                  position_ids: torch.Tensor | None = None) -> "PackedSequences | None":
+        """What a collate knows on the CPU about its (B, T) rows: their real tokens when they carry an
+        `attention_mask`, else their documents when they carry `position_ids` (each row at least one document, so
+        N == B says that no row restarts); None for neither."""
+        if attention_mask is not None:
+            return cls.from_padding_mask(attention_mask)
+        if position_ids is not None:
+            return cls.from_lengths(document_lengths(position_ids), grid=position_ids.numel(),
+                                    device=position_ids.device)
+        return None
+
+    @property
+    def count(self) -> int:
+        """N, the number of sequences (known on the host)."""
+        return self.cu_seqlens.shape[0] - 1
+
+    @property
+    def padding(self) -> bool:
+        """Whether the rows hold any padding: fewer real tokens than B * T (known on the host)."""
+        return self.tokens is not None and self.tokens.shape[0] < self.grid
+
+    @property
+    def lengths(self) -> list[int]:
+        """The N lengths, on the host (read back once if the boundaries came as a device tensor)."""
+        self._built_index()
+        return self._lengths
+
+    @property
+    def buckets(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(index (n, width) into the stream, valid (n, width)) per length bucket."""
+        return self._built_index()[0]
+
+    @property
+    def inverse(self) -> torch.Tensor:
+        """(L,) where each token of the stream lies among the bucketed real tokens."""
+        return self._built_index()[1]
+
+    def _built_index(self) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+        if self._index is None:  # boundaries handed over on the device: their lengths are read back once
+            self._lengths = self.cu_seqlens.diff().tolist()
+            self._index = self._bucket_index(self._lengths, self.cu_seqlens.device)
+        return self._index
+
+    @staticmethod
+    def _bucket_index(lengths: list[int], device: torch.device) -> tuple[list, torch.Tensor]:
+        starts = [0, *itertools.accumulate(lengths)][:-1]
+        groups: dict[int, list[int]] = {}
         for sequence, length in enumerate(lengths):
             if length == 0:  # a row with no real token: nothing to attend
                 continue
-            buckets.setdefault((length - 1).bit_length(), []).append(sequence)
-        self.buckets = []  # (index (n, width) into the stream, valid (n, width)) per bucket
-        for members in buckets.values():
+            groups.setdefault((length - 1).bit_length(), []).append(sequence)
+        buckets = []
+        for members in groups.values():
             width = max(lengths[i] for i in members)
             offsets = torch.arange(width, device=device)
             valid = offsets < torch.tensor([lengths[i] for i in members], device=device)[:, None]  # (n, width)
             index = torch.tensor([starts[i] for i in members], device=device)[:, None] + offsets
-            self.buckets.append((index.masked_fill(~valid, 0), valid))
-        order = torch.cat([index[valid] for index, valid in self.buckets])  # stream index of each bucketed token
-        self.inverse = torch.empty_like(order)
-        self.inverse[order] = torch.arange(order.numel(), device=device)
+            buckets.append((index.masked_fill(~valid, 0), valid))
+        order = torch.cat([index[valid] for index, valid in buckets]) if buckets else torch.zeros(
+            0, dtype=torch.long, device=device)  # stream index of each bucketed token
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel(), device=device)
+        return buckets, inverse
 
-    @classmethod
-    def from_lengths(cls, lengths: torch.Tensor) -> "PackedSequences":
-        """Consecutive sequences of the given (N,) lengths."""
-        return cls(nn.functional.pad(lengths.cumsum(0), (1, 0)))
+    def _map(self, apply: Callable[[torch.Tensor], torch.Tensor]) -> "PackedSequences":
+        """A copy with `apply` applied to every tensor (the host values stay as they are)."""
+        moved = copy.copy(self)
+        moved.cu_seqlens = apply(self.cu_seqlens)
+        moved.tokens = apply(self.tokens) if self.tokens is not None else None
+        if self._index is not None:
+            buckets, inverse = self._index
+            moved._index = ([(apply(index), apply(valid)) for index, valid in buckets], apply(inverse))
+        return moved
 
-    @classmethod
-    def from_position_ids(cls, position_ids: torch.Tensor) -> "PackedSequences | None":
-        """The documents of (B, T) rows whose `position_ids` restart (a position not one more than the previous
-        one starts a document, as transformers' `find_packed_sequence_indices` reads them), over the flattened
-        B * T tokens; None when no row restarts."""
-        starts = nn.functional.pad(position_ids.diff(dim=-1) != 1, (1, 0), value=True)  # (B, T)
-        if int(starts.sum()) == position_ids.shape[0]:
-            return None
-        boundaries = starts.flatten().nonzero().squeeze(1)
-        return cls(nn.functional.pad(boundaries, (0, 1), value=position_ids.numel()))
+    def to(self, device: torch.device | str | int, non_blocking: bool = False) -> "PackedSequences":
+        """The same sequences on `device` (Accelerate's `send_to_device` moves a batch's objects this way)."""
+        if self.cu_seqlens.device == torch.device(device):
+            return self
+        return self._map(lambda tensor: tensor.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "PackedSequences":
+        """The same sequences in page-locked memory (a `DataLoader` with `pin_memory=True` calls this)."""
+        return self._map(torch.Tensor.pin_memory)
+
+    def check_batch(self, batch: int, length: int, name: str = "input_ids") -> None:
+        """Refuse sequences built for another batch than the (batch, length) tokens they are handed with."""
+        if self.grid is not None and self.grid != batch * length:
+            raise ValueError(f"`packed_sequences` describe {self.grid} tokens but `{name}` holds {batch} x {length} = "
+                             f"{batch * length}: pass those the collator built for this batch.")
 
     def attention_inputs(self, config) -> dict:
         """The keywords that make the blocks' attention keep to these sequences: transformers' varlen keywords for
@@ -101,12 +215,90 @@ class PackedSequences:
         return torch.cat(outputs)[self.inverse]
 
 
-def varlen_attention_inputs(config, sequences: PackedSequences | None, output_attentions: bool) -> dict | None:
-    """The blocks' keywords for attention within `sequences` without a mask, or None when no such kernel serves
-    `config` (eager, flex, relative positions, or attention weights requested: these need a mask)."""
-    if sequences is None or output_attentions or config.relative_attention is not None:
+def document_lengths(position_ids: torch.Tensor) -> list[int]:
+    """The lengths of the documents of (B, T) rows, over the flattened B * T tokens: a position not one more than the
+    previous one starts a document (as transformers' `find_packed_sequence_indices` reads them), and so does every
+    row's first token. Reads the positions back."""
+    starts = nn.functional.pad(position_ids.diff(dim=-1) != 1, (1, 0), value=True)  # (B, T)
+    boundaries = nn.functional.pad(starts.flatten().nonzero().squeeze(1), (0, 1), value=position_ids.numel())
+    return boundaries.diff().tolist()
+
+
+def packed_documents(position_ids: torch.Tensor, sequences: PackedSequences | None = None,
+                     boundaries: dict | None = None) -> PackedSequences | None:
+    """The documents of (B, T) packed rows (`position_ids` restarting within a row), None when no row restarts: the
+    collate's `sequences` (built on the CPU: nothing is read back), else transformers' `boundaries` (`cu_seq_lens_*`,
+    `max_length_*`: read back only if SDPA's bucket index needs their lengths), else the restarts of
+    `position_ids` (read back). Each row starts a document, so N == B means that none restarts."""
+    batch, length = position_ids.shape
+    if sequences is not None and sequences.tokens is None:  # (an object of padded rows says nothing of documents)
+        sequences.check_batch(batch, length)
+        return sequences.to(position_ids.device) if sequences.count > batch else None
+    if boundaries:
+        if any(boundaries.get(key) is None for key in VARLEN_KEYWORDS):
+            raise ValueError(f"Packed rows take all of {', '.join(VARLEN_KEYWORDS)} or none of them (as "
+                             "`DataCollatorWithFlattening(return_flash_attn_kwargs=True)` emits them), got "
+                             f"{', '.join(key for key in VARLEN_KEYWORDS if boundaries.get(key) is not None)}.")
+        cu_seqlens, max_length = boundaries["cu_seq_lens_q"], boundaries["max_length_q"]
+        if boundaries["cu_seq_lens_k"].shape != cu_seqlens.shape or boundaries["max_length_k"] != max_length:
+            raise ValueError("Packed rows attend within themselves: `cu_seq_lens_k` / `max_length_k` must be those "
+                             "of the queries (`cu_seq_lens_q` / `max_length_q`).")
+        documents = PackedSequences(cu_seqlens, max_length)
+        return documents if documents.count > batch else None
+    return PackedSequences.from_position_ids(position_ids)
+
+
+def unpadded_sequences(attention_mask: torch.Tensor, sequences: PackedSequences | None = None) -> PackedSequences:
+    """The real tokens of each row of a (B, T) padding mask laid end to end: the collate's `sequences` of the same
+    rows (built on the CPU: nothing is read back), else found from the mask (read back)."""
+    if sequences is not None and sequences.tokens is not None:
+        sequences.check_batch(*attention_mask.shape, name="attention_mask")
+        return sequences.to(attention_mask.device)  # (where a caller moved the tensors of a batch only)
+    return PackedSequences.from_padding_mask(attention_mask)
+
+
+def mask_inputs(attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
+                sequences: PackedSequences | None, batch: int) -> tuple[torch.Tensor | None, torch.Tensor | None, bool]:
+    """What to hand transformers' mask functions (`create_causal_mask`, `create_bidirectional_mask`, and the packed
+    rows' `find_packed_sequence_indices`): the 2D `attention_mask`, the `position_ids` whose restarts split rows (read
+    only when no mask is given), and whether they may test the mask for padding (their `allow_is_causal_skip` /
+    `allow_is_bidirectional_skip`: under sdpa they read it back from the device to drop an all-ones mask).
+
+    The collate's `sequences` answer on the host instead: padded rows without padding get no mask (what the test
+    finds), with padding the mask, untested (the test would keep it); rows of documents none of which restarts
+    (N == B) need no positions to split them. Without `sequences`, or under `torch.compile` (which traces the reads
+    away), the arguments are handed on as they came."""
+    if torch.compiler.is_compiling() or sequences is None:
+        return attention_mask, position_ids, True
+    if sequences.tokens is not None and attention_mask is not None and attention_mask.dim() == 2:
+        sequences.check_batch(*attention_mask.shape, name="attention_mask")
+        return (attention_mask, None, False) if sequences.padding else (None, None, True)
+    if sequences.tokens is None and attention_mask is None and position_ids is not None:  # (batch rows)
+        sequences.check_batch(batch, position_ids.shape[-1])
+        return None, position_ids if sequences.count > batch else None, True
+    return attention_mask, position_ids, True
+
+
+def host_lengths(attention_mask: torch.Tensor | None, sequences: PackedSequences | None) -> torch.Tensor | None:
+    """The (B,) real-token counts of padded rows as a CPU tensor (cuDNN's packed sequences take them on the host),
+    from the collate's `sequences` of the same rows; None without them."""
+    if sequences is None or sequences.tokens is None or attention_mask is None or torch.compiler.is_compiling():
         return None
-    if config._attn_implementation not in ("sdpa", *FLASH_IMPLEMENTATIONS):
+    sequences.check_batch(*attention_mask.shape, name="attention_mask")
+    return torch.tensor(sequences.lengths)
+
+
+def varlen_kernel(config, output_attentions: bool) -> bool:
+    """Whether a kernel that takes sequence boundaries instead of a mask serves `config`: not under eager or flex,
+    with relative positions, or when attention weights are requested (these need a mask)."""
+    return (not output_attentions and config.relative_attention is None
+            and config._attn_implementation in ("sdpa", *FLASH_IMPLEMENTATIONS))
+
+
+def varlen_attention_inputs(config, sequences: PackedSequences | None, output_attentions: bool) -> dict | None:
+    """The blocks' keywords for attention within `sequences` without a mask, or None when there are none or no such
+    kernel serves `config` (`varlen_kernel`)."""
+    if sequences is None or not varlen_kernel(config, output_attentions):
         return None
     return sequences.attention_inputs(config)
 
@@ -130,5 +322,6 @@ def varlen_sdpa_forward(
     return output.view(batch, length, heads, dim), None
 
 
-__all__ = ["DOCUMENT_MASKING_IMPLEMENTATIONS", "FLASH_IMPLEMENTATIONS", "PackedSequences", "document_masking_error",
-           "varlen_attention_inputs", "varlen_sdpa_forward"]
+__all__ = ["DOCUMENT_MASKING_IMPLEMENTATIONS", "FLASH_IMPLEMENTATIONS", "VARLEN_KEYWORDS", "PackedSequences",
+           "document_lengths", "document_masking_error", "host_lengths", "mask_inputs", "packed_documents",
+           "unpadded_sequences", "varlen_attention_inputs", "varlen_kernel", "varlen_sdpa_forward"]

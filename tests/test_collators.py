@@ -1,5 +1,6 @@
 """Collators: dynamic padding, BERT masking statistics on >= 100k tokens and per-example seeding, causal-LM labels,
-seq2seq labels (which the model shifts into its decoder inputs)."""
+seq2seq labels (which the model shifts into its decoder inputs), and the sequences every batch carries
+(`packed_sequences`, found on the CPU; their use by the models: test_packing.py, test_unpadding.py)."""
 
 import pytest
 import torch
@@ -89,6 +90,24 @@ def test_padding_collator_multiple_choice_and_unknown_column(bert):
         PaddingCollator(bert)([{"input_ids": [1, 2], "text": [3]}])
 
 
+@pytest.mark.parametrize("side", ("right", "left"))
+def test_padded_batches_carry_their_rows_real_tokens(bert, mlm_features, side):
+    """`packed_sequences` of a padded batch: each row's real tokens (lengths, where they lie among the B * T, whether
+    any token is padding), as the model would find them from the mask; multiple choice rows flattened as the heads
+    flatten them."""
+    batch = MaskedLMCollator(bert, padding_side=side, pad_to_multiple_of=8, seed=0)(mlm_features[:5])
+    sequences, mask = batch["packed_sequences"], batch["attention_mask"]
+    assert sequences.lengths == [len(f["input_ids"]) for f in mlm_features[:5]] == mask.sum(-1).tolist()
+    assert torch.equal(sequences.tokens, mask.flatten().nonzero().squeeze(1)) and sequences.grid == mask.numel()
+    assert sequences.padding
+    full = PaddingCollator(bert)([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9, 10]}])["packed_sequences"]
+    assert not full.padding and full.lengths == [3, 3]
+    choices = [bert(["Anna lives in", "Anna lives in"], ["Oslo.", "the big old city of Lima."])] * 3
+    batch = PaddingCollator(bert)([{"input_ids": c["input_ids"], "labels": 1} for c in choices])
+    assert batch["packed_sequences"].grid == batch["input_ids"].numel()  # (3 x 2 choices) rows
+    assert batch["packed_sequences"].lengths == batch["attention_mask"].flatten(0, 1).sum(-1).tolist()
+
+
 # ----------------------------------------------------------------------------- masked LM
 
 def test_mlm_statistics_on_100k_tokens(bert, mlm_features):
@@ -174,6 +193,7 @@ def test_causal_lm_collator_labels(gpt):
     assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
     assert batch["labels"].tolist() == [[5, 6, 7], [8, IGNORE_INDEX, IGNORE_INDEX]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert "cu_seq_lens_q" not in batch  # padded rows: boundaries of packed rows only
 
 
 def test_causal_lm_collator_on_packed_blocks(gpt):
@@ -188,6 +208,11 @@ def test_causal_lm_collator_on_packed_blocks(gpt):
     assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1], [0, 0, 1, 0, 0]]
     assert batch["labels"].tolist() == [[IGNORE_INDEX, 6, 7, IGNORE_INDEX, 9],
                                         [IGNORE_INDEX, IGNORE_INDEX, 12, IGNORE_INDEX, IGNORE_INDEX]]
+    # the documents' boundaries over the flattened 10 tokens, as transformers' flattening collator gives them
+    assert batch["cu_seq_lens_q"].tolist() == [0, 3, 5, 6, 8, 9, 10] and batch["cu_seq_lens_q"].dtype == torch.int32
+    assert batch["cu_seq_lens_k"].tolist() == batch["cu_seq_lens_q"].tolist()
+    assert batch["max_length_q"] == batch["max_length_k"] == 3
+    assert batch["packed_sequences"].lengths == [3, 2, 1, 2, 1, 1] and not batch["packed_sequences"].padding
 
 
 # ----------------------------------------------------------------------------- seq2seq
@@ -198,7 +223,7 @@ def test_seq2seq_collator_pads_labels_and_the_model_shifts_them(s2s):
     features = [{k: v[i] for k, v in encoded.items()} for i in range(2)]
     assert all(f["input_ids"][-1] == s2s.eos_token_id == f["labels"][-1] for f in features)
     batch = Seq2SeqCollator(s2s, pad_to_multiple_of=8)(features)
-    assert set(batch) == {"input_ids", "attention_mask", "labels"}  # decoder inputs are the model's to derive
+    assert set(batch) == {"input_ids", "attention_mask", "labels", "packed_sequences"}  # decoder inputs: the model's
     labels = batch["labels"]
     config = LineageTransformerConfig(**config_kwargs_from_tokenizer(s2s, "seq2seq"), hidden_size=8,
                                       num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)

@@ -14,6 +14,7 @@ from transformers.utils import ModelOutput
 
 import modeling
 from modeling.arguments import CACHE_NAME, OLD_CACHE_NAME, TRANSFORMERS_KEYWORDS, output_cache
+from modeling.packing import PackedSequences
 from modeling import (
     LineageBertForMaskedLM,
     LineageBertForMultipleChoice,
@@ -295,11 +296,30 @@ def test_generate_refuses_a_beam_count_below_one(model_class, beams):
 @head_ids
 @pytest.mark.parametrize("keyword", ["not_an_argument", "cache_params", "token_type_idz", "cu_seq_lens_q"])
 def test_a_keyword_the_forward_does_not_use_is_refused_by_name(model_class, keyword):
-    """A renamed or misspelt argument is an error naming it, never dropped: the next rename upstream fails here."""
+    """A renamed or misspelt argument is an error naming it, never dropped: the next rename upstream fails here.
+    transformers' boundaries of packed rows (`cu_seq_lens_q`, ...) are taken by the GPT trained on packed rows and its
+    base model (test_packing.py), refused by the others."""
+    if keyword in inspect.signature(model_class.forward).parameters:
+        assert model_class in (LineageGptForCausalLM, modeling.LineageGptModel)
+        return
     model = build(model_class).eval()
     with pytest.raises(TypeError, match=rf"{model_class.__name__}.forward\(\) got an unexpected keyword argument "
                                         rf"'{keyword}'; it takes .*input"):
         model(**unlabelled_inputs(model_class), **{keyword: None})
+
+
+@head_ids
+def test_every_head_takes_the_collators_packed_sequences_and_gives_the_same_outputs(model_class):
+    """The collators add `packed_sequences` (their rows' real tokens, found on the CPU) to every batch: every head
+    takes them, and its outputs are bit for bit those without them (a padded row and an unpadded one here)."""
+    model = build(model_class).eval()
+    inputs, labels = inputs_and_labels(model_class)
+    sequences = PackedSequences.for_batch(inputs["attention_mask"].flatten(0, -2))  # choices: flattened rows
+    expected = tensors(model(**inputs, **labels).to_tuple())
+    actual = tensors(model(**inputs, **labels, packed_sequences=sequences).to_tuple())
+    assert len(actual) == len(expected) > 0
+    for a, e in zip(actual, expected):
+        assert torch.equal(a, e)
 
 
 @head_ids

@@ -188,6 +188,33 @@ def test_source_padding_never_changes_the_outputs(attention, input_feeding, cell
     assert out.encoder_last_hidden_state[:, 5:].abs().max() == 0
 
 
+def test_the_collates_source_lengths_reach_the_kernel_without_a_copy_from_the_device():
+    """With the collators' `packed_sequences` the encoder packs the sources with the lengths the collate found on the
+    CPU: no `lengths.cpu()` (on a GPU a wait for every queued kernel), the same outputs bit for bit. (torch's
+    `pad_packed_sequence` still copies the sort order of unsorted sequences to the host.)"""
+    from torch.overrides import TorchFunctionMode
+
+    from modeling.packing import PackedSequences
+
+    class Copies(TorchFunctionMode):
+        count = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Copies.count += func is torch.Tensor.cpu
+            return func(*args, **(kwargs or {}))
+
+    model = build(bidirectional_encoder=True)
+    source, mask = sources()
+    outputs, copies = [], []
+    for given in ({}, {"packed_sequences": PackedSequences.for_batch(mask)}):
+        Copies.count = 0
+        with Copies():
+            outputs.append(model(input_ids=source, attention_mask=mask, decoder_input_ids=tokens(3, 4), **given))
+        copies.append(Copies.count)
+    assert copies[1] == copies[0] - 1
+    assert torch.equal(outputs[0].encoder_last_hidden_state, outputs[1].encoder_last_hidden_state)
+
+
 @pytest.mark.parametrize("attention, input_feeding", DECODERS[1:])
 def test_alignments_sum_to_one_over_real_source_positions_and_are_zero_on_padding(attention, input_feeding):
     model = build(attention=attention, input_feeding=input_feeding)

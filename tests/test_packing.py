@@ -3,9 +3,12 @@
 Each document of a packed row gives the logits and gradients it gives alone; attention keeps to the documents
 without a (T, T) mask under sdpa (`packing.PackedSequences`); packed blocks restart their positions per document
 and take no loss across a boundary; configurations that cannot keep documents apart are refused before any step;
-attention memory grows linearly with the sequence on the paths that return no attention weights."""
+attention memory grows linearly with the sequence on the paths that return no attention weights. The documents'
+boundaries that the collate finds on the CPU (`packed_sequences`, transformers' `cu_seq_lens_*`) change no output,
+move with the batch, and let the training step read nothing back."""
 
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -13,13 +16,16 @@ import textwrap
 import pytest
 import torch
 from conftest import REPO, preset
+from accelerate.utils import send_to_device
+from test_host_reads import HostReads
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
+from transformers import DataCollatorWithFlattening, OpenAIGPTConfig, OpenAIGPTLMHeadModel
 
 from modeling import LineageGptForCausalLM
-from modeling.packing import PackedSequences, document_masking_error
+from modeling.checks import value_checks
+from modeling.packing import VARLEN_KEYWORDS, PackedSequences, document_masking_error
 from train import pretrain_gpt
-from train.core.collators import CausalLMCollator
+from train.core.collators import CausalLMCollator, check_batch_values
 from train.core.recipes import RecipeError
 from train.core.tokenization import train_tokenizer
 
@@ -242,6 +248,148 @@ def test_pretrain_gpt_packs_documents_by_default(tmp_path):
     packed, unpacked = run(), run("--pack_documents", "false")
     assert torch.isfinite(torch.tensor([packed, unpacked])).all()
     assert packed != unpacked
+
+
+# ------------------------------------------------------------------------- the collate's document boundaries
+
+PAD = type("Tokenizer", (), {"pad_token_id": 0})()  # what `CausalLMCollator` reads of a tokenizer
+
+
+def collated(documents_per_row: list[list[int]]) -> dict:
+    """`CausalLMCollator` over packed rows of documents of the given lengths (shorter rows right-padded)."""
+    features = [{"input_ids": torch.randint(5, 99, (sum(row),)).tolist(),
+                 "position_ids": [position for n in row for position in range(n)]} for row in documents_per_row]
+    return CausalLMCollator(PAD)(features)
+
+
+def step(model, batch: dict) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    """The training loss and gradients, and the evaluation logits, of one batch."""
+    model.train().zero_grad()
+    loss = model(**batch).loss
+    loss.backward()
+    logits = model.eval()(**batch, return_logits=True).logits
+    return loss.detach(), [p.grad.clone() for p in model.parameters()], logits
+
+
+@pytest.mark.parametrize("attn", ATTENTION)
+@pytest.mark.parametrize("rows", ([[20, 1, 7, 16], [3, 33, 2]], [[30], [30]]), ids=("packed", "one-per-row"))
+@pytest.mark.parametrize("given", ("collate", "packed_sequences", "cu_seq_lens"))
+def test_the_collates_boundaries_give_the_outputs_of_the_positions_alone(attn, rows, given):
+    """What `CausalLMCollator` adds to packed rows (`packed_sequences`, built on the CPU, and transformers'
+    `cu_seq_lens_*` / `max_length_*`), all or either, changes no loss, gradient or logit (bit for bit) from the same
+    batch with its `position_ids` alone, whose documents the model reads back; rows that do not restart stay on the
+    plain causal path either way."""
+    torch.manual_seed(0)
+    model = build(attn)
+    batch = collated(rows)
+    leave_out = {"collate": (), "packed_sequences": VARLEN_KEYWORDS, "cu_seq_lens": ("packed_sequences",)}[given]
+    with_boundaries = {key: value for key, value in batch.items() if key not in leave_out}
+    positions_alone = {key: batch[key] for key in ("input_ids", "position_ids", "labels")}
+    for expected, actual in zip(step(model, positions_alone), step(model, with_boundaries)):
+        for e, a in zip(expected if isinstance(expected, list) else [expected],
+                        actual if isinstance(actual, list) else [actual]):
+            assert torch.equal(a, e)
+
+
+@pytest.mark.parametrize("rows", ([[20, 1, 7, 16], [3, 33, 2]], [[30], [30]]), ids=("packed", "one-per-row"))
+def test_with_the_collates_boundaries_the_training_step_reads_nothing_back(rows):
+    """Under sdpa, value checks off (the engine's training forward): no read of any device value, where the same
+    batch with `position_ids` alone reads its documents back."""
+    model = build("sdpa").train()
+    batch = collated(rows)
+    counted = {}
+    for name, keys in (("collate", batch), ("positions", ("input_ids", "position_ids", "labels"))):
+        counter = HostReads()
+        with counter, value_checks(False):
+            model(**{key: batch[key] for key in keys}).loss.backward()
+        counted[name] = sum(counter.reads["setup"].values())
+    assert counted["collate"] == 0
+    assert counted["positions"] > 0
+
+
+def test_the_boundaries_are_those_of_transformers_flattening_collator():
+    """One packed row: the same `input_ids`, `position_ids`, labels and boundaries (dtypes included) as
+    `DataCollatorWithFlattening(return_flash_attn_kwargs=True)` over its documents, and the same loss from either."""
+    documents = [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14]]
+    theirs = DataCollatorWithFlattening(return_flash_attn_kwargs=True)([{"input_ids": d} for d in documents])
+    ours = CausalLMCollator(PAD)([{"input_ids": [t for d in documents for t in d],
+                                   "position_ids": [p for d in documents for p in range(len(d))]}])
+    for key in ("input_ids", "position_ids", "labels", "cu_seq_lens_q", "cu_seq_lens_k"):
+        assert ours[key].dtype == theirs[key].dtype and torch.equal(ours[key], theirs[key]), key
+    assert ours["cu_seq_lens_q"].tolist() == [0, 3, 5, 9, 10]
+    assert ours["max_length_q"] == ours["max_length_k"] == theirs["max_length_q"] == 4
+    assert type(ours["max_length_q"]) is int
+    model = build("sdpa").eval()
+    torch.testing.assert_close(model(**ours).loss, model(**theirs).loss, rtol=0, atol=0)
+
+
+def test_packed_sequences_move_with_the_batch_and_keep_their_host_values():
+    """Accelerate's `send_to_device` moves the object with the batch (its `to`); its lengths stay on the host; it
+    pickles (data loader workers)."""
+    batch = collated([[20, 1, 7, 16], [3, 33, 2]])
+    check_batch_values(batch, {})
+    moved = send_to_device(batch, "meta")
+    sequences, before = moved["packed_sequences"], batch["packed_sequences"]
+    assert isinstance(sequences, PackedSequences) and sequences is not before
+    assert {tensor.device.type for tensor in (sequences.cu_seqlens, sequences.inverse,
+                                              *[t for bucket in sequences.buckets for t in bucket])} == {"meta"}
+    assert moved["cu_seq_lens_q"].device.type == "meta" and moved["max_length_q"] == before.max_length == 33
+    assert sequences.lengths == before.lengths == [20, 1, 7, 16, 3, 33, 2, *[1] * 6]  # a pad: one each
+    assert before.cu_seqlens.device.type == "cpu"  # the collate's own object is left as it was
+    sent = pickle.loads(pickle.dumps(before))  # from a data loader's worker process
+    assert sent.lengths == before.lengths and torch.equal(sent.inverse, before.inverse)
+
+
+@pytest.mark.parametrize("family", ("gpt", "bert"))
+def test_transformers_trainer_trains_on_the_collators_batches(tmp_path, family):
+    """transformers' `Trainer` with Lineage's collators: its data loader moves `packed_sequences` with the batch, the
+    heads take every key, and training and evaluation give the losses of the same batches without the boundaries."""
+    from transformers import Trainer, TrainingArguments
+
+    from modeling import LineageBertForMaskedLM
+    from train.core.collators import PaddingCollator
+
+    torch.manual_seed(0)
+    if family == "gpt":
+        model = build("sdpa")
+        rows = [[20, 1, 7, 4], [3, 29], [32], [16, 16]]
+        data = [{"input_ids": torch.randint(5, 99, (sum(row),)).tolist(),
+                 "position_ids": [p for n in row for p in range(n)]} for row in rows]
+        collate = CausalLMCollator(PAD)
+    else:
+        config = preset("bert-tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        config._attn_implementation = "sdpa"
+        model = LineageBertForMaskedLM(config)
+        data = [{"input_ids": ids, "labels": [t if i % 3 == 0 else -100 for i, t in enumerate(ids)]}
+                for ids in (torch.randint(5, 99, (n,)).tolist() for n in (13, 9, 4, 11))]
+        collate = PaddingCollator(type("Tokenizer", (), {"pad_token_id": 0})())
+    batch = collate(data)
+    assert "packed_sequences" in batch
+    plain = {key: value for key, value in batch.items() if key in ("input_ids", "attention_mask", "position_ids",
+                                                                   "labels")}
+    expected = model.eval()(**plain).loss
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4,
+                             per_device_eval_batch_size=4, learning_rate=0.0, logging_steps=1, save_strategy="no",
+                             report_to="none", use_cpu=True, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data, data_collator=collate)
+    trainer.train()
+    logged = next(entry["loss"] for entry in trainer.state.log_history if "loss" in entry)
+    assert logged == pytest.approx(expected.item(), abs=1e-4)
+    assert trainer.evaluate()["eval_loss"] == pytest.approx(expected.item(), abs=1e-6)
+
+
+def test_boundaries_of_another_batch_are_refused():
+    model = build("sdpa").eval()
+    batch, other = collated([[20, 12], [32]]), collated([[10, 6]])
+    with pytest.raises(ValueError, match=r"`packed_sequences` describe 16 tokens but `input_ids` holds 2 x 32"):
+        model(**{**batch, "packed_sequences": other["packed_sequences"]})
+    with pytest.raises(ValueError, match="cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k or none"):
+        model(**{key: value for key, value in batch.items() if key not in ("packed_sequences", "max_length_k")})
+    with pytest.raises(ValueError, match="`max_length_q` their longest length; got .* and 31"):
+        check_batch_values({**batch, "max_length_q": 31}, {})
+    with pytest.raises(ValueError, match=r"starts of the sequences of the flattened 64 tokens plus the end"):
+        check_batch_values({**other, "input_ids": batch["input_ids"], "packed_sequences": batch["packed_sequences"]},
+                           {})
 
 
 # ------------------------------------------------------------------------------------------- linear memory

@@ -43,11 +43,11 @@ def packed_blocks(count: int, block: int, eos: int, vocab: int) -> list[dict]:
 
 
 def batch_shapes(monkeypatch) -> list[dict]:
-    """Record the shape of every tensor of every training batch."""
+    """Record the shape of every tensor of every training batch (not the host values: `packed_sequences`)."""
     seen, micro_step = [], Engine._micro_step
 
     def recorded(self, batch, *args):
-        seen.append({key: tuple(value.shape) for key, value in batch.items()})
+        seen.append({key: tuple(value.shape) for key, value in batch.items() if isinstance(value, torch.Tensor)})
         return micro_step(self, batch, *args)
 
     monkeypatch.setattr(Engine, "_micro_step", recorded)

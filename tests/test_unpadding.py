@@ -1,11 +1,13 @@
 """BERT unpadding (`unpad_inputs`, MosaicBERT): the padding is removed before the encoder stack and restored at the
 output. Every head gives the padded path's outputs at real positions (fp32, 1e-5), and its loss and gradients;
 the encoder runs on the real tokens only; calls the unpadded path cannot serve take the padded one; the training
-scripts switch it on for a GPU only."""
+scripts switch it on for a GPU only. The collators' `packed_sequences` give either path what it would read back from
+the device (the real tokens, whether there is padding), with the same outputs."""
 
 import pytest
 import torch
 from conftest import preset
+from test_host_reads import HostReads
 from transformers import AutoModel
 
 from modeling import (
@@ -17,6 +19,8 @@ from modeling import (
     LineageBertForTokenClassification,
     LineageBertModel,
 )
+from modeling.checks import value_checks
+from modeling.packing import PackedSequences
 from train.core.common import forward_options, unpadding_on_gpu
 
 HEADS = (LineageBertModel, LineageBertForPreTraining, LineageBertForMaskedLM, LineageBertForSequenceClassification,
@@ -146,6 +150,38 @@ def test_calls_the_unpadded_path_cannot_serve_take_the_padded_one(case):
     if case in ("hidden states", "attention weights"):
         outputs = model(**inputs, **kwargs)
         assert outputs.hidden_states is not None or outputs.attentions is not None
+
+
+@pytest.mark.parametrize("side", ("right", "left"))
+@pytest.mark.parametrize("unpad", (True, False), ids=("unpadded", "padded"))
+@pytest.mark.parametrize("lengths", ((13, 9, 4, 1), (13, 13, 13, 13)), ids=("ragged", "no-padding"))
+def test_the_collates_packed_sequences_change_nothing_and_nothing_is_read_back(side, unpad, lengths):
+    """`packed_sequences` (what the collators add, built on the CPU from the mask) give the unpadded path its real
+    tokens and the padded path its mask (kept with padding, dropped without) without reading the mask back: the
+    loss, gradients and outputs are bit for bit those of the same call without them, and a training forward and
+    backward with value checks off (the engine's) reads nothing back, where without them it reads the mask."""
+    model = build(LineageBertForPreTraining)
+    inputs = batch(side)
+    inputs["attention_mask"] = (torch.arange(13) < torch.tensor(lengths)[:, None]).long()
+    if side == "left":
+        inputs["attention_mask"] = inputs["attention_mask"].flip(-1)
+    inputs["input_ids"] = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, 0)
+    labels = {"labels": inputs["input_ids"].masked_fill(torch.rand(4, 13) > 0.3, -100),
+              "next_sentence_label": torch.tensor([0, 1, 1, 0])}
+    sequences = PackedSequences.for_batch(inputs["attention_mask"])
+    results, reads = [], []
+    for given in ({}, {"packed_sequences": sequences}):
+        model.train().zero_grad()
+        counter = HostReads()
+        with counter, value_checks(False):
+            loss = model(**inputs, **labels, **given, unpad_inputs=unpad).loss
+            loss.backward()
+        reads.append(sum(counter.reads["setup"].values()))
+        logits = model.eval()(**inputs, **given, unpad_inputs=unpad).prediction_logits
+        results.append([loss.detach(), logits, *[p.grad for p in model.parameters() if p.grad is not None]])
+    for without, with_sequences in zip(*results):
+        assert torch.equal(with_sequences, without)
+    assert reads[1] == 0 and reads[0] > 0
 
 
 @pytest.mark.parametrize("device, name, expected", [

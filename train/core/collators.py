@@ -1,8 +1,8 @@
 """Batch collators for every Lineage family: a list of examples (``train.core.examples``) in, one padded batch
 of tensors out. Padding happens here and nowhere else.
 
-Collators are dataclasses: ``collator(features: list[dict], seeds: list[int] | None = None) -> dict[str,
-torch.Tensor]``. All pad dynamically to the longest sequence of the batch, optionally up to a multiple of
+Collators are dataclasses: ``collator(features: list[dict], seeds: list[int] | None = None) -> dict``. All pad
+dynamically to the longest sequence of the batch, optionally up to a multiple of
 ``pad_to_multiple_of`` (8 suits tensor cores), on the right by default whatever ``tokenizer.padding_side``
 says (learned absolute positions then start at 0 in training). Labels are -100 wherever no loss is taken.
 
@@ -18,14 +18,22 @@ says (learned absolute positions then start at 0 in training). Labels are -100 w
   (``train.core.examples.pack_documents``) carry ``position_ids`` restarting at each document: they get no
   ``attention_mask`` (the model reads documents from the restarts), padding takes position 0 (so each pad
   token is a sequence of its own), and labels are -100 at every position 0, so no document's first token is
-  predicted from the end of the previous one (nor any padding).
+  predicted from the end of the previous one (nor any padding). They also get the documents' boundaries as
+  transformers' ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` gives them (``cu_seq_lens_q`` /
+  ``cu_seq_lens_k``, int32 starts of the flattened B * T tokens' documents plus the end; ``max_length_q`` /
+  ``max_length_k``, Python ints), which flash-attn's varlen kernel takes as they are.
 - ``Seq2SeqCollator``: ``input_ids``, ``attention_mask`` and ``labels`` (-100 on padding); the model derives
   its decoder inputs from the labels (teacher forcing).
 
+Every batch also carries ``packed_sequences`` (``modeling.packing.PackedSequences.for_batch``): where its sequences
+lie, found here on the CPU (the real tokens of padded rows, or the documents of packed ones, with SDPA's bucket
+index), which moves to the device with the batch (Accelerate calls its ``to``), so that the Lineage models' training
+forward reads none of it back from the device (the models find it from their tensors when called without it).
+
 ``check_batch_values(batch, value_limits(model))`` checks a collated batch's token ids, token types, positions and LM
-labels against the model's ranges while the batch is still on the CPU; the engine runs it on every batch and then
-turns the model's own value checks (which would read the values back from the accelerator) off around its forward
-(``modeling.checks.value_checks``).
+labels against the model's ranges while the batch is still on the CPU, and its sequence boundaries against its
+tokens; the engine runs it on every batch and then turns the model's own value checks (which would read the values
+back from the accelerator) off around its forward (``modeling.checks.value_checks``).
 
 Randomness (masking) comes from torch's global generator unless ``seed`` is given. ``seeds``, one per
 example, makes each example's random choices depend on its seed alone, not on the rest of its batch: the
@@ -42,6 +50,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from modeling.checks import check_label_ids, check_token_ids, value_checks
+from modeling.packing import VARLEN_KEYWORDS, PackedSequences
 from train.core.examples import IGNORE_INDEX
 from train.core.tokenization import MissingSpecialTokenError
 
@@ -89,7 +98,7 @@ class PaddingCollator:
             return _SEQUENCE_PAD[key]
         raise ValueError(f"feature {key!r} is not a known model input; remove that column before collating")
 
-    def __call__(self, features: list[dict], seeds: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+    def __call__(self, features: list[dict], seeds: Sequence[int] | None = None) -> dict:
         if not features:
             raise ValueError("cannot collate an empty list of features")
         first = features[0]
@@ -106,8 +115,11 @@ class PaddingCollator:
             lengths = [len(s) for f in features for s in (f["input_ids"] if choices else [f["input_ids"]])]
             batch["attention_mask"] = pad_sequences([[1] * n for n in lengths], 0, self.pad_to_multiple_of,
                                                     self.padding_side)
+        sequences = PackedSequences.for_batch(batch.get("attention_mask"), batch.get("position_ids"))  # (B, T) rows
         if choices:
             batch = {k: v.view(len(features), -1, v.shape[-1]) if v.dim() == 2 else v for k, v in batch.items()}
+        if sequences is not None:
+            batch["packed_sequences"] = sequences
         return batch
 
 
@@ -135,9 +147,11 @@ def value_limits(model) -> dict[str, tuple[int, str]]:
     return limits
 
 
-def check_batch_values(batch: dict[str, torch.Tensor], limits: dict[str, tuple[int, str]]) -> None:
+def check_batch_values(batch: dict, limits: dict[str, tuple[int, str]]) -> None:
     """Run the model's own range checks (`modeling.checks`) on a collated batch's values (`value_limits`; `labels` may
-    also be -100), whatever `value_checks` says around the training forward."""
+    also be -100), whatever `value_checks` says around the training forward, and check its sequence boundaries
+    (`check_sequence_boundaries`)."""
+    check_sequence_boundaries(batch)
     try:
         with value_checks(True):
             for key, (upper, limit) in limits.items():
@@ -151,6 +165,33 @@ def check_batch_values(batch: dict[str, torch.Tensor], limits: dict[str, tuple[i
     except ValueError as error:
         raise ValueError(f"{error} The collated batch holds a value the model cannot embed or predict (check the "
                          "tokenizer and the data).") from None
+
+
+def check_sequence_boundaries(batch: dict) -> None:
+    """The model trusts a batch's `packed_sequences` and transformers' `cu_seq_lens_*` / `max_length_*` without reading
+    them back: check on the CPU that they describe the batch's `input_ids` (start 0, end at its B * T tokens, never
+    decrease, the longest length as `max_length_*`, keys as queries, the same sequences as `packed_sequences`)."""
+    ids, sequences = batch.get("input_ids"), batch.get("packed_sequences")
+    if ids is None:
+        return
+    if sequences is not None and sequences.grid not in (None, ids.numel()):
+        raise ValueError(f"`packed_sequences` describe {sequences.grid} tokens but `input_ids` holds {ids.numel()}")
+    if not any(key in batch for key in VARLEN_KEYWORDS):
+        return
+    if any(batch.get(key) is None for key in VARLEN_KEYWORDS):
+        raise ValueError(f"give all of {', '.join(VARLEN_KEYWORDS)} or none of them")
+    bounds, longest = batch["cu_seq_lens_q"], batch["max_length_q"]
+    lengths = bounds.diff()
+    if (bounds.dim() != 1 or bounds.dtype != torch.int32 or bounds[0] != 0 or bounds[-1] != ids.numel()
+            or (lengths < 0).any() or longest != int(lengths.max())):
+        raise ValueError(f"`cu_seq_lens_q` must be the int32 starts of the sequences of the flattened {ids.numel()} "
+                         f"tokens plus the end, and `max_length_q` their longest length; got {bounds.tolist()} and "
+                         f"{longest!r}")
+    if not torch.equal(batch["cu_seq_lens_k"], bounds) or batch["max_length_k"] != longest:
+        raise ValueError("`cu_seq_lens_k` / `max_length_k` must equal `cu_seq_lens_q` / `max_length_q` (packed rows "
+                         "attend within themselves)")
+    if sequences is not None and not torch.equal(sequences.cu_seqlens, bounds):
+        raise ValueError("`packed_sequences` and `cu_seq_lens_q` must describe the same sequences")
 
 
 # ----------------------------------------------------------------------------- masked LM
@@ -182,7 +223,7 @@ class MaskedLMCollator(PaddingCollator):
         if self.seed is not None:
             self._generator = torch.Generator().manual_seed(self.seed)
 
-    def __call__(self, features: list[dict], seeds: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+    def __call__(self, features: list[dict], seeds: Sequence[int] | None = None) -> dict:
         if any("labels" in f for f in features):
             raise ValueError("masked-LM features must not carry 'labels'; the collator makes them")
         batch = super().__call__(features)
@@ -255,14 +296,16 @@ class MaskedLMCollator(PaddingCollator):
 class CausalLMCollator(PaddingCollator):
     """Blocks (or unpacked sequences) for next-token prediction; labels are the inputs."""
 
-    def __call__(self, features: list[dict], seeds: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+    def __call__(self, features: list[dict], seeds: Sequence[int] | None = None) -> dict:
         batch = super().__call__(features)
-        if "labels" in batch:
-            return batch
-        if "position_ids" in batch:  # a document's first token is not predicted from the previous document
+        if "labels" not in batch and "position_ids" in batch:  # no document's first token predicted from another
             batch["labels"] = batch["input_ids"].masked_fill(batch["position_ids"] == 0, IGNORE_INDEX)
-        else:
+        elif "labels" not in batch:
             batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, IGNORE_INDEX)
+        if "position_ids" in batch and "attention_mask" not in batch:  # packed rows: transformers' boundaries too
+            documents = batch["packed_sequences"]
+            batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = documents.cu_seqlens
+            batch["max_length_q"] = batch["max_length_k"] = documents.max_length
         return batch
 
 
@@ -277,4 +320,4 @@ class Seq2SeqCollator(PaddingCollator):
 
 
 __all__ = ["CausalLMCollator", "IGNORE_INDEX", "MaskedLMCollator", "PaddingCollator", "Seq2SeqCollator",
-           "check_batch_values", "pad_sequences", "value_limits"]
+           "check_batch_values", "check_sequence_boundaries", "pad_sequences", "value_limits"]
