@@ -202,3 +202,20 @@ def test_the_corpus_benchmark_prepares_runs_and_streams_a_corpus_of_the_size_ask
         assert results[stage]["seconds"] > 0 and results[stage]["peak_anon_mib"] > 50
     with pytest.raises(SystemExit, match="unknown stage 'warm'"):
         corpus_benchmark.main(["--family", "gpt", "--size-mb", "1", "--stages", "prepare,warm"])
+
+
+def test_the_pair_order_is_pythons_shuffle_and_blocks_of_documents_change_no_pair(bert, docs, fresh_cache,
+                                                                                  monkeypatch):
+    from train.core import examples
+
+    for count in (0, 1, 2, 9, 500):
+        listed, drawn = list(range(count)), random.Random(count)
+        random.Random(count).shuffle(listed)
+        assert examples.shuffled_order(count, drawn).tolist() == listed
+    whole = rows(prepare_nsp_dataset(docs, bert, max_length=40, seed=9))
+    for store in fresh_cache.iterdir():
+        for index in store.glob("pairs-*.npy"):
+            index.unlink()
+    monkeypatch.setattr(examples, "_BLOCK", 7)  # documents read seven at a time, the index reordered seven pairs at a time
+    assert rows(prepare_nsp_dataset(docs, bert, max_length=40, seed=9)) == whole
+    assert not [p for store in fresh_cache.iterdir() for p in store.iterdir() if p.name.startswith(".")]

@@ -26,11 +26,13 @@ collating batches. ``train.core.data`` runs them inside ``Dataset.map`` (batched
 
 from __future__ import annotations
 
+import array
 import functools
 import itertools
 import random
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 from transformers import PreTrainedTokenizerBase
@@ -108,45 +110,88 @@ def create_nsp_examples(documents: Sequence[Sequence[Sequence[int]]], tokenizer:
 
 
 def nsp_pair_index(items: np.ndarray, documents: np.ndarray, max_length: int = 128, short_seq_prob: float = 0.1,
-                   seed: int = 0, dupe_factor: int = 1) -> np.ndarray:
-    """BERT's sentence pairs (`examples` module docstring) over sentences given by their token `items` starts and
-    `documents`' first sentences (every sentence and document non-empty), as token ranges: an int64 array (pairs, 5)
-    of `[a_start, a_end, b_start, b_end, is_random]`, in the shuffled order. Only lengths are read, so the index of
-    any corpus fits in memory (40 bytes a pair); the random draws are those `examples.create_nsp_examples` makes."""
+                   seed: int = 0, dupe_factor: int = 1, path: Path | None = None) -> np.ndarray:
+    """BERT's sentence pairs (module docstring) over sentences given by their token `items` starts (and the end) and
+    `documents`' first sentences (and the count), every sentence and document non-empty, as token ranges: an int64
+    array (pairs, 5) of `[a_start, a_end, b_start, b_end, is_random]`, in the shuffled order. Only lengths are read,
+    a block of documents at a time (`items` and `documents` may be memory-mapped). With `path`, the index is written
+    there as `.npy` as it is found, then reordered on disk, and returned memory-mapped: what stays in memory is 8 bytes
+    a pair (the order), whatever the corpus size."""
     if len(documents) < 3:
         raise ValueError("next-sentence prediction needs at least two non-empty documents")
-    rng, pairs = random.Random(seed), []
-    starts, firsts = np.asarray(items).tolist(), np.asarray(documents).tolist()
-    for _ in range(dupe_factor):
-        for index in range(len(firsts) - 1):
-            pairs.extend(_document_pairs(starts, firsts, index, max_length - 3, short_seq_prob, rng))
-    order = list(range(len(pairs)))
-    rng.shuffle(order)
-    return np.asarray(pairs, dtype=np.int64).reshape(-1, 5)[order]
+    rng = random.Random(seed)
+    pairs = (pair for _ in range(dupe_factor) for pair in _corpus_pairs(items, documents, max_length - 3,
+                                                                             short_seq_prob, rng))
+    if path is None:
+        found = np.asarray(list(pairs), dtype=np.int64).reshape(-1, 5)
+        return found[shuffled_order(len(found), rng)]
+    unordered, count = path.with_name(path.name + ".unordered"), 0
+    try:
+        with open(unordered, "wb") as out:
+            while chunk := list(itertools.islice(pairs, _BLOCK)):
+                np.asarray(chunk, dtype=np.int64).tofile(out)
+                count += len(chunk)
+        order = shuffled_order(count, rng)
+        source = np.memmap(unordered, dtype=np.int64, mode="r", shape=(count, 5)) if count else np.zeros((0, 5))
+        index = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(count, 5))
+        for start in range(0, count, _BLOCK):
+            index[start:start + _BLOCK] = source[order[start:start + _BLOCK]]
+        index.flush()
+    finally:
+        unordered.unlink(missing_ok=True)
+    return np.load(path, mmap_mode="r")
 
 
-def _document_pairs(starts: list[int], firsts: list[int], index: int, max_num_tokens: int, short_seq_prob: float,
+_BLOCK = 1 << 16  # documents (or pairs) read at a time
+
+
+def shuffled_order(count: int, rng: random.Random) -> np.ndarray:
+    """The permutation `rng.shuffle(list(range(count)))` gives, drawn alike (CPython's Fisher-Yates over
+    `_randbelow`), held as int64 rather than a list of Python ints."""
+    order = array.array("q", range(count))
+    randbelow = rng._randbelow
+    for i in reversed(range(1, count)):
+        j = randbelow(i + 1)
+        order[i], order[j] = order[j], order[i]
+    return np.frombuffer(order, dtype=np.int64)
+
+
+def _corpus_pairs(items, documents, max_num_tokens: int, short_seq_prob: float,
+                  rng: random.Random) -> Iterator[tuple[int, int, int, int, int]]:
+    """The pairs of every document in order, its sentence starts read a block of documents at a time."""
+    count = len(documents) - 1
+    for block in range(0, count, _BLOCK):
+        firsts = np.asarray(documents[block:min(block + _BLOCK, count) + 1]).tolist()
+        starts = np.asarray(items[firsts[0]:firsts[-1] + 1]).tolist()
+        for index in range(block, block + len(firsts) - 1):
+            local = index - block
+            yield from _document_pairs(starts[firsts[local] - firsts[0]:firsts[local + 1] - firsts[0] + 1],
+                                       index, items, documents, max_num_tokens, short_seq_prob, rng)
+
+
+def _document_pairs(starts: list[int], index: int, items, documents, max_num_tokens: int, short_seq_prob: float,
                     rng: random.Random) -> Iterator[tuple[int, int, int, int, int]]:
-    """`create_instances_from_document` over sentence ranges: chunks of whole sentences up to a target length, split
-    into A and B at a random sentence boundary, B replaced by another document's text half the time."""
-    first, count = firsts[index], firsts[index + 1] - firsts[index]
+    """`create_instances_from_document` over one document's sentence `starts` (and its end): chunks of whole
+    sentences up to a target length, split into A and B at a random sentence boundary, B replaced by another
+    document's text half the time."""
+    count = len(starts) - 1
     target = rng.randint(2, max_num_tokens) if rng.random() < short_seq_prob else max_num_tokens
     chunk_first, chunk, length, i = 0, 0, 0, 0
     while i < count:
         if chunk == 0:
             chunk_first = i
         chunk += 1
-        length += starts[first + i + 1] - starts[first + i]
+        length += starts[i + 1] - starts[i]
         if i == count - 1 or (length >= target and chunk >= 2 and i != count - 2):
             if chunk >= 2:
                 a_end = rng.randint(1, chunk - 1)
-                a = [starts[first + chunk_first], starts[first + chunk_first + a_end]]
+                a = [starts[chunk_first], starts[chunk_first + a_end]]
                 if rng.random() < 0.5:
-                    b = _random_segment(starts, firsts, index, target - (a[1] - a[0]), rng)
+                    b = _random_segment(items, documents, index, target - (a[1] - a[0]), rng)
                     i -= chunk - a_end  # put the unused sentences back
                     is_random = 1
                 else:
-                    b, is_random = [a[1], starts[first + i + 1]], 0
+                    b, is_random = [a[1], starts[i + 1]], 0
                 truncate_ranges(a, b, max_num_tokens, rng)
                 if a[1] > a[0] and b[1] > b[0]:
                     yield a[0], a[1], b[0], b[1], is_random
@@ -154,15 +199,16 @@ def _document_pairs(starts: list[int], firsts: list[int], index: int, max_num_to
         i += 1
 
 
-def _random_segment(starts: list[int], firsts: list[int], index: int, target_length: int,
-                    rng: random.Random) -> list[int]:
-    other = rng.randrange(len(firsts) - 2)
+def _random_segment(items, documents, index: int, target_length: int, rng: random.Random) -> list[int]:
+    other = rng.randrange(len(documents) - 2)
     other += other >= index  # any document but this one
-    begin, end = firsts[other] + rng.randrange(firsts[other + 1] - firsts[other]), firsts[other + 1]
-    sentence = begin
-    while sentence < end - 1 and starts[sentence + 1] - starts[begin] < target_length:
+    first, end = int(documents[other]), int(documents[other + 1])
+    begin = first + rng.randrange(end - first)
+    starts = np.asarray(items[begin:end + 1]).tolist()
+    sentence = 0
+    while sentence < len(starts) - 2 and starts[sentence + 1] - starts[0] < target_length:
         sentence += 1
-    return [starts[begin], starts[sentence + 1]]
+    return [starts[0], starts[sentence + 1]]
 
 
 def truncate_ranges(a: list[int], b: list[int], max_num_tokens: int, rng: random.Random) -> None:

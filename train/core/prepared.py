@@ -310,12 +310,17 @@ class SentencePairs(torch.utils.data.Dataset):
         self.cls_id, self.sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
         settings = f"{max_length} {short_seq_prob} {seed} {dupe_factor}"
         path = store.folder / f"pairs-{hashlib.sha256(settings.encode()).hexdigest()[:16]}.npy"
+        for stale in store.folder.glob(".pairs-*.tmp-*"):  # of a process killed while it built an index
+            pid = stale.name.split(".tmp-")[1].split(".")[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                stale.unlink(missing_ok=True)
         if not path.is_file():
-            index = nsp_pair_index(store.items, store.documents, max_length, short_seq_prob, seed, dupe_factor)
-            staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            with open(staging, "wb") as out:
-                np.save(out, index)
-            os.replace(staging, path)
+            staging = path.with_name(f".{path.name}.tmp-{os.getpid()}.npy")
+            try:
+                nsp_pair_index(store.items, store.documents, max_length, short_seq_prob, seed, dupe_factor, staging)
+                os.replace(staging, path)
+            finally:
+                staging.unlink(missing_ok=True)
         self.pairs = np.load(path, mmap_mode="r")
 
     def __len__(self) -> int:
