@@ -216,6 +216,6 @@ def test_the_pair_order_is_pythons_shuffle_and_blocks_of_documents_change_no_pai
     for store in fresh_cache.iterdir():
         for index in store.glob("pairs-*.npy"):
             index.unlink()
-    monkeypatch.setattr(examples, "_BLOCK", 7)  # documents read seven at a time, the index reordered seven pairs at a time
+    monkeypatch.setattr(examples, "_BLOCK", 7)  # documents read, and the index reordered, seven at a time
     assert rows(prepare_nsp_dataset(docs, bert, max_length=40, seed=9)) == whole
     assert not [p for store in fresh_cache.iterdir() for p in store.iterdir() if p.name.startswith(".")]
