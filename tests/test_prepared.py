@@ -219,3 +219,21 @@ def test_the_pair_order_is_pythons_shuffle_and_blocks_of_documents_change_no_pai
     monkeypatch.setattr(examples, "_BLOCK", 7)  # documents read, and the index reordered, seven at a time
     assert rows(prepare_nsp_dataset(docs, bert, max_length=40, seed=9)) == whole
     assert not [p for store in fresh_cache.iterdir() for p in store.iterdir() if p.name.startswith(".")]
+
+
+def test_whole_file_checks_run_once_per_unchanged_file(tmp_path, fresh_cache, monkeypatch):
+    from train.core import data
+
+    path = tmp_path / "corpus.txt"
+    path.write_text("One sentence.\nAnother one.\n\nA second document.\nIts end.\n")
+    assert load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")).num_rows == 2
+
+    def read(*args):
+        raise AssertionError("read again")
+
+    monkeypatch.setattr(data, "check_utf8", read)
+    monkeypatch.setattr(data, "_has_paragraphs", read)
+    assert load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")).num_rows == 2
+    path.write_text("Changed.\n")
+    with pytest.raises(AssertionError, match="read again"):
+        load_text_dataset(str(path), cache_dir=str(tmp_path / "hf"))

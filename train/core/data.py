@@ -44,8 +44,10 @@ import codecs
 import csv
 import functools
 import gzip
+import hashlib
 import json
 import lzma
+import os
 import re
 import reprlib
 import zlib
@@ -59,7 +61,7 @@ from transformers import PreTrainedTokenizerBase
 
 from train.core import corpus, examples, prepared
 from train.core.examples import split_sentences, tokenize_documents
-from train.core.tokenization import MissingSpecialTokenError
+from train.core.tokenization import MissingSpecialTokenError, cache_folder
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
            ".parquet": "parquet"}
@@ -244,13 +246,30 @@ def _has_paragraphs(path: Path) -> bool:
     return False
 
 
+def _once(path: Path, check: str, compute: Callable[[], bool]) -> bool:
+    """``compute()``, a check that reads the whole file, or its answer for the same file unchanged (path, size,
+    modification time) from an earlier run, kept in ``cache_folder()/checked``: a relaunch on a large corpus does
+    not read it again. A check that raises is not kept."""
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()} {stat.st_size} {stat.st_mtime_ns} {check}".encode()).hexdigest()[:24]
+    record = cache_folder() / "checked" / key
+    if record.is_file():
+        return record.read_text() == "true"
+    answer = compute()
+    record.parent.mkdir(parents=True, exist_ok=True)
+    staging = record.with_name(f".{key}.tmp-{os.getpid()}")
+    staging.write_text("true" if answer else "false")
+    os.replace(staging, record)
+    return answer
+
+
 def _sample_by(files: list[Path], text_sample_by: str) -> str:
     """``text_sample_by`` with ``auto`` resolved: ``paragraph`` when a file has paragraphs, else ``line``."""
     if text_sample_by not in TEXT_SAMPLE_BY:
         raise ValueError(f"text_sample_by must be one of {', '.join(TEXT_SAMPLE_BY)}, got {text_sample_by!r}")
     if text_sample_by != "auto":
         return text_sample_by
-    with_paragraphs = next((f for f in files if _has_paragraphs(f)), None)
+    with_paragraphs = next((f for f in files if _once(f, "paragraphs", functools.partial(_has_paragraphs, f))), None)
     if with_paragraphs is None:
         return "line"
     print(f"{with_paragraphs}: empty lines separate its documents, so each row is a document of lines "
@@ -403,7 +422,7 @@ def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> 
         if _compression(path) is not None:
             _check_signature(path)
             continue
-        if fmt != "parquet" and not check_utf8(path):
+        if fmt != "parquet" and not _once(path, "utf-8 text", functools.partial(check_utf8, path)):
             raise EmptyDataFileError(f"{path}: the data file holds only whitespace")
         found = _columns_of(path, fmt)
         if fmt == "parquet" and _parquet_rows(path) == 0:
