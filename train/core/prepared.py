@@ -49,6 +49,7 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
 from train.core.examples import nsp_features, nsp_pair_index, tokenize_documents
+from train.core.run_folder import process_alive
 from train.core.tokenization import MissingSpecialTokenError, cache_folder
 
 STORE_VERSION = 1
@@ -170,7 +171,7 @@ def _staging(folder: Path) -> Iterator[Path]:
     folder.parent.mkdir(parents=True, exist_ok=True)
     for stale in folder.parent.glob(".*.tmp-*"):
         pid = stale.name.rsplit("-", 2)[-2]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-{os.getpid()}-"))
     try:
@@ -179,16 +180,6 @@ def _staging(folder: Path) -> Iterator[Path]:
         os.replace(staging, folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _write_parts(dataset, tokenizer, layout: str, column: str, has_sentences: bool, staging: Path,
@@ -312,7 +303,7 @@ class SentencePairs(torch.utils.data.Dataset):
         path = store.folder / f"pairs-{hashlib.sha256(settings.encode()).hexdigest()[:16]}.npy"
         for stale in store.folder.glob(".pairs-*.tmp-*"):  # of a process killed while it built an index
             pid = stale.name.split(".tmp-")[1].split(".")[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 stale.unlink(missing_ok=True)
         if not path.is_file():
             staging = path.with_name(f".{path.name}.tmp-{os.getpid()}.npy")

@@ -325,7 +325,8 @@ def staged_output(folder: Path, command: str | None = None) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` of this machine still runs (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -350,7 +351,7 @@ def _take_lock(folder: Path) -> None:
             pid, host = holder.get("pid"), holder.get("host")
             if pid == os.getpid() and host == mine["host"]:
                 return  # this process's own (an earlier run in it that raised)
-            if host == mine["host"] and isinstance(pid, int) and not _alive(pid):
+            if host == mine["host"] and isinstance(pid, int) and not process_alive(pid):
                 print(f"output_dir {folder}: removing the stale lock of process {pid}, which no longer runs",
                       flush=True)
                 lock.unlink(missing_ok=True)
@@ -376,4 +377,4 @@ def _release_lock(folder: Path) -> None:
 
 
 __all__ = ["LOCK", "OUTPUT_RECORD", "OutputDirError", "RECORD", "RUN_FILES", "check_output_dir", "check_writer_output",
-           "claim", "note_resume", "recipe_hash", "record_written", "release", "run_inputs", "staged_output"]
+           "claim", "note_resume", "process_alive", "recipe_hash", "record_written", "release", "run_inputs", "staged_output"]
