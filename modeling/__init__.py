@@ -8,8 +8,16 @@ that did not.
 
 import transformers
 
-from . import modeling_lineage_bert
+from . import (
+    modeling_lineage_bert,
+    modeling_lineage_gpt,
+    modeling_lineage_rnn,
+    modeling_lineage_transformer,
+)
 from .configuration_lineage_bert import LineageBertConfig
+from .configuration_lineage_gpt import LineageGptConfig
+from .configuration_lineage_rnn import LineageRnnConfig
+from .configuration_lineage_transformer import LineageTransformerConfig
 from .modeling_lineage_bert import (
     LineageBertForMaskedLM,
     LineageBertForMultipleChoice,
@@ -22,8 +30,6 @@ from .modeling_lineage_bert import (
     LineageBertModel,
     LineageBertPreTrainedModel,
 )
-from . import modeling_lineage_gpt
-from .configuration_lineage_gpt import LineageGptConfig
 from .modeling_lineage_gpt import (
     LineageGptForCausalLM,
     LineageGptForMultipleChoice,
@@ -31,11 +37,11 @@ from .modeling_lineage_gpt import (
     LineageGptModel,
     LineageGptPreTrainedModel,
 )
-from . import modeling_lineage_rnn
-from .configuration_lineage_rnn import LineageRnnConfig
-from .modeling_lineage_rnn import LineageRnnForConditionalGeneration, LineageRnnModel, LineageRnnPreTrainedModel
-from . import modeling_lineage_transformer
-from .configuration_lineage_transformer import LineageTransformerConfig
+from .modeling_lineage_rnn import (
+    LineageRnnForConditionalGeneration,
+    LineageRnnModel,
+    LineageRnnPreTrainedModel,
+)
 from .modeling_lineage_transformer import (
     LineageTransformerForConditionalGeneration,
     LineageTransformerModel,
@@ -68,7 +74,9 @@ def _register_lora_targets(model_types: tuple[str, ...]) -> None:
     """Let `peft.get_peft_model(model, LoraConfig(...))` find the targets without `target_modules` (peft looks them
     up by `config.model_type`); nothing happens when peft is not installed."""
     try:
-        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+        from peft.utils.constants import (
+            TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING,
+        )
     except ImportError:
         return
     for model_type in model_types:

@@ -36,6 +36,8 @@ from torch import nn
 
 from .configuration_lineage_bert import LineageBertConfig
 from .configuration_lineage_common import check_vocab_multiple
+from .configuration_lineage_gpt import LineageGptConfig
+from .configuration_lineage_transformer import LineageTransformerConfig
 from .modeling_lineage_bert import (
     LineageBertForMaskedLM,
     LineageBertForPreTraining,
@@ -45,10 +47,15 @@ from .modeling_lineage_bert import (
     LineageBertLMHeadModel,
     LineageBertModel,
 )
-from .configuration_lineage_gpt import LineageGptConfig
-from .modeling_lineage_gpt import LineageGptForCausalLM, LineageGptForSequenceClassification, LineageGptModel
-from .configuration_lineage_transformer import LineageTransformerConfig
-from .modeling_lineage_transformer import LineageTransformerForConditionalGeneration, LineageTransformerModel
+from .modeling_lineage_gpt import (
+    LineageGptForCausalLM,
+    LineageGptForSequenceClassification,
+    LineageGptModel,
+)
+from .modeling_lineage_transformer import (
+    LineageTransformerForConditionalGeneration,
+    LineageTransformerModel,
+)
 
 StateDict = dict[str, torch.Tensor]
 

@@ -38,7 +38,11 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from .arguments import forward_arguments
 from .linear import LineageLinear
 from .packing import varlen_sdpa_forward
-from .relative_positions import relative_key_scores, relative_position_index, relative_value_term
+from .relative_positions import (
+    relative_key_scores,
+    relative_position_index,
+    relative_value_term,
+)
 
 ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,

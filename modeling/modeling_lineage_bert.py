@@ -55,7 +55,6 @@ from transformers.utils import logging
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_lineage_bert import LineageBertConfig
 from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
 from .checks import (
     check_cached_mask,
@@ -70,7 +69,13 @@ from .checks import (
     check_sequence_length,
     check_token_ids,
 )
-from .layers import ACTIVATION_MODULES, LearnedPositionalEmbedding, LineageBlock, classifier_dropout
+from .configuration_lineage_bert import LineageBertConfig
+from .layers import (
+    ACTIVATION_MODULES,
+    LearnedPositionalEmbedding,
+    LineageBlock,
+    classifier_dropout,
+)
 from .linear import LineageLinear
 from .losses import labelled_positions, lm_head_loss, skips_logits, vocab_logits
 from .packing import (

@@ -36,12 +36,15 @@ from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPast,
+    CausalLMOutputWithPast,
+    ModelOutput,
+)
 from transformers.modeling_utils import slice_logits_to_keep
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
-from .configuration_lineage_gpt import LineageGptConfig
 from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
 from .checks import (
     check_cached_mask,
@@ -58,6 +61,7 @@ from .checks import (
     check_token_ids,
     value_checks_enabled,
 )
+from .configuration_lineage_gpt import LineageGptConfig
 from .layers import LearnedPositionalEmbedding, LineageBlock, classifier_dropout
 from .linear import LineageLinear
 from .losses import lm_head_loss, skips_logits, vocab_logits

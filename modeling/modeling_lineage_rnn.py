@@ -45,13 +45,23 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.initialization import uniform_, zeros_
-from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
 from transformers.utils import ModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
-from .configuration_lineage_rnn import LineageRnnConfig
 from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
-from .checks import check_devices, check_ids_or_embeds, check_label_ids, check_mask_shape, value_checks_enabled
+from .checks import (
+    check_devices,
+    check_ids_or_embeds,
+    check_label_ids,
+    check_mask_shape,
+    value_checks_enabled,
+)
+from .configuration_lineage_rnn import LineageRnnConfig
 from .linear import LineageLinear
 from .losses import labelled_positions, seq2seq_loss
 from .packing import PackedSequences, host_lengths

@@ -46,7 +46,6 @@ from transformers.modeling_outputs import (
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_lineage_transformer import LineageTransformerConfig
 from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
 from .checks import (
     check_cached_mask,
@@ -57,9 +56,20 @@ from .checks import (
     check_mask_shape,
     check_sequence_length,
 )
-from .layers import LearnedPositionalEmbedding, LineageBlock, SinusoidalPositionalEmbedding
+from .configuration_lineage_transformer import LineageTransformerConfig
+from .layers import (
+    LearnedPositionalEmbedding,
+    LineageBlock,
+    SinusoidalPositionalEmbedding,
+)
 from .linear import LineageLinear
-from .losses import labelled_positions, lm_head_loss, seq2seq_loss, skips_logits, vocab_logits
+from .losses import (
+    labelled_positions,
+    lm_head_loss,
+    seq2seq_loss,
+    skips_logits,
+    vocab_logits,
+)
 from .packing import PackedSequences, mask_inputs
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs

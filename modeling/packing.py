@@ -3,7 +3,7 @@ sequence to itself (flash-attn's varlen kernel, or SDPA over length buckets). `L
 (`layers.py`) runs `varlen_sdpa_forward` when a model hands its blocks `packed_sequences`.
 
 Where the sequences of a batch lie is known on the CPU when the batch is collated: the collators
-(`train.core.collators`) build `PackedSequences.for_batch` there, SDPA's bucket index included, and hand it to the
+(`train.data.collators`) build `PackedSequences.for_batch` there, SDPA's bucket index included, and hand it to the
 model as `packed_sequences`, which moves to the device with the batch (`PackedSequences.to`, which Accelerate's
 `send_to_device` calls). A forward handed it reads nothing back from the device: neither the documents of packed rows,
 nor the real tokens that unpadding gathers, nor whether padded rows hold padding at all, which transformers' mask
@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
-
 
 # flash-attn, whose varlen kernel (run by transformers from the `cu_seq_lens_*` keywords) keeps attention inside each
 # sequence of a flattened stream from its boundaries alone, as `varlen_sdpa_forward` does under sdpa.

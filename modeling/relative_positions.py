@@ -9,6 +9,7 @@ Dimension legend as in `layers.py`.
 
 import torch
 
+
 def relative_position_index(query_positions: torch.Tensor, key_positions: torch.Tensor,
                             max_distance: int) -> torch.Tensor:
     """Shaw et al.'s clip(j - i, k) + k for query positions i (B or 1, T) and key positions j (B or 1, S): the

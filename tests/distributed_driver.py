@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from train.core.engine import Engine
+from train.run.engine import Engine
 
 
 def _inspect(engine: Engine) -> dict:

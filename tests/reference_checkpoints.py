@@ -13,7 +13,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
-from train.core.tokenization import train_tokenizer
+from train.data.tokenization import train_tokenizer
 
 TEXTS = [
     "the cat sat on the mat", "a dog ran in the park", "this film was great fun", "what a dull and boring film",

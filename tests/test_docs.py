@@ -197,10 +197,10 @@ def test_unknown_commands_are_found():
     _, code = split_page(
         "Run `lineage train nosuch --x 1` or `lineage frobnicate`, not `lineage train finetune`.\n\n"
         "```bash\naccelerate launch -m train.nosuch --recipe configs/recipes/none.yaml\n"
-        "python -m train.core.engine\npython -m train.main_job --recipe train/configs/recipes/main-bert-nli.yaml\n"
+        "python -m train.run.engine\npython -m train.main_job --recipe train/configs/recipes/main-bert-nli.yaml\n"
         "lineage export --model m  # outputs/lineage-experiment is a folder, lineage-bert a model type\n```\n"
     )
     assert unknown_commands(code, REPO) == [
         "lineage train nosuch", "lineage frobnicate", "python -m train.nosuch", "configs/recipes/none.yaml",
-        "python -m train.core.engine"]
+        "python -m train.run.engine"]
 

@@ -82,7 +82,7 @@ def test_the_installed_package_runs_from_an_empty_folder(installed, tmp_path):
     work = tmp_path / "empty"
     work.mkdir()
     where = json.loads(_run([installed["python"], "-c", (
-        "import json, sys, modeling, train, train.core.recipes as r\n"
+        "import json, sys, modeling, train, train.run.recipes as r\n"
         "print(json.dumps({'modeling': modeling.__file__, 'train': train.__file__, 'path': sys.path,"
         " 'recipes': str(r.CONFIGS)}))")], work))
     for name in ("modeling", "train", "recipes"):

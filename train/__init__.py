@@ -7,7 +7,7 @@
 - `export`, `attention_maps`, `benchmark`, `lineage_experiment`, `list_configs`: the other `lineage` commands
   (the table `train.cli.COMMANDS`).
 
-The machinery they share lives in `train.core` (recipes, data, example building, collators, batching, the
+The machinery they share lives in `train.data`, `train.run`, `train.setup` and `train.analysis` (recipes, data, example building, collators, batching, the
 engine, checkpoints, publishing); offline metric modules in `train/metrics/`; the model presets, recipes and
 accelerate configs, package data, in `train/configs/`. This file imports nothing, so
 that `import train` stays cheap.

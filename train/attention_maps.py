@@ -13,12 +13,12 @@ eager kernel with `output_attentions=True`. A sequence-to-sequence model reads `
 forces `--target` through the decoder, or, without `--target`, the tokens it generates itself (greedy, or
 beam search with `--num-beams`). `--layers` / `--heads` select what is drawn and saved (default: all).
 
-Output (`train.core.attention_plots` lists the files): PNG heatmaps (layer x head grid, each layer's heads at
+Output (`train.analysis.attention_plots` lists the files): PNG heatmaps (layer x head grid, each layer's heads at
 full size, the cross-attention alignment averaged over heads), `<kind>.npy` weights (layers, heads, rows,
 columns) with `tokens.json`, and `attention.html` (plus bertviz's views with the `viz` extra). Everything is
 written to a temporary folder beside `--out` and moved into place at the end: a failed run leaves `--out` as
 it was. `--out` must be new or empty; `--overwrite` replaces an earlier output of this command, and a folder holding
-anything else is refused whatever the flag (`train.core.run_folder`).
+anything else is refused whatever the flag (`train.run.run_folder`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from train.core.attention import (
+from train.analysis.attention import (
     AttentionInputError,
     collect,
     encode_text,
@@ -38,8 +38,8 @@ from train.core.attention import (
     target_ids,
     tokens,
 )
-from train.core.attention_plots import write_all
-from train.core.run_folder import OutputDirError, check_writer_output, staged_output
+from train.analysis.attention_plots import write_all
+from train.run.run_folder import OutputDirError, check_writer_output, staged_output
 
 COMMAND = "attention-maps"
 

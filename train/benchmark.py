@@ -5,20 +5,20 @@
         --seq-len 64 --reference --generate
     lineage benchmark --model gpt-124m-prenorm --task causal-lm --dtype bf16 --compile --json bench.json
 
-`--model` is read as every command reads it (`train.core.sources`): a preset, a config.json, or a folder or Hub id of a
+`--model` is read as every command reads it (`train.setup.models`): a preset, a config.json, or a folder or Hub id of a
 Lineage model or of a transformers checkpoint (its converted config); the weights are random either way.
 
 A training step is zero_grad, forward with labels, backward and an AdamW step on random tokens of the full length
-(`train.core.throughput`). `--warmup` steps run first and are not timed (they include compilation with
+(`train.analysis.throughput`). `--warmup` steps run first and are not timed (they include compilation with
 `--compile`); then `--steps` steps are timed one by one and the median is reported as ms/step, tokens/s (B x T per
 step; for seq2seq the target positions, the source having the same length), achieved TFLOP/s (the FLOP formula
-in `train.core.throughput`), MFU against the GPU's peak (`--peak-tflops` overrides the table; no MFU column on a
+in `train.analysis.throughput`), MFU against the GPU's peak (`--peak-tflops` overrides the table; no MFU column on a
 CPU) and peak memory (CUDA: `max_memory_allocated` during a step; CPU: the process's peak RSS).
 
 `--reference` builds the transformers reference model from the same weights (`modeling.conversion.to_transformers`:
 OpenAIGPT for post-norm GPT presets, GPT-2 for pre-norm ones, BERT, Marian) and times its steps interleaved with
 Lineage's, so machine noise hits both alike; `ratio` = reference ms / Lineage ms (above 1: Lineage is faster).
-`--compile` compiles both (`train.core.compilation`). `--generate` also times greedy generation of
+`--compile` compiles both (`train.run.compilation`). `--generate` also times greedy generation of
 `--new-tokens` tokens from the `--seq-len` prompt (causal LM) or source (seq2seq) with the dynamic cache and with
 the static cache and a compiled forward (for models that declare `_can_compile_fullgraph`). `--json FILE` writes
 the table with its settings.
@@ -38,13 +38,14 @@ import yaml
 from transformers import CompileConfig
 
 from modeling.conversion import to_transformers
-from train.core import sources, throughput
-from train.core.compilation import compile_model, compiler_error
-from train.core.recipes import (
+from train.analysis import throughput
+from train.run.compilation import compile_model, compiler_error
+from train.run.recipes import (
     available_presets,
     check_model_overrides,
     load_model_config,
 )
+from train.setup import models
 
 REFERENCE_FAMILIES = ("lineage-gpt", "lineage-bert", "lineage-transformer")
 
@@ -76,7 +77,7 @@ def make_parser() -> argparse.ArgumentParser:
                                                                 "cache)")
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens each generate call makes")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the GPU's peak TFLOP/s for MFU (default: "
-                                                                         "the table in train.core.throughput)")
+                                                                         "the table in train.analysis.throughput)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--seed", type=int, default=0)
     return parser
@@ -95,9 +96,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def model_config(model: str, overrides: dict, revision: str | None = None):
-    """The Lineage config `--model` names (`train.core.sources`: converted for a transformers checkpoint; `revision`
+    """The Lineage config `--model` names (`train.setup.models`: converted for a transformers checkpoint; `revision`
     of a Hub id), with `overrides`."""
-    source = sources.resolve_model(model, revision, revision_argument="--revision")
+    source = models.resolve_model(model, revision, revision_argument="--revision")
     if not source.pretrained:
         return load_model_config(model, **overrides)
     return type(source.config).from_dict({**source.config.to_dict(), **overrides})
@@ -109,7 +110,7 @@ def config_overrides(model: str, pairs: list[str], revision: str | None = None) 
         raise ValueError(f"--config expects KEY=VALUE, got {', '.join(p for p in pairs if '=' not in p)}")
     overrides = {key: yaml.safe_load(value) for key, value in (pair.split("=", 1) for pair in pairs)}
     if overrides:
-        check_model_overrides(overrides, sources.resolve_model(model, revision, revision_argument="--revision").config)
+        check_model_overrides(overrides, models.resolve_model(model, revision, revision_argument="--revision").config)
     return overrides
 
 

@@ -4,14 +4,14 @@
     python -m train.convert outputs/gpt-pretrain-tiny/model gpt-as-gpt2/ --to transformers
     lineage convert Helsinki-NLP/opus-mt-en-de opus-en-de-lineage/ --to lineage --revision main
 
-`SRC` is read as `--model` is everywhere (`train.core.sources`). `--to lineage` takes a transformers checkpoint of a
+`SRC` is read as `--model` is everywhere (`train.setup.models`). `--to lineage` takes a transformers checkpoint of a
 class `modeling.conversion` supports (BERT, OpenAI GPT, GPT-2, Marian and their heads) and writes the Lineage model
 with its code (loadable with `trust_remote_code=True` where Lineage is not installed); `--to transformers` takes a
 Lineage model and writes the reference class (post-norm GPT -> OpenAIGPT*, pre-norm GPT -> GPT2*, BERT, the
 Transformer with Marian's settings -> Marian). The tokenizer is copied unchanged. Both models run on the same
 `CHECK_TOKENS` tokens in fp32 and the largest output difference is printed and written into the model card
 (`README.md`); above 1e-4 nothing is written. `DST` must be new, empty, or a folder this command wrote before
-(`train.core.run_folder`); it is written in a temporary folder beside it and moved into place at the end.
+(`train.run.run_folder`); it is written in a temporary folder beside it and moved into place at the end.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from train.core import sources
-from train.core.run_folder import check_writer_output, staged_output
+from train.run.run_folder import check_writer_output, staged_output
+from train.setup import models, tokenizers
 
 TARGETS = ("lineage", "transformers")
 
@@ -35,38 +35,38 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def convert(source: sources.ModelSource, to: str):
+def convert(source: models.ModelSource, to: str):
     """(converted model, the model it came from, largest output difference), or `ModelSourceError` when `source`
     is already in the `to` implementation or is a preset."""
     if not source.pretrained:
-        raise sources.ModelSourceError(f"SRC {source.name!r} is a preset, which has no weights to convert")
+        raise models.ModelSourceError(f"SRC {source.name!r} is a preset, which has no weights to convert")
     if to == "lineage":
         if source.kind != "reference":
-            raise sources.ModelSourceError(f"SRC {source.name!r} is already a Lineage model; use --to transformers")
-        converted, difference = sources.convert_checked(source, argument="SRC")
+            raise models.ModelSourceError(f"SRC {source.name!r} is already a Lineage model; use --to transformers")
+        converted, difference = models.convert_checked(source, argument="SRC")
         return converted, source.reference_class, difference
     if source.kind != "lineage":
-        raise sources.ModelSourceError(f"SRC {source.name!r} is already a transformers {source.reference_class}; "
+        raise models.ModelSourceError(f"SRC {source.name!r} is already a transformers {source.reference_class}; "
                                        "use --to lineage")
-    model = sources.load_model(source, argument="SRC")
+    model = models.load_model(source, argument="SRC")
     try:
-        reference, difference = sources.reference_of(model)
+        reference, difference = models.reference_of(model)
     except (TypeError, ValueError) as error:  # no reference class, or a setting the reference lacks
-        raise sources.ModelSourceError(f"SRC {source.name!r} has no transformers equivalent: {error}") from None
-    if not difference <= sources.CONVERSION_TOLERANCE:
-        raise sources.ConversionCheckError(
+        raise models.ModelSourceError(f"SRC {source.name!r} has no transformers equivalent: {error}") from None
+    if not difference <= models.CONVERSION_TOLERANCE:
+        raise models.ConversionCheckError(
             f"SRC {source.name!r}: the {type(reference).__name__} differs from the Lineage model by {difference:.3g} "
-            f"(limit {sources.CONVERSION_TOLERANCE:g}); nothing was written")
+            f"(limit {models.CONVERSION_TOLERANCE:g}); nothing was written")
     return reference, type(model).__name__, difference
 
 
-def card(source: sources.ModelSource, model, origin: str, difference: float) -> str:
+def card(source: models.ModelSource, model, origin: str, difference: float) -> str:
     where = f"`{source.repo_id}` (revision {source.revision})" if source.repo_id else f"`{source.name}`"
     header = f"---\nbase_model: {source.repo_id}\n---\n\n" if source.repo_id else ""
     remote = ", trust_remote_code=True" if type(model).__name__.startswith("Lineage") else ""
     return (f"{header}# {type(model).__name__}\n\nConverted from {where}, a `{origin}`, with `lineage convert` "
-            f"(`modeling.conversion`).\n\nParity: on {sources.CHECK_TOKENS} tokens in fp32 the largest difference "
-            f"between the outputs of the two models was {difference:.3g} (limit {sources.CONVERSION_TOLERANCE:g}).\n\n"
+            f"(`modeling.conversion`).\n\nParity: on {models.CHECK_TOKENS} tokens in fp32 the largest difference "
+            f"between the outputs of the two models was {difference:.3g} (limit {models.CONVERSION_TOLERANCE:g}).\n\n"
             "```python\nfrom transformers import AutoModel, AutoTokenizer\n\n"
             f'model = AutoModel.from_pretrained("path/or/repo-id"{remote})\n'
             'tokenizer = AutoTokenizer.from_pretrained("path/or/repo-id")\n```\n')
@@ -77,16 +77,16 @@ def main(argv: Sequence[str] | None = None) -> Path:
     args = parse_args(argv)
     check_writer_output(args.dst, "convert", "DST")
     dst = Path(args.dst)
-    source = sources.resolve_model(args.src, args.revision, argument="SRC")
+    source = models.resolve_model(args.src, args.revision, argument="SRC")
     model, origin, difference = convert(source, args.to)
     with staged_output(dst, "convert") as staging:
         model.save_pretrained(staging)
-        tokenizer = sources.own_tokenizer(source.folder)
+        tokenizer = tokenizers.own_tokenizer(source.folder)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card(source, model, origin, difference))
     print(f"converted {args.src} ({origin}) -> {dst} ({type(model).__name__}): largest output difference "
-          f"{difference:.3g} on {sources.CHECK_TOKENS} tokens (fp32, limit {sources.CONVERSION_TOLERANCE:g})"
+          f"{difference:.3g} on {models.CHECK_TOKENS} tokens (fp32, limit {models.CONVERSION_TOLERANCE:g})"
           + ("" if tokenizer is not None else "; SRC has no tokenizer, none copied"))
     return dst
 

@@ -5,7 +5,7 @@
     lineage corpus-benchmark --family gpt --size-mb 100 --stages run --repo ../lineage-old   # another checkout
 
 A corpus of `--size-mb` MB of English is written into `--work` (once; reused by later calls): documents of the
-embedded generator (`train.core.corpus`, biographies, travel diaries and recipes; a small vocabulary, so text
+embedded generator (`train.data.corpus`, biographies, travel diaries and recipes; a small vocabulary, so text
 tokenizes faster than literary English), `--unique-mb` MB of distinct documents repeated in a new order per copy. GPT's
 file holds one document per line, BERT's is in BERT's own layout (one sentence per line, a blank line between
 documents). A tokenizer is trained once on the corpus's first 20 MB and given to every run (`tokenizer`), so no stage
@@ -40,7 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-from train.core.corpus import generate_records
+from train.data.corpus import generate_records
 
 STAGES = ("prepare", "run", "stream")
 RECIPES = {"gpt": ("gpt-pretrain-tiny", "pretrain_gpt"), "bert": ("bert-pretrain-tiny", "pretrain_bert")}
@@ -91,8 +91,8 @@ def write_tokenizer(folder: Path, corpus: Path, family: str) -> Path:
     """A tokenizer of the recipe's vocabulary size trained on the corpus's first `TOKENIZER_SAMPLE` characters."""
     if (folder / "tokenizer.json").is_file():
         return folder
-    from train.core.recipes import load_recipe
-    from train.core.tokenization import bounded, train_tokenizer
+    from train.data.tokenization import bounded, train_tokenizer
+    from train.run.recipes import load_recipe
 
     recipe = load_recipe(RECIPES[family][0])
     with corpus.open() as lines:

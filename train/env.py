@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from train.core.environment import device, report
+from train.run.environment import device, report
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,7 +3,7 @@
     python -m train.export --model outputs/bert-finetune-nli-tiny/model --out exported/ [--format torch|onnx]
     python -m train.export --model openai-community/gpt2 --out exported/gpt2   # converted to Lineage on load
 
-`--model` is a Lineage folder or Hub id, or a supported transformers checkpoint (`train.core.sources`).
+`--model` is a Lineage folder or Hub id, or a supported transformers checkpoint (`train.setup.models`).
 
 What is exported, per family (batch and lengths are dynamic):
 
@@ -17,7 +17,7 @@ What is exported, per family (batch and lengths are dynamic):
 `--format torch` writes `<program>.pt2` (`torch.export.save`; load with `torch.export.load(path).module()`);
 `--format onnx` writes `<program>.onnx` through the dynamo exporter (the optional extra `onnx`: onnx, onnxscript;
 onnxruntime runs the files). `export.json` lists the files with their input and output names. `--out` must be new,
-empty, or a folder this command wrote before (`train.core.run_folder`); the files are written beside it and moved
+empty, or a folder this command wrote before (`train.run.run_folder`); the files are written beside it and moved
 into place when every program has exported. Export runs the
 linear layers on `F.linear` (`LineageLinear.fast_cpu_inference` off): oneDNN's CPU kernel is not an ONNX operator.
 """
@@ -37,8 +37,8 @@ from transformers import DynamicCache
 
 from modeling.arguments import CACHE_NAME, cache_keyword, output_cache
 from modeling.linear import LineageLinear
-from train.core import sources
-from train.core.run_folder import check_writer_output, staged_output
+from train.run.run_folder import check_writer_output, staged_output
+from train.setup import models
 
 FORMATS = ("torch", "onnx")
 _OUTPUT_SKIP = ("loss", "hidden_states", "attentions", CACHE_NAME)
@@ -186,13 +186,13 @@ def programs(model) -> list[tuple]:
 
 
 def load_lineage_model(name: str, revision: str | None = None):
-    """The model that `--model` names (`train.core.sources`: a Lineage folder or Hub id, or a transformers reference
+    """The model that `--model` names (`train.setup.models`: a Lineage folder or Hub id, or a transformers reference
     checkpoint converted and checked on load), in eval mode; a preset (no trained weights) is refused."""
-    source = sources.resolve_model(str(name), revision, revision_argument="--revision")
+    source = models.resolve_model(str(name), revision, revision_argument="--revision")
     if not source.pretrained:
-        raise sources.ModelSourceError(f"--model {name!r} is a preset, which has no trained weights to export; give a "
+        raise models.ModelSourceError(f"--model {name!r} is a preset, which has no trained weights to export; give a "
                                        "saved model folder or Hub id")
-    return sources.load_model(source).eval()
+    return models.load_model(source).eval()
 
 
 def export_model(model, out_dir: str | Path, fmt: str = "torch") -> dict[str, dict]:

@@ -7,7 +7,7 @@ scratch.
         --label_column stars --output_dir outputs/reviews   # google-bert/bert-base-uncased, converted on load
 
 `--model` is a preset, a Lineage folder or Hub id, or a transformers BERT / OpenAI GPT / GPT-2 checkpoint (folder or
-Hub id, converted on load and checked; `train.core.sources`); a pretrained model brings its own tokenizer.
+Hub id, converted on load and checked; `train.setup.models`); a pretrained model brings its own tokenizer.
 
 Tasks (`task`): `sequence-classification` (single text; default data embedded:sentiment), `nli` (premise /
 hypothesis pairs; embedded:nli), for BERT and GPT; `token-classification` (embedded:ner) and
@@ -15,11 +15,11 @@ hypothesis pairs; embedded:nli), for BERT and GPT; `token-classification` (embed
 LM loss weighted by `lm_loss_weight` (section 3.2; the paper uses 0.5). BERT trains unpadded on a GPU
 (`unpad_inputs`, an option of the training calls). Metrics: accuracy and macro F1
 (token classification: over the first sub-token of every word); QA: exact match of the start/end tokens.
-Every column is checked against what the task reads before anything is built (`train.core.data.KINDS`: a text
+Every column is checked against what the task reads before anything is built (`train.data.files.KINDS`: a text
 column holds strings, token classification's words a list of strings, QA's answers SQuAD's structure). Labels and
 NER tags may be strings (`pos` / `neg`, `B-PER` / `O`: class ids in sorted order, the names in the saved config's
 `id2label`) or integer ids (a tag of -100 marks a word the loss and metrics skip); both splits are checked before
-training (`train.core.labels`): rows labelled -1 are skipped with a count when the recipe sets `skip_unlabeled`, and
+training (`train.data.labels`): rows labelled -1 are skipped with a count when the recipe sets `skip_unlabeled`, and
 a training split of one class is refused unless it sets `allow_single_class`.
 
 With `streaming: true` the training split is read as training goes (`max_steps` sizes the run; docs/training.md,
@@ -29,7 +29,7 @@ validation split (read whole) must declare the same ones, and its labels are not
 label that is no class when it meets it).
 
 With the recipe key `lora` (`{r: 8, alpha: 16, dropout: 0.0, target_modules: null}`, peft installed) only a
-LoRA adapter and the new head train (`train.core.lora`); the adapter is saved to `<output_dir>/adapter` and the
+LoRA adapter and the new head train (`train.setup.lora`); the adapter is saved to `<output_dir>/adapter` and the
 merged model to `<output_dir>/model`.
 """
 
@@ -40,15 +40,16 @@ from pathlib import Path
 import datasets
 import torch
 
-from train.core.collators import PaddingCollator
-from train.core.common import (build_model, check_sequence_room, forward_options, get_tokenizer, load_splits,
-                               model_source, unpadding_on_gpu)
-from train.core.data import tokenize_dataset
-from train.core.engine import Engine, seed_everything
-from train.core.labels import class_labels
-from train.core.lora import apply_lora, merge_lora
+from train.data.collators import PaddingCollator
+from train.data.labels import class_labels
+from train.data.preparation import tokenize_dataset
 from train.metrics import load_metric
-from train.core.recipes import RecipeError, parse_args
+from train.run.engine import Engine, forward_options, seed_everything, unpadding_on_gpu
+from train.run.recipes import RecipeError, parse_args
+from train.setup.lora import apply_lora, merge_lora
+from train.setup.models import build_model, model_source
+from train.setup.splits import check_sequence_room, load_splits
+from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "bert-finetune-nli-tiny"
 # task -> (default data, columns text / pair / label, data.tokenize_dataset task, Auto class)
@@ -60,7 +61,7 @@ TASKS = {
                              "AutoModelForTokenClassification"),
     "question-answering": ("embedded:qa", ("question", "context", None), "qa", "AutoModelForQuestionAnswering"),
 }
-# data.tokenize_dataset task -> the kinds (train.core.data.KINDS) of its text and label columns
+# data.tokenize_dataset task -> the kinds (train.data.files.KINDS) of its text and label columns
 COLUMN_KINDS = {"classification": ("text", "label"), "token_classification": ("words", "tags"), "qa": ("text", None)}
 
 

@@ -5,7 +5,7 @@
 
 Trains every arm on the same data, the same BPE tokenizer (trained once, `<out>/tokenizer`) and the same
 wall-clock budget of training time (`max_train_seconds`; periodic evaluation does not count, see
-`train.core.engine`), one recipe per arm (`lineage-<arm>`, sizes within 0.7-1.0M
+`train.run.engine`), one recipe per arm (`lineage-<arm>`, sizes within 0.7-1.0M
 parameters):
 
 - `rnn-none`: the RNN encoder-decoder without attention, the fixed-size thought vector (Sutskever et al. 2014);
@@ -39,18 +39,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from train.core import experiment
-from train.core.collators import Seq2SeqCollator
-from train.core.common import (
-    build_model,
-    forward_options,
-    get_tokenizer,
-    load_splits,
-    model_source,
-)
-from train.core.data import tokenize_dataset
-from train.core.engine import Engine, seed_everything
-from train.core.recipes import Recipe, load_recipe
+from train.analysis import experiment
+from train.data.collators import Seq2SeqCollator
+from train.data.preparation import tokenize_dataset
+from train.run.engine import Engine, forward_options, seed_everything
+from train.run.recipes import Recipe, load_recipe
+from train.setup.models import build_model, model_source
+from train.setup.splits import load_splits
+from train.setup.tokenizers import get_tokenizer
 
 ARMS = ("rnn-none", "rnn-bahdanau", "rnn-luong", "transformer", "transformer-relative")
 DATA_KEYS = ("dataset", "train_file", "validation_file", "train_size", "eval_size", "tokenizer_vocab_size",

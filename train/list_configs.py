@@ -6,7 +6,7 @@
     accelerate launch --config_file "$(lineage configs accelerate/fsdp)" -m train.pretrain_gpt ...
     cp "$(lineage configs recipes/gpt-pretrain-tiny)" my-recipe.yaml    # a recipe to edit, then --recipe my-recipe.yaml
 
-They are package data (`train.core.recipes.bundled`): the training scripts take a recipe or a preset by name from any
+They are package data (`train.run.recipes.bundled`): the training scripts take a recipe or a preset by name from any
 working directory, so a path is needed only by other programs (`accelerate launch`) or to copy a file and edit it.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from train.core.recipes import BUNDLED, CONFIGS, bundled
+from train.run.recipes import BUNDLED, CONFIGS, bundled
 
 
 def main(argv: list[str] | None = None) -> None:

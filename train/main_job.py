@@ -27,9 +27,15 @@ import torch
 import transformers
 
 import modeling
-from train import attention_maps, finetune, pretrain_bert, pretrain_gpt, train_translation
-from train.core.corpus import generate_records, tokenizer_training_texts
-from train.core.tokenization import train_tokenizer
+from train import (
+    attention_maps,
+    finetune,
+    pretrain_bert,
+    pretrain_gpt,
+    train_translation,
+)
+from train.data.corpus import generate_records, tokenizer_training_texts
+from train.data.tokenization import train_tokenizer
 
 TOKENIZERS = {"bert": 2000, "gpt": 2000, "seq2seq": 1000}
 # name, script, recipe, tokenizer kind (None: the pretrained folder's), folder to start from, figures to report

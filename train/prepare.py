@@ -7,7 +7,7 @@
 It takes the recipe of the pretraining run it prepares for, with the same keys: the model's family says which
 (a GPT model: `pretrain_gpt`'s documents; a BERT model: `pretrain_bert`'s sentences and sentence pairs). It resolves
 the run's tokenizer as the run will (the model's own, `tokenizer`, or one trained on the data and kept in the
-tokenizer cache), then writes the training and validation splits' stores (`train.core.prepared`) into the cache,
+tokenizer cache), then writes the training and validation splits' stores (`train.data.prepared`) into the cache,
 `$LINEAGE_CACHE/prepared` (default `~/.cache/lineage/prepared`). Nothing is written into `output_dir`. A run with
 the same data, tokenizer and (for BERT) `max_seq_length` and `seed` then reaches its first step without reading
 the corpus again.
@@ -16,11 +16,13 @@ the corpus again.
 from __future__ import annotations
 
 from train import pretrain_bert, pretrain_gpt
-from train.core.common import column_texts, corpus_tokenizer, load_splits, model_source
-from train.core.data import check_documents
-from train.core.engine import seed_everything
-from train.core.prepared import data_key
-from train.core.recipes import COMMAND_KEYS, RecipeError, parse_args
+from train.data.preparation import check_documents
+from train.data.prepared import data_key
+from train.run.engine import seed_everything
+from train.run.recipes import COMMAND_KEYS, RecipeError, parse_args
+from train.setup.models import model_source
+from train.setup.splits import column_texts, load_splits
+from train.setup.tokenizers import corpus_tokenizer
 
 COMMANDS = {"gpt": pretrain_gpt, "bert": pretrain_bert}
 

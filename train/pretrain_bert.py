@@ -4,10 +4,10 @@
     accelerate launch -m train.pretrain_bert --recipe ... (one GPU, DDP, FSDP, several CPU processes)
     python -m train.pretrain_bert --recipe bert-pretrain-tiny --model google-bert/bert-base-uncased --train_file a.txt
 
-`--model` may be pretrained (`train.core.sources`): continued pretraining with the checkpoint's own tokenizer.
+`--model` may be pretrained (`train.setup.models`): continued pretraining with the checkpoint's own tokenizer.
 
-Data: documents (`text`, optionally `sentences`; refused before training by `train.core.data.check_documents` when
-they give no sentence pair) -> BERT's sentence pairs (`train.core.data.prepare_nsp_dataset`: the corpus tokenized
+Data: documents (`text`, optionally `sentences`; refused before training by `train.data.preparation.check_documents` when
+they give no sentence pair) -> BERT's sentence pairs (`train.data.preparation.prepare_nsp_dataset`: the corpus tokenized
 once into a store reused by later runs, `num_proc` processes, its documents and sentences counted and printed, the
 pairs an index of token ranges, so memory stays flat; with `streaming` paired lazily as it is read) -> dynamic
 masking (`MaskedLMCollator`). A `.txt` file in BERT's own layout (one sentence per line, a blank line between
@@ -26,15 +26,16 @@ from __future__ import annotations
 
 import torch
 
-from train.core.collators import MaskedLMCollator
-from train.core.common import (build_model, check_sequence_room, column_texts, forward_options, get_tokenizer,
-                               load_splits, model_source, one_process_first, unpadding_on_gpu)
-from train.core.data import check_documents, prepare_nsp_dataset
-from train.core.engine import Engine, seed_everything
-from train.core.prepared import data_key
+from train.data.collators import MaskedLMCollator
+from train.data.preparation import check_documents, prepare_nsp_dataset
+from train.data.prepared import data_key
 from train.metrics import load_metric
-from train.core.distributed import token_mean
-from train.core.recipes import parse_args
+from train.run.distributed import one_process_first, token_mean
+from train.run.engine import Engine, forward_options, seed_everything, unpadding_on_gpu
+from train.run.recipes import parse_args
+from train.setup.models import build_model, model_source
+from train.setup.splits import check_sequence_room, column_texts, load_splits
+from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "bert-pretrain-tiny"
 

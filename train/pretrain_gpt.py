@@ -3,12 +3,12 @@
     python -m train.pretrain_gpt --recipe gpt-pretrain-tiny [--key value ...]
     python -m train.pretrain_gpt --recipe gpt-pretrain-tiny --model openai-community/gpt2 --train_file corpus.txt
 
-`--model` may be pretrained (`train.core.sources`: a Lineage folder or Hub id, or a GPT-2 / OpenAI GPT checkpoint
+`--model` may be pretrained (`train.setup.models`: a Lineage folder or Hub id, or a GPT-2 / OpenAI GPT checkpoint
 converted on load): training continues from it with its own tokenizer, to which only a pad token (and an
 end-of-text token where it has none) is added.
 
 Data: documents joined by the end-of-text token and cut into full `max_seq_length` blocks
-(`train.core.data.prepare_causal_lm_dataset`: the corpus tokenized once, in `num_proc` processes, into a store of
+(`train.data.preparation.prepare_causal_lm_dataset`: the corpus tokenized once, in `num_proc` processes, into a store of
 2-byte token ids reused by every later run on the same data, whose blocks are slices of it; with `streaming`, packed
 lazily as it is read); the loss is weighted by each process's predicted tokens (`loss_fn`), so it is the same
 however batches are split over processes. With `pack_documents` (the default) positions restart at each document,
@@ -22,15 +22,16 @@ from __future__ import annotations
 import torch
 
 from modeling.packing import document_masking_error
-from train.core.collators import CausalLMCollator
-from train.core.common import (build_model, check_sequence_room, column_texts, get_tokenizer, load_splits,
-                               model_source, one_process_first)
-from train.core.data import prepare_causal_lm_dataset
-from train.core.distributed import token_mean
-from train.core.engine import Engine, seed_everything
-from train.core.prepared import data_key
+from train.data.collators import CausalLMCollator
+from train.data.preparation import prepare_causal_lm_dataset
+from train.data.prepared import data_key
 from train.metrics import load_metric
-from train.core.recipes import RecipeError, parse_args
+from train.run.distributed import one_process_first, token_mean
+from train.run.engine import Engine, seed_everything
+from train.run.recipes import RecipeError, parse_args
+from train.setup.models import build_model, model_source
+from train.setup.splits import check_sequence_room, column_texts, load_splits
+from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "gpt-pretrain-tiny"
 DEFAULT_PROMPTS = ["Anna was born in", "First, wash the"]

@@ -5,11 +5,11 @@
     python -m train.train_tokenizer --kind seq2seq --vocab_size 1000 --dataset pairs.jsonl \\
         --text_column source --text_column target --output_dir out/tok-mt
 
-``--dataset`` takes what ``train.core.data.load_text_dataset`` takes (a file, a folder, ``embedded:<task>``,
+``--dataset`` takes what ``train.data.files.load_text_dataset`` takes (a file, a folder, ``embedded:<task>``,
 a Hub name); the default, ``embedded``, is text covering every task of the embedded corpus. Every
 ``--text_column`` is read (a translation tokenizer learns one vocabulary from both sides).
 
-``--output_dir`` must be new, empty, or a tokenizer folder this command wrote before (``train.core.run_folder``): a
+``--output_dir`` must be new, empty, or a tokenizer folder this command wrote before (``train.run.run_folder``): a
 model's folder or another program's files are never written over.
 """
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator, Sequence
 
-from train.core.corpus import tokenizer_training_texts
-from train.core.data import load_text_dataset
-from train.core.run_folder import check_writer_output, staged_output
-from train.core.tokenization import KINDS, train_tokenizer
+from train.data.corpus import tokenizer_training_texts
+from train.data.files import load_text_dataset
+from train.data.tokenization import KINDS, train_tokenizer
+from train.run.run_folder import check_writer_output, staged_output
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

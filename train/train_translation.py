@@ -8,7 +8,7 @@ cross-entropy, and sacreBLEU of beam-search translations of the evaluation set.
     python -m train.train_translation --recipe transformer-translation-tiny --model Helsinki-NLP/opus-mt-en-de \\
         --train_file pairs.json
 
-`--model` may be pretrained (`train.core.sources`: a Lineage folder or Hub id, or a Marian checkpoint converted on
+`--model` may be pretrained (`train.setup.models`: a Lineage folder or Hub id, or a Marian checkpoint converted on
 load) and brings its own tokenizer.
 
 Data: rows with the columns `source` and `target` (the embedded English number words -> German by default); a file
@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import torch
 
-from train.core.collators import Seq2SeqCollator
-from train.core.common import (build_model, check_sequence_room, forward_options, get_tokenizer, load_splits,
-                               model_source)
-from train.core.data import tokenize_dataset
-from train.core.distributed import token_mean
-from train.core.engine import Engine, seed_everything
+from train.data.collators import Seq2SeqCollator
+from train.data.preparation import tokenize_dataset
 from train.metrics import load_metric
-from train.core.recipes import parse_args
+from train.run.distributed import token_mean
+from train.run.engine import Engine, forward_options, seed_everything
+from train.run.recipes import parse_args
+from train.setup.models import build_model, model_source
+from train.setup.splits import check_sequence_room, load_splits
+from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "transformer-translation-tiny"
 COLUMNS = (("source", "text"), ("target", "text"))  # fixed: no recipe key renames them

@@ -13,10 +13,10 @@ import pytest
 import torch
 import transformers
 from conftest import preset
+from timing import compare, device
 
 from modeling import LineageBertForPreTraining
 from modeling.conversion import to_transformers
-from timing import compare, device
 
 BATCH, LENGTH = 8, 128
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 import transformers
 from conftest import preset
+from timing import compare, device
 
 from modeling import LineageTransformerForConditionalGeneration
 from modeling.conversion import to_transformers
-from timing import compare, device
 
 BATCH, SOURCE, TARGET = 8, 64, 64
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from train.core.throughput import interleaved_seconds
+from train.analysis.throughput import interleaved_seconds
 
 
 def compare(label: str, lineage: Callable[[], object], reference: Callable[[], object], repeats: int = 5,

@@ -1,0 +1,113 @@
+"""The lineage experiment (train.lineage_experiment) and the engine's wall-clock budget (max_train_seconds)."""
+
+from __future__ import annotations
+
+import json
+import re
+from itertools import pairwise
+
+import pytest
+from PIL import Image
+
+from train import lineage_experiment
+from train.analysis.experiment import bleu_by_bucket, length_buckets
+from train.lineage_experiment import ARMS, ExperimentError
+from train.run.recipes import RecipeError, load_recipe
+from train.run.run_log import read_jsonl
+
+
+def _decodable(path) -> tuple[int, int]:
+    with Image.open(path) as image:
+        image.load()
+        return image.size
+
+
+def test_quick_experiment_reports_every_arm(tmp_path):
+    out = tmp_path / "report"
+    paths = lineage_experiment.main(["--quick", "--out", str(out)])
+    results = json.loads(paths["results"].read_text())
+    assert list(results["arms"]) == list(ARMS)
+    report = paths["report"].read_text()
+    eval_rows = results["meta"]["eval_rows"]
+    for arm, row in results["arms"].items():
+        assert re.search(rf"^\| {re.escape(arm)} \|", report, re.MULTILINE), f"no table row for {arm}"
+        assert row["steps"] >= 1 and row["parameters"] > 0 and row["tokens_per_s"] > 0
+        # the budget ended the run (after the step that passed it), unless the quick step cap came first
+        assert row["training_seconds"] >= 1.0 or row["steps"] == lineage_experiment.QUICK["max_steps"]
+        assert sum(b["sentences"] for b in row["bleu_by_length"]) == eval_rows
+        assert 0 <= row["bleu"] <= 100
+        times = [t for t, _ in row["eval_curve"]]
+        assert times and times == sorted(times)
+        assert row["training_seconds"] <= times[-1] <= row["training_seconds"] + 0.5  # the final one follows the loop
+        if arm == "rnn-none":
+            assert row["heatmap"] is None  # no attention, no alignment
+        else:
+            assert row["heatmap"] == f"alignment_{arm}.png" and f"]({row['heatmap']})" in report
+            width, height = _decodable(out / row["heatmap"])
+            assert width > 100 and height > 100
+        assert (out / "runs" / arm / "model" / "config.json").is_file()
+    for name in ("loss_vs_time", "bleu_vs_length"):
+        assert _decodable(paths[name])[0] > 100 and f"]({name}.png)" in report
+    tokenizers = {json.loads((out / "runs" / arm / "model" / "tokenizer.json").read_text())["model"]["vocab"].__repr__()
+                  for arm in ARMS}
+    assert len(tokenizers) == 1  # one shared tokenizer
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--arms", "rnn-none,lstm"], "--arms"),
+    (["--arms", "rnn-none,rnn-none"], "--arms"),
+    (["--budget-seconds", "0"], "--budget-seconds"),
+    (["--budget-seconds", "-5"], "--budget-seconds"),
+    (["--budget-seconds", "nan"], "--budget-seconds"),
+    (["--train-file", "missing.tsv", "--validation-file", "missing.tsv"], "--train-file"),
+    (["--train-file", "missing.tsv"], "--validation-file"),
+])
+def test_bad_arguments_fail_before_training(tmp_path, argv, message):
+    out = tmp_path / "report"
+    with pytest.raises(ExperimentError, match=re.escape(message)):
+        lineage_experiment.main(["--quick", "--out", str(out), *argv])
+    assert not out.exists()
+
+
+def test_missing_validation_file_named(tmp_path):
+    train = tmp_path / "train.tsv"
+    train.write_text("source\ttarget\none\teins\n")
+    with pytest.raises(ExperimentError, match="--validation-file 'nowhere.tsv' does not exist"):
+        lineage_experiment.main(["--out", str(tmp_path / "r"), "--train-file", str(train),
+                                 "--validation-file", "nowhere.tsv"])
+
+
+def test_budget_key_is_checked():
+    with pytest.raises(RecipeError, match="max_train_seconds"):
+        load_recipe("lineage-transformer", {"max_train_seconds": -1})
+
+
+def test_engine_stops_after_the_step_that_spends_the_budget(tmp_path):
+    from train import train_translation
+
+    out = tmp_path / "run"
+    results, _ = train_translation.main([
+        "--recipe", "rnn-translation-tiny", "--max_steps", "100000", "--max_train_seconds", "1.5",
+        "--eval_steps", "4", "--save_steps", "0", "--report_to", "none", "--progress_bar", "false",
+        "--output_dir", str(out)])
+    records = read_jsonl(out / "logs" / "metrics.jsonl")
+    steps = [r for r in records if "loss" in r]
+    evals = [r for r in records if "eval_loss" in r]
+    assert results["steps"] == steps[-1]["step"] < 100000
+    assert steps[-1]["seconds"] >= 1.5 > steps[-2]["seconds"]  # stopped right after passing the budget
+    assert "tokens_per_s" in steps[-1]  # the last step is logged as the last
+    times = [r["seconds"] for r in records]
+    assert times == sorted(times)
+    if len(evals) > 1:  # periodic evaluations (beam search) ran and their time is not training time
+        assert results["train_seconds"] > steps[-1]["seconds"]
+
+
+def test_length_buckets_cover_every_length():
+    lengths = [3, 4, 4, 5, 7, 9, 12, 12, 15, 20]
+    buckets = length_buckets(lengths)
+    assert buckets[0][0] == 3 and buckets[-1][1] == 20
+    assert all(a[1] + 1 == b[0] for a, b in pairwise(buckets))  # contiguous, no overlap
+    rows = bleu_by_bucket(["a b c d"] * 10, ["a b c d"] * 10, lengths, buckets)
+    assert sum(r["sentences"] for r in rows) == len(lengths)
+    assert all(r["bleu"] == pytest.approx(100) for r in rows)
+    assert length_buckets([6, 6, 6]) == [(6, 6)]

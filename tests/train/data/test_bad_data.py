@@ -1,0 +1,233 @@
+"""Bad data as users give it (a user study): each is refused before any training with an error naming the file, the
+line as an editor counts it and the column, and saying what is allowed; or, where the data is sound, it trains:
+string NER tags, and BERT's own pretraining layout in a .txt file."""
+
+import bz2
+import gzip
+import json
+import lzma
+import shutil
+from pathlib import Path
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from transformers import AutoConfig
+
+from train.data.files import DataError, MalformedRowError, load_text_dataset
+from train.data.labels import LabelError, class_labels
+from train.finetune import main as finetune
+from train.pretrain_bert import main as pretrain_bert
+from train.run.recipes import RecipeError, recipe_from_dict
+
+datasets.disable_progress_bars()
+RUN = ["--progress_bar", "false", "--report_to", "none", "--dataset", "", "--max_steps", "2", "--save_steps", "0"]
+
+
+def lines(path, rows: list) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+def load(path, columns, tmp_path):
+    return load_text_dataset(str(path), columns=columns, cache_dir=str(tmp_path / "cache"))
+
+
+def run_finetune(tmp_path, task: str, train: str, validation: str, *argv: str):
+    if validation == train:  # the same rows held out as a copy: one file may not be both
+        validation = str(shutil.copy(train, tmp_path / f"held-out-{Path(train).name}"))
+    return finetune(["--recipe", "bert-finetune-nli-tiny", *RUN, "--task", task, "--train_file", train,
+                     "--validation_file", validation, "--output_dir", str(tmp_path / "run"), *argv])
+
+
+# ----------------------------------------------------------------------------- 1. a column's type
+
+@pytest.mark.parametrize("value, found", [(["a", "b"], r"a list \(\['a', 'b'\]\)"), (5, r"an int \(5\)")])
+def test_a_text_column_of_lists_or_numbers_is_refused_naming_line_column_and_types(tmp_path, value, found):
+    path = lines(tmp_path / "a.jsonl", [{"text": "fine", "label": 0}, {"text": value, "label": 1}])
+    with pytest.raises(DataError, match=rf"a.jsonl: line 2 \(JSON Lines, column 'text'\): the value is {found}, but "
+                                        r"column 'text' must hold a string"):
+        load(path, (("text", "text"), ("label", "label")), tmp_path)
+
+
+def test_finetune_refuses_a_list_in_the_text_column_before_training(tmp_path):
+    rows = [{"text": ["a good film", "a bad film"], "label": i % 2} for i in range(8)]
+    train = lines(tmp_path / "train.jsonl", rows)
+    with pytest.raises(DataError, match=r"train.jsonl: line 1 \(JSON Lines, column 'text'\): the value is a list .* "
+                                        r"text_pair_column"):
+        run_finetune(tmp_path, "sequence-classification", train, train)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_json_array_names_the_line_its_object_starts_on(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text('[\n  {"text": "a", "label": 0},\n  {"text": 7,\n   "label": 1}\n]\n')
+    with pytest.raises(DataError, match=r"a.json: line 3 \(JSON array, column 'text'\): the value is an int \(7\)"):
+        load(path, (("text", "text"), ("label", "label")), tmp_path)
+
+
+def test_a_tokens_column_must_hold_lists_of_strings(tmp_path):
+    path = lines(tmp_path / "a.jsonl", [{"tokens": "Anna lives here", "ner_tags": [1, 0, 0]}])
+    with pytest.raises(DataError, match=r"a.jsonl: line 1 \(JSON Lines, column 'tokens'\): the value is a str "
+                                        r"\('Anna lives here'\), but column 'tokens' must hold a list of strings"):
+        load(path, (("tokens", "words"), ("ner_tags", "tags")), tmp_path)
+
+
+def test_a_csv_text_column_of_digits_stays_text(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text("source,target\n007,null sieben\n12,None\n")
+    rows = load(path, (("source", "text"), ("target", "text")), tmp_path)
+    assert rows[:] == {"source": ["007", "12"], "target": ["null sieben", "None"]}
+
+
+# ----------------------------------------------------------------------------- 2. empty texts, in every format
+
+def _write(path, rows):
+    if path.suffix == ".jsonl":
+        lines(path, rows)
+    elif path.suffix == ".json":
+        path.write_text(json.dumps(rows, indent=1))
+    elif path.suffix == ".csv":
+        path.write_text("source,target\n" + "".join(f"{r['source']},{r['target']}\n" for r in rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.mark.parametrize("name, where", [("a.jsonl", r"line 2 \(JSON Lines"), ("a.json", r"line 6 \(JSON array"),
+                                         ("a.csv", r"line 3 \(CSV"), ("a.parquet", "row 1")])
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_translation_target_is_refused_in_every_format(tmp_path, name, where, empty):
+    path = _write(tmp_path / name, [{"source": "one", "target": "eins"}, {"source": "two", "target": empty}])
+    message = rf"{name}: {where}.*column 'target'\)?: the row has no value for column 'target'"
+    with pytest.raises(DataError, match=message):
+        load(path, ("source", "target"), tmp_path)
+
+
+# ----------------------------------------------------------------------------- 3. a duplicated CSV header column
+
+def test_a_duplicated_csv_header_column_is_refused(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text("text,text,label\na,b,0\n")
+    with pytest.raises(MalformedRowError, match=r"a.csv: line 1 \(the header\): column 'text' appears twice "
+                                                r"\(fields 1 and 2\)"):
+        load(path, ("text", "label"), tmp_path)
+
+
+# ----------------------------------------------------------------------------- 4. corrupt compressed files
+
+@pytest.mark.parametrize("name, content, kind", [
+    ("a.txt.gz", bytes(range(256)) * 4, "gzip"),
+    ("b.txt.gz", gzip.compress(b"hello world\n" * 1000)[:60], "gzip"),
+    ("c.txt.bz2", bz2.compress(b"hello world\n" * 1000)[:40], "bzip2"),
+    ("d.txt.xz", b"not xz at all", "xz"),
+    ("e.txt.xz", lzma.compress(b"hello world\n" * 1000)[:60], "xz"),
+    ("f.txt.zst", b"not zstandard", "zstandard"),
+])
+def test_a_corrupt_compressed_file_is_refused_naming_it(tmp_path, name, content, kind):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=rf"{name}: not a valid {kind} file"):
+        load(path, ("text",), tmp_path)
+
+
+# ----------------------------------------------------------------------------- 5. NER tags
+
+def sentences(path, tags: list) -> str:
+    words = ["Anna", "lives", "in", "Oslo"]
+    return lines(path, [{"tokens": words[:len(t)], "ner_tags": t} for t in tags])
+
+
+def test_string_ner_tags_train_and_the_saved_config_names_them(tmp_path):
+    train = sentences(tmp_path / "train.jsonl", [["B-PER", "O", "O", "B-LOC"], ["O", "O"]] * 8)
+    validation = sentences(tmp_path / "validation.jsonl", [["B-PER", "O", "O", "B-LOC"]] * 2)
+    results, folder = run_finetune(tmp_path, "token-classification", train, validation)
+    assert 0.0 <= results["eval_accuracy"] <= 1.0
+    assert AutoConfig.from_pretrained(folder).id2label == {0: "B-LOC", 1: "B-PER", 2: "O"}
+
+
+def test_ner_tag_minus_100_marks_a_word_the_loss_skips(tmp_path):
+    train = sentences(tmp_path / "train.jsonl", [[1, 0, -100, 2], [0, 0]] * 8)
+    results, folder = run_finetune(tmp_path, "token-classification", train, train)
+    assert AutoConfig.from_pretrained(folder).num_labels == 3
+
+
+@pytest.mark.parametrize("tags, message", [
+    ([1, 0, -1], r"validation.jsonl: line 2 \(JSON Lines, column 'ner_tags'\): tag -1 \(word 3\) is not a class id "
+                 r">= 0 \(an unlabelled row.*skip_unlabeled: true"),
+    ([1, 0, 3], r"validation.jsonl: line 2 \(JSON Lines, column 'ner_tags'\): tag 3 \(word 3\) never occurs in the "
+                r"training data \(.*train.jsonl: \{0: 16, 1: 4, 2: 4\}\)"),
+])
+def test_a_bad_ner_tag_is_refused_before_training(tmp_path, tags, message):
+    train = sentences(tmp_path / "train.jsonl", [[1, 0, 0, 2], [0, 0]] * 4)
+    validation = sentences(tmp_path / "validation.jsonl", [[1, 0], tags])
+    with pytest.raises(LabelError, match=message):
+        run_finetune(tmp_path, "token-classification", train, validation)
+    assert not (tmp_path / "run" / "logs").exists()
+
+
+def test_ner_rows_with_tag_minus_1_are_skipped_when_the_recipe_says_so(tmp_path, capsys):
+    train = sentences(tmp_path / "train.jsonl", [[1, 0, 0, 2], [0, -1]] * 8)
+    run_finetune(tmp_path, "token-classification", train, train, "--skip_unlabeled", "true")
+    assert "train.jsonl: skipped 8 rows labelled -1 in column 'ner_tags'" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- 6. one class only
+
+def test_a_single_class_training_set_is_refused_unless_the_recipe_allows_it(tmp_path):
+    train = lines(tmp_path / "train.jsonl", [{"text": f"review {i}", "label": "pos"} for i in range(12)])
+    with pytest.raises(LabelError, match=r"train.jsonl: every label in column 'label' is 'pos' \(12 rows\)"
+                                         r".*allow_single_class: true"):
+        run_finetune(tmp_path, "sequence-classification", train, train)
+    assert not (tmp_path / "run").exists()
+    _, folder = run_finetune(tmp_path, "sequence-classification", train, train, "--allow_single_class", "true")
+    assert AutoConfig.from_pretrained(folder).id2label == {0: "pos"}
+
+
+# ----------------------------------------------------------------------------- 7. BERT's own pretraining layout
+
+DOCUMENTS = ["Anna was born in Oslo in 1950.\nShe studied law in Bergen.\nShe worked as a judge.\nShe died in 2010.",
+             "First, wash the rice.\nThen boil it for ten minutes.\nFinally, add the salt.",
+             "On day one we left Rome.\nWe reached Milan by train.\nThe next day we went on to Turin.",
+             "Omar was born in Cairo.\nHe became a teacher.\nHe married in 1990.\nHis son was born a year later."]
+
+
+@pytest.mark.parametrize("nsp", ["true", "false"])
+def test_bert_pretrains_on_a_txt_file_in_berts_layout(tmp_path, capsys, nsp):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(DOCUMENTS * 3) + "\n")
+    results, _ = pretrain_bert(["--recipe", "bert-pretrain-tiny", *RUN, "--train_file", str(corpus), "--nsp", nsp,
+                                "--output_dir", str(tmp_path / "run")])
+    assert results["train_loss"] > 0
+    assert "corpus.txt: 12 documents, 42 sentences" in capsys.readouterr().out
+
+
+def test_text_sample_by_line_reads_one_row_per_line_and_the_recipe_key_names_its_values(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("A one.\nA two.\n\nB one.\n")
+    assert load_text_dataset(str(corpus), cache_dir=str(tmp_path / "cache"))["text"] == ["A one.\nA two.", "B one.\n"]
+    lines_read = load_text_dataset(str(corpus), text_sample_by="line", cache_dir=str(tmp_path / "cache"))
+    assert lines_read["text"] == ["A one.", "A two.", "", "B one."]
+    with pytest.raises(RecipeError, match="'text_sample_by' must be one of auto, line, paragraph, document, got"):
+        recipe_from_dict({"text_sample_by": "lines"})
+
+
+def test_a_corpus_of_one_sentence_documents_says_how_to_lay_it_out(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("Anna was born in Oslo.\nOmar was born in Cairo.\n")
+    with pytest.raises(DataError, match=r"corpus.txt: 2 documents, 2 sentences: no document has two sentences.*"
+                                        r"a blank line between documents"):
+        pretrain_bert(["--recipe", "bert-pretrain-tiny", *RUN, "--train_file", str(corpus),
+                       "--output_dir", str(tmp_path / "run")])
+
+
+# ----------------------------------------------------------------------------- 8. labels of a cut training set
+
+def test_a_label_error_of_a_cut_training_set_says_it_was_cut(tmp_path):
+    path = tmp_path / "sorted.csv"
+    path.write_text("text,label\n" + "".join(f"review {i},{'neg' if i < 5 else 'pos'}\n" for i in range(10)))
+    rows = load(path, ("text", "label"), tmp_path).select(range(3))
+    with pytest.raises(LabelError, match=r"sorted.csv \(its first 3 rows: train_size\): every label in column "
+                                         r"'label' is 'neg' \(3 rows\)"):
+        class_labels(rows, None, "label", (str(path), "validation"))

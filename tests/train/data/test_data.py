@@ -1,0 +1,279 @@
+"""Loading local files, the embedded corpus and Hub names; streaming; cached and multi-process
+tokenization; packing and NSP datasets; one test per kind of bad input, with a clean cache after it."""
+
+import csv
+import json
+import os
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from train.data.corpus import tokenizer_training_texts
+from train.data.examples import QAAnswerSpanError, split_sentences
+from train.data.files import (
+    DataError,
+    DataFileNotFoundError,
+    EmptyDataFileError,
+    InvalidUTF8Error,
+    MalformedRowError,
+    MissingColumnError,
+    load_text_dataset,
+)
+from train.data.preparation import (
+    prepare_causal_lm_dataset,
+    prepare_nsp_dataset,
+    tokenize_dataset,
+)
+from train.data.tokenization import train_tokenizer
+
+datasets.disable_progress_bars()
+ROWS = [{"text": f"Review number {i} says the film was {'not ' * (i % 2)}good.", "label": i % 2} for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return train_tokenizer("bert", tokenizer_training_texts(size=300), 800)
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    return train_tokenizer("gpt", tokenizer_training_texts(size=300), 800)
+
+
+def write(path, rows, fmt):
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    elif fmt in ("csv", "tsv"):
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter="\t" if fmt == "tsv" else ",")
+            writer.writeheader()
+            writer.writerows(rows)
+    elif fmt == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    else:
+        path.write_text("".join(r["text"] + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def cache_files(cache):
+    return sorted(p.name for p in cache.rglob("*") if p.is_file() and not p.name.endswith(".lock"))
+
+
+@pytest.mark.parametrize("fmt", ["txt", "jsonl", "csv", "tsv", "parquet"])
+def test_local_formats_and_streaming(tmp_path, fmt):
+    path = write(tmp_path / f"reviews.{fmt}", ROWS, fmt)
+    columns = ("text",) if fmt == "txt" else ("text", "label")
+    dataset = load_text_dataset(path, columns=columns, cache_dir=str(tmp_path / "cache"))
+    assert isinstance(dataset, datasets.Dataset) and dataset["text"] == [r["text"] for r in ROWS]
+    if fmt != "txt":
+        assert [int(x) for x in dataset["label"]] == [r["label"] for r in ROWS]
+    stream = load_text_dataset(path, columns=columns, streaming=True)
+    assert isinstance(stream, datasets.IterableDataset)
+    assert [row["text"] for row in stream] == dataset["text"]
+
+
+def test_tsv_double_quotes_are_text(tmp_path):
+    """A TSV cell is taken as written: quotes that open, close or never close a cell are characters of the text."""
+    texts = ['"Hi," she said, "stop."', 'an "unterminated quote', 'plain', '""']
+    path = tmp_path / "quotes.tsv"
+    path.write_text("text\tlabel\n" + "".join(f"{t}\t{i % 2}\n" for i, t in enumerate(texts)), encoding="utf-8")
+    for streaming in (False, True):
+        dataset = load_text_dataset(path, columns=("text", "label"), streaming=streaming, cache_dir=str(tmp_path / "c"))
+        assert [row["text"] for row in dataset] == texts
+
+
+def test_folder_paragraphs_and_embedded(tmp_path):
+    write(tmp_path / "a.txt", ROWS[:10], "txt")
+    write(tmp_path / "b.txt", ROWS[10:], "txt")
+    assert len(load_text_dataset(tmp_path, cache_dir=str(tmp_path / "cache"))) == 40
+    book = tmp_path / "book" / "docs.txt"
+    book.parent.mkdir()
+    book.write_text("First doc, line one.\nLine two.\n\nSecond doc.\nIts end.\n", encoding="utf-8")
+    docs = load_text_dataset(book, text_sample_by="paragraph", cache_dir=str(tmp_path / "cache"))
+    assert [split_sentences(t) for t in docs["text"]] == [["First doc, line one.", "Line two."],
+                                                          ["Second doc.", "Its end."]]
+    nli = load_text_dataset("embedded:nli", "validation", columns=("premise", "hypothesis", "label"), size=7)
+    assert len(nli) == 7 and nli.features["label"].names[0] == "entailment"
+    assert isinstance(load_text_dataset("embedded:sentiment", streaming=True, size=3), datasets.IterableDataset)
+
+
+def test_split_sentences_on_punctuation():
+    assert split_sentences("Anna was born in 1950. She moved to Oslo! Why? 2 cats. e.g. this") == [
+        "Anna was born in 1950.", "She moved to Oslo!", "Why?", "2 cats. e.g. this"]
+
+
+def test_hub_name_offline_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataError, match="'lineage-no-such/dataset' as a Hub dataset"):
+        load_text_dataset("lineage-no-such/dataset")
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DataFileNotFoundError, match=r"nowhere\.jsonl: no such data file"):
+        load_text_dataset(tmp_path / "nowhere.jsonl", cache_dir=str(tmp_path / "cache"))
+    assert not (tmp_path / "cache").exists()
+
+
+def test_empty_file(tmp_path):
+    (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+    (tmp_path / "blank.jsonl").write_text("\n  \n", encoding="utf-8")
+    (tmp_path / "header.csv").write_text("text,label\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    with pytest.raises(EmptyDataFileError, match=r"empty\.txt: the data file is empty"):
+        load_text_dataset(tmp_path / "empty.txt", cache_dir=str(cache))
+    with pytest.raises(EmptyDataFileError, match=r"blank\.jsonl: the data file holds only whitespace"):
+        load_text_dataset(tmp_path / "blank.jsonl", cache_dir=str(cache))
+    with pytest.raises(EmptyDataFileError, match=r"header\.csv: has a header line but no rows"):
+        load_text_dataset(tmp_path / "header.csv", cache_dir=str(cache))
+    assert not cache.exists()
+
+
+def test_missing_column(tmp_path):
+    path = write(tmp_path / "reviews.csv", ROWS, "csv")
+    cache = tmp_path / "cache"
+    with pytest.raises(MissingColumnError, match=r"reviews\.csv: no column 'sentence' in the header \(line 1\); "
+                                                 r"the file has columns \['text', 'label'\]"):
+        load_text_dataset(path, columns=("sentence",), cache_dir=str(cache))
+    assert not cache.exists()
+    ragged = tmp_path / "ragged.jsonl"
+    ragged.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 0}\n{"label": 1}\n', encoding="utf-8")
+    with pytest.raises(MissingColumnError, match=r"ragged\.jsonl: line 3 \(JSON Lines, column 'text'\): the row has "
+                                                 r"no value for column 'text'"):
+        load_text_dataset(ragged, columns=("text",), cache_dir=str(cache))
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("line one\nline two\nSchöne Grüße\nline four\n".encode("latin-1"))
+    cache = tmp_path / "cache"
+    with pytest.raises(InvalidUTF8Error, match=r"latin1\.txt: line 3: not valid UTF-8 \(byte 0xf6"):
+        load_text_dataset(path, cache_dir=str(cache))
+    assert not cache.exists()
+
+
+def test_malformed_json_line(tmp_path):
+    path = tmp_path / "broken.jsonl"
+    path.write_text('{"text": "fine"}\n{"text": "fine too"}\n{"text": oops}\n', encoding="utf-8")
+    cache = tmp_path / "cache"
+    with pytest.raises(MalformedRowError, match=r"broken\.jsonl: line 3: not valid JSON"):
+        load_text_dataset(path, cache_dir=str(cache))
+    assert not [f for f in cache_files(cache) if f.endswith(".arrow")]
+
+
+def test_qa_span_error_leaves_no_cache_file(tmp_path, bert):
+    rows = [{"id": f"q{i}", "question": "Where?", "context": "Anna lives in Oslo.",
+             "answers": {"text": ["Oslo"], "answer_start": [14 if i != 5 else 30]}} for i in range(8)]
+    path = write(tmp_path / "qa.jsonl", rows, "jsonl")
+    cache = tmp_path / "cache"
+    dataset = load_text_dataset(path, columns=("question", "context", "answers"), cache_dir=str(cache))
+    before = cache_files(cache)
+    with pytest.raises(QAAnswerSpanError, match=r"row 5 \(id 'q5'\): answer 'Oslo' at characters 30\.\.34 lies "
+                                                r"outside its context of 19 characters"):
+        tokenize_dataset(dataset, bert, "qa")
+    assert cache_files(cache) == before
+
+
+# ----------------------------------------------------------------------------- tokenization
+
+def test_tokenize_map_is_cached_and_multiprocess(tmp_path, bert):
+    path = write(tmp_path / "reviews.jsonl", ROWS, "jsonl")
+    dataset = load_text_dataset(path, columns=("text", "label"), cache_dir=str(tmp_path / "cache"))
+    first = tokenize_dataset(dataset, bert, "classification", max_length=16)
+    assert first.column_names == ["input_ids", "token_type_ids", "attention_mask", "labels"]
+    written = [f["filename"] for f in first.cache_files]
+    assert written and all("cache" in f for f in written)
+    mtimes = [os.stat(f).st_mtime_ns for f in written]
+    again = tokenize_dataset(dataset, bert, "classification", max_length=16)
+    assert [f["filename"] for f in again.cache_files] == written
+    assert [os.stat(f).st_mtime_ns for f in written] == mtimes  # loaded, not recomputed
+    parallel = tokenize_dataset(dataset, bert, "classification", max_length=16, num_proc=2)
+    assert parallel["input_ids"] == first["input_ids"] and max(map(len, first["input_ids"])) <= 16
+    stream = tokenize_dataset(load_text_dataset(path, columns=("text",), streaming=True), bert, "mlm")
+    assert [row["input_ids"] for row in stream] == bert([r["text"] for r in ROWS])["input_ids"]
+
+
+def column(dataset, name: str) -> list:
+    """One column of a map-style dataset (a `datasets.Dataset` or a prepared one), row by row."""
+    return [dataset[i][name] for i in range(len(dataset))]
+
+
+def test_causal_lm_packing_dataset(gpt):
+    docs = load_text_dataset("embedded:documents", size=60)
+    packed = prepare_causal_lm_dataset(docs, gpt, block_size=64)
+    stream = [t for text in docs["text"] for t in (*gpt(text, add_special_tokens=False)["input_ids"], gpt.eos_token_id)]
+    flat = [t for block in column(packed, "input_ids") for t in block]
+    assert all(len(b) == 64 for b in column(packed, "input_ids"))
+    assert flat == stream[:len(flat)] and len(stream) - len(flat) < 64
+    whole = prepare_causal_lm_dataset(docs, gpt, block_size=64, drop_last=False)
+    assert [t for block in column(whole, "input_ids") for t in block] == stream
+    lazy = prepare_causal_lm_dataset(docs.to_iterable_dataset(), gpt, block_size=64, drop_last=False)
+    assert [t for row in lazy for t in row["input_ids"]] == stream  # fewer than a thousand documents: one group
+
+
+def test_causal_lm_dataset_of_packed_documents(gpt):
+    """`pack_documents=True`: the same blocks, with `position_ids` restarting after every end-of-text token."""
+    docs = load_text_dataset("embedded:documents", size=60)
+    plain = prepare_causal_lm_dataset(docs, gpt, block_size=64)
+    packed = prepare_causal_lm_dataset(docs, gpt, block_size=64, pack_documents=True)
+    assert set(packed[0]) == {"input_ids", "position_ids"} and column(packed, "input_ids") == column(plain, "input_ids")
+    for ids, positions in zip(column(packed, "input_ids"), column(packed, "position_ids")):
+        assert positions[0] == 0
+        for i in range(1, 64):
+            assert positions[i] == (0 if ids[i - 1] == gpt.eos_token_id else positions[i - 1] + 1)
+    lazy = prepare_causal_lm_dataset(docs.to_iterable_dataset(), gpt, block_size=64, pack_documents=True)
+    assert [row["position_ids"] for row in lazy] == column(packed, "position_ids")
+
+
+def test_nsp_dataset_from_sentences_or_text(bert):
+    docs = load_text_dataset("embedded:documents", size=80)
+    pairs = prepare_nsp_dataset(docs, bert, max_length=64, seed=1)
+    from_text = prepare_nsp_dataset(docs.remove_columns("sentences"), bert, max_length=64, seed=1)
+    assert column(pairs, "input_ids") == column(from_text, "input_ids")  # split_sentences recovers the sentences
+    assert set(pairs[0]) == {"input_ids", "token_type_ids", "next_sentence_label"}
+    assert all(len(x) <= 64 for x in column(pairs, "input_ids")) and len(pairs) > 80
+    assert 0.35 < sum(column(pairs, "next_sentence_label")) / len(pairs) < 0.65
+    assert set(prepare_nsp_dataset(docs, bert, max_length=64, seed=1, next_sentence=False)[0]) == {
+        "input_ids", "token_type_ids"}
+
+
+# ----------------------------------------------------------------------------- files as users have them (issue 24)
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("name, content, columns", [
+    ("a.csv", b"text,label\nhello,1\n", ("text", "label")),
+    ("a.jsonl", b'{"text": "hello", "label": 1}\n', ("text", "label")),
+    ("a.txt", b"hello\nworld\n", ("text",)),
+])
+def test_a_utf8_byte_order_mark_is_stripped(tmp_path, name, content, columns):
+    path = tmp_path / name
+    path.write_bytes(BOM + content)
+    dataset = load_text_dataset(str(path), columns=columns, cache_dir=str(tmp_path / "cache"))
+    assert dataset.column_names == list(columns)
+    assert dataset[0]["text"] == "hello"
+
+
+def test_a_tsv_row_with_an_extra_tab_names_its_line(tmp_path):
+    path = tmp_path / "a.tsv"
+    path.write_text("text\tlabel\nhello\t1\nbye\tx\t0\n")
+    with pytest.raises(MalformedRowError, match=r"a.tsv: line 3: 3 fields where the header \(line 1\) has 2"):
+        load_text_dataset(str(path), columns=("text", "label"), cache_dir=str(tmp_path / "cache"))
+
+
+def test_a_csv_row_without_its_label_names_the_csv_line_and_column(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text('text,label\n"two\nlines",1\nbye\n')
+    with pytest.raises(MissingColumnError, match=r"a.csv: line 4 \(CSV, column 'label'\)"):
+        load_text_dataset(str(path), columns=("text", "label"), cache_dir=str(tmp_path / "cache"))
+
+
+def test_a_corpus_shorter_than_one_block_says_both_numbers(gpt):
+    short = datasets.Dataset.from_dict({"text": ["one two three"]})
+    tokens = len(gpt("one two three", add_special_tokens=False)["input_ids"]) + 1
+    with pytest.raises(DataError, match=f"tiny.txt: the text yields {tokens} tokens .* fewer than one block of 64"):
+        prepare_causal_lm_dataset(short, gpt, 64, source="tiny.txt")

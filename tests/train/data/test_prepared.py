@@ -1,0 +1,240 @@
+"""Corpora prepared once (issue 30): the store holds exactly the tokens the packing and pairing functions give, 2
+bytes a token; it is the same whatever the number of processes, reused by later runs, keyed by what the tokens depend
+on, and never left half-written; BERT's pairs are an index of token ranges; streams are packed and paired lazily and
+resume where they stopped."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import datasets
+import numpy as np
+import pytest
+
+from train import corpus_benchmark
+from train.data import prepared
+from train.data.corpus import tokenizer_training_texts
+from train.data.examples import create_nsp_examples, pack_documents, tokenize_documents
+from train.data.files import load_text_dataset
+from train.data.preparation import prepare_causal_lm_dataset, prepare_nsp_dataset
+from train.data.tokenization import cache_folder, train_tokenizer
+from train.prepare import main as prepare
+from train.pretrain_gpt import main as pretrain_gpt
+
+RUN = ["--progress_bar", "false", "--report_to", "none", "--max_steps", "2", "--save_steps", "0", "--eval_size", "20"]
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    return train_tokenizer("gpt", tokenizer_training_texts(size=300), 800)
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return train_tokenizer("bert", tokenizer_training_texts(size=300), 800)
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return load_text_dataset("embedded:documents", size=120)
+
+
+def rows(dataset) -> list[dict]:
+    return [dataset[i] for i in range(len(dataset))]
+
+
+def files(store: prepared.TokenStore) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(store.folder.iterdir()) if p.name != "store.json"}
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LINEAGE_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "prepared"
+
+
+def test_blocks_are_the_packed_documents_two_bytes_a_token(gpt, docs, fresh_cache):
+    blocks = prepare_causal_lm_dataset(docs, gpt, 48, pack_documents=True)
+    ids = gpt(list(docs["text"]), add_special_tokens=False)["input_ids"]
+    assert rows(blocks) == list(pack_documents(ids, 48, gpt.eos_token_id))
+    store = blocks.store
+    assert store.info["tokens"] == sum(len(i) + 1 for i in ids) and store.info["dtype"] == "uint16"
+    assert (store.folder / "tokens.bin").stat().st_size == 2 * store.info["tokens"]
+    assert (store.folder / "items.npy").stat().st_size < 8 * (len(docs) + 1) + 200  # one offset a document
+
+
+@pytest.mark.parametrize("layout", prepared.LAYOUTS)
+def test_the_store_is_the_same_with_several_processes(gpt, bert, docs, fresh_cache, monkeypatch, layout):
+    tokenizer = gpt if layout == "documents" else bert
+    one = files(prepared.prepared_store(docs, tokenizer, layout, num_proc=1))
+    for store in fresh_cache.iterdir():
+        store.rename(store.with_name("one-" + store.name))
+    monkeypatch.setattr(prepared, "ROWS_PER_PROCESS", 10)
+    two = prepared.prepared_store(docs, tokenizer, layout, num_proc=3)
+    assert two.info["processes"] == 3 and files(two) == one
+
+
+def test_a_prepared_corpus_is_reused_and_keyed_by_its_data_and_tokenizer(gpt, tmp_path, fresh_cache, capsys):
+    path = tmp_path / "corpus.txt"
+    path.write_text("".join(f"Document {i} says something about the number {i * 7}.\n" for i in range(300)))
+    first = prepared.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
+    written = os.stat(first.folder / "tokens.bin").st_mtime_ns
+    again = prepared.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
+    assert again.folder == first.folder and os.stat(again.folder / "tokens.bin").st_mtime_ns == written
+    assert "prepared corpus reused from" in capsys.readouterr().out
+    smaller = train_tokenizer("gpt", tokenizer_training_texts(size=300), 600)
+    other_tokenizer = prepared.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), smaller,
+                                              "documents")
+    path.write_text(path.read_text() + "One more line.\n")
+    changed = prepared.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
+    assert len({first.folder, other_tokenizer.folder, changed.folder}) == 3
+    assert changed.info["documents"] == 301
+
+
+def test_a_stopped_preparation_leaves_nothing_behind(gpt, docs, fresh_cache, monkeypatch):
+    def stop(*args):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(prepared, "_join_parts", stop)
+        with pytest.raises(KeyboardInterrupt):
+            prepared.prepared_store(docs, gpt, "documents")
+    assert list(fresh_cache.iterdir()) == []
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = fresh_cache / f".abc.tmp-{int(gone.stdout)}-x1"  # the staging folder of a process killed mid-way
+    killed.mkdir()
+    (killed / "part-0.tokens").write_bytes(b"\0" * 10)
+    store = prepared.prepared_store(docs, gpt, "documents")
+    assert [p.name for p in fresh_cache.iterdir()] == [store.folder.name]
+
+
+def test_ids_above_65535_are_stored_in_four_bytes():
+    assert prepared.token_dtype([0] * 2**16) == "uint16"
+    assert prepared.token_dtype([0] * (2**16 + 1)) == "uint32"
+
+
+def test_sentence_pairs_are_those_of_the_documents_and_their_index_is_kept(bert, docs, fresh_cache):
+    pairs = prepare_nsp_dataset(docs, bert, max_length=40, seed=5)
+    documents, _ = tokenize_documents(list(docs["sentences"]), bert, split=False)
+    assert rows(pairs) == create_nsp_examples(documents, bert, max_length=40, seed=5)
+    assert pairs.pairs.shape == (len(pairs), 5)  # five offsets a pair, whatever the corpus size
+    index = next(pairs.store.folder.glob("pairs-*.npy"))
+    written = os.stat(index).st_mtime_ns
+    masked_only = prepare_nsp_dataset(docs, bert, max_length=40, seed=5, next_sentence=False)
+    assert os.stat(index).st_mtime_ns == written
+    assert [{k: r[k] for k in ("input_ids", "token_type_ids")} for r in rows(pairs)] == rows(masked_only)
+
+
+def test_the_pair_index_matches_pairs_built_from_token_lists(bert):
+    """`create_nsp_examples` runs on the index; its pairs still hold whole sentences of one document (A) and the
+    next ones or another document's (B), on documents with empty sentences and empty documents."""
+    rng = random.Random(1)
+    documents = [[[d * 1000 + 100 + s * 30 + t for t in range(rng.randrange(0, 12))]
+                  for s in range(rng.randrange(0, 7))] for d in range(80)]
+    examples = create_nsp_examples(documents, bert, max_length=32, seed=2, dupe_factor=2, short_seq_prob=0.3)
+    assert examples and all(len(e["input_ids"]) <= 32 for e in examples)
+    for e in examples:
+        split = e["input_ids"].index(bert.sep_token_id)
+        a, b = e["input_ids"][1:split], e["input_ids"][split + 1:-1]
+        assert len({t // 1000 for t in a}) == 1 and len({t // 1000 for t in b}) == 1
+        assert (a[0] // 1000 == b[0] // 1000) == (e["next_sentence_label"] == 0)
+
+
+def test_a_stream_is_packed_and_paired_lazily_and_resumes_where_it_stopped(gpt, bert, docs, monkeypatch):
+    monkeypatch.setattr(prepared, "ROWS_PER_BATCH", 40)
+    stream = docs.to_iterable_dataset(num_shards=3)
+    for lazy in (prepare_causal_lm_dataset(stream, gpt, 32, pack_documents=True),
+                 prepare_nsp_dataset(stream, bert, max_length=32, seed=3)):
+        whole = list(lazy)
+        assert whole and all(len(r["input_ids"]) <= 32 for r in whole)
+        seen = []
+        for row in lazy:
+            seen.append(row)
+            if len(seen) == len(whole) // 2:
+                state = lazy.state_dict()
+                break
+        lazy.load_state_dict(state)
+        assert seen + list(lazy) == whole
+    pairs = list(prepare_nsp_dataset(stream, bert, max_length=32, seed=3))
+    assert 0.3 < np.mean([p["next_sentence_label"] for p in pairs]) < 0.7
+
+
+def test_lineage_prepare_then_a_run_opens_the_store(tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(f'{{"text": "Text {i} is about {i % 17} cats and {i % 5} dogs."}}\n' for i in range(400)))
+    keys = ["--recipe", "gpt-pretrain-tiny", "--train_file", str(corpus), "--max_seq_length", "32"]
+    train, validation = prepare([*keys, "--num_proc", "2"])
+    assert validation is None and len(train) > 10
+    assert "prepared 400 documents" in capsys.readouterr().out
+    results, _ = pretrain_gpt([*keys, *RUN, "--output_dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert f"prepared corpus reused from {train.store.folder}" in out and "tokenizer: reused" in out
+    assert results["steps"] == 2
+    assert not any(p.name.startswith(".") for p in (cache_folder() / "prepared").iterdir())
+
+
+def test_prepare_refuses_a_stream_and_keys_of_the_other_pretraining(tmp_path):
+    from train.run.recipes import RecipeError
+
+    with pytest.raises(RecipeError, match="'streaming' is true: a stream is read as the run trains"):
+        prepare(["--recipe", "gpt-pretrain-tiny", "--streaming", "true", "--max_steps", "2"])
+    with pytest.raises(RecipeError, match="'nsp' is read by pretrain_bert only; this recipe prepares for pretrain_gpt"):
+        prepare(["--recipe", "gpt-pretrain-tiny", "--nsp", "false"])
+
+
+def test_data_made_in_memory_is_keyed_by_its_texts(gpt, fresh_cache):
+    a = datasets.Dataset.from_dict({"text": ["one two", "three"]})
+    b = datasets.Dataset.from_dict({"text": ["one two", "three"]})  # the same texts, another random fingerprint
+    assert prepared.prepared_store(a, gpt, "documents").folder == prepared.prepared_store(b, gpt, "documents").folder
+
+
+def test_the_corpus_benchmark_prepares_runs_and_streams_a_corpus_of_the_size_asked(tmp_path):
+    """`lineage corpus-benchmark` end to end on a 0.3 MB corpus in BERT's layout (timings are not asserted)."""
+    out = tmp_path / "bench.json"
+    results = corpus_benchmark.main(["--family", "bert", "--size-mb", "0.3", "--unique-mb", "0.1", "--num_proc", "2",
+                                     "--work", str(tmp_path / "work"), "--json", str(out)])
+    assert json.loads(out.read_text()) == results
+    corpus = tmp_path / "work" / "corpus-bert-0.3mb.txt"
+    assert 0.3e6 <= corpus.stat().st_size < 0.31e6 and "\n\n" in corpus.read_text()[:2000]
+    assert results["prepare"]["bytes_per_token"] == 2 and results["prepare"]["tokens"] > 50_000
+    for stage in corpus_benchmark.STAGES:
+        assert results[stage]["seconds"] > 0 and results[stage]["peak_anon_mib"] > 50
+    with pytest.raises(SystemExit, match="unknown stage 'warm'"):
+        corpus_benchmark.main(["--family", "gpt", "--size-mb", "1", "--stages", "prepare,warm"])
+
+
+def test_the_pair_order_is_pythons_shuffle_and_blocks_of_documents_change_no_pair(bert, docs, fresh_cache,
+                                                                                  monkeypatch):
+    from train.data import examples
+
+    for count in (0, 1, 2, 9, 500):
+        listed, drawn = list(range(count)), random.Random(count)
+        random.Random(count).shuffle(listed)
+        assert examples.shuffled_order(count, drawn).tolist() == listed
+    whole = rows(prepare_nsp_dataset(docs, bert, max_length=40, seed=9))
+    for store in fresh_cache.iterdir():
+        for index in store.glob("pairs-*.npy"):
+            index.unlink()
+    monkeypatch.setattr(examples, "_BLOCK", 7)  # documents read, and the index reordered, seven at a time
+    assert rows(prepare_nsp_dataset(docs, bert, max_length=40, seed=9)) == whole
+    assert not [p for store in fresh_cache.iterdir() for p in store.iterdir() if p.name.startswith(".")]
+
+
+def test_whole_file_checks_run_once_per_unchanged_file(tmp_path, fresh_cache, monkeypatch):
+    from train.data import files
+
+    path = tmp_path / "corpus.txt"
+    path.write_text("One sentence.\nAnother one.\n\nA second document.\nIts end.\n")
+    assert load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")).num_rows == 2
+
+    def read(*args):
+        raise AssertionError("read again")
+
+    monkeypatch.setattr(files, "check_utf8", read)
+    monkeypatch.setattr(files, "_has_paragraphs", read)
+    assert load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")).num_rows == 2
+    path.write_text("Changed.\n")
+    with pytest.raises(AssertionError, match="read again"):
+        load_text_dataset(str(path), cache_dir=str(tmp_path / "hf"))

@@ -1,0 +1,38 @@
+"""AdamW parameter groups and the learning-rate schedules (the Transformer paper's inverse square root exactly)."""
+
+import pytest
+import torch
+
+from train.run.optimization import build_optimizer, parameter_groups, schedule_lambda
+from train.run.recipes import Recipe
+
+
+def test_parameter_groups_exclude_biases_and_norms_from_decay():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4), torch.nn.Embedding(5, 4))
+    decay, no_decay = parameter_groups(model, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert {p.ndim for p in decay["params"]} == {2} and len(decay["params"]) == 2
+    assert {p.ndim for p in no_decay["params"]} == {1} and len(no_decay["params"]) == 3
+
+
+def test_schedules():
+    linear = schedule_lambda("linear", 10, 110)
+    assert linear(0) == pytest.approx(0.1) and linear(9) == pytest.approx(1.0)
+    assert linear(60) == pytest.approx(0.5) and linear(110) == 0.0
+    cosine = schedule_lambda("cosine", 10, 110)
+    assert cosine(9) == pytest.approx(1.0) and cosine(60) == pytest.approx(0.5) and cosine(110) == pytest.approx(0.0)
+    inv = schedule_lambda("inverse_sqrt", 4000, 100_000, d_model=512)
+    paper = lambda step: 512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.5)  # noqa: E731
+    for step in (1, 100, 3999, 4000, 4001, 50_000):
+        assert inv(step - 1) == pytest.approx(paper(step))
+    assert max(range(1, 10_000), key=lambda s: inv(s - 1)) == 4000
+
+
+def test_inverse_sqrt_takes_the_papers_adam():
+    model = torch.nn.Linear(4, 4)
+    paper, _ = build_optimizer(model, Recipe(lr_scheduler="inverse_sqrt", learning_rate=2.0), 100, d_model=512)
+    assert paper.defaults["betas"] == (0.9, 0.98) and paper.defaults["eps"] == 1e-9
+    recipe = Recipe(lr_scheduler="linear", adam_beta2=0.95, warmup_steps=10, learning_rate=1e-3)
+    adam, schedule = build_optimizer(model, recipe, 100, d_model=512)
+    assert adam.defaults["betas"] == (0.9, 0.95)
+    assert adam.param_groups[0]["lr"] == pytest.approx(1e-4)  # the first step's rate: warmup 1/10

@@ -1,0 +1,184 @@
+"""A run deletes only what it wrote, and every command writes only into a folder of its own (issue 29).
+
+Each case hashes the user's folder before and after: every byte stays in place. The run's manifest (`wrote` in
+`run.json`) is what a later run may delete; the commands that write a folder of their own (`train_tokenizer`,
+`export`, `convert`, `attention-maps`) replace only an earlier output that their own manifest records.
+"""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import preset
+
+from train import export, pretrain_gpt, train_tokenizer
+from train.run import run_folder
+from train.run.run_folder import OutputDirError
+
+torch.set_num_threads(1)
+GPT = ["--recipe", "gpt-pretrain-tiny", "--progress_bar", "false", "--report_to", "none", "--max_steps", "2",
+       "--train_size", "40", "--eval_size", "8", "--tokenizer_vocab_size", "300"]
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Every file under `folder` (hidden ones too) by relative path -> sha256 of its bytes."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def tokenizer(folder: Path, *extra: str) -> None:
+    train_tokenizer.main(["--kind", "gpt", "--vocab_size", "300", "--output_dir", str(folder),
+                          "--dataset", "embedded:documents", *extra])
+
+
+def gpt(out, *extra: str):
+    return pretrain_gpt.main([*GPT, "--output_dir", str(out), *extra])
+
+
+def published(folder: Path) -> Path:
+    """A folder as a finished run publishes it: a model, its card and loss curve."""
+    preset("gpt-tiny").save_pretrained(folder)
+    (folder / "loss_curve.png").write_bytes(b"\x89PNG the user's picture")
+    (folder / "README.md").write_text("my model")
+    return folder
+
+
+def test_a_folder_above_the_tokenizer_it_was_told_to_use_is_refused_and_kept(tmp_path):
+    exp = tmp_path / "exp1"
+    tokenizer(exp / "tokenizer")
+    before = digest(exp)
+    with pytest.raises(OutputDirError, match=r"holds an input of this run \(recipe key 'tokenizer'"):
+        gpt(exp, "--tokenizer", str(exp / "tokenizer"))
+    assert digest(exp) == before
+
+
+def test_an_empty_output_dir_and_the_working_folder_are_refused_and_nothing_is_deleted(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tokenizer(tmp_path / "tokenizer")
+    (tmp_path / "run.json").write_text('{"mine": true}')
+    before = digest(tmp_path)
+    with pytest.raises(OutputDirError, match="recipe key 'output_dir' is empty"):
+        gpt("")
+    with pytest.raises(OutputDirError, match="recipe key 'output_dir' is the working folder"):
+        gpt(".")
+    assert digest(tmp_path) == before
+
+
+def test_a_published_model_folder_is_refused_and_kept(tmp_path):
+    model = published(tmp_path / "prev" / "model")
+    before = digest(tmp_path)
+    with pytest.raises(OutputDirError, match="is a saved model folder .*config.json"):
+        gpt(model)
+    assert digest(tmp_path) == before
+
+
+@pytest.mark.parametrize("name", ["run.json", "loss_curve.png", "tokenizer", "logs"])
+def test_files_no_run_recorded_are_never_taken_for_a_stopped_run(tmp_path, name):
+    """Before: a folder holding only run.json, tokenizer/ or loss_curve.png was cleared as a refused run's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    if name in ("tokenizer", "logs"):
+        (out / name).mkdir()
+        (out / name / "notes.txt").write_text("mine")
+    else:
+        (out / name).write_text("mine")
+    before = digest(out)
+    with pytest.raises(OutputDirError, match=f"holds {name}, which no Lineage run recorded writing there"):
+        gpt(out)
+    assert digest(out) == before and sorted(p.name for p in out.iterdir()) == [name]
+
+
+def test_overwrite_deletes_only_what_the_run_recorded(tmp_path, capsys):
+    out = tmp_path / "run"
+    gpt(out)
+    record = json.loads((out / run_folder.RECORD).read_text())
+    assert {"tokenizer/tokenizer.json", "logs/metrics.jsonl", "model/model.safetensors", "loss_curve.png"} <= set(
+        record["wrote"])
+    assert any(k.startswith("checkpoints/step-00000002/") for k in record["wrote"])
+    (out / "notes.txt").write_text("the user's notes")
+    gpt(out, "--overwrite_output_dir", "true", "--seed", "3")
+    assert "overwrite_output_dir: deleting" in capsys.readouterr().out
+    assert (out / "notes.txt").read_text() == "the user's notes"
+    (out / "model" / "mine.txt").write_text("added after the run")
+    with pytest.raises(OutputDirError, match="holds model, which no Lineage run recorded writing there"):
+        gpt(out, "--overwrite_output_dir", "true")
+    assert (out / "model" / "mine.txt").is_file() and (out / "model" / "model.safetensors").is_file()
+
+
+def test_a_run_that_stopped_before_training_is_cleared_from_its_own_record(tmp_path, capsys):
+    """A refusal after the tokenizer is trained (here: the run's data is too short for one block) leaves the record
+    and the tokenizer, both in the manifest; the next start deletes exactly those, naming each."""
+    short = tmp_path / "short.txt"
+    short.write_text("a b c\n")
+    out = tmp_path / "run"
+    with pytest.raises(Exception, match="fewer than one block"):
+        gpt(out, "--train_file", str(short))
+    assert any(k.startswith("tokenizer/") for k in json.loads((out / run_folder.RECORD).read_text())["wrote"])
+    gpt(out)
+    assert f"stopped before training (no checkpoint, log or model): deleting {out.resolve() / 'tokenizer'}" in (
+        capsys.readouterr().out)
+    assert (out / "model" / "config.json").is_file()
+
+
+def test_a_start_refused_before_training_writes_nothing(tmp_path):
+    """Lengths against the model's positions are checked before a tokenizer is trained or a folder made."""
+    for argv in (["--max_seq_length", "65"], ["--pad_to_multiple_of", "48"], ["--max_new_tokens", "64"]):
+        with pytest.raises(Exception, match=argv[0].removeprefix("--")):
+            gpt(tmp_path / "new" / "run", *argv)
+    assert not (tmp_path / "new").exists()
+
+
+def test_train_tokenizer_refuses_a_models_folder_and_replaces_its_own_output(tmp_path):
+    model = published(tmp_path / "run" / "model")
+    before = digest(model)
+    with pytest.raises(OutputDirError, match=r"--output_dir .*model is not empty and holds .*which train_tokenizer "
+                                             r"did not write there"):
+        tokenizer(model)
+    assert digest(model) == before
+    tokenizer(tmp_path / "tok")
+    first = digest(tmp_path / "tok")
+    tokenizer(tmp_path / "tok", "--vocab_size", "280")
+    assert digest(tmp_path / "tok") != first and run_folder.OUTPUT_RECORD in first
+    (tmp_path / "tok" / "tokenizer.json").write_text("{}")
+    with pytest.raises(OutputDirError, match="holds tokenizer.json, which train_tokenizer did not write there"):
+        tokenizer(tmp_path / "tok")
+
+
+def test_export_refuses_a_folder_of_other_files(tmp_path):
+    model = tmp_path / "m"
+    preset("gpt-tiny").save_pretrained(model)
+    theirs = tmp_path / "out"
+    theirs.mkdir()
+    (theirs / "export.json").write_text("the user's")
+    with pytest.raises(OutputDirError, match=r"--out .*out is not empty and holds export.json"):
+        export.main(["--model", str(model), "--out", str(theirs)])
+    assert (theirs / "export.json").read_text() == "the user's"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_refused_resume_keeps_the_record_of_the_first_run(tmp_path):
+    out = tmp_path / "run"
+    gpt(out, "--save_steps", "1")
+    before = (out / run_folder.RECORD).read_bytes()
+    with pytest.raises(Exception, match="per_device_train_batch_size|micro-batch"):
+        gpt(out, "--resume_from_checkpoint", "latest", "--max_steps", "4", "--per_device_train_batch_size", "3")
+    assert (out / run_folder.RECORD).read_bytes() == before
+    gpt(out, "--resume_from_checkpoint", "latest", "--max_steps", "3")
+    record = json.loads((out / run_folder.RECORD).read_text())
+    assert record["pid"] == json.loads(before)["pid"] and record["command"] == json.loads(before)["command"]
+    assert record["resumes"][-1]["step"] == 2 and record["resumes"][-1]["pid"] == os.getpid()
+
+
+def test_a_resume_never_adopts_files_the_run_did_not_write(tmp_path):
+    """Before: a resume recorded a user's files under model/ as the run's, and a later overwrite deleted them."""
+    out = tmp_path / "run"
+    gpt(out, "--save_steps", "1")
+    (out / "model" / "notes.txt").write_text("mine")
+    with pytest.raises(OutputDirError, match="holds model, which no Lineage run recorded writing there"):
+        gpt(out, "--resume_from_checkpoint", "latest", "--max_steps", "3")
+    (out / "model" / "notes.txt").unlink()
+    gpt(out, "--resume_from_checkpoint", "latest", "--max_steps", "3")
+    assert "model/notes.txt" not in json.loads((out / run_folder.RECORD).read_text())["wrote"]

@@ -1,0 +1,107 @@
+"""Recipes: YAML loading, command-line overrides, and the errors for unknown keys, wrong types and missing presets."""
+
+from pathlib import Path
+
+import pytest
+
+from train.run.recipes import (
+    BUNDLED,
+    Recipe,
+    RecipeError,
+    available_presets,
+    bundled,
+    load_model_config,
+    load_recipe,
+    parse_args,
+    parse_overrides,
+    valid_keys,
+)
+
+CONFIGS = Path(__file__).resolve().parents[3] / "train" / "configs"
+RECIPES = sorted((CONFIGS / "recipes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_every_shipped_recipe_loads_and_names_an_existing_preset(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a name is found from any working directory
+    recipe = load_recipe(path.stem)
+    assert recipe == load_recipe(path)  # by name or by path: the same file
+    assert isinstance(recipe, Recipe)
+    # a preset, the output folder of an earlier step (main-*-nli fine-tune main-*-pretrain's model), or a Hub id
+    assert (recipe.model in available_presets() or recipe.model.startswith("outputs/")
+            or recipe.model == "google-bert/bert-base-uncased")
+
+
+def test_overrides_both_forms_and_yaml_values(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("model: bert-tiny\nlearning_rate: 1e-4\nmax_steps: 5\n")
+    recipe = parse_args(["--recipe", str(path), "--max_steps", "7", "--set", "nsp=false",
+                         "--model_overrides", "{hidden_dropout_prob: 0.0}", "--warmup_steps=3"])
+    assert recipe.learning_rate == 1e-4  # YAML 1.1 reads 1e-4 as a string; float fields accept it
+    assert (recipe.max_steps, recipe.nsp, recipe.warmup_steps) == (7, False, 3)
+    assert recipe.model_overrides == {"hidden_dropout_prob": 0.0}
+    assert parse_overrides(["--output-dir", "x"]) == {"output_dir": "x"}
+
+
+def test_unknown_key_lists_the_valid_ones(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("model: bert-tiny\nlearning_rat: 0.1\n")
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    assert "'learning_rat'" in str(err.value) and "learning_rate" in str(err.value)
+    assert all(key in str(err.value) for key in valid_keys())
+    with pytest.raises(RecipeError, match="unknown recipe key.*'bogus'"):
+        load_recipe(None, {"bogus": 1})
+
+
+def test_wrong_type_names_key_expected_and_got():
+    with pytest.raises(RecipeError, match=r"'max_steps' expects int, got str 'ten'"):
+        load_recipe(None, {"max_steps": "ten"})
+    with pytest.raises(RecipeError, match=r"'nsp' expects bool, got int 3"):
+        load_recipe(None, {"nsp": 3})
+    with pytest.raises(RecipeError, match=r"'learning_rate' expects float, got list"):
+        load_recipe(None, {"learning_rate": [1]})
+    with pytest.raises(RecipeError, match="lr_scheduler.*linear, cosine, inverse_sqrt"):
+        load_recipe(None, {"lr_scheduler": "step"})
+
+
+@pytest.mark.parametrize("kind", BUNDLED)
+def test_bundled_configs_are_every_file_of_their_package_folder(kind):
+    names = {p.name.removesuffix(BUNDLED[kind]) for p in (CONFIGS / kind).iterdir()}
+    assert list(bundled(kind)) == sorted(names) and len(names) >= 3
+    assert all(file.is_file() for file in bundled(kind).values())
+    with pytest.raises(ValueError, match="unknown config kind 'model'; kinds: models, recipes, accelerate"):
+        bundled("model")
+
+
+def test_a_file_given_by_path_wins_over_a_recipe_of_the_same_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("bert-pretrain-tiny").write_text("max_steps: 7\n")
+    assert load_recipe("bert-pretrain-tiny").max_steps == 7
+
+
+def test_missing_recipe_and_preset():
+    with pytest.raises(FileNotFoundError, match="recipe 'nope' is neither a file nor a recipe name; recipe names: "
+                                                ".*bert-pretrain-tiny"):
+        load_recipe("nope")
+    with pytest.raises(FileNotFoundError, match="bert-huge.*bert-tiny"):
+        load_model_config("bert-huge")
+    assert load_model_config("bert-tiny", vocab_size=50).vocab_size == 50
+
+
+def test_recipe_round_trips_through_yaml(tmp_path):
+    recipe = load_recipe(None, {"max_steps": 3, "sample_prompts": ["Anna"]})
+    recipe.save(tmp_path / "saved.yaml")
+    assert load_recipe(tmp_path / "saved.yaml") == recipe
+
+
+def test_mixed_precision_no_is_the_word_not_a_boolean(tmp_path):
+    """YAML reads a bare `no` as false; `mixed_precision: no` is Accelerate's full precision, in a file and on the
+    command line alike, while `yes` stays refused."""
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text("model: gpt-tiny\nmixed_precision: no\n")
+    assert load_recipe(recipe_file).mixed_precision == "no"
+    assert parse_args(["--recipe", "gpt-pretrain-tiny", "--mixed_precision", "no"], "gpt-pretrain-tiny",
+                      "x").mixed_precision == "no"
+    with pytest.raises(RecipeError, match="recipe key 'mixed_precision' expects str, got bool True"):
+        parse_args(["--recipe", "gpt-pretrain-tiny", "--mixed_precision", "yes"], "gpt-pretrain-tiny", "x")

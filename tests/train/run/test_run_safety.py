@@ -1,0 +1,246 @@
+"""A run never loses work and never misrecords what it did (issue 24): an output folder belongs to one run (a second
+run is refused, or deletes the first's files naming each; a live lock keeps a concurrent run out, a dead one's lock
+is taken over), and a resume is checked against the recipe (another architecture is named key by key; a changed
+learning rate takes effect and is recorded in the log, the run record, recipe.yaml and the card)."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from train.finetune import main as finetune
+from train.run import run_folder
+from train.run.checkpoints import (
+    CheckpointError,
+    ResumeMismatchError,
+    complete_checkpoints,
+)
+from train.run.recipes import recipe_from_dict
+from train.run.run_folder import OutputDirError
+
+torch.set_num_threads(1)
+TINY = ["--recipe", "bert-finetune-nli-tiny", "--progress_bar", "false", "--report_to", "none",
+        "--train_size", "32", "--eval_size", "16", "--max_steps", "4", "--save_steps", "2", "--save_total_limit", "3"]
+
+
+def run(out: Path, *extra: str):
+    return finetune([*TINY, "--output_dir", str(out), *extra])
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name not in (run_folder.LOCK,)}
+
+
+def log(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """One finished run (4 steps, checkpoints at 2 and 4) whose folder the tests below try to reuse."""
+    out = tmp_path_factory.mktemp("first") / "run"
+    run(out)
+    return out
+
+
+@pytest.fixture
+def finished(first_run, tmp_path):
+    """A private copy of the finished run's folder."""
+    out = tmp_path / "run"
+    shutil.copytree(first_run, out)
+    return out
+
+
+def test_a_run_writes_its_record_and_releases_its_lock(first_run):
+    record = json.loads((first_run / run_folder.RECORD).read_text())
+    assert set(record) >= {"recipe_sha256", "started", "pid", "host", "command"}
+    assert len(record["recipe_sha256"]) == 16
+    assert not (first_run / run_folder.LOCK).exists()
+
+
+def test_second_run_into_the_same_folder_is_refused_and_the_first_runs_files_stay(finished):
+    before = files(finished)
+    with pytest.raises(OutputDirError) as caught:
+        run(finished, "--seed", "7", "--max_steps", "2")
+    message = str(caught.value)
+    assert str(finished.resolve()) in message
+    assert "--resume_from_checkpoint latest" in message and "--overwrite_output_dir true" in message
+    assert files(finished) == before  # tokenizer, checkpoints, log and model untouched
+
+
+def test_a_second_run_with_its_own_tokenizer_is_refused_too(finished, tmp_path):
+    """With --tokenizer nothing is trained: the engine's claim refuses, before the log is touched."""
+    shutil.copytree(finished / "tokenizer", tmp_path / "tokenizer")
+    before = files(finished)
+    with pytest.raises(OutputDirError, match="holds another run's files"):
+        run(finished, "--tokenizer", str(tmp_path / "tokenizer"))
+    assert files(finished) == before
+
+
+def test_resume_under_another_tokenizer_names_it(finished, tmp_path):
+    from train.data.corpus import tokenizer_training_texts
+    from train.data.tokenization import train_tokenizer
+
+    other = tmp_path / "other"
+    train_tokenizer("bert", tokenizer_training_texts(size=100), 300, model_max_length=64).save_pretrained(other)
+    with pytest.raises(ResumeMismatchError, match=r"tokenizer: the checkpoint was written with tokens=\d+, this run "
+                                                  r"has tokens=\d+"):
+        run(finished, "--resume_from_checkpoint", "latest", "--max_steps", "6", "--tokenizer", str(other))
+
+
+def test_overwrite_output_dir_deletes_the_first_runs_files_naming_each(finished, capsys):
+    run(finished, "--max_steps", "2", "--overwrite_output_dir", "true")
+    printed = capsys.readouterr().out
+    for name in ("checkpoints", "logs", "tokenizer", "model"):
+        assert f"overwrite_output_dir: deleting {finished.resolve() / name}" in printed
+    assert [p.name for p in complete_checkpoints(finished / "checkpoints")] == ["step-00000002"]  # no step 4 left
+    assert max(r["step"] for r in log(finished)) == 2
+
+
+def test_output_dir_that_is_a_file_is_refused(tmp_path):
+    file = tmp_path / "out.txt"
+    file.write_text("not a folder")
+    with pytest.raises(OutputDirError, match=r"recipe key 'output_dir': .*out.txt is a file"):
+        run_folder.claim(recipe_from_dict({"output_dir": str(file / "run")}))
+
+
+def test_a_live_runs_lock_keeps_a_second_run_out_and_a_dead_ones_is_taken_over(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (out / run_folder.LOCK).write_text(json.dumps({"pid": other.pid, "host": __import__("socket").gethostname(),
+                                                       "started": "then"}))
+        with pytest.raises(OutputDirError, match=f"in use by another run \\(process {other.pid} "):
+            run_folder.claim(recipe_from_dict({"output_dir": str(out)}))
+    finally:
+        other.kill()
+        other.wait()
+    recipe = recipe_from_dict({"output_dir": str(out)})
+    run_folder.claim(recipe)
+    assert f"removing the stale lock of process {other.pid}" in capsys.readouterr().out
+    assert json.loads((out / run_folder.LOCK).read_text())["pid"] == __import__("os").getpid()
+    run_folder.release(recipe)
+    assert not (out / run_folder.LOCK).exists()
+
+
+def test_resume_with_another_architecture_names_the_key_and_never_says_corrupt(finished):
+    with pytest.raises(ResumeMismatchError) as caught:
+        run(finished, "--resume_from_checkpoint", "latest", "--max_steps", "6",
+            "--model_overrides", "{num_hidden_layers: 1}")
+    message = str(caught.value)
+    assert "num_hidden_layers=2" in message and "num_hidden_layers=1" in message
+    assert "corrupt" not in message.replace("sound", "")
+
+
+def test_resume_with_other_data_is_refused_naming_it(finished):
+    with pytest.raises(CheckpointError, match=r"data: the checkpoint was written with examples=32, this run has "
+                                              r"examples=24"):
+        run(finished, "--resume_from_checkpoint", "latest", "--max_steps", "6", "--train_size", "24")
+
+
+def test_resume_with_a_changed_learning_rate_applies_it_and_records_it(finished, capsys):
+    run(finished, "--resume_from_checkpoint", "latest", "--max_steps", "6", "--learning_rate", "1.0e-6",
+        "--lr_scheduler", "constant", "--logging_steps", "1")
+    printed = capsys.readouterr().out
+    assert "learning_rate: 0.001 -> 1e-06 (changed on resume)" in printed
+    assert "lr_scheduler: linear -> constant (changed on resume)" in printed
+    records = log(finished)
+    assert [r["lr"] for r in records if "lr" in r and r["step"] > 4] == [pytest.approx(1e-6)] * 2  # what ran
+    launch = [r for r in records if "launch" in r][-1]
+    assert launch["changed"]["learning_rate"] == [0.001, 1e-6]
+    assert json.loads((finished / run_folder.RECORD).read_text())["resumes"][-1]["changed"]["lr_scheduler"] == [
+        "linear", "constant"]
+    assert yaml.safe_load((finished / "model" / "recipe.yaml").read_text())["learning_rate"] == 1e-6
+    assert "`learning_rate` 0.001 -> 1e-06" in (finished / "model" / "README.md").read_text()
+
+
+# ----------------------------------------------------------------------------- labels and lengths as users give them
+
+def reviews(path: Path, labels: list, extra: str = "") -> Path:
+    rows = [{"text": f"review {i} says the film was {'not ' * (i % 2)}good {extra}", "label": label}
+            for i, label in enumerate(labels)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def classify(tmp_path: Path, train: Path, validation: Path, *extra: str):
+    return run(tmp_path / "run", "--task", "sequence-classification", "--dataset", "", "--train_file", str(train),
+               "--validation_file", str(validation), "--max_steps", "2", "--save_steps", "0", *extra)
+
+
+def test_string_labels_train_end_to_end_and_the_saved_config_names_them(tmp_path):
+    from transformers import AutoConfig
+
+    train = reviews(tmp_path / "train.jsonl", ["pos", "neg", "neutral"] * 10)
+    validation = reviews(tmp_path / "validation.jsonl", ["neg", "pos"] * 4)
+    results, folder = classify(tmp_path, train, validation)
+    assert 0.0 <= results["eval_accuracy"] <= 1.0
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    assert config.id2label == {0: "neg", 1: "neutral", 2: "pos"}  # sorted, as datasets' ClassLabel numbers them
+    assert config.label2id == {"neg": 0, "neutral": 1, "pos": 2}
+
+
+@pytest.mark.parametrize("bad, message", [
+    (-1, r"validation.jsonl: line 3 \(JSON Lines, column 'label'\): label -1 is not a class id >= 0 \(an unlabelled "
+         r"row.*skip_unlabeled: true"),
+    (0.5, r"validation.jsonl: line 3 \(JSON Lines, column 'label'\): label 0.5 is not a class"),
+    (2, r"validation.jsonl: line 3 \(JSON Lines, column 'label'\): label 2 never occurs in the training data"),
+])
+def test_a_bad_label_is_refused_before_training_naming_file_line_and_value(tmp_path, bad, message):
+    train = reviews(tmp_path / "train.jsonl", [0, 1] * 10)
+    validation = reviews(tmp_path / "validation.jsonl", [0, 1, bad, 0])
+    with pytest.raises(ValueError, match=message):
+        classify(tmp_path, train, validation)
+    assert not (tmp_path / "run" / "logs").exists()  # nothing trained
+
+
+def test_rows_labelled_minus_one_are_skipped_with_a_count_when_the_recipe_says_so(tmp_path, capsys):
+    train = reviews(tmp_path / "train.jsonl", [0, 1, -1] * 8)
+    validation = reviews(tmp_path / "validation.jsonl", [0, 1, -1, -1])
+    classify(tmp_path, train, validation, "--skip_unlabeled", "true")
+    printed = capsys.readouterr().out
+    assert "train.jsonl: skipped 8 rows labelled -1 in column 'label'" in printed
+    assert "validation.jsonl: skipped 2 rows labelled -1" in printed
+
+
+@pytest.mark.parametrize("command, argv, minimum", [
+    ("finetune", ["--recipe", "bert-finetune-nli-tiny", "--max_seq_length", "4"], 5),
+    ("finetune", ["--recipe", "gpt-finetune-nli-tiny", "--max_seq_length", "3"], 5),
+    ("finetune", ["--recipe", "bert-finetune-nli-tiny", "--task", "sequence-classification",
+                  "--dataset", "embedded:sentiment", "--max_seq_length", "2"], 3),
+    ("pretrain_bert", ["--recipe", "bert-pretrain-tiny", "--max_seq_length", "3"], 5),
+    ("pretrain_gpt", ["--recipe", "gpt-pretrain-tiny", "--max_seq_length", "1"], 2),
+    ("train_translation", ["--recipe", "transformer-translation-tiny", "--max_seq_length", "1"], 2),
+])
+def test_max_seq_length_below_the_templates_minimum_is_refused(tmp_path, command, argv, minimum):
+    import importlib
+
+    from train.run.recipes import RecipeError
+
+    main = importlib.import_module(f"train.{command}").main
+    with pytest.raises(RecipeError, match=f"'max_seq_length' is {argv[-1]}, below the minimum of {minimum}"):
+        main([*argv, "--output_dir", str(tmp_path / "run"), "--progress_bar", "false", "--report_to", "none",
+              "--train_size", "40", "--eval_size", "8"])
+    assert not (tmp_path / "run" / "logs").exists()
+
+
+def test_at_the_minimum_length_truncation_applies(tmp_path):
+    import datasets
+
+    from train.data.corpus import tokenizer_training_texts
+    from train.data.preparation import tokenize_dataset
+    from train.data.tokenization import train_tokenizer
+
+    tokenizer = train_tokenizer("bert", tokenizer_training_texts(size=100), 400)
+    rows = datasets.Dataset.from_dict({"premise": ["a long premise of many words"] * 2,
+                                       "hypothesis": ["a long hypothesis too"] * 2, "label": [0, 1]})
+    encoded = tokenize_dataset(rows, tokenizer, "classification", text_column="premise",
+                               text_pair_column="hypothesis", max_length=5)
+    assert [len(ids) for ids in encoded["input_ids"]] == [5, 5]

@@ -1,0 +1,197 @@
+"""`python -m train.benchmark` (train/benchmark.py over train/analysis/throughput.py): the command on tiny presets for
+each task, with the reference, generation and the JSON table; its bad inputs; the FLOP formula against a hand count
+and the GPU peak table. (Timings are not asserted: the machine is shared.)"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from conftest import PRESETS, preset
+
+from train import benchmark
+from train.analysis import throughput
+
+ROW_FIELDS = {"ms_per_step", "tokens_per_s", "peak_memory_mib", "ms_each"}
+
+
+def config_file(tmp_path: Path, name: str, **overrides) -> str:
+    """A tiny preset with the overrides its transformers reference needs, as a config.json for `--model`."""
+    fields = {**json.loads((PRESETS / f"{name}.json").read_text()), **overrides}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(fields))
+    return str(path)
+
+
+def run(tmp_path: Path, model: str, task: str, *extra: str) -> tuple[dict, dict]:
+    out = tmp_path / "bench.json"
+    returned = benchmark.main(["--model", model, "--task", task, "--batch-size", "2", "--seq-len", "8", "--steps",
+                               "2", "--warmup", "1", "--json", str(out), *extra])
+    written = json.loads(out.read_text())
+    assert written == json.loads(json.dumps(returned))
+    return written, returned
+
+
+def check_training(result: dict, reference: bool) -> None:
+    training = result["training"]
+    assert set(training["lineage"]) == ROW_FIELDS | {"tflops"}  # no "mfu" on a CPU
+    assert training["flops_per_step"] > 0 and training["lineage"]["tokens_per_s"] > 0
+    assert len(training["lineage"]["ms_each"]) == 2  # --steps 2
+    assert training["lineage"]["ms_per_step"] == pytest.approx(sum(training["lineage"]["ms_each"]) / 2)
+    if reference:
+        assert set(training["reference"]) == ROW_FIELDS | {"tflops"}
+        assert training["ratio"] == pytest.approx(
+            training["reference"]["ms_per_step"] / training["lineage"]["ms_per_step"])
+    else:
+        assert "reference" not in training and "ratio" not in training
+
+
+def test_causal_lm_with_reference_generation_and_json(tmp_path, capsys):
+    model = config_file(tmp_path, "gpt-tiny", intermediate_size=128)  # OpenAIGPT's feed-forward is 4 x hidden
+    result, _ = run(tmp_path, model, "causal-lm", "--reference", "--generate", "--new-tokens", "4")
+    assert result["reference_class"] == "OpenAIGPTLMHeadModel" and result["peak_tflops"] is None
+    assert result["memory"] == "process peak RSS" and result["device"].startswith("cpu")
+    check_training(result, reference=True)
+    dynamic, static = result["generation"]["dynamic"], result["generation"]["static"]
+    assert set(dynamic["lineage"]) == set(dynamic["reference"]) == ROW_FIELDS and dynamic["ratio"] > 0
+    assert set(static["lineage"]) == ROW_FIELDS  # Lineage's forward compiles with the static cache
+    assert "OpenAIGPTLMHeadModel" in static["not_run"]["reference"]  # OpenAIGPT has no cache to compile
+    printed = capsys.readouterr().out
+    assert "MFU" not in printed and "OpenAIGPTLMHeadModel" in printed and "generate (static cache)" in printed
+
+
+def test_masked_lm_with_reference(tmp_path):
+    result, _ = run(tmp_path, "bert-tiny", "mlm", "--reference")
+    assert result["reference_class"] == "BertForMaskedLM" and "generation" not in result
+    check_training(result, reference=True)
+
+
+@pytest.mark.parametrize("flag, option", [("--sparse-prediction", "sparse_prediction"),
+                                          ("--unpad-inputs", "unpad_inputs")])
+def test_forward_options_reach_lineage_training_forward_only(tmp_path, monkeypatch, flag, option):
+    """`--sparse-prediction` / `--unpad-inputs` time the forward the training commands run: the option reaches every
+    Lineage training call and never the reference's."""
+    seen = {}
+    original = throughput.TrainingStep.__call__
+
+    def recording(step):
+        seen.setdefault(type(step.model).__name__, []).append(dict(step.options))
+        original(step)
+
+    monkeypatch.setattr(throughput.TrainingStep, "__call__", recording)
+    result, _ = run(tmp_path, "bert-tiny", "mlm", "--reference", flag)
+    assert result[option] is True
+    assert seen["LineageBertForMaskedLM"] and all(o == {option: True} for o in seen["LineageBertForMaskedLM"])
+    assert seen["BertForMaskedLM"] and all(o == {} for o in seen["BertForMaskedLM"])
+    check_training(result, reference=True)
+
+
+def test_seq2seq_with_reference(tmp_path):
+    result, _ = run(tmp_path, "transformer-tiny", "seq2seq", "--config", "sinusoidal_layout=split", "--reference",
+                    "--dtype", "bf16")
+    assert result["reference_class"] == "MarianMTModel" and result["dtype"] == "bf16"
+    check_training(result, reference=True)
+
+
+def test_rnn_generation_has_no_static_cache_row(tmp_path):
+    result, _ = run(tmp_path, "rnn-tiny", "seq2seq", "--generate", "--new-tokens", "3")
+    check_training(result, reference=False)
+    assert set(result["generation"]["dynamic"]["lineage"]) == ROW_FIELDS
+    assert set(result["generation"]["static"]) == {"not_run"}
+
+
+LM = ["--task", "causal-lm"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (LM + ["--peak-tflops", "0"], "--peak-tflops must be a positive number"),
+    (LM + ["--peak-tflops", "-5"], "--peak-tflops must be a positive number"),
+    (LM + ["--peak-tflops", "nan"], "--peak-tflops must be a positive number"),
+    (LM + ["--peak-tflops", "100"], "--peak-tflops sets the GPU peak for MFU, which is not reported on a CPU"),
+    (LM + ["--seq-len", "65"], r"--seq-len 65 is longer than the model's 64 positions"),
+    (LM + ["--seq-len", "60", "--generate", "--new-tokens", "8"], r"--seq-len 60 \+ --new-tokens 8 is longer"),
+    (["--task", "mlm"], "--task mlm needs a lineage-bert model"),
+    (LM + ["--steps", "0"], "--steps must be >= 1"),
+    (LM + ["--config", "hidden_sise=64"], "'hidden_sise' is no field of lineage-gpt configs"),
+    (LM + ["--config", "hidden_size"], "--config expects KEY=VALUE"),
+    (LM + ["--sparse-prediction"], "--sparse-prediction is a forward option of masked-LM and seq2seq models"),
+    (LM + ["--unpad-inputs"], "--unpad-inputs is a forward option of Lineage BERT"),
+])
+def test_bad_settings_are_refused_before_any_step(extra, message, capsys, monkeypatch):
+    monkeypatch.setattr(benchmark, "build_models", lambda *a: pytest.fail("a model was built"))
+    with pytest.raises(SystemExit):
+        benchmark.main(["--model", "gpt-tiny", *extra])
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_compile_without_a_working_compiler_is_refused(monkeypatch, capsys):
+    monkeypatch.setattr(benchmark, "compiler_error", lambda device_type: "InductorError: no C++ compiler")
+    monkeypatch.setattr(benchmark, "build_models", lambda *a: pytest.fail("a model was built"))
+    with pytest.raises(SystemExit):
+        benchmark.main(["--model", "gpt-tiny", "--task", "causal-lm", "--seq-len", "8", "--compile"])
+    assert "--compile: torch.compile does not work" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model, task, extra, message", [
+    ("bert-tiny", "mlm", ["--generate"], "--generate times text generation"),
+    ("rnn-tiny", "seq2seq", ["--reference"], "--reference: transformers has no reference model for lineage-rnn"),
+    ("gpt-tiny", "causal-lm", ["--reference"], "--reference: OpenAIGPT's feed-forward is 4 \\* hidden_size"),
+])
+def test_settings_the_model_cannot_take_are_refused(model, task, extra, message, capsys):
+    with pytest.raises(SystemExit):
+        benchmark.main(["--model", model, "--task", task, "--seq-len", "8", "--steps", "1", *extra])
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_training_flops_match_a_hand_count():
+    config = preset("gpt-tiny")
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    d, i, v, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
+    block = 4 * (d * d + d) + (d * i + i) + (i * d + d) + 2 * 2 * d  # q k v o, up and down, two LayerNorms
+    parameters = v * d + layers * block  # the tied token embedding counts once, as the output projection
+    assert throughput.matmul_parameters(model) == parameters  # the learned positions (64 x 32) are a lookup
+    batch, length = 3, 10
+    attention = layers * 3 * 2 * 2 * d * length  # per position: QK^T and AV, 2 FLOPs a multiply-add, x3 backward
+    assert throughput.training_flops(parameters, throughput.attention_layers(config), d, batch, length) == (
+        6 * parameters * batch * length + attention * batch * length)
+    assert throughput.attention_layers(preset("transformer-tiny")) == 3 * 2  # encoder self, decoder self + cross
+    assert throughput.attention_layers(preset("rnn-tiny")) == 0
+
+
+def test_reference_model_has_the_same_matmul_parameters():
+    lineage = transformers.AutoModelForMaskedLM.from_config(preset("bert-tiny"))
+    from modeling.conversion import to_transformers
+
+    assert throughput.matmul_parameters(to_transformers(lineage)) == throughput.matmul_parameters(lineage)
+
+
+@pytest.mark.parametrize("name, dtype, precision, peak", [
+    ("NVIDIA H100 80GB HBM3", "bf16", "highest", 989.4),
+    ("NVIDIA H100 PCIe", "bf16", "highest", 756.0),
+    ("NVIDIA H200", "fp32", "highest", 66.9),
+    ("NVIDIA H200", "fp32", "high", 494.7),  # TF32 matmuls allowed
+    ("NVIDIA A100-SXM4-80GB", "bf16", "highest", 312.0),
+    ("NVIDIA L40S", "bf16", "highest", 362.1),
+    ("Some Future GPU", "bf16", "highest", None),
+])
+def test_peak_table(monkeypatch, name, dtype, precision, peak):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        assert throughput.peak_tflops(torch.device("cuda"), dtype) == peak
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert throughput.peak_tflops(torch.device("cpu"), dtype) is None
+
+
+def test_mfu_is_achieved_over_peak_and_shown_only_with_a_peak():
+    row = throughput.summarize([0.5, 0.1, 0.2], tokens=1000, flops=4 * 10**12, peak=100.0, memory=1.0)
+    assert row["ms_per_step"] == pytest.approx(200.0) and row["tokens_per_s"] == pytest.approx(5000.0)
+    assert row["tflops"] == pytest.approx(20.0) and row["mfu"] == pytest.approx(0.2)
+    assert "mfu" not in throughput.summarize([0.2], tokens=1, flops=10, peak=None, memory=1.0)
+    result = {"memory": "cuda max_memory_allocated", "reference_class": None, "training": {"lineage": row}}
+    assert "MFU" in benchmark.table(result, with_mfu=True) and "20.0%" in benchmark.table(result, with_mfu=True)
+    assert "MFU" not in benchmark.table(result, with_mfu=False)

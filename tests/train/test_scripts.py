@@ -1,0 +1,189 @@
+"""Every entry script for a few steps on the tiny presets: pretrain -> fine-tune chains for BERT and GPT,
+translation with BLEU, token classification and QA; the output folders load with `trust_remote_code` in a
+process without this project, and carry a model card with Hub metadata."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+import yaml
+from conftest import run_clean_process
+
+from train import finetune, pretrain_bert, pretrain_gpt, train_translation
+from train.run.environment import versions
+from train.run.publish import read_card_metadata
+
+torch.set_num_threads(1)
+QUIET = ("--progress_bar", "false")
+
+
+def _run(main, recipe: str, out: Path, *extra: str):
+    return main(["--recipe", recipe, "--output_dir", str(out), *QUIET, *extra])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    out["bert"] = _run(pretrain_bert.main, "bert-pretrain-tiny", root / "bert")
+    out["bert-nli"] = _run(finetune.main, "bert-finetune-nli-tiny", root / "bert-nli", "--model", str(out["bert"][1]))
+    out["gpt"] = _run(pretrain_gpt.main, "gpt-pretrain-tiny", root / "gpt")
+    out["gpt-nli"] = _run(finetune.main, "gpt-finetune-nli-tiny", root / "gpt-nli", "--model", str(out["gpt"][1]))
+    out["mt"] = _run(train_translation.main, "transformer-translation-tiny", root / "mt")
+    return out
+
+
+def test_output_folder_holds_model_code_tokenizer_recipe_card_and_logs(runs):
+    results, folder = runs["bert"]
+    names = {p.name for p in folder.iterdir()}
+    assert {"config.json", "model.safetensors", "modeling_lineage_bert.py", "layers.py", "tokenizer.json",
+            "tokenizer_config.json", "recipe.yaml", "README.md", "loss_curve.png", "results.json"} <= names
+    assert yaml.safe_load((folder / "recipe.yaml").read_text())["model"] == "bert-tiny"
+    run_dir = folder.parent
+    records = [json.loads(line) for line in (run_dir / "logs/metrics.jsonl").read_text().splitlines()]
+    # a record every logging_steps (2), at each checkpoint (save_steps 3) and at the last step
+    assert [r["step"] for r in records if "loss" in r] == [2, 3, 4, 6]
+    assert any("tokens_per_s" in r for r in records) and any("eval_nsp_accuracy" in r for r in records)
+    assert all(r["lr"] >= 0 for r in records if "lr" in r)
+    assert list((run_dir / "logs" / "lineage").rglob("events.out.tfevents*"))
+    assert (run_dir / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert results["steps"] == 6 and results["train_loss"] > 0
+    recorded = json.loads((folder / "results.json").read_text())["versions"]
+    assert recorded == versions() and recorded["transformers"] == transformers.__version__
+    assert f"transformers {transformers.__version__}" in (folder / "README.md").read_text()
+
+
+def test_pretraining_predicts_sparsely_and_saves_only_the_architecture(runs):
+    for run in ("bert", "mt"):  # both trained with sparse_prediction, a call option that no config holds
+        saved = json.loads((runs[run][1] / "config.json").read_text())
+        assert "sparse_prediction" not in saved and "unpad_inputs" not in saved
+    results, folder = runs["bert"]
+    assert 0 <= results["eval_mlm_accuracy"] <= 1
+    labels = torch.tensor([[-100, 5, -100, 7], [3, -100, -100, -100]])
+    sparse_logits = torch.nn.functional.one_hot(torch.tensor([5, 9, 3]), 12).float()  # labelled rows, in order
+    out = pretrain_bert.predict(None, {"labels": labels}, type("Out", (), {"logits": sparse_logits})())
+    assert out["mlm_predictions"].tolist() == [[-100, 5, -100, 9], [3, -100, -100, -100]]
+
+
+def test_finetune_starts_from_the_pretrained_weights(runs):
+    from safetensors.torch import load_file
+
+    pretrained = load_file(runs["bert"][1] / "model.safetensors")
+    _, folder = runs["bert-nli"]
+    config = json.loads((folder / "config.json").read_text())
+    assert config["id2label"] == {"0": "entailment", "1": "neutral", "2": "contradiction"}
+    tuned = load_file(folder / "model.safetensors")
+    key = "bert.embeddings.position_embeddings.weight"
+    assert key in pretrained and key in tuned
+    # a few fine-tuning steps move the weights only a little from the pretrained ones (not a fresh init)
+    assert (tuned[key] - pretrained[key]).abs().max() < 0.05
+    assert "eval_accuracy" in runs["bert-nli"][0] and "eval_f1" in runs["bert-nli"][0]
+
+
+def test_gpt_runs_report_perplexity_samples_and_auxiliary_loss(runs):
+    results, _ = runs["gpt"]
+    assert results["eval_perplexity"] > 1 and isinstance(results["sample_0"], str)
+    results, folder = runs["gpt-nli"]
+    assert json.loads((folder / "config.json").read_text())["lm_loss_weight"] == 0.5
+    assert 0 <= results["eval_accuracy"] <= 1
+
+
+def test_translation_reports_bleu_from_beam_search(runs):
+    results, folder = runs["mt"]
+    assert 0 <= results["eval_bleu"] <= 100 and "sample_0" in results
+    assert json.loads((folder / "config.json").read_text())["model_type"] == "lineage-transformer"
+
+
+def test_model_card_metadata(runs):
+    for name, tag, metric in (("bert", "fill-mask", "nsp_accuracy"), ("bert-nli", "text-classification", "accuracy"),
+                              ("gpt", "text-generation", "perplexity"), ("mt", "translation", "bleu")):
+        results, folder = runs[name]
+        meta = read_card_metadata(folder / "README.md")
+        assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == tag
+        assert meta["datasets"] and metric in meta["metrics"]
+        reached = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
+        assert reached[metric] == pytest.approx(results[f"eval_{metric}"], abs=1e-4)
+        assert "trust_remote_code=True" in (folder / "README.md").read_text()
+
+
+def test_output_folders_load_without_this_project(runs, tmp_path):
+    code = f"""
+import torch
+from transformers import (AutoModelForCausalLM, AutoModelForPreTraining, AutoModelForSeq2SeqLM,
+                          AutoModelForSequenceClassification, AutoTokenizer)
+bert = {str(runs['bert'][1])!r}; nli = {str(runs['bert-nli'][1])!r}; gpt = {str(runs['gpt'][1])!r}
+gnli = {str(runs['gpt-nli'][1])!r}; mt = {str(runs['mt'][1])!r}
+AutoModelForPreTraining.from_pretrained(bert, trust_remote_code=True)
+for folder in (nli, gnli):
+    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+    enc = tok(["Anna lives in Oslo."], ["Anna lives in Oslo."], return_tensors="pt")
+    print("OUT", type(model).__module__.startswith("transformers_modules"), model(**enc).logits.shape)
+tok = AutoTokenizer.from_pretrained(gpt, trust_remote_code=True)
+model = AutoModelForCausalLM.from_pretrained(gpt, trust_remote_code=True)
+print("OUT", model.generate(**tok(["Anna"], add_special_tokens=False, return_tensors="pt"), max_new_tokens=3).shape)
+tok = AutoTokenizer.from_pretrained(mt, trust_remote_code=True)
+model = AutoModelForSeq2SeqLM.from_pretrained(mt, trust_remote_code=True)
+print("OUT", model.generate(**tok(["seven"], return_tensors="pt"), num_beams=2, max_new_tokens=4).shape[0])
+"""
+    lines = [line[4:] for line in run_clean_process(code, tmp_path).splitlines() if line.startswith("OUT ")]
+    assert lines[0] == "True torch.Size([1, 3])" and lines[1] == "True torch.Size([1, 3])"
+    assert lines[2].startswith("torch.Size([1,") and lines[3] == "1"
+
+
+def test_token_classification_and_question_answering(tmp_path):
+    results, folder = _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "ner", "--task", "token-classification",
+                           "--dataset", "embedded:ner", "--max_steps", "3", "--save_steps", "0")
+    assert "eval_f1" in results and len(json.loads((folder / "config.json").read_text())["id2label"]) == 7
+    results, folder = _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "qa", "--task", "question-answering",
+                           "--dataset", "embedded:qa", "--max_steps", "3", "--save_steps", "0",
+                           "--train_size", "60", "--eval_size", "20")
+    assert 0 <= results["eval_exact_match"] <= 1
+    assert read_card_metadata(folder / "README.md")["pipeline_tag"] == "question-answering"
+
+
+def test_bad_finetune_inputs_fail_before_training(tmp_path):
+    from train.run.recipes import RecipeError
+
+    with pytest.raises(RecipeError, match="task"):
+        _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "a", "--task", "summarization")
+    with pytest.raises(RecipeError, match="max_seq_length.*64 positions"):
+        _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "b", "--max_seq_length", "128")
+    assert not (tmp_path / "b" / "logs").exists()
+
+
+class FakeHub:
+    """Stands in for `huggingface_hub.HfApi`: records calls and what the uploaded folder held."""
+
+    calls: list[tuple] = []
+    fail = False
+
+    def create_repo(self, repo_id, exist_ok=False):
+        if self.fail:
+            raise OSError("no token")
+        self.calls.append(("create_repo", repo_id, exist_ok))
+
+    def upload_folder(self, repo_id, folder_path):
+        self.calls.append(("upload_folder", repo_id, sorted(p.name for p in Path(folder_path).iterdir())))
+
+
+def test_push_to_hub_uploads_the_final_folder(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHub)
+    monkeypatch.setattr(FakeHub, "calls", [])
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # as online, with a token: the fake Hub
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    _, folder = _run(pretrain_gpt.main, "gpt-pretrain-tiny", tmp_path / "a", "--max_steps", "2", "--save_steps", "0",
+                     "--push_to_hub", "someone/tiny-gpt")
+    assert FakeHub.calls[0] == ("create_repo", "someone/tiny-gpt", True)
+    assert FakeHub.calls[1][:2] == ("upload_folder", "someone/tiny-gpt")
+    assert {"config.json", "model.safetensors", "README.md", "tokenizer.json"} <= set(FakeHub.calls[1][2])
+
+    monkeypatch.setattr(FakeHub, "fail", True)
+    with pytest.raises(RuntimeError, match="push_to_hub: uploading to 'someone/tiny-gpt' failed .*model is saved in"):
+        _run(pretrain_gpt.main, "gpt-pretrain-tiny", tmp_path / "b", "--max_steps", "2", "--save_steps", "0",
+             "--push_to_hub", "someone/tiny-gpt")
+    assert (tmp_path / "b" / "model" / "model.safetensors").is_file()

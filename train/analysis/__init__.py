@@ -1,0 +1,1 @@
+"""Analysis behind one command each: attention maps, experiments, throughput."""

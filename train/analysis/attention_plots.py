@@ -1,0 +1,295 @@
+"""Pictures and pages of attention weights: PNG heatmaps, the raw weights, and an interactive HTML view.
+
+For each `AttentionMap` (`train.analysis.attention`) `write_all` writes into a folder:
+
+- `<kind>_grid.png`: every selected layer (rows) x head (columns), small multiples on one colour scale;
+- `<kind>_layer<l>.png`: the heads of layer l at full size, token strings on both axes (for cross attention
+  with a single head, as an RNN's, the mean below is that head and this file is not written);
+- for cross attention `cross_layer<l>_mean.png`: the target x source alignment matrix averaged over heads, the
+  classic translation figure (Bahdanau et al. 2014, figure 3);
+- `<kind>.npy`: the weights (L, H, R, K) as float32, and `tokens.json`: the token strings of every axis, the
+  layer and head index of each entry, and what produced them;
+- `attention.html`: one self-contained page (weights embedded as JSON, a small inline script, no network):
+  pick the kind, layer and head (or their mean), hover a cell or a token to read the weights;
+- with `bertviz` installed (the `viz` extra): `bertviz_head_view.html` and `bertviz_model_view.html`, bertviz's
+  own views (they load d3 and jQuery from a CDN when opened, so they need a network; `attention.html` does not).
+
+Readability: panels grow with the number of tokens (up to 10 inches), the tick-label font fits a label's cell,
+beyond `MAX_TICKS` tokens only every k-th label is drawn, labels are cut to `MAX_LABEL_CHARS` characters, and
+every figure has a colour bar from 0 to its largest weight.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from train.analysis.attention import AttentionMap
+
+MAX_TICKS = 64
+MAX_LABEL_CHARS = 14
+GRID_PANEL_INCHES = 1.6
+INCHES_PER_TOKEN = 0.16
+DPI = 100
+COLOURS = "viridis"
+TITLES = {"self": "self-attention", "encoder": "encoder self-attention", "decoder": "decoder self-attention",
+          "cross": "cross-attention (target x source)"}
+
+
+def display_tokens(tokens: list[str]) -> list[str]:
+    """Labels for the axes: word-start marks of byte-level BPE (Ġ) and SentencePiece-style BPE (▁) dropped,
+    long tokens cut."""
+    labels = []
+    for token in tokens:
+        label = token.replace("Ġ", "").replace("▁", "") or token
+        labels.append(label if len(label) <= MAX_LABEL_CHARS else label[: MAX_LABEL_CHARS - 1] + "…")
+    return labels
+
+
+def font_size(count: int) -> float:
+    """Tick-label points for `count` tokens on a full-size panel: the height of one label's cell (every
+    `stride`-th token is labelled), between 4 and 11."""
+    shown = math.ceil(count / math.ceil(count / MAX_TICKS))
+    return float(np.clip(_panel_side(count) / shown * 72 * 0.8, 4, 11))
+
+
+def tick_positions(count: int) -> list[int]:
+    """Every token up to `MAX_TICKS`, else every k-th."""
+    return list(range(0, count, math.ceil(count / MAX_TICKS)))
+
+
+def _label_inches(labels: list[str]) -> float:
+    """Room for the widest label drawn (about 0.6 em a character)."""
+    widest = max((len(labels[i]) for i in tick_positions(len(labels))), default=0)
+    return widest * font_size(len(labels)) * 0.6 / 72 + 0.15
+
+
+def _panel_side(count: int) -> float:
+    """Inches of a full-size panel's side with `count` tokens: `INCHES_PER_TOKEN` a token, 2.5 to 10."""
+    return float(np.clip(INCHES_PER_TOKEN * count + 0.5, 2.5, 10))
+
+
+def _mosaic(weights: np.ndarray, per_row: int, gaps: tuple[int, int]) -> np.ndarray:
+    """(N, R, K) matrices as one image, `per_row` blocks a row, separated by blank (NaN) gaps of `gaps` cells.
+    One image on one axis: an axis (and its ticks) per panel cost seconds a figure for 12 x 12 heads."""
+    count, rows, columns = weights.shape
+    pitch = (rows + gaps[0], columns + gaps[1])
+    image = np.full((math.ceil(count / per_row) * pitch[0] - gaps[0], min(count, per_row) * pitch[1] - gaps[1]),
+                    np.nan)
+    for n, matrix in enumerate(weights):
+        top, left = n // per_row * pitch[0], n % per_row * pitch[1]
+        image[top : top + rows, left : left + columns] = matrix  # (R, K)
+    return image
+
+
+def _draw(weights: np.ndarray, per_row: int, gaps: tuple[int, int], panel: tuple[float, float],
+          margins: tuple[float, float], title: str):
+    """The (N, R, K) blocks of `_mosaic`, each `panel` (width, height) inches, on one colour scale from 0 to the
+    largest weight, with `margins` (left, top) inches for labels and the title and a colour bar on the right.
+    Margins are computed, not found by `bbox_inches="tight"`, which draws every figure twice."""
+    image = _mosaic(weights, per_row, gaps)
+    inches = (image.shape[1] * panel[0] / weights.shape[2], image.shape[0] * panel[1] / weights.shape[1])
+    (left, top), right, bottom = margins, 1.1, 0.55
+    width, height = max(left + inches[0] + right, 0.11 * len(title) + 0.5), top + inches[1] + bottom
+    figure = Figure(figsize=(width, height))
+    ax = figure.add_axes((left / width, bottom / height, inches[0] / width, inches[1] / height))
+    shown = ax.imshow(image, cmap=COLOURS, vmin=0.0, vmax=float(weights.max()) or 1.0, aspect="auto",
+                      interpolation="nearest")
+    ax.set_frame_on(False)
+    ax.xaxis.tick_top()
+    colour_axis = figure.add_axes(((left + inches[0] + 0.25) / width, bottom / height, 0.2 / width, inches[1] / height))
+    figure.colorbar(shown, cax=colour_axis)
+    figure.suptitle(title, fontsize=13, y=1 - 0.1 / height, va="top")
+    return figure, ax
+
+
+def _save(figure: Figure, path: Path) -> None:
+    figure.savefig(path, dpi=DPI, pil_kwargs={"compress_level": 1})  # zlib's default level 6: a third of the time
+
+
+def draw_heads(weights: np.ndarray, heads: list[int | None], rows: list[str], columns: list[str], title: str,
+               path: Path) -> None:
+    """The (H, R, K) heads of one layer (or one matrix: H = 1, head None), each at full size, four a row;
+    token labels left of every row of heads and above the first."""
+    per_row, (count, n_rows, n_columns) = min(len(heads), 4), weights.shape
+    panel = (_panel_side(n_columns), _panel_side(n_rows))
+    gaps = (math.ceil(0.45 * n_rows / panel[1]), math.ceil(0.3 * n_columns / panel[0]))  # room for "head h"
+    figure, ax = _draw(weights, per_row, gaps, panel, (_label_inches(rows) + 0.2, _label_inches(columns) + 0.6), title)
+    blocks = (math.ceil(count / per_row), per_row)
+    for axis, labels, blocks_along, pitch, rotation in ((ax.yaxis, rows, blocks[0], n_rows + gaps[0], 0),
+                                                        (ax.xaxis, columns, blocks[1], n_columns + gaps[1], 90)):
+        positions = tick_positions(len(labels))
+        axis.set_ticks([b * pitch + i for b in range(blocks_along) for i in positions])
+        axis.set_ticklabels([labels[i] for _ in range(blocks_along) for i in positions],
+                            fontsize=font_size(len(labels)), rotation=rotation)
+    ax.tick_params(top=False, left=False)
+    for n, head in enumerate(heads):
+        if head is not None:
+            x = n % per_row * (n_columns + gaps[1]) + n_columns / 2 - 0.5
+            ax.text(x, n // per_row * (n_rows + gaps[0]) + n_rows - 0.4, f"head {head}", ha="center", va="top")
+    _save(figure, path)
+
+
+def draw_matrix(matrix: np.ndarray, rows: list[str], columns: list[str], title: str, path: Path) -> None:
+    """One (R, K) matrix at full size with token labels and a colour bar."""
+    draw_heads(matrix[None], [None], rows, columns, title, path)
+
+
+def draw_grid(attention: AttentionMap, title: str, path: Path) -> None:
+    """Every selected layer x head as small multiples without token labels, on one colour scale."""
+    layers, heads, rows, columns = attention.weights.shape
+    gaps = (max(1, rows // 10), max(1, columns // 10))
+    blocks = attention.weights.reshape(layers * heads, rows, columns)
+    figure, ax = _draw(blocks, heads, gaps, (GRID_PANEL_INCHES, GRID_PANEL_INCHES), (0.6, 0.8), title)
+    ax.set_xticks([j * (columns + gaps[1]) + columns / 2 - 0.5 for j in range(heads)],
+                  [f"head {h}" for h in attention.heads], fontsize=9)
+    ax.set_yticks([i * (rows + gaps[0]) + rows / 2 - 0.5 for i in range(layers)],
+                  [f"layer {layer}" for layer in attention.layers], fontsize=9, rotation=90, va="center")
+    ax.tick_params(length=0)
+    _save(figure, path)
+
+
+def draw_pictures(attention: AttentionMap, tokens: dict[str, list[str]], folder: Path) -> list[Path]:
+    """Every PNG of one kind of attention; returns their paths."""
+    rows, columns = display_tokens(tokens[attention.rows]), display_tokens(tokens[attention.columns])
+    title = TITLES[attention.name]
+    written = [folder / f"{attention.name}_grid.png"]
+    draw_grid(attention, f"{title}: layers x heads", written[0])
+    for layer, weights in zip(attention.layers, attention.weights, strict=True):
+        if attention.name == "cross":
+            written.append(folder / f"cross_layer{layer}_mean.png")
+            draw_matrix(weights.mean(axis=0), rows, columns, f"{title}, layer {layer}, mean of heads", written[-1])
+            if len(attention.heads) == 1:
+                continue  # the mean is the head (an RNN's single attention)
+        written.append(folder / f"{attention.name}_layer{layer}.png")
+        draw_heads(weights, attention.heads, rows, columns, f"{title}, layer {layer}", written[-1])
+    return written
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The self-contained HTML page
+# ----------------------------------------------------------------------------------------------------------
+
+_PAGE = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>Attention maps: __TITLE__</title>
+<style>
+body{font-family:Helvetica,Arial,sans-serif;margin:16px;color:#222}
+select{margin-right:12px}#info{height:1.4em;margin:8px 0;font-family:monospace}
+#text span{padding:1px 3px;margin:1px;display:inline-block;border-radius:3px;cursor:default}
+#text .query{outline:2px solid #d62728}canvas{display:block;margin-top:8px}
+</style></head><body>
+<h3>Attention maps: __TITLE__</h3>
+<div>attention <select id="kind"></select> layer <select id="layer"></select> head <select id="head"></select></div>
+<div id="info">hover a cell of the matrix or a token of the query row</div>
+<div id="text"></div><canvas id="matrix"></canvas>
+<script id="data" type="application/json">__DATA__</script>
+<script>
+const data = JSON.parse(document.getElementById("data").textContent);
+const $ = (id) => document.getElementById(id);
+const CELL_MAX = 28, LABEL = 110;
+function fill(select, labels) {
+  select.innerHTML = labels.map((l, i) => `<option value="${i}">${l}</option>`).join("");
+}
+function current() {
+  const kind = data.kinds[$("kind").value], layer = kind.weights[$("layer").value], h = +$("head").value;
+  const matrix = h < kind.heads.length ? layer[h] : layer[0].map((row, r) => row.map((_, c) =>
+    layer.reduce((sum, head) => sum + head[r][c], 0) / layer.length));
+  return {kind, matrix, rows: data.tokens[kind.rows], columns: data.tokens[kind.columns]};
+}
+function colour(w, top) { return `rgba(31,119,180,${Math.min(w / top, 1).toFixed(3)})`; }
+function showRow(view, r) {
+  const top = Math.max(...view.matrix[r]) || 1;
+  const spans = view.columns.map((t, c) => `<span title="${view.matrix[r][c].toFixed(3)}" ` +
+    `style="background:${colour(view.matrix[r][c], top)}">${esc(t)}</span>`);
+  $("text").innerHTML = `<span class="query">${esc(view.rows[r])}</span> attends to: ` + spans.join("");
+}
+function esc(t) { return t.replace(/&/g, "&amp;").replace(/</g, "&lt;"); }
+function draw() {
+  const view = current(), canvas = $("matrix"), ctx = canvas.getContext("2d");
+  const cell = Math.max(4, Math.min(CELL_MAX, Math.floor(900 / view.columns.length)));
+  canvas.width = LABEL + cell * view.columns.length; canvas.height = LABEL + cell * view.rows.length;
+  const top = Math.max(...view.matrix.flat()) || 1;
+  view.matrix.forEach((row, r) => row.forEach((w, c) => {
+    ctx.fillStyle = colour(w, top); ctx.fillRect(LABEL + c * cell, LABEL + r * cell, cell, cell); }));
+  ctx.fillStyle = "#222"; ctx.font = `${Math.min(12, cell)}px sans-serif`; ctx.textBaseline = "middle";
+  ctx.textAlign = "right";
+  view.rows.forEach((t, r) => ctx.fillText(t.slice(0, 14), LABEL - 4, LABEL + (r + 0.5) * cell));
+  ctx.textAlign = "left";
+  view.columns.forEach((t, c) => {
+    ctx.save(); ctx.translate(LABEL + (c + 0.5) * cell, LABEL - 4); ctx.rotate(-Math.PI / 2);
+    ctx.fillText(t.slice(0, 14), 0, 0); ctx.restore();
+  });
+  canvas.onmousemove = (e) => {
+    const c = Math.floor((e.offsetX - LABEL) / cell), r = Math.floor((e.offsetY - LABEL) / cell);
+    if (r < 0 || c < 0 || r >= view.rows.length || c >= view.columns.length) return;
+    const weight = view.matrix[r][c].toFixed(4);
+    $("info").textContent = `${view.rows[r]} (row ${r}) -> ${view.columns[c]} (column ${c}): ${weight}`;
+    showRow(view, r);
+  };
+  showRow(view, 0);
+}
+function pickKind() {
+  const kind = data.kinds[$("kind").value];
+  fill($("layer"), kind.layers.map(String));
+  fill($("head"), kind.heads.map(String).concat(["mean of heads"]));
+  draw();
+}
+fill($("kind"), data.kinds.map((k) => k.title));
+$("kind").onchange = pickKind; $("layer").onchange = draw; $("head").onchange = draw;
+pickKind();
+</script></body></html>
+"""
+
+
+def page(maps: list[AttentionMap], tokens: dict[str, list[str]], title: str) -> str:
+    """The self-contained HTML view of `maps` (weights rounded to 4 decimals)."""
+    kinds = [{"title": TITLES[m.name], "rows": m.rows, "columns": m.columns, "layers": m.layers, "heads": m.heads,
+              "weights": np.round(m.weights, 4).tolist()} for m in maps]
+    data = json.dumps({"kinds": kinds, "tokens": tokens}).replace("</", "<\\/")  # no early </script>
+    escaped_title = title.replace("&", "&amp;").replace("<", "&lt;")
+    return _PAGE.replace("__TITLE__", escaped_title).replace("__DATA__", data)
+
+
+def bertviz_pages(maps: list[AttentionMap], tokens: dict[str, list[str]]) -> dict[str, str]:
+    """bertviz's head and model views (file name -> HTML) when bertviz is installed, else nothing."""
+    try:
+        import torch
+        from bertviz import head_view, model_view
+    except ImportError:
+        return {}
+    by_name = {m.name: [torch.from_numpy(layer)[None] for layer in m.weights] for m in maps}  # L x (1, H, R, K)
+    if "self" in by_name:
+        arguments = {"attention": by_name["self"], "tokens": tokens["input"]}
+    else:  # bertviz labels decoder rows with the decoder's input tokens
+        arguments = {"encoder_attention": by_name.get("encoder"), "decoder_attention": by_name.get("decoder"),
+                     "cross_attention": by_name.get("cross"), "encoder_tokens": tokens["source"],
+                     "decoder_tokens": tokens["decoder_input"]}
+    return {f"bertviz_{view.__name__}.html": view(**arguments, html_action="return").data
+            for view in (head_view, model_view)}
+
+
+def write_all(maps: list[AttentionMap], tokens: dict[str, list[str]], description: dict, folder: Path) -> list[Path]:
+    """Every file of the module docstring into `folder`; returns their paths."""
+    written = []
+    for attention in maps:
+        written += draw_pictures(attention, tokens, folder)
+        written.append(folder / f"{attention.name}.npy")
+        np.save(written[-1], attention.weights.astype(np.float32))
+    index = {**description, "tokens": tokens, "maps": {
+        m.name: {"file": f"{m.name}.npy", "shape": list(m.weights.shape), "rows": m.rows, "columns": m.columns,
+                 "layers": m.layers, "heads": m.heads} for m in maps}}
+    written.append(folder / "tokens.json")
+    written[-1].write_text(json.dumps(index, indent=1, ensure_ascii=False))
+    pages = {"attention.html": page(maps, tokens, description.get("model", "")), **bertviz_pages(maps, tokens)}
+    for name, html in pages.items():
+        written.append(folder / name)
+        written[-1].write_text(html, encoding="utf-8")
+    return written
+
+
+__all__ = ["MAX_LABEL_CHARS", "MAX_TICKS", "display_tokens", "draw_grid", "draw_heads", "draw_matrix",
+           "draw_pictures", "font_size", "page", "tick_positions", "write_all"]

@@ -1,0 +1,214 @@
+"""The lineage experiment's measurements and report: BLEU by source length, alignments, plots, `report.md`.
+
+`train.lineage_experiment` trains each arm (an RNN without attention, with Bahdanau or Luong attention, the
+Transformer with absolute or relative positions) on the same data, tokenizer and wall-clock budget, then hands
+each trained model to this module:
+
+- `translate(model, tokenizer, sources, ...)`: beam-search translations of the validation sources;
+- `length_buckets(lengths)` / `bleu_by_bucket(...)`: the validation set cut by source length in tokens (edges at
+  quantiles, so every bucket holds sentences) and sacreBLEU (`train.metrics` "bleu") of each bucket — the curve
+  on which a fixed-size thought vector (Sutskever et al. 2014; Cho et al. 2014) loses long sentences and
+  attention (Bahdanau et al. 2014, figure 2) does not;
+- `alignment(model, tokenizer, source, target)`: the cross-attention (target x source, mean over the last
+  decoder layer's heads) with the reference target forced through the decoder (`train.analysis.attention`);
+- `write_report(folder, arms, meta)`: `results.json`, `loss_vs_time.png` (validation loss against training
+  time, which excludes evaluation: see `train.run.engine`), `bleu_vs_length.png` and `report.md`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from train.analysis.attention import collect, target_ids, tokens
+from train.analysis.attention_plots import display_tokens, draw_matrix
+from train.metrics import load_metric
+
+
+def translate(model, tokenizer, sources: list[str], num_beams: int, max_new_tokens: int,
+              batch_size: int = 100) -> list[str]:
+    """Beam-search translations of `sources`, in order."""
+    hypotheses = []
+    model.eval()
+    for start in range(0, len(sources), batch_size):
+        encoded = tokenizer(sources[start:start + batch_size], return_tensors="pt", padding=True).to(model.device)
+        with torch.no_grad():
+            out = model.generate(**encoded, num_beams=num_beams, max_new_tokens=max_new_tokens)  # (B, T)
+        hypotheses += [t.strip() for t in tokenizer.batch_decode(out, skip_special_tokens=True)]
+    return hypotheses
+
+
+def source_lengths(tokenizer, sources: list[str]) -> list[int]:
+    """Tokens of each source as the encoder reads it (end token included)."""
+    return [len(ids) for ids in tokenizer(sources)["input_ids"]]
+
+
+def length_buckets(lengths: list[int], count: int = 4) -> list[tuple[int, int]]:
+    """Up to `count` inclusive (low, high) token ranges covering `lengths`, cut at its quantiles."""
+    cuts = sorted({math.ceil(np.quantile(lengths, q / count)) for q in range(1, count)})
+    edges = [min(lengths) - 1] + [c for c in cuts if min(lengths) <= c < max(lengths)] + [max(lengths)]
+    return [(low + 1, high) for low, high in pairwise(edges)]
+
+
+def bucket_label(bucket: tuple[int, int]) -> str:
+    return str(bucket[0]) if bucket[0] == bucket[1] else f"{bucket[0]}-{bucket[1]}"
+
+
+def bleu(hypotheses: list[str], references: list[str]) -> float:
+    return float(load_metric("bleu").compute(predictions=hypotheses, references=[[r] for r in references])["bleu"])
+
+
+def bleu_by_bucket(hypotheses: list[str], references: list[str], lengths: list[int],
+                   buckets: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """`[{bucket, sentences, bleu}]`: corpus BLEU of the sentences whose source length lies in each bucket."""
+    rows = []
+    for bucket in buckets:
+        chosen = [i for i, n in enumerate(lengths) if bucket[0] <= n <= bucket[1]]
+        score = bleu([hypotheses[i] for i in chosen], [references[i] for i in chosen]) if chosen else None
+        rows.append({"bucket": bucket_label(bucket), "sentences": len(chosen), "bleu": score})
+    return rows
+
+
+def alignment(model, tokenizer, source: str, target: str) -> tuple[np.ndarray, list[str], list[str]] | None:
+    """(R, K) cross-attention of the last decoder layer, mean over heads, with the target tokens (rows) and
+    source tokens (columns); None for a model without attention."""
+    if getattr(model.config, "attention", "") == "none":
+        return None
+    if getattr(model.config, "_attn_implementation", "eager") != "eager":
+        model.set_attn_implementation("eager")  # only eager returns the weights
+    model.eval()
+    inputs = dict(tokenizer(source, return_tensors="pt"))
+    decoder_ids, _ = target_ids(model, tokenizer, inputs, target, num_beams=1, max_new_tokens=None)
+    cross = next(m for m in collect(model, inputs, decoder_ids) if m.name == "cross")
+    axes = tokens(tokenizer, inputs, decoder_ids)
+    return cross.weights[-1].mean(axis=0), axes["target"], axes["source"]
+
+
+def draw_alignment(found: tuple[np.ndarray, list[str], list[str]], arm: str, path: Path) -> Path:
+    matrix, rows, columns = found
+    draw_matrix(matrix, display_tokens(rows), display_tokens(columns), f"{arm}: cross-attention (target x source)",
+                path)
+    return path
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_loss_vs_time(arms: dict[str, dict], path: Path) -> Path:
+    """Validation loss of every arm against its training time (seconds, evaluation excluded)."""
+    plt = _pyplot()
+    figure, ax = plt.subplots(figsize=(7, 4.5))
+    for name, arm in arms.items():
+        points = arm["eval_curve"]
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], "o-", markersize=3, label=name)
+    ax.set_xlabel("training time (s, evaluation excluded)")
+    ax.set_ylabel("validation loss")
+    ax.set_title("Validation loss against wall-clock training time")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def plot_bleu_vs_length(arms: dict[str, dict], path: Path) -> Path:
+    """BLEU of every arm per source-length bucket."""
+    plt = _pyplot()
+    figure, ax = plt.subplots(figsize=(7, 4.5))
+    for name, arm in arms.items():
+        rows = arm["bleu_by_length"]
+        ax.plot([r["bucket"] for r in rows], [r["bleu"] if r["bleu"] is not None else np.nan for r in rows], "o-",
+                label=name)
+    ax.set_xlabel("source length (tokens)")
+    ax.set_ylabel("BLEU")
+    ax.set_title("BLEU against source length")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _number(value, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def results_table(arms: dict[str, dict]) -> str:
+    """The Markdown table: one row per arm."""
+    buckets = [r["bucket"] for r in next(iter(arms.values()))["bleu_by_length"]]
+    head = (["arm"] + [f"BLEU {b} tok" for b in buckets]
+            + ["BLEU", "tokens/s", "parameters", "training s", "wall s", "steps"])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, arm in arms.items():
+        cells = ([name] + [_number(r["bleu"]) for r in arm["bleu_by_length"]]
+                 + [_number(arm["bleu"]), _number(arm["tokens_per_s"], 0), f"{arm['parameters']:,}",
+                    _number(arm["training_seconds"]), _number(arm["wall_seconds"]), str(arm["steps"])])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report_text(arms: dict[str, dict], meta: dict[str, Any]) -> str:
+    sentences = ", ".join(f"{r['bucket']}: {r['sentences']}" for r in next(iter(arms.values()))["bleu_by_length"])
+    pictures = "\n".join(f"- {name}: ![{name}]({arm['heatmap']})" for name, arm in arms.items() if arm["heatmap"])
+    return f"""# Lineage experiment: from the thought vector to attention to the Transformer
+
+Command: `{meta['command']}`
+
+Data: {meta['data']} ({meta['train_rows']} training pairs, {meta['eval_rows']} validation pairs); one BPE
+tokenizer ({meta['vocab_size']} tokens) trained once on the training pairs and shared by every arm. Budget:
+{meta['budget_seconds']:g} s of training time per arm (evaluation excluded); machine: {meta['machine']}.
+
+BLEU: sacreBLEU of beam-search translations (beams: {meta['num_beams']}) of the validation set after training,
+overall and per source-length bucket (tokens; sentences per bucket: {sentences}). "training s" is the time the
+budget counts (periodic evaluation excluded), "wall s" the whole arm (building, training, evaluation,
+translation, saving); tokens/s counts source tokens of the training batches.
+
+{results_table(arms)}
+
+![validation loss against training time](loss_vs_time.png)
+
+![BLEU against source length](bleu_vs_length.png)
+
+## Alignments
+
+The same validation sentence through every attention arm, the reference target forced through the decoder
+(rows: target tokens produced, columns: source tokens; mean over the last decoder layer's heads; the RNN
+without attention has none to draw):
+`{meta['sentence']['source']}` -> `{meta['sentence']['target']}`.
+
+{pictures}
+
+Trained models: `runs/<arm>/model` (open them with `python -m train.attention_maps --model runs/<arm>/model`);
+per-arm logs: `runs/<arm>/logs/metrics.jsonl` (`seconds`: the training time of each record).
+"""
+
+
+def write_report(folder: Path, arms: dict[str, dict], meta: dict[str, Any]) -> dict[str, Path]:
+    """`results.json`, both plots and `report.md` in `folder`; returns their paths."""
+    paths = {"results": folder / "results.json", "loss_vs_time": folder / "loss_vs_time.png",
+             "bleu_vs_length": folder / "bleu_vs_length.png", "report": folder / "report.md"}
+    paths["results"].write_text(json.dumps({"meta": meta, "arms": arms}, indent=2, ensure_ascii=False))
+    plot_loss_vs_time(arms, paths["loss_vs_time"])
+    plot_bleu_vs_length(arms, paths["bleu_vs_length"])
+    paths["report"].write_text(report_text(arms, meta))
+    return paths
+
+
+__all__ = ["alignment", "bleu", "bleu_by_bucket", "bucket_label", "draw_alignment", "length_buckets",
+           "plot_bleu_vs_length", "plot_loss_vs_time", "report_text", "results_table", "source_lengths",
+           "translate", "write_report"]

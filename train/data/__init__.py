@@ -1,0 +1,1 @@
+"""Data: files, corpora, tokenizers, examples, collators, batches and prepared stores."""

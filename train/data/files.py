@@ -1,0 +1,625 @@
+"""Loading data through `datasets` and tokenizing it for every Lineage task.
+
+Sources ``load_text_dataset`` accepts (``source`` argument):
+
+- a local file, a list of files or a folder of them: ``.txt`` / ``.text`` (column ``text``; ``text_sample_by``
+  ``"line"``: one row per line, ``"paragraph"``: one row per blank-line-separated paragraph, the BERT pretraining
+  layout of one sentence per line and a blank line between documents, ``"document"``: one row per file, ``"auto"``,
+  the default: paragraphs when an empty line separates two lines of text, else lines), ``.jsonl`` / ``.json`` (JSON
+  Lines or a JSON array of objects), ``.csv`` / ``.tsv`` (header row; ``NA`` or ``None`` is text, only an empty
+  field is no value) and ``.parquet``; compressed ``.gz`` / ``.bz2`` / ``.xz`` / ``.zst`` variants load too (their
+  signature is checked first, their content only when loading fails);
+- ``"embedded:<task>"``: the embedded corpus (``train.data.corpus``; tasks documents, translation,
+  sentiment, nli, ner, qa), generated offline;
+- anything else is a Hugging Face Hub dataset name (``"wikitext"``, ``"stanfordnlp/imdb"``), with an
+  optional ``hub_config`` (``"wikitext-2-raw-v1"``). Only this reaches the network.
+
+``columns`` names the columns the task needs, each a name (a value of any type) or a ``(name, kind)`` pair, ``kind``
+one of ``KINDS``: ``text`` (a string), ``words`` (a list of strings: token classification's words), ``label`` (one
+class, checked by ``train.data.labels``), ``tags`` (a list of classes, one per word), ``answers`` (SQuAD's
+``{"text": [...], "answer_start": [...]}``). They are checked to exist before anything is written to the datasets
+cache, and each value once loaded, in every format alike: a missing value, a value of another type than the kind,
+and in a file of records (JSON, CSV, parquet) an empty or blank string or word list are refused (as CSV has always
+done with an empty field; blank lines of a ``.txt`` file and of a Hub dataset are their layout). In a CSV file a
+``text`` column is read as written (``007``). ``streaming=True`` returns an ``IterableDataset`` read lazily
+(corpora larger than memory; values are not checked). Bad input raises a ``DataError`` (a ``ValueError``) or
+``DataFileNotFoundError`` (a ``FileNotFoundError``) naming the file, the line or row, and the problem: missing or
+empty files, missing columns, a CSV header naming a column twice, a compressed file that is not valid, text that is
+not valid UTF-8, malformed JSON lines, CSV/TSV rows with more or fewer fields than the header, rows without a value
+or with one of the wrong type (``row_location``: the line as an editor counts it, the format and the column). A
+UTF-8 byte-order mark (Excel's "CSV UTF-8") is stripped.
+
+Tokenization (``tokenize_dataset``) runs the batch encoders of ``train.data.examples`` through
+``Dataset.map(batched=True)``: cached next to file-backed datasets (a second run with the same
+tokenizer and arguments loads the cache), in ``num_proc`` processes when asked, lazily for streams.
+``prepare_causal_lm_dataset`` packs documents into blocks; ``prepare_nsp_dataset`` builds BERT's
+sentence pairs, from documents that ``check_documents`` counted (and refused when they give no pair). Columns other
+than the model inputs are removed, so batches go straight to a collator.
+"""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import csv
+import functools
+import gzip
+import hashlib
+import json
+import lzma
+import os
+import re
+import reprlib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+import datasets
+import pyarrow.compute as pc
+
+from train.data import corpus
+from train.data.tokenization import cache_folder
+
+FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
+           ".parquet": "parquet"}
+
+
+
+COMPRESSIONS = {".gz": ("gzip", b"\x1f\x8b"), ".bz2": ("bzip2", b"BZh"), ".xz": ("xz", b"\xfd7zXZ\x00"),
+                ".zst": ("zstandard", b"\x28\xb5\x2f\xfd")}  # suffix -> (format, the bytes its files start with)
+
+
+
+EMBEDDED_PREFIX = "embedded:"
+
+
+
+TASKS = ("causal_lm", "mlm", "classification", "seq2seq", "token_classification", "qa")
+
+
+
+TEXT_SAMPLE_BY = ("auto", "line", "paragraph", "document")
+
+
+
+AnyDataset = datasets.Dataset | datasets.IterableDataset
+
+
+
+Columns = Sequence[str | tuple[str, str]]
+
+
+
+def _is_answers(value) -> bool:
+    return (isinstance(value, dict) and isinstance(value.get("text"), list)
+            and isinstance(value.get("answer_start"), list) and len(value["text"]) == len(value["answer_start"])
+            and all(isinstance(t, str) for t in value["text"])
+            and all(isinstance(a, int) and not isinstance(a, bool) for a in value["answer_start"]))
+
+
+
+# kind of column -> (what each value must be, as errors say it; the test of one value)
+KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "text": ("a string", lambda v: isinstance(v, str)),
+    "words": ("a list of strings (the words of one sentence)",
+              lambda v: isinstance(v, list) and all(isinstance(w, str) for w in v)),
+    "label": ("one class (an integer id or a string)", lambda v: not isinstance(v, (list, dict))),
+    "tags": ("a list of classes, one per word", lambda v: isinstance(v, list)),
+    "answers": ("answers as in SQuAD: {'text': [strings], 'answer_start': [integers]}", _is_answers),
+}
+
+
+
+class DataError(ValueError):
+    """Bad data: the message names the file, the line or row, and the problem."""
+
+
+
+class DataFileNotFoundError(FileNotFoundError):
+    """A data file or folder that does not exist."""
+
+
+
+class EmptyDataFileError(DataError):
+    """A data file with no rows."""
+
+
+
+class MissingColumnError(DataError):
+    """A column the task needs is absent, or a row has no value in it."""
+
+
+
+class UnknownColumnError(MissingColumnError):
+    """A column the task needs is not in the data at all (the caller adds which keys name the columns)."""
+
+
+
+class InvalidUTF8Error(DataError):
+    """A text file that is not valid UTF-8."""
+
+
+
+class MalformedRowError(DataError):
+    """A row that cannot be parsed (e.g. a JSON line that is not a JSON object)."""
+
+
+
+def _is_local(source: str) -> bool:
+    path = Path(source).expanduser()
+    return (path.exists() or source.startswith(("/", "./", "../", "~", "\\")) or _suffix(path) in FORMATS)
+
+
+
+def _suffix(path: Path) -> str:
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSIONS:
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
+
+
+
+def resolve_files(source: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The data files named by a path, a folder (its data files, sorted) or a list of paths."""
+    items = [source] if isinstance(source, (str, Path)) else list(source)
+    files: list[Path] = []
+    for item in items:
+        path = Path(item).expanduser()
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and _suffix(p) in FORMATS)
+            if not found:
+                raise DataFileNotFoundError(f"{path}: folder holds no data files ({', '.join(FORMATS)})")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise DataFileNotFoundError(f"{path}: no such data file")
+    return files
+
+
+
+def _file_format(files: list[Path], data_format: str | None) -> str:
+    formats = {data_format or FORMATS.get(_suffix(f)) for f in files}
+    if None in formats:
+        unknown = next(f for f in files if FORMATS.get(_suffix(f)) is None)
+        raise DataError(f"{unknown}: unknown data file type; use one of {', '.join(FORMATS)} or pass data_format")
+    if len(formats) > 1:
+        raise DataError(f"data files mix formats {sorted(formats)}; load each format separately")
+    return formats.pop()
+
+
+
+def _compression(path: Path) -> tuple[str, bytes] | None:
+    """(format, signature) of a compressed file, by its last suffix; None for an uncompressed one."""
+    return COMPRESSIONS.get(path.suffix.lower())
+
+
+
+def _check_signature(path: Path) -> None:
+    """A compressed file must start with its format's signature (random bytes named ``a.txt.gz`` do not)."""
+    name, signature = _compression(path)
+    with open(path, "rb") as handle:
+        if handle.read(len(signature)) != signature:
+            raise DataError(f"{path}: not a valid {name} file (it does not start with the {name} signature "
+                            f"{signature.hex(' ')}); compress it again, or name it by its real format")
+
+
+
+def _open_bytes(path: Path) -> IO[bytes]:
+    """The file's bytes, decompressed when its suffix names a compression."""
+    suffix = path.suffix.lower()
+    if suffix == ".zst":
+        try:
+            import zstandard
+        except ImportError:
+            raise DataError(f"{path}: reading .zst files needs the package zstandard: pip install zstandard") from None
+        return zstandard.open(path, "rb")
+    return {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(suffix, open)(path, "rb")
+
+
+
+def _chunks(path: Path, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+    """The file's (decompressed) bytes in chunks; a compressed file that cannot be read to its end (truncated,
+    corrupt) raises a ``DataError`` naming it."""
+    compression = _compression(path)
+    with _open_bytes(path) as handle:
+        try:
+            while chunk := handle.read(chunk_size):
+                yield chunk
+        except Exception as err:  # whatever the decompressor raises: OSError, EOFError, LZMAError, ZstdError
+            if compression is None:
+                raise
+            raise DataError(f"{path}: not a valid {compression[0]} file ({err or type(err).__name__}); it may be "
+                            f"truncated: copy or compress it again") from None
+
+
+
+def check_utf8(path: Path, chunk_size: int = 1 << 20) -> bool:
+    """Raise ``InvalidUTF8Error`` naming the line of the first invalid byte (of the decompressed text, for a
+    compressed file); return whether the file holds any non-whitespace text."""
+    decoder, line, content = codecs.getincrementaldecoder("utf-8")(), 1, False
+    for chunk in _chunks(path, chunk_size):
+        try:
+            text = decoder.decode(chunk)
+        except UnicodeDecodeError as err:
+            at = min(err.start, len(chunk) - 1)  # the decoder may hold up to 3 bytes of the last chunk
+            bad_line = line + chunk.count(b"\n", 0, at)
+            raise InvalidUTF8Error(
+                f"{path}: line {bad_line}: not valid UTF-8 "
+                f"(byte 0x{chunk[at]:02x}: {err.reason}); re-encode the file as UTF-8") from None
+        line += chunk.count(b"\n")
+        content = content or bool(text.strip())
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise InvalidUTF8Error(f"{path}: line {line}: not valid UTF-8 (truncated character at the end)") from None
+    return content
+
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    """The file's (decompressed) lines, without their line breaks."""
+    rest = b""
+    for chunk in _chunks(path):
+        *lines, rest = (rest + chunk).split(b"\n")
+        yield from lines
+    yield rest
+
+
+
+def _has_paragraphs(path: Path) -> bool:
+    """Whether an empty line separates two lines of text (BERT's layout: a blank line between documents)."""
+    text_seen = gap = False
+    for line in _lines(path):
+        if line.strip():
+            if gap:
+                return True
+            text_seen = True
+        gap = gap or (text_seen and not line.rstrip(b"\r"))
+    return False
+
+
+
+def _once(path: Path, check: str, compute: Callable[[], bool]) -> bool:
+    """``compute()``, a check that reads the whole file, or its answer for the same file unchanged (path, size,
+    modification time) from an earlier run, kept in ``cache_folder()/checked``: a relaunch on a large corpus does
+    not read it again. A check that raises is not kept."""
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()} {stat.st_size} {stat.st_mtime_ns} {check}".encode()).hexdigest()[:24]
+    record = cache_folder() / "checked" / key
+    if record.is_file():
+        return record.read_text() == "true"
+    answer = compute()
+    record.parent.mkdir(parents=True, exist_ok=True)
+    staging = record.with_name(f".{key}.tmp-{os.getpid()}")
+    staging.write_text("true" if answer else "false")
+    os.replace(staging, record)
+    return answer
+
+
+
+def _sample_by(files: list[Path], text_sample_by: str) -> str:
+    """``text_sample_by`` with ``auto`` resolved: ``paragraph`` when a file has paragraphs, else ``line``."""
+    if text_sample_by not in TEXT_SAMPLE_BY:
+        raise ValueError(f"text_sample_by must be one of {', '.join(TEXT_SAMPLE_BY)}, got {text_sample_by!r}")
+    if text_sample_by != "auto":
+        return text_sample_by
+    with_paragraphs = next((f for f in files if _once(f, "paragraphs", functools.partial(_has_paragraphs, f))), None)
+    if with_paragraphs is None:
+        return "line"
+    print(f"{with_paragraphs}: empty lines separate its documents, so each row is a document of lines "
+          "(text_sample_by: auto; set line for one row per line)", flush=True)
+    return "paragraph"
+
+
+
+def _columns_of(path: Path, fmt: str) -> list[str]:
+    """Column names read from the head of an uncompressed file, without loading it."""
+    if fmt == "text":
+        return ["text"]
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+        return list(pq.read_schema(path).names)
+    with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: a BOM (Excel's "CSV UTF-8") is no text
+        if fmt == "csv":
+            header = next(csv.reader(handle, **_csv_dialect(path)), [])
+            twice = next((name for i, name in enumerate(header) if name in header[:i]), None)
+            if twice is not None:
+                first, second = [i + 1 for i, name in enumerate(header) if name == twice][:2]
+                raise MalformedRowError(f"{path}: line 1 (the header): column {twice!r} appears twice (fields {first} "
+                                        f"and {second}); give every column its own name")
+            if not next(handle, "").strip():
+                raise EmptyDataFileError(f"{path}: has a header line but no rows")
+            return header
+        return _json_columns(path, handle)
+
+
+
+def _json_columns(path: Path, handle: IO[str]) -> list[str]:
+    if _is_json_array(handle):
+        try:
+            rows = json.load(handle)
+        except json.JSONDecodeError as err:
+            raise MalformedRowError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
+        if not rows:
+            raise EmptyDataFileError(f"{path}: the JSON array is empty")
+        if not isinstance(rows[0], dict):
+            raise MalformedRowError(f"{path}: the JSON array holds a {type(rows[0]).__name__}, not objects")
+        return list(rows[0])
+    for number, line in enumerate(handle, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise MalformedRowError(f"{path}: line {number}: not a JSON object ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise MalformedRowError(f"{path}: line {number}: expected a JSON object, got {type(row).__name__}")
+        return list(row)
+    return []
+
+
+
+def _is_json_array(handle: IO[str]) -> bool:
+    """Whether the JSON file starts with ``[`` (a JSON array, not JSON Lines); the handle is rewound."""
+    first = next((line for line in handle if line.strip()), "")
+    handle.seek(0)
+    return first.lstrip().startswith("[")
+
+
+
+def _find_bad_json_line(path: Path) -> None:
+    with open(path, encoding="utf-8-sig") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                if line.strip() and not isinstance(json.loads(line), dict):
+                    raise MalformedRowError(f"{path}: line {number}: expected a JSON object")
+            except json.JSONDecodeError as err:
+                raise MalformedRowError(f"{path}: line {number}: not valid JSON ({err.msg})") from None
+
+
+
+def _csv_dialect(path: Path) -> dict:
+    tsv = _suffix(path) == ".tsv"
+    return {"delimiter": "\t" if tsv else ",", "quoting": csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL}
+
+
+
+def _csv_records(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(the line an editor shows the record starting on, its fields) of every record, the header first; a quoted
+    value may span lines."""
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle, **_csv_dialect(path))
+        start = 1
+        for fields in reader:
+            yield start, fields
+            start = reader.line_num + 1
+
+
+
+def _find_bad_csv_line(path: Path) -> None:
+    """The first row whose number of fields differs from the header's (a stray tab or comma)."""
+    kind = "TSV" if _suffix(path) == ".tsv" else "CSV"
+    records = _csv_records(path)
+    _, header = next(records, (1, []))
+    for line, fields in records:
+        if fields and len(fields) != len(header):
+            separator = "tabs" if kind == "TSV" else "commas"
+            raise MalformedRowError(f"{path}: line {line}: {len(fields)} fields where the header (line 1) has "
+                                    f"{len(header)} ({', '.join(header)}); {kind} rows are split by {separator}, so "
+                                    f"one inside a value needs {'removing' if kind == 'TSV' else 'quotes'}")
+
+
+
+_BETWEEN_OBJECTS = re.compile(r"[\s,]*")
+
+
+
+def _json_array_line(text: str, row: int) -> int | None:
+    """The line on which object `row` of the JSON array `text` starts."""
+    decoder, at = json.JSONDecoder(), text.index("[") + 1
+    try:
+        for _ in range(row):
+            at = decoder.raw_decode(text, _BETWEEN_OBJECTS.match(text, at).end())[1]
+    except json.JSONDecodeError:
+        return None
+    at = _BETWEEN_OBJECTS.match(text, at).end()
+    return text.count("\n", 0, at) + 1 if at < len(text) and text[at] != "]" else None
+
+
+
+def row_location(source: str | Path, row: int, column: str | None = None) -> str:
+    """Where row `row` (0-based, as `datasets` counts) of a data file is, as the user's editor counts lines:
+    "a.csv: line 3 (CSV, column 'label')", for a JSON array the line its object starts on; a source that is no local
+    uncompressed CSV, JSON Lines or JSON array file gets "row N"."""
+    path = Path(source)
+    fmt = FORMATS.get(_suffix(path)) if path.is_file() and _compression(path) is None else None
+    named = f", column {column!r}" if column else ""
+    line = None
+    if fmt == "csv":
+        kind = "TSV" if _suffix(path) == ".tsv" else "CSV"
+        records = _csv_records(path)
+        next(records, None)  # the header
+        line = next((start for index, (start, _) in enumerate(records) if index == row), None)
+    elif fmt == "json":
+        with open(path, encoding="utf-8-sig") as handle:
+            if _is_json_array(handle):
+                kind, line = "JSON array", _json_array_line(handle.read(), row)
+            else:
+                kind = "JSON Lines"
+                filled = (number for number, text in enumerate(handle, 1) if text.strip())
+                line = next((number for index, number in enumerate(filled) if index == row), None)
+    if line is None:
+        return f"{source}: row {row}{named}"
+    return f"{path}: line {line} ({kind}{named})"
+
+
+
+def _has_bom(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(3) == codecs.BOM_UTF8
+
+
+
+def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> None:
+    """Every check that can fail before ``load_dataset`` writes to the cache."""
+    for path in files:
+        if path.stat().st_size == 0:
+            raise EmptyDataFileError(f"{path}: the data file is empty")
+        if _compression(path) is not None:
+            _check_signature(path)
+            continue
+        if fmt != "parquet" and not _once(path, "utf-8 text", functools.partial(check_utf8, path)):
+            raise EmptyDataFileError(f"{path}: the data file holds only whitespace")
+        found = _columns_of(path, fmt)
+        if fmt == "parquet" and _parquet_rows(path) == 0:
+            raise EmptyDataFileError(f"{path}: the parquet file has no rows")
+        missing = [c for c in columns if c not in found]
+        if missing:
+            where = "the header (line 1)" if fmt == "csv" else "line 1" if fmt == "json" else "the schema"
+            raise UnknownColumnError(f"{path}: no column {missing[0]!r} in {where}; the file has columns {found}")
+
+
+
+def _parquet_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+    return pq.read_metadata(path).num_rows
+
+
+
+def _kinds(columns: Columns) -> dict[str, str | None]:
+    """``columns`` as name -> kind (``KINDS``; None for a bare name: a value of any type)."""
+    kinds = dict((c, None) if isinstance(c, str) else c for c in columns)
+    unknown = {name: kind for name, kind in kinds.items() if kind is not None and kind not in KINDS}
+    if unknown:
+        raise ValueError(f"columns: {unknown} names a kind that is not one of {', '.join(KINDS)}")
+    return kinds
+
+
+
+def _is_blank(value: object) -> bool:
+    return value == [] or (isinstance(value, str) and not value.strip())
+
+
+
+def _first_bad(dataset: datasets.Dataset, column: str, kind: str | None, records: bool) -> tuple[int, object] | None:
+    """``(row, value)`` of the first value of ``column`` that is missing, blank (``records``: an empty or blank string,
+    an empty list of words) or not of ``kind``."""
+    values, feature = dataset.data.column(column), dataset.features[column]
+    if values.null_count:
+        return pc.index(pc.is_null(values), True).as_py(), None
+    if isinstance(feature, (datasets.Value, datasets.ClassLabel)):  # Arrow gave the whole column one type
+        strings = feature.dtype in ("string", "large_string")
+        row = pc.index(pc.equal(pc.utf8_trim_whitespace(values), ""), True).as_py() if strings and records else -1
+        if row < 0 and kind is not None and len(values) and not KINDS[kind][1](values[0].as_py()):
+            row = 0  # then every row is of the wrong type
+        return (row, values[row].as_py()) if row >= 0 else None
+    if kind is None:
+        return None
+    fits, blanks = KINDS[kind][1], records and kind in ("text", "words")
+    return next(((row, v) for row, v in enumerate(dataset[column]) if not fits(v) or (blanks and _is_blank(v))), None)
+
+
+
+def _check_values(dataset: datasets.Dataset, kinds: dict[str, str | None], locate: Callable[[int, str], str],
+                  records: bool) -> None:
+    """Refuse the first row whose value is missing (a JSON key left out, an empty CSV field), of another type than
+    its column's kind, or, in a file of records (``records``), an empty or blank string or word list: whatever the
+    format, the same rows are refused."""
+    for column, kind in kinds.items():
+        found = _first_bad(dataset, column, kind, records)
+        if found is None:
+            continue
+        row, value = found
+        if value is None or _is_blank(value):
+            what = ("" if value is None else " (an empty list)" if value == [] else " (an empty string)" if value == ""
+                    else " (only whitespace)")
+            raise MissingColumnError(f"{locate(row, column)}: the row has no value for column {column!r}{what}; fill "
+                                     f"it in or remove the row")
+        found_type = type(value).__name__
+        hint = ("; for a sentence pair give each text its own column (text_column, text_pair_column)"
+                if kind == "text" and isinstance(value, list) else "")
+        raise DataError(f"{locate(row, column)}: the value is {'an' if found_type[0] in 'aeiou' else 'a'} "
+                        f"{found_type} ({reprlib.repr(value)}), but column {column!r} must hold {KINDS[kind][0]}{hint}")
+
+
+
+def _locate(files: list[Path]) -> Callable[[int, str], str]:
+    """Where a row of the dataset made of ``files`` is (``row_location`` for one file)."""
+    if len(files) == 1:
+        return functools.partial(row_location, files[0])
+    return lambda row, column: f"{len(files)} files starting with {files[0]}: row {row}, column {column!r}"
+
+
+
+def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "train", *,
+                      columns: Columns = ("text",), streaming: bool = False, data_format: str | None = None,
+                      hub_config: str | None = None, text_sample_by: str = "auto", cache_dir: str | None = None,
+                      seed: int = 0, size: int | None = None) -> AnyDataset:
+    """Load one split of a local file set, the embedded corpus or a Hub dataset (module docstring).
+
+    ``columns`` (names or ``(name, kind)`` pairs) are required to exist (pass ``()`` to skip the check) and, unless
+    streamed, checked row by row. For local files every file forms the one split returned (``split`` only names it);
+    ``seed`` and ``size`` apply to the embedded corpus; ``text_sample_by`` (``TEXT_SAMPLE_BY``) to ``.txt`` files.
+    """
+    kinds = _kinds(columns)
+    if isinstance(source, str) and source.startswith(EMBEDDED_PREFIX):
+        dataset = corpus.default_corpus(source[len(EMBEDDED_PREFIX):], split, seed, size)
+        _require_columns(dataset.column_names, list(kinds), source)
+        return dataset.to_iterable_dataset() if streaming else dataset
+    if isinstance(source, (str, Path)) and not _is_local(str(source)):
+        return _load_hub(str(source), split, kinds, streaming, hub_config, cache_dir)
+    files = resolve_files(source)
+    fmt = _file_format(files, data_format)
+    validate_files(files, fmt, list(kinds))
+    kwargs = {"sample_by": _sample_by(files, text_sample_by)} if fmt == "text" else {}
+    if fmt == "csv":  # text as written ("007", "None"): only an empty field is no value
+        kwargs.update(converters={c: str for c, kind in kinds.items() if kind == "text"}, keep_default_na=False,
+                      na_values=[""])
+        if _suffix(files[0]) == ".tsv":
+            kwargs.update(delimiter="\t", quoting=csv.QUOTE_NONE)  # TSV: a double quote is text (as GLUE's files)
+    if fmt != "parquet" and any(_has_bom(f) for f in files if _compression(f) is None):
+        kwargs["encoding"] = "utf-8-sig"  # the BOM is no part of the first column's name or the first line
+    try:
+        dataset = datasets.load_dataset(fmt, data_files={split: [str(f) for f in files]}, split=split,
+                                        streaming=streaming, cache_dir=cache_dir, **kwargs)
+    except datasets.exceptions.DatasetGenerationError:
+        for path in files:
+            if _compression(path) is not None:
+                check_utf8(path)  # a truncated or corrupt file, or text that is no UTF-8
+            elif fmt == "json":
+                _find_bad_json_line(path)
+            elif fmt == "csv":
+                _find_bad_csv_line(path)
+        raise
+    _require_columns(dataset.column_names, list(kinds), str(files[0]))  # a compressed file's columns show only now
+    if not streaming:
+        _check_values(dataset, kinds, _locate(files), records=fmt != "text")
+    return dataset
+
+
+
+def _require_columns(found: Sequence[str] | None, columns: Sequence[str], source: str) -> None:
+    missing = [c for c in columns if found is not None and c not in found]
+    if missing:
+        raise UnknownColumnError(f"{source}: no column {missing[0]!r}; the dataset has columns {list(found)}")
+
+
+
+def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bool, hub_config: str | None,
+              cache_dir: str | None) -> AnyDataset:
+    try:
+        dataset = datasets.load_dataset(name, hub_config, split=split, streaming=streaming, cache_dir=cache_dir)
+    except (ConnectionError, OSError, ValueError) as err:
+        raise DataError(f"could not load {name!r} as a Hub dataset (config {hub_config!r}, split {split!r}): "
+                        f"{err}. A local path must exist; the Hub needs a network (HF_HUB_OFFLINE unset) "
+                        f"or a cached copy") from err
+    _require_columns(dataset.column_names, list(kinds), f"Hub dataset {name!r}")
+    if not streaming:  # blank rows of a Hub dataset are its layout (wikitext's empty lines), not missing values
+        _check_values(dataset, kinds, functools.partial(row_location, f"Hub dataset {name!r}"), records=False)
+    return dataset
+
+
+__all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS",
+           "InvalidUTF8Error", "MalformedRowError", "MissingColumnError", "TASKS", "TEXT_SAMPLE_BY",
+           "UnknownColumnError", "check_utf8", "load_text_dataset", "resolve_files", "row_location", "validate_files"]

@@ -1,0 +1,152 @@
+"""Class labels as users have them, checked once before training across the training and validation data, for
+every task that has classes: a label per row (sequence classification, NLI) or a tag per word (token
+classification, a list per row).
+
+`class_labels(train, validation, column, sources)` returns the class names and both splits with the label column as
+class ids:
+
+- a `ClassLabel` column (or a list of them) keeps its names;
+- strings (`pos` / `neg`, `B-PER` / `O`) become class ids in sorted order, as `datasets`' `ClassLabel` would number
+  them; the names go into the model config's `id2label` / `label2id`;
+- integers are class ids `0..max` of the training data;
+- a tag of -100 marks a word that the loss and the metrics skip (transformers' ignore index, the value its token
+  classification collator pads labels with), never a class;
+- a float, a negative id, a value of another type than the rest, or a validation label the training data never
+  shows is refused naming the file, the line as an editor counts it (`train.data.files.row_location`), the column,
+  the word for a tag, and the value; `-1` (GLUE's unlabelled test rows) is skipped with a count, the whole row, when
+  the recipe sets `skip_unlabeled`;
+- a training split of a single class is refused unless the recipe sets `allow_single_class` (a file sorted by label
+  and cut by `train_size` keeps one class). An error about a split that was cut (it holds fewer rows than it was read
+  with) says so: "sorted.csv (its first 200 rows: train_size)".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import datasets
+
+from train.data.examples import IGNORE_INDEX
+from train.data.files import DataError, row_location
+
+
+class LabelError(DataError):
+    """A label that is not a class: a float, a negative id, a mix of types, a class only the validation has, or a
+    training split of one class."""
+
+
+def _labels(dataset: datasets.Dataset, column: str) -> Iterator[tuple[int, int | None, object]]:
+    """`(row, word, label)` of every label: one per row, or for tags (a list per row) one per word."""
+    for row, value in enumerate(dataset[column]):
+        if isinstance(value, list):
+            yield from ((row, word, tag) for word, tag in enumerate(value))
+        else:
+            yield row, None, value
+
+
+def _named(value: object, word: int | None) -> str:
+    return f"label {value!r}" if word is None else f"tag {value!r} (word {word + 1})"
+
+
+def _skipped(value: object, word: int | None, skip_unlabeled: bool) -> bool:
+    """Whether the label is no class to check: an ignored word (-100) or, with `skip_unlabeled`, an unlabelled row."""
+    return (word is not None and value == IGNORE_INDEX) or (skip_unlabeled and value == -1)
+
+
+def _check_values(dataset: datasets.Dataset, source: str, column: str, kind: type | None,
+                  skip_unlabeled: bool) -> type | None:
+    """The labels' type (str or int); raises `LabelError` for anything that is not a class."""
+    for row, word, value in _labels(dataset, column):
+        if isinstance(value, float) and value.is_integer():  # a whole number in a column Arrow widened to floats
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise LabelError(f"{row_location(source, row, column)}: {_named(value, word)} is not a class: labels must "
+                             f"be integer class ids or strings (got {type(value).__name__}; regression is not "
+                             f"supported)")
+        if kind is not None and not isinstance(value, kind):
+            raise LabelError(f"{row_location(source, row, column)}: {_named(value, word)} is a "
+                             f"{type(value).__name__} but earlier labels are {kind.__name__}s; use one type for every "
+                             f"label")
+        kind = type(value)
+        if isinstance(value, int) and value < 0 and not _skipped(value, word, skip_unlabeled):
+            hint = (" (an unlabelled row, as in GLUE test splits: set skip_unlabeled: true to skip such rows)"
+                    if value == -1 else f" ({IGNORE_INDEX} marks a word to skip)" if word is not None else "")
+            raise LabelError(f"{row_location(source, row, column)}: {_named(value, word)} is not a class id >= 0{hint}")
+    return kind
+
+
+def _class_feature(feature) -> datasets.ClassLabel | None:
+    feature = getattr(feature, "feature", feature)  # the tags of a list column
+    return feature if isinstance(feature, datasets.ClassLabel) else None
+
+
+def _integral(dataset: datasets.Dataset, column: str) -> datasets.Dataset:
+    """A float column (Arrow widens `[0, 1, 0.5]` to floats; tags too) whose every value is whole, as integers;
+    otherwise as it is, for `_check_values` to name the first fraction."""
+    feature = dataset.features[column]
+    value = getattr(feature, "feature", feature)
+    if not (isinstance(value, datasets.Value) and value.dtype.startswith("float")):
+        return dataset
+    if any(not float(v).is_integer() for _, _, v in _labels(dataset, column)):
+        return dataset
+    integers = datasets.Value("int64")
+    return dataset.cast_column(column, datasets.List(integers) if value is not feature else integers)
+
+
+def _drop_unlabeled(dataset: datasets.Dataset, column: str, source: str) -> datasets.Dataset:
+    kept = dataset.filter(lambda value: -1 not in (value if isinstance(value, list) else [value]),
+                          input_columns=column)
+    if len(kept) < len(dataset):
+        print(f"{source}: skipped {len(dataset) - len(kept)} rows labelled -1 in column {column!r} (skip_unlabeled)",
+              flush=True)
+    return kept
+
+
+def _cut(dataset: datasets.Dataset, source: str, key: str) -> str:
+    """`source`, with "(its first N rows: key)" when the split holds fewer rows than it was read with (`train_size`
+    / `eval_size` cut it), so that counts are not taken for the whole file's."""
+    read = (dataset.info.splits or {}).get(str(dataset.split)) if dataset.split is not None else None
+    return f"{source} (its first {len(dataset)} rows: {key})" if read and len(dataset) < read.num_examples else source
+
+
+def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, column: str,
+                 sources: tuple[str, str], skip_unlabeled: bool = False, allow_single_class: bool = False):
+    """`(names, train, validation)`: the class names and both splits with `column` as class ids (module docstring)."""
+    train, validation = (_integral(d, column) if d is not None else None for d in (train, validation))
+    splits = [(train, sources[0])] + ([(validation, sources[1])] if validation is not None else [])
+    kind = None
+    for dataset, source in splits:
+        kind = _check_values(dataset, source, column, kind, skip_unlabeled)
+    values = [v for _, word, v in _labels(train, column) if not _skipped(v, word, skip_unlabeled)]
+    counts = dict(sorted(Counter(values).items()))
+    trained_on = _cut(train, sources[0], "train_size")
+    if not values:
+        raise LabelError(f"{trained_on}: column {column!r} holds no labelled row")
+    tags = isinstance(train.features[column], datasets.List)
+    if len(counts) == 1 and not allow_single_class:
+        only, count = next(iter(counts.items()))
+        raise LabelError(f"{trained_on}: every label in column {column!r} is {only!r} ({count} "
+                         f"{'tags' if tags else 'rows'}): a classifier learns nothing from one class. Give examples of "
+                         f"two classes or more (a file sorted by label shows one class in its first rows), or set the "
+                         f"recipe key allow_single_class: true")
+    declared = _class_feature(train.features[column])
+    names = (list(declared.names) if declared else sorted(counts) if kind is str
+             else [str(i) for i in range(max(values) + 1)])
+    known = set(counts) if kind is str else set(range(len(names)))
+    for row, word, value in _labels(validation, column) if validation is not None else ():
+        if value not in known and not _skipped(value, word, skip_unlabeled):
+            raise LabelError(f"{row_location(sources[1], row, column)}: {_named(value, word)} never occurs in the "
+                             f"training data ({trained_on}: {counts}); the model would have no class for it")
+    if skip_unlabeled and kind is int:
+        train = _drop_unlabeled(train, column, sources[0])
+        validation = _drop_unlabeled(validation, column, sources[1]) if validation is not None else None
+    if kind is str:
+        label = datasets.ClassLabel(names=names)
+        feature = datasets.List(label) if tags else label
+        train = train.cast_column(column, feature)
+        validation = validation.cast_column(column, feature) if validation is not None else None
+    return names, train, validation
+
+
+__all__ = ["LabelError", "class_labels"]

@@ -1,0 +1,202 @@
+"""Loading data through `datasets` and tokenizing it for every Lineage task.
+
+Sources ``load_text_dataset`` accepts (``source`` argument):
+
+- a local file, a list of files or a folder of them: ``.txt`` / ``.text`` (column ``text``; ``text_sample_by``
+  ``"line"``: one row per line, ``"paragraph"``: one row per blank-line-separated paragraph, the BERT pretraining
+  layout of one sentence per line and a blank line between documents, ``"document"``: one row per file, ``"auto"``,
+  the default: paragraphs when an empty line separates two lines of text, else lines), ``.jsonl`` / ``.json`` (JSON
+  Lines or a JSON array of objects), ``.csv`` / ``.tsv`` (header row; ``NA`` or ``None`` is text, only an empty
+  field is no value) and ``.parquet``; compressed ``.gz`` / ``.bz2`` / ``.xz`` / ``.zst`` variants load too (their
+  signature is checked first, their content only when loading fails);
+- ``"embedded:<task>"``: the embedded corpus (``train.data.corpus``; tasks documents, translation,
+  sentiment, nli, ner, qa), generated offline;
+- anything else is a Hugging Face Hub dataset name (``"wikitext"``, ``"stanfordnlp/imdb"``), with an
+  optional ``hub_config`` (``"wikitext-2-raw-v1"``). Only this reaches the network.
+
+``columns`` names the columns the task needs, each a name (a value of any type) or a ``(name, kind)`` pair, ``kind``
+one of ``KINDS``: ``text`` (a string), ``words`` (a list of strings: token classification's words), ``label`` (one
+class, checked by ``train.data.labels``), ``tags`` (a list of classes, one per word), ``answers`` (SQuAD's
+``{"text": [...], "answer_start": [...]}``). They are checked to exist before anything is written to the datasets
+cache, and each value once loaded, in every format alike: a missing value, a value of another type than the kind,
+and in a file of records (JSON, CSV, parquet) an empty or blank string or word list are refused (as CSV has always
+done with an empty field; blank lines of a ``.txt`` file and of a Hub dataset are their layout). In a CSV file a
+``text`` column is read as written (``007``). ``streaming=True`` returns an ``IterableDataset`` read lazily
+(corpora larger than memory; values are not checked). Bad input raises a ``DataError`` (a ``ValueError``) or
+``DataFileNotFoundError`` (a ``FileNotFoundError``) naming the file, the line or row, and the problem: missing or
+empty files, missing columns, a CSV header naming a column twice, a compressed file that is not valid, text that is
+not valid UTF-8, malformed JSON lines, CSV/TSV rows with more or fewer fields than the header, rows without a value
+or with one of the wrong type (``row_location``: the line as an editor counts it, the format and the column). A
+UTF-8 byte-order mark (Excel's "CSV UTF-8") is stripped.
+
+Tokenization (``tokenize_dataset``) runs the batch encoders of ``train.data.examples`` through
+``Dataset.map(batched=True)``: cached next to file-backed datasets (a second run with the same
+tokenizer and arguments loads the cache), in ``num_proc`` processes when asked, lazily for streams.
+``prepare_causal_lm_dataset`` packs documents into blocks; ``prepare_nsp_dataset`` builds BERT's
+sentence pairs, from documents that ``check_documents`` counted (and refused when they give no pair). Columns other
+than the model inputs are removed, so batches go straight to a collator.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import zlib
+
+import datasets
+from transformers import PreTrainedTokenizerBase
+
+from train.data import examples, prepared
+from train.data.examples import split_sentences, tokenize_documents
+from train.data.files import TASKS, AnyDataset, DataError
+from train.data.tokenization import MissingSpecialTokenError
+
+_ENCODERS = {"causal_lm": examples.encode_causal_lm, "mlm": examples.encode_classification,
+             "classification": examples.encode_classification, "seq2seq": examples.encode_seq2seq,
+             "token_classification": examples.encode_token_classification, "qa": examples.encode_qa}
+
+
+
+def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, task: str, *,
+                     num_proc: int | None = None, batch_size: int = 1000, load_from_cache_file: bool = True,
+                     **encoder_kwargs) -> AnyDataset:
+    """``dataset.map`` of the task's batch encoder (``train.data.examples.encode_*``), batched.
+
+    ``encoder_kwargs`` go to the encoder: column names (``text_column``, ``text_pair_column``,
+    ``label_column``, ``source_column``, ``target_column``, ``tokens_column``, ``tags_column``) and
+    lengths (``max_length``, ``max_source_length``, ``max_target_length``, ``doc_stride``). Task
+    ``mlm`` encodes single texts with the template and no labels (the collator masks them).
+    """
+    if task not in _ENCODERS:
+        raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    if task == "mlm":
+        encoder_kwargs = {"label_column": None, **encoder_kwargs}
+    function = functools.partial(_ENCODERS[task], tokenizer=tokenizer, **encoder_kwargs)
+    columns = dataset.column_names or list(next(iter(dataset)))  # a stream may not know its columns
+    kwargs = {"batched": True, "batch_size": batch_size, "remove_columns": columns,
+              "with_indices": task in ("qa", "token_classification")}
+    if isinstance(dataset, datasets.Dataset):
+        kwargs.update(num_proc=num_proc, load_from_cache_file=load_from_cache_file, desc=f"tokenizing ({task})")
+    return dataset.map(_call_with_indices(function) if kwargs["with_indices"] else function, **kwargs)
+
+
+
+def _call_with_indices(function):
+    return functools.partial(_apply_with_indices, function=function)
+
+
+
+def _apply_with_indices(rows: dict, indices: list[int], function) -> dict:
+    return function(rows, indices=indices)
+
+
+
+def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, block_size: int, *,
+                              text_column: str = "text", drop_last: bool = True, pack_documents: bool = False,
+                              num_proc: int | None = None, source: str = "the corpus"):
+    """Documents tokenized without templates and packed into ``block_size`` blocks joined by the end-of-text token
+    (``tokenizer.eos_token``): rows of ``input_ids``, and with ``pack_documents`` ``position_ids`` restarting at each
+    document (``examples.pack_documents``).
+
+    A ``Dataset`` is prepared once into a store of its tokens (``train.data.prepared``: ``num_proc`` processes, reused
+    by every later run on the same data and tokenizer) and its blocks are slices of it (``prepared.CausalBlocks``);
+    one shorter than a block (``source`` names it in the error) is refused with both numbers. A stream is packed
+    lazily, ``prepared.ROWS_PER_BATCH`` documents at a time (``datasets.IterableDataset.map``, so its position can be
+    saved and restored): the tail of each group of documents that fills no block is dropped, as transformers'
+    ``run_clm.py`` drops it."""
+    if tokenizer.eos_token_id is None:
+        raise MissingSpecialTokenError("causal-LM packing needs an end-of-text token (eos_token)")
+    if isinstance(dataset, datasets.IterableDataset):
+        return dataset.map(_packed_blocks, batched=True, batch_size=prepared.ROWS_PER_BATCH,
+                           remove_columns=dataset.column_names, fn_kwargs={
+                               "tokenizer": tokenizer, "column": text_column, "block_size": block_size,
+                               "drop_last": drop_last, "pack_documents": pack_documents})
+    store = prepared.prepared_store(dataset, tokenizer, "documents", column=text_column, num_proc=num_proc,
+                                    source=source)
+    if drop_last and store.info["tokens"] < block_size:
+        raise DataError(f"{source}: the text yields {store.info['tokens']} tokens (end-of-text tokens included), fewer "
+                        f"than one block of {block_size} (max_seq_length): give more text or a smaller max_seq_length")
+    return prepared.CausalBlocks(store, block_size, pack_documents, drop_last=drop_last)
+
+
+
+def _packed_blocks(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, block_size: int, drop_last: bool,
+                   pack_documents: bool) -> dict[str, list]:
+    """One group of a stream's documents as packed blocks (``prepare_causal_lm_dataset``)."""
+    ids = examples.encode_causal_lm(rows, tokenizer, column)["input_ids"]
+    if pack_documents:
+        blocks = list(examples.pack_documents(ids, block_size, tokenizer.eos_token_id, drop_last))
+        return {"input_ids": [b["input_ids"] for b in blocks], "position_ids": [b["position_ids"] for b in blocks]}
+    return {"input_ids": list(examples.pack_sequences(ids, block_size, tokenizer.eos_token_id, drop_last))}
+
+
+
+def check_documents(dataset: AnyDataset, source: str, sentences_column: str | None = "sentences",
+                    text_column: str = "text") -> None:
+    """Refuse ``source`` when it gives no sentence pair (rows read as ``prepare_nsp_dataset`` reads them): fewer than
+    two documents, or no document of two sentences (a ``.txt`` file read line by line). The rows are read only until
+    both are found, which for a usable corpus is its first rows; a refusal gives the counts of the whole corpus.
+    A stream is checked on its first ``prepared.ROWS_PER_BATCH`` rows (a group its pairs are drawn within)."""
+    use_sentences = sentences_column is not None and sentences_column in (dataset.column_names or ())
+    rows = dataset.take(prepared.ROWS_PER_BATCH) if isinstance(dataset, datasets.IterableDataset) else dataset
+    documents = sentences = 0
+    paired = False
+    for batch in rows.iter(batch_size=prepared.ROWS_PER_BATCH):
+        for doc in (batch[sentences_column] if use_sentences else map(split_sentences, batch[text_column])):
+            count = sum(1 for s in doc if s.strip())
+            documents, sentences, paired = documents + (count > 0), sentences + count, paired or count >= 2
+            if paired and documents >= 2:
+                return
+    read = "in its first rows" if isinstance(dataset, datasets.IterableDataset) else ""
+    counts = f"{source}: {documents} documents, {sentences} sentences{read and ' ' + read}"
+    problem = "fewer than two documents" if documents < 2 else "no document has two sentences"
+    raise DataError(f"{counts}: {problem}, so there is no sentence pair to train on. BERT's layout is one sentence "
+                    f"per line and a blank line between documents (a .txt file with text_sample_by auto or "
+                    f"paragraph), or a {sentences_column!r} column holding each document's sentences")
+
+
+
+def prepare_nsp_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, max_length: int = 128, *,
+                        sentences_column: str | None = "sentences", text_column: str = "text",
+                        short_seq_prob: float = 0.1, seed: int = 0, dupe_factor: int = 1, next_sentence: bool = True,
+                        num_proc: int | None = None, source: str = "the corpus"):
+    """BERT's sentence pairs (``input_ids``, ``token_type_ids`` and, with ``next_sentence``, ``next_sentence_label``)
+    for MLM + NSP (``examples.nsp_pair_index``). Documents are rows: a list of sentences in ``sentences_column`` when
+    the dataset has it, otherwise ``text_column`` split by ``split_sentences``.
+
+    A ``Dataset`` is prepared once into a store of its sentences' tokens (``train.data.prepared``, reused by later
+    runs; its document and sentence counts printed) and the pairs are an index of token ranges built once per
+    ``max_length``, ``seed``, ``short_seq_prob`` and ``dupe_factor`` (``prepared.SentencePairs``): memory does not
+    grow with the corpus. A stream is paired lazily, ``prepared.ROWS_PER_BATCH`` documents at a time, the random next
+    sentences drawn from the other documents of the same group."""
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise MissingSpecialTokenError("next-sentence examples need a tokenizer with [CLS] and [SEP]")
+    if isinstance(dataset, datasets.IterableDataset):
+        use_sentences = sentences_column is not None and sentences_column in (dataset.column_names or ())
+        return dataset.map(_window_pairs, batched=True, batch_size=prepared.ROWS_PER_BATCH,
+                           remove_columns=dataset.column_names, fn_kwargs={
+                               "tokenizer": tokenizer, "column": sentences_column if use_sentences else text_column,
+                               "split": not use_sentences, "max_length": max_length, "short_seq_prob": short_seq_prob,
+                               "seed": seed, "dupe_factor": dupe_factor, "next_sentence": next_sentence})
+    store = prepared.prepared_store(dataset, tokenizer, "sentences", column=text_column,
+                                    sentences_column=sentences_column, num_proc=num_proc, source=source)
+    print(f"{source}: {store.info['documents']} documents, {store.info['sentences']} sentences", flush=True)
+    return prepared.SentencePairs(store, tokenizer, max_length, seed=seed, short_seq_prob=short_seq_prob,
+                                  dupe_factor=dupe_factor, next_sentence=next_sentence)
+
+
+
+def _window_pairs(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, split: bool, max_length: int,
+                  short_seq_prob: float, seed: int, dupe_factor: int, next_sentence: bool) -> dict[str, list]:
+    """The sentence pairs of one group of a stream's documents, seeded by the run's seed and the group's first
+    document (so the same on any number of processes); a group of fewer than two documents gives none."""
+    tokenized, _ = tokenize_documents(rows[column], tokenizer, split)
+    columns = ("input_ids", "token_type_ids", "next_sentence_label")[:3 if next_sentence else 2]
+    if sum(1 for doc in tokenized if doc) < 2:
+        return {c: [] for c in columns}
+    window_seed = zlib.crc32(f"{seed} {json.dumps(rows[column][0])}".encode()) + seed
+    pairs = examples.create_nsp_examples(tokenized, tokenizer, max_length, short_seq_prob, window_seed, dupe_factor)
+    return {c: [p[c] for p in pairs] for c in columns}
+
+
+__all__ = ["check_documents", "prepare_causal_lm_dataset", "prepare_nsp_dataset", "tokenize_dataset"]

@@ -1,0 +1,330 @@
+"""A pretraining corpus tokenized once, in parallel, into a compact store that every later run reuses.
+
+`prepared_store(dataset, tokenizer, layout, column=..., num_proc=...)` returns the `TokenStore` of `dataset`'s
+`column` under `tokenizer`: opened from `cache_folder()/prepared/<key>/` when a run prepared it before (in any output
+folder), else written there first. The key hashes what the tokens depend on: the corpus (a loaded file's or Hub
+dataset's fingerprint, or the texts themselves for data held in memory), the tokenizer's whole definition, the layout
+and the column. Nothing rereads the corpus once it is prepared: sizes come from the store's record.
+
+Two layouts:
+
+- `documents` (GPT): every row's tokens followed by the end-of-text token, end to end, as `examples.pack_sequences`
+  lays them; causal-LM blocks are plain slices of it (`CausalBlocks`), and with `pack_documents` their positions
+  restart at the documents' starts, which the store keeps (`items.npy`). No block, no position is stored per token.
+- `sentences` (BERT): every sentence of every document (a `sentences` column, or the text cut by
+  `data.split_sentences`), sentences without tokens and documents without sentences left out, as
+  `examples.create_nsp_examples` reads them; BERT's sentence pairs are then an index of token ranges
+  (`SentencePairs`), built once per pairing recipe and kept in the store beside the tokens.
+
+On disk: `tokens.bin` (the ids, uint16 where the vocabulary fits in 65,536, else uint32, read memory-mapped),
+`items.npy` (int64 (n + 1,): where each document, or sentence, starts in `tokens.bin`), for sentences
+`documents.npy` (int64 (d + 1,): each document's first sentence), and `store.json` (the record: layout, counts, what
+it was made from, how long it took). About 2 bytes per token plus 8 per document or sentence.
+
+Preparation shards the rows into `num_proc` contiguous parts (`datasets.Dataset.shard`), each tokenized by its own
+process into its own part files; the parts are then joined in order. Everything is written into a staging folder
+that is renamed into place at the end, so a stopped preparation leaves no store behind, and the staging folder of
+a process that no longer runs is deleted by the next preparation. Under several launched processes the main one
+prepares and the others open its store (`main_process_first`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+from transformers import PreTrainedTokenizerBase
+
+from train.data.examples import nsp_features, nsp_pair_index, tokenize_documents
+from train.data.staging import process_alive
+from train.data.tokenization import MissingSpecialTokenError, cache_folder
+
+STORE_VERSION = 1
+LAYOUTS = ("documents", "sentences")
+ROWS_PER_BATCH = 1000
+ROWS_PER_PROCESS = 20_000  # a corpus of fewer rows is tokenized in this process: starting others would cost more
+
+
+class TokenStore:
+    """A prepared corpus (module docstring): `tokens` (memory-mapped ids), `items` (each item's start, and the end),
+    `documents` (each document's first sentence, `sentences` layout), and its record `info`."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.info = json.loads((self.folder / "store.json").read_text())
+        self.tokens = np.memmap(self.folder / "tokens.bin", dtype=self.info["dtype"], mode="r",
+                                shape=(self.info["tokens"],))
+        self.items = np.load(self.folder / "items.npy", mmap_mode="r")
+        self.documents = (np.load(self.folder / "documents.npy", mmap_mode="r")
+                          if self.info["layout"] == "sentences" else None)
+
+    def __len__(self) -> int:
+        return len(self.items) - 1
+
+    def describe(self) -> str:
+        info = self.info
+        sentences = f", {info['sentences']:,} sentences" if info["layout"] == "sentences" else ""
+        return f"{info['documents']:,} documents{sentences}, {info['tokens']:,} tokens ({info['dtype']})"
+
+
+def token_dtype(tokenizer: PreTrainedTokenizerBase) -> str:
+    """The narrowest unsigned type that holds every id of `tokenizer`."""
+    return "uint16" if len(tokenizer) <= 2**16 else "uint32"
+
+
+def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
+    """A hash of everything that decides `tokenizer`'s ids: its whole definition (vocabulary, merges, normalizer,
+    added tokens) and its special tokens."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    definition = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    specials = json.dumps([type(tokenizer).__name__, tokenizer.all_special_ids, tokenizer.eos_token_id])
+    return hashlib.sha256(f"{definition}\n{specials}".encode()).hexdigest()
+
+
+def data_key(dataset, columns: list[str]) -> str | None:
+    """What identifies `dataset`'s `columns` without reading them: its fingerprint when it was loaded from files or
+    the Hub (datasets derives it from the data files and every transform since); None for data made in memory, whose
+    fingerprint is random, and for a stream."""
+    if isinstance(dataset, datasets.Dataset) and dataset.cache_files:
+        return hashlib.sha256(f"{dataset._fingerprint} {columns}".encode()).hexdigest()
+    return None
+
+
+def corpus_digest(dataset: datasets.Dataset, columns: list[str]) -> str:
+    """A hash of `dataset`'s `columns`: `data_key`, else the texts themselves."""
+    key = data_key(dataset, columns)
+    if key is not None:
+        return key
+    digest = hashlib.sha256(repr(columns).encode())
+    for batch in dataset.select_columns(columns).iter(batch_size=ROWS_PER_BATCH):
+        digest.update(json.dumps(batch, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def _sentence_column(dataset: datasets.Dataset, sentences_column: str | None) -> str | None:
+    return sentences_column if sentences_column and sentences_column in dataset.column_names else None
+
+
+def prepared_store(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, layout: str, *,
+                   column: str = "text", sentences_column: str | None = "sentences", num_proc: int | None = None,
+                   source: str = "the corpus") -> TokenStore:
+    """The store of `dataset` under `tokenizer` (module docstring), prepared with `num_proc` processes (None: one per
+    CPU core) unless a run prepared it before. `sentences_column` (the `sentences` layout) is read when the dataset has
+    it. Prints what it reused or how long preparing took."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout == "documents" and tokenizer.eos_token_id is None:
+        raise MissingSpecialTokenError("causal-LM packing needs an end-of-text token (eos_token)")
+    sentences = _sentence_column(dataset, sentences_column) if layout == "sentences" else None
+    columns = [sentences or column]
+    key = hashlib.sha256(" ".join([str(STORE_VERSION), layout, *columns, corpus_digest(dataset, columns),
+                                   tokenizer_digest(tokenizer)]).encode()).hexdigest()[:24]
+    folder = cache_folder() / "prepared" / key
+    if (folder / "store.json").is_file():
+        store = TokenStore(folder)
+        print(f"{source}: prepared corpus reused from {folder}: {store.describe()}", flush=True)
+        return store
+    processes = _processes(num_proc, len(dataset))
+    began = time.perf_counter()
+    with _staging(folder) as staging:
+        counts = _write_parts(dataset, tokenizer, layout, columns[0], sentences is not None, staging, processes)
+        _join_parts(staging, layout, len(counts), token_dtype(tokenizer))
+        info = {"version": STORE_VERSION, "layout": layout, "dtype": token_dtype(tokenizer), "source": source,
+                "column": columns[0], "rows": len(dataset), "processes": processes,
+                "tokens": sum(c["tokens"] for c in counts), "documents": sum(c["documents"] for c in counts),
+                "characters": sum(c["characters"] for c in counts), "seconds": round(time.perf_counter() - began, 3)}
+        if layout == "sentences":
+            info["sentences"] = sum(c["items"] for c in counts)
+        (staging / "store.json").write_text(json.dumps(info, indent=1))
+    store = TokenStore(folder)
+    rate = info["characters"] / 1e6 / max(info["seconds"], 1e-9)
+    print(f"{source}: prepared {store.describe()} in {info['seconds']:.1f} s with {processes} "
+          f"process{'es' if processes > 1 else ''} "
+          f"({rate:.2f} MB of text per second), kept in {folder} for the next run on the same data", flush=True)
+    return store
+
+
+def _processes(num_proc: int | None, rows: int) -> int:
+    """`num_proc`, at most one per row; None: one per CPU core, at most one per `ROWS_PER_PROCESS` rows."""
+    if num_proc is None:
+        return max(1, min(os.cpu_count() or 1, rows // ROWS_PER_PROCESS))
+    return max(1, min(num_proc, rows))
+
+
+@contextmanager
+def _staging(folder: Path) -> Iterator[Path]:
+    """A staging folder beside `folder`, renamed to it when the block ends without error and deleted otherwise;
+    staging folders of processes that no longer run are deleted first."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    for stale in folder.parent.glob(".*.tmp-*"):
+        pid = stale.name.rsplit("-", 2)[-2]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-{os.getpid()}-"))
+    try:
+        yield staging
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_parts(dataset, tokenizer, layout: str, column: str, has_sentences: bool, staging: Path,
+                 processes: int) -> list[dict]:
+    jobs = [(dataset, tokenizer, layout, column, has_sentences, staging, index, processes)
+            for index in range(processes)]
+    if processes == 1:
+        return [_write_part(jobs[0])]
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    previous = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # each process tokenizes on one core; no warning at the fork
+    try:
+        with context.Pool(processes) as pool:
+            return pool.map(_write_part, jobs)
+    finally:
+        if previous is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = previous
+
+
+def _write_part(job) -> dict:
+    """Tokenize one contiguous part of the rows into `part-<i>.tokens` (ids), `part-<i>.items.npy` (each item's
+    length) and, for sentences, `part-<i>.documents.npy` (each document's sentence count)."""
+    dataset, tokenizer, layout, column, has_sentences, staging, index, parts = job
+    part = dataset.shard(parts, index, contiguous=True) if parts > 1 else dataset
+    dtype, eos, encode = token_dtype(tokenizer), tokenizer.eos_token_id, _encoder(tokenizer)
+    lengths, documents, characters = [], [], 0
+    with open(staging / f"part-{index}.tokens", "wb") as out:
+        for batch in part.select_columns([column]).iter(batch_size=ROWS_PER_BATCH):
+            rows = batch[column]
+            if layout == "documents":
+                characters += sum(map(len, rows))
+                ids = [[*row, eos] for row in encode(rows)]
+            else:
+                tokenized, read = tokenize_documents(rows, encode, split=not has_sentences)
+                characters += read
+                ids = [sentence for doc in tokenized for sentence in doc]
+                documents.extend(len(doc) for doc in tokenized if doc)
+            lengths.extend(map(len, ids))
+            np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype).tofile(out)
+    np.save(staging / f"part-{index}.items.npy", np.asarray(lengths, dtype=np.int64))
+    if layout == "sentences":
+        np.save(staging / f"part-{index}.documents.npy", np.asarray(documents, dtype=np.int64))
+    return {"tokens": int(sum(lengths)), "items": len(lengths), "characters": characters,
+            "documents": len(documents) if layout == "sentences" else len(lengths)}
+
+
+def _encoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[str]], list[list[int]]]:
+    """`texts -> ids` as `tokenizer(texts, add_special_tokens=False)` gives them: for a fast tokenizer straight from
+    a copy of its backend without offsets or truncation (`encode_batch_fast`, about a quarter faster)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch_fast"):
+        return lambda texts: tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
+    backend = Tokenizer.from_str(backend.to_str())
+    backend.no_truncation()
+    backend.no_padding()
+    return lambda texts: [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
+
+
+def _join_parts(staging: Path, layout: str, parts: int, dtype: str) -> None:
+    """The parts, in order, as the store's files; the part files are removed as they are joined."""
+    with open(staging / "tokens.bin", "wb") as out:
+        for index in range(parts):
+            with open(staging / f"part-{index}.tokens", "rb") as part:
+                shutil.copyfileobj(part, out, 16 << 20)
+            (staging / f"part-{index}.tokens").unlink()
+    names = ("items", "documents") if layout == "sentences" else ("items",)
+    for name in names:
+        counts = [np.load(staging / f"part-{index}.{name}.npy") for index in range(parts)]
+        np.save(staging / f"{name}.npy", np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64))
+        for index in range(parts):
+            (staging / f"part-{index}.{name}.npy").unlink()
+
+
+# ----------------------------------------------------------------------------- causal-LM blocks
+
+class CausalBlocks(torch.utils.data.Dataset):
+    """The store's token stream (`documents` layout) cut into `block_size` blocks, the last partial block dropped:
+    row `i` is `{"input_ids": tokens[i * block_size:(i + 1) * block_size]}`, and with `pack_documents`
+    `position_ids` restarting at every document start and at the block's first token, exactly as
+    `examples.pack_documents` gives them."""
+
+    def __init__(self, store: TokenStore, block_size: int, pack_documents: bool, drop_last: bool = True):
+        self.store, self.block_size, self.pack_documents = store, block_size, pack_documents
+        self.blocks = (len(store.tokens) // block_size if drop_last else -(-len(store.tokens) // block_size))
+
+    def __len__(self) -> int:
+        return self.blocks
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"block {index} of {len(self)}")
+        begin = index * self.block_size
+        ids = self.store.tokens[begin:begin + self.block_size]
+        row = {"input_ids": ids.tolist()}
+        if self.pack_documents:
+            starts = self.store.items
+            first, last = np.searchsorted(starts, [begin, begin + len(ids)])
+            offsets = np.asarray(starts[first:last]) - begin
+            restart = np.zeros(len(ids), dtype=np.int64)
+            restart[offsets] = offsets
+            row["position_ids"] = (np.arange(len(ids)) - np.maximum.accumulate(restart)).tolist()
+        return row
+
+
+# ----------------------------------------------------------------------------- BERT's sentence pairs
+
+class SentencePairs(torch.utils.data.Dataset):
+    """BERT's sentence pairs of a `sentences` store: the pair index (`nsp_pair_index`) is built once per pairing
+    recipe and kept in the store as `pairs-<hash>.npy`; each pair's tokens are read from the store when it is
+    drawn. `next_sentence` false drops the label (MLM only)."""
+
+    def __init__(self, store: TokenStore, tokenizer: PreTrainedTokenizerBase, max_length: int, *, seed: int,
+                 short_seq_prob: float = 0.1, dupe_factor: int = 1, next_sentence: bool = True):
+        if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+            raise MissingSpecialTokenError("next-sentence examples need a tokenizer with [CLS] and [SEP]")
+        self.store, self.next_sentence = store, next_sentence
+        self.cls_id, self.sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+        settings = f"{max_length} {short_seq_prob} {seed} {dupe_factor}"
+        path = store.folder / f"pairs-{hashlib.sha256(settings.encode()).hexdigest()[:16]}.npy"
+        for stale in store.folder.glob(".pairs-*.tmp-*"):  # of a process killed while it built an index
+            pid = stale.name.split(".tmp-")[1].split(".")[0]
+            if pid.isdigit() and not process_alive(int(pid)):
+                stale.unlink(missing_ok=True)
+        if not path.is_file():
+            staging = path.with_name(f".{path.name}.tmp-{os.getpid()}.npy")
+            try:
+                nsp_pair_index(store.items, store.documents, max_length, short_seq_prob, seed, dupe_factor, staging)
+                os.replace(staging, path)
+            finally:
+                staging.unlink(missing_ok=True)
+        self.pairs = np.load(path, mmap_mode="r")
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, index: int) -> dict:
+        a0, a1, b0, b1, is_random = self.pairs[index].tolist()
+        tokens = self.store.tokens
+        row = nsp_features(tokens[a0:a1].tolist(), tokens[b0:b1].tolist(), bool(is_random), self.cls_id, self.sep_id)
+        if not self.next_sentence:
+            del row["next_sentence_label"]
+        return row
+
+
+__all__ = ["LAYOUTS", "CausalBlocks", "SentencePairs", "TokenStore", "corpus_digest", "data_key", "prepared_store",
+           "token_dtype", "tokenizer_digest"]

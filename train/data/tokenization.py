@@ -1,0 +1,393 @@
+"""Tokenizers for every Lineage family, trained with the `tokenizers` library and saved in the standard
+files (``tokenizer.json``, ``tokenizer_config.json``) so that ``AutoTokenizer.from_pretrained(folder)``
+loads them with no project code (it returns transformers' generic ``TokenizersBackend``, the v5
+``PreTrainedTokenizerFast``; the templates live in ``tokenizer.json``'s post-processor and survive).
+
+| kind (aliases) | model | special tokens (ids in this order) | ``tok(a)`` / ``tok(a, b)`` |
+|---|---|---|---|
+| ``bert`` | WordPiece, uncased by default (BERT's normalizer and pre-tokenizer, ``##`` continuations) | ``[PAD] [UNK] [CLS] [SEP] [MASK]`` | ``[CLS] a [SEP]`` / ``[CLS] a [SEP] b [SEP]``, ``token_type_ids`` 0 / 1 |
+| ``gpt`` | byte-level BPE (GPT-2 style, no unknown token, case kept) | ``[PAD] [START] [DELIM] [EXTRACT] <\\|endoftext\\|>`` | ``[START] a [EXTRACT]`` / ``[START] a [DELIM] b [EXTRACT]`` |
+| ``seq2seq`` (``transformer``, ``rnn``) | BPE over NFKC text with SentencePiece-style ``▁`` word starts, punctuation split off; one vocabulary for source and target | ``<pad> <s> </s> <unk>`` | ``a </s>`` / ``a </s> b </s>`` |
+
+Conventions the models and the engine rely on:
+
+- Pad id 0 for every kind. ``config_kwargs_from_tokenizer`` gives what a model config needs
+  (``vocab_size``, ``pad_token_id``, ``bos/eos_token_id``, ``decoder_start_token_id``).
+- GPT pretraining text is tokenized with ``add_special_tokens=False`` and documents are joined by
+  ``<|endoftext|>`` (the tokenizer's ``eos_token`` and ``bos_token``, as in GPT-2); fine-tuning inputs
+  get the ``[START] ... [EXTRACT]`` templates and the head reads the ``[EXTRACT]`` position. The
+  ``text-generation`` pipeline tokenizes with the tokenizer default, so pass it
+  ``add_special_tokens=False`` to prompt a pretrained model with plain text.
+- GPT's ``padding_side`` is ``"left"``: batched ``generate`` needs it, and a classification head that
+  reads the last non-pad position finds ``[EXTRACT]`` either way. The training collators pad on the
+  right whatever the tokenizer says (learned absolute positions then start at 0); see collators.py.
+- Seq2seq sources are ``a </s>``, targets (``tok(text_target=b)``) are labels ``b </s>``; the decoder
+  starts from ``<s>`` (``decoder_start_token_id`` = ``bos_token_id``) and stops at ``</s>``.
+- ``model_max_length`` is saved with the tokenizer (default 512; pass the model's
+  ``max_position_embeddings``).
+
+API: ``train_tokenizer(kind, texts, vocab_size, ...)``, ``load_tokenizer(path, kind)``,
+``check_special_tokens(tokenizer, kind)``, ``config_kwargs_from_tokenizer(tokenizer, kind)``,
+``special_token_names(kind)``, ``check_not_a_file(path, argument)``, ``reused_or_trained(kind, texts, vocab_size,
+...)`` (a tokenizer trained on a bounded sample, kept in ``cache_folder()`` and reused for the same sample). Errors:
+``MissingSpecialTokenError``, ``VocabularySizeError``, ``TokenizerPathError`` (all ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+KINDS = ("bert", "gpt", "seq2seq")
+_ALIASES = {"transformer": "seq2seq", "rnn": "seq2seq", "encoder-decoder": "seq2seq"}
+BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+GPT_SPECIAL_TOKENS = ["[PAD]", "[START]", "[DELIM]", "[EXTRACT]", "<|endoftext|>"]
+SEQ2SEQ_SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
+END_OF_TEXT = "<|endoftext|>"
+_SPECIALS = {"bert": BERT_SPECIAL_TOKENS, "gpt": GPT_SPECIAL_TOKENS, "seq2seq": SEQ2SEQ_SPECIAL_TOKENS}
+# role attributes of the transformers tokenizer, per kind; the other special tokens are "extra"
+_ROLES = {
+    "bert": {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+             "mask_token": "[MASK]"},
+    "gpt": {"pad_token": "[PAD]", "bos_token": END_OF_TEXT, "eos_token": END_OF_TEXT},
+    "seq2seq": {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+}
+_BYTE_ALPHABET = 256
+
+
+class MissingSpecialTokenError(ValueError):
+    """A tokenizer lacks a special token its model family needs."""
+
+
+class VocabularySizeError(ValueError):
+    """The requested vocabulary cannot hold the special tokens (and the byte alphabet)."""
+
+
+class TokenizerPathError(ValueError):
+    """A file named where a tokenizer folder belongs."""
+
+
+def canonical_kind(kind: str) -> str:
+    kind = _ALIASES.get(kind.lower(), kind.lower())
+    if kind not in KINDS:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)} "
+                         f"(or {', '.join(_ALIASES)} for seq2seq)")
+    return kind
+
+
+def special_token_names(kind: str) -> list[str]:
+    """The special tokens of a kind, in id order (ids 0, 1, ...)."""
+    return list(_SPECIALS[canonical_kind(kind)])
+
+
+def minimum_vocab_size(kind: str) -> int:
+    kind = canonical_kind(kind)
+    return len(_SPECIALS[kind]) + (_BYTE_ALPHABET if kind == "gpt" else 1)
+
+
+def _backend(kind: str, lowercase: bool) -> Tokenizer:
+    """An untrained `tokenizers.Tokenizer` with the kind's model, normalizer and (de)tokenizers."""
+    if kind == "bert":
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+    elif kind == "gpt":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+    else:
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.normalizer = normalizers.Sequence([normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else []))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([  # punctuation never merges into a word
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"), pre_tokenizers.Punctuation()])
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    return tok
+
+
+def _trainer(kind: str, vocab_size: int, min_frequency: int, show_progress: bool,
+             fixed_symbols: list[str]) -> trainers.Trainer:
+    common = {"vocab_size": vocab_size, "min_frequency": min_frequency, "show_progress": show_progress,
+              "special_tokens": _SPECIALS[kind] + fixed_symbols}
+    if kind == "bert":
+        return trainers.WordPieceTrainer(**common, continuing_subword_prefix="##")
+    if kind == "gpt":
+        return trainers.BpeTrainer(**common, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    return trainers.BpeTrainer(**common)
+
+
+def _post_processor(kind: str, tok: Tokenizer) -> processors.PostProcessor:
+    ids = {t: tok.token_to_id(t) for t in _SPECIALS[kind]}
+    if kind == "bert":
+        return processors.TemplateProcessing(
+            single="[CLS] $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])])
+    if kind == "gpt":
+        template = processors.TemplateProcessing(
+            single="[START] $A [EXTRACT]", pair="[START] $A [DELIM] $B [EXTRACT]",
+            special_tokens=[(t, ids[t]) for t in ("[START]", "[DELIM]", "[EXTRACT]")])
+        return processors.Sequence([processors.ByteLevel(trim_offsets=True), template])
+    return processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
+                                         special_tokens=[("</s>", ids["</s>"])])
+
+
+def wrap_tokenizer(kind: str, backend: Tokenizer, model_max_length: int = 512) -> PreTrainedTokenizerFast:
+    """Install the kind's template on a trained backend and wrap it for transformers."""
+    kind = canonical_kind(kind)
+    _check_backend_specials(kind, backend)
+    backend.post_processor = _post_processor(kind, backend)
+    extra = [t for t in _SPECIALS[kind] if t not in _ROLES[kind].values()]
+    inputs = ["input_ids", "token_type_ids", "attention_mask"] if kind == "bert" else ["input_ids", "attention_mask"]
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, model_max_length=model_max_length, model_input_names=inputs,
+        padding_side="left" if kind == "gpt" else "right", extra_special_tokens=extra,
+        clean_up_tokenization_spaces=False, **_ROLES[kind])
+
+
+def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2,
+                    model_max_length: int = 512, lowercase: bool | None = None,
+                    show_progress: bool = False) -> PreTrainedTokenizerFast:
+    """Train a tokenizer of ``kind`` ("bert", "gpt", "seq2seq") on ``texts``.
+
+    ``lowercase`` defaults to True for BERT (the uncased model) and False otherwise (byte-level GPT
+    never normalizes). ``vocab_size`` counts the special tokens; it is an upper bound, reached when the
+    text has enough distinct merges. Save with ``tokenizer.save_pretrained(folder)``. The same texts give the same
+    vocabulary in every process (WordPiece reads them twice: an iterator is read into a list first).
+    """
+    kind = canonical_kind(kind)
+    if vocab_size < minimum_vocab_size(kind):
+        extra = f" and the {_BYTE_ALPHABET} byte symbols" if kind == "gpt" else " and at least one symbol"
+        raise VocabularySizeError(
+            f"vocab_size={vocab_size} is too small for a {kind} tokenizer: it must hold the "
+            f"{len(_SPECIALS[kind])} special tokens {' '.join(_SPECIALS[kind])}{extra}; "
+            f"use vocab_size >= {minimum_vocab_size(kind)}")
+    lowercase = kind == "bert" if lowercase is None else lowercase
+    if kind == "gpt" and lowercase:
+        raise ValueError("byte-level BPE (gpt) does not normalize text; lowercase it before training")
+    backend = _backend(kind, lowercase)
+    fixed = []
+    if kind == "bert":
+        texts = list(texts) if iter(texts) is texts else texts  # read twice
+        fixed = _continuation_symbols(backend, texts)
+    counted = _CountingIterator(texts)
+    backend.train_from_iterator(counted, _trainer(kind, vocab_size, min_frequency, show_progress, fixed))
+    if counted.nonempty == 0:
+        raise ValueError("train_tokenizer got no non-empty text to train on")
+    if fixed:  # handed to the trainer as special tokens only to fix their ids: ordinary tokens from here on
+        backend = _rebuilt_without_added_tokens(kind, backend, lowercase)
+    return wrap_tokenizer(kind, backend, model_max_length)
+
+
+def _continuation_symbols(backend: Tokenizer, texts: Iterable[str]) -> list[str]:
+    """``##c`` for every character that continues a word of ``texts``, in code-point order.
+
+    The WordPiece trainer numbers these symbols in the order it meets them while iterating a hash map seeded
+    afresh in every process, and it breaks ties between equally frequent merges by symbol id, so the
+    vocabulary differed from run to run. Listed up front, the symbols get fixed ids and training is
+    reproducible."""
+    words = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    words.normalizer, words.pre_tokenizer = backend.normalizer, backend.pre_tokenizer
+    words.train_from_iterator(texts, trainers.WordLevelTrainer(vocab_size=2**32, show_progress=False))
+    return [f"##{c}" for c in sorted({c for word in words.get_vocab() for c in word[1:]})]
+
+
+def _rebuilt_without_added_tokens(kind: str, backend: Tokenizer, lowercase: bool) -> Tokenizer:
+    """The trained vocabulary in a fresh tokenizer whose only added tokens are the kind's special tokens."""
+    model = backend.model
+    rebuilt = _backend(kind, lowercase)
+    rebuilt.model = models.WordPiece(backend.get_vocab(with_added_tokens=False), unk_token=model.unk_token,
+                                     continuing_subword_prefix=model.continuing_subword_prefix,
+                                     max_input_chars_per_word=model.max_input_chars_per_word)
+    rebuilt.add_special_tokens(_SPECIALS[kind])
+    return rebuilt
+
+
+def cache_folder() -> Path:
+    """Where Lineage keeps what later runs reuse: `$LINEAGE_CACHE`, else `~/.cache/lineage`."""
+    return Path(os.environ.get("LINEAGE_CACHE") or Path.home() / ".cache" / "lineage").expanduser()
+
+
+def bounded(texts: Iterable[str], limit: int | None) -> Iterator[str]:
+    """`texts` up to `limit` characters in all: every text that starts within the limit, whole (None: all)."""
+    read = 0
+    for text in texts:
+        if limit is not None and read >= limit:
+            return
+        read += len(text)
+        yield text
+
+
+def reused_or_trained(kind: str, texts: Callable[[], Iterable[str]], vocab_size: int, *, sample_size: int | None,
+                      model_max_length: int, data_key: str | None = None) -> PreTrainedTokenizerFast:
+    """A tokenizer of `kind` trained on the first `sample_size` characters of `texts()` (`bounded`), or the one
+    trained on exactly those texts before, from `cache_folder()/tokenizers/<key>`: the key hashes the training
+    settings and the tokenizers release with `data_key` when given (what identifies data read from files: their
+    fingerprint, so nothing is read to find the tokenizer), else with the sampled texts themselves (a first read of
+    the sample), so a tokenizer is reused only where training would give the same one. A new one is written into
+    the cache through a temporary folder and a rename; a damaged entry is trained again."""
+    import tokenizers
+
+    if data_key is None:
+        digest, characters, count = hashlib.sha256(), 0, 0
+        for text in bounded(texts(), sample_size):
+            digest.update(text.encode("utf-8", "surrogatepass") + b"\x00")
+            characters, count = characters + len(text), count + 1
+        identity, same = digest.hexdigest(), f"the same {count} texts, {characters:,} characters"
+    else:
+        identity, same = f"data {data_key} {sample_size}", "the same data"
+    settings = f"{canonical_kind(kind)} {vocab_size} {model_max_length} {tokenizers.__version__}"
+    key = hashlib.sha256(f"{settings} {identity}".encode()).hexdigest()[:24]
+    folder = cache_folder() / "tokenizers" / key
+    if (folder / "tokenizer.json").is_file():
+        try:
+            tokenizer = load_tokenizer(folder, kind)
+        except (OSError, ValueError):
+            tokenizer = None  # a damaged entry: trained again below
+        if tokenizer is not None:
+            print(f"tokenizer: reused {folder} (trained on {same})", flush=True)
+            return tokenizer
+    read = [0, 0]  # texts, characters
+
+    def sample() -> Iterator[str]:
+        for text in bounded(texts(), sample_size):
+            read[0], read[1] = read[0] + 1, read[1] + len(text)
+            yield text
+
+    tokenizer = train_tokenizer(kind, sample(), vocab_size, model_max_length=model_max_length)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{key}.tmp-"))
+    try:
+        tokenizer.save_pretrained(staging)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    count, characters = read
+    cut = f"the first {count} texts ({characters:,} characters, tokenizer_train_size)" if (
+        sample_size is not None and characters >= sample_size) else f"all {count} texts ({characters:,} characters)"
+    print(f"tokenizer: trained on {cut}; kept in {folder} for the next run on the same data", flush=True)
+    return tokenizer
+
+
+class _CountingIterator:
+    """Pass texts through to the trainer while counting the non-empty ones."""
+
+    def __init__(self, texts: Iterable[str]):
+        self.texts, self.nonempty = texts, 0
+
+    def __iter__(self):
+        for text in self.texts:
+            if text and text.strip():
+                self.nonempty += 1
+                yield text
+
+
+def _check_backend_specials(kind: str, backend: Tokenizer) -> None:
+    missing = [t for t in _SPECIALS[kind] if backend.token_to_id(t) is None]
+    if missing:
+        raise MissingSpecialTokenError(f"the {kind} tokenizer vocabulary lacks the special token(s) "
+                                       f"{' '.join(missing)}; a {kind} tokenizer needs {' '.join(_SPECIALS[kind])}")
+
+
+def check_special_tokens(tokenizer: PreTrainedTokenizerFast, kind: str, source: str | None = None) -> None:
+    """Raise ``MissingSpecialTokenError`` unless every special token of ``kind`` is set and in the
+    vocabulary (checked for tokenizers a user brings, e.g. a Hub BERT tokenizer for MLM)."""
+    kind = canonical_kind(kind)
+    where = f"tokenizer {source}" if source else "the tokenizer"
+    vocab = tokenizer.get_vocab()
+    for role, default in _ROLES[kind].items():
+        token = getattr(tokenizer, role, None)
+        if token is None:
+            raise MissingSpecialTokenError(f"{where} has no {role} (a {kind} model needs one, e.g. {default!r})")
+        if str(token) not in vocab:
+            raise MissingSpecialTokenError(f"{where}: {role} {str(token)!r} is not in its vocabulary")
+    for token in _SPECIALS[kind]:
+        if token not in _ROLES[kind].values() and token not in vocab:
+            raise MissingSpecialTokenError(f"{where} lacks the special token {token!r}, which the {kind} "
+                                           f"templates need ({' '.join(_SPECIALS[kind])})")
+
+
+def check_not_a_file(path_or_name: str | Path, argument: str = "tokenizer") -> None:
+    """Refuse a file (``tok/tokenizer.json``) where a tokenizer folder belongs, naming ``argument`` and the folder to
+    give. A file alone is not loaded: ``tokenizer.json`` holds the vocabulary and the templates, but the special-token
+    roles, ``padding_side`` and ``model_max_length`` live in ``tokenizer_config.json`` beside it."""
+    path = Path(path_or_name)
+    if not path.is_file():
+        return
+    folder = path.parent
+    if (folder / "tokenizer_config.json").is_file() and (folder / "tokenizer.json").is_file():
+        give = f"give its folder {str(folder)!r}"
+    else:
+        give = "give the folder that save_pretrained or python -m train.train_tokenizer wrote"
+    raise TokenizerPathError(f"{argument} {str(path)!r} is a file; a tokenizer is loaded from the folder that holds it "
+                             f"(tokenizer.json with tokenizer_config.json, which names its special tokens): {give}")
+
+
+def load_tokenizer(path_or_name: str | Path, kind: str | None = None, argument: str = "tokenizer",
+                   **kwargs) -> PreTrainedTokenizerFast:
+    """``AutoTokenizer.from_pretrained`` plus, when ``kind`` is given, ``check_special_tokens``; a file where the
+    folder belongs is refused naming ``argument`` (``check_not_a_file``)."""
+    check_not_a_file(path_or_name, argument)
+    tokenizer = AutoTokenizer.from_pretrained(str(path_or_name), **kwargs)
+    if kind is not None:
+        check_special_tokens(tokenizer, kind, source=str(path_or_name))
+    return tokenizer
+
+
+def config_kwargs_from_tokenizer(tokenizer: PreTrainedTokenizerFast, kind: str) -> dict[str, int]:
+    """Token ids and vocabulary size for a model config built to match ``tokenizer``."""
+    kind = canonical_kind(kind)
+    check_special_tokens(tokenizer, kind)
+    out = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
+    if kind == "gpt":
+        out.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    if kind == "seq2seq":
+        out.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                   decoder_start_token_id=tokenizer.bos_token_id)
+    return out
+
+
+class TokenizerMismatchError(ValueError):
+    """The tokenizer produces ids the model has no embedding for."""
+
+
+# ----------------------------------------------------------------------------- checks and building blocks
+
+def check_tokenizer_matches_model(tokenizer, config) -> None:
+    """Raise `TokenizerMismatchError` if any id the tokenizer can produce is outside the model's vocabulary."""
+    vocab = len(tokenizer)
+    if vocab > config.vocab_size:
+        raise TokenizerMismatchError(
+            f"the tokenizer has {vocab} tokens but the model's vocab_size is {config.vocab_size}: ids "
+            f"{config.vocab_size}..{vocab - 1} have no embedding; train the tokenizer with vocab_size <= "
+            f"{config.vocab_size} or build the model from the tokenizer")
+    outside = {t: i for t, i in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids)
+               if i is None or i >= config.vocab_size}
+    if outside:
+        raise TokenizerMismatchError(f"special token ids outside the model's vocabulary ({config.vocab_size}): {outside}")
+    pad = getattr(config, "pad_token_id", None)
+    if pad is not None and tokenizer.pad_token_id is not None and pad != tokenizer.pad_token_id:
+        raise TokenizerMismatchError(f"the model's pad_token_id is {pad} but the tokenizer pads with "
+                                     f"{tokenizer.pad_token!r} = {tokenizer.pad_token_id}")
+
+
+__all__ = ["KINDS", "BERT_SPECIAL_TOKENS", "GPT_SPECIAL_TOKENS", "SEQ2SEQ_SPECIAL_TOKENS", "END_OF_TEXT",
+           "MissingSpecialTokenError", "VocabularySizeError", "canonical_kind", "special_token_names",
+           "minimum_vocab_size", "train_tokenizer", "wrap_tokenizer", "check_special_tokens",
+           "load_tokenizer", "config_kwargs_from_tokenizer", "TokenizerMismatchError", "check_tokenizer_matches_model",
+           "TokenizerPathError", "check_not_a_file"]

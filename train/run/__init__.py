@@ -1,0 +1,1 @@
+"""The run: recipes, the engine, optimization, evaluation, checkpoints, output folders, logging, publishing."""

@@ -1,0 +1,385 @@
+"""Checkpoints of a training run: `<output_dir>/checkpoints/step-N`, written atomically, the last K kept.
+
+A checkpoint holds the full (unsharded) model weights (`model.safetensors`, tied copies left out) and optimizer state
+(`optimizer.bin`, keyed by parameter name), gathered on the main process through torch's distributed state-dict API
+whatever the run's distribution (one process, DDP or FSDP), Accelerate's scheduler and per-process random states,
+and `lineage_state.json`: the engine's `TrainState`, how the run was distributed, and the size of every file. So a
+checkpoint resumes at any number of processes and under any of these distributions: each process loads the full
+state and keeps its shard. The data position (`batch_in_epoch`) counts micro-batches of `micro_batch_examples`
+examples over all processes; resuming with another per-process batch times process count is refused, with the
+product to restore. A streamed run (`train.data.batching.StreamBatches`) also keeps its position in the stream,
+`stream_state.json` (`datasets.IterableDataset.state_dict()`, the same on every process), which the same product of
+processes and batch size continues exactly. Random states of processes the checkpoint did not have start from the
+seed (dropout then differs from an uninterrupted run; weights, optimizer, schedule and data order do not). DeepSpeed
+runs keep DeepSpeed's own format (Accelerate's `save_state`), which resumes at the world size that wrote it. It is
+written to a temporary folder and renamed into place once complete, so a crash during a save never touches the
+previous good one; a checkpoint without its state file is incomplete and never resumed from.
+`resume_path("latest" | folder)` finds and verifies one before anything is built; `load_checkpoint` restores it.
+
+Killed at any instant (SIGKILL, tested in tests/train/run/test_reliability.py): every file is fsynced before the state file
+is written, and the folder's entry after the rename, so a complete checkpoint stays complete; folders left by a
+killed save (`.tmp-step-N`, a stale checkpoint half deleted as `.del-step-N`) are never resumed from and are
+removed by the next save. A step saved again replaces its folder in two renames (`step-N` -> `.old-step-N`, the
+new one -> `step-N`); killed between them, `.old-step-N` is that step's checkpoint until the next save puts it
+back.
+
+Resume is checked against the recipe (`check_resume`): the record holds what the run was (`run_identity`: the model
+config, the tokenizer's vocabulary, the data and the number of examples in it, `stream` for a stream), and a
+checkpoint written by another model, tokenizer or data is refused key by key (`ResumeMismatchError`: "the checkpoint
+was written with num_hidden_layers=2, this run has 1"), never reported as corrupt. Every other recipe key (learning
+rate, schedule, warmup, max_steps, weight decay, logging and saving intervals, ...) may change on resume: it takes
+effect (the optimizer's hyperparameters and the schedule's base rate come from the recipe, not the checkpoint) and is
+returned for the run line, the log and the run record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.checkpointing import load_accelerator_state, save_accelerator_state
+from accelerate.utils import DistributedType, extract_model_from_parallel
+from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+STATE_FILE = "lineage_state.json"
+STREAM_STATE = "stream_state.json"  # the position in a training stream
+# recipe keys acting only before the first step (the tokenizer a run trains): a resume cannot change them
+FIXED_AT_START = ("tokenizer_vocab_size", "tokenizer_train_size")
+CHECKPOINT_PREFIX = "step-"
+TMP, OLD, DELETING = ".tmp-", ".old-", ".del-"  # prefixes of folders a save is writing, replacing, deleting
+
+
+# config keys that say how the model is run, not what it is: free to differ on resume
+_RUNTIME_CONFIG = {"transformers_version", "_name_or_path", "architectures", "dtype", "torch_dtype", "use_cache",
+                   "_attn_implementation", "attn_implementation", "_attn_implementation_autoset", "unpad_inputs",
+                   "sparse_prediction", "output_attentions", "output_hidden_states", "return_dict", "auto_map",
+                   "custom_pipelines", "_commit_hash"}
+
+
+class CheckpointError(ValueError):
+    """A resume path with no checkpoint, or a corrupt one."""
+
+
+class ResumeMismatchError(CheckpointError):
+    """A sound checkpoint written by another model, tokenizer or data than this run's."""
+
+
+@dataclass
+class TrainState:
+    step: int = 0  # optimizer steps done
+    epoch: int = 0
+    batch_in_epoch: int = 0  # micro-batches of this epoch already consumed (per process)
+    micro_batch_examples: int = 0  # examples in one micro-batch of all processes together (0: not recorded)
+
+
+def complete_checkpoints(root: Path) -> list[Path]:
+    """Complete checkpoints under `root`, oldest first: `step-N` folders with their state file, and a
+    `.old-step-N` whose `step-N` is gone (a run killed while replacing that step's checkpoint)."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and (p / STATE_FILE).is_file()
+             and (p.name.startswith(CHECKPOINT_PREFIX) or _orphaned_old(p))]
+    return sorted(found, key=lambda p: int(p.name.removeprefix(OLD)[len(CHECKPOINT_PREFIX):]))
+
+
+def _orphaned_old(path: Path) -> bool:
+    name = path.name.removeprefix(OLD)
+    return path.name.startswith(OLD) and name.startswith(CHECKPOINT_PREFIX) and not (path.parent / name).exists()
+
+
+def verify_checkpoint(path: Path) -> dict:
+    """The checkpoint's state record, after checking that every file it lists is there with its size."""
+    if not path.is_dir():
+        raise CheckpointError(f"resume_from_checkpoint: {path} does not exist; give 'latest' or a checkpoint folder "
+                              f"({CHECKPOINT_PREFIX}N under <output_dir>/checkpoints)")
+    state_file = path / STATE_FILE
+    if not state_file.is_file():
+        raise CheckpointError(f"{path} holds no complete checkpoint (no {STATE_FILE}); complete ones are "
+                              f"folders {CHECKPOINT_PREFIX}N under <output_dir>/checkpoints")
+    try:
+        record = json.loads(state_file.read_text())
+        files = record["files"]
+        TrainState(**record["state"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"checkpoint {path} is corrupt: unreadable {STATE_FILE} ({err})") from err
+    for name, size in files.items():
+        file = path / name
+        if not file.is_file() or file.stat().st_size != size:
+            got = file.stat().st_size if file.is_file() else "missing"
+            raise CheckpointError(f"checkpoint {path} is corrupt: {name} should have {size} bytes, got {got}")
+    return record
+
+
+def resume_path(spec: str | None, root: Path) -> Path | None:
+    """The verified checkpoint that `resume_from_checkpoint` names (`latest` under `root`, or a folder)."""
+    if not spec:
+        return None
+    if spec == "latest":
+        found = complete_checkpoints(root)
+        if not found:
+            raise CheckpointError(f"resume_from_checkpoint=latest, but {root} holds no complete checkpoint")
+        path = found[-1]
+    else:
+        path = Path(spec)
+    verify_checkpoint(path)
+    return path
+
+
+def run_identity(config, tokenizer, recipe, examples: int | str) -> dict:
+    """What a checkpoint must share with the run that resumes it, and the recipe's changeable keys. `examples`: the
+    number of training examples, or `"stream"` for a stream (whose length is unknown)."""
+    fields = json.loads(json.dumps(config.to_dict(), default=str))
+    identity = {"model_config": {k: v for k, v in sorted(fields.items()) if k not in _RUNTIME_CONFIG},
+                "dataset": {"source": recipe.data_source("train"), "dataset_config": recipe.dataset_config,
+                            "examples": examples},
+                "hyperparameters": recipe.training_dict()}
+    identity["dataset"]["seed"] = recipe.seed  # the epoch order the data position counts in
+    if tokenizer is not None:
+        vocab = json.dumps(sorted(tokenizer.get_vocab().items())).encode()
+        identity["tokenizer"] = {"tokens": len(tokenizer), "vocabulary_sha256": hashlib.sha256(vocab).hexdigest()[:16]}
+    return identity
+
+
+def check_resume(path: Path, identity: dict) -> dict[str, list]:
+    """Refuse a checkpoint whose model config, tokenizer or data differ from `identity` (naming each key); return the
+    changeable keys that differ, {key: [checkpoint's, this run's]}. Checkpoints written before the record was kept
+    pass unchecked."""
+    written = verify_checkpoint(path).get("run")
+    if not written:
+        return {}
+    problems = []
+    for part, what in (("model_config", "model config"), ("tokenizer", "tokenizer"), ("dataset", "data")):
+        before, now = written.get(part, {}), identity.get(part, {})
+        for key in sorted(set(before) | set(now)):
+            if before.get(key) != now.get(key):
+                problems.append(f"{what}: the checkpoint was written with {key}={before.get(key)!r}, this run has "
+                                f"{key}={now.get(key)!r}")
+    if problems:
+        raise ResumeMismatchError(
+            f"checkpoint {path} belongs to another run than this recipe describes (the checkpoint itself is sound):\n  "
+            + "\n  ".join(problems) + "\nresume with the recipe that wrote it, or start a new run in another "
+            "output_dir (or with --overwrite_output_dir true)")
+    before, now = written.get("hyperparameters", {}), identity["hyperparameters"]
+    changed = {k: [before[k], now[k]] for k in now if k in before and before[k] != now[k]}
+    fixed = [k for k in FIXED_AT_START if k in changed]
+    if fixed:
+        raise ResumeMismatchError(
+            "; ".join(f"recipe key {k!r} is {changed[k][1]!r} but the run was started with {changed[k][0]!r}"
+                      for k in fixed)
+            + ": it acted before the first step (a resumed run keeps the tokenizer it trained), so a resume cannot "
+            "change it; resume with the value the run started with, or start a new run in another output_dir")
+    return changed
+
+
+def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: int) -> TrainState:
+    """Restore model, optimizer, scheduler and random states; return the run's position. `micro_batch_examples`:
+    this run's per-process batch times its process count, which must equal the checkpoint's."""
+    record = verify_checkpoint(path)
+    state = TrainState(**record["state"])
+    if state.micro_batch_examples and micro_batch_examples != state.micro_batch_examples:
+        raise CheckpointError(
+            f"checkpoint {path} was written with micro-batches of {state.micro_batch_examples} examples over all "
+            f"processes, this run has {micro_batch_examples} (per_device_train_batch_size x processes): the data "
+            f"position would not continue; set per_device_train_batch_size so that the product is "
+            f"{state.micro_batch_examples}")
+    deepspeed = accelerator.distributed_type is DistributedType.DEEPSPEED
+    written = record.get("launch", {}).get("num_processes", accelerator.num_processes)
+    if deepspeed and written != accelerator.num_processes:
+        raise CheckpointError(f"checkpoint {path} is DeepSpeed's own format, written by {written} processes; it "
+                              f"resumes with {written} processes only (this run has {accelerator.num_processes})")
+    optimizer = accelerator._optimizers[0].optimizer
+    fresh = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    try:
+        if deepspeed:
+            accelerator.load_state(str(path))
+        else:
+            _load_portable(accelerator, path)
+    except Exception as err:  # a truncated or foreign file; nothing was written anywhere
+        raise CheckpointError(f"checkpoint {path} is corrupt or was written by another model: loading it failed "
+                              f"({type(err).__name__}: {err})") from err
+    _recipe_hyperparameters(optimizer, fresh, accelerator._schedulers)
+    if written != accelerator.num_processes:
+        accelerator.print(f"checkpoint {path.name} was written by {written} processes and resumes in "
+                          f"{accelerator.num_processes}: weights, optimizer, schedule and data position carry over; "
+                          f"random states of processes it did not have start from the seed")
+    state.micro_batch_examples = micro_batch_examples
+    return state
+
+
+def load_stream_state(path: Path) -> dict:
+    """The position in the training stream saved in checkpoint `path`; a checkpoint without one (written by a run that
+    did not stream) is refused."""
+    verify_checkpoint(path)
+    if not (path / STREAM_STATE).is_file():
+        raise CheckpointError(f"checkpoint {path} holds no position in a training stream (it was written by a run "
+                              f"that did not stream): resume it with streaming: false, or start a new run")
+    try:
+        return json.loads((path / STREAM_STATE).read_text())
+    except ValueError as err:
+        raise CheckpointError(f"checkpoint {path} is corrupt: unreadable {STREAM_STATE} ({err})") from err
+
+
+def _recipe_hyperparameters(optimizer, fresh: list[dict], schedulers) -> None:
+    """Give the optimizer this run's hyperparameters (the checkpoint's came with its state) and rebase the schedule on
+    this run's learning rate at the restored step: a changed learning rate, schedule or max_steps takes effect."""
+    for group, hyper in zip(optimizer.param_groups, fresh):
+        group.update(hyper)
+    for wrapped in schedulers:
+        scheduler = getattr(wrapped, "scheduler", wrapped)
+        if not hasattr(scheduler, "lr_lambdas"):
+            continue
+        scheduler.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        rates = [base * fn(scheduler.last_epoch) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+        for group, rate in zip(optimizer.param_groups, rates):
+            group["lr"] = rate
+        scheduler._last_lr = rates
+
+
+def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, keep: int, launch: dict | None = None,
+                    identity: dict | None = None, stream_state: dict | None = None) -> Path:
+    """Save into a temporary folder, record it (with `launch`, how the run is distributed, and `identity`, what the run
+    is: `run_identity`), rename it into place, keep the last `keep`. `stream_state`: the position in a training
+    stream (the same on every process; the main process writes it)."""
+    final = root / f"{CHECKPOINT_PREFIX}{state.step:08d}"
+    tmp = root / f"{TMP}{final.name}"
+    if accelerator.is_main_process:
+        root.mkdir(parents=True, exist_ok=True)
+        _clear_leftovers(root)
+        tmp.mkdir()  # before any process writes its random states into it
+    accelerator.wait_for_everyone()
+    if accelerator.distributed_type is DistributedType.DEEPSPEED:
+        accelerator.save_state(str(tmp))
+    else:
+        _save_portable(accelerator, tmp)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        if stream_state is not None:
+            (tmp / STREAM_STATE).write_text(json.dumps(stream_state))
+        _write_record(tmp, state, launch, identity)
+        _move_into_place(tmp, final)
+        for stale in complete_checkpoints(root)[:-max(1, keep)]:
+            _delete(stale)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def _clear_leftovers(root: Path) -> None:
+    """Put back a checkpoint a killed run left as `.old-step-N`; delete what killed saves left half written."""
+    for path in sorted(root.iterdir()):
+        if _orphaned_old(path) and (path / STATE_FILE).is_file():
+            os.replace(path, root / path.name.removeprefix(OLD))
+        elif path.name.startswith((TMP, OLD, DELETING)):
+            shutil.rmtree(path, ignore_errors=True)
+    _fsync(root)
+
+
+def _delete(folder: Path) -> None:
+    """Rename first, so a checkpoint killed halfway through its deletion is never listed as complete."""
+    doomed = folder.parent / f"{DELETING}{folder.name.removeprefix(OLD)}"
+    os.replace(folder, doomed)
+    _fsync(folder.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def _save_portable(accelerator: Accelerator, folder: Path) -> None:
+    """Full weights and optimizer state on the main process (every process takes part in gathering them), the
+    scheduler, and each process's random states."""
+    model, optimizer = accelerator._models[0], accelerator._optimizers[0].optimizer
+    weights = get_model_state_dict(model, options=_FULL)
+    optimizer_state = get_optimizer_state_dict(model, optimizer, options=_FULL)
+    if accelerator.is_main_process:
+        for alias in _aliases(extract_model_from_parallel(model)):
+            weights.pop(alias, None)
+        save_file({k: v.contiguous() for k, v in weights.items()}, folder / "model.safetensors",
+                  metadata={"format": "pt"})
+        torch.save(optimizer_state, folder / "optimizer.bin")
+    save_accelerator_state(str(folder), [], [], accelerator._schedulers, [], accelerator.process_index,
+                           accelerator.step, accelerator.scaler)
+
+
+def _load_portable(accelerator: Accelerator, folder: Path) -> None:
+    """Every process reads the full state and keeps its own part (its shard under FSDP)."""
+    model, optimizer = accelerator._models[0], accelerator._optimizers[0].optimizer
+    weights = load_file(folder / "model.safetensors")
+    for alias, name in _aliases(extract_model_from_parallel(model)).items():
+        weights[alias] = weights[name]
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+    optimizer_state = torch.load(folder / "optimizer.bin", map_location="cpu", weights_only=True)
+    set_optimizer_state_dict(model, optimizer, optimizer_state, options=StateDictOptions(full_state_dict=True))
+    load_accelerator_state(str(folder), [], [], accelerator._schedulers, [], accelerator.process_index,
+                           accelerator.scaler)
+
+
+def _aliases(model) -> dict[str, str]:
+    """{name: the first name of the same parameter} for parameters reachable under several names (a tied LM head is
+    the word embedding): left out of `model.safetensors`, as `save_pretrained` does, and given back on loading."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            aliases[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    return aliases
+
+
+def _write_record(folder: Path, state: TrainState, launch: dict | None, identity: dict | None = None) -> None:
+    """The state file, written last: only once every file it lists is on disk."""
+    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
+    for name in files:
+        _fsync(folder / name)
+    record = {"state": asdict(state), "files": files, "launch": launch or {}, "run": identity or {},
+              "time": time.time()}
+    with (folder / STATE_FILE).open("w") as f:
+        json.dump(record, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync(folder)
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file, or a folder's entries (renames), to disk."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (PermissionError, IsADirectoryError):  # Windows opens no folders: there a rename is not flushed
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    """Rename; a step saved again (a resumed run) replaces the old folder only once the new one is complete."""
+    if not final.exists():
+        os.replace(tmp, final)
+        _fsync(final.parent)
+        return
+    old = final.parent / f"{OLD}{final.name}"
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(final, old)
+    os.replace(tmp, final)
+    _fsync(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+__all__ = ["CHECKPOINT_PREFIX", "STATE_FILE", "STREAM_STATE", "CheckpointError", "ResumeMismatchError", "TrainState",
+           "check_resume", "complete_checkpoints", "load_checkpoint", "load_stream_state", "resume_path",
+           "run_identity", "save_checkpoint", "verify_checkpoint"]

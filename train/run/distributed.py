@@ -1,0 +1,191 @@
+"""How a run is spread over processes: the Accelerator that `accelerate launch` asked for, or a clear error.
+
+`accelerate launch --config_file "$(lineage configs accelerate/<x>)"` hands its config to every process as environment
+variables (`ACCELERATE_USE_FSDP` and `FSDP_*`, `ACCELERATE_USE_DEEPSPEED`, torchrun's `WORLD_SIZE`). Where
+Accelerate (1.x) cannot honour them it falls back without a word:
+
+- processes started on a machine without a GPU (and without `ACCELERATE_USE_CPU=true`) form no process group: each
+  runs alone as `DistributedType.NO`, N independent trainings writing to the same folder;
+- with `ACCELERATE_USE_CPU=true`, an FSDP or DeepSpeed config becomes gloo DDP (`AcceleratorState` assigns FSDP only
+  to accelerator backends, DeepSpeed only off the CPU).
+
+`build_accelerator` turns the first and the DeepSpeed case into a `DistributedSetupError` naming the config, and
+honours FSDP on CPU processes: torch's `fully_shard` runs on gloo, so the state is switched to FSDP with the plugin
+Accelerate built from the same environment, and Accelerate's own FSDP path (`fsdp2_prepare_model`: one shard unit
+per `LineageBlock`, the tied embedding and head in one unit, sharded gradients and optimizer state; full state dicts
+gathered for saving) runs unchanged. `describe` is the record of how the run ran (first log line, `results.json`).
+"""
+
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from accelerate import Accelerator
+from accelerate.state import PartialState
+from accelerate.utils import (
+    DistributedType,
+    FullyShardedDataParallelPlugin,
+    parse_flag_from_env,
+)
+
+import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
+from train.run.recipes import RecipeError
+
+
+class DistributedSetupError(RuntimeError):
+    """The launch asked for a distribution this machine cannot give."""
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "false").lower() in ("true", "1", "yes")
+
+
+def resolve_mixed_precision(value: str) -> str:
+    """The recipe's `mixed_precision`; `auto`: bf16 (fp16 where bf16 is unsupported) on a GPU, none on a CPU. fp16
+    on a CPU is refused: Accelerate has no fp16 autocast there and would train in fp32 while recording fp16."""
+    if value == "fp16" and PartialState(cpu=_flag("ACCELERATE_USE_CPU")).device.type == "cpu":
+        raise RecipeError("recipe key 'mixed_precision' is fp16, which a CPU does not run (the run would train in "
+                          "fp32 and be recorded as fp16): use bf16 (autocast on the CPU), no, or auto")
+    if value != "auto":
+        return value
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "no"
+
+
+def requested_type() -> DistributedType | None:
+    """The sharded distribution `accelerate launch` was configured for (None: plain processes)."""
+    if _flag("ACCELERATE_USE_DEEPSPEED"):
+        return DistributedType.DEEPSPEED
+    if _flag("ACCELERATE_USE_FSDP"):
+        return DistributedType.FSDP
+    return None
+
+
+def build_accelerator(**kwargs) -> Accelerator:
+    """An Accelerator that runs as the launch asked, or a `DistributedSetupError` before anything is built on it."""
+    asked = requested_type()
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    plugin = FullyShardedDataParallelPlugin() if asked is DistributedType.FSDP else None
+    accelerator = Accelerator(fsdp_plugin=plugin, **kwargs)
+    if plugin is not None and accelerator.distributed_type is DistributedType.MULTI_CPU:
+        _fsdp_on_cpu(accelerator, plugin)
+    got = accelerator.distributed_type
+    if launched > 1 and accelerator.num_processes != launched:
+        raise DistributedSetupError(
+            f"accelerate launched {launched} processes, but they formed no process group: each would train alone as "
+            f"DistributedType.{got.name}. This machine has no GPU; to run processes on the CPU (gloo), set "
+            f"ACCELERATE_USE_CPU=true (for FSDP the config fsdp_cpu: lineage configs accelerate/fsdp_cpu prints its "
+            "path), or launch one process")
+    if asked is not None and got is not asked:
+        why = ("DeepSpeed runs on GPUs only; Accelerate would run CPU processes as DDP" if asked is DistributedType.DEEPSPEED
+               else "FSDP needs several processes in one group (GPUs, or CPU processes with ACCELERATE_USE_CPU=true)")
+        raise DistributedSetupError(f"the accelerate config asks for {asked.name}, but this machine would run it as "
+                                    f"DistributedType.{got.name}: {why}")
+    return accelerator
+
+
+def _fsdp_on_cpu(accelerator: Accelerator, plugin: FullyShardedDataParallelPlugin) -> None:
+    """Run the FSDP plugin on gloo CPU processes, where Accelerate would quietly use DDP instead."""
+    if plugin.fsdp_version != 2:
+        raise DistributedSetupError("FSDP on CPU processes needs fsdp_version: 2 in the accelerate config "
+                                    f"(got {plugin.fsdp_version})")
+    if accelerator.mixed_precision != "no":
+        plugin.set_mixed_precision(accelerator.mixed_precision)
+    for state in (accelerator.state, PartialState()):
+        state.distributed_type = DistributedType.FSDP
+    accelerator.state.fsdp_plugin = plugin
+
+
+def mark_sharded_for_generate(accelerator: Accelerator, model: torch.nn.Module) -> None:
+    """transformers' `generate` keeps every process stepping until all have finished (`synced_gpus`) only for models
+    it knows to be sharded; Accelerate's FSDP2 does not mark them, and processes decoding batches of different
+    lengths would then wait on each other's all-gathers forever."""
+    if accelerator.distributed_type is DistributedType.FSDP and accelerator.num_processes > 1:
+        accelerator.unwrap_model(model)._is_fsdp_managed_module = True
+
+
+def describe(accelerator: Accelerator) -> dict:
+    """How the run runs: distribution, process count, mixed precision and, for FSDP and DeepSpeed, how they shard."""
+    kind = accelerator.distributed_type
+    record = {"distributed_type": kind.name, "num_processes": accelerator.num_processes,
+              "mixed_precision": accelerator.mixed_precision}
+    if kind is DistributedType.FSDP:
+        plugin = accelerator.state.fsdp_plugin
+        record["fsdp_version"] = plugin.fsdp_version
+        record["fsdp_sharding_strategy"] = (
+            ("FULL_SHARD" if plugin.reshard_after_forward else "SHARD_GRAD_OP") if plugin.fsdp_version == 2
+            else plugin.sharding_strategy.name)
+        record["fsdp_activation_checkpointing"] = bool(plugin.activation_checkpointing)
+    elif kind is DistributedType.DEEPSPEED:
+        record["deepspeed_zero_stage"] = accelerator.state.deepspeed_plugin.zero_stage
+    return record
+
+
+def enable_gradient_checkpointing(accelerator: Accelerator, model: torch.nn.Module) -> None:
+    """Recompute each block's activations in the backward (transformers' API, non-reentrant: dropout replays the
+    same masks), before the model is wrapped. Refused next to FSDP's own activation checkpointing, which would wrap
+    the same blocks a second time."""
+    plugin = accelerator.state.fsdp_plugin if accelerator.distributed_type is DistributedType.FSDP else None
+    if plugin is not None and plugin.activation_checkpointing:
+        raise DistributedSetupError("recipe key 'gradient_checkpointing' and the accelerate config's "
+                                    "fsdp_activation_checkpointing both recompute activations; set only one")
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ValueError(f"recipe key 'gradient_checkpointing': {type(model).__name__} does not support it "
+                         f"(set it to false)")
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+
+
+def token_mean(accelerator: Accelerator, loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`loss`, a mean over this process's labelled tokens (labels != -100), re-weighted so that its mean over processes
+    (what DDP and FSDP average gradients by, and the engine logs) is the mean over all processes' tokens of this
+    micro-batch: the same loss and gradient as one process with the micro-batches of every process. Under gradient
+    accumulation each micro-batch's mean then counts equally, as in a one-process run with the same accumulation,
+    not weighted by its token count (a mean over all accumulated tokens would need their count before the first
+    micro-batch's backward)."""
+    count = (labels != -100).sum().float()
+    total = accelerator.reduce(count.detach().clone(), "mean")
+    return loss * count / total.clamp(min=1.0)
+
+
+def report_failure(accelerator: Accelerator, where: str, error: BaseException) -> None:
+    """Say which process failed, where (`at step 3`, `in the final evaluation after step 2`) and why, on its own
+    stderr (the launcher then stops the others)."""
+    print(f"[rank {accelerator.process_index} of {accelerator.num_processes}] training failed {where}: "
+          f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
+
+
+def unsharded(model: torch.nn.Module, state_dict: dict) -> tuple[torch.nn.Module, dict]:
+    """`model` as its own class, with the state dict to save: FSDP2 turns a model's class into `FSDP<Name>`, whose code
+    transformers cannot copy into the folder, so such a model is rebuilt unsharded from its gathered `state_dict`
+    (its own state dict then holds a tied head as the embedding's tensor, which `save_pretrained` leaves out)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(model, FSDPModule):
+        return model, state_dict
+    cls = next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
+    with torch.random.fork_rng(devices=[]):
+        plain = cls._from_config(model.config)
+    plain.load_state_dict(state_dict)
+    if model.can_generate():
+        plain.generation_config = model.generation_config
+    return plain, plain.state_dict()
+
+
+@contextmanager
+def one_process_first() -> Iterator[bool]:
+    """Run the block in the main process first and then in the others (whether this is the main process is
+    yielded), before the Accelerator exists: one process writes what the others then read."""
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # "CPU" as the Accelerator will say
+    with state.main_process_first():
+        yield state.is_main_process
+
+
+__all__ = ["DistributedSetupError", "build_accelerator", "describe", "enable_gradient_checkpointing",
+           "mark_sharded_for_generate", "one_process_first", "report_failure", "requested_type",
+           "resolve_mixed_precision", "token_mean", "unsharded"]

@@ -1,0 +1,241 @@
+"""Publishing a run: the output folder `<output_dir>/model` and what goes in it, and the Hub upload.
+
+`save_run` writes the weights with their code (`save_pretrained`, loadable with `trust_remote_code`), the
+tokenizer, `recipe.yaml`, `results.json` (the figures reached and the library versions the run used), the loss
+curve and the model card (`README.md`, with Hub metadata in its YAML front matter: `library_name`, `pipeline_tag`,
+`tags`, `datasets`, `metrics` and a `model-index` holding the figures reached, followed by how to load the folder,
+the results table, the library versions, the training recipe and the loss curve), then uploads the folder when the
+recipe names a Hub repo (`push_to_hub`; `check_push` refuses, before training, one that cannot succeed).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+from accelerate import Accelerator
+
+from train.run.distributed import unsharded
+from train.run.environment import versions
+from train.run.recipes import RecipeError
+from train.run.run_folder import staged_output
+
+# class-name suffix -> (Hub pipeline tag, task type in model-index)
+PIPELINE_TAGS = {
+    "ForPreTraining": "fill-mask",
+    "ForMaskedLM": "fill-mask",
+    "ForCausalLM": "text-generation",
+    "ForSequenceClassification": "text-classification",
+    "ForTokenClassification": "token-classification",
+    "ForQuestionAnswering": "question-answering",
+    "ForMultipleChoice": "multiple-choice",
+    "ForConditionalGeneration": "translation",
+}
+_METRIC_KEYS = ("accuracy", "f1", "bleu", "perplexity", "exact_match", "nsp_accuracy", "mlm_accuracy")
+
+
+def _suffix(class_name: str) -> str:
+    return next((s for s in PIPELINE_TAGS if class_name.endswith(s)), "")
+
+
+def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> dict[str, Any]:
+    """The card's Hub metadata; the figures are named as measured on the validation file when the recipe gives
+    one, else on `dataset_name`'s validation split."""
+    class_name = type(model).__name__
+    suffix = _suffix(class_name)
+    pipeline_tag = PIPELINE_TAGS.get(suffix, "feature-extraction")
+    figures = {k.removeprefix("eval_"): v for k, v in results.items()
+               if k.removeprefix("eval_") in _METRIC_KEYS and isinstance(v, (int, float))}
+    metadata = {
+        "library_name": "transformers",
+        "pipeline_tag": pipeline_tag,
+        "tags": ["lineage", model.config.model_type, "custom_code"],
+        "datasets": [dataset_name],
+        "metrics": sorted(figures) or ["loss"],
+        "model-index": [{
+            "name": Path(recipe.output_dir).name,
+            "results": [{
+                "task": {"type": pipeline_tag},
+                "dataset": ({"name": recipe.validation_file, "type": recipe.validation_file}
+                            if recipe.validation_file else
+                            {"name": dataset_name, "type": dataset_name, "split": "validation"}),
+                "metrics": [{"type": k, "value": round(float(v), 4)} for k, v in sorted(figures.items())]
+                or [{"type": "loss", "value": round(float(results.get("eval_loss", float("nan"))), 4)}],
+            }],
+        }],
+    }
+    return metadata
+
+
+def _pipeline_use(model) -> str:
+    """The card's lines for the Lineage pipelines saved with the model (translation, question answering)."""
+    tasks = list(getattr(model.config, "custom_pipelines", None) or {})
+    if not tasks:
+        return ""
+    calls = "\n".join(f'{task.replace("-", "_")} = pipeline("{task}", model="path/or/repo-id", trust_remote_code=True)'
+                      for task in tasks)
+    return ("\nPipelines saved with the model (transformers 5 ships none for these tasks):\n\n"
+            f"```python\nfrom transformers import pipeline\n\n{calls}\n```\n")
+
+
+def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
+                     software: dict[str, str | None], *, dataset_name: str | None = None, description: str = "",
+                     extra: str = "", base_model: str | None = None) -> Path:
+    """Write `folder/README.md` and return its path; `software` is the releases the run used
+    (`environment.versions`); `base_model` (a Hub id the run started from) goes in the metadata, where the Hub links
+    the two models."""
+    folder = Path(folder)
+    dataset_name = dataset_name or recipe.data_source("train", "custom")
+    metadata = card_metadata(model, recipe, results, dataset_name)
+    if base_model:
+        metadata["base_model"] = base_model
+    auto = type(model).auto_class_name()
+    rows = "\n".join(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |"
+                     for k, v in results.items() if v is not None)
+    recipe_yaml = yaml.safe_dump({k: v for k, v in recipe.to_dict().items()
+                                  if k not in ("output_dir", "push_to_hub", "resume_from_checkpoint")},
+                                 sort_keys=False)
+    curve = "![loss curve](loss_curve.png)\n" if (folder / "loss_curve.png").is_file() else ""
+    releases = ", ".join(f"{name} {version}" for name, version in software.items() if version)
+    body = f"""# {Path(recipe.output_dir).name}
+
+A `{type(model).__name__}` ({model.config.model_type}, {sum(p.numel() for p in model.parameters()):,} parameters)
+trained with [Lineage](https://github.com/) on `{dataset_name}`. {description}
+
+## Use
+
+```python
+from transformers import {auto}, AutoTokenizer
+
+model = {auto}.from_pretrained("path/or/repo-id", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("path/or/repo-id", trust_remote_code=True)
+```
+
+The modelling code is in this folder (`trust_remote_code=True`); the Lineage package is not needed. The tokenizer
+is the generic fast one (`tokenizer.json`); `trust_remote_code` (True or False) only spares the question that
+transformers asks because it reads this folder's `config.json` first.
+{_pipeline_use(model)}
+## Results
+
+| figure | value |
+|---|---|
+{rows}
+
+{curve}
+## Software
+
+Trained with {releases}.
+
+## Training recipe
+
+```yaml
+{recipe_yaml}```
+{extra}"""
+    text = "---\n" + yaml.safe_dump(metadata, sort_keys=False) + "---\n\n" + body
+    path = folder / "README.md"
+    path.write_text(text)
+    return path
+
+
+def read_card_metadata(path: str | Path) -> dict[str, Any]:
+    """The YAML front matter of a model card."""
+    text = Path(path).read_text()
+    if not text.startswith("---\n"):
+        raise ValueError(f"{path} has no YAML front matter")
+    return yaml.safe_load(text.split("---\n", 2)[1])
+
+
+def plot_loss_curve(history: list[dict], path: Path, title: str) -> Path:
+    """Training loss per step and evaluation loss, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(h["step"], h["loss"]) for h in history if "loss" in h]
+    evals = [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if train:
+        ax.plot(*zip(*train), label="train loss", linewidth=1)
+    if evals:
+        ax.plot(*zip(*evals), "o-", label="eval loss")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: dict[str, Any] | None = None,
+             card: dict[str, Any] | None = None, extra_files: dict[str, str] | None = None) -> Path:
+    """Write `<output_dir>/model` (module docstring) and push it when the recipe names a repo; every process
+    calls this (FSDP and DeepSpeed gather the full weights from all of them onto the main process, which writes an
+    ordinary unsharded folder). Returns the folder."""
+    output_dir = Path(recipe.output_dir)
+    folder = output_dir / "model"
+    accelerator.wait_for_everyone()
+    state_dict = accelerator.get_state_dict(model)
+    if accelerator.is_main_process:
+        with staged_output(folder.resolve()) as staging:  # the folder holds exactly what this run wrote
+            unwrapped, state_dict = unsharded(accelerator.unwrap_model(model), state_dict)
+            unwrapped.save_pretrained(staging, state_dict=state_dict)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staging)
+            recipe.save(staging / "recipe.yaml")
+            if (output_dir / "loss_curve.png").is_file():
+                shutil.copy(output_dir / "loss_curve.png", staging / "loss_curve.png")
+            for name, text in (extra_files or {}).items():
+                (staging / name).write_text(text)
+            clean = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str)) or v is None}
+            software = versions()
+            data = (card or {}).get("dataset_name") or recipe.data_source("train")
+            (staging / "results.json").write_text(json.dumps({**clean, "dataset": data, "versions": software},
+                                                             indent=1))
+            write_model_card(staging, unwrapped, recipe, clean, software, **(card or {}))
+    accelerator.wait_for_everyone()
+    if recipe.push_to_hub and accelerator.is_main_process:
+        push_folder(folder, recipe.push_to_hub)
+    return folder
+
+
+def check_push(repo_id: str) -> None:
+    """Refuse, before training, a `push_to_hub` that cannot succeed: a malformed repo id, the Hub switched off
+    (`HF_HUB_OFFLINE`), or no token to write with."""
+    from huggingface_hub import constants, get_token
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise RecipeError(f"recipe key 'push_to_hub' is {repo_id!r}, which is no Hub repo id ({error}); give "
+                          f"<user or organisation>/<name>") from None
+    if constants.HF_HUB_OFFLINE:
+        raise RecipeError(f"recipe key 'push_to_hub' is {repo_id!r} but the Hub is switched off (HF_HUB_OFFLINE=1): "
+                          f"the upload would fail after training; unset HF_HUB_OFFLINE or drop push_to_hub (the model "
+                          f"is saved in <output_dir>/model either way)")
+    if get_token() is None:
+        raise RecipeError(f"recipe key 'push_to_hub' is {repo_id!r} but no Hugging Face token is set: log in (hf auth "
+                          f"login) or set HF_TOKEN to a token with write access, or drop push_to_hub")
+
+
+def push_folder(folder: Path, repo_id: str) -> None:
+    """Upload `folder` to the Hub repo `repo_id` (created if needed); a failure leaves the folder as it is."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    try:
+        api.create_repo(repo_id, exist_ok=True)
+        api.upload_folder(repo_id=repo_id, folder_path=str(folder))
+    except Exception as error:  # offline, no token, no write access: the saved folder stays usable
+        raise RuntimeError(f"push_to_hub: uploading to {repo_id!r} failed ({error}); the model is saved in {folder}") from error
+
+
+__all__ = ["PIPELINE_TAGS", "card_metadata", "check_push", "plot_loss_curve", "push_folder", "read_card_metadata",
+           "save_run", "write_model_card"]

@@ -1,0 +1,468 @@
+"""Training recipes: one typed, flat set of fields read from YAML and overridden on the command line.
+
+A recipe is a YAML mapping whose keys are fields of `Recipe`. `load_recipe(path, overrides)` reads it,
+applies command-line overrides (`--key value` or `--set key=value`; values are parsed as YAML, so
+`--nsp false` and `--model_overrides '{hidden_dropout_prob: 0.0}'` work), and checks every key and type
+before anything is built:
+
+- an unknown key raises `RecipeError` naming it and listing the valid keys;
+- a value of the wrong type raises `RecipeError` naming the key, the expected type and the value got.
+
+YAML 1.1 reads `1e-4` (no dot) as a string; float fields accept such numeric strings.
+
+Model presets (`train/configs/models/<name>.json`) are resolved by `load_model_config`: a preset name, a path to a
+`config.json`, or a saved model folder; anything else raises `FileNotFoundError` listing the presets. The presets,
+recipes and accelerate configs are package data, read through `importlib.resources` (`bundled`), so an installed
+wheel finds them from any working directory; a recipe or preset given by path is read from that path.
+"""
+
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Iterable
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIGS = files("train") / "configs"  # package data: the folders of BUNDLED
+BUNDLED = {"models": ".json", "recipes": ".yaml", "accelerate": ".yaml"}  # folder -> the suffix of its files
+SCHEDULES = ("linear", "cosine", "inverse_sqrt", "constant")
+MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# numeric recipe keys: (lowest, highest, whether the lowest is allowed, whether the highest is); None: unbounded
+RANGES = {
+    "learning_rate": (0, None, False, False), "weight_decay": (0, None, True, False),
+    "adam_beta1": (0, 1, True, False), "adam_beta2": (0, 1, True, False), "adam_epsilon": (0, None, False, False),
+    "max_grad_norm": (0, None, True, False), "warmup_steps": (0, None, True, False),
+    "mlm_probability": (0, 1, False, False), "lm_loss_weight": (0, None, True, False),
+    "label_smoothing": (0, 1, True, False), "train_size": (1, None, True, False), "eval_size": (1, None, True, False),
+    "tokenizer_vocab_size": (1, None, True, False), "tokenizer_train_size": (1, None, True, False),
+    "max_seq_length": (1, None, True, False),
+    "num_beams": (1, None, True, False), "max_new_tokens": (1, None, True, False),
+    "per_device_train_batch_size": (1, None, True, False), "per_device_eval_batch_size": (1, None, True, False),
+    "gradient_accumulation_steps": (1, None, True, False), "logging_steps": (1, None, True, False),
+    "eval_steps": (0, None, True, False), "save_steps": (0, None, True, False),
+    "max_train_seconds": (0, None, True, False),
+    "save_total_limit": (1, None, True, False), "dataloader_num_workers": (0, None, True, False),
+    "num_proc": (1, None, True, False),
+    "pad_to_multiple_of": (1, None, True, False),
+    "seed": (0, 2**32 - 1, True, True),
+}
+LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
+# recipe keys only some commands read -> those commands: set by the user for another command, a key is refused (it
+# would be recorded in recipe.yaml and the card as if it had acted)
+COMMAND_KEYS = {
+    **dict.fromkeys(("task", "lora", "text_column", "text_pair_column", "label_column", "skip_unlabeled",
+                     "allow_single_class", "lm_loss_weight"), ("finetune",)),
+    **dict.fromkeys(("nsp", "mlm_probability"), ("pretrain_bert",)),
+    **dict.fromkeys(("pack_documents", "sample_prompts"), ("pretrain_gpt",)),
+    **dict.fromkeys(("label_smoothing", "num_beams"), ("train_translation",)),
+    "max_new_tokens": ("pretrain_gpt", "train_translation"),
+}
+PATH_KEYS = ("model", "tokenizer", "dataset", "train_file", "validation_file", "output_dir", "resume_from_checkpoint")
+_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+class RecipeError(ValueError):
+    """A recipe key or value that the training scripts cannot use."""
+
+
+def bundled(kind: str) -> dict[str, Traversable]:
+    """Name -> file of every shipped config of `kind` (`models`: presets, `recipes`, `accelerate`), by name."""
+    if kind not in BUNDLED:
+        raise ValueError(f"unknown config kind {kind!r}; kinds: {', '.join(BUNDLED)}")
+    suffix = BUNDLED[kind]
+    found = {f.name.removesuffix(suffix): f for f in (CONFIGS / kind).iterdir() if f.name.endswith(suffix)}
+    return dict(sorted(found.items()))
+
+
+# the keys that say where a run writes and how it is watched, not what it trains (`Recipe.training_dict`)
+_OUTPUT_KEYS = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "progress_bar", "push_to_hub")
+
+
+@dataclasses.dataclass
+class Recipe:
+    """Every field a training script reads. Scripts ignore the fields that do not concern them."""
+
+    # what to train
+    model: str = "bert-tiny"  # preset name, config.json, model folder or Hub id (Lineage or reference; train.setup.models)
+    model_overrides: dict = dataclasses.field(default_factory=dict)  # config fields set on top of the preset
+    model_revision: str | None = None  # Hub branch, tag or commit of `model` when it is a Hub id (None: main)
+    tokenizer: str | None = None  # tokenizer folder; None: the model folder's, else one trained on the data
+    tokenizer_vocab_size: int = 4000
+    tokenizer_train_size: int | None = 200_000_000  # characters of training text a tokenizer learns from (None: all)
+    task: str = ""  # finetune: sequence-classification | nli | token-classification | question-answering
+    # data: "embedded:<task>" (the generated default corpus), a local file, or a Hub dataset name
+    dataset: str = ""
+    dataset_config: str | None = None
+    train_file: str | None = None
+    validation_file: str | None = None
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    label_column: str | None = None
+    skip_unlabeled: bool = False  # classification: skip rows labelled -1 (GLUE test splits) with a count; else refused
+    allow_single_class: bool = False  # classification: train on data of one class (refused by default: a sorted file)
+    text_sample_by: str = "auto"  # a .txt file's rows: line | paragraph | document | auto (paragraphs if blank lines)
+    streaming: bool = False  # read the data as a stream (no full read before step 1): by max_steps, in file order
+    num_proc: int | None = None  # processes that tokenize and pack a corpus (None: one per CPU core)
+    train_size: int | None = None  # rows of the training split to use (None: all)
+    eval_size: int | None = None
+    max_seq_length: int = 128
+    # objectives
+    mlm_probability: float = 0.15
+    nsp: bool = True
+    lm_loss_weight: float = 0.5  # GPT fine-tuning: weight of the auxiliary language-model loss
+    label_smoothing: float | None = None  # None: the model config's
+    num_beams: int = 4
+    max_new_tokens: int = 64
+    sample_prompts: list = dataclasses.field(default_factory=list)
+    lora: dict | None = None  # finetune: train a LoRA adapter (peft) with keys r, alpha, dropout, target_modules
+    # optimisation
+    per_device_train_batch_size: int = 32
+    per_device_eval_batch_size: int = 64
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    max_grad_norm: float = 1.0
+    lr_scheduler: str = "linear"
+    warmup_steps: int = 0
+    max_steps: int = -1  # > 0 overrides num_train_epochs
+    num_train_epochs: float = 1.0
+    max_train_seconds: float = 0.0  # > 0: stop after the optimizer step that passes this much training time
+    mixed_precision: str = "auto"  # auto: bf16 (or fp16) on a GPU, no on a CPU
+    gradient_checkpointing: bool = False  # recompute each block's activations in the backward (transformers' API)
+    compile: bool = False  # torch.compile the model's forward (and so its backward) before training
+    compile_mode: str | None = None  # torch.compile mode (COMPILE_MODES); None: PyTorch's default
+    pack_documents: bool = True  # causal-LM pretraining: full blocks of documents, positions and attention per document
+    pad_to_multiple_of: int | None = None  # pad each batch to a multiple of this length: few shapes to compile
+    seed: int = 42
+    # evaluation, logging, checkpoints, outputs
+    eval_steps: int = 0  # 0: evaluate at the end only
+    logging_steps: int = 10
+    save_steps: int = 0  # 0: checkpoint at the end only
+    save_total_limit: int = 2
+    output_dir: str = "outputs/run"
+    resume_from_checkpoint: str | None = None  # "latest" or a checkpoint folder
+    overwrite_output_dir: bool = False  # delete another run's files in output_dir (each named) and start over
+    push_to_hub: str | None = None  # a Hub repo id; the final folder is uploaded only when set
+    report_to: str | list = "tensorboard"  # Accelerate trackers: a name, several (list or "a,b"), "all" or "none"
+    ddp_find_unused_parameters: bool = False
+    dataloader_num_workers: int = 0
+    progress_bar: bool = True
+
+    # the keys the user set (in their own recipe file or on the command line), not a shipped recipe's: a shipped
+    # recipe's `train_size` cuts its own data, never a user's files (`train.setup.splits.load_split`)
+    set_by_user = frozenset()  # no field: a class attribute, set per recipe by `recipe_from_dict`
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def training_dict(self) -> dict[str, Any]:
+        """The keys that say what the run trains, without those that say where it writes and how it is watched (a
+        run's identity for its hash and for what changed on resume)."""
+        return {k: v for k, v in self.to_dict().items() if k not in _OUTPUT_KEYS}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    def replace(self, **changes: Any) -> Recipe:
+        """A copy with `changes` applied (unchecked), keeping which keys the user set."""
+        copy = dataclasses.replace(self, **changes)
+        copy.set_by_user = self.set_by_user
+        return copy
+
+    def data_source(self, split: str = "train", default: str = "") -> str:
+        """What the run reads for `split` (`train` or `validation`): its file when given, else `dataset`, else the
+        command's `default`. The one place that decides it: the loader, the checkpoint identity, the card and
+        results.json all read this."""
+        file = self.train_file if split == "train" else self.validation_file
+        return file or self.dataset or default
+
+    def split_name(self, split: str = "train", default: str = "") -> str:
+        """`data_source` as messages name it: a file as it is, a dataset's validation split as `<name> (validation)`."""
+        source = self.data_source(split, default)
+        named_file = self.train_file if split == "train" else self.validation_file
+        return source if named_file or split == "train" else f"{source} (validation)"
+
+
+def valid_keys() -> list[str]:
+    return [f.name for f in dataclasses.fields(Recipe)]
+
+
+def _type_name(tp) -> str:
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+# YAML 1.1 reads a bare `no` as false: `mixed_precision: no` (Accelerate's name for full precision), in a recipe or as
+# `--mixed_precision no`, means the word
+_YAML_BOOLEAN_WORDS = {"mixed_precision": {False: "no"}}
+
+
+def _coerce(key: str, value: Any, tp) -> Any:
+    """`value` as type `tp`, or a `RecipeError` naming the key, the expected type and the value."""
+    if isinstance(value, bool) and value in _YAML_BOOLEAN_WORDS.get(key, {}):
+        value = _YAML_BOOLEAN_WORDS[key][value]
+    options = typing.get_args(tp) if isinstance(tp, types.UnionType) else (tp,)
+    for option in options:
+        if option is type(None) and value is None:
+            return None
+        if option is bool and isinstance(value, bool):
+            return value
+        if option is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if option is float and isinstance(value, str) and _FLOAT.match(value.strip()):
+            return float(value)
+        if option is str and isinstance(value, str):
+            return value
+        if option in (list, dict) and isinstance(value, option):
+            return value
+    raise RecipeError(f"recipe key {key!r} expects {_type_name(tp)}, got {type(value).__name__} {value!r}")
+
+
+def _check_choices(recipe: Recipe) -> None:
+    if recipe.lr_scheduler not in SCHEDULES:
+        raise RecipeError(f"recipe key 'lr_scheduler' must be one of {', '.join(SCHEDULES)}, got {recipe.lr_scheduler!r}")
+    if recipe.mixed_precision not in MIXED_PRECISION:
+        raise RecipeError(f"recipe key 'mixed_precision' must be one of {', '.join(MIXED_PRECISION)}, "
+                          f"got {recipe.mixed_precision!r}")
+    from train.data.files import TEXT_SAMPLE_BY
+
+    if recipe.text_sample_by not in TEXT_SAMPLE_BY:
+        raise RecipeError(f"recipe key 'text_sample_by' must be one of {', '.join(TEXT_SAMPLE_BY)}, "
+                          f"got {recipe.text_sample_by!r}")
+    if recipe.compile_mode is not None and recipe.compile_mode not in COMPILE_MODES:
+        raise RecipeError(f"recipe key 'compile_mode' must be one of {', '.join(COMPILE_MODES)} (or null), "
+                          f"got {recipe.compile_mode!r}")
+    trackers(recipe.report_to)
+    for key, bounds in RANGES.items():
+        _check_range(key, getattr(recipe, key), *bounds)
+    if recipe.max_steps <= 0 and recipe.num_train_epochs <= 0:
+        raise RecipeError(f"recipe keys 'max_steps' and 'num_train_epochs': set max_steps > 0 or num_train_epochs > 0, "
+                          f"got {recipe.max_steps} and {recipe.num_train_epochs}")
+    if recipe.lora is not None:
+        _check_lora(recipe.lora)
+    for index, prompt in enumerate(recipe.sample_prompts):
+        if not isinstance(prompt, str) or not prompt.strip():
+            hint = " (YAML reads a bare number as one: quote it)" if isinstance(prompt, (int, float)) else ""
+            raise RecipeError(f"recipe key 'sample_prompts': item {index} is {type(prompt).__name__} {prompt!r}; "
+                              f"every prompt must be non-empty text{hint}")
+
+
+def trackers(report_to: str | list) -> list[str]:
+    """The Accelerate trackers `report_to` names ([]: none; "all": every installed one), or a `RecipeError` for an
+    unknown name or a tracker whose package is not installed, before anything is trained: Accelerate itself would
+    drop such a tracker without a word."""
+    from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
+
+    names = [n.strip() for n in report_to.split(",")] if isinstance(report_to, str) else list(report_to)
+    installed = [str(t) for t in get_available_trackers()]
+    if names == ["all"]:
+        return installed
+    if names in (["none"], [""], []):
+        return []
+    known = list(LOGGER_TYPE_TO_CLASS)
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise RecipeError(f"recipe key 'report_to' must be none, all, or one or several (a list or 'a,b') of "
+                          f"{', '.join(known)}; got {report_to!r}")
+    missing = [n for n in names if n not in installed]
+    if missing:
+        raise RecipeError("recipe key 'report_to': " + "; ".join(f"tracker {n!r} needs the package {n}" for n in missing)
+                          + f", which is not installed: pip install {' '.join(missing)} (or report_to: none)")
+    return list(dict.fromkeys(names))
+
+
+def _check_range(key: str, value, low, high, low_in: bool, high_in: bool) -> None:
+    """A `RecipeError` naming the key and its interval unless `value` (None: the key is unset) lies in it."""
+    if value is None:
+        return
+    if (value >= low if low_in else value > low) and (high is None or (value <= high if high_in else value < high)):
+        return
+    interval = f"{'[' if low_in else '('}{low}, {'inf' if high is None else high}{']' if high_in else ')'}"
+    raise RecipeError(f"recipe key {key!r} must be in {interval}, got {value!r}")
+
+
+def _check_lora(lora: dict) -> None:
+    """`lora`: `r` (int >= 1), `alpha` (> 0), `dropout` (in [0, 1)), `target_modules` (names, or null for the
+    family's default); every key optional."""
+    unknown = [k for k in lora if k not in LORA_KEYS]
+    if unknown:
+        raise RecipeError(f"unknown key(s) {', '.join(map(repr, unknown))} in recipe key 'lora'; "
+                          f"valid: {', '.join(LORA_KEYS)}")
+
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    checks = {"r": (lambda v: number(v) and isinstance(v, int) and v >= 1, "an integer >= 1"),
+              "alpha": (lambda v: number(v) and v > 0, "a number > 0"),
+              "dropout": (lambda v: number(v) and 0 <= v < 1, "in [0, 1)"),
+              "target_modules": (lambda v: v is None or (isinstance(v, list) and len(v) > 0
+                                                          and all(isinstance(m, str) for m in v)),
+                                 "a non-empty list of module names or null")}
+    for key, value in lora.items():
+        valid, expected = checks[key]
+        if not valid(value):
+            raise RecipeError(f"recipe key 'lora.{key}' must be {expected}, got {value!r}")
+
+
+def recipe_from_dict(fields: dict[str, Any], source: str = "recipe", user_keys: Iterable[str] | None = None) -> Recipe:
+    """A checked `Recipe` from a mapping of its fields; `user_keys` (default: every key of `fields`) are those the
+    user set, as opposed to a shipped recipe's (`Recipe.set_by_user`)."""
+    if not isinstance(fields, dict):
+        raise RecipeError(f"{source} must be a YAML mapping of keys to values, got {type(fields).__name__}")
+    hints = typing.get_type_hints(Recipe)
+    unknown = [k for k in fields if k not in hints]
+    if unknown:
+        raise RecipeError(f"unknown recipe key(s) {', '.join(map(repr, unknown))} in {source}; "
+                          f"valid keys: {', '.join(valid_keys())}")
+    values = {k: _coerce(k, v, hints[k]) for k, v in fields.items()}
+    for key in PATH_KEYS:  # `~/runs` as the shell would expand it: never a folder named ~ in the working folder
+        if isinstance(values.get(key), str) and values[key].startswith("~"):
+            values[key] = str(Path(values[key]).expanduser())
+    recipe = Recipe(**values)
+    _check_choices(recipe)
+    recipe.set_by_user = frozenset(fields if user_keys is None else user_keys)
+    return recipe
+
+
+def parse_overrides(argv: list[str]) -> dict[str, Any]:
+    """`--key value`, `--key=value` and `--set key=value` pairs as a dict of YAML-parsed values."""
+    out, i = {}, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--set":
+            if i + 1 >= len(argv) or "=" not in argv[i + 1]:
+                raise RecipeError("--set expects key=value")
+            key, raw = argv[i + 1].split("=", 1)
+            i += 2
+        elif arg.startswith("--") and "=" in arg:
+            key, raw = arg[2:].split("=", 1)
+            i += 1
+        elif arg.startswith("--"):
+            if i + 1 >= len(argv):
+                raise RecipeError(f"{arg} expects a value")
+            key, raw = arg[2:], argv[i + 1]
+            i += 2
+        else:
+            raise RecipeError(f"unexpected command-line argument {arg!r}; use --key value or --set key=value")
+        out[key.replace("-", "_")] = _yaml(raw, f"--{key}") if raw != "" else ""
+    return out
+
+
+def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Recipe:
+    """The recipe at `path` (YAML) with `overrides` applied on top, checked."""
+    fields: dict[str, Any] = {}
+    source, user = "recipe", set(overrides or {})
+    if path is not None:
+        recipes = bundled("recipes")
+        file = Path(path) if Path(path).is_file() else recipes.get(str(path))
+        if file is None:
+            raise FileNotFoundError(f"recipe {str(path)!r} is neither a file nor a recipe name; recipe names: "
+                                    f"{', '.join(recipes)}")
+        source = str(path)
+        fields = _yaml(file.read_text(), source) or {}
+        if not isinstance(fields, dict):
+            raise RecipeError(f"{source} must be a YAML mapping of keys to values")
+        if Path(path).is_file():  # the user's own recipe file; a shipped recipe's keys are not the user's
+            user |= set(fields)
+    return recipe_from_dict({**fields, **(overrides or {})}, source, user)
+
+
+def _yaml(text: str, where: str) -> Any:
+    """`text` parsed as YAML, or a `RecipeError` naming `where` (a file or an override) and the line and column."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        at = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise RecipeError(f"{where}:{at} is not valid YAML ({problem}); a value with a colon, # or brackets needs "
+                          f"quotes") from None
+
+
+def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,
+               description: str = "", command: str | None = None) -> Recipe:
+    """Command line of every entry script: `--recipe PATH` plus field overrides; keys the user set that `command`
+    does not read (`COMMAND_KEYS`) are refused."""
+    parser = argparse.ArgumentParser(description=description, add_help=True,
+                                     epilog=f"Recipe keys (override with --key value): {', '.join(valid_keys())}")
+    parser.add_argument("--recipe", default=default_recipe,
+                        help="a recipe name (lineage configs recipes) or a YAML file")
+    args, rest = parser.parse_known_args(argv)
+    recipe = load_recipe(args.recipe, parse_overrides(rest))
+    unread = sorted(k for k in recipe.set_by_user if command and command not in COMMAND_KEYS.get(k, (command,)))
+    if unread:
+        raise RecipeError("; ".join(f"recipe key {k!r} is read by {' and '.join(COMMAND_KEYS[k])} only" for k in unread)
+                          + f": {command} would ignore it, and its recipe.yaml and model card would show it as used; "
+                          f"drop it")
+    return recipe
+
+
+def available_presets() -> list[str]:
+    return list(bundled("models"))
+
+
+def load_model_config(name_or_path: str, **overrides):
+    """The config of a preset name (`lineage configs models`), a config.json path, or a model folder."""
+    from transformers import AutoConfig
+
+    import modeling  # noqa: F401  (registers the Lineage families)
+
+    path = Path(name_or_path)
+    if path.is_dir() and (path / "config.json").is_file():
+        return AutoConfig.from_pretrained(str(path), **overrides)
+    candidate = path if path.suffix == ".json" else bundled("models").get(name_or_path)
+    if candidate is not None and candidate.is_file():
+        fields = json.loads(candidate.read_text())
+        if "model_type" not in fields:
+            raise RecipeError(f"model config {name_or_path} has no 'model_type'")
+        return AutoConfig.for_model(fields.pop("model_type"), **{**fields, **overrides})
+    raise FileNotFoundError(f"model preset {name_or_path!r} does not exist: it is neither a preset name "
+                            f"({', '.join(available_presets())}), a config.json file nor a saved model folder")
+
+
+def check_model_overrides(overrides: dict[str, Any], config) -> None:
+    """Refuse a `model_overrides` key that is no field of `config`'s class: transformers would keep a misspelt
+    key as a stray attribute and build the model without it."""
+    fields = set(config.to_dict()) | set(inspect.signature(type(config).__init__).parameters)
+    fields |= {"num_labels", "attn_implementation"}  # taken by PreTrainedConfig / from_pretrained, not listed above
+    unknown = sorted(set(overrides) - fields - {"self", "kwargs"})
+    if unknown:
+        raise RecipeError(f"recipe key 'model_overrides': {', '.join(map(repr, unknown))} is no field of "
+                          f"{config.model_type} configs; valid fields: {', '.join(sorted(fields - {'self', 'kwargs'}))}")
+
+
+def check_stream(max_steps: int, dataloader_num_workers: int) -> None:
+    """Refuse what a streamed run cannot do: size itself by epochs (a stream has no length), or read in loader worker
+    processes (which read ahead of training, so the stream's position a checkpoint saves would be past the trained
+    batches)."""
+    if max_steps <= 0:
+        raise RecipeError(f"recipe key 'streaming' is true but 'max_steps' is {max_steps}: a stream has no length, so "
+                          f"'num_train_epochs' cannot size the run; set max_steps > 0 (the stream is read again from "
+                          f"its start whenever it ends before max_steps)")
+    if dataloader_num_workers > 0:
+        raise RecipeError(f"recipe key 'streaming' is true but 'dataloader_num_workers' is {dataloader_num_workers}: a "
+                          f"stream is read in the training process, so that the position a checkpoint saves is exactly "
+                          f"that of the trained batches (workers read ahead); set dataloader_num_workers to 0")
+
+
+__all__ = ["BUNDLED", "COMMAND_KEYS", "COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "available_presets",
+           "bundled", "check_model_overrides", "check_stream", "load_model_config", "load_recipe", "parse_args",
+           "parse_overrides", "recipe_from_dict", "trackers", "valid_keys"]

@@ -1,0 +1,370 @@
+"""Who owns an output folder: one run at a time, and a run deletes only what it wrote itself.
+
+A run claims its `output_dir` (`claim`) before it writes anything there; only the main process of a launch claims.
+Before anything is written, the folder is checked (`check_output_dir`): it must be given (not `''`), must not be the
+working folder, a file, a folder holding one of the run's inputs (`--tokenizer`, `--model`, data files), a saved
+model folder (a `config.json`: a run publishes its model into `<output_dir>/model`, never over one) or a folder this
+user cannot write.
+
+`<output_dir>/run.json` is the run's record: the recipe's hash, the start time, the process and host, the command,
+one entry per accepted resume (the recipe keys that changed, `note_resume`), and `wrote`, the manifest of every file
+the run has written under the folder, each with its size and a hash of its first and last MiB (`record_written`,
+called as each part is written: tokenizer, log, checkpoints, loss curve, model, adapter). Files the run keeps
+appending to (the log) are recorded by size only. What the manifest says decides what a later run may delete:
+
+- the paths a run writes (`RUN_FILES`) are deleted (or resumed into) only when the manifest of the record in the
+  folder accounts for every file under them, unchanged (the files of a checkpoint folder by their names: a kill may
+  come between a save and its record); anything else there (another program's `tokenizer/`, a `run.json` without a
+  manifest, a file added or edited since) is refused, naming it, and nothing is deleted;
+- a folder whose run trained (`WORK`: checkpoints, log, model, adapter) is refused unless the recipe resumes
+  (`resume_from_checkpoint`, which changes the record only once the resume is accepted) or asks to start over
+  (`overwrite_output_dir`, which prints every path it deletes); the record and tokenizer of a run that stopped before
+  its first step are deleted, each path printed;
+- `<output_dir>/.lock` (created atomically, holding the process id and host) keeps a second live run out; a lock
+  whose process is gone (a killed run) is reported and taken over, never obeyed forever.
+
+The commands that write a folder of their own (`train_tokenizer`, `export`, `convert`, `attention-maps`) use
+`check_writer_output` and `staged_output`: they write into a new or empty folder, or replace one that their own
+manifest (`.lineage-output.json` in it) says they wrote, unchanged since; the files are written beside it first and
+moved into place when complete, so a failure leaves the folder as it was.
+
+The lock is released when the run publishes its model (`release`) or its process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import yaml
+
+from train.data.staging import process_alive
+from train.run.checkpoints import CHECKPOINT_PREFIX, DELETING, OLD, TMP
+
+RECORD, LOCK, OUTPUT_RECORD = "run.json", ".lock", ".lineage-output.json"
+RUN_FILES = ("checkpoints", "logs", "tokenizer", "model", "adapter", "loss_curve.png")  # what a run writes
+WORK = ("checkpoints", "logs", "model", "adapter")  # a run that left none of these never trained: it is replaced
+APPENDED = ("logs",)  # written to as the run goes: recorded by size, which only grows
+_SAMPLE = 1 << 20  # bytes hashed from each end of a file: a fingerprint, not a full read of a multi-GB checkpoint
+_claims: dict[Path, object] = {}  # folder -> the recipe object of the run in this process that claimed it
+
+
+class OutputDirError(RuntimeError):
+    """An output folder that this run may not write into."""
+
+
+def recipe_hash(recipe) -> str:
+    return hashlib.sha256(yaml.safe_dump(recipe.training_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def run_inputs(recipe) -> dict[str, str]:
+    """The recipe keys naming local paths that the run reads (they must lie outside its output folder)."""
+    keys = ("tokenizer", "model", "train_file", "validation_file", "dataset")
+    return {key: value for key in keys if (value := getattr(recipe, key)) and Path(value).exists()}
+
+
+def _check_path(value: str, argument: str) -> Path:
+    """`value` resolved, unless it is empty, a file (or below one) or the working folder."""
+    if not str(value).strip():
+        raise OutputDirError(f"{argument} is empty: give a folder for the run's files (it is created when missing), "
+                             f"e.g. outputs/run")
+    for candidate in (Path(value), *Path(value).parents):
+        if candidate.exists() and not candidate.is_dir():
+            raise OutputDirError(f"{argument}: {candidate} is a file, not a folder; give a folder path (it is created "
+                                 f"when missing)")
+    folder = Path(value).resolve()
+    if folder == Path.cwd().resolve():
+        raise OutputDirError(f"{argument} is the working folder {folder}: the output is written into subfolders and "
+                             f"files of it; give a folder of its own, e.g. outputs/run")
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputDirError(f"{argument}: {existing} is not writable by this user, so nothing could be saved "
+                             f"there; give a folder you can write to")
+    return folder
+
+
+def check_output_dir(value: str, inputs: dict[str, str] | None = None,
+                     argument: str = "recipe key 'output_dir'") -> Path:
+    """The resolved run folder, or an `OutputDirError` naming why the run may not write there (module docstring);
+    writes nothing."""
+    folder = _check_path(value, argument)
+    for key, path in (inputs or {}).items():
+        resolved = Path(path).resolve()
+        if resolved == folder or folder in resolved.parents:
+            raise OutputDirError(f"{argument} {folder} holds an input of this run (recipe key {key!r}: {path}); the "
+                                 f"output folder must lie outside every input, so that nothing the run reads is "
+                                 f"ever replaced or deleted: choose another folder")
+    if (folder / "config.json").is_file():
+        raise OutputDirError(f"{argument} {folder} is a saved model folder (it holds config.json); a run publishes its "
+                             f"own model into <output_dir>/model and never writes over a model: choose a new folder")
+    return folder
+
+
+# ----------------------------------------------------------------------------- manifests
+
+def _fingerprint(path: Path) -> list:
+    """[size, hash of the first and last `_SAMPLE` bytes]: what a manifest records of a file."""
+    size, digest = path.stat().st_size, hashlib.sha256()
+    with open(path, "rb") as handle:
+        digest.update(handle.read(_SAMPLE))
+        if size > _SAMPLE:
+            handle.seek(max(_SAMPLE, size - _SAMPLE))
+            digest.update(handle.read())
+    return [size, digest.hexdigest()[:16]]
+
+
+def _listing(folder: Path, name: str) -> dict[str, list]:
+    """Every file at or under `folder/name`, by its path relative to `folder`, with its fingerprint (its size alone
+    for `APPENDED` parts and for checkpoint files, which are owned by their names: `_checkpoint_file`)."""
+    root = folder / name
+    paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    listing = {}
+    for path in paths:
+        relative = path.relative_to(folder).as_posix()
+        by_size = name in APPENDED or _checkpoint_file(relative)
+        listing[relative] = [path.stat().st_size] if by_size else _fingerprint(path)
+    return listing
+
+
+def _under(relative: str, name: str) -> bool:
+    return relative == name or relative.startswith(name + "/")
+
+
+def _unchanged(folder: Path, name: str, wrote: dict[str, list]) -> bool:
+    """Whether `folder/name` holds only files that `wrote` records, each as recorded (an `APPENDED` one may have
+    grown), or files of the checkpoint folders a save names itself (`_checkpoint_file`); recorded files may have
+    gone (a checkpoint rotated out)."""
+    for relative, now in _listing(folder, name).items():
+        before = wrote.get(relative)
+        if _checkpoint_file(relative):
+            continue
+        if before is None or (now[0] < before[0] if name in APPENDED else now != before):
+            return False
+    return True
+
+
+def _checkpoint_file(relative: str) -> bool:
+    """A file inside a folder that a checkpoint save names (`step-N`, or its `.tmp-` / `.old-` / `.del-` stages):
+    the run's own even when a kill came between the write and its record. A checkpoint's integrity is its state
+    file's business (`checkpoints.verify_checkpoint`), not the manifest's."""
+    parts = relative.split("/")
+    return (len(parts) > 2 and parts[0] == "checkpoints"
+            and parts[1].startswith((CHECKPOINT_PREFIX, TMP, OLD, DELETING)))
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write `data` to `path` through a temporary file and a rename: a reader never sees half a record."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def _delete(path: Path, why: str) -> None:
+    print(f"{why}: deleting {path}", flush=True)
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+# ----------------------------------------------------------------------------- runs
+
+def claim(recipe) -> Path:
+    """Check `recipe.output_dir` (module docstring), take its lock and start the run record; idempotent for one run
+    (the same recipe object). A refusal deletes nothing and leaves no file behind. Returns the folder."""
+    if recipe.output_dir and _claims.get(Path(recipe.output_dir).resolve()) is recipe:
+        return Path(recipe.output_dir).resolve()
+    folder = check_output_dir(recipe.output_dir, run_inputs(recipe))
+    existed = folder.is_dir()
+    _take_lock(folder)
+    try:
+        record = _read_json(folder / RECORD) if existed else None
+        if recipe.resume_from_checkpoint:
+            if record is None:
+                _write_record(folder, recipe)  # a folder without a record: the resume starts one
+            else:
+                _refuse_foreign(folder, record)  # a resume must not adopt files it did not write
+        else:
+            _clear_for_new_run(folder, record, recipe.overwrite_output_dir)
+            _write_record(folder, recipe)
+    except BaseException:
+        _release_lock(folder)
+        if not existed:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    _claims[folder] = recipe
+    return folder
+
+
+def _refuse_foreign(folder: Path, record: dict | None) -> list[str]:
+    """The paths of `RUN_FILES` present in `folder`, or an `OutputDirError` naming those that the record's manifest
+    does not account for (module docstring)."""
+    present = [name for name in RUN_FILES if (folder / name).exists()]
+    wrote = (record or {}).get("wrote")
+    wrote = wrote if isinstance(wrote, dict) else None
+    foreign = [name for name in present if wrote is None or not _unchanged(folder, name, wrote)]
+    if (folder / RECORD).exists() and wrote is None:
+        foreign.insert(0, RECORD)  # another program's run.json, or one from before records listed their files
+    if foreign:
+        raise OutputDirError(
+            f"output_dir {folder} holds {', '.join(foreign)}, which no Lineage run recorded writing there (or which "
+            f"changed since): a run writes these paths itself and deletes only files its own record lists; move "
+            f"them away or choose another --output_dir")
+    return present
+
+
+def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> None:
+    """Delete what an earlier run recorded writing here, when it may be (module docstring); refuse otherwise."""
+    present = _refuse_foreign(folder, record)
+    if any(name in WORK for name in present) and not overwrite:
+        raise OutputDirError(
+            f"output_dir {folder} holds another run's files ({', '.join([RECORD, *present])}); to continue that run "
+            f"pass --resume_from_checkpoint latest, to delete its files and start over pass --overwrite_output_dir "
+            f"true, or choose another --output_dir")
+    why = ("overwrite_output_dir" if any(name in WORK for name in present)
+           else "a run that stopped before training (no checkpoint, log or model)")
+    for name in present:
+        _delete(folder / name, why)
+
+
+def record_written(recipe, *names: str) -> None:
+    """Record in the run's manifest every file now at or under `<output_dir>/<name>` (the parts `names` of
+    `RUN_FILES` that the run has just written), replacing what was recorded for them; main process only."""
+    folder = Path(recipe.output_dir).resolve()
+    record = _read_json(folder / RECORD) or {}
+    wrote = {k: v for k, v in record.get("wrote", {}).items() if not any(_under(k, name) for name in names)}
+    for name in names:
+        if (folder / name).exists():
+            wrote.update(_listing(folder, name))
+    record["wrote"] = dict(sorted(wrote.items()))
+    _write_json(folder / RECORD, record)
+
+
+def note_resume(recipe, checkpoint: Path, step: int, changed: dict) -> None:
+    """Add an accepted resume (its checkpoint, step, command and the recipe keys changed since:
+    {key: [before, now]}) to the record."""
+    path = Path(recipe.output_dir).resolve() / RECORD
+    record = _read_json(path) or {}
+    record.setdefault("resumes", []).append({"checkpoint": str(checkpoint), "step": step, "changed": changed,
+                                             "time": _now(), "pid": os.getpid(), "command": sys.argv})
+    _write_json(path, record)
+
+
+def release(recipe) -> None:
+    """Give the folder's lock back (the run has published its model)."""
+    folder = Path(recipe.output_dir).resolve()
+    _claims.pop(folder, None)
+    _release_lock(folder)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def _write_record(folder: Path, recipe) -> None:
+    _write_json(folder / RECORD, {"recipe_sha256": recipe_hash(recipe), "started": _now(), "pid": os.getpid(),
+                                  "host": socket.gethostname(), "command": sys.argv, "resumes": [], "wrote": {}})
+
+
+# ----------------------------------------------------------------------------- other commands' folders
+
+def check_writer_output(value: str, command: str, argument: str = "--output_dir") -> Path:
+    """The resolved folder that `command` may write (new, empty, or holding only what its own manifest records,
+    unchanged), or an `OutputDirError` naming what is in the way; writes nothing."""
+    folder = _check_path(value, argument)
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return folder
+    own = _read_json(folder / OUTPUT_RECORD) or {}
+    wrote = own.get("wrote") if own.get("command") == command else None
+    others = [p.name for p in sorted(folder.iterdir())
+              if p.name != OUTPUT_RECORD and (wrote is None or not _unchanged(folder, p.name, wrote))]
+    if wrote is None or others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise OutputDirError(
+            f"{argument} {folder} is not empty and holds {shown}, which {command} did not write there (or which "
+            f"changed since): {command} writes into a new or empty folder, or replaces its own earlier output; choose "
+            f"another folder")
+    return folder
+
+
+@contextmanager
+def staged_output(folder: Path, command: str | None = None) -> Iterator[Path]:
+    """A temporary folder beside `folder` to write into; when the block completes it is recorded as `command`'s
+    output (`OUTPUT_RECORD`; None: a run's part, which the run's own manifest records) and moved into place,
+    replacing `folder` (checked by `check_writer_output` or, for a run, `claim`); when it raises, it is removed and
+    `folder` stays as it was."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-"))
+    try:
+        yield staging
+        if command is not None:
+            wrote = {k: v for p in staging.iterdir() for k, v in _listing(staging, p.name).items()}
+            _write_json(staging / OUTPUT_RECORD, {"command": command, "wrote": wrote})
+        if folder.exists():
+            retired = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old-"))
+            folder.rename(retired / folder.name)
+            staging.rename(folder)
+            shutil.rmtree(retired)
+        else:
+            staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _take_lock(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / LOCK
+    mine = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                holder = json.loads(lock.read_text())
+            except (ValueError, OSError):
+                holder = {}
+            pid, host = holder.get("pid"), holder.get("host")
+            if pid == os.getpid() and host == mine["host"]:
+                return  # this process's own (an earlier run in it that raised)
+            if host == mine["host"] and isinstance(pid, int) and not process_alive(pid):
+                print(f"output_dir {folder}: removing the stale lock of process {pid}, which no longer runs",
+                      flush=True)
+                lock.unlink(missing_ok=True)
+                continue
+            raise OutputDirError(
+                f"output_dir {folder} is in use by another run (process {pid} on {host}, since "
+                f"{holder.get('started')}): two runs in one folder overwrite each other's checkpoints and log; wait "
+                f"for it, choose another --output_dir, or delete {lock} if that run is gone") from None
+        with os.fdopen(fd, "w") as f:
+            json.dump(mine, f)
+        atexit.register(_release_lock, folder)
+        return
+
+
+def _release_lock(folder: Path) -> None:
+    lock = folder / LOCK
+    try:
+        holder = json.loads(lock.read_text())
+    except (ValueError, OSError):
+        return
+    if holder.get("pid") == os.getpid():
+        lock.unlink(missing_ok=True)
+
+
+__all__ = ["LOCK", "OUTPUT_RECORD", "OutputDirError", "RECORD", "RUN_FILES", "check_output_dir", "check_writer_output",
+           "claim", "note_resume", "recipe_hash", "record_written", "release", "run_inputs", "staged_output"]

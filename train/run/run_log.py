@@ -1,0 +1,99 @@
+"""A run's log: every step record and evaluation, in memory (`history`), in `<output_dir>/logs/metrics.jsonl`
+(written by the main process, one JSON object a line) and in the Accelerate trackers the recipe reports to
+(`report_to`: TensorBoard under `<output_dir>/logs/lineage`, W&B, MLflow, ...): each gets the recipe as the run's
+config and every numeric figure of each record at its step. They are all one project, `lineage`; W&B and MLflow
+name the run after the output folder. A resumed run keeps the records up to its checkpoint's step and drops the
+rest. `check_tracker_login` refuses, before training, a hosted tracker (W&B, Comet) that has no account to log
+to and is not set to log offline: it would ask for a key mid-run or drop the figures."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from accelerate import Accelerator
+
+from train.run.recipes import RecipeError
+
+PROJECT = "lineage"  # the trackers' project (TensorBoard: the folder under logs/)
+
+
+class RunLog:
+    def __init__(self, accelerator: Accelerator, output_dir: Path, tracked: bool, recipe_fields: dict):
+        """`tracked`: the accelerator was built with trackers (`log_with`), which get the config and the figures."""
+        self.accelerator, self.tracked = accelerator, tracked
+        self.file = output_dir / "logs" / "metrics.jsonl"
+        self.history: list[dict] = []
+        if tracked:
+            run = output_dir.resolve().name
+            accelerator.init_trackers(PROJECT, config=_scalars(recipe_fields),
+                                      init_kwargs={"wandb": {"name": run}, "mlflow": {"run_name": run}})
+
+    def restart(self, step: int = 0) -> None:
+        """Keep the records up to `step` (0: a new run keeps none), in memory and on disk."""
+        self.history = [r for r in read_jsonl(self.file) if r.get("step", 0) <= step] if step else []
+        if self.accelerator.is_main_process:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            self.file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+
+    def record_launch(self, step: int, launch: dict, changed: dict | None = None) -> None:
+        """How this (re)start of the run is distributed (`train.run.distributed.describe`): its first line; with the
+        recipe keys a resume changed ({key: [before, now]})."""
+        record = {"step": step, "seconds": 0.0, "launch": launch, **({"changed": changed} if changed else {})}
+        self.history.append(record)
+        if self.accelerator.is_main_process:
+            with self.file.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def record(self, record: dict) -> None:
+        self.history.append(record)
+        if self.accelerator.is_main_process:
+            with self.file.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        if self.tracked:
+            scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
+            self.accelerator.log(scalars, step=record["step"])
+
+    def values(self, key: str) -> list:
+        """Every logged value of `key`, in order."""
+        return [r[key] for r in self.history if key in r]
+
+
+# hosted trackers: (the environment variables that hold a key, the netrc machine of a stored login, the variable and
+# values that log offline)
+HOSTED = {"wandb": (("WANDB_API_KEY",), "api.wandb.ai", ("WANDB_MODE", ("offline", "disabled", "dryrun"))),
+          "comet_ml": (("COMET_API_KEY",), None, ("COMET_MODE", ("offline", "disabled")))}
+
+
+def check_tracker_login(names: list[str]) -> None:
+    """Refuse a hosted tracker of `names` (`recipes.trackers`) with no key, no stored login and no offline mode."""
+    import netrc
+
+    for name in names:
+        if name not in HOSTED:
+            continue
+        keys, machine, (mode, offline) = HOSTED[name]
+        if any(os.environ.get(k) for k in keys) or os.environ.get(mode, "").lower() in offline:
+            continue
+        try:
+            stored = machine is not None and netrc.netrc().authenticators(machine) is not None
+        except (OSError, netrc.NetrcParseError):
+            stored = False
+        if not stored:
+            raise RecipeError(f"recipe key 'report_to' names {name}, which has no login here (no {', '.join(keys)}"
+                              f"{f', no {machine} entry in ~/.netrc' if machine else ''}): set the key, log in, set "
+                              f"{mode}=offline to log locally, or leave {name} out of report_to")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _scalars(fields: dict) -> dict:
+    return {k: v if isinstance(v, (int, float, str, bool)) else json.dumps(v) for k, v in fields.items()}
+
+
+__all__ = ["HOSTED", "RunLog", "check_tracker_login", "read_jsonl"]

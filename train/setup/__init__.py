@@ -1,0 +1,1 @@
+"""Setup of a run from a recipe: the model, the tokenizer, the data splits, LoRA."""

@@ -1,0 +1,74 @@
+"""LoRA fine-tuning (Hu et al. 2021) through peft, the optional extra `peft`, for the recipe key `lora`.
+
+`apply_lora(model, settings)` wraps a model with `peft.get_peft_model`: rank `r` (default 8), `alpha` (default
+16), `dropout` (default 0.0) and `target_modules` (default: every attention and feed-forward projection, which
+`import modeling` registers with peft for each family). The head modules outside the backbone (a new classifier)
+train in full (`modules_to_save`). A `target_modules` name that matches no linear layer of the model is refused
+before training, listing the layers' names (`check_target_modules`). After training, `merge_lora` saves the adapter
+alone to `<output_dir>/adapter` (`PeftModel.from_pretrained(base, folder)` reloads it) and hands the engine the
+merged model, which the engine publishes to `<output_dir>/model` as an ordinary Lineage folder (AutoModel classes,
+no peft needed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import nn
+
+from train.run.recipes import RecipeError
+
+
+def head_modules(model) -> list[str]:
+    """The model's top-level modules outside the backbone that own parameters the backbone does not share
+    (a classification head; not an output layer tied to the embeddings)."""
+    backbone = getattr(model, model.base_model_prefix)
+    shared = {id(p) for p in backbone.parameters()}
+    return [name for name, child in model.named_children()
+            if child is not backbone and any(id(p) not in shared for p in child.parameters())]
+
+
+def linear_layer_names(model) -> list[str]:
+    """The last names of the model's linear layers, each once, in module order (`q_proj`, ..., `classifier`)."""
+    return list(dict.fromkeys(name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                              if isinstance(module, nn.Linear)))
+
+
+def check_target_modules(model, targets: list[str] | None) -> None:
+    """Refuse `lora.target_modules` names that match no linear layer by peft's rule (a layer whose dotted path is the
+    name or ends with `.name`): peft skips such a name with a warning when another matches, and fails with its own
+    error when none does."""
+    if targets is None:
+        return
+    paths = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    unknown = [t for t in targets if not any(path == t or path.endswith(f".{t}") for path in paths)]
+    if unknown:
+        raise RecipeError(
+            f"recipe key 'lora.target_modules': {', '.join(map(repr, unknown))} "
+            f"{'names' if len(unknown) == 1 else 'name'} no linear layer of {type(model).__name__}; its linear layers "
+            f"are {', '.join(linear_layer_names(model))} (a name matches every layer whose dotted path ends with it)")
+
+
+def apply_lora(model, settings: dict):
+    """`model` wrapped for LoRA training as the recipe's `lora` mapping says (module docstring)."""
+    try:
+        import peft
+    except ImportError as error:
+        raise RecipeError("recipe key 'lora' needs peft: pip install 'lineage[peft]'") from error
+    check_target_modules(model, settings.get("target_modules"))
+    config = peft.LoraConfig(r=settings.get("r", 8), lora_alpha=settings.get("alpha", 16),
+                             lora_dropout=settings.get("dropout", 0.0), target_modules=settings.get("target_modules"),
+                             modules_to_save=head_modules(model) or None)
+    return peft.get_peft_model(model, config)
+
+
+def merge_lora(engine, adapter_folder: str | Path) -> Path:
+    """Save the trained adapter to `adapter_folder` and give `engine` the merged model to publish."""
+    model = engine.accelerator.unwrap_model(engine.model)
+    if engine.accelerator.is_main_process:
+        model.save_pretrained(adapter_folder)
+    engine.model = model.merge_and_unload()
+    return Path(adapter_folder)
+
+
+__all__ = ["apply_lora", "check_target_modules", "head_modules", "linear_layer_names", "merge_lora"]

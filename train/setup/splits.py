@@ -1,0 +1,130 @@
+"""What every entry script wires the same way: data splits, the tokenizer, the model, and the run summary.
+
+- `load_splits(recipe, columns)`: the training and validation splits; each (`load_split`) from
+  `train_file` / `validation_file` when given, else `recipe.dataset` (`embedded:<task>`, a file, or a Hub name)
+  through `train.data.files.load_text_dataset`; a missing file raises before anything is built. With `streaming` the
+  training split is a stream (`datasets.IterableDataset`); validation is read whole.
+- `model_source(recipe, command, kinds)`: `recipe.model` resolved (`train.setup.models.resolve_model`: preset,
+  config.json, Lineage folder or Hub id, transformers reference checkpoint), refused unless its family is one the
+  command trains; then `check_before_start`: lengths against the model's positions, the precision, the Hub upload.
+- `get_tokenizer(recipe, kind, texts, source)`: for a pretrained source the checkpoint's own tokenizer (or
+  `recipe.tokenizer`, checked against it) completed with the tokens Lineage's templates need
+  (`tokenizers.pretrained_tokenizer`); for a preset `recipe.tokenizer` if set, else one trained on the first
+  `recipe.tokenizer_train_size` characters of `texts()` with `recipe.tokenizer_vocab_size` tokens, or the same one
+  reused from the cache (`tokenization.reused_or_trained`). A pretrained model is never paired with a freshly
+  trained vocabulary.
+- `build_model(recipe, auto_class, tokenizer, kind, source)`: a pretrained source's weights (converted and checked
+  for a reference checkpoint) under the head `auto_class`, its embeddings grown to the tokenizer's added tokens
+  (`models.fit_embeddings`); or a fresh model from a preset whose vocabulary and special ids are taken from the
+  tokenizer (unless `model_overrides` sets `vocab_size` explicitly; the engine then checks the two agree).
+- `check_sequence_room(recipe, tokenizer, texts, what)`: a `max_seq_length` that leaves room for text.
+- `forward_options(model, **options)`: training options passed to every forward call of a block (sparse prediction,
+  unpadding), never stored in the config; `unpadding_on_gpu(model, device)`: BERT's unpadding on a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import datasets
+
+import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
+from train.data.files import Columns, UnknownColumnError, load_text_dataset
+from train.run.recipes import Recipe, RecipeError, check_stream
+
+COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_column and label_column, or rename it"
+
+
+
+def load_split(recipe: Recipe, split: str, columns: Columns = (), default_dataset: str = "",
+               column_advice: str = COLUMN_ADVICE):
+    """One split (`train` or `validation`) of the recipe's data (`Recipe.data_source`), `.txt` files cut into rows as
+    `text_sample_by` says. The embedded corpus is made with `train_size` / `eval_size` rows; a user's file or Hub
+    dataset is cut to them (its first rows) only when the user set the key, not when a shipped recipe did, and a
+    cut, or a size left unapplied, is printed with both counts. A column the data lacks is refused with
+    `column_advice` (which keys of the command name the columns).
+
+    With `streaming`, the training split is a `datasets.IterableDataset` read as training goes (a recipe that cannot
+    train from one is refused first: `batching.check_stream`), cut by `.take(n)`; the validation split is read whole
+    as without it, except a Hub dataset's, which is streamed into memory (so that no split of a Hub corpus is
+    downloaded whole)."""
+    key = "train_size" if split == "train" else "eval_size"
+    size, file = getattr(recipe, key), recipe.train_file if split == "train" else recipe.validation_file
+    source = recipe.data_source(split, default_dataset)
+    if not source:
+        raise RecipeError("the recipe names no data: set 'dataset' (e.g. embedded:nli) or 'train_file'")
+    embedded = source.startswith("embedded:")
+    if split != "train" and file is None and (recipe.train_file or Path(source).exists()):
+        return None  # local training files and no validation file: no evaluation
+    streamed = recipe.streaming and (split == "train" or (file is None and not embedded))
+    if recipe.streaming and split == "train":
+        check_stream(recipe.max_steps, recipe.dataloader_num_workers)
+    kwargs = ({"size": size, "seed": recipe.seed} if embedded
+              else {"hub_config": recipe.dataset_config, "text_sample_by": recipe.text_sample_by})
+    try:
+        dataset = load_text_dataset(source, split, columns=columns, streaming=streamed, **kwargs)
+    except UnknownColumnError as error:
+        raise UnknownColumnError(f"{error}: {column_advice}") from None
+    if streamed and not embedded:  # its length is unknown: cut by the user's key, never counted
+        if size is not None and key in recipe.set_by_user:
+            print(f"{key} {size}: using the first {size} rows of {source} (streamed)", flush=True)
+            dataset = dataset.take(size)
+        elif size is not None:
+            print(f"{source}: streaming all its rows (the shipped recipe's {key} {size} sizes the embedded corpus; "
+                  f"set --{key} to cut your data)", flush=True)
+        if split != "train":  # evaluation reads its data whole, each time
+            dataset = datasets.Dataset.from_list(list(dataset), features=dataset.features)
+    elif size is not None and not embedded and len(dataset) > size:
+        if key in recipe.set_by_user:
+            print(f"{key} {size}: using the first {size} of the {len(dataset)} rows of {source}", flush=True)
+            dataset = dataset.select(range(size))
+        else:
+            print(f"{source}: using all {len(dataset)} rows (the shipped recipe's {key} {size} sizes the embedded "
+                  f"corpus; set --{key} to cut your data)", flush=True)
+    return dataset
+
+
+
+def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str = "", column_advice: str = COLUMN_ADVICE):
+    """`(train, validation)`: both splits of the recipe's data (`load_split`); validation may be None. Refused first:
+    a validation file without a training file (the run would train on the recipe's dataset), the same file for both
+    (the figures would be training figures), `dataset_config` for data that is no Hub dataset."""
+    train, validation = recipe.train_file, recipe.validation_file
+    if validation and not train:
+        raise RecipeError(f"recipe key 'validation_file' is {validation!r} but 'train_file' is not set: the run would "
+                          f"train on {recipe.data_source('train', default_dataset)!r} and evaluate on your file; set "
+                          f"train_file too, or drop validation_file")
+    if train and validation and Path(train).resolve() == Path(validation).resolve():
+        raise RecipeError(f"recipe keys 'train_file' and 'validation_file' both name {train!r}: the evaluation figures "
+                          f"would be figures on the training data; give held-out data as validation_file, or drop it "
+                          f"(no evaluation)")
+    source = recipe.data_source("train", default_dataset)
+    if recipe.dataset_config and (source.startswith("embedded:") or Path(source).exists()):
+        raise RecipeError(f"recipe key 'dataset_config' is {recipe.dataset_config!r}, which selects a configuration "
+                          f"of a Hub dataset; this run reads {source!r}: drop it, or name the Hub dataset with "
+                          f"'dataset'")
+    return (load_split(recipe, "train", columns, default_dataset, column_advice),
+            load_split(recipe, "validation", columns, default_dataset, column_advice))
+
+
+
+def column_texts(dataset, column: str = "text") -> Iterator[str]:
+    """The texts of `column`, read a thousand rows at a time (never the whole column in memory)."""
+    for batch in dataset.iter(batch_size=1000):
+        yield from batch[column]
+
+
+
+def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimum: int | None = None) -> None:
+    """Refuse a `max_seq_length` that leaves no token of text once the task's template has added its special tokens
+    (BERT pair: 3, GPT classification: 2 or 3, seq2seq: 1): tokenizers skip a truncation they cannot honour, and a
+    template alone trains on nothing. `minimum` overrides the template's count (a causal block needs 2 tokens)."""
+    overhead = tokenizer.num_special_tokens_to_add(pair=texts == 2)
+    needed = minimum if minimum is not None else overhead + texts
+    if recipe.max_seq_length < needed:
+        raise RecipeError(f"recipe key 'max_seq_length' is {recipe.max_seq_length}, below the minimum of {needed} for "
+                          f"{what} ({overhead} special tokens and at least one token of each of {texts} text(s))")
+
+
+__all__ = ["check_sequence_room", "column_texts", "load_split", "load_splits"]

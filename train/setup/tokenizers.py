@@ -1,0 +1,205 @@
+"""Where a run's model comes from: `--model` resolved once, the same way by every command that takes one
+(`finetune`, `pretrain_bert`, `pretrain_gpt`, `train_translation`, `attention_maps`, `export`, `benchmark`,
+`convert`).
+
+`resolve_model(name, revision)` reads `name` as, in this order:
+
+- an existing `config.json` file, or a folder holding one (a saved model);
+- a preset name (`train/configs/models/<name>.json`: a name without '/');
+- a Hub repo id (`org/name`, exactly one '/'), fetched with `huggingface_hub.snapshot_download` at `revision`
+  (the recipe key `model_revision`: a branch, tag or commit) into the Hugging Face cache; with `HF_HUB_OFFLINE=1`
+  a cached repo loads and an uncached one is refused naming the id and the variable. Only configs, safetensors
+  weights and tokenizer files are fetched: no code from the repository is downloaded or run.
+
+A folder (local or downloaded) holds either a **Lineage** model (`model_type` `lineage-*`, loaded with the installed
+classes, which `import modeling` registers) or a **transformers reference checkpoint** of a class that
+`modeling.conversion` supports (BERT, OpenAI GPT, GPT-2, Marian and their heads; a checkpoint of another head of
+those families loads as the base model). Its config.json must be a JSON object and each safetensors file whole (its
+header is read against the file's size), or the folder is refused naming the file. A reference checkpoint is
+converted on load (`modeling.conversion.from_transformers`), and the two models' outputs are compared on a few tokens
+(`conversion_difference`, fp32, eager attention, exact linear kernels) before anything else happens; a difference
+above `CONVERSION_TOLERANCE` stops the command before any file is written.
+
+`pretrained_tokenizer` gives the checkpoint's own tokenizer with what Lineage's templates need and the checkpoint
+lacks (GPT: `[START] [DELIM] [EXTRACT]`, a pad token and an end-of-text token; BERT: the pair template; Marian:
+pad and end tokens); `fit_embeddings` adds the matching embedding rows (and output rows when untied),
+initialised to the mean of the existing rows, and sets the config's token ids from the tokenizer.
+
+Errors name the argument (`--model`, recipe key `model`, `tokenizer`): `ModelSourceError` (a `RecipeError`, so a
+`ValueError`) and its subclasses `UnsupportedCheckpointError` and `ConversionCheckError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import transformers
+from accelerate import PartialState
+from tokenizers import processors
+
+from train.data.tokenization import (
+    END_OF_TEXT,
+    GPT_SPECIAL_TOKENS,
+    check_not_a_file,
+    load_tokenizer,
+    reused_or_trained,
+)
+from train.run import run_folder
+from train.run.distributed import one_process_first
+from train.run.recipes import Recipe
+from train.setup.models import ModelSource, ModelSourceError, resolve_model
+
+
+def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, templates: bool = True):
+    """The tokenizer of a pretrained source (or `tokenizer`, the recipe key, checked against the checkpoint's),
+    with the special tokens and templates the family's tasks need added (`templates`: GPT's classification
+    templates; False for causal-LM training, which needs only a pad and an end-of-text token)."""
+    own = own_tokenizer(source.folder)
+    if tokenizer is not None:
+        if not Path(tokenizer).exists():
+            raise ModelSourceError(f"recipe key 'tokenizer': folder {tokenizer!r} does not exist")
+        check_not_a_file(tokenizer, "recipe key 'tokenizer'")
+        chosen = transformers.AutoTokenizer.from_pretrained(tokenizer)
+        _check_same_vocabulary(chosen, own, source, tokenizer)
+    elif own is None:
+        raise ModelSourceError(
+            f"--model {source.name!r} has no tokenizer files (tokenizer.json, vocab.txt, ...): a pretrained model is "
+            "never paired with a freshly trained vocabulary; give the checkpoint's tokenizer with --tokenizer FOLDER")
+    else:
+        chosen = own
+    before = len(chosen)
+    added = _complete(chosen, source.family, templates)
+    if added:
+        PartialState().print(f"tokenizer: added {' '.join(added)} to the checkpoint's {type(chosen).__name__} "
+                             f"({before} -> {len(chosen)} tokens)")
+    return chosen
+
+
+
+def own_tokenizer(folder: Path):
+    """The tokenizer saved in a model folder, or None when it has none."""
+    try:
+        return transformers.AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+
+def _check_same_vocabulary(chosen, own, source: ModelSource, name: str) -> None:
+    """A `--tokenizer` must give every token the id the checkpoint's embedding rows were trained with."""
+    if own is not None:
+        theirs = own.get_vocab()
+        ours = chosen.get_vocab()
+        differ = [t for t, i in theirs.items() if ours.get(t) != i]
+        if differ:
+            raise ModelSourceError(
+                f"recipe key 'tokenizer': {name!r} does not match the vocabulary of --model {source.name!r}: "
+                f"{len(differ)} of its {len(theirs)} tokens have another id or are missing (e.g. "
+                f"{', '.join(map(repr, differ[:3]))}); leave 'tokenizer' unset to use the checkpoint's own")
+    elif chosen.vocab_size > source.config.vocab_size:
+        raise ModelSourceError(
+            f"recipe key 'tokenizer': {name!r} has {chosen.vocab_size} tokens but --model {source.name!r} has "
+            f"{source.config.vocab_size} embedding rows (vocab_size): it is not this checkpoint's tokenizer")
+
+
+
+def _complete(tokenizer, family: str, templates: bool) -> list[str]:
+    """Add to `tokenizer` what `family`'s Lineage tasks need and it lacks; returns the added tokens."""
+    vocab = tokenizer.get_vocab()
+    roles: dict[str, str] = {}
+    extra: list[str] = []
+    if family == "gpt":
+        if tokenizer.eos_token is None:
+            roles.update(eos_token=END_OF_TEXT, bos_token=END_OF_TEXT)
+        elif tokenizer.bos_token is None:
+            roles["bos_token"] = str(tokenizer.eos_token)
+        if tokenizer.pad_token is None:
+            roles["pad_token"] = GPT_SPECIAL_TOKENS[0]
+        if templates:
+            extra = [t for t in GPT_SPECIAL_TOKENS[1:4] if t not in vocab]
+    elif family == "bert":
+        defaults = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                    "mask_token": "[MASK]"}
+        roles = {role: token for role, token in defaults.items() if getattr(tokenizer, role) is None}
+    else:
+        defaults = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}
+        roles = {role: token for role, token in defaults.items() if getattr(tokenizer, role) is None}
+    new = [t for t in dict.fromkeys([*roles.values(), *extra]) if t not in vocab]
+    if roles or extra:
+        present = [str(t) for t in getattr(tokenizer, "extra_special_tokens", None) or []]
+        tokenizer.add_special_tokens({**roles, "extra_special_tokens": present + extra} if extra else roles)
+    if family == "gpt" and templates:
+        _install_template(tokenizer, "[START] $A [EXTRACT]", "[START] $A [DELIM] $B [EXTRACT]",
+                          ("[START]", "[DELIM]", "[EXTRACT]"))
+    elif family == "bert":
+        _install_template(tokenizer, f"{tokenizer.cls_token} $A:0 {tokenizer.sep_token}:0",
+                          f"{tokenizer.cls_token}:0 $A:0 {tokenizer.sep_token}:0 $B:1 {tokenizer.sep_token}:1",
+                          (str(tokenizer.cls_token), str(tokenizer.sep_token)))
+        if "token_type_ids" not in tokenizer.model_input_names:
+            tokenizer.model_input_names = [*tokenizer.model_input_names, "token_type_ids"]
+    return new
+
+
+
+def _install_template(tokenizer, single: str, pair: str, tokens: tuple[str, ...]) -> None:
+    """Set the tokenizer's template (kept by `save_pretrained`: it lives in tokenizer.json), after the byte-level
+    offsets step of a byte-level BPE."""
+    backend = tokenizer.backend_tokenizer
+    template = processors.TemplateProcessing(single=single, pair=pair,
+                                             special_tokens=[(t, tokenizer.convert_tokens_to_ids(t)) for t in tokens])
+    byte_level = type(backend.pre_tokenizer).__name__ == "ByteLevel"
+    backend.post_processor = (processors.Sequence([processors.ByteLevel(trim_offsets=True), template])
+                              if byte_level else template)
+
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
+
+
+
+def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
+                  source: ModelSource | None = None, templates: bool = True, data_key: str | None = None):
+    """The run's tokenizer (module docstring, `corpus_tokenizer`). One trained here is saved in
+    `<output_dir>/tokenizer` and reused on resume (training is reproducible, but the data a resumed run reads could
+    have changed since)."""
+    source = source or resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
+    if source.pretrained or recipe.tokenizer:
+        return corpus_tokenizer(recipe, kind, texts, source, templates)
+    trained = Path(recipe.output_dir) / "tokenizer"
+    if recipe.resume_from_checkpoint and (trained / "tokenizer.json").is_file():
+        return load_tokenizer(trained, kind)
+    with one_process_first() as main:  # one process trains, the others load its vocabulary
+        if main:
+            run_folder.claim(recipe)  # before the first file written into output_dir
+            tokenizer = corpus_tokenizer(recipe, kind, texts, source, templates, data_key)
+            tokenizer.save_pretrained(trained)
+            run_folder.record_written(recipe, "tokenizer")
+        else:
+            tokenizer = load_tokenizer(trained, kind)
+    return tokenizer
+
+
+
+def corpus_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]], source: ModelSource,
+                     templates: bool = True, data_key: str | None = None):
+    """The tokenizer a run of `recipe` on its data uses, written nowhere but the tokenizer cache: a pretrained
+    source's own (`pretrained_tokenizer`), `recipe.tokenizer`, or one trained on `texts()` (or reused from
+    the cache: `tokenization.reused_or_trained`, found by `data_key` when the data has one:
+    `prepared.data_key`)."""
+    if source.pretrained:
+        return pretrained_tokenizer(source, recipe.tokenizer, templates=templates)
+    if recipe.tokenizer:
+        if not Path(recipe.tokenizer).exists():
+            raise FileNotFoundError(f"tokenizer folder {recipe.tokenizer!r} does not exist")
+        folder = Path(recipe.tokenizer)
+        if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+            raise FileNotFoundError(f"recipe key 'tokenizer': folder {recipe.tokenizer!r} holds no tokenizer (none of "
+                                    f"{', '.join(TOKENIZER_FILES)}); give a folder written by save_pretrained or "
+                                    f"python -m train.train_tokenizer")
+        return load_tokenizer(recipe.tokenizer, kind, argument="recipe key 'tokenizer'")
+    return reused_or_trained(kind, texts, recipe.tokenizer_vocab_size, sample_size=recipe.tokenizer_train_size,
+                             model_max_length=recipe.max_seq_length, data_key=data_key)
+
+
+__all__ = ["corpus_tokenizer", "get_tokenizer", "own_tokenizer", "pretrained_tokenizer"]
