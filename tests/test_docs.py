@@ -6,7 +6,7 @@
   command's own resolver (`train.cli.resolve`), `python -m train.<module>` (also after `accelerate launch ... -m`)
   as a module of `train/` with a top-level `main`, and every `configs/`, `tests/`, `train/`, `modeling/` file named.
 - The README's two commands are CI's: its install-and-test command is what `.ci/run` runs (`python -m pip` written
-  as `pip`), and its install-and-run command installs the same way, without the test extra.
+  as `pip`), and its install-and-run command installs the same way, without the test extra; CI also runs `ruff check .`.
 """
 
 import ast
@@ -156,6 +156,15 @@ def test_readme_commands_are_the_ones_ci_runs():
     assert install_and_run.split(" && ") == [*steps[:-2], steps[-2].replace('".[test]"', "."),
                                              "python -m train.main_job"]
     assert any("-c .ci/constraints-floor.txt" in line and '-e ".[test]"' in line for line in lines)
+
+
+def test_ci_runs_ruff():
+    """The newest job runs `ruff check .` after its install (ruff comes with the test extra) and fails the run when it
+    finds something."""
+    lines = ci_lines()
+    assert "ruff check . || status=$?" in lines
+    assert lines.index(readme_commands()[1] + " || status=$?") < lines.index("ruff check . || status=$?") < \
+        lines.index("deactivate")
 
 
 def test_readme_is_a_front_door():

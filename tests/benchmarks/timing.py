@@ -24,8 +24,8 @@ def compare(label: str, lineage: Callable[[], object], reference: Callable[[], o
     seconds = interleaved_seconds({"lineage": lineage, "reference": reference}, repeats, device())
     ours, theirs = seconds["lineage"], seconds["reference"]
     ratio = statistics.median(theirs) / statistics.median(ours)
-    print(f"{label}: lineage {statistics.median(ours) * 1e3:.1f} ms, reference {statistics.median(theirs) * 1e3:.1f} ms,"
-          f" ratio reference/lineage {ratio:.3f} (median of {repeats})")
+    print(f"{label}: lineage {statistics.median(ours) * 1e3:.1f} ms, reference {statistics.median(theirs) * 1e3:.1f} "
+          f"ms, ratio reference/lineage {ratio:.3f} (median of {repeats})")
     return ratio
 
 

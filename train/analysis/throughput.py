@@ -88,7 +88,10 @@ def training_batch(config, task: str, batch: int, length: int, device: torch.dev
     labelled; seq2seq: a source and a target of `length` tokens each."""
     generator = torch.Generator().manual_seed(seed)
     low = 5 if config.vocab_size > 10 else 0  # above the special tokens of the presets
-    ids = lambda: torch.randint(low, config.vocab_size, (batch, length), generator=generator)
+
+    def ids() -> torch.Tensor:
+        return torch.randint(low, config.vocab_size, (batch, length), generator=generator)
+
     input_ids = ids()
     if task == "causal-lm":
         inputs = {"input_ids": input_ids, "labels": input_ids}

@@ -98,8 +98,9 @@ def is_stream(dataset) -> bool:
 
 
 # the first datasets release checked to resume a stream exactly through what the commands build
-# (tests/train/data/test_streaming.py); 4.3 to 4.5 skip examples after a batched map (huggingface/datasets#8145), and from 5.0
-# until huggingface/datasets#8308 was fixed a resumed stream's position stopped advancing (a second resume restarted it)
+# (tests/train/data/test_streaming.py); 4.3 to 4.5 skip examples after a batched map (huggingface/datasets#8145), and
+# from 5.0 until huggingface/datasets#8308 was fixed a resumed stream's position stopped advancing (a second resume
+# restarted it)
 EXACT_STREAM_RESUME = "5.2.0"
 
 

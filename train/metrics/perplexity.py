@@ -20,5 +20,5 @@ class Perplexity(evaluate.Metric):
 
     def _compute(self, losses, weights=None):
         weights = [1.0] * len(losses) if weights is None else weights
-        mean = sum(l * w for l, w in zip(losses, weights)) / max(sum(weights), 1e-12)
+        mean = sum(loss * weight for loss, weight in zip(losses, weights)) / max(sum(weights), 1e-12)
         return {"perplexity": math.exp(min(mean, 700.0)), "mean_nll": mean}

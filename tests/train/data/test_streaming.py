@@ -3,8 +3,8 @@ seeds by position in the stream, passes that end together on every process, exac
 checkpoint saves (one process and two CPU processes), and the refusals (no max_steps, loader workers, an empty
 stream, a streamed evaluation set, classes a stream does not declare).
 
-Run as a script (`accelerate launch ... tests/train/data/test_streaming.py OUT TOKENIZER [--key value ...]`), this file trains one
-streamed run per process group: what the two-process test launches.
+Run as a script (`accelerate launch ... tests/train/data/test_streaming.py OUT TOKENIZER [--key value ...]`), this file
+trains one streamed run per process group: what the two-process test launches.
 """
 
 import json
@@ -21,7 +21,7 @@ import torch
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))  # run as a script under accelerate launch
 
-from train.data.batching import (
+from train.data.batching import (  # noqa: E402  (after the path insert above)
     EXACT_STREAM_RESUME,
     EmptyStreamError,
     SeededCollate,
@@ -29,9 +29,9 @@ from train.data.batching import (
     example_seed,
     stream_resume_problem,
 )
-from train.run import checkpoints
-from train.run.engine import Engine
-from train.run.recipes import RecipeError, recipe_from_dict
+from train.run import checkpoints  # noqa: E402
+from train.run.engine import Engine  # noqa: E402
+from train.run.recipes import RecipeError, recipe_from_dict  # noqa: E402
 
 torch.set_num_threads(1)
 exact_resume = pytest.mark.skipif(stream_resume_problem() is not None,

@@ -186,8 +186,9 @@ out = {}
 for family, folder in FOLDERS.items():
     auto = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
     fast = PreTrainedTokenizerFast.from_pretrained(folder)
-    out[family] = [{"class": type(t).__name__, "side": t.padding_side, "pair": dict(t("Anna lives in Oslo.", "Tom sings.")),
-                    "specials": t.all_special_tokens} for t in (auto, fast)]
+    out[family] = [{"class": type(t).__name__, "side": t.padding_side,
+                    "pair": dict(t("Anna lives in Oslo.", "Tom sings.")), "specials": t.all_special_tokens}
+                   for t in (auto, fast)]
 sys.stdin = io.StringIO("")  # the prompt below reads an empty answer, as from a closed terminal
 plain = AutoTokenizer.from_pretrained(FOLDERS["bert"])
 out["plain"] = {"class": type(plain).__name__, "mask": plain.mask_token}
