@@ -118,6 +118,61 @@ def ci_lines() -> list[str]:
     return [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
 
 
+LAYOUT_ENTRY = re.compile(r"[\w.]+(?:/[\w.]+)*(?:/|\.py)")
+
+
+def layout_paths(page: Path) -> set[str]:
+    """The folders and `.py` files that the first code block under a page's `## Layout` names, as paths: a line's
+    entries are its first column (before a run of two spaces), separated by commas; an entry ending in `/` is a folder,
+    and the entries indented below it lie inside it. A line whose first column is not entries (a description running
+    on, `(...)`) names nothing."""
+    lines = page.read_text(encoding="utf-8").split("\n## Layout\n", 1)[1].split("```", 2)[1].splitlines()[1:]
+    found: set[str] = set()
+    folders: list[tuple[int, str]] = []  # (indentation, path) of the folders enclosing the current line
+    for line in lines:
+        indent = len(line) - len(line.lstrip(" "))
+        entries = [entry.strip() for entry in re.split(r" {2,}", line.strip())[0].split(",") if entry.strip()]
+        if not entries or not all(LAYOUT_ENTRY.fullmatch(entry) for entry in entries):
+            continue
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        parent = folders[-1][1] if folders else ""
+        for entry in entries:
+            found.add(parent + entry)
+        if entries[-1].endswith("/"):
+            folders.append((indent, parent + entries[-1]))
+    return found
+
+
+def python_modules(root: Path) -> set[str]:
+    """Every module of `modeling/` and `train/` but the packages' `__init__.py`, and every sub-package, as paths."""
+    files = [*(root / "modeling").rglob("*.py"), *(root / "train").rglob("*.py")]
+    return {path.relative_to(root).as_posix() for path in files if path.name != "__init__.py"} | {
+        path.parent.relative_to(root).as_posix() + "/" for path in files if path.name == "__init__.py"}
+
+
+def test_design_layout_names_every_module():
+    """docs/design.md's layout names every module and sub-package of `modeling/` and `train/`, and nothing that is not
+    there (`train/configs/`, package data, is a folder without modules)."""
+    named = {path for path in layout_paths(REPO / "docs" / "design.md") if path.startswith(("modeling/", "train/"))}
+    named -= {"modeling/__init__.py"}  # named for what it does (it registers the families), a package file
+    assert sorted(python_modules(REPO) - named) == [], "modules the layout does not name"
+    assert sorted(path for path in named if not (REPO / path).exists()) == [], "names in the layout that are not there"
+
+
+def test_every_recipe_key_is_in_the_training_page():
+    """docs/training.md's table of recipe keys names every field of `Recipe`, and no key that is not one (what a key
+    takes, in parentheses, is not a key)."""
+    from train.run.recipes import valid_keys
+
+    table = (REPO / "docs" / "training.md").read_text(encoding="utf-8").split("\n## Recipes\n", 1)[1]
+    table = [line for line in table.split("\n## ", 1)[0].splitlines() if line.startswith("| ")][1:]
+    keys = [re.sub(r"\([^()]*\)", "", line).split("|")[2] for line in table]  # the keys column, asides dropped
+    named = {span.strip("`") for cell in keys for span in re.findall(r"`\w+`", cell)}
+    assert sorted(set(valid_keys()) - named) == [], "recipe keys the table does not name"
+    assert sorted(named - set(valid_keys())) == [], "keys in the table that are not recipe keys"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(REPO).as_posix())
 def test_every_relative_link_resolves(page):
     assert broken_links(page, REPO) == []
@@ -200,6 +255,18 @@ def test_broken_links_are_found(tmp_path):
         "../outside.md: leaves the repository",
         "#not-a-heading: no heading #not-a-heading in README.md",
     ]
+
+
+def test_layout_paths_follow_indentation(tmp_path):
+    page = tmp_path / "design.md"
+    page.write_text(
+        "# Design\n\n## Layout\n\n```\npyproject.toml    one distribution\nmodeling/         the models\n"
+        "  layers.py       attention,\n                  feed-forward.py and norms\n  (small siblings)  checks\n"
+        "  a.py, b.py,     two\n  c.py\ntrain/            the commands\n  cli.py\n  data/           data\n"
+        "    files.py      reading\n  run/\n    engine.py\n  export.py\ntests/\n```\n\n```\nother.py\n```\n")
+    assert layout_paths(page) == {
+        "modeling/", "modeling/layers.py", "modeling/a.py", "modeling/b.py", "modeling/c.py", "train/", "train/cli.py",
+        "train/data/", "train/data/files.py", "train/run/", "train/run/engine.py", "train/export.py", "tests/"}
 
 
 def test_unknown_commands_are_found():
