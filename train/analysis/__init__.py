@@ -1,1 +1,2 @@
-"""Analysis behind one command each: attention maps, experiments, throughput."""
+"""Analysis behind one command each: attention maps, the lineage experiment, throughput. Imports setup, run, metrics,
+data and modeling, never a command (docs/design.md, "Layers")."""

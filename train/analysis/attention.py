@@ -2,8 +2,8 @@
 
 - `load_model(name)`: a saved Lineage folder or Hub id (the class named in its config's `architectures`), or a
   transformers reference model that `modeling.conversion` supports, converted and checked on load
-  (`train.setup.models`); switched
-  to the eager attention kernel, the one that returns weights (`output_attentions=True`; sdpa and flash do not).
+  (`train.setup.models`); switched to the eager attention kernel, the one that returns weights
+  (`output_attentions=True`; sdpa and flash do not).
 - `encode_text(...)`: the tokenizer's template for the model's task; text longer than the model's positions is
   cut with a warning that names its length.
 - `target_ids(...)`: for a sequence-to-sequence model, the `--target` text, or the model's own output (greedy or
@@ -15,6 +15,8 @@
 Token axes: rows are query positions, columns key positions. The decoder's rows are labelled with the tokens
 they produce (the target shifted left, as in Bahdanau et al. 2014, figure 3), its columns with the tokens it
 reads (the source for cross attention, the decoder input for self-attention).
+
+The command and its outputs: docs/using.md, "Attention maps".
 """
 
 from __future__ import annotations

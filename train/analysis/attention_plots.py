@@ -17,6 +17,8 @@ For each `AttentionMap` (`train.analysis.attention`) `write_all` writes into a f
 Readability: panels grow with the number of tokens (up to 10 inches), the tick-label font fits a label's cell,
 beyond `MAX_TICKS` tokens only every k-th label is drawn, labels are cut to `MAX_LABEL_CHARS` characters, and
 every figure has a colour bar from 0 to its largest weight.
+
+The command and its outputs: docs/using.md, "Attention maps".
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def _panel_side(count: int) -> float:
 
 def _mosaic(weights: np.ndarray, per_row: int, gaps: tuple[int, int]) -> np.ndarray:
     """(N, R, K) matrices as one image, `per_row` blocks a row, separated by blank (NaN) gaps of `gaps` cells.
-    One image on one axis: an axis (and its ticks) per panel cost seconds a figure for 12 x 12 heads."""
+    One image on one axis: an axis (and its ticks) per panel makes a grid of 12 x 12 heads slow to draw."""
     count, rows, columns = weights.shape
     pitch = (rows + gaps[0], columns + gaps[1])
     image = np.full((math.ceil(count / per_row) * pitch[0] - gaps[0], min(count, per_row) * pitch[1] - gaps[1]),

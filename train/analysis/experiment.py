@@ -13,6 +13,8 @@ each trained model to this module:
   decoder layer's heads) with the reference target forced through the decoder (`train.analysis.attention`);
 - `write_report(folder, arms, meta)`: `results.json`, `loss_vs_time.png` (validation loss against training
   time, which excludes evaluation: see `train.run.engine`), `bleu_vs_length.png` and `report.md`.
+
+The experiment and its findings: docs/experiments.md.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ are left out.
 MFU = achieved FLOP/s / peak FLOP/s of the device: `PEAK_TFLOPS` holds dense tensor-core peaks from the vendors'
 data sheets (no structured sparsity); fp32 uses the TF32 peak when `torch.get_float32_matmul_precision()` lets
 matmuls use TF32 and the plain fp32 peak otherwise. There is no MFU on a CPU (no table of CPU peaks).
+
+The command and its figures: docs/performance.md, "`lineage benchmark`".
 """
 
 from __future__ import annotations

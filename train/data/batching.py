@@ -14,6 +14,8 @@ files, in an order seeded by the epoch). The stream's own `state_dict()`, taken 
 position, the same on every process (each read is made in the training process, none ahead), from datasets 5.2.0
 on (`stream_resume_problem`: older releases restore it inexactly). `check_stream` holds what a streamed run needs of
 its recipe.
+
+Reproducible and resumed runs: docs/reliability.md, "Reproducible runs"; streams: docs/training.md, "Streaming".
 """
 
 from __future__ import annotations

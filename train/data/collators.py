@@ -39,6 +39,8 @@ Randomness (masking) comes from torch's global generator unless ``seed`` is give
 example, makes each example's random choices depend on its seed alone, not on the rest of its batch: the
 engine (``train.data.batching.SeededCollate``) passes them so that masks do not depend on batch
 composition, prefetching or the number of processes; collators without randomness ignore them.
+
+Padding, packing and the checks on the CPU in a run: docs/training.md, "The engine"; docs/performance.md.
 """
 
 from __future__ import annotations

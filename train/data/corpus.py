@@ -7,46 +7,36 @@ always gives the same rows, on any machine and Python hash seed. Splits are disj
 every candidate row has a key (its text, or the number being translated) whose CRC-32 assigns it to
 exactly one of train (80%), validation (10%) or test (10%), and each split keeps only its own rows.
 
-Tasks (columns; what there is to learn; what a small model reached). "Small" below means 2 layers,
-hidden 128, 4 heads, feed-forward 512, trained from scratch (no pretraining) with AdamW, batch 32, 100
-warmup steps then linear decay, on one CPU thread of a shared machine; accuracies are on ``validation``.
+Tasks (columns; what there is to learn). What small models trained from scratch reached on each, and the
+bag-of-words baselines: docs/training.md, "The embedded corpus".
 
 - ``documents`` (``text``, ``sentences``, ``kind``): multi-sentence documents with a coherent order --
   biographies told chronologically (birth, studies, work, marriage, later life, death), travel diaries
   whose every day starts in the city the previous day ended in, and recipes ordered First / Then /
   Finally. For MLM + NSP and causal LM. The next sentence really follows (years rise, pronouns agree,
-  the destination becomes the next origin), so NSP is learnable: a small BERT trained on MLM + NSP
-  (max length 128, lr 1e-3) reached 92.6% NSP accuracy after 1500 steps (chance: 50%).
+  the destination becomes the next origin), so NSP is learnable.
 - ``translation`` (``source``, ``target``): English number words into German number words, bare
   ("seventy-two" -> "zweiundsiebzig", "three thousand four hundred five" -> "dreitausendvierhundertfünf")
   or inside short sentences whose German word order differs ("We saw ... yesterday." -> "Wir haben
   gestern ... gesehen."). German writes units before tens, so the model must reorder. Numbers below
-  100 are always in train; larger test numbers never occur in train. A small Transformer (2 + 2 layers,
-  1000-token shared BPE, batch 64, lr 2e-3, label smoothing 0.1) translated 300 unseen test sentences
-  100% exactly (sacreBLEU 100) after 2000 steps, about 8 CPU-minutes.
+  100 are always in train; larger test numbers never occur in train.
 - ``sentiment`` (``text``, ``label`` negative/positive, balanced): reviews whose polarity comes from
   the adjective, flipped by negation ("was not good", "did not like"), and decided by the clause after
-  "but" in contrast sentences. A bag-of-words logistic regression gets 67% (it cannot represent the
-  flips); a small BERT reached 99.9% after 600 steps (about a minute).
+  "but" in contrast sentences, so a bag of words cannot represent the flips.
 - ``nli`` (``premise``, ``hypothesis``, ``label`` entailment/neutral/contradiction, balanced): the
   premise states facts about one or two people (city, job, favourite colour, age, birthplace; each has
   exactly one value). The hypothesis asks about one person and one slot, positively or negated.
   Entailment / contradiction follow when that fact is stated; neutral when it is not, even if the same
   value appears elsewhere ("Ben lives in Oslo" says nothing about Anna). The label is drawn first and
-  the hypothesis's slot, polarity and value are independent of it: bag-of-words baselines get 35%
-  (hypothesis only), 36% (premise only), 42% (both); chance is 33%. The hardest task here: a small BERT
-  from scratch at lr 3e-4 reached 53% after 3000 steps and was still climbing; at lr 1e-3 (post- or
-  pre-norm) it stayed at chance for 6000 steps. Pretrain on ``documents`` first, or train longer.
+  the hypothesis's slot, polarity and value are independent of it, so neither side alone predicts it.
 - ``ner`` (``tokens``, ``ner_tags`` over O, B-/I-PER, B-/I-LOC, B-/I-ORG): CoNLL-style sentences about
   people, cities and organisations, with multi-word entities ("Rio de Janeiro") and names that are also
-  cities ("Florence", "Austin", "Sydney", "Victoria"), which only the context disambiguates. A small
-  BERT tagged every word of the validation set correctly after 800 steps (about a minute).
+  cities ("Florence", "Austin", "Sydney", "Victoria"), which only the context disambiguates.
 - ``qa`` (``id``, ``title``, ``context``, ``question``, ``answers`` as in SQuAD 2.0): questions about a
   biography; about a third are unanswerable because the context omits the fact or names another
-  person (empty ``answers``). A small BERT (windows of 128 tokens, stride 64) predicted both ends of
-  the span exactly on 79% of validation windows after 1500 steps (answer-at-[CLS] baseline: 32%).
+  person (empty ``answers``).
 
-Generation is pure Python and takes seconds for the default sizes (``DEFAULT_SIZES``).
+Generation is pure Python, in memory, for the default sizes (``DEFAULT_SIZES``).
 """
 
 from __future__ import annotations

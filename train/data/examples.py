@@ -1,5 +1,6 @@
 """Building model examples from text: pure functions over a tokenizer, the step between reading data and
-collating batches. ``train.data.files`` runs them inside ``Dataset.map`` (batched); they are usable on their own:
+collating batches. ``train.data.preparation`` runs them inside ``Dataset.map`` (batched); they are usable on their
+own:
 
 - ``create_nsp_examples(documents, tokenizer, max_length, ...)``: BERT's sentence-pair instances
   (``create_instances_from_document`` of google-research/bert): chunks of whole sentences up to a target
@@ -22,6 +23,8 @@ collating batches. ``train.data.files`` runs them inside ``Dataset.map`` (batche
   sub-token, -100 on the others and on special tokens), ``encode_qa`` (answer character spans to
   start/end token positions through offset mappings; long contexts split into windows with
   ``doc_stride`` overlapping tokens; answers missing from a window point at position 0, ``[CLS]``).
+
+Data formats and columns by task: docs/training.md, "Data".
 """
 
 from __future__ import annotations

@@ -1,40 +1,13 @@
-"""Loading data through `datasets` and tokenizing it for every Lineage task.
+"""Reading data through `datasets`: local files, the embedded corpus or a Hub dataset, checked before it is used.
 
-Sources ``load_text_dataset`` accepts (``source`` argument):
-
-- a local file, a list of files or a folder of them: ``.txt`` / ``.text`` (column ``text``; ``text_sample_by``
-  ``"line"``: one row per line, ``"paragraph"``: one row per blank-line-separated paragraph, the BERT pretraining
-  layout of one sentence per line and a blank line between documents, ``"document"``: one row per file, ``"auto"``,
-  the default: paragraphs when an empty line separates two lines of text, else lines), ``.jsonl`` / ``.json`` (JSON
-  Lines or a JSON array of objects), ``.csv`` / ``.tsv`` (header row; ``NA`` or ``None`` is text, only an empty
-  field is no value) and ``.parquet``; compressed ``.gz`` / ``.bz2`` / ``.xz`` / ``.zst`` variants load too (their
-  signature is checked first, their content only when loading fails);
-- ``"embedded:<task>"``: the embedded corpus (``train.data.corpus``; tasks documents, translation,
-  sentiment, nli, ner, qa), generated offline;
-- anything else is a Hugging Face Hub dataset name (``"wikitext"``, ``"stanfordnlp/imdb"``), with an
-  optional ``hub_config`` (``"wikitext-2-raw-v1"``). Only this reaches the network.
-
-``columns`` names the columns the task needs, each a name (a value of any type) or a ``(name, kind)`` pair, ``kind``
-one of ``KINDS``: ``text`` (a string), ``words`` (a list of strings: token classification's words), ``label`` (one
-class, checked by ``train.data.labels``), ``tags`` (a list of classes, one per word), ``answers`` (SQuAD's
-``{"text": [...], "answer_start": [...]}``). They are checked to exist before anything is written to the datasets
-cache, and each value once loaded, in every format alike: a missing value, a value of another type than the kind,
-and in a file of records (JSON, CSV, parquet) an empty or blank string or word list are refused (as CSV has always
-done with an empty field; blank lines of a ``.txt`` file and of a Hub dataset are their layout). In a CSV file a
-``text`` column is read as written (``007``). ``streaming=True`` returns an ``IterableDataset`` read lazily
-(corpora larger than memory; values are not checked). Bad input raises a ``DataError`` (a ``ValueError``) or
-``DataFileNotFoundError`` (a ``FileNotFoundError``) naming the file, the line or row, and the problem: missing or
-empty files, missing columns, a CSV header naming a column twice, a compressed file that is not valid, text that is
-not valid UTF-8, malformed JSON lines, CSV/TSV rows with more or fewer fields than the header, rows without a value
-or with one of the wrong type (``row_location``: the line as an editor counts it, the format and the column). A
-UTF-8 byte-order mark (Excel's "CSV UTF-8") is stripped.
-
-Tokenization (``tokenize_dataset``) runs the batch encoders of ``train.data.examples`` through
-``Dataset.map(batched=True)``: cached next to file-backed datasets (a second run with the same
-tokenizer and arguments loads the cache), in ``num_proc`` processes when asked, lazily for streams.
-``prepare_causal_lm_dataset`` packs documents into blocks; ``prepare_nsp_dataset`` builds BERT's
-sentence pairs, from documents that ``check_documents`` counted (and refused when they give no pair). Columns other
-than the model inputs are removed, so batches go straight to a collator.
+`load_text_dataset(source, split, columns=..., streaming=...)` takes a file, a list or folder of files (`.txt`,
+`.jsonl` / `.json`, `.csv` / `.tsv`, `.parquet`, compressed or not), `"embedded:<task>"` (`train.data.corpus`) or a
+Hub dataset name, the only source that reaches the network. The files are checked before the datasets cache is
+touched, and every value of a column the task reads (`columns`: names, or `(name, kind)` pairs of `KINDS`) once
+loaded; streams are read lazily and their values are not checked. Bad input raises a `DataError` (a `ValueError`) or
+`DataFileNotFoundError` (a `FileNotFoundError`) naming the file, the line or row as an editor counts it
+(`row_location`), the column and the problem. Formats, layouts and the checks: docs/training.md, "Data".
+Tokenizing what this reads: `train.data.preparation`.
 """
 
 from __future__ import annotations
@@ -64,30 +37,23 @@ FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", "
            ".parquet": "parquet"}
 
 
-
 COMPRESSIONS = {".gz": ("gzip", b"\x1f\x8b"), ".bz2": ("bzip2", b"BZh"), ".xz": ("xz", b"\xfd7zXZ\x00"),
                 ".zst": ("zstandard", b"\x28\xb5\x2f\xfd")}  # suffix -> (format, the bytes its files start with)
-
 
 
 EMBEDDED_PREFIX = "embedded:"
 
 
-
 TASKS = ("causal_lm", "mlm", "classification", "seq2seq", "token_classification", "qa")
-
 
 
 TEXT_SAMPLE_BY = ("auto", "line", "paragraph", "document")
 
 
-
 AnyDataset = datasets.Dataset | datasets.IterableDataset
 
 
-
 Columns = Sequence[str | tuple[str, str]]
-
 
 
 def _is_answers(value) -> bool:
@@ -95,7 +61,6 @@ def _is_answers(value) -> bool:
             and isinstance(value.get("answer_start"), list) and len(value["text"]) == len(value["answer_start"])
             and all(isinstance(t, str) for t in value["text"])
             and all(isinstance(a, int) and not isinstance(a, bool) for a in value["answer_start"]))
-
 
 
 # kind of column -> (what each value must be, as errors say it; the test of one value)
@@ -109,40 +74,32 @@ KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
 }
 
 
-
 class DataError(ValueError):
     """Bad data: the message names the file, the line or row, and the problem."""
-
 
 
 class DataFileNotFoundError(FileNotFoundError):
     """A data file or folder that does not exist."""
 
 
-
 class EmptyDataFileError(DataError):
     """A data file with no rows."""
-
 
 
 class MissingColumnError(DataError):
     """A column the task needs is absent, or a row has no value in it."""
 
 
-
 class UnknownColumnError(MissingColumnError):
     """A column the task needs is not in the data at all (the caller adds which keys name the columns)."""
-
 
 
 class InvalidUTF8Error(DataError):
     """A text file that is not valid UTF-8."""
 
 
-
 class MalformedRowError(DataError):
     """A row that cannot be parsed (e.g. a JSON line that is not a JSON object)."""
-
 
 
 def _is_local(source: str) -> bool:
@@ -150,13 +107,11 @@ def _is_local(source: str) -> bool:
     return (path.exists() or source.startswith(("/", "./", "../", "~", "\\")) or _suffix(path) in FORMATS)
 
 
-
 def _suffix(path: Path) -> str:
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] in COMPRESSIONS:
         suffixes.pop()
     return suffixes[-1] if suffixes else ""
-
 
 
 def resolve_files(source: str | Path | Sequence[str | Path]) -> list[Path]:
@@ -177,7 +132,6 @@ def resolve_files(source: str | Path | Sequence[str | Path]) -> list[Path]:
     return files
 
 
-
 def _file_format(files: list[Path], data_format: str | None) -> str:
     formats = {data_format or FORMATS.get(_suffix(f)) for f in files}
     if None in formats:
@@ -188,11 +142,9 @@ def _file_format(files: list[Path], data_format: str | None) -> str:
     return formats.pop()
 
 
-
 def _compression(path: Path) -> tuple[str, bytes] | None:
     """(format, signature) of a compressed file, by its last suffix; None for an uncompressed one."""
     return COMPRESSIONS.get(path.suffix.lower())
-
 
 
 def _check_signature(path: Path) -> None:
@@ -202,7 +154,6 @@ def _check_signature(path: Path) -> None:
         if handle.read(len(signature)) != signature:
             raise DataError(f"{path}: not a valid {name} file (it does not start with the {name} signature "
                             f"{signature.hex(' ')}); compress it again, or name it by its real format")
-
 
 
 def _open_bytes(path: Path) -> IO[bytes]:
@@ -215,7 +166,6 @@ def _open_bytes(path: Path) -> IO[bytes]:
             raise DataError(f"{path}: reading .zst files needs the package zstandard: pip install zstandard") from None
         return zstandard.open(path, "rb")
     return {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(suffix, open)(path, "rb")
-
 
 
 def _chunks(path: Path, chunk_size: int = 1 << 20) -> Iterator[bytes]:
@@ -231,7 +181,6 @@ def _chunks(path: Path, chunk_size: int = 1 << 20) -> Iterator[bytes]:
                 raise
             raise DataError(f"{path}: not a valid {compression[0]} file ({err or type(err).__name__}); it may be "
                             f"truncated: copy or compress it again") from None
-
 
 
 def check_utf8(path: Path, chunk_size: int = 1 << 20) -> bool:
@@ -256,7 +205,6 @@ def check_utf8(path: Path, chunk_size: int = 1 << 20) -> bool:
     return content
 
 
-
 def _lines(path: Path) -> Iterator[bytes]:
     """The file's (decompressed) lines, without their line breaks."""
     rest = b""
@@ -264,7 +212,6 @@ def _lines(path: Path) -> Iterator[bytes]:
         *lines, rest = (rest + chunk).split(b"\n")
         yield from lines
     yield rest
-
 
 
 def _has_paragraphs(path: Path) -> bool:
@@ -277,7 +224,6 @@ def _has_paragraphs(path: Path) -> bool:
             text_seen = True
         gap = gap or (text_seen and not line.rstrip(b"\r"))
     return False
-
 
 
 def _once(path: Path, check: str, compute: Callable[[], bool]) -> bool:
@@ -297,7 +243,6 @@ def _once(path: Path, check: str, compute: Callable[[], bool]) -> bool:
     return answer
 
 
-
 def _sample_by(files: list[Path], text_sample_by: str) -> str:
     """``text_sample_by`` with ``auto`` resolved: ``paragraph`` when a file has paragraphs, else ``line``."""
     if text_sample_by not in TEXT_SAMPLE_BY:
@@ -310,7 +255,6 @@ def _sample_by(files: list[Path], text_sample_by: str) -> str:
     print(f"{with_paragraphs}: empty lines separate its documents, so each row is a document of lines "
           "(text_sample_by: auto; set line for one row per line)", flush=True)
     return "paragraph"
-
 
 
 def _columns_of(path: Path, fmt: str) -> list[str]:
@@ -332,7 +276,6 @@ def _columns_of(path: Path, fmt: str) -> list[str]:
                 raise EmptyDataFileError(f"{path}: has a header line but no rows")
             return header
         return _json_columns(path, handle)
-
 
 
 def _json_columns(path: Path, handle: IO[str]) -> list[str]:
@@ -359,13 +302,11 @@ def _json_columns(path: Path, handle: IO[str]) -> list[str]:
     return []
 
 
-
 def _is_json_array(handle: IO[str]) -> bool:
     """Whether the JSON file starts with ``[`` (a JSON array, not JSON Lines); the handle is rewound."""
     first = next((line for line in handle if line.strip()), "")
     handle.seek(0)
     return first.lstrip().startswith("[")
-
 
 
 def _find_bad_json_line(path: Path) -> None:
@@ -378,11 +319,9 @@ def _find_bad_json_line(path: Path) -> None:
                 raise MalformedRowError(f"{path}: line {number}: not valid JSON ({err.msg})") from None
 
 
-
 def _csv_dialect(path: Path) -> dict:
     tsv = _suffix(path) == ".tsv"
     return {"delimiter": "\t" if tsv else ",", "quoting": csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL}
-
 
 
 def _csv_records(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -394,7 +333,6 @@ def _csv_records(path: Path) -> Iterator[tuple[int, list[str]]]:
         for fields in reader:
             yield start, fields
             start = reader.line_num + 1
-
 
 
 def _find_bad_csv_line(path: Path) -> None:
@@ -410,9 +348,7 @@ def _find_bad_csv_line(path: Path) -> None:
                                     f"one inside a value needs {'removing' if kind == 'TSV' else 'quotes'}")
 
 
-
 _BETWEEN_OBJECTS = re.compile(r"[\s,]*")
-
 
 
 def _json_array_line(text: str, row: int) -> int | None:
@@ -425,7 +361,6 @@ def _json_array_line(text: str, row: int) -> int | None:
         return None
     at = _BETWEEN_OBJECTS.match(text, at).end()
     return text.count("\n", 0, at) + 1 if at < len(text) and text[at] != "]" else None
-
 
 
 def row_location(source: str | Path, row: int, column: str | None = None) -> str:
@@ -454,11 +389,9 @@ def row_location(source: str | Path, row: int, column: str | None = None) -> str
     return f"{path}: line {line} ({kind}{named})"
 
 
-
 def _has_bom(path: Path) -> bool:
     with open(path, "rb") as handle:
         return handle.read(3) == codecs.BOM_UTF8
-
 
 
 def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> None:
@@ -480,11 +413,9 @@ def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> 
             raise UnknownColumnError(f"{path}: no column {missing[0]!r} in {where}; the file has columns {found}")
 
 
-
 def _parquet_rows(path: Path) -> int:
     import pyarrow.parquet as pq
     return pq.read_metadata(path).num_rows
-
 
 
 def _kinds(columns: Columns) -> dict[str, str | None]:
@@ -496,10 +427,8 @@ def _kinds(columns: Columns) -> dict[str, str | None]:
     return kinds
 
 
-
 def _is_blank(value: object) -> bool:
     return value == [] or (isinstance(value, str) and not value.strip())
-
 
 
 def _first_bad(dataset: datasets.Dataset, column: str, kind: str | None, records: bool) -> tuple[int, object] | None:
@@ -518,7 +447,6 @@ def _first_bad(dataset: datasets.Dataset, column: str, kind: str | None, records
         return None
     fits, blanks = KINDS[kind][1], records and kind in ("text", "words")
     return next(((row, v) for row, v in enumerate(dataset[column]) if not fits(v) or (blanks and _is_blank(v))), None)
-
 
 
 def _check_values(dataset: datasets.Dataset, kinds: dict[str, str | None], locate: Callable[[int, str], str],
@@ -543,13 +471,11 @@ def _check_values(dataset: datasets.Dataset, kinds: dict[str, str | None], locat
                         f"{found_type} ({reprlib.repr(value)}), but column {column!r} must hold {KINDS[kind][0]}{hint}")
 
 
-
 def _locate(files: list[Path]) -> Callable[[int, str], str]:
     """Where a row of the dataset made of ``files`` is (``row_location`` for one file)."""
     if len(files) == 1:
         return functools.partial(row_location, files[0])
     return lambda row, column: f"{len(files)} files starting with {files[0]}: row {row}, column {column!r}"
-
 
 
 def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "train", *,
@@ -598,12 +524,10 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     return dataset
 
 
-
 def _require_columns(found: Sequence[str] | None, columns: Sequence[str], source: str) -> None:
     missing = [c for c in columns if found is not None and c not in found]
     if missing:
         raise UnknownColumnError(f"{source}: no column {missing[0]!r}; the dataset has columns {list(found)}")
-
 
 
 def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bool, hub_config: str | None,

@@ -18,6 +18,8 @@ class ids:
 - a training split of a single class is refused unless the recipe sets `allow_single_class` (a file sorted by label
   and cut by `train_size` keeps one class). An error about a split that was cut (it holds fewer rows than it was read
   with) says so: "sorted.csv (its first 200 rows: train_size)".
+
+The user's view: docs/training.md, "Labels and sequence lengths".
 """
 
 from __future__ import annotations

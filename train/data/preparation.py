@@ -1,40 +1,12 @@
-"""Loading data through `datasets` and tokenizing it for every Lineage task.
+"""Tokenizing loaded data for a task: `Dataset.map` over the batch encoders of `train.data.examples`.
 
-Sources ``load_text_dataset`` accepts (``source`` argument):
-
-- a local file, a list of files or a folder of them: ``.txt`` / ``.text`` (column ``text``; ``text_sample_by``
-  ``"line"``: one row per line, ``"paragraph"``: one row per blank-line-separated paragraph, the BERT pretraining
-  layout of one sentence per line and a blank line between documents, ``"document"``: one row per file, ``"auto"``,
-  the default: paragraphs when an empty line separates two lines of text, else lines), ``.jsonl`` / ``.json`` (JSON
-  Lines or a JSON array of objects), ``.csv`` / ``.tsv`` (header row; ``NA`` or ``None`` is text, only an empty
-  field is no value) and ``.parquet``; compressed ``.gz`` / ``.bz2`` / ``.xz`` / ``.zst`` variants load too (their
-  signature is checked first, their content only when loading fails);
-- ``"embedded:<task>"``: the embedded corpus (``train.data.corpus``; tasks documents, translation,
-  sentiment, nli, ner, qa), generated offline;
-- anything else is a Hugging Face Hub dataset name (``"wikitext"``, ``"stanfordnlp/imdb"``), with an
-  optional ``hub_config`` (``"wikitext-2-raw-v1"``). Only this reaches the network.
-
-``columns`` names the columns the task needs, each a name (a value of any type) or a ``(name, kind)`` pair, ``kind``
-one of ``KINDS``: ``text`` (a string), ``words`` (a list of strings: token classification's words), ``label`` (one
-class, checked by ``train.data.labels``), ``tags`` (a list of classes, one per word), ``answers`` (SQuAD's
-``{"text": [...], "answer_start": [...]}``). They are checked to exist before anything is written to the datasets
-cache, and each value once loaded, in every format alike: a missing value, a value of another type than the kind,
-and in a file of records (JSON, CSV, parquet) an empty or blank string or word list are refused (as CSV has always
-done with an empty field; blank lines of a ``.txt`` file and of a Hub dataset are their layout). In a CSV file a
-``text`` column is read as written (``007``). ``streaming=True`` returns an ``IterableDataset`` read lazily
-(corpora larger than memory; values are not checked). Bad input raises a ``DataError`` (a ``ValueError``) or
-``DataFileNotFoundError`` (a ``FileNotFoundError``) naming the file, the line or row, and the problem: missing or
-empty files, missing columns, a CSV header naming a column twice, a compressed file that is not valid, text that is
-not valid UTF-8, malformed JSON lines, CSV/TSV rows with more or fewer fields than the header, rows without a value
-or with one of the wrong type (``row_location``: the line as an editor counts it, the format and the column). A
-UTF-8 byte-order mark (Excel's "CSV UTF-8") is stripped.
-
-Tokenization (``tokenize_dataset``) runs the batch encoders of ``train.data.examples`` through
-``Dataset.map(batched=True)``: cached next to file-backed datasets (a second run with the same
-tokenizer and arguments loads the cache), in ``num_proc`` processes when asked, lazily for streams.
-``prepare_causal_lm_dataset`` packs documents into blocks; ``prepare_nsp_dataset`` builds BERT's
-sentence pairs, from documents that ``check_documents`` counted (and refused when they give no pair). Columns other
-than the model inputs are removed, so batches go straight to a collator.
+`tokenize_dataset(dataset, tokenizer, task)` runs the task's encoder batched, cached next to file-backed datasets (a
+second run with the same tokenizer and arguments loads the cache), in `num_proc` processes when asked, lazily for
+streams; columns other than the model inputs are removed, so batches go straight to a collator.
+`prepare_causal_lm_dataset` packs documents into causal-LM blocks and `prepare_nsp_dataset` builds BERT's sentence
+pairs, from a prepared store (`train.data.prepared`) or, for a stream, a thousand documents at a time;
+`check_documents` counts documents and sentences and refuses data that gives no pair. How a pretraining corpus is
+prepared: docs/training.md, "Pretraining corpora: prepared once".
 """
 
 from __future__ import annotations
@@ -54,7 +26,6 @@ from train.data.tokenization import MissingSpecialTokenError
 _ENCODERS = {"causal_lm": examples.encode_causal_lm, "mlm": examples.encode_classification,
              "classification": examples.encode_classification, "seq2seq": examples.encode_seq2seq,
              "token_classification": examples.encode_token_classification, "qa": examples.encode_qa}
-
 
 
 def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, task: str, *,
@@ -80,15 +51,12 @@ def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, ta
     return dataset.map(_call_with_indices(function) if kwargs["with_indices"] else function, **kwargs)
 
 
-
 def _call_with_indices(function):
     return functools.partial(_apply_with_indices, function=function)
 
 
-
 def _apply_with_indices(rows: dict, indices: list[int], function) -> dict:
     return function(rows, indices=indices)
-
 
 
 def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, block_size: int, *,
@@ -119,7 +87,6 @@ def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenize
     return prepared.CausalBlocks(store, block_size, pack_documents, drop_last=drop_last)
 
 
-
 def _packed_blocks(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, block_size: int, drop_last: bool,
                    pack_documents: bool) -> dict[str, list]:
     """One group of a stream's documents as packed blocks (``prepare_causal_lm_dataset``)."""
@@ -128,7 +95,6 @@ def _packed_blocks(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, 
         blocks = list(examples.pack_documents(ids, block_size, tokenizer.eos_token_id, drop_last))
         return {"input_ids": [b["input_ids"] for b in blocks], "position_ids": [b["position_ids"] for b in blocks]}
     return {"input_ids": list(examples.pack_sequences(ids, block_size, tokenizer.eos_token_id, drop_last))}
-
 
 
 def check_documents(dataset: AnyDataset, source: str, sentences_column: str | None = "sentences",
@@ -153,7 +119,6 @@ def check_documents(dataset: AnyDataset, source: str, sentences_column: str | No
     raise DataError(f"{counts}: {problem}, so there is no sentence pair to train on. BERT's layout is one sentence "
                     f"per line and a blank line between documents (a .txt file with text_sample_by auto or "
                     f"paragraph), or a {sentences_column!r} column holding each document's sentences")
-
 
 
 def prepare_nsp_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, max_length: int = 128, *,
@@ -183,7 +148,6 @@ def prepare_nsp_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase,
     print(f"{source}: {store.info['documents']} documents, {store.info['sentences']} sentences", flush=True)
     return prepared.SentencePairs(store, tokenizer, max_length, seed=seed, short_seq_prob=short_seq_prob,
                                   dupe_factor=dupe_factor, next_sentence=next_sentence)
-
 
 
 def _window_pairs(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, split: bool, max_length: int,

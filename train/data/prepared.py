@@ -12,7 +12,7 @@ Two layouts:
   lays them; causal-LM blocks are plain slices of it (`CausalBlocks`), and with `pack_documents` their positions
   restart at the documents' starts, which the store keeps (`items.npy`). No block, no position is stored per token.
 - `sentences` (BERT): every sentence of every document (a `sentences` column, or the text cut by
-  `data.split_sentences`), sentences without tokens and documents without sentences left out, as
+  `examples.split_sentences`), sentences without tokens and documents without sentences left out, as
   `examples.create_nsp_examples` reads them; BERT's sentence pairs are then an index of token ranges
   (`SentencePairs`), built once per pairing recipe and kept in the store beside the tokens.
 
@@ -26,6 +26,9 @@ process into its own part files; the parts are then joined in order. Everything 
 that is renamed into place at the end, so a stopped preparation leaves no store behind, and the staging folder of
 a process that no longer runs is deleted by the next preparation. Under several launched processes the main one
 prepares and the others open its store (`main_process_first`).
+
+The user's view and `lineage prepare`: docs/training.md, "Pretraining corpora: prepared once"; figures:
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -230,7 +233,7 @@ def _write_part(job) -> dict:
 
 def _encoder(tokenizer: PreTrainedTokenizerBase) -> Callable[[list[str]], list[list[int]]]:
     """`texts -> ids` as `tokenizer(texts, add_special_tokens=False)` gives them: for a fast tokenizer straight from
-    a copy of its backend without offsets or truncation (`encode_batch_fast`, about a quarter faster)."""
+    a copy of its backend without offsets or truncation (`encode_batch_fast`: the same ids, less work per text)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or not hasattr(backend, "encode_batch_fast"):
         return lambda texts: tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []

@@ -1,4 +1,7 @@
-"""Writing folders that a kill leaves either complete or absent: whether the process that staged one still runs."""
+"""Writing folders that a kill leaves either complete or absent: whether the process that staged one still runs.
+
+Output folders a run owns: docs/training.md, "Run folders".
+"""
 
 from __future__ import annotations
 
