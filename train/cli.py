@@ -4,21 +4,28 @@
     lineage train pretrain_bert --recipe bert-pretrain-tiny --max_steps 100
     lineage train finetune --recipe ... --model outputs/bert-pretrain-tiny/model
     lineage prepare --recipe gpt-pretrain-tiny --train_file corpus.txt --num_proc 8
-    lineage export --model outputs/bert-finetune-nli-tiny/model --out exported/
-    lineage attention-maps --model ... --text "the cat sat" --out maps/
+    lineage train translation --recipe transformer-translation-tiny
+    lineage export --model outputs/bert-finetune-nli-tiny/model --output_dir exported/
+    lineage attention-maps --model ... --text "the cat sat" --output_dir maps/
     lineage configs accelerate/fsdp                 # the path of a shipped accelerate config
 
 The commands a user sees are the keys of `COMMANDS`, one explicit table: the training scripts are
 `lineage train <script>` (a dash may stand for an underscore), the others `lineage <command>` (an underscore may
 stand for a dash). Every command runs its module's own `main(argv)` with the rest of the command line, exactly as
-`python -m train.<module>` does; `lineage --help` imports none of them.
+`python -m train.<module>` does; `lineage --help` imports none of them. `OLD_COMMANDS` keeps the names a command had
+before it was renamed.
+
+Every command spells its flags as the recipe keys are spelled, with underscores, and calls a thing by the recipe's
+word for it (`--output_dir`, `--overwrite_output_dir`, `--model_revision`, `--num_beams`, `--max_new_tokens`). A
+command whose flags were renamed parses with `CommandParser`, which still reads each old spelling as the new one.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 
@@ -33,8 +40,8 @@ COMMANDS: dict[str, Command] = {
     "train pretrain_bert": Command("pretrain_bert", "pretrain BERT with masked-LM + next-sentence prediction"),
     "train pretrain_gpt": Command("pretrain_gpt", "pretrain GPT as a causal language model, then sample from it"),
     "train finetune": Command("finetune", "fine-tune BERT or GPT on a downstream task from a saved pretrained model"),
-    "train train_translation": Command("train_translation", "train a Transformer or RNN encoder-decoder translator"),
-    "train train_tokenizer": Command("train_tokenizer", "train a WordPiece, byte-level BPE or seq2seq BPE tokenizer"),
+    "train translation": Command("train_translation", "train a Transformer or RNN encoder-decoder translator"),
+    "train tokenizer": Command("train_tokenizer", "train a WordPiece, byte-level BPE or seq2seq BPE tokenizer"),
     "attention-maps": Command("attention_maps", "attention maps of one input: PNG heatmaps, raw weights, a web page"),
     "prepare": Command("prepare", "tokenize a pretraining corpus once, with every core, into the store later runs "
                                   "reuse"),
@@ -53,6 +60,37 @@ COMMANDS: dict[str, Command] = {
                                                         "Transformer, one budget"),
 }
 TRAINING = "train "  # the prefix of the training scripts' commands
+# an earlier name of a command -> its name now; the earlier one still runs it
+OLD_COMMANDS = {"train train_translation": "train translation", "train train_tokenizer": "train tokenizer"}
+
+
+def new_flags(argv: Sequence[str], old_flags: Mapping[str, str]) -> list[str]:
+    """`argv` with each old flag of `old_flags` (old -> new; as `--old` or `--old=value`) spelled the new way; what
+    follows `--` is left as it is."""
+    renamed = list(argv)
+    for i, arg in enumerate(renamed):
+        if arg == "--":
+            break
+        name, equals, value = arg.partition("=")
+        if name in old_flags:
+            renamed[i] = old_flags[name] + equals + value
+    return renamed
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser for a command whose flags were renamed: `old_flags` (old -> new, e.g. `--out` ->
+    `--output_dir`) are read as the new ones, left out of the options of `--help` and named below them."""
+
+    def __init__(self, *args, old_flags: Mapping[str, str] | None = None, **kwargs):
+        self.old_flags = dict(old_flags or {})
+        if self.old_flags:
+            old = ", ".join(f"{old} (now {new})" for old, new in self.old_flags.items())
+            kwargs["epilog"] = " ".join(filter(None, [kwargs.get("epilog"), f"Old names, still read: {old}."]))
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
+        args = sys.argv[1:] if args is None else args
+        return super().parse_known_args(new_flags(args, self.old_flags), namespace)
 
 
 def usage() -> str:
@@ -60,9 +98,11 @@ def usage() -> str:
     training = [f"  {name.removeprefix(TRAINING):<{width}}{c.summary}" for name, c in COMMANDS.items()
                 if name.startswith(TRAINING)]
     others = [f"  {name:<{width}}{c.summary}" for name, c in COMMANDS.items() if not name.startswith(TRAINING)]
+    old = ", ".join(f"{old} (now {new})" for old, new in OLD_COMMANDS.items())
     return "\n".join([
         "usage: lineage <command> [arguments]    (lineage <command> --help for its arguments)", "",
-        "lineage train <script> [arguments]:", *training, "", "other commands:", *others, ""])
+        "lineage train <script> [arguments]:", *training, "", "other commands:", *others, "",
+        f"old names, still run: {old}", ""])
 
 
 def _scripts() -> str:
@@ -76,13 +116,16 @@ def resolve(argv: Sequence[str]) -> tuple[str, list[str], str]:
         if not rest or rest[0].startswith("-"):
             raise SystemExit(f"lineage train: name a script: {_scripts()}")
         name = TRAINING + rest.pop(0).replace("-", "_")
+        name = OLD_COMMANDS.get(name, name)
         if name not in COMMANDS:
             raise SystemExit(f"lineage train: unknown script {name.removeprefix(TRAINING)!r}; scripts: {_scripts()}")
         return COMMANDS[name].module, rest, f"lineage {name}"
     name = command.replace("_", "-")
     if name not in COMMANDS:
-        if TRAINING + command.replace("-", "_") in COMMANDS:
-            raise SystemExit(f"lineage: {command!r} is a training script: lineage train {command.replace('-', '_')}")
+        script = TRAINING + command.replace("-", "_")
+        script = OLD_COMMANDS.get(script, script)
+        if script in COMMANDS:
+            raise SystemExit(f"lineage: {command!r} is a training script: lineage {script}")
         choices = ["train"] + [n for n in COMMANDS if not n.startswith(TRAINING)]
         raise SystemExit(f"lineage: unknown command {command!r}; commands: {', '.join(choices)} (see lineage --help)")
     return COMMANDS[name].module, rest, f"lineage {name}"
