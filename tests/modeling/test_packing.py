@@ -17,7 +17,7 @@ import pytest
 import torch
 from accelerate.utils import send_to_device
 from conftest import REPO, preset
-from test_host_reads import HostReads
+from host_reads import HostReads
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import (
     DataCollatorWithFlattening,

@@ -7,7 +7,7 @@ the device (the real tokens, whether there is padding), with the same outputs.""
 import pytest
 import torch
 from conftest import preset
-from test_host_reads import HostReads
+from host_reads import HostReads
 from transformers import AutoModel
 
 from modeling import (

@@ -10,15 +10,13 @@ turns the model's value checks off. The one read left, listed in `MODEL_INTERNAL
 lives on the host (on this CPU-only test every tensor does, so the counter cannot tell the two kinds apart).
 """
 
-import collections
 import math
 import os
-import traceback
 
 import pytest
 import torch
 from conftest import preset
-from torch.overrides import TorchFunctionMode
+from host_reads import HostReads
 
 from modeling.checks import check_label_ids, value_checks
 from modeling.modeling_lineage_gpt import LineageGptForCausalLM
@@ -30,10 +28,6 @@ from train.run.checkpoints import complete_checkpoints
 from train.run.engine import Engine, NonFiniteLossError
 from train.train_translation import main as train_translation
 
-READS = {torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.tolist,
-         torch.Tensor.__index__}
-TORCH_DIR = os.path.dirname(torch.__file__)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (file, function) of the reads the eager forwards still make: torch's `RNNBase.check_forward_args` reads
 # `int(batch_sizes[0])` of the RNN encoder's `PackedSequence` (cuDNN's packed sequences), whose `batch_sizes` torch
 # keeps on the host, so this read waits for nothing. The lengths they are packed by now come from the collate's
@@ -72,25 +66,6 @@ COMMANDS = {
     "finetune_bert": (finetune, "bert-finetune-nli-tiny", "--train_size", "64", "--eval_size", "8"),
     "finetune_gpt": (finetune, "gpt-finetune-nli-tiny", "--train_size", "64", "--eval_size", "8"),
 }
-
-
-class HostReads(TorchFunctionMode):
-    """Counts reads by (step, origin); `step` is the optimizer step whose micro-batches and record are running, or
-    ("after", step) between steps (evaluation, checkpoints). Paused while a batch is loaded."""
-
-    def __init__(self):
-        super().__init__()
-        self.step, self.paused = "setup", 0
-        self.reads: dict = collections.defaultdict(collections.Counter)
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in READS and not self.paused:
-            frame = next(f for f in reversed(traceback.extract_stack()[:-1])
-                         if not f.filename.startswith(TORCH_DIR) and f.filename != __file__)
-            where = (os.path.basename(frame.filename) if "site-packages" in frame.filename  # transformers
-                     else os.path.relpath(frame.filename, REPO))  # "train/run/engine.py", "modeling/checks.py"
-            self.reads[self.step][(where, frame.name)] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def counted_run(monkeypatch, main, argv: list[str]) -> tuple[HostReads, list[tuple[int, float]]]:

@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 from conftest import preset
-from test_host_reads import HostReads
+from host_reads import HostReads
 from torch._dynamo.utils import counters
 
 from modeling.modeling_lineage_bert import LineageBertForPreTraining
