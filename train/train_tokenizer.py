@@ -1,8 +1,8 @@
 """Train a Lineage tokenizer and save it where ``AutoTokenizer.from_pretrained`` finds it.
 
-    python -m train.train_tokenizer --kind bert --vocab_size 8000 --output_dir out/tok-bert
-    python -m train.train_tokenizer --kind gpt --vocab_size 8000 --dataset corpus.txt --output_dir out/tok-gpt
-    python -m train.train_tokenizer --kind seq2seq --vocab_size 1000 --dataset pairs.jsonl \\
+    lineage train tokenizer --family bert --vocab_size 8000 --output_dir out/tok-bert
+    python -m train.train_tokenizer --family gpt --vocab_size 8000 --dataset corpus.txt --output_dir out/tok-gpt
+    python -m train.train_tokenizer --family seq2seq --vocab_size 1000 --dataset pairs.jsonl \\
         --text_column source --text_column target --output_dir out/tok-mt
 
 ``--dataset`` takes what ``train.data.files.load_text_dataset`` takes (a file, a folder, ``embedded:<task>``,
@@ -18,21 +18,24 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator, Sequence
 
+from train.cli import CommandParser
 from train.data.corpus import tokenizer_training_texts
 from train.data.files import load_text_dataset
-from train.data.tokenization import KINDS, train_tokenizer
+from train.data.tokenization import FAMILIES, train_tokenizer
 from train.run.run_folder import check_writer_output, staged_output
+
+OLD_FLAGS = {"--kind": "--family", "--hub_config": "--dataset_config"}  # old spelling -> the flag now
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kind", required=True, help=f"one of {', '.join(KINDS)} (or transformer / rnn)")
+    parser = CommandParser(description=__doc__.splitlines()[0], old_flags=OLD_FLAGS)
+    parser.add_argument("--family", required=True, help=f"one of {', '.join(FAMILIES)} (or transformer / rnn)")
     parser.add_argument("--vocab_size", type=int, required=True)
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--dataset", default="embedded", help="file, folder, embedded[:task] or Hub name")
     parser.add_argument("--text_column", action="append", help="column(s) to read (default: text)")
     parser.add_argument("--split", default="train")
-    parser.add_argument("--hub_config", default=None)
+    parser.add_argument("--dataset_config", default=None, help="the configuration of a Hub dataset")
     parser.add_argument("--streaming", action="store_true", help="read the dataset lazily")
     parser.add_argument("--max_texts", type=int, default=None, help="stop after this many rows")
     parser.add_argument("--min_frequency", type=int, default=2)
@@ -49,7 +52,7 @@ def iter_texts(args: argparse.Namespace) -> Iterator[str]:
         return
     columns = args.text_column or ["text"]
     dataset = load_text_dataset(args.dataset, args.split, columns=[(c, "text") for c in columns],
-                                streaming=args.streaming, hub_config=args.hub_config, seed=args.seed)
+                                streaming=args.streaming, hub_config=args.dataset_config, seed=args.seed)
     for count, row in enumerate(dataset):
         if args.max_texts is not None and count >= args.max_texts:
             return
@@ -59,12 +62,12 @@ def iter_texts(args: argparse.Namespace) -> Iterator[str]:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     folder = check_writer_output(args.output_dir, "train_tokenizer")
-    tokenizer = train_tokenizer(args.kind, iter_texts(args), args.vocab_size, min_frequency=args.min_frequency,
+    tokenizer = train_tokenizer(args.family, iter_texts(args), args.vocab_size, min_frequency=args.min_frequency,
                                 model_max_length=args.model_max_length, lowercase=args.lowercase,
                                 show_progress=False)
     with staged_output(folder, "train_tokenizer") as staging:
         tokenizer.save_pretrained(staging)
-    print(f"saved a {args.kind} tokenizer with {len(tokenizer)} tokens to {args.output_dir}")
+    print(f"saved a {args.family} tokenizer with {len(tokenizer)} tokens to {args.output_dir}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ files (``tokenizer.json``, ``tokenizer_config.json``) so that ``AutoTokenizer.fr
 loads them with no project code (it returns transformers' generic ``TokenizersBackend``, the v5
 ``PreTrainedTokenizerFast``; the templates live in ``tokenizer.json``'s post-processor and survive).
 
-| kind (aliases) | model | special tokens (ids in this order) | ``tok(a)`` / ``tok(a, b)`` |
+| family (aliases) | model | special tokens (ids in this order) | ``tok(a)`` / ``tok(a, b)`` |
 |---|---|---|---|
 | ``bert`` | WordPiece, uncased by default (BERT's normalizer and pre-tokenizer, ``##`` continuations) | ``[PAD] [UNK] [CLS] [SEP] [MASK]`` | ``[CLS] a [SEP]`` / ``[CLS] a [SEP] b [SEP]``, ``token_type_ids`` 0 / 1 |
 | ``gpt`` | byte-level BPE (GPT-2 style, no unknown token, case kept) | ``[PAD] [START] [DELIM] [EXTRACT] <\\|endoftext\\|>`` | ``[START] a [EXTRACT]`` / ``[START] a [DELIM] b [EXTRACT]`` |
@@ -11,7 +11,7 @@ loads them with no project code (it returns transformers' generic ``TokenizersBa
 
 Conventions the models and the engine rely on:
 
-- Pad id 0 for every kind. ``config_kwargs_from_tokenizer`` gives what a model config needs
+- Pad id 0 for every family. ``config_kwargs_from_tokenizer`` gives what a model config needs
   (``vocab_size``, ``pad_token_id``, ``bos/eos_token_id``, ``decoder_start_token_id``).
 - GPT pretraining text is tokenized with ``add_special_tokens=False`` and documents are joined by
   ``<|endoftext|>`` (the tokenizer's ``eos_token`` and ``bos_token``, as in GPT-2); fine-tuning inputs
@@ -26,12 +26,12 @@ Conventions the models and the engine rely on:
 - ``model_max_length`` is saved with the tokenizer (default 512; pass the model's
   ``max_position_embeddings``).
 
-API: ``train_tokenizer(kind, texts, vocab_size, ...)``, ``load_tokenizer(path, kind)``,
-``check_special_tokens(tokenizer, kind)``, ``config_kwargs_from_tokenizer(tokenizer, kind)``,
-``special_token_names(kind)``, ``check_not_a_file(path, argument)``, ``reused_or_trained(kind, texts, vocab_size,
+API: ``train_tokenizer(family, texts, vocab_size, ...)``, ``load_tokenizer(path, family)``,
+``check_special_tokens(tokenizer, family)``, ``config_kwargs_from_tokenizer(tokenizer, family)``,
+``special_token_names(family)``, ``check_not_a_file(path, argument)``, ``reused_or_trained(family, texts, vocab_size,
 ...)`` (a tokenizer trained on a bounded sample, kept in ``cache_folder()`` and reused for the same sample). Errors:
 ``MissingSpecialTokenError``, ``VocabularySizeError``, ``TokenizerPathError`` (all ``ValueError``).
-"""
+"""  # noqa: E501 (the table's rows)
 
 from __future__ import annotations
 
@@ -53,14 +53,14 @@ from tokenizers import (
 )
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-KINDS = ("bert", "gpt", "seq2seq")
+FAMILIES = ("bert", "gpt", "seq2seq")
 _ALIASES = {"transformer": "seq2seq", "rnn": "seq2seq", "encoder-decoder": "seq2seq"}
 BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 GPT_SPECIAL_TOKENS = ["[PAD]", "[START]", "[DELIM]", "[EXTRACT]", "<|endoftext|>"]
 SEQ2SEQ_SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
 END_OF_TEXT = "<|endoftext|>"
 _SPECIALS = {"bert": BERT_SPECIAL_TOKENS, "gpt": GPT_SPECIAL_TOKENS, "seq2seq": SEQ2SEQ_SPECIAL_TOKENS}
-# role attributes of the transformers tokenizer, per kind; the other special tokens are "extra"
+# role attributes of the transformers tokenizer, per family; the other special tokens are "extra"
 _ROLES = {
     "bert": {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
              "mask_token": "[MASK]"},
@@ -82,32 +82,32 @@ class TokenizerPathError(ValueError):
     """A file named where a tokenizer folder belongs."""
 
 
-def canonical_kind(kind: str) -> str:
-    kind = _ALIASES.get(kind.lower(), kind.lower())
-    if kind not in KINDS:
-        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)} "
+def canonical_family(family: str) -> str:
+    family = _ALIASES.get(family.lower(), family.lower())
+    if family not in FAMILIES:
+        raise ValueError(f"unknown tokenizer family {family!r}; choose one of {', '.join(FAMILIES)} "
                          f"(or {', '.join(_ALIASES)} for seq2seq)")
-    return kind
+    return family
 
 
-def special_token_names(kind: str) -> list[str]:
-    """The special tokens of a kind, in id order (ids 0, 1, ...)."""
-    return list(_SPECIALS[canonical_kind(kind)])
+def special_token_names(family: str) -> list[str]:
+    """The special tokens of a family, in id order (ids 0, 1, ...)."""
+    return list(_SPECIALS[canonical_family(family)])
 
 
-def minimum_vocab_size(kind: str) -> int:
-    kind = canonical_kind(kind)
-    return len(_SPECIALS[kind]) + (_BYTE_ALPHABET if kind == "gpt" else 1)
+def minimum_vocab_size(family: str) -> int:
+    family = canonical_family(family)
+    return len(_SPECIALS[family]) + (_BYTE_ALPHABET if family == "gpt" else 1)
 
 
-def _backend(kind: str, lowercase: bool) -> Tokenizer:
-    """An untrained `tokenizers.Tokenizer` with the kind's model, normalizer and (de)tokenizers."""
-    if kind == "bert":
+def _backend(family: str, lowercase: bool) -> Tokenizer:
+    """An untrained `tokenizers.Tokenizer` with the family's model, normalizer and (de)tokenizers."""
+    if family == "bert":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece()
-    elif kind == "gpt":
+    elif family == "gpt":
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -120,24 +120,24 @@ def _backend(kind: str, lowercase: bool) -> Tokenizer:
     return tok
 
 
-def _trainer(kind: str, vocab_size: int, min_frequency: int, show_progress: bool,
+def _trainer(family: str, vocab_size: int, min_frequency: int, show_progress: bool,
              fixed_symbols: list[str]) -> trainers.Trainer:
     common = {"vocab_size": vocab_size, "min_frequency": min_frequency, "show_progress": show_progress,
-              "special_tokens": _SPECIALS[kind] + fixed_symbols}
-    if kind == "bert":
+              "special_tokens": _SPECIALS[family] + fixed_symbols}
+    if family == "bert":
         return trainers.WordPieceTrainer(**common, continuing_subword_prefix="##")
-    if kind == "gpt":
+    if family == "gpt":
         return trainers.BpeTrainer(**common, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     return trainers.BpeTrainer(**common)
 
 
-def _post_processor(kind: str, tok: Tokenizer) -> processors.PostProcessor:
-    ids = {t: tok.token_to_id(t) for t in _SPECIALS[kind]}
-    if kind == "bert":
+def _post_processor(family: str, tok: Tokenizer) -> processors.PostProcessor:
+    ids = {t: tok.token_to_id(t) for t in _SPECIALS[family]}
+    if family == "bert":
         return processors.TemplateProcessing(
             single="[CLS] $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
             special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])])
-    if kind == "gpt":
+    if family == "gpt":
         template = processors.TemplateProcessing(
             single="[START] $A [EXTRACT]", pair="[START] $A [DELIM] $B [EXTRACT]",
             special_tokens=[(t, ids[t]) for t in ("[START]", "[DELIM]", "[EXTRACT]")])
@@ -146,51 +146,51 @@ def _post_processor(kind: str, tok: Tokenizer) -> processors.PostProcessor:
                                          special_tokens=[("</s>", ids["</s>"])])
 
 
-def wrap_tokenizer(kind: str, backend: Tokenizer, model_max_length: int = 512) -> PreTrainedTokenizerFast:
-    """Install the kind's template on a trained backend and wrap it for transformers."""
-    kind = canonical_kind(kind)
-    _check_backend_specials(kind, backend)
-    backend.post_processor = _post_processor(kind, backend)
-    extra = [t for t in _SPECIALS[kind] if t not in _ROLES[kind].values()]
-    inputs = ["input_ids", "token_type_ids", "attention_mask"] if kind == "bert" else ["input_ids", "attention_mask"]
+def wrap_tokenizer(family: str, backend: Tokenizer, model_max_length: int = 512) -> PreTrainedTokenizerFast:
+    """Install the family's template on a trained backend and wrap it for transformers."""
+    family = canonical_family(family)
+    _check_backend_specials(family, backend)
+    backend.post_processor = _post_processor(family, backend)
+    extra = [t for t in _SPECIALS[family] if t not in _ROLES[family].values()]
+    inputs = ["input_ids", "token_type_ids", "attention_mask"] if family == "bert" else ["input_ids", "attention_mask"]
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, model_max_length=model_max_length, model_input_names=inputs,
-        padding_side="left" if kind == "gpt" else "right", extra_special_tokens=extra,
-        clean_up_tokenization_spaces=False, **_ROLES[kind])
+        padding_side="left" if family == "gpt" else "right", extra_special_tokens=extra,
+        clean_up_tokenization_spaces=False, **_ROLES[family])
 
 
-def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2,
+def train_tokenizer(family: str, texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2,
                     model_max_length: int = 512, lowercase: bool | None = None,
                     show_progress: bool = False) -> PreTrainedTokenizerFast:
-    """Train a tokenizer of ``kind`` ("bert", "gpt", "seq2seq") on ``texts``.
+    """Train a tokenizer of ``family`` ("bert", "gpt", "seq2seq") on ``texts``.
 
     ``lowercase`` defaults to True for BERT (the uncased model) and False otherwise (byte-level GPT
     never normalizes). ``vocab_size`` counts the special tokens; it is an upper bound, reached when the
     text has enough distinct merges. Save with ``tokenizer.save_pretrained(folder)``. The same texts give the same
     vocabulary in every process (WordPiece reads them twice: an iterator is read into a list first).
     """
-    kind = canonical_kind(kind)
-    if vocab_size < minimum_vocab_size(kind):
-        extra = f" and the {_BYTE_ALPHABET} byte symbols" if kind == "gpt" else " and at least one symbol"
+    family = canonical_family(family)
+    if vocab_size < minimum_vocab_size(family):
+        extra = f" and the {_BYTE_ALPHABET} byte symbols" if family == "gpt" else " and at least one symbol"
         raise VocabularySizeError(
-            f"vocab_size={vocab_size} is too small for a {kind} tokenizer: it must hold the "
-            f"{len(_SPECIALS[kind])} special tokens {' '.join(_SPECIALS[kind])}{extra}; "
-            f"use vocab_size >= {minimum_vocab_size(kind)}")
-    lowercase = kind == "bert" if lowercase is None else lowercase
-    if kind == "gpt" and lowercase:
+            f"vocab_size={vocab_size} is too small for a {family} tokenizer: it must hold the "
+            f"{len(_SPECIALS[family])} special tokens {' '.join(_SPECIALS[family])}{extra}; "
+            f"use vocab_size >= {minimum_vocab_size(family)}")
+    lowercase = family == "bert" if lowercase is None else lowercase
+    if family == "gpt" and lowercase:
         raise ValueError("byte-level BPE (gpt) does not normalize text; lowercase it before training")
-    backend = _backend(kind, lowercase)
+    backend = _backend(family, lowercase)
     fixed = []
-    if kind == "bert":
+    if family == "bert":
         texts = list(texts) if iter(texts) is texts else texts  # read twice
         fixed = _continuation_symbols(backend, texts)
     counted = _CountingIterator(texts)
-    backend.train_from_iterator(counted, _trainer(kind, vocab_size, min_frequency, show_progress, fixed))
+    backend.train_from_iterator(counted, _trainer(family, vocab_size, min_frequency, show_progress, fixed))
     if counted.nonempty == 0:
         raise ValueError("train_tokenizer got no non-empty text to train on")
     if fixed:  # handed to the trainer as special tokens only to fix their ids: ordinary tokens from here on
-        backend = _rebuilt_without_added_tokens(kind, backend, lowercase)
-    return wrap_tokenizer(kind, backend, model_max_length)
+        backend = _rebuilt_without_added_tokens(family, backend, lowercase)
+    return wrap_tokenizer(family, backend, model_max_length)
 
 
 def _continuation_symbols(backend: Tokenizer, texts: Iterable[str]) -> list[str]:
@@ -206,14 +206,14 @@ def _continuation_symbols(backend: Tokenizer, texts: Iterable[str]) -> list[str]
     return [f"##{c}" for c in sorted({c for word in words.get_vocab() for c in word[1:]})]
 
 
-def _rebuilt_without_added_tokens(kind: str, backend: Tokenizer, lowercase: bool) -> Tokenizer:
-    """The trained vocabulary in a fresh tokenizer whose only added tokens are the kind's special tokens."""
+def _rebuilt_without_added_tokens(family: str, backend: Tokenizer, lowercase: bool) -> Tokenizer:
+    """The trained vocabulary in a fresh tokenizer whose only added tokens are the family's special tokens."""
     model = backend.model
-    rebuilt = _backend(kind, lowercase)
+    rebuilt = _backend(family, lowercase)
     rebuilt.model = models.WordPiece(backend.get_vocab(with_added_tokens=False), unk_token=model.unk_token,
                                      continuing_subword_prefix=model.continuing_subword_prefix,
                                      max_input_chars_per_word=model.max_input_chars_per_word)
-    rebuilt.add_special_tokens(_SPECIALS[kind])
+    rebuilt.add_special_tokens(_SPECIALS[family])
     return rebuilt
 
 
@@ -232,9 +232,9 @@ def bounded(texts: Iterable[str], limit: int | None) -> Iterator[str]:
         yield text
 
 
-def reused_or_trained(kind: str, texts: Callable[[], Iterable[str]], vocab_size: int, *, sample_size: int | None,
+def reused_or_trained(family: str, texts: Callable[[], Iterable[str]], vocab_size: int, *, sample_size: int | None,
                       model_max_length: int, data_key: str | None = None) -> PreTrainedTokenizerFast:
-    """A tokenizer of `kind` trained on the first `sample_size` characters of `texts()` (`bounded`), or the one
+    """A tokenizer of `family` trained on the first `sample_size` characters of `texts()` (`bounded`), or the one
     trained on exactly those texts before, from `cache_folder()/tokenizers/<key>`: the key hashes the training
     settings and the tokenizers release with `data_key` when given (what identifies data read from files: their
     fingerprint, so nothing is read to find the tokenizer), else with the sampled texts themselves (a first read of
@@ -250,12 +250,12 @@ def reused_or_trained(kind: str, texts: Callable[[], Iterable[str]], vocab_size:
         identity, same = digest.hexdigest(), f"the same {count} texts, {characters:,} characters"
     else:
         identity, same = f"data {data_key} {sample_size}", "the same data"
-    settings = f"{canonical_kind(kind)} {vocab_size} {model_max_length} {tokenizers.__version__}"
+    settings = f"{canonical_family(family)} {vocab_size} {model_max_length} {tokenizers.__version__}"
     key = hashlib.sha256(f"{settings} {identity}".encode()).hexdigest()[:24]
     folder = cache_folder() / "tokenizers" / key
     if (folder / "tokenizer.json").is_file():
         try:
-            tokenizer = load_tokenizer(folder, kind)
+            tokenizer = load_tokenizer(folder, family)
         except (OSError, ValueError):
             tokenizer = None  # a damaged entry: trained again below
         if tokenizer is not None:
@@ -268,7 +268,7 @@ def reused_or_trained(kind: str, texts: Callable[[], Iterable[str]], vocab_size:
             read[0], read[1] = read[0] + 1, read[1] + len(text)
             yield text
 
-    tokenizer = train_tokenizer(kind, sample(), vocab_size, model_max_length=model_max_length)
+    tokenizer = train_tokenizer(family, sample(), vocab_size, model_max_length=model_max_length)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{key}.tmp-"))
     try:
@@ -297,29 +297,29 @@ class _CountingIterator:
                 yield text
 
 
-def _check_backend_specials(kind: str, backend: Tokenizer) -> None:
-    missing = [t for t in _SPECIALS[kind] if backend.token_to_id(t) is None]
+def _check_backend_specials(family: str, backend: Tokenizer) -> None:
+    missing = [t for t in _SPECIALS[family] if backend.token_to_id(t) is None]
     if missing:
-        raise MissingSpecialTokenError(f"the {kind} tokenizer vocabulary lacks the special token(s) "
-                                       f"{' '.join(missing)}; a {kind} tokenizer needs {' '.join(_SPECIALS[kind])}")
+        raise MissingSpecialTokenError(f"the {family} tokenizer vocabulary lacks the special token(s) "
+                                       f"{' '.join(missing)}; a {family} tokenizer needs {' '.join(_SPECIALS[family])}")
 
 
-def check_special_tokens(tokenizer: PreTrainedTokenizerFast, kind: str, source: str | None = None) -> None:
-    """Raise ``MissingSpecialTokenError`` unless every special token of ``kind`` is set and in the
+def check_special_tokens(tokenizer: PreTrainedTokenizerFast, family: str, source: str | None = None) -> None:
+    """Raise ``MissingSpecialTokenError`` unless every special token of ``family`` is set and in the
     vocabulary (checked for tokenizers a user brings, e.g. a Hub BERT tokenizer for MLM)."""
-    kind = canonical_kind(kind)
+    family = canonical_family(family)
     where = f"tokenizer {source}" if source else "the tokenizer"
     vocab = tokenizer.get_vocab()
-    for role, default in _ROLES[kind].items():
+    for role, default in _ROLES[family].items():
         token = getattr(tokenizer, role, None)
         if token is None:
-            raise MissingSpecialTokenError(f"{where} has no {role} (a {kind} model needs one, e.g. {default!r})")
+            raise MissingSpecialTokenError(f"{where} has no {role} (a {family} model needs one, e.g. {default!r})")
         if str(token) not in vocab:
             raise MissingSpecialTokenError(f"{where}: {role} {str(token)!r} is not in its vocabulary")
-    for token in _SPECIALS[kind]:
-        if token not in _ROLES[kind].values() and token not in vocab:
-            raise MissingSpecialTokenError(f"{where} lacks the special token {token!r}, which the {kind} "
-                                           f"templates need ({' '.join(_SPECIALS[kind])})")
+    for token in _SPECIALS[family]:
+        if token not in _ROLES[family].values() and token not in vocab:
+            raise MissingSpecialTokenError(f"{where} lacks the special token {token!r}, which the {family} "
+                                           f"templates need ({' '.join(_SPECIALS[family])})")
 
 
 def check_not_a_file(path_or_name: str | Path, argument: str = "tokenizer") -> None:
@@ -338,25 +338,25 @@ def check_not_a_file(path_or_name: str | Path, argument: str = "tokenizer") -> N
                              f"(tokenizer.json with tokenizer_config.json, which names its special tokens): {give}")
 
 
-def load_tokenizer(path_or_name: str | Path, kind: str | None = None, argument: str = "tokenizer",
+def load_tokenizer(path_or_name: str | Path, family: str | None = None, argument: str = "tokenizer",
                    **kwargs) -> PreTrainedTokenizerFast:
-    """``AutoTokenizer.from_pretrained`` plus, when ``kind`` is given, ``check_special_tokens``; a file where the
+    """``AutoTokenizer.from_pretrained`` plus, when ``family`` is given, ``check_special_tokens``; a file where the
     folder belongs is refused naming ``argument`` (``check_not_a_file``)."""
     check_not_a_file(path_or_name, argument)
     tokenizer = AutoTokenizer.from_pretrained(str(path_or_name), **kwargs)
-    if kind is not None:
-        check_special_tokens(tokenizer, kind, source=str(path_or_name))
+    if family is not None:
+        check_special_tokens(tokenizer, family, source=str(path_or_name))
     return tokenizer
 
 
-def config_kwargs_from_tokenizer(tokenizer: PreTrainedTokenizerFast, kind: str) -> dict[str, int]:
+def config_kwargs_from_tokenizer(tokenizer: PreTrainedTokenizerFast, family: str) -> dict[str, int]:
     """Token ids and vocabulary size for a model config built to match ``tokenizer``."""
-    kind = canonical_kind(kind)
-    check_special_tokens(tokenizer, kind)
+    family = canonical_family(family)
+    check_special_tokens(tokenizer, family)
     out = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
-    if kind == "gpt":
+    if family == "gpt":
         out.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    if kind == "seq2seq":
+    if family == "seq2seq":
         out.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                    decoder_start_token_id=tokenizer.bos_token_id)
     return out
@@ -379,15 +379,16 @@ def check_tokenizer_matches_model(tokenizer, config) -> None:
     outside = {t: i for t, i in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids)
                if i is None or i >= config.vocab_size}
     if outside:
-        raise TokenizerMismatchError(f"special token ids outside the model's vocabulary ({config.vocab_size}): {outside}")
+        raise TokenizerMismatchError(f"special token ids outside the model's vocabulary ({config.vocab_size}): "
+                                     f"{outside}")
     pad = getattr(config, "pad_token_id", None)
     if pad is not None and tokenizer.pad_token_id is not None and pad != tokenizer.pad_token_id:
         raise TokenizerMismatchError(f"the model's pad_token_id is {pad} but the tokenizer pads with "
                                      f"{tokenizer.pad_token!r} = {tokenizer.pad_token_id}")
 
 
-__all__ = ["KINDS", "BERT_SPECIAL_TOKENS", "GPT_SPECIAL_TOKENS", "SEQ2SEQ_SPECIAL_TOKENS", "END_OF_TEXT",
-           "MissingSpecialTokenError", "VocabularySizeError", "canonical_kind", "special_token_names",
+__all__ = ["FAMILIES", "BERT_SPECIAL_TOKENS", "GPT_SPECIAL_TOKENS", "SEQ2SEQ_SPECIAL_TOKENS", "END_OF_TEXT",
+           "MissingSpecialTokenError", "VocabularySizeError", "canonical_family", "special_token_names",
            "minimum_vocab_size", "train_tokenizer", "wrap_tokenizer", "check_special_tokens",
            "load_tokenizer", "config_kwargs_from_tokenizer", "TokenizerMismatchError", "check_tokenizer_matches_model",
            "TokenizerPathError", "check_not_a_file"]

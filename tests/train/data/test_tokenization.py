@@ -110,7 +110,7 @@ def test_clean_process_autotokenizer_reload(saved, tmp_path):
 
 
 def test_load_tokenizer_checks_kind(saved):
-    tok = load_tokenizer(saved["bert"][1], kind="bert")
+    tok = load_tokenizer(saved["bert"][1], family="bert")
     assert tok.mask_token_id == 4
     check_special_tokens(AutoTokenizer.from_pretrained(saved["gpt"][1]), "gpt")
 
@@ -118,7 +118,7 @@ def test_load_tokenizer_checks_kind(saved):
 def test_missing_special_token_is_named(saved):
     folder = saved["bert"][1]
     with pytest.raises(MissingSpecialTokenError, match=rf"tokenizer {folder} has no bos_token .*<\|endoftext\|>"):
-        load_tokenizer(folder, kind="gpt")
+        load_tokenizer(folder, family="gpt")
     with pytest.raises(MissingSpecialTokenError, match=r"the tokenizer has no cls_token .*'\[CLS\]'"):
         check_special_tokens(saved["seq2seq"][0], "bert")
 
@@ -133,7 +133,7 @@ def test_vocab_size_too_small(texts):
 def test_no_text_and_unknown_kind():
     with pytest.raises(ValueError, match="no non-empty text"):
         train_tokenizer("bert", ["", "   "], 100)
-    with pytest.raises(ValueError, match="unknown tokenizer kind 'roberta'"):
+    with pytest.raises(ValueError, match="unknown tokenizer family 'roberta'"):
         train_tokenizer("roberta", ["a"], 100)
 
 
@@ -142,12 +142,12 @@ def test_cli_trains_and_saves(tmp_path, capsys):
     rows = [{"source": f"I have {n} cats.", "target": f"Ich habe {n} Katzen."} for n in ("two", "three", "four")]
     data.write_text("\n".join(json.dumps(r) for r in rows * 20), encoding="utf-8")
     out = tmp_path / "tok"
-    cli.main(["--kind", "transformer", "--vocab_size", "120", "--dataset", str(data), "--text_column", "source",
+    cli.main(["--family", "transformer", "--vocab_size", "120", "--dataset", str(data), "--text_column", "source",
               "--text_column", "target", "--output_dir", str(out), "--min_frequency", "1"])
     assert "saved a transformer tokenizer" in capsys.readouterr().out
     tok = AutoTokenizer.from_pretrained(out)
     assert tok.decode(tok("Ich habe three Katzen.")["input_ids"], skip_special_tokens=True) == "Ich habe three Katzen."
-    cli.main(["--kind", "bert", "--vocab_size", "300", "--max_texts", "50", "--output_dir", str(tmp_path / "b")])
+    cli.main(["--family", "bert", "--vocab_size", "300", "--max_texts", "50", "--output_dir", str(tmp_path / "b")])
     assert (tmp_path / "b" / "tokenizer.json").exists() and (tmp_path / "b" / "tokenizer_config.json").exists()
 
 
