@@ -1,24 +1,24 @@
 """Attention maps of one input from any Lineage model: PNG heatmaps, the raw weights and an interactive page.
 
-    python -m train.attention_maps --model outputs/bert-pretrain-tiny/model --text "the cat sat" --out maps/bert
-    python -m train.attention_maps --model outputs/bert-nli/model --text "a man sleeps" --text-pair "he is awake" \\
-        --layers 0,1 --heads 0,2 --out maps/nli
-    python -m train.attention_maps --model outputs/main-job/translation/model --text "seventy-two" --out maps/mt
-    python -m train.attention_maps --model my-marian-as-lineage --text "..." --target "..." --out maps/forced
+    python -m train.attention_maps --model outputs/bert-pretrain-tiny/model --text "the cat sat" --output_dir maps/bert
+    python -m train.attention_maps --model outputs/bert-nli/model --text "a man sleeps" --text_pair "he is awake" \\
+        --layers 0,1 --heads 0,2 --output_dir maps/nli
+    python -m train.attention_maps --model outputs/main-job/translation/model --text "seventy-two" --output_dir maps/mt
+    python -m train.attention_maps --model my-marian-as-lineage --text "..." --target "..." --output_dir maps/forced
 
 `--model` is a folder saved by `save_pretrained` (a training run's `<output_dir>/model`, or a model imported
 with `modeling.conversion.from_transformers` and saved), a Hub id, or a folder of a supported transformers
 reference model (converted on load); the tokenizer comes from the same place. The model runs once on the
 eager kernel with `output_attentions=True`. A sequence-to-sequence model reads `--text` as the source and
 forces `--target` through the decoder, or, without `--target`, the tokens it generates itself (greedy, or
-beam search with `--num-beams`). `--layers` / `--heads` select what is drawn and saved (default: all).
+beam search with `--num_beams`). `--layers` / `--heads` select what is drawn and saved (default: all).
 
 Output (`train.analysis.attention_plots` lists the files): PNG heatmaps (layer x head grid, each layer's heads at
 full size, the cross-attention alignment averaged over heads), `<kind>.npy` weights (layers, heads, rows,
 columns) with `tokens.json`, and `attention.html` (plus bertviz's views with the `viz` extra). Everything is
-written to a temporary folder beside `--out` and moved into place at the end: a failed run leaves `--out` as
-it was. `--out` must be new or empty; `--overwrite` replaces an earlier output of this command, and a folder holding
-anything else is refused whatever the flag (`train.run.run_folder`).
+written to a temporary folder beside `--output_dir` and moved into place at the end: a failed run leaves
+`--output_dir` as it was. `--output_dir` must be new or empty; `--overwrite_output_dir` replaces an earlier output of
+this command, and a folder holding anything else is refused whatever the flag (`train.run.run_folder`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,13 @@ from train.analysis.attention import (
     tokens,
 )
 from train.analysis.attention_plots import write_all
+from train.cli import CommandParser
 from train.run.run_folder import OutputDirError, check_writer_output, staged_output
 
 COMMAND = "attention-maps"
+OLD_FLAGS = {"--revision": "--model_revision", "--text-pair": "--text_pair", "--num-beams": "--num_beams",
+             "--max-new-tokens": "--max_new_tokens", "--out": "--output_dir",
+             "--overwrite": "--overwrite_output_dir"}  # old spelling -> the flag now
 
 
 def index_list(value: str) -> list[int]:
@@ -56,49 +60,50 @@ def index_list(value: str) -> list[int]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(description=__doc__.splitlines()[0], old_flags=OLD_FLAGS)
     parser.add_argument("--model", required=True, help="saved model folder or Hub id (with its tokenizer)")
-    parser.add_argument("--revision", default=None, help="Hub branch, tag or commit of --model")
+    parser.add_argument("--model_revision", default=None, help="Hub branch, tag or commit of --model")
     parser.add_argument("--text", required=True, help="the input (the source of a sequence-to-sequence model)")
-    parser.add_argument("--text-pair", default=None, help="second segment (BERT / GPT sentence pairs)")
+    parser.add_argument("--text_pair", default=None, help="second segment (BERT / GPT sentence pairs)")
     parser.add_argument("--target", default=None, help="seq2seq: target text to force (default: generated)")
     parser.add_argument("--layers", type=index_list, default=None, help="layer indices, e.g. 0,2 (default: all)")
     parser.add_argument("--heads", type=index_list, default=None, help="head indices, e.g. 1,3 (default: all)")
-    parser.add_argument("--num-beams", type=int, default=1, help="seq2seq generation without --target")
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="seq2seq generation without --target")
-    parser.add_argument("--out", required=True, help="folder to write (new or empty)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an earlier output of attention-maps")
+    parser.add_argument("--num_beams", type=int, default=1, help="seq2seq generation without --target")
+    parser.add_argument("--max_new_tokens", type=int, default=None, help="seq2seq generation without --target")
+    parser.add_argument("--output_dir", required=True, help="folder to write (new or empty)")
+    parser.add_argument("--overwrite_output_dir", action="store_true",
+                        help="replace an earlier output of attention-maps")
     return parser.parse_args(argv)
 
 
 def check_arguments(args: argparse.Namespace) -> None:
     """What can be refused before any model is loaded."""
-    for flag, value in (("--text", args.text), ("--text-pair", args.text_pair), ("--target", args.target)):
+    for flag, value in (("--text", args.text), ("--text_pair", args.text_pair), ("--target", args.target)):
         if value is not None and not value.strip():
             raise AttentionInputError(f"{flag} is empty; give some text")
     if args.num_beams < 1:
-        raise AttentionInputError(f"--num-beams must be at least 1, got {args.num_beams}")
-    out = check_writer_output(args.out, COMMAND, "--out")
-    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        raise AttentionInputError(f"--out {args.out!r} holds an earlier output of {COMMAND}; choose a new folder or "
-                                  f"pass --overwrite to replace it")
+        raise AttentionInputError(f"--num_beams must be at least 1, got {args.num_beams}")
+    out = check_writer_output(args.output_dir, COMMAND, "--output_dir")
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite_output_dir:
+        raise AttentionInputError(f"--output_dir {args.output_dir!r} holds an earlier output of {COMMAND}; choose a "
+                                  f"new folder or pass --overwrite_output_dir to replace it")
 
 
 def check_task(model, args: argparse.Namespace) -> None:
     seq2seq = is_seq2seq(model)
     if seq2seq and args.text_pair is not None:
-        raise AttentionInputError("--text-pair is for BERT / GPT sentence pairs; a sequence-to-sequence model "
+        raise AttentionInputError("--text_pair is for BERT / GPT sentence pairs; a sequence-to-sequence model "
                                   "reads --text as its source and --target as its target")
     if not seq2seq and (args.target is not None or args.num_beams != 1 or args.max_new_tokens is not None):
-        raise AttentionInputError(f"--target, --num-beams and --max-new-tokens are for sequence-to-sequence models; "
-                                  f"{type(model).__name__} reads --text (and --text-pair) only")
+        raise AttentionInputError(f"--target, --num_beams and --max_new_tokens are for sequence-to-sequence models; "
+                                  f"{type(model).__name__} reads --text (and --text_pair) only")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
     """Run the command; returns the written files by kind (`png`, `npy`, `json`, `html`), at their final paths."""
     args = parse_args(argv)
     check_arguments(args)
-    model, tokenizer = load_model(args.model, args.revision), load_tokenizer(args.model, args.revision)
+    model, tokenizer = load_model(args.model, args.model_revision), load_tokenizer(args.model, args.model_revision)
     check_task(model, args)
     inputs = encode_text(model, tokenizer, args.text, args.text_pair)
     decoder_ids, generated = None, False
@@ -107,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
     maps = select(collect(model, inputs, decoder_ids), args.layers, args.heads)
     description = {"model": args.model, "architecture": type(model).__name__, "text": args.text,
                    "text_pair": args.text_pair, "target": args.target, "target_generated": generated}
-    out = Path(args.out)
+    out = Path(args.output_dir)
     with staged_output(out.resolve(), COMMAND) as staging:
         written = write_all(maps, tokens(tokenizer, inputs, decoder_ids), description, staging)
     files: dict[str, list[Path]] = {}

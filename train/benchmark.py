@@ -1,8 +1,8 @@
 """Time training steps (and greedy generation) of a model preset, alone or against its transformers reference.
 
-    python -m train.benchmark --model gpt-117m --task causal-lm --batch-size 8 --seq-len 128 --steps 10 --reference
-    lineage benchmark --model transformer-base --config sinusoidal_layout=split --task seq2seq --batch-size 8 \
-        --seq-len 64 --reference --generate
+    python -m train.benchmark --model gpt-117m --task causal-lm --batch_size 8 --seq_length 128 --steps 10 --reference
+    lineage benchmark --model transformer-base --config sinusoidal_layout=split --task seq2seq --batch_size 8 \
+        --seq_length 64 --reference --generate
     lineage benchmark --model gpt-124m-prenorm --task causal-lm --dtype bf16 --compile --json bench.json
 
 `--model` is read as every command reads it (`train.setup.models`): a preset, a config.json, or a folder or Hub id of a
@@ -12,16 +12,16 @@ A training step is zero_grad, forward with labels, backward and an AdamW step on
 (`train.analysis.throughput`). `--warmup` steps run first and are not timed (they include compilation with
 `--compile`); then `--steps` steps are timed one by one and the median is reported as ms/step, tokens/s (B x T per
 step; for seq2seq the target positions, the source having the same length), achieved TFLOP/s (the FLOP formula
-in `train.analysis.throughput`), MFU against the GPU's peak (`--peak-tflops` overrides the table; no MFU column on a
+in `train.analysis.throughput`), MFU against the GPU's peak (`--peak_tflops` overrides the table; no MFU column on a
 CPU) and peak memory (CUDA: `max_memory_allocated` during a step; CPU: the process's peak RSS).
 
 `--reference` builds the transformers reference model from the same weights (`modeling.conversion.to_transformers`:
 OpenAIGPT for post-norm GPT presets, GPT-2 for pre-norm ones, BERT, Marian) and times its steps interleaved with
 Lineage's, so machine noise hits both alike; `ratio` = reference ms / Lineage ms (above 1: Lineage is faster).
 `--compile` compiles both (`train.run.compilation`). `--generate` also times greedy generation of
-`--new-tokens` tokens from the `--seq-len` prompt (causal LM) or source (seq2seq) with the dynamic cache and with
-the static cache and a compiled forward (for models that declare `_can_compile_fullgraph`). `--json FILE` writes
-the table with its settings.
+`--max_new_tokens` tokens from the `--seq_length` prompt (causal LM) or source (seq2seq) with the dynamic cache and
+with the static cache and a compiled forward (for models that declare `_can_compile_fullgraph`). `--json FILE`
+writes the table with its settings.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from transformers import CompileConfig
 
 from modeling.conversion import to_transformers
 from train.analysis import throughput
+from train.cli import CommandParser
 from train.run.compilation import compile_model, compiler_error
 from train.run.recipes import (
     available_presets,
@@ -48,26 +49,29 @@ from train.run.recipes import (
 from train.setup import models
 
 REFERENCE_FAMILIES = ("lineage-gpt", "lineage-bert", "lineage-transformer")
+OLD_FLAGS = {"--revision": "--model_revision", "--sparse-prediction": "--sparse_prediction",
+             "--unpad-inputs": "--unpad_inputs", "--batch-size": "--batch_size", "--seq-len": "--seq_length",
+             "--new-tokens": "--max_new_tokens", "--peak-tflops": "--peak_tflops"}  # old spelling -> the flag now
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = CommandParser(description=__doc__.strip().splitlines()[0], old_flags=OLD_FLAGS)
     parser.add_argument("--model", required=True, help=f"a preset ({', '.join(available_presets())}), a config.json, "
                                                        "a model folder or Hub id, Lineage or a supported transformers "
                                                        "checkpoint (its config, converted; weights are random)")
-    parser.add_argument("--revision", default=None, help="Hub branch, tag or commit of --model (its config)")
+    parser.add_argument("--model_revision", default=None, help="Hub branch, tag or commit of --model (its config)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of the model config (repeatable; YAML values), e.g. "
                              "sinusoidal_layout=split for the Marian reference")
     parser.add_argument("--task", required=True, choices=tuple(throughput.TASKS))
-    parser.add_argument("--sparse-prediction", action="store_true",
+    parser.add_argument("--sparse_prediction", action="store_true",
                         help="Lineage's training forward with sparse_prediction=True (the output head on labelled "
                              "positions only, as pretrain_bert and train_translation train; --task mlm or seq2seq)")
-    parser.add_argument("--unpad-inputs", action="store_true",
+    parser.add_argument("--unpad_inputs", action="store_true",
                         help="Lineage BERT's training forward with unpad_inputs=True (no compute on padding; --task "
                              "mlm; random batches have no padding, so this times the unpadded kernels' overhead)")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--seq_length", type=int, default=128, help="tokens in each sequence (the full length)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps (or generate calls); the median is kept")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (compilation happens here)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model(s) before the first step")
@@ -75,8 +79,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference", action="store_true", help="also time the transformers reference model")
     parser.add_argument("--generate", action="store_true", help="also time greedy generation (dynamic and static "
                                                                 "cache)")
-    parser.add_argument("--new-tokens", type=int, default=32, help="tokens each generate call makes")
-    parser.add_argument("--peak-tflops", type=float, default=None, help="the GPU's peak TFLOP/s for MFU (default: "
+    parser.add_argument("--max_new_tokens", type=int, default=32,
+                        help="tokens each generate call makes (min_new_tokens = max_new_tokens)")
+    parser.add_argument("--peak_tflops", type=float, default=None, help="the GPU's peak TFLOP/s for MFU (default: "
                                                                          "the table in train.analysis.throughput)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--seed", type=int, default=0)
@@ -87,7 +92,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        config = model_config(args.model, config_overrides(args.model, args.config, args.revision), args.revision)
+        config = model_config(args.model, config_overrides(args.model, args.config, args.model_revision),
+                              args.model_revision)
         check_arguments(args, config, device())
     except (ValueError, FileNotFoundError) as error:  # RecipeError is a ValueError
         parser.error(str(error))
@@ -98,7 +104,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def model_config(model: str, overrides: dict, revision: str | None = None):
     """The Lineage config `--model` names (`train.setup.models`: converted for a transformers checkpoint; `revision`
     of a Hub id), with `overrides`."""
-    source = models.resolve_model(model, revision, revision_argument="--revision")
+    source = models.resolve_model(model, revision, revision_argument="--model_revision")
     if not source.pretrained:
         return load_model_config(model, **overrides)
     return type(source.config).from_dict({**source.config.to_dict(), **overrides})
@@ -110,7 +116,8 @@ def config_overrides(model: str, pairs: list[str], revision: str | None = None) 
         raise ValueError(f"--config expects KEY=VALUE, got {', '.join(p for p in pairs if '=' not in p)}")
     overrides = {key: yaml.safe_load(value) for key, value in (pair.split("=", 1) for pair in pairs)}
     if overrides:
-        check_model_overrides(overrides, models.resolve_model(model, revision, revision_argument="--revision").config)
+        source = models.resolve_model(model, revision, revision_argument="--model_revision")
+        check_model_overrides(overrides, source.config)
     return overrides
 
 
@@ -120,39 +127,39 @@ def device() -> torch.device:
 
 def check_arguments(args: argparse.Namespace, config, target: torch.device) -> None:
     """Every setting against the model and the machine, before a model is built or a step runs."""
-    for name in ("batch_size", "seq_len", "steps", "new_tokens"):
+    for name in ("batch_size", "seq_length", "steps", "max_new_tokens"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
     if args.compile and args.warmup < 1:
         raise ValueError("--warmup must be >= 1 with --compile (the first step compiles)")
     if args.peak_tflops is not None and not (math.isfinite(args.peak_tflops) and args.peak_tflops > 0):
-        raise ValueError(f"--peak-tflops must be a positive number of TFLOP/s, got {args.peak_tflops}")
+        raise ValueError(f"--peak_tflops must be a positive number of TFLOP/s, got {args.peak_tflops}")
     if args.peak_tflops is not None and target.type != "cuda":
-        raise ValueError("--peak-tflops sets the GPU peak for MFU, which is not reported on a CPU")
+        raise ValueError("--peak_tflops sets the GPU peak for MFU, which is not reported on a CPU")
     families = throughput.TASK_FAMILIES[args.task]
     if config.model_type not in families:
         raise ValueError(f"--task {args.task} needs a {' or '.join(families)} model; --model {args.model} is "
                          f"{config.model_type}")
     if args.sparse_prediction and args.task == "causal-lm":
-        raise ValueError("--sparse-prediction is a forward option of masked-LM and seq2seq models (--task mlm or "
+        raise ValueError("--sparse_prediction is a forward option of masked-LM and seq2seq models (--task mlm or "
                          "seq2seq); a causal LM's loss already skips the logits")
     if args.unpad_inputs and args.task != "mlm":
-        raise ValueError("--unpad-inputs is a forward option of Lineage BERT (--task mlm)")
+        raise ValueError("--unpad_inputs is a forward option of Lineage BERT (--task mlm)")
     if args.generate and args.task == "mlm":
         raise ValueError("--generate times text generation, which a masked LM (--task mlm) does not do")
     if args.reference and config.model_type not in REFERENCE_FAMILIES:
         raise ValueError(f"--reference: transformers has no reference model for {config.model_type}")
     positions = getattr(config, "max_position_embeddings", None)
-    longest = args.seq_len + (args.new_tokens if args.generate and args.task == "causal-lm" else 0)
+    longest = args.seq_length + (args.max_new_tokens if args.generate and args.task == "causal-lm" else 0)
     if positions is not None and longest > positions:
-        made = f" + --new-tokens {args.new_tokens}" if longest > args.seq_len else ""
-        raise ValueError(f"--seq-len {args.seq_len}{made} is longer than the model's {positions} positions "
+        made = f" + --max_new_tokens {args.max_new_tokens}" if longest > args.seq_length else ""
+        raise ValueError(f"--seq_length {args.seq_length}{made} is longer than the model's {positions} positions "
                          "(max_position_embeddings)")
-    if args.generate and args.task == "seq2seq" and positions is not None and args.new_tokens + 1 > positions:
-        raise ValueError(f"--new-tokens {args.new_tokens} needs {args.new_tokens + 1} decoder positions; the model "
-                         f"has {positions} (max_position_embeddings)")
+    if args.generate and args.task == "seq2seq" and positions is not None and args.max_new_tokens + 1 > positions:
+        raise ValueError(f"--max_new_tokens {args.max_new_tokens} needs {args.max_new_tokens + 1} decoder positions; "
+                         f"the model has {positions} (max_position_embeddings)")
     if args.compile and compiler_error(target.type) is not None:
         raise ValueError(f"--compile: torch.compile does not work on {target.type} with this torch "
                          f"{torch.__version__} ({compiler_error(target.type)})")
@@ -169,10 +176,10 @@ def build_models(args: argparse.Namespace, target: torch.device) -> dict[str, to
 
 
 def benchmark_training(args: argparse.Namespace, models: dict, target: torch.device, peak: float | None) -> dict:
-    batch = throughput.training_batch(args.config, args.task, args.batch_size, args.seq_len, target, args.seed)
+    batch = throughput.training_batch(args.config, args.task, args.batch_size, args.seq_length, target, args.seed)
     flops = throughput.training_flops(throughput.matmul_parameters(models["lineage"]),
                                       throughput.attention_layers(args.config), args.config.hidden_size,
-                                      args.batch_size, args.seq_len)
+                                      args.batch_size, args.seq_length)
     options = {key: True for key in ("sparse_prediction", "unpad_inputs") if getattr(args, key)}
     steps = {name: throughput.TrainingStep(model, batch, target, args.dtype, options if name == "lineage" else {})
              for name, model in models.items()}
@@ -184,7 +191,7 @@ def benchmark_training(args: argparse.Namespace, models: dict, target: torch.dev
         for _ in range(args.warmup - 1):
             step()
     seconds = throughput.interleaved_seconds(steps, args.steps, target)
-    tokens = args.batch_size * args.seq_len
+    tokens = args.batch_size * args.seq_length
     rows = {name: throughput.summarize(seconds[name], tokens, flops, peak, memory[name]) for name in steps}
     return {"flops_per_step": flops, **rows, **ratio(rows)}
 
@@ -196,8 +203,8 @@ def ratio(rows: dict) -> dict:
 
 
 def generation_kwargs(args: argparse.Namespace, model: torch.nn.Module, cache: str, target: torch.device) -> dict:
-    kwargs = {"do_sample": False, "num_beams": 1, "max_new_tokens": args.new_tokens,
-              "min_new_tokens": args.new_tokens, "pad_token_id": model.config.pad_token_id}
+    kwargs = {"do_sample": False, "num_beams": 1, "max_new_tokens": args.max_new_tokens,
+              "min_new_tokens": args.max_new_tokens, "pad_token_id": model.config.pad_token_id}
     if cache == "static":
         compiled = CompileConfig(fullgraph=True, mode="reduce-overhead" if target.type == "cuda" else "default")
         compiled._compile_all_devices = True  # transformers compiles the static-cache forward on GPUs only otherwise
@@ -207,7 +214,7 @@ def generation_kwargs(args: argparse.Namespace, model: torch.nn.Module, cache: s
 
 def benchmark_generation(args: argparse.Namespace, models: dict, target: torch.device) -> dict:
     """Greedy generation with each cache; `static` only for models whose forward compiles in one graph."""
-    prompt = throughput.training_batch(args.config, args.task, args.batch_size, args.seq_len, target,
+    prompt = throughput.training_batch(args.config, args.task, args.batch_size, args.seq_length, target,
                                        args.seed)["input_ids"]
     results = {}
     for cache in ("dynamic", "static"):
@@ -221,7 +228,7 @@ def benchmark_generation(args: argparse.Namespace, models: dict, target: torch.d
                 for name, model in able.items()}
         memory = {name: throughput.peak_memory_mib(target, run) for name, run in runs.items()}  # warm-up (compiles)
         seconds = throughput.interleaved_seconds(runs, args.steps, target)
-        tokens = args.batch_size * args.new_tokens
+        tokens = args.batch_size * args.max_new_tokens
         rows = {name: throughput.summarize(seconds[name], tokens, None, None, memory[name]) for name in runs}
         results[cache] = {**rows, **ratio(rows)}
         unable = [name for name in models if name not in able]
@@ -246,7 +253,7 @@ def run(args: argparse.Namespace, models: dict[str, torch.nn.Module]) -> dict:
     target = device()
     peak = args.peak_tflops if args.peak_tflops is not None else throughput.peak_tflops(target, args.dtype)
     result = {
-        "model": args.model, "task": args.task, "batch_size": args.batch_size, "seq_len": args.seq_len,
+        "model": args.model, "task": args.task, "batch_size": args.batch_size, "seq_length": args.seq_length,
         "steps": args.steps, "warmup": args.warmup, "dtype": args.dtype, "compile": args.compile,
         "sparse_prediction": args.sparse_prediction, "unpad_inputs": args.unpad_inputs,
         "device": torch.cuda.get_device_name(target) if target.type == "cuda" else f"cpu ({torch.get_num_threads()} "
@@ -256,7 +263,7 @@ def run(args: argparse.Namespace, models: dict[str, torch.nn.Module]) -> dict:
     }
     result["training"] = benchmark_training(args, models, target, peak)
     if args.generate:
-        result["new_tokens"] = args.new_tokens
+        result["max_new_tokens"] = args.max_new_tokens
         result["generation"] = benchmark_generation(args, models, target)
     return result
 
@@ -280,7 +287,8 @@ def table(result: dict, with_mfu: bool) -> str:
                      f"{row['tflops']:.3g}" if "tflops" in row else "-"]
             if with_mfu:
                 cells.append(f"{row['mfu']:.1%}" if "mfu" in row else "-")
-            cells += [f"{row['peak_memory_mib']:.0f}", f"{rows['ratio']:.3f}" if "ratio" in rows and name == "reference" else ""]
+            ratio = f"{rows['ratio']:.3f}" if "ratio" in rows and name == "reference" else ""
+            cells += [f"{row['peak_memory_mib']:.0f}", ratio]
             lines.append(cells)
     widths = [max(len(line[i]) for line in lines if i < len(line)) for i in range(len(header))]
     return "\n".join(["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines] + notes)
@@ -293,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     except ValueError as error:  # the reference cannot hold this configuration
         make_parser().error(f"--reference: {error}")
     result = run(args, models)
-    print(f"{args.model} {args.task} batch {args.batch_size} x {args.seq_len}, {args.dtype}"
+    print(f"{args.model} {args.task} batch {args.batch_size} x {args.seq_length}, {args.dtype}"
           f"{', compiled' if args.compile else ''}, on {result['device']}; median of {args.steps} after "
           f"{args.warmup} warm-up")
     print(table(result, with_mfu=device().type == "cuda"))

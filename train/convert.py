@@ -2,7 +2,7 @@
 
     python -m train.convert google-bert/bert-base-uncased bert-base-lineage/ --to lineage
     python -m train.convert outputs/gpt-pretrain-tiny/model gpt-as-gpt2/ --to transformers
-    lineage convert Helsinki-NLP/opus-mt-en-de opus-en-de-lineage/ --to lineage --revision main
+    lineage convert Helsinki-NLP/opus-mt-en-de opus-en-de-lineage/ --to lineage --model_revision main
 
 `SRC` is read as `--model` is everywhere (`train.setup.models`). `--to lineage` takes a transformers checkpoint of a
 class `modeling.conversion` supports (BERT, OpenAI GPT, GPT-2, Marian and their heads) and writes the Lineage model
@@ -20,18 +20,20 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from train.cli import CommandParser
 from train.run.run_folder import check_writer_output, staged_output
 from train.setup import models, tokenizers
 
 TARGETS = ("lineage", "transformers")
+OLD_FLAGS = {"--revision": "--model_revision"}  # old spelling -> the flag now
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(description=__doc__.splitlines()[0], old_flags=OLD_FLAGS)
     parser.add_argument("src", metavar="SRC", help="model folder or Hub id (Lineage or a supported transformers class)")
     parser.add_argument("dst", metavar="DST", help="folder to write (new, empty, or an earlier convert output)")
     parser.add_argument("--to", required=True, choices=TARGETS, help="the implementation to convert to")
-    parser.add_argument("--revision", default=None, help="Hub branch, tag or commit of SRC")
+    parser.add_argument("--model_revision", default=None, help="Hub branch, tag or commit of SRC")
     return parser.parse_args(argv)
 
 
@@ -77,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     args = parse_args(argv)
     check_writer_output(args.dst, "convert", "DST")
     dst = Path(args.dst)
-    source = models.resolve_model(args.src, args.revision, argument="SRC")
+    source = models.resolve_model(args.src, args.model_revision, argument="SRC", revision_argument="--model_revision")
     model, origin, difference = convert(source, args.to)
     with staged_output(dst, "convert") as staging:
         model.save_pretrained(staging)

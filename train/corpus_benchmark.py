@@ -1,12 +1,12 @@
 """How pretraining scales with the corpus: preparation, time to the first step and memory, at a given corpus size.
 
-    lineage corpus-benchmark --family gpt --size-mb 100 --num_proc 2 --json gpt-100mb.json
-    lineage corpus-benchmark --family bert --size-mb 1000 --stages prepare,run,stream
-    lineage corpus-benchmark --family gpt --size-mb 100 --stages run --repo ../lineage-old   # another checkout
+    lineage corpus-benchmark --family gpt --size_mb 100 --num_proc 2 --json gpt-100mb.json
+    lineage corpus-benchmark --family bert --size_mb 1000 --stages prepare,run,stream
+    lineage corpus-benchmark --family gpt --size_mb 100 --stages run --repo ../lineage-old   # another checkout
 
-A corpus of `--size-mb` MB of English is written into `--work` (once; reused by later calls): documents of the
+A corpus of `--size_mb` MB of English is written into `--work` (once; reused by later calls): documents of the
 embedded generator (`train.data.corpus`, biographies, travel diaries and recipes; a small vocabulary, so text
-tokenizes faster than literary English), `--unique-mb` MB of distinct documents repeated in a new order per copy. GPT's
+tokenizes faster than literary English), `--unique_mb` MB of distinct documents repeated in a new order per copy. GPT's
 file holds one document per line, BERT's is in BERT's own layout (one sentence per line, a blank line between
 documents). A tokenizer is trained once on the corpus's first 20 MB and given to every run (`tokenizer`), so no stage
 times tokenizer training. Each stage then runs the real command in a new process; the caches (`LINEAGE_CACHE` and the
@@ -40,20 +40,22 @@ import threading
 import time
 from pathlib import Path
 
+from train.cli import CommandParser
 from train.data.corpus import generate_records
 
 STAGES = ("prepare", "run", "stream")
 RECIPES = {"gpt": ("gpt-pretrain-tiny", "pretrain_gpt"), "bert": ("bert-pretrain-tiny", "pretrain_bert")}
 TOKENIZER_SAMPLE = 20_000_000  # characters the benchmark's tokenizer learns from
+OLD_FLAGS = {"--size-mb": "--size_mb", "--unique-mb": "--unique_mb"}  # old spelling -> the flag now
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser = CommandParser(description=__doc__.strip().splitlines()[0], old_flags=OLD_FLAGS)
     parser.add_argument("--family", choices=tuple(RECIPES), required=True)
-    parser.add_argument("--size-mb", type=float, required=True, help="corpus size in MB (10^6 bytes of UTF-8)")
+    parser.add_argument("--size_mb", type=float, required=True, help="corpus size in MB (10^6 bytes of UTF-8)")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, in order: {', '.join(STAGES)}")
     parser.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="processes of `lineage prepare`")
-    parser.add_argument("--unique-mb", type=float, default=16.0, help="MB of distinct documents in the corpus")
+    parser.add_argument("--unique_mb", type=float, default=16.0, help="MB of distinct documents in the corpus")
     parser.add_argument("--work", type=Path, default=Path("outputs/corpus-benchmark"),
                         help="where the corpora, tokenizers, caches and runs go")
     parser.add_argument("--repo", type=Path, default=None, help="run the commands from this checkout instead")
@@ -183,7 +185,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"--stages: unknown stage {unknown[0]!r}; stages: {', '.join(STAGES)}" if unknown
                          else f"--stages: name at least one of {', '.join(STAGES)}")
     if args.size_mb <= 0 or args.unique_mb <= 0 or args.num_proc < 1:
-        raise SystemExit("--size-mb and --unique-mb must be > 0 and --num_proc >= 1")
+        raise SystemExit("--size_mb and --unique_mb must be > 0 and --num_proc >= 1")
     work = args.work.resolve()
     recipe, script = RECIPES[args.family]
     corpus = write_corpus(work / f"corpus-{args.family}-{args.size_mb:g}mb.txt", args.family, args.size_mb,

@@ -1,7 +1,7 @@
 """Export a saved Lineage model's inference forward with `torch.export`, as ExportedPrograms or as ONNX.
 
-    python -m train.export --model outputs/bert-finetune-nli-tiny/model --out exported/ [--format torch|onnx]
-    python -m train.export --model openai-community/gpt2 --out exported/gpt2   # converted to Lineage on load
+    python -m train.export --model outputs/bert-finetune-nli-tiny/model --output_dir exported/ [--format torch|onnx]
+    python -m train.export --model openai-community/gpt2 --output_dir exported/gpt2   # converted to Lineage on load
 
 `--model` is a Lineage folder or Hub id, or a supported transformers checkpoint (`train.setup.models`).
 
@@ -16,11 +16,11 @@ What is exported, per family (batch and lengths are dynamic):
 
 `--format torch` writes `<program>.pt2` (`torch.export.save`; load with `torch.export.load(path).module()`);
 `--format onnx` writes `<program>.onnx` through the dynamo exporter (the optional extra `onnx`: onnx, onnxscript;
-onnxruntime runs the files). `export.json` lists the files with their input and output names. `--out` must be new,
-empty, or a folder this command wrote before (`train.run.run_folder`); the files are written beside it and moved
-into place when every program has exported. Export runs the
-linear layers on `F.linear` (`LineageLinear.fast_cpu_inference` off): oneDNN's CPU kernel is not an ONNX operator.
-"""
+onnxruntime runs the files). `export.json` lists the files with their input and output names. `--output_dir` must be
+new, empty, or a folder this command wrote before (`train.run.run_folder`); the files are written beside it and moved
+into place when every program has exported. Export runs the linear layers on `F.linear`
+(`LineageLinear.fast_cpu_inference` off): oneDNN's CPU kernel is not an ONNX operator.
+"""  # noqa: E501 (the table's rows)
 
 from __future__ import annotations
 
@@ -37,10 +37,12 @@ from transformers import DynamicCache
 
 from modeling.arguments import CACHE_NAME, cache_keyword, output_cache
 from modeling.linear import LineageLinear
+from train.cli import CommandParser
 from train.run.run_folder import check_writer_output, staged_output
 from train.setup import models
 
 FORMATS = ("torch", "onnx")
+OLD_FLAGS = {"--out": "--output_dir", "--revision": "--model_revision"}  # old spelling -> the flag now
 _OUTPUT_SKIP = ("loss", "hidden_states", "attentions", CACHE_NAME)
 
 
@@ -82,7 +84,8 @@ class CachedCausalDecoder(nn.Module):
             cache.update(keys, values, layer)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **cache_keyword(cache))
         layers = output_cache(out).layers
-        return out.logits, torch.stack([l.keys for l in layers]), torch.stack([l.values for l in layers])
+        keys, values = torch.stack([c.keys for c in layers]), torch.stack([c.values for c in layers])
+        return out.logits, keys, values
 
 
 class Seq2SeqEncoder(nn.Module):
@@ -147,7 +150,8 @@ def _causal_programs(model) -> list[tuple]:
     return [
         ("decoder", CausalDecoder(model), (new["input_ids"], new["attention_mask"]), ["input_ids", "attention_mask"],
          ["logits"], (tokens, tokens)),
-        ("decoder_with_cache", CachedCausalDecoder(model), (new["input_ids"], cached_mask, keys, torch.randn_like(keys)),
+        ("decoder_with_cache", CachedCausalDecoder(model),
+         (new["input_ids"], cached_mask, keys, torch.randn_like(keys)),
          ["input_ids", "attention_mask", "past_keys", "past_values"], ["logits", "present_keys", "present_values"],
          (tokens, tokens, cache, cache)),
     ]
@@ -188,7 +192,7 @@ def programs(model) -> list[tuple]:
 def load_lineage_model(name: str, revision: str | None = None):
     """The model that `--model` names (`train.setup.models`: a Lineage folder or Hub id, or a transformers reference
     checkpoint converted and checked on load), in eval mode; a preset (no trained weights) is refused."""
-    source = models.resolve_model(str(name), revision, revision_argument="--revision")
+    source = models.resolve_model(str(name), revision, revision_argument="--model_revision")
     if not source.pretrained:
         raise models.ModelSourceError(f"--model {name!r} is a preset, which has no trained weights to export; give a "
                                        "saved model folder or Hub id")
@@ -228,24 +232,24 @@ def _to_onnx(program, path: Path, input_names: list[str], output_names: list[str
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(description=__doc__.splitlines()[0], old_flags=OLD_FLAGS)
     parser.add_argument("--model", required=True, help="a saved model folder or Hub id (Lineage, or a supported "
                                                        "transformers checkpoint, converted on load)")
-    parser.add_argument("--revision", default=None, help="Hub branch, tag or commit of --model")
-    parser.add_argument("--out", required=True, help="folder for the exported files")
+    parser.add_argument("--model_revision", default=None, help="Hub branch, tag or commit of --model")
+    parser.add_argument("--output_dir", required=True, help="folder for the exported files")
     parser.add_argument("--format", default="torch", choices=FORMATS, help="torch: .pt2 ExportedPrograms; onnx: .onnx")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict]:
     args = parse_args(argv)
-    folder = check_writer_output(args.out, "export", "--out")
-    model = load_lineage_model(args.model, args.revision)
+    folder = check_writer_output(args.output_dir, "export", "--output_dir")
+    model = load_lineage_model(args.model, args.model_revision)
     with staged_output(folder, "export") as staging:
         manifest = export_model(model, staging, args.format)
     for name, entry in manifest.items():
         inputs, outputs = ", ".join(entry["inputs"]), ", ".join(entry["outputs"])
-        print(f"{name}: {Path(args.out) / entry['file']} ({inputs} -> {outputs})")
+        print(f"{name}: {Path(args.output_dir) / entry['file']} ({inputs} -> {outputs})")
     return manifest
 
 

@@ -1,10 +1,10 @@
 """The lineage experiment: why attention, then the Transformer, replaced the thought vector — one command.
 
-    python -m train.lineage_experiment [--out DIR] [--budget-seconds N] [--arms a,b,...] [--quick]
-                                       [--train-file F --validation-file F | --dataset NAME]
+    python -m train.lineage_experiment [--output_dir DIR] [--max_train_seconds N] [--arms a,b,...] [--quick]
+                                       [--train_file F --validation_file F | --dataset NAME]
 
-Trains every arm on the same data, the same BPE tokenizer (trained once, `<out>/tokenizer`) and the same
-wall-clock budget of training time (`max_train_seconds`; periodic evaluation does not count, see
+Trains every arm on the same data, the same BPE tokenizer (trained once, `<output_dir>/tokenizer`) and the same
+wall-clock budget of training time per arm (`--max_train_seconds`; periodic evaluation does not count, see
 `train.run.engine`), one recipe per arm (`lineage-<arm>`, sizes within 0.7-1.0M
 parameters):
 
@@ -14,7 +14,7 @@ parameters):
 - `transformer`: the post-norm Transformer (Vaswani et al. 2017);
 - `transformer-relative`: the Transformer with relative position representations (Shaw et al. 2018).
 
-Then each arm translates the validation set (beam search) and the report folder `--out` gets `report.md` (a
+Then each arm translates the validation set (beam search) and the report folder `--output_dir` gets `report.md` (a
 table per arm: BLEU per source-length bucket, BLEU, tokens/s, parameters, training and wall time, steps),
 `loss_vs_time.png`, `bleu_vs_length.png`, `alignment_<arm>.png` (the same sentence through every attention
 arm), `results.json`, and `runs/<arm>/` (each arm's model folder and log). Defaults: the embedded English ->
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from train.analysis import experiment
+from train.cli import CommandParser
 from train.data.collators import Seq2SeqCollator
 from train.data.preparation import tokenize_dataset
 from train.run.engine import Engine, forward_options, seed_everything
@@ -58,6 +59,8 @@ QUICK = {"train_size": 200, "eval_size": 24, "tokenizer_vocab_size": 300, "max_s
 QUICK_SIZES = {"rnn-tiny": {"hidden_size": 32, "embedding_size": 16},  # by preset: the tiny widths
                "transformer-tiny": {"hidden_size": 32, "intermediate_size": 64}}
 COLUMNS = (("source", "text"), ("target", "text"))
+OLD_FLAGS = {"--out": "--output_dir", "--budget-seconds": "--max_train_seconds", "--train-file": "--train_file",
+             "--validation-file": "--validation_file"}  # old spelling -> the flag now
 
 
 class ExperimentError(ValueError):
@@ -65,13 +68,14 @@ class ExperimentError(ValueError):
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="outputs/lineage-experiment", help="report folder")
-    parser.add_argument("--budget-seconds", type=float, default=None,
-                        help=f"training seconds per arm (default {DEFAULT_BUDGET:g}; {QUICK_BUDGET:g} with --quick)")
+    parser = CommandParser(description=__doc__.splitlines()[0], old_flags=OLD_FLAGS)
+    parser.add_argument("--output_dir", default="outputs/lineage-experiment", help="report folder")
+    parser.add_argument("--max_train_seconds", type=float, default=None,
+                        help=f"training seconds per arm, the budget (default {DEFAULT_BUDGET:g}; {QUICK_BUDGET:g} "
+                             "with --quick)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {', '.join(ARMS)}")
-    parser.add_argument("--train-file", help="source/target pairs: TSV or JSON Lines (with --validation-file)")
-    parser.add_argument("--validation-file", help="the pairs to evaluate on (with --train-file)")
+    parser.add_argument("--train_file", help="source/target pairs: TSV or JSON Lines (with --validation_file)")
+    parser.add_argument("--validation_file", help="the pairs to evaluate on (with --train_file)")
     parser.add_argument("--dataset", help="a Hub dataset (or embedded:translation) with source/target columns")
     parser.add_argument("--quick", action="store_true", help="tiny data and budget: a smoke run in seconds")
     return parser.parse_args(argv)
@@ -84,15 +88,15 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], float]:
     if not arms or unknown or len(set(arms)) != len(arms):
         raise ExperimentError(f"--arms {args.arms!r}: give distinct arms from {', '.join(ARMS)}"
                               + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
-    budget = args.budget_seconds if args.budget_seconds is not None else (QUICK_BUDGET if args.quick
-                                                                           else DEFAULT_BUDGET)
+    budget = args.max_train_seconds if args.max_train_seconds is not None else (QUICK_BUDGET if args.quick
+                                                                                 else DEFAULT_BUDGET)
     if not math.isfinite(budget) or budget <= 0:
-        raise ExperimentError(f"--budget-seconds must be a number of seconds > 0, got {budget}")
+        raise ExperimentError(f"--max_train_seconds must be a number of seconds > 0, got {budget}")
     if (args.train_file is None) != (args.validation_file is None):
-        raise ExperimentError("--train-file and --validation-file go together: BLEU is measured on the validation file")
+        raise ExperimentError("--train_file and --validation_file go together: BLEU is measured on the validation file")
     if args.dataset and args.train_file:
-        raise ExperimentError("give either --dataset or --train-file/--validation-file, not both")
-    for flag, file in (("--train-file", args.train_file), ("--validation-file", args.validation_file)):
+        raise ExperimentError("give either --dataset or --train_file/--validation_file, not both")
+    for flag, file in (("--train_file", args.train_file), ("--validation_file", args.validation_file)):
         if file is not None and not Path(file).is_file():
             raise ExperimentError(f"{flag} {file!r} does not exist")
     return arms, budget
@@ -100,7 +104,7 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], float]:
 
 def arm_recipes(args: argparse.Namespace, arms: list[str], budget: float) -> dict[str, Recipe]:
     """Each arm's recipe with the experiment's data, tokenizer, budget and output folder; their data keys agree."""
-    out = Path(args.out)
+    out = Path(args.output_dir)
     # an experiment trains every arm afresh: a rerun into the same folder replaces its arms, each deletion printed
     overrides: dict[str, Any] = {"max_train_seconds": budget, "tokenizer": str(out / "tokenizer"),
                                  "overwrite_output_dir": True,
@@ -127,7 +131,7 @@ def shared_data(recipe: Recipe, out: Path):
     """The training and validation pairs, and the BPE tokenizer trained once on the training pairs."""
     train_rows, eval_rows = load_splits(recipe, COLUMNS, "embedded:translation")
     if eval_rows is None or len(eval_rows) == 0:
-        raise ExperimentError("the data has no validation split: give --validation-file (BLEU is measured on it)")
+        raise ExperimentError("the data has no validation split: give --validation_file (BLEU is measured on it)")
     shared = recipe.replace(tokenizer=None, output_dir=str(out), resume_from_checkpoint=None)
     get_tokenizer(shared, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
     return train_rows, eval_rows
@@ -187,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     args = parse_args(argv)
     arms, budget = check_arguments(args)
     recipes = arm_recipes(args, arms, budget)
-    out = Path(args.out)
+    out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     first, began = recipes[arms[0]], time.perf_counter()
     train_rows, eval_rows = shared_data(first, out)

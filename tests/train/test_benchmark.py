@@ -27,7 +27,7 @@ def config_file(tmp_path: Path, name: str, **overrides) -> str:
 
 def run(tmp_path: Path, model: str, task: str, *extra: str) -> tuple[dict, dict]:
     out = tmp_path / "bench.json"
-    returned = benchmark.main(["--model", model, "--task", task, "--batch-size", "2", "--seq-len", "8", "--steps",
+    returned = benchmark.main(["--model", model, "--task", task, "--batch_size", "2", "--seq_length", "8", "--steps",
                                "2", "--warmup", "1", "--json", str(out), *extra])
     written = json.loads(out.read_text())
     assert written == json.loads(json.dumps(returned))
@@ -50,7 +50,7 @@ def check_training(result: dict, reference: bool) -> None:
 
 def test_causal_lm_with_reference_generation_and_json(tmp_path, capsys):
     model = config_file(tmp_path, "gpt-tiny", intermediate_size=128)  # OpenAIGPT's feed-forward is 4 x hidden
-    result, _ = run(tmp_path, model, "causal-lm", "--reference", "--generate", "--new-tokens", "4")
+    result, _ = run(tmp_path, model, "causal-lm", "--reference", "--generate", "--max_new_tokens", "4")
     assert result["reference_class"] == "OpenAIGPTLMHeadModel" and result["peak_tflops"] is None
     assert result["memory"] == "process peak RSS" and result["device"].startswith("cpu")
     check_training(result, reference=True)
@@ -68,10 +68,10 @@ def test_masked_lm_with_reference(tmp_path):
     check_training(result, reference=True)
 
 
-@pytest.mark.parametrize("flag, option", [("--sparse-prediction", "sparse_prediction"),
-                                          ("--unpad-inputs", "unpad_inputs")])
+@pytest.mark.parametrize("flag, option", [("--sparse_prediction", "sparse_prediction"),
+                                          ("--unpad_inputs", "unpad_inputs")])
 def test_forward_options_reach_lineage_training_forward_only(tmp_path, monkeypatch, flag, option):
-    """`--sparse-prediction` / `--unpad-inputs` time the forward the training commands run: the option reaches every
+    """`--sparse_prediction` / `--unpad_inputs` time the forward the training commands run: the option reaches every
     Lineage training call and never the reference's."""
     seen = {}
     original = throughput.TrainingStep.__call__
@@ -96,7 +96,7 @@ def test_seq2seq_with_reference(tmp_path):
 
 
 def test_rnn_generation_has_no_static_cache_row(tmp_path):
-    result, _ = run(tmp_path, "rnn-tiny", "seq2seq", "--generate", "--new-tokens", "3")
+    result, _ = run(tmp_path, "rnn-tiny", "seq2seq", "--generate", "--max_new_tokens", "3")
     check_training(result, reference=False)
     assert set(result["generation"]["dynamic"]["lineage"]) == ROW_FIELDS
     assert set(result["generation"]["static"]) == {"not_run"}
@@ -106,18 +106,19 @@ LM = ["--task", "causal-lm"]
 
 
 @pytest.mark.parametrize("extra, message", [
-    (LM + ["--peak-tflops", "0"], "--peak-tflops must be a positive number"),
-    (LM + ["--peak-tflops", "-5"], "--peak-tflops must be a positive number"),
-    (LM + ["--peak-tflops", "nan"], "--peak-tflops must be a positive number"),
-    (LM + ["--peak-tflops", "100"], "--peak-tflops sets the GPU peak for MFU, which is not reported on a CPU"),
-    (LM + ["--seq-len", "65"], r"--seq-len 65 is longer than the model's 64 positions"),
-    (LM + ["--seq-len", "60", "--generate", "--new-tokens", "8"], r"--seq-len 60 \+ --new-tokens 8 is longer"),
+    (LM + ["--peak_tflops", "0"], "--peak_tflops must be a positive number"),
+    (LM + ["--peak_tflops", "-5"], "--peak_tflops must be a positive number"),
+    (LM + ["--peak_tflops", "nan"], "--peak_tflops must be a positive number"),
+    (LM + ["--peak_tflops", "100"], "--peak_tflops sets the GPU peak for MFU, which is not reported on a CPU"),
+    (LM + ["--seq_length", "65"], r"--seq_length 65 is longer than the model's 64 positions"),
+    (LM + ["--seq_length", "60", "--generate", "--max_new_tokens", "8"],
+     r"--seq_length 60 \+ --max_new_tokens 8 is longer"),
     (["--task", "mlm"], "--task mlm needs a lineage-bert model"),
     (LM + ["--steps", "0"], "--steps must be >= 1"),
     (LM + ["--config", "hidden_sise=64"], "'hidden_sise' is no field of lineage-gpt configs"),
     (LM + ["--config", "hidden_size"], "--config expects KEY=VALUE"),
-    (LM + ["--sparse-prediction"], "--sparse-prediction is a forward option of masked-LM and seq2seq models"),
-    (LM + ["--unpad-inputs"], "--unpad-inputs is a forward option of Lineage BERT"),
+    (LM + ["--sparse_prediction"], "--sparse_prediction is a forward option of masked-LM and seq2seq models"),
+    (LM + ["--unpad_inputs"], "--unpad_inputs is a forward option of Lineage BERT"),
 ])
 def test_bad_settings_are_refused_before_any_step(extra, message, capsys, monkeypatch):
     monkeypatch.setattr(benchmark, "build_models", lambda *a: pytest.fail("a model was built"))
@@ -130,7 +131,7 @@ def test_compile_without_a_working_compiler_is_refused(monkeypatch, capsys):
     monkeypatch.setattr(benchmark, "compiler_error", lambda device_type: "InductorError: no C++ compiler")
     monkeypatch.setattr(benchmark, "build_models", lambda *a: pytest.fail("a model was built"))
     with pytest.raises(SystemExit):
-        benchmark.main(["--model", "gpt-tiny", "--task", "causal-lm", "--seq-len", "8", "--compile"])
+        benchmark.main(["--model", "gpt-tiny", "--task", "causal-lm", "--seq_length", "8", "--compile"])
     assert "--compile: torch.compile does not work" in capsys.readouterr().err
 
 
@@ -141,7 +142,7 @@ def test_compile_without_a_working_compiler_is_refused(monkeypatch, capsys):
 ])
 def test_settings_the_model_cannot_take_are_refused(model, task, extra, message, capsys):
     with pytest.raises(SystemExit):
-        benchmark.main(["--model", model, "--task", task, "--seq-len", "8", "--steps", "1", *extra])
+        benchmark.main(["--model", model, "--task", task, "--seq_length", "8", "--steps", "1", *extra])
     assert re.search(message, capsys.readouterr().err)
 
 

@@ -86,19 +86,21 @@ def test_subcommands_call_the_modules_own_main(monkeypatch):
     calls = []
     monkeypatch.setattr(export, "main", lambda argv: calls.append(("export", argv)))
     monkeypatch.setattr(finetune, "main", lambda argv: calls.append(("finetune", argv)))
-    cli.main(["export", "--model", "m", "--out", "o"])
+    cli.main(["export", "--model", "m", "--output_dir", "o"])
     cli.main(["train", "finetune", "--recipe", "r.yaml", "--max_steps", "2"])
-    assert calls == [("export", ["--model", "m", "--out", "o"]), ("finetune", ["--recipe", "r.yaml", "--max_steps", "2"])]
+    assert calls == [("export", ["--model", "m", "--output_dir", "o"]),
+                     ("finetune", ["--recipe", "r.yaml", "--max_steps", "2"])]
 
 
 def test_resolve_accepts_dashes_and_underscores():
     assert cli.resolve(["train", "main-job", "--quick"]) == ("main_job", ["--quick"], "lineage train main_job")
+    assert cli.resolve(["train", "translation"]) == ("train_translation", [], "lineage train translation")
     assert cli.resolve(["attention_maps", "--text", "a"]) == ("attention_maps", ["--text", "a"],
                                                               "lineage attention-maps")
 
 
 def test_train_tokenizer_through_the_command(tmp_path, capsys):
-    cli.main(["train", "train-tokenizer", "--kind", "bert", "--vocab_size", "300", "--max_texts", "50",
+    cli.main(["train", "tokenizer", "--family", "bert", "--vocab_size", "300", "--max_texts", "50",
               "--output_dir", str(tmp_path)])
     assert "saved a bert tokenizer" in capsys.readouterr().out
     assert AutoTokenizer.from_pretrained(tmp_path).mask_token == "[MASK]"
@@ -109,7 +111,7 @@ def test_commands_return_nothing_so_the_console_script_exits_with_status_zero(mo
     from train import export
 
     monkeypatch.setattr(export, "main", lambda argv: {"model": {"file": "model.pt2"}})
-    assert cli.main(["export", "--model", "m", "--out", "o"]) is None
+    assert cli.main(["export", "--model", "m", "--output_dir", "o"]) is None
 
 
 def test_unknown_commands_are_named():
@@ -121,3 +123,5 @@ def test_unknown_commands_are_named():
         cli.main(["train", "--max_steps", "2"])
     with pytest.raises(SystemExit, match="lineage: 'finetune' is a training script: lineage train finetune"):
         cli.main(["finetune"])
+    with pytest.raises(SystemExit, match="'train_translation' is a training script: lineage train translation"):
+        cli.main(["train_translation"])

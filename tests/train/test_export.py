@@ -124,20 +124,20 @@ def test_onnx_matches_eager_in_onnxruntime(model_class, name, tmp_path):
 def test_command_writes_the_files_and_refuses_bad_input(tmp_path, capsys):
     folder = tmp_path / "bert"
     LineageBertForSequenceClassification(preset("bert-tiny")).save_pretrained(folder)
-    export.main(["--model", str(folder), "--out", str(tmp_path / "out")])
+    export.main(["--model", str(folder), "--output_dir", str(tmp_path / "out")])
     assert (tmp_path / "out" / "model.pt2").is_file() and "model: " in capsys.readouterr().out
     assert json.loads((tmp_path / "out" / "export.json").read_text())["format"] == "torch"
     with pytest.raises(SystemExit):
-        export.main(["--model", str(folder), "--out", str(tmp_path / "o"), "--format", "tflite"])
+        export.main(["--model", str(folder), "--output_dir", str(tmp_path / "o"), "--format", "tflite"])
     assert "--format: invalid choice: 'tflite'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="is neither a preset .* nor a Hub repo id"):
-        export.main(["--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+        export.main(["--model", str(tmp_path / "missing"), "--output_dir", str(tmp_path / "o")])
     (tmp_path / "roberta").mkdir()
     (tmp_path / "roberta" / "config.json").write_text(json.dumps({"model_type": "roberta"}))
     (tmp_path / "roberta" / "model.safetensors").write_bytes(b"")
     with pytest.raises(ValueError, match="model_type 'roberta'.*Lineage cannot convert; supported checkpoints"):
-        export.main(["--model", str(tmp_path / "roberta"), "--out", str(tmp_path / "o")])
+        export.main(["--model", str(tmp_path / "roberta"), "--output_dir", str(tmp_path / "o")])
     with pytest.raises(ValueError, match="is a preset, which has no trained weights"):
-        export.main(["--model", "bert-tiny", "--out", str(tmp_path / "o")])
+        export.main(["--model", "bert-tiny", "--output_dir", str(tmp_path / "o")])
     with pytest.raises(ValueError, match="format must be one of torch, onnx, got 'tflite'"):
         export.export_model(LineageBertForSequenceClassification(preset("bert-tiny")), tmp_path / "o", "tflite")

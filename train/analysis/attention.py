@@ -52,7 +52,7 @@ def load_model(name: str, revision: str | None = None) -> torch.nn.Module:
     """The model of a folder or Hub id (`train.setup.models`: Lineage, or a reference checkpoint converted and
     checked on load; `revision` a Hub branch, tag or commit), in eval mode, on the eager attention kernel."""
     try:
-        source = models.resolve_model(name, revision, revision_argument="--revision")
+        source = models.resolve_model(name, revision, revision_argument="--model_revision")
         if not source.pretrained:
             raise models.ModelSourceError(f"--model {name!r} is a preset, which has no trained weights; give a saved "
                                            "model folder or Hub id")
@@ -70,7 +70,7 @@ def load_model(name: str, revision: str | None = None) -> torch.nn.Module:
 def load_tokenizer(name: str, revision: str | None = None):
     try:
         return transformers.AutoTokenizer.from_pretrained(
-            models.resolve_model(name, revision, revision_argument="--revision").folder)
+            models.resolve_model(name, revision, revision_argument="--model_revision").folder)
     except (OSError, ValueError) as error:
         raise AttentionInputError(f"--model {name!r} has no tokenizer that loads ({error}); save the tokenizer "
                                   "beside the model (tokenizer.json)") from None
@@ -96,7 +96,7 @@ def encode_text(model, tokenizer, text: str, text_pair: str | None) -> dict[str,
     """(1, T) model inputs. A causal LM reads plain text, as it was pretrained; other heads the tokenizer's
     template (`[CLS] a [SEP] b [SEP]`, `[START] a [DELIM] b [EXTRACT]`, `a </s>`)."""
     plain = type(model).__name__.endswith("ForCausalLM") and text_pair is None
-    label = "--text" if text_pair is None else "--text with --text-pair"
+    label = "--text" if text_pair is None else "--text with --text_pair"
     return _tokenize(tokenizer, max_positions(model, tokenizer), label, text=text, text_pair=text_pair,
                      add_special_tokens=not plain)
 

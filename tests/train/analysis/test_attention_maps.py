@@ -1,6 +1,7 @@
 """`python -m train.attention_maps`: every family writes the files it promises (decodable PNGs, weights shaped
 layers x heads x tokens x tokens whose rows sum to one, tokens, a self-contained page); the cross-attention of
-a Transformer trained on digit reversal is anti-diagonal; bad input fails clearly and leaves `--out` untouched."""
+a Transformer trained on digit reversal is anti-diagonal; bad input fails clearly and leaves `--output_dir`
+untouched."""
 
 import json
 import random
@@ -52,7 +53,7 @@ def folders(tmp_path_factory, tokenizers):
 
 
 def run(folder, out, *extra) -> dict:
-    return attention_maps.main(["--model", str(folder), "--text", TEXT, "--out", str(out), *extra])
+    return attention_maps.main(["--model", str(folder), "--text", TEXT, "--output_dir", str(out), *extra])
 
 
 def check_weights(weights: np.ndarray, layers: int, heads: int, rows: int, columns: int) -> None:
@@ -63,7 +64,7 @@ def check_weights(weights: np.ndarray, layers: int, heads: int, rows: int, colum
 
 @pytest.mark.parametrize("kind", list(FAMILIES))
 def test_every_family_writes_pictures_weights_tokens_and_a_page(kind, folders, tokenizers, tmp_path, capsys):
-    extra = ["--text-pair", "a cat is awake"] if kind == "bert" else []
+    extra = ["--text_pair", "a cat is awake"] if kind == "bert" else []
     files = run(folders[kind], tmp_path / "maps", *extra)
     assert "switched the attention kernel from sdpa to eager" in capsys.readouterr().out
     out = tmp_path / "maps"
@@ -233,7 +234,7 @@ def train_reversal(folder, lengths: tuple[int, int], layers: int, heads: int, st
 def check_anti_diagonal(folder, out, digits: str) -> None:
     """The generated target is the reversal, and each target digit attends most (averaged over the heads of the
     last layer) to the source digit it copies, with most of the weight."""
-    attention_maps.main(["--model", str(folder), "--text", digits, "--out", str(out)])
+    attention_maps.main(["--model", str(folder), "--text", digits, "--output_dir", str(out)])
     index = json.loads((out / "tokens.json").read_text())
     n = len(digits.split())
     assert [t.strip("▁") for t in index["tokens"]["target"]] == digits.split()[::-1] + ["</s>"]
@@ -285,11 +286,11 @@ def test_layer_or_head_out_of_range_is_refused(folders, tmp_path, flag, value, m
 @pytest.mark.parametrize("arguments, message", [
     (["--text", "  "], "--text is empty"),
     (["--text", "a", "--target", ""], "--target is empty"),
-    (["--text", "a", "--text-pair", "b"], "--text-pair is for BERT / GPT"),
+    (["--text", "a", "--text_pair", "b"], "--text_pair is for BERT / GPT"),
 ])
 def test_empty_or_misplaced_text_is_refused(folders, tmp_path, arguments, message):
     with pytest.raises(AttentionInputError, match=message):
-        attention_maps.main(["--model", str(folders["seq2seq"]), *arguments, "--out", str(tmp_path / "maps")])
+        attention_maps.main(["--model", str(folders["seq2seq"]), *arguments, "--output_dir", str(tmp_path / "maps")])
     assert_nothing_written(tmp_path, tmp_path / "maps")
 
 
@@ -301,7 +302,7 @@ def test_a_target_for_an_encoder_is_refused(folders, tmp_path):
 def test_text_longer_than_the_positions_is_truncated_with_a_warning(folders, tmp_path):
     text = " ".join(["seventy-two dogs"] * 40)
     with pytest.warns(UserWarning, match=r"--text is \d+ tokens long, more than the model's 64 positions; truncated"):
-        attention_maps.main(["--model", str(folders["bert"]), "--text", text, "--out", str(tmp_path / "maps"),
+        attention_maps.main(["--model", str(folders["bert"]), "--text", text, "--output_dir", str(tmp_path / "maps"),
                              "--layers", "0", "--heads", "0"])
     assert np.load(tmp_path / "maps" / "self.npy").shape == (1, 1, 64, 64)
 
@@ -310,7 +311,7 @@ def test_an_out_folder_of_other_files_is_refused_even_with_overwrite_and_kept(fo
     out = tmp_path / "maps"
     out.mkdir()
     (out / "mine.txt").write_text("keep")
-    for flags in ((), ("--overwrite",)):
+    for flags in ((), ("--overwrite_output_dir",)):
         with pytest.raises(OutputDirError, match=r"holds mine.txt, which attention-maps did not write there"):
             run(folders["gpt"], out, *flags)
         assert [p.name for p in out.iterdir()] == ["mine.txt"]
@@ -320,9 +321,10 @@ def test_an_out_folder_of_other_files_is_refused_even_with_overwrite_and_kept(fo
 def test_an_earlier_output_is_replaced_only_with_overwrite(folders, tmp_path):
     out = tmp_path / "maps"
     run(folders["gpt"], out)
-    with pytest.raises(AttentionInputError, match="holds an earlier output of attention-maps; .* --overwrite"):
+    with pytest.raises(AttentionInputError, match="holds an earlier output of attention-maps; .* "
+                                                  "--overwrite_output_dir"):
         run(folders["gpt"], out)
-    run(folders["bert"], out, "--overwrite")
+    run(folders["bert"], out, "--overwrite_output_dir")
     assert json.loads((out / "tokens.json").read_text())["model"] == str(folders["bert"])
     assert [p.name for p in tmp_path.iterdir()] == ["maps"]
 

@@ -24,7 +24,7 @@ def _decodable(path) -> tuple[int, int]:
 
 def test_quick_experiment_reports_every_arm(tmp_path):
     out = tmp_path / "report"
-    paths = lineage_experiment.main(["--quick", "--out", str(out)])
+    paths = lineage_experiment.main(["--quick", "--output_dir", str(out)])
     results = json.loads(paths["results"].read_text())
     assert list(results["arms"]) == list(ARMS)
     report = paths["report"].read_text()
@@ -56,25 +56,25 @@ def test_quick_experiment_reports_every_arm(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--arms", "rnn-none,lstm"], "--arms"),
     (["--arms", "rnn-none,rnn-none"], "--arms"),
-    (["--budget-seconds", "0"], "--budget-seconds"),
-    (["--budget-seconds", "-5"], "--budget-seconds"),
-    (["--budget-seconds", "nan"], "--budget-seconds"),
-    (["--train-file", "missing.tsv", "--validation-file", "missing.tsv"], "--train-file"),
-    (["--train-file", "missing.tsv"], "--validation-file"),
+    (["--max_train_seconds", "0"], "--max_train_seconds"),
+    (["--max_train_seconds", "-5"], "--max_train_seconds"),
+    (["--max_train_seconds", "nan"], "--max_train_seconds"),
+    (["--train_file", "missing.tsv", "--validation_file", "missing.tsv"], "--train_file"),
+    (["--train_file", "missing.tsv"], "--validation_file"),
 ])
 def test_bad_arguments_fail_before_training(tmp_path, argv, message):
     out = tmp_path / "report"
     with pytest.raises(ExperimentError, match=re.escape(message)):
-        lineage_experiment.main(["--quick", "--out", str(out), *argv])
+        lineage_experiment.main(["--quick", "--output_dir", str(out), *argv])
     assert not out.exists()
 
 
 def test_missing_validation_file_named(tmp_path):
     train = tmp_path / "train.tsv"
     train.write_text("source\ttarget\none\teins\n")
-    with pytest.raises(ExperimentError, match="--validation-file 'nowhere.tsv' does not exist"):
-        lineage_experiment.main(["--out", str(tmp_path / "r"), "--train-file", str(train),
-                                 "--validation-file", "nowhere.tsv"])
+    with pytest.raises(ExperimentError, match="--validation_file 'nowhere.tsv' does not exist"):
+        lineage_experiment.main(["--output_dir", str(tmp_path / "r"), "--train_file", str(train),
+                                 "--validation_file", "nowhere.tsv"])
 
 
 def test_budget_key_is_checked():

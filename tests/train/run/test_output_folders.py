@@ -153,8 +153,8 @@ def test_export_refuses_a_folder_of_other_files(tmp_path):
     theirs = tmp_path / "out"
     theirs.mkdir()
     (theirs / "export.json").write_text("the user's")
-    with pytest.raises(OutputDirError, match=r"--out .*out is not empty and holds export.json"):
-        export.main(["--model", str(model), "--out", str(theirs)])
+    with pytest.raises(OutputDirError, match=r"--output_dir .*out is not empty and holds export.json"):
+        export.main(["--model", str(model), "--output_dir", str(theirs)])
     assert (theirs / "export.json").read_text() == "the user's"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 

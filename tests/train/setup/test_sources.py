@@ -273,8 +273,8 @@ def test_presets_hub_ids_and_paths_are_told_apart(tmp_path):
 
 
 def test_attention_maps_and_benchmark_take_a_hub_revision(tmp_path, monkeypatch, capsys):
-    """`--revision` of the commands without a recipe: a Hub id's revision from the offline cache; with a local folder
-    it is refused naming `--revision`."""
+    """`--model_revision` of the commands without a recipe: a Hub id's revision from the offline cache; with a local
+    folder it is refused naming `--model_revision`."""
     from huggingface_hub import constants
 
     from train import benchmark
@@ -287,12 +287,12 @@ def test_attention_maps_and_benchmark_take_a_hub_revision(tmp_path, monkeypatch,
     model = attention.load_model("someone/gpt2-tiny", "main")
     assert type(model).__name__ == "LineageGptForCausalLM"
     assert attention.load_tokenizer("someone/gpt2-tiny", "main").vocab_size > 0
-    args = benchmark.parse_args(["--model", "someone/gpt2-tiny", "--revision", "main", "--task", "causal-lm",
-                                 "--seq-len", "8"])
+    args = benchmark.parse_args(["--model", "someone/gpt2-tiny", "--model_revision", "main", "--task", "causal-lm",
+                                 "--seq_length", "8"])
     assert args.config.model_type == "lineage-gpt" and args.config.vocab_size == model.config.vocab_size
-    with pytest.raises(attention.AttentionInputError, match=r"--revision \('main'\) selects a version of a Hub repo; "
-                                                            r"--model .* is a local file, folder or preset"):
+    with pytest.raises(attention.AttentionInputError, match=r"--model_revision \('main'\) selects a version of a Hub "
+                                                            r"repo; --model .* is a local file, folder or preset"):
         attention.load_model(str(local), "main")
     with pytest.raises(SystemExit):
-        benchmark.parse_args(["--model", "gpt-tiny", "--revision", "main", "--task", "causal-lm"])
-    assert "--revision ('main') selects a version of a Hub repo; --model 'gpt-tiny'" in capsys.readouterr().err
+        benchmark.parse_args(["--model", "gpt-tiny", "--model_revision", "main", "--task", "causal-lm"])
+    assert "--model_revision ('main') selects a version of a Hub repo; --model 'gpt-tiny'" in capsys.readouterr().err
