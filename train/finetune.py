@@ -6,31 +6,11 @@ scratch.
     python -m train.finetune --recipe bert-base-finetune --train_file reviews.csv --text_column review \\
         --label_column stars --output_dir outputs/reviews   # google-bert/bert-base-uncased, converted on load
 
-`--model` is a preset, a Lineage folder or Hub id, or a transformers BERT / OpenAI GPT / GPT-2 checkpoint (folder or
-Hub id, converted on load and checked; `train.setup.models`); a pretrained model brings its own tokenizer.
-
-Tasks (`task`): `sequence-classification` (single text; default data embedded:sentiment), `nli` (premise /
-hypothesis pairs; embedded:nli), for BERT and GPT; `token-classification` (embedded:ner) and
-`question-answering` (SQuAD-style; embedded:qa) for BERT. GPT's classification heads add the auxiliary
-LM loss weighted by `lm_loss_weight` (section 3.2; the paper uses 0.5). BERT trains unpadded on a GPU
-(`unpad_inputs`, an option of the training calls). Metrics: accuracy and macro F1
-(token classification: over the first sub-token of every word); QA: exact match of the start/end tokens.
-Every column is checked against what the task reads before anything is built (`train.data.files.KINDS`: a text
-column holds strings, token classification's words a list of strings, QA's answers SQuAD's structure). Labels and
-NER tags may be strings (`pos` / `neg`, `B-PER` / `O`: class ids in sorted order, the names in the saved config's
-`id2label`) or integer ids (a tag of -100 marks a word the loss and metrics skip); both splits are checked before
-training (`train.data.labels`): rows labelled -1 are skipped with a count when the recipe sets `skip_unlabeled`, and
-a training split of one class is refused unless it sets `allow_single_class`.
-
-With `streaming: true` the training split is read as training goes (`max_steps` sizes the run; docs/training.md,
-"Streaming"), so nothing reads it whole before the first step: its classes come from its features (a `ClassLabel`
-column, as the embedded corpus and many Hub datasets declare; data without one is refused, naming `streaming`), the
-validation split (read whole) must declare the same ones, and its labels are not checked ahead (the loss refuses a
-label that is no class when it meets it).
-
-With the recipe key `lora` (`{r: 8, alpha: 16, dropout: 0.0, target_modules: null}`, peft installed) only a
-LoRA adapter and the new head train (`train.setup.lora`); the adapter is saved to `<output_dir>/adapter` and the
-merged model to `<output_dir>/model`.
+Tasks (`task`): `sequence-classification`, `nli` (BERT and GPT; GPT adds the auxiliary LM loss, `lm_loss_weight`),
+`token-classification` and `question-answering` (BERT). Columns and labels are checked before anything is written
+(`train.data.labels`; with `streaming` the classes come from the stream's features); BERT trains unpadded on a GPU;
+`lora` trains an adapter (`train.setup.lora`). docs/training.md ("Fine-tuning", "Labels and sequence lengths",
+"Streaming").
 """
 
 from __future__ import annotations
@@ -44,7 +24,7 @@ from train.data.collators import PaddingCollator
 from train.data.labels import class_labels
 from train.data.preparation import tokenize_dataset
 from train.metrics import load_metric
-from train.run.engine import Engine, forward_options, seed_everything, unpadding_on_gpu
+from train.run.engine import Engine, start_run
 from train.run.recipes import RecipeError, parse_args
 from train.setup.lora import apply_lora, merge_lora
 from train.setup.models import build_model, model_source
@@ -86,7 +66,8 @@ def _label_fields(names: list[str] | None) -> dict:
     """The config fields of a head with these label names (none for QA)."""
     if names is None:
         return {}
-    return {"num_labels": len(names), "id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
+    return {"num_labels": len(names), "id2label": dict(enumerate(names)),
+            "label2id": {n: i for i, n in enumerate(names)}}
 
 
 def streamed_labels(train: datasets.IterableDataset, validation: datasets.Dataset | None, column: str,
@@ -116,17 +97,9 @@ def streamed_labels(train: datasets.IterableDataset, validation: datasets.Datase
     return names, train, validation
 
 
-def main(argv: list[str] | None = None):
-    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "finetune")
-    if recipe.task not in TASKS:
-        raise RecipeError(f"recipe key 'task' must be one of {', '.join(TASKS)}, got {recipe.task!r}")
-    seed_everything(recipe.seed)
-    default_data, (text, pair, label), encode_task, auto_class = TASKS[recipe.task]
-    source = model_source(recipe, "finetune", ("bert", "gpt"))
-    family = source.family
-    if family == "gpt" and encode_task != "classification":
-        raise RecipeError(f"recipe key 'task': {recipe.task!r} needs a BERT model; {recipe.model!r} is a GPT model, "
-                          "whose heads serve the tasks sequence-classification and nli")
+def task_columns(recipe, task: str) -> tuple[str | None, str | None, str | None]:
+    """The text, second text and label columns of `task` (the recipe's keys name others), each its own."""
+    text, pair, label = TASKS[task][1]
     text, pair, label = recipe.text_column or text, recipe.text_pair_column or pair, recipe.label_column or label
     named = {key: column for key, column in (("text_column", text), ("text_pair_column", pair),
                                                ("label_column", label)) if column}
@@ -135,51 +108,74 @@ def main(argv: list[str] | None = None):
         if same:
             raise RecipeError(f"recipe keys {key!r} and {same[0]!r} both name the column {column!r}: each must name "
                               f"its own column (the texts, the second texts, the labels)")
+    return text, pair, label
+
+
+def load_rows(recipe, encode_task: str, text: str, pair: str | None, label: str | None):
+    """`(names, train, validation)`: both splits, each column checked against what the task reads, and the class
+    names with both splits' labels checked (before a tokenizer is trained or anything is written)."""
     text_kind, label_kind = COLUMN_KINDS[encode_task]
     columns = [(c, kind) for c, kind in ((text, text_kind), (pair, "text"), (label, label_kind)) if c]
     if encode_task == "qa":
         columns.append(("answers", "answers"))
-    train_rows, eval_rows = load_splits(recipe, columns, default_data)
+    train_rows, eval_rows = load_splits(recipe, columns)
+    if not label:
+        return None, train_rows, eval_rows
+    files = (recipe.split_name("train"), recipe.split_name("validation"))
+    if recipe.streaming:
+        return streamed_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
+    return class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, recipe.allow_single_class)
 
-    def texts():
-        for row in train_rows:
-            for column in (text, pair):
-                if column:
-                    yield " ".join(row[column]) if isinstance(row[column], list) else row[column]
 
-    names = None
-    if label:  # checked before a tokenizer is trained or anything is written
-        files = (recipe.split_name("train", default_data), recipe.split_name("validation", default_data))
-        if recipe.streaming:
-            names, train_rows, eval_rows = streamed_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
-        else:
-            names, train_rows, eval_rows = class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled,
-                                                        recipe.allow_single_class)
-    tokenizer = get_tokenizer(recipe, family, texts, source)
-    check_sequence_room(recipe, tokenizer, 2 if pair else 1, f"{recipe.task} with a {family} template")
-    fields = _label_fields(names)
-    if family == "gpt":
-        fields["lm_loss_weight"] = recipe.lm_loss_weight
-    model = build_model(recipe, auto_class, tokenizer, family, source, **fields)
-    if recipe.lora is not None:
-        model = apply_lora(model, recipe.lora)
+def row_texts(rows, columns: tuple[str | None, ...]):
+    """The texts of `columns` in every row (a list of words joined by spaces): what a tokenizer trains on."""
+    for row in rows:
+        for column in columns:
+            if column:
+                yield " ".join(row[column]) if isinstance(row[column], list) else row[column]
+
+
+def encoded(recipe, tokenizer, encode_task: str, rows, text: str, pair: str | None, label: str | None):
+    """`rows` tokenized for the task."""
+    length = recipe.max_seq_length
     encode = {"classification": {"text_column": text, "text_pair_column": pair, "label_column": label,
-                                 "max_length": recipe.max_seq_length},
-              "token_classification": {"tokens_column": text, "tags_column": label, "max_length": recipe.max_seq_length},
-              "qa": {"max_length": recipe.max_seq_length, "doc_stride": recipe.max_seq_length // 4}}[encode_task]
-    train_data = tokenize_dataset(train_rows, tokenizer, encode_task, **encode)
-    eval_data = tokenize_dataset(eval_rows, tokenizer, encode_task, **encode) if eval_rows else None
-    engine = Engine(recipe, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
-                    tokenizer=tokenizer, eval_dataset=eval_data, predict_fn=predict, metrics_fn=metrics)
-    with forward_options(model, **unpadding_on_gpu(model, engine.accelerator.device)):
+                                 "max_length": length},
+              "token_classification": {"tokens_column": text, "tags_column": label, "max_length": length},
+              "qa": {"max_length": length, "doc_stride": length // 4}}[encode_task]
+    return tokenize_dataset(rows, tokenizer, encode_task, **encode)
+
+
+def main(argv: list[str] | None = None):
+    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "finetune")
+    if recipe.task not in TASKS:
+        raise RecipeError(f"recipe key 'task' must be one of {', '.join(TASKS)}, got {recipe.task!r}")
+    default_data, _, encode_task, auto_class = TASKS[recipe.task]
+    recipe = recipe.reading(default_data)
+    source = model_source(recipe, "finetune", ("bert", "gpt"))
+    family = source.family
+    if family == "gpt" and encode_task != "classification":
+        raise RecipeError(f"recipe key 'task': {recipe.task!r} needs a BERT model; {recipe.model!r} is a GPT model, "
+                          "whose heads serve the tasks sequence-classification and nli")
+    text, pair, label = task_columns(recipe, recipe.task)
+    names, train_rows, eval_rows = load_rows(recipe, encode_task, text, pair, label)
+    with start_run(recipe):
+        tokenizer = get_tokenizer(recipe, family, lambda: row_texts(train_rows, (text, pair)), source)
+        check_sequence_room(recipe, tokenizer, 2 if pair else 1, f"{recipe.task} with a {family} template")
+        fields = _label_fields(names)
+        if family == "gpt":
+            fields["lm_loss_weight"] = recipe.lm_loss_weight
+        model = build_model(recipe, auto_class, tokenizer, family, source, **fields)
+        if recipe.lora is not None:
+            model = apply_lora(model, recipe.lora)
+        train_data = encoded(recipe, tokenizer, encode_task, train_rows, text, pair, label)
+        eval_data = encoded(recipe, tokenizer, encode_task, eval_rows, text, pair, label) if eval_rows else None
+        engine = Engine(recipe, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
+                        tokenizer=tokenizer, eval_dataset=eval_data, unpad_inputs=True, predict_fn=predict,
+                        metrics_fn=metrics)
         results = engine.train()
-    if recipe.lora is not None:
-        merge_lora(engine, Path(recipe.output_dir) / "adapter")
-    results.update(source.report)
-    folder = engine.save_final(results, card={"dataset_name": recipe.data_source("train", default_data),
-                                              "description": f"Fine-tuned for {recipe.task}. {source.card_text()}",
-                                              "base_model": source.repo_id})
-    return results, folder
+        if recipe.lora is not None:
+            merge_lora(engine, Path(recipe.output_dir) / "adapter")
+        return results, engine.finish(results, description=f"Fine-tuned for {recipe.task}.", source=source)
 
 
 if __name__ == "__main__":

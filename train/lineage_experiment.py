@@ -43,7 +43,7 @@ from train.analysis import experiment
 from train.cli import CommandParser
 from train.data.collators import Seq2SeqCollator
 from train.data.preparation import tokenize_dataset
-from train.run.engine import Engine, forward_options, seed_everything
+from train.run.engine import Engine, start_run
 from train.run.recipes import Recipe, load_recipe
 from train.setup.models import build_model, model_source
 from train.setup.splits import load_splits
@@ -133,27 +133,27 @@ def shared_data(recipe: Recipe, out: Path):
     if eval_rows is None or len(eval_rows) == 0:
         raise ExperimentError("the data has no validation split: give --validation_file (BLEU is measured on it)")
     shared = recipe.replace(tokenizer=None, output_dir=str(out), resume_from_checkpoint=None)
-    get_tokenizer(shared, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
+    with start_run(shared):  # the report folder, claimed before the tokenizer is written into it
+        get_tokenizer(shared, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
     return train_rows, eval_rows
 
 
 def train_arm(recipe: Recipe, train_rows, eval_rows):
     """Train one arm to its budget; returns the trained model (eval mode), the tokenizer and the run summary."""
-    seed_everything(recipe.seed)
     source = model_source(recipe, "lineage_experiment", ("seq2seq",), generates=True)
-    tokenizer = get_tokenizer(recipe, "seq2seq", list, source)  # the shared one, from recipe.tokenizer
-    model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", source,
-                        label_smoothing=recipe.label_smoothing)
-    lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
-    engine = Engine(recipe, model, tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths),
-                    Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of), tokenizer=tokenizer,
-                    eval_dataset=tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths))
-    with forward_options(model, sparse_prediction=True):
+    with start_run(recipe):
+        tokenizer = get_tokenizer(recipe, "seq2seq", list, source)  # the shared one, from recipe.tokenizer
+        model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", source,
+                            label_smoothing=recipe.label_smoothing)
+        lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
+        engine = Engine(recipe, model, tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths),
+                        Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of), tokenizer=tokenizer,
+                        eval_dataset=tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths),
+                        sparse_prediction=True)
         results = engine.train()
-    results["eval_curve"] = [(r["seconds"], r["eval_loss"]) for r in engine.log.history if "eval_loss" in r]
-    results["training_seconds"] = max((r["seconds"] for r in engine.log.history if "loss" in r), default=0.0)
-    engine.save_final(results, card={"dataset_name": recipe.data_source("train"),
-                                     "description": "A lineage experiment arm (train.lineage_experiment)."})
+        results["eval_curve"] = [(r["seconds"], r["eval_loss"]) for r in engine.log.history if "eval_loss" in r]
+        results["training_seconds"] = max((r["seconds"] for r in engine.log.history if "loss" in r), default=0.0)
+        engine.finish(results, description="A lineage experiment arm (train.lineage_experiment).")
     return engine.accelerator.unwrap_model(engine.model).eval(), tokenizer, results
 
 

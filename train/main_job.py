@@ -1,19 +1,13 @@
-"""The main job: the seed papers' story at small scale, on the embedded corpus, on a CPU in minutes.
+"""The main job: the seed papers' story at small scale, on the embedded corpus, on a CPU.
 
-    python -m train.main_job                 # the full run (recipes main-*), under 10 minutes on 2 cores
-    python -m train.main_job --quick         # a smoke run of the same steps (about a minute; used by the tests)
+    python -m train.main_job                 # the full run (recipes main-*)
+    python -m train.main_job --quick         # a smoke run of the same steps (used by the tests)
     python -m train.main_job --output_dir DIR [--overwrite_output_dir true]   # true: start over in DIR
 
-1. train the three tokenizers (WordPiece for BERT, byte-level BPE for GPT, shared BPE for the Transformer);
-2. pretrain a small BERT (MLM + NSP), fine-tune it on the entailment task (NLI);
-3. pretrain a small GPT (causal LM), fine-tune it on the same task with the auxiliary LM loss, sample text;
-4. train a small Transformer translator (English number words -> German) and report BLEU;
-5. draw the translator's cross-attention for one held-out sentence (`train.attention_maps`);
-6. train the attention that came before it, an RNN encoder-decoder with Bahdanau attention, on the same task,
-   and print both BLEU scores.
-
-It ends with a table of the figures reached and the folders written (each loads with the Auto classes;
-the job checks that), also saved as `<output_dir>/summary.json` and `summary.md`.
+Trains the three tokenizers, then pretrains and fine-tunes BERT and GPT, trains a Transformer and an RNN translator
+and draws the Transformer's cross-attention, each stage a command's `main`; ends with a table of the figures reached
+and the folders written (each loaded with the Auto classes), saved as `summary.json` and `summary.md`.
+docs/training.md ("Commands").
 """
 
 from __future__ import annotations
@@ -38,13 +32,15 @@ from train.data.corpus import generate_records, tokenizer_training_texts
 from train.data.tokenization import train_tokenizer
 
 TOKENIZERS = {"bert": 2000, "gpt": 2000, "seq2seq": 1000}
-# name, script, recipe, tokenizer kind (None: the pretrained folder's), folder to start from, figures to report
+# name, script, recipe, tokenizer family (None: the pretrained folder's), folder to start from, figures to report
 STAGES = [
-    ("bert-pretrain", pretrain_bert.main, "main-bert-pretrain", "bert", None, ("eval_mlm_accuracy", "eval_nsp_accuracy")),
+    ("bert-pretrain", pretrain_bert.main, "main-bert-pretrain", "bert", None,
+     ("eval_mlm_accuracy", "eval_nsp_accuracy")),
     ("bert-nli", finetune.main, "main-bert-nli", None, "bert-pretrain", ("eval_accuracy", "eval_f1")),
     ("gpt-pretrain", pretrain_gpt.main, "main-gpt-pretrain", "gpt", None, ("eval_perplexity", "sample_0")),
     ("gpt-nli", finetune.main, "main-gpt-nli", None, "gpt-pretrain", ("eval_accuracy", "eval_f1")),
-    ("translation", train_translation.main, "main-translation", "seq2seq", None, ("eval_bleu", "eval_exact_match", "sample_0")),
+    ("translation", train_translation.main, "main-translation", "seq2seq", None,
+     ("eval_bleu", "eval_exact_match", "sample_0")),
     ("rnn-translation", train_translation.main, "main-rnn-translation", "seq2seq", None,
      ("eval_bleu", "eval_exact_match", "sample_0")),
 ]
@@ -59,9 +55,9 @@ QUICK_MODELS = {"rnn-translation": "{hidden_size: 32, embedding_size: 16, num_en
 def train_tokenizers(folder: Path, quick: bool) -> dict[str, Path]:
     texts = tokenizer_training_texts(size=300 if quick else 2000)
     out = {}
-    for kind, vocab in TOKENIZERS.items():
-        out[kind] = folder / kind
-        train_tokenizer(kind, texts, 600 if quick else vocab, model_max_length=128).save_pretrained(out[kind])
+    for family, vocab in TOKENIZERS.items():
+        out[family] = folder / family
+        train_tokenizer(family, texts, 600 if quick else vocab, model_max_length=128).save_pretrained(out[family])
     return out
 
 
@@ -118,12 +114,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     tokenizers = train_tokenizers(root / "tokenizers", args.quick)
     print(f"tokenizers trained in {time.perf_counter() - start:.1f}s: {', '.join(map(str, tokenizers.values()))}")
     rows = []
-    for name, script, recipe, kind, parent, figures in STAGES:
+    for name, script, recipe, family, parent, figures in STAGES:
         argv_stage = ["--recipe", recipe, "--output_dir", str(root / name),
                       "--progress_bar", args.progress_bar, "--overwrite_output_dir", args.overwrite_output_dir]
-        argv_stage += ["--tokenizer", str(tokenizers[kind])] if kind else ["--model", str(root / parent / "model")]
+        argv_stage += ["--tokenizer", str(tokenizers[family])] if family else ["--model", str(root / parent / "model")]
         if args.quick:
-            argv_stage += QUICK if kind else QUICK[:-2]  # fine-tuning keeps the pretrained architecture
+            argv_stage += QUICK if family else QUICK[:-2]  # fine-tuning keeps the pretrained architecture
             argv_stage += ["--model_overrides", QUICK_MODELS[name]] if name in QUICK_MODELS else []
         t0, cpu0 = time.perf_counter(), time.process_time()
         results, folder = script(argv_stage)

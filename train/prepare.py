@@ -4,13 +4,10 @@
     lineage prepare --recipe bert-pretrain-tiny --train_file wiki.txt --validation_file held-out.txt
     lineage train pretrain_gpt --recipe gpt-pretrain-tiny --train_file corpus.txt     # opens the store
 
-It takes the recipe of the pretraining run it prepares for, with the same keys: the model's family says which
-(a GPT model: `pretrain_gpt`'s documents; a BERT model: `pretrain_bert`'s sentences and sentence pairs). It resolves
-the run's tokenizer as the run will (the model's own, `tokenizer`, or one trained on the data and kept in the
-tokenizer cache), then writes the training and validation splits' stores (`train.data.prepared`) into the cache,
-`$LINEAGE_CACHE/prepared` (default `~/.cache/lineage/prepared`). Nothing is written into `output_dir`. A run with
-the same data, tokenizer and (for BERT) `max_seq_length` and `seed` then reaches its first step without reading
-the corpus again.
+It takes the recipe of the pretraining run it prepares for (the model's family says which: `pretrain_gpt` or
+`pretrain_bert`), resolves the run's tokenizer as the run will, and writes the splits' stores
+(`train.data.prepared`) into the cache; nothing is written into `output_dir`. docs/training.md ("Pretraining
+corpora: prepared once").
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ COMMANDS = {"gpt": pretrain_gpt, "bert": pretrain_bert}
 
 
 def main(argv: list[str] | None = None):
-    recipe = parse_args(argv, None, __doc__.splitlines()[0])
+    recipe = parse_args(argv, None, __doc__.splitlines()[0]).reading("embedded:documents")
     if recipe.streaming:
         raise RecipeError("recipe key 'streaming' is true: a stream is read as the run trains, never prepared; "
                           "drop streaming to prepare the corpus")
@@ -39,9 +36,9 @@ def main(argv: list[str] | None = None):
     if unread:
         raise RecipeError(f"recipe key {unread[0]!r} is read by {' and '.join(COMMAND_KEYS[unread[0]])} only; this "
                           f"recipe prepares for {command} ({recipe.model!r} is a {source.family} model): drop it")
-    train_docs, eval_docs = load_splits(recipe, [("text", "text")], "embedded:documents")
+    train_docs, eval_docs = load_splits(recipe, [("text", "text")])
     if source.family == "bert":
-        check_documents(train_docs, recipe.data_source("train", "embedded:documents"))
+        check_documents(train_docs, recipe.data_source("train"))
     tokenizer = corpus_tokenizer(recipe, source.family, lambda: column_texts(train_docs), source,
                                  templates=source.family == "bert", data_key=data_key(train_docs, ["text"]))
     return COMMANDS[source.family].training_data(recipe, tokenizer, train_docs, eval_docs)

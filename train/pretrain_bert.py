@@ -4,22 +4,10 @@
     accelerate launch -m train.pretrain_bert --recipe ... (one GPU, DDP, FSDP, several CPU processes)
     python -m train.pretrain_bert --recipe bert-pretrain-tiny --model google-bert/bert-base-uncased --train_file a.txt
 
-`--model` may be pretrained (`train.setup.models`): continued pretraining with the checkpoint's own tokenizer.
-
-Data: documents (`text`, optionally `sentences`; refused before training by `train.data.preparation.check_documents` when
-they give no sentence pair) -> BERT's sentence pairs (`train.data.preparation.prepare_nsp_dataset`: the corpus tokenized
-once into a store reused by later runs, `num_proc` processes, its documents and sentences counted and printed, the
-pairs an index of token ranges, so memory stays flat; with `streaming` paired lazily as it is read) -> dynamic
-masking (`MaskedLMCollator`). A `.txt` file in BERT's own layout (one sentence per line, a blank line between
-documents) is read a document per row (`text_sample_by: auto`, or `paragraph`). With `nsp: false` the model is
-`...ForMaskedLM` (no pooler, no NSP head), so every parameter receives a gradient and DDP needs no unused-parameter
-search. On a GPU the model trains
-unpadded (`unpad_inputs`, MosaicBERT: padding removed before the encoder, attention per sequence).
-
-The MLM term is normalised by the number of masked tokens of the whole batch across processes, so the
-loss and its gradient do not depend on how the batch is split over processes. Training runs the MLM head on the
-masked positions only (`sparse_prediction`, as the original BERT code does). Both are options of the training
-calls (`forward_options`), not of the saved model, whose logits cover every position.
+Documents -> sentence pairs (`train.data.preparation.prepare_nsp_dataset`) -> dynamic masking (`MaskedLMCollator`);
+with `nsp: false` the model is `...ForMaskedLM`. The engine trains with `sparse_prediction` (and `unpad_inputs` on a
+GPU) and the MLM term as a token mean across processes; evaluation sees full logits. docs/training.md ("Commands",
+"Pretraining corpora: prepared once").
 """
 
 from __future__ import annotations
@@ -30,29 +18,20 @@ from train.data.collators import MaskedLMCollator
 from train.data.preparation import check_documents, prepare_nsp_dataset
 from train.data.prepared import data_key
 from train.metrics import load_metric
-from train.run.distributed import one_process_first, token_mean
-from train.run.engine import Engine, forward_options, seed_everything, unpadding_on_gpu
+from train.run.distributed import one_process_first
+from train.run.engine import Engine, TokenMean, start_run
 from train.run.recipes import parse_args
 from train.setup.models import build_model, model_source
 from train.setup.splits import check_sequence_room, column_texts, load_splits
 from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "bert-pretrain-tiny"
-
-
-def make_loss_fn(nsp: bool):
-    def loss_fn(outputs, batch, engine):
-        mlm = token_mean(engine.accelerator, outputs.mlm_loss if nsp else outputs.loss, batch["labels"])
-        return mlm + outputs.nsp_loss if nsp else mlm
-    return loss_fn
+DATA = "embedded:documents"  # when the recipe names no data
 
 
 def predict(model, batch, outputs) -> dict[str, torch.Tensor]:
     logits = outputs.prediction_logits if hasattr(outputs, "prediction_logits") else outputs.logits
-    labels, predictions = batch["labels"], logits.argmax(-1)
-    if predictions.shape != labels.shape:  # sparse prediction: one row per labelled position, in order
-        predictions = torch.full_like(labels, -100).masked_scatter(labels != -100, predictions)
-    out = {"mlm_predictions": predictions, "mlm_labels": labels}
+    out = {"mlm_predictions": logits.argmax(-1), "mlm_labels": batch["labels"]}
     if "next_sentence_label" in batch:
         out.update(nsp_predictions=outputs.seq_relationship_logits.argmax(-1), nsp_labels=batch["next_sentence_label"])
     return out
@@ -75,40 +54,37 @@ def training_data(recipe, tokenizer, train_docs, eval_docs):
     with one_process_first():
         train = prepare_nsp_dataset(train_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed,
                                     next_sentence=recipe.nsp, num_proc=recipe.num_proc,
-                                    source=recipe.data_source("train", "embedded:documents"))
+                                    source=recipe.data_source("train"))
         validation = (prepare_nsp_dataset(eval_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed + 1,
                                           next_sentence=recipe.nsp, num_proc=recipe.num_proc,
-                                          source=recipe.split_name("validation", "embedded:documents"))
+                                          source=recipe.split_name("validation"))
                       if eval_docs else None)
     return train, validation
 
 
 def main(argv: list[str] | None = None):
-    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_bert")
-    seed_everything(recipe.seed)
+    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_bert").reading(DATA)
     source = model_source(recipe, "pretrain_bert", ("bert",))
-    train_docs, eval_docs = load_splits(recipe, [("text", "text")], "embedded:documents")
-    check_documents(train_docs, recipe.data_source("train", "embedded:documents"))
+    train_docs, eval_docs = load_splits(recipe, [("text", "text")])
+    check_documents(train_docs, recipe.data_source("train"))
     if eval_docs:
-        check_documents(eval_docs, recipe.split_name("validation", "embedded:documents"))
-    tokenizer = get_tokenizer(recipe, "bert", lambda: column_texts(train_docs), source=source,
-                              data_key=data_key(train_docs, ["text"]))
-    check_sequence_room(recipe, tokenizer, 2, "BERT pretraining's sentence pairs")
-    model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer, "bert",
-                        source)
-    train_data, eval_data = training_data(recipe, tokenizer, train_docs, eval_docs)
-    collate = MaskedLMCollator(tokenizer, mlm_probability=recipe.mlm_probability,
-                               pad_to_multiple_of=recipe.pad_to_multiple_of)
-    engine = Engine(recipe, model, train_data, collate, tokenizer=tokenizer, eval_dataset=eval_data,
-                    loss_fn=make_loss_fn(recipe.nsp), predict_fn=predict, metrics_fn=metrics)
-    with forward_options(model, sparse_prediction=True, **unpadding_on_gpu(model, engine.accelerator.device)):
+        check_documents(eval_docs, recipe.split_name("validation"))
+    with start_run(recipe):
+        tokenizer = get_tokenizer(recipe, "bert", lambda: column_texts(train_docs), source=source,
+                                  data_key=data_key(train_docs, ["text"]))
+        check_sequence_room(recipe, tokenizer, 2, "BERT pretraining's sentence pairs")
+        model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer,
+                            "bert", source)
+        train_data, eval_data = training_data(recipe, tokenizer, train_docs, eval_docs)
+        collate = MaskedLMCollator(tokenizer, mlm_probability=recipe.mlm_probability,
+                                   pad_to_multiple_of=recipe.pad_to_multiple_of)
+        loss = TokenMean(term="mlm_loss", plus=("nsp_loss",)) if recipe.nsp else TokenMean()
+        engine = Engine(recipe, model, train_data, collate, tokenizer=tokenizer, eval_dataset=eval_data,
+                        token_mean=loss, sparse_prediction=True, unpad_inputs=True, predict_fn=predict,
+                        metrics_fn=metrics)
         results = engine.train()
-    results.update(source.report)
-    folder = engine.save_final(results, card={
-        "dataset_name": recipe.data_source("train", "embedded:documents"), "base_model": source.repo_id,
-        "description": "Pretrained with masked-LM" + (" and next-sentence prediction. " if recipe.nsp else ". ")
-                       + (source.card_text() if source.pretrained else "")})
-    return results, folder
+        description = "Pretrained with masked-LM" + (" and next-sentence prediction." if recipe.nsp else ".")
+        return results, engine.finish(results, description=description, source=source)
 
 
 if __name__ == "__main__":

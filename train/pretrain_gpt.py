@@ -3,18 +3,10 @@
     python -m train.pretrain_gpt --recipe gpt-pretrain-tiny [--key value ...]
     python -m train.pretrain_gpt --recipe gpt-pretrain-tiny --model openai-community/gpt2 --train_file corpus.txt
 
-`--model` may be pretrained (`train.setup.models`: a Lineage folder or Hub id, or a GPT-2 / OpenAI GPT checkpoint
-converted on load): training continues from it with its own tokenizer, to which only a pad token (and an
-end-of-text token where it has none) is added.
-
-Data: documents joined by the end-of-text token and cut into full `max_seq_length` blocks
-(`train.data.preparation.prepare_causal_lm_dataset`: the corpus tokenized once, in `num_proc` processes, into a store of
-2-byte token ids reused by every later run on the same data, whose blocks are slices of it; with `streaming`, packed
-lazily as it is read); the loss is weighted by each process's predicted tokens (`loss_fn`), so it is the same
-however batches are split over processes. With `pack_documents` (the default) positions restart at each document,
-attention never crosses a document boundary and no document's first token is predicted from the previous one; a
-model that cannot keep attention within documents is refused before training. Evaluation reports perplexity;
-`sample_prompts` are continued at the end.
+Documents joined and cut into `max_seq_length` blocks (`train.data.preparation.prepare_causal_lm_dataset`; with
+`pack_documents` attention keeps within each document); the loss is a token mean across processes (the engine's
+`TokenMean`); evaluation reports perplexity; `sample_prompts` are continued at the end and kept by the finish step.
+docs/training.md ("Commands", "Pretraining corpora: prepared once").
 """
 
 from __future__ import annotations
@@ -26,14 +18,15 @@ from train.data.collators import CausalLMCollator
 from train.data.preparation import prepare_causal_lm_dataset
 from train.data.prepared import data_key
 from train.metrics import load_metric
-from train.run.distributed import one_process_first, token_mean
-from train.run.engine import Engine, seed_everything
+from train.run.distributed import one_process_first
+from train.run.engine import Engine, TokenMean, start_run
 from train.run.recipes import RecipeError, parse_args
 from train.setup.models import build_model, model_source
 from train.setup.splits import check_sequence_room, column_texts, load_splits
 from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "gpt-pretrain-tiny"
+DATA = "embedded:documents"  # when the recipe names no data
 DEFAULT_PROMPTS = ["Anna was born in", "First, wash the"]
 
 
@@ -50,13 +43,6 @@ def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, seed: int)
         out = model.generate(**encoded, do_sample=True, top_k=20, max_new_tokens=max_new_tokens,
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     return tokenizer.batch_decode(out, skip_special_tokens=True)
-
-
-def loss_fn(outputs, batch, engine) -> torch.Tensor:
-    """The model's mean over predicted tokens (each label but a row's first), weighted so that several processes
-    train as one with the whole batch: packed rows leave each document's first token out, so processes hold
-    different token counts."""
-    return token_mean(engine.accelerator, outputs.loss, batch["labels"][:, 1:])
 
 
 def check_sample_room(recipe, tokenizer, prompts: list[str], positions: int) -> None:
@@ -89,44 +75,38 @@ def training_data(recipe, tokenizer, train_docs, eval_docs):
     with one_process_first():
         train = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length,
                                           pack_documents=recipe.pack_documents, num_proc=recipe.num_proc,
-                                          source=recipe.data_source("train", "embedded:documents"))
+                                          source=recipe.data_source("train"))
         validation = (prepare_causal_lm_dataset(eval_docs, tokenizer, recipe.max_seq_length,
                                                 pack_documents=recipe.pack_documents, num_proc=recipe.num_proc,
-                                                source=recipe.split_name("validation", "embedded:documents"))
+                                                source=recipe.split_name("validation"))
                       if eval_docs else None)
     return train, validation
 
 
 def main(argv: list[str] | None = None):
-    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_gpt")
-    seed_everything(recipe.seed)
+    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_gpt").reading(DATA)
     source = model_source(recipe, "pretrain_gpt", ("gpt",), generates=True)
-    train_docs, eval_docs = load_splits(recipe, [("text", "text")], "embedded:documents")
-    tokenizer = get_tokenizer(recipe, "gpt", lambda: column_texts(train_docs), source=source, templates=False,
-                              data_key=data_key(train_docs, ["text"]))
-    check_sequence_room(recipe, tokenizer, 1, "causal-LM blocks (a token and the next one it predicts)", minimum=2)
-    model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt", source)
-    prompts = recipe.sample_prompts or DEFAULT_PROMPTS
-    check_sample_room(recipe, tokenizer, prompts, model.config.max_position_embeddings)
-    if recipe.pack_documents:
-        check_document_packing(model)
-    train_data, eval_data = training_data(recipe, tokenizer, train_docs, eval_docs)
-    engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer, recipe.pad_to_multiple_of),
-                    tokenizer=tokenizer, eval_dataset=eval_data, loss_fn=loss_fn, metrics_fn=metrics)
-    results = engine.train()
-    # every process samples the same prompts with the same seed: under FSDP each forward needs all of them
-    samples = sample(engine.accelerator.unwrap_model(engine.model), tokenizer, prompts, recipe.max_new_tokens,
-                     recipe.seed)
-    for text in samples:
-        engine.accelerator.print(f"sample: {text}")
-    results.update({f"sample_{i}": text for i, text in enumerate(samples)})
-    extra = "\n## Samples\n\n" + "\n".join(f"- {s!r}" for s in samples) + "\n" if samples else ""
-    results.update(source.report)
-    folder = engine.save_final(results, card={"dataset_name": recipe.data_source("train", "embedded:documents"),
-                                              "description": "Pretrained as a causal language model. "
-                                                             + (source.card_text() if source.pretrained else ""),
-                                              "base_model": source.repo_id, "extra": extra})
-    return results, folder
+    train_docs, eval_docs = load_splits(recipe, [("text", "text")])
+    with start_run(recipe):
+        tokenizer = get_tokenizer(recipe, "gpt", lambda: column_texts(train_docs), source=source, templates=False,
+                                  data_key=data_key(train_docs, ["text"]))
+        check_sequence_room(recipe, tokenizer, 1, "causal-LM blocks (a token and the next one it predicts)", minimum=2)
+        model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt", source)
+        prompts = recipe.sample_prompts or DEFAULT_PROMPTS
+        check_sample_room(recipe, tokenizer, prompts, model.config.max_position_embeddings)
+        if recipe.pack_documents:
+            check_document_packing(model)
+        train_data, eval_data = training_data(recipe, tokenizer, train_docs, eval_docs)
+        # the mean leaves each row's first label out: packed rows predict no document's first token
+        engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer, recipe.pad_to_multiple_of),
+                        tokenizer=tokenizer, eval_dataset=eval_data, token_mean=TokenMean(first_label=1),
+                        metrics_fn=metrics)
+        results = engine.train()
+        # every process samples the same prompts with the same seed: under FSDP each forward needs all of them
+        samples = sample(engine.accelerator.unwrap_model(engine.model), tokenizer, prompts, recipe.max_new_tokens,
+                         recipe.seed)
+        return results, engine.finish(results, description="Pretrained as a causal language model.", source=source,
+                                      samples=samples)
 
 
 if __name__ == "__main__":

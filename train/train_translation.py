@@ -8,15 +8,9 @@ cross-entropy, and sacreBLEU of beam-search translations of the evaluation set.
     python -m train.train_translation --recipe transformer-translation-tiny --model Helsinki-NLP/opus-mt-en-de \\
         --train_file pairs.json
 
-`--model` may be pretrained (`train.setup.models`: a Lineage folder or Hub id, or a Marian checkpoint converted on
-load) and brings its own tokenizer.
-
-Data: rows with the columns `source` and `target` (the embedded English number words -> German by default); a file
-without them is refused naming both. With `streaming: true` the training pairs are read as training goes
-(`max_steps` sizes the run; docs/training.md, "Streaming"); the validation pairs are read whole.
-`label_smoothing` in the recipe overrides the model config's. Training runs the output projection on real
-target tokens only (`sparse_prediction`, an option of the training calls, not of the saved model), skipping the
-padding of ragged batches.
+Rows with the columns `source` and `target`; the engine trains with `sparse_prediction` and a token-mean loss across
+processes; a few validation sources are translated at the end and kept by the finish step. docs/training.md
+("Commands", "Data").
 """
 
 from __future__ import annotations
@@ -26,14 +20,14 @@ import torch
 from train.data.collators import Seq2SeqCollator
 from train.data.preparation import tokenize_dataset
 from train.metrics import load_metric
-from train.run.distributed import token_mean
-from train.run.engine import Engine, forward_options, seed_everything
+from train.run.engine import Engine, TokenMean, start_run
 from train.run.recipes import parse_args
 from train.setup.models import build_model, model_source
 from train.setup.splits import check_sequence_room, load_splits
 from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "transformer-translation-tiny"
+DATA = "embedded:translation"  # when the recipe names no data
 COLUMNS = (("source", "text"), ("target", "text"))  # fixed: no recipe key renames them
 COLUMN_ADVICE = ("train_translation reads the columns 'source' and 'target' of every row (no recipe key renames "
                  "them): rename the file's columns")
@@ -45,11 +39,6 @@ def make_predict_fn(recipe):
                                    num_beams=recipe.num_beams, max_new_tokens=recipe.max_new_tokens)
         return {"generated": generated, "labels": batch["labels"]}
     return predict
-
-
-def loss_fn(outputs, batch, engine) -> torch.Tensor:
-    """The model's per-token loss, weighted so that several processes train as one with the whole batch."""
-    return token_mean(engine.accelerator, outputs.loss, batch["labels"])
 
 
 def decode(tokenizer, ids: torch.Tensor) -> list[str]:
@@ -65,43 +54,41 @@ def make_metrics_fn(tokenizer):
     return metrics
 
 
+def translate_samples(model, tokenizer, recipe, eval_rows) -> list[tuple[str, str]]:
+    """The first three validation sources and their beam-search translations (on every process: under FSDP each
+    forward needs all of them)."""
+    if eval_rows is None:
+        return []
+    model = model.eval()
+    sources = [eval_rows[i]["source"] for i in range(min(3, len(eval_rows)))]
+    encoded = tokenizer(sources, return_tensors="pt", padding=True).to(model.device)
+    with torch.no_grad():
+        out = model.generate(**encoded, num_beams=recipe.num_beams, max_new_tokens=recipe.max_new_tokens)
+    return list(zip(sources, decode(tokenizer, out)))
+
+
 def main(argv: list[str] | None = None):
-    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "train_translation")
-    seed_everything(recipe.seed)
+    recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "train_translation").reading(DATA)
     source = model_source(recipe, "train_translation", ("seq2seq",), generates=True)
-    train_rows, eval_rows = load_splits(recipe, COLUMNS, "embedded:translation", COLUMN_ADVICE)
-    tokenizer = get_tokenizer(recipe, "seq2seq", lambda: (t for r in train_rows for t in (r["source"], r["target"])),
-                              source=source)
-    check_sequence_room(recipe, tokenizer, 1, "a seq2seq source or target (text </s>)")
-    fields = {}
-    if recipe.label_smoothing is not None:
-        fields["label_smoothing"] = recipe.label_smoothing
-    model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", source, **fields)
-    lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
-    train_data = tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths)
-    eval_data = tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths) if eval_rows else None
-    engine = Engine(recipe, model, train_data, Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of),
-                    tokenizer=tokenizer, eval_dataset=eval_data, loss_fn=loss_fn, predict_fn=make_predict_fn(recipe),
-                    metrics_fn=make_metrics_fn(tokenizer))
-    with forward_options(model, sparse_prediction=True):
+    train_rows, eval_rows = load_splits(recipe, COLUMNS, column_advice=COLUMN_ADVICE)
+    with start_run(recipe):
+        texts = lambda: (t for r in train_rows for t in (r["source"], r["target"]))  # noqa: E731
+        tokenizer = get_tokenizer(recipe, "seq2seq", texts, source=source)
+        check_sequence_room(recipe, tokenizer, 1, "a seq2seq source or target (text </s>)")
+        fields = {}
+        if recipe.label_smoothing is not None:
+            fields["label_smoothing"] = recipe.label_smoothing
+        model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", source, **fields)
+        lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
+        train_data = tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths)
+        eval_data = tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths) if eval_rows else None
+        engine = Engine(recipe, model, train_data, Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of),
+                        tokenizer=tokenizer, eval_dataset=eval_data, token_mean=TokenMean(), sparse_prediction=True,
+                        predict_fn=make_predict_fn(recipe), metrics_fn=make_metrics_fn(tokenizer))
         results = engine.train()
-    extra = ""
-    if eval_rows is not None:  # on every process: under FSDP each forward needs all of them
-        model = engine.accelerator.unwrap_model(engine.model).eval()
-        sources = [eval_rows[i]["source"] for i in range(min(3, len(eval_rows)))]
-        encoded = tokenizer(sources, return_tensors="pt", padding=True).to(model.device)
-        with torch.no_grad():
-            out = model.generate(**encoded, num_beams=recipe.num_beams, max_new_tokens=recipe.max_new_tokens)
-        pairs = list(zip(sources, decode(tokenizer, out)))
-        results.update({f"sample_{i}": f"{s} -> {t}" for i, (s, t) in enumerate(pairs)})
-        extra = "\n## Samples\n\n" + "\n".join(f"- {s!r} -> {t!r}" for s, t in pairs) + "\n"
-    results.update(source.report)
-    folder = engine.save_final(results, card={"dataset_name": recipe.data_source("train", "embedded:translation"),
-                                              "description": "Trained for translation with teacher forcing. "
-                                                             + (source.card_text() if source.pretrained else ""),
-                                              "base_model": source.repo_id,
-                                              "extra": extra})
-    return results, folder
+        samples = translate_samples(engine.accelerator.unwrap_model(engine.model), tokenizer, recipe, eval_rows)
+        return results, engine.finish(results, description="Trained for translation with teacher forcing.",
+                                      source=source, samples=samples)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from modeling import (
 )
 from modeling.checks import value_checks
 from modeling.packing import PackedSequences
-from train.run.engine import forward_options, unpadding_on_gpu
+from train.run.engine import training_options
 
 HEADS = (LineageBertModel, LineageBertForPreTraining, LineageBertForMaskedLM, LineageBertForSequenceClassification,
          LineageBertForTokenClassification, LineageBertForQuestionAnswering)
@@ -190,18 +190,19 @@ def test_the_collates_packed_sequences_change_nothing_and_nothing_is_read_back(s
     ("cuda", "gpt-tiny", {}),
 ])
 def test_training_scripts_unpad_bert_on_a_gpu_only(device, name, expected):
-    """`unpadding_on_gpu` (pretrain_bert, finetune): the forward option for a Lineage BERT on a CUDA device only."""
+    """`training_options` (the engine's, from `unpad_inputs=True` as pretrain_bert and finetune declare it): the forward
+    option for a Lineage BERT on a CUDA device only."""
     model = AutoModel.from_config(preset(name))
-    assert unpadding_on_gpu(model, torch.device(device)) == expected
+    assert training_options(model, torch.device(device), unpad_inputs=True) == expected
+    assert training_options(model, torch.device(device)) == {}  # not declared: never
 
 
-def test_forward_options_reach_the_calls_within_the_block_only_and_never_the_config():
+def test_training_options_are_call_options_never_the_config():
     model = build(LineageBertForMaskedLM).eval()
     inputs = batch()
-    with forward_options(model, unpad_inputs=True):
-        assert encoder_shapes(model, inputs) == [torch.Size((1, 27, 32))]
-        assert encoder_shapes(model, inputs, unpad_inputs=False) == [torch.Size((4, 13, 32))]  # the call's own wins
-    assert encoder_shapes(model, inputs) == [torch.Size((4, 13, 32))]
+    options = training_options(model, torch.device("cuda"), unpad_inputs=True)
+    assert encoder_shapes(model, inputs, **options) == [torch.Size((1, 27, 32))]
+    assert encoder_shapes(model, inputs) == [torch.Size((4, 13, 32))]  # a call without them: the padded path
     assert "unpad_inputs" not in model.config.to_dict()
 
 

@@ -62,9 +62,10 @@ def test_pretraining_predicts_sparsely_and_saves_only_the_architecture(runs):
     results, folder = runs["bert"]
     assert 0 <= results["eval_mlm_accuracy"] <= 1
     labels = torch.tensor([[-100, 5, -100, 7], [3, -100, -100, -100]])
-    sparse_logits = torch.nn.functional.one_hot(torch.tensor([5, 9, 3]), 12).float()  # labelled rows, in order
-    out = pretrain_bert.predict(None, {"labels": labels}, type("Out", (), {"logits": sparse_logits})())
-    assert out["mlm_predictions"].tolist() == [[-100, 5, -100, 9], [3, -100, -100, -100]]
+    logits = torch.nn.functional.one_hot(torch.tensor([[1, 5, 2, 9], [3, 4, 0, 8]]), 12).float()  # every position
+    out = pretrain_bert.predict(None, {"labels": labels}, type("Out", (), {"logits": logits})())
+    assert out["mlm_predictions"].tolist() == [[1, 5, 2, 9], [3, 4, 0, 8]]  # evaluation's logits: nothing to undo
+    assert out["mlm_labels"] is labels
 
 
 def test_finetune_starts_from_the_pretrained_weights(runs):
@@ -187,3 +188,20 @@ def test_push_to_hub_uploads_the_final_folder(tmp_path, monkeypatch):
         _run(pretrain_gpt.main, "gpt-pretrain-tiny", tmp_path / "b", "--max_steps", "2", "--save_steps", "0",
              "--push_to_hub", "someone/tiny-gpt")
     assert (tmp_path / "b" / "model" / "model.safetensors").is_file()
+
+
+def test_every_command_finishes_the_same_way(runs):
+    """One finish step: results.json and the card name the data the loader read (`Recipe.data_source`), the card
+    where the weights started, and the samples of the commands that make them are in both."""
+    data = {"bert": "embedded:documents", "bert-nli": "embedded:nli", "gpt": "embedded:documents",
+            "gpt-nli": "embedded:nli", "mt": "embedded:translation"}
+    for name, source in data.items():
+        results, folder = runs[name]
+        assert json.loads((folder / "results.json").read_text())["dataset"] == source
+        assert read_card_metadata(folder / "README.md")["datasets"] == [source]
+        assert "Started from " in (folder / "README.md").read_text()
+    for name in ("gpt", "mt"):
+        results, folder = runs[name]
+        card, saved = (folder / "README.md").read_text(), json.loads((folder / "results.json").read_text())
+        assert "## Samples" in card and saved["sample_0"] == results["sample_0"]
+    assert " -> " in runs["mt"][0]["sample_0"]

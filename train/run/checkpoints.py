@@ -1,35 +1,12 @@
 """Checkpoints of a training run: `<output_dir>/checkpoints/step-N`, written atomically, the last K kept.
 
-A checkpoint holds the full (unsharded) model weights (`model.safetensors`, tied copies left out) and optimizer state
-(`optimizer.bin`, keyed by parameter name), gathered on the main process through torch's distributed state-dict API
-whatever the run's distribution (one process, DDP or FSDP), Accelerate's scheduler and per-process random states,
-and `lineage_state.json`: the engine's `TrainState`, how the run was distributed, and the size of every file. So a
-checkpoint resumes at any number of processes and under any of these distributions: each process loads the full
-state and keeps its shard. The data position (`batch_in_epoch`) counts micro-batches of `micro_batch_examples`
-examples over all processes; resuming with another per-process batch times process count is refused, with the
-product to restore. A streamed run (`train.data.batching.StreamBatches`) also keeps its position in the stream,
-`stream_state.json` (`datasets.IterableDataset.state_dict()`, the same on every process), which the same product of
-processes and batch size continues exactly. Random states of processes the checkpoint did not have start from the
-seed (dropout then differs from an uninterrupted run; weights, optimizer, schedule and data order do not). DeepSpeed
-runs keep DeepSpeed's own format (Accelerate's `save_state`), which resumes at the world size that wrote it. It is
-written to a temporary folder and renamed into place once complete, so a crash during a save never touches the
-previous good one; a checkpoint without its state file is incomplete and never resumed from.
-`resume_path("latest" | folder)` finds and verifies one before anything is built; `load_checkpoint` restores it.
-
-Killed at any instant (SIGKILL, tested in tests/train/run/test_reliability.py): every file is fsynced before the state file
-is written, and the folder's entry after the rename, so a complete checkpoint stays complete; folders left by a
-killed save (`.tmp-step-N`, a stale checkpoint half deleted as `.del-step-N`) are never resumed from and are
-removed by the next save. A step saved again replaces its folder in two renames (`step-N` -> `.old-step-N`, the
-new one -> `step-N`); killed between them, `.old-step-N` is that step's checkpoint until the next save puts it
-back.
-
-Resume is checked against the recipe (`check_resume`): the record holds what the run was (`run_identity`: the model
-config, the tokenizer's vocabulary, the data and the number of examples in it, `stream` for a stream), and a
-checkpoint written by another model, tokenizer or data is refused key by key (`ResumeMismatchError`: "the checkpoint
-was written with num_hidden_layers=2, this run has 1"), never reported as corrupt. Every other recipe key (learning
-rate, schedule, warmup, max_steps, weight decay, logging and saving intervals, ...) may change on resume: it takes
-effect (the optimizer's hyperparameters and the schedule's base rate come from the recipe, not the checkpoint) and is
-returned for the run line, the log and the run record.
+`save_checkpoint` writes the full (unsharded) weights, the optimizer state keyed by parameter name, the scheduler and
+random states, a stream's position and `lineage_state.json` (the `TrainState`, how the run was distributed, every
+file's size) into a temporary folder renamed into place, so a save killed at any instant leaves the previous one
+whole. `resume_path("latest" | folder)` finds and verifies one before anything is built; `run_identity` /
+`check_resume` refuse another run's checkpoint key by key; `load_checkpoint` restores it at any number of processes.
+docs/training.md ("Checkpoints and resume"), docs/reliability.md ("kill -9"), docs/scaling.md ("Checkpoints at any
+world size").
 """
 
 from __future__ import annotations
@@ -143,8 +120,9 @@ def run_identity(config, tokenizer, recipe, examples: int | str) -> dict:
     """What a checkpoint must share with the run that resumes it, and the recipe's changeable keys. `examples`: the
     number of training examples, or `"stream"` for a stream (whose length is unknown)."""
     fields = json.loads(json.dumps(config.to_dict(), default=str))
+    # the data as the recipe names it, without the command's default: what identities have always recorded
     identity = {"model_config": {k: v for k, v in sorted(fields.items()) if k not in _RUNTIME_CONFIG},
-                "dataset": {"source": recipe.data_source("train"), "dataset_config": recipe.dataset_config,
+                "dataset": {"source": recipe.data_source("train", ""), "dataset_config": recipe.dataset_config,
                             "examples": examples},
                 "hyperparameters": recipe.training_dict()}
     identity["dataset"]["seed"] = recipe.seed  # the epoch order the data position counts in

@@ -1,21 +1,9 @@
 """`torch.compile` for training: the recipe keys `compile` and `compile_mode`.
 
-`compile_model(model, enabled=True, mode=..., device_type=...)` first proves that this torch can compile for the
-device the model trains on (a trivial function through TorchDynamo and Inductor on that device: a working C++
-compiler on a CPU, Triton on a GPU), then compiles the
-model in place with `nn.Module.compile`: the module keeps its class, its parameters and its `state_dict` keys, so
-checkpoints, `save_pretrained` and the published folder are those of an uncompiled run. The forward compiles into
-one graph per family (tests/train/run/test_compile.py counts the graph breaks) and AOTAutograd compiles its backward.
-
-Dynamo settings: `capture_dynamic_output_shape_ops` lets `sparse_prediction` (the output head run only at the
-labelled positions, a data-dependent count) stay inside the graph instead of breaking it; `allow_rnn` lets Dynamo
-read the parameters of `nn.GRU` / `nn.LSTM` modules, which the RNN family runs through the cell functions when
-compiled (Dynamo traces neither the fused kernels nor packed sequences).
-
-`compile_mode: reduce-overhead` records a CUDA graph per batch shape, so the shapes must be few: packed causal-LM
-blocks all have one length; batches padded to their longest example (BERT, seq2seq, fine-tuning) must be padded to
-a multiple of `pad_to_multiple_of` (at most `max_seq_length / pad_to_multiple_of` lengths, and one more batch size at
-an epoch's end). `check_bounded_shapes` refuses the combination that cannot be bounded before any step.
+`compile_model` proves that this torch can compile for the training device, then compiles the model in place
+(`nn.Module.compile`: same class, parameters and `state_dict` keys, so checkpoints and the published folder are an
+uncompiled run's); `check_bounded_shapes` refuses, before any step, batches whose shapes `reduce-overhead` could not
+bound. docs/performance.md ("Compilation", "Static shapes and host reads").
 """
 
 from __future__ import annotations

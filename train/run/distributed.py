@@ -1,19 +1,9 @@
 """How a run is spread over processes: the Accelerator that `accelerate launch` asked for, or a clear error.
 
-`accelerate launch --config_file "$(lineage configs accelerate/<x>)"` hands its config to every process as environment
-variables (`ACCELERATE_USE_FSDP` and `FSDP_*`, `ACCELERATE_USE_DEEPSPEED`, torchrun's `WORLD_SIZE`). Where
-Accelerate (1.x) cannot honour them it falls back without a word:
-
-- processes started on a machine without a GPU (and without `ACCELERATE_USE_CPU=true`) form no process group: each
-  runs alone as `DistributedType.NO`, N independent trainings writing to the same folder;
-- with `ACCELERATE_USE_CPU=true`, an FSDP or DeepSpeed config becomes gloo DDP (`AcceleratorState` assigns FSDP only
-  to accelerator backends, DeepSpeed only off the CPU).
-
-`build_accelerator` turns the first and the DeepSpeed case into a `DistributedSetupError` naming the config, and
-honours FSDP on CPU processes: torch's `fully_shard` runs on gloo, so the state is switched to FSDP with the plugin
-Accelerate built from the same environment, and Accelerate's own FSDP path (`fsdp2_prepare_model`: one shard unit
-per `LineageBlock`, the tied embedding and head in one unit, sharded gradients and optimizer state; full state dicts
-gathered for saving) runs unchanged. `describe` is the record of how the run ran (first log line, `results.json`).
+`build_accelerator` refuses a launch Accelerate would quietly run otherwise (processes that form no group, DeepSpeed
+on CPU processes) and runs FSDP on gloo CPU processes; `describe` is how the run ran (first log record,
+`results.json`); `token_mean` weights a per-token loss so that N processes train as one; `one_process_first` lets one
+process write what the others read before the Accelerator exists. docs/scaling.md.
 """
 
 
@@ -26,7 +16,7 @@ from contextlib import contextmanager
 
 import torch
 from accelerate import Accelerator
-from accelerate.state import PartialState
+from accelerate.state import AcceleratorState, GradientState, PartialState
 from accelerate.utils import (
     DistributedType,
     FullyShardedDataParallelPlugin,
@@ -76,18 +66,30 @@ def build_accelerator(**kwargs) -> Accelerator:
     if plugin is not None and accelerator.distributed_type is DistributedType.MULTI_CPU:
         _fsdp_on_cpu(accelerator, plugin)
     got = accelerator.distributed_type
-    if launched > 1 and accelerator.num_processes != launched:
+    _check_group(launched, accelerator.num_processes, got)
+    if asked is not None and got is not asked:
+        why = ("DeepSpeed runs on GPUs only; Accelerate would run CPU processes as DDP"
+               if asked is DistributedType.DEEPSPEED
+               else "FSDP needs several processes in one group (GPUs, or CPU processes with ACCELERATE_USE_CPU=true)")
+        raise DistributedSetupError(f"the accelerate config asks for {asked.name}, but this machine would run it as "
+                                    f"DistributedType.{got.name}: {why}")
+    return accelerator
+
+
+def check_launch() -> None:
+    """Refuse, before a run writes anything, processes that `accelerate launch` started but that formed no process
+    group (each would claim the output folder and train alone); `build_accelerator` refuses the rest."""
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # "CPU" as the Accelerator will say
+    _check_group(int(os.environ.get("WORLD_SIZE", "1")), state.num_processes, state.distributed_type)
+
+
+def _check_group(launched: int, processes: int, got: DistributedType) -> None:
+    if launched > 1 and processes != launched:
         raise DistributedSetupError(
             f"accelerate launched {launched} processes, but they formed no process group: each would train alone as "
             f"DistributedType.{got.name}. This machine has no GPU; to run processes on the CPU (gloo), set "
             f"ACCELERATE_USE_CPU=true (for FSDP the config fsdp_cpu: lineage configs accelerate/fsdp_cpu prints its "
             "path), or launch one process")
-    if asked is not None and got is not asked:
-        why = ("DeepSpeed runs on GPUs only; Accelerate would run CPU processes as DDP" if asked is DistributedType.DEEPSPEED
-               else "FSDP needs several processes in one group (GPUs, or CPU processes with ACCELERATE_USE_CPU=true)")
-        raise DistributedSetupError(f"the accelerate config asks for {asked.name}, but this machine would run it as "
-                                    f"DistributedType.{got.name}: {why}")
-    return accelerator
 
 
 def _fsdp_on_cpu(accelerator: Accelerator, plugin: FullyShardedDataParallelPlugin) -> None:
@@ -153,6 +155,13 @@ def token_mean(accelerator: Accelerator, loss: torch.Tensor, labels: torch.Tenso
     return loss * count / total.clamp(min=1.0)
 
 
+def forget_accelerate_state() -> None:
+    """Reset Accelerate's process-wide state (the mixed precision, plugins and gradient-accumulation state of the last
+    Accelerator; not the process group), so that the next run in this process builds its Accelerator afresh."""
+    AcceleratorState._reset_state()
+    GradientState._reset_state()
+
+
 def report_failure(accelerator: Accelerator, where: str, error: BaseException) -> None:
     """Say which process failed, where (`at step 3`, `in the final evaluation after step 2`) and why, on its own
     stderr (the launcher then stops the others)."""
@@ -186,6 +195,6 @@ def one_process_first() -> Iterator[bool]:
         yield state.is_main_process
 
 
-__all__ = ["DistributedSetupError", "build_accelerator", "describe", "enable_gradient_checkpointing",
-           "mark_sharded_for_generate", "one_process_first", "report_failure", "requested_type",
-           "resolve_mixed_precision", "token_mean", "unsharded"]
+__all__ = ["DistributedSetupError", "build_accelerator", "check_launch", "describe", "enable_gradient_checkpointing",
+           "forget_accelerate_state", "mark_sharded_for_generate", "one_process_first", "report_failure",
+           "requested_type", "resolve_mixed_precision", "token_mean", "unsharded"]

@@ -1,58 +1,16 @@
-"""The one training engine every entry script runs: a loop over Accelerate.
+"""The one path of a training run: `start_run` (claim the output folder, seed), the `Engine` (the loop over
+Accelerate), `Engine.finish` (results, model card, samples, the published folder).
 
-`Engine(recipe, model, train_dataset, collate_fn, ...)` builds everything and checks every input before the
-first step (tokenizer against model, resume checkpoint against the recipe: `train.run.checkpoints.check_resume`) and
-claims the output folder (`train.run.run_folder`); `engine.train()` runs the loop; `engine.save_final()`
-publishes the run (`train.run.publish`: weights with code, tokenizer, recipe, model card, Hub push).
+    with start_run(recipe):                        # nothing is written into output_dir before this
+        ...                                        # tokenizer (kept in output_dir), model, data
+        engine = Engine(recipe, model, train_data, collate, sparse_prediction=True, token_mean=TokenMean())
+        engine.finish(engine.train(), description="...", source=source)
 
-The loop: Accelerate `prepare`, gradient accumulation (`accelerator.accumulate`), clipping,
-mixed precision (`auto`: bf16 or fp16 on a GPU, none on a CPU), AdamW and the recipe's schedule
-(`train.run.optimization`), periodic evaluation with `gather_for_metrics` (`train.run.evaluation`), a log of
-loss, learning rate, gradient norm, tokens/s and metrics (`train.run.run_log`), checkpoints every `save_steps`
-and at the end, before the final evaluation, so that a failing evaluation keeps the trained weights
-(`train.run.checkpoints`: atomic, the last `save_total_limit` kept). Everything written into the output folder is
-recorded in the run's manifest as it is written (`train.run.run_folder.record_written`). `resume_from_checkpoint`
-(`latest` or a folder) restores model, optimizer, scheduler and random states and skips the batches already
-seen in the epoch (a stream continues from the position the checkpoint saved).
-
-Batches come from `train.data.batching` (a seeded epoch order, one seed per example for the collator's random
-choices), so on a CPU an interrupted and resumed run reproduces the per-step losses of an uninterrupted one,
-whatever the number of processes. The collator pads; the engine never re-pads. Every batch's token ids, token types,
-positions and LM labels are checked against the model's ranges on the CPU as it is collated
-(`train.data.collators.check_batch_values`), so the model's own value checks, which would read them back from the
-device, are off around the training forward (`modeling.checks.value_checks`).
-
-A `datasets.IterableDataset` as training data (`streaming: true`) is a stream: the run is sized by `max_steps` alone
-and reads it in its own order, each process every `W`-th example of it (`batching.StreamBatches`), never ahead of
-training (no loader workers, and not Accelerate's dispatch of every batch from the main process: each process reads
-the stream itself and collates its share, moved to the device here). When the stream ends before `max_steps` the next
-pass is the next epoch; an accumulation window may span two passes (every optimizer step takes
-`gradient_accumulation_steps` micro-batches). A checkpoint keeps the position in the stream
-(`IterableDataset.state_dict()`, the same on every process), so a resumed run continues with the next micro-batch and
-repeats the uninterrupted one's losses. Evaluation data is never a stream: it is read whole at each evaluation.
-
-`max_train_seconds` (> 0) is a wall-clock budget: the run stops after the optimizer step at which the training
-time passes it, then checkpoints and evaluates as at `total_steps`. Training time (`seconds` in every step and
-evaluation record of the log) is the wall time since `train()` began less the time spent in evaluation, so
-periodic evaluation neither uses up the budget nor shifts a loss-against-time curve; it restarts at 0 on resume.
-
-How the run is spread over processes (and the launches refused because this machine cannot honour them) is
-`train.run.distributed`'s; the first record of the log and `results.json` say how it ran. A process that raises
-says so with its rank before it exits, and the launcher stops the others.
-
-The loop never waits for the device between logging steps: the loss sum, the token count, the gradient norm and
-a non-finite-loss flag (the first step whose loss was NaN or infinite) stay on the device, and are reduced over
-processes and read back in one transfer (`_read_back`) only when a record is written: every `logging_steps`, at
-each checkpoint and evaluation step, and at the last step. A record's `loss` is the mean over the micro-batches
-since the previous record; `grad_norm` is that of the record's own step. The `max_train_seconds` budget is checked
-in the same read-back, so the run stops within `logging_steps` (or `save_steps` / `eval_steps`) steps of passing it.
-
-A NaN or infinite loss stops the run (`NonFiniteLossError`, naming the first step whose loss was not finite and the
-last good checkpoint). It is detected within `logging_steps` steps, always before a checkpoint or an evaluation
-(both read the flag first), so no checkpoint is ever written from the weights that the bad step poisoned; the last
-good checkpoint stays as it was.
+`Engine(...)` builds and checks (tokenizer against model, data, resume checkpoint against the recipe) and writes
+nothing; `train()` opens the run's log and runs the loop; the training forward alone gets the options the command
+declared (`training_options`) and the loss normalisation (`TokenMean`), so evaluation sees the model as a user does.
+The loop, its records, checkpoints and resume: docs/training.md ("The engine", "Logging", "Checkpoints and resume").
 """
-
 
 from __future__ import annotations
 
@@ -65,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import (
     DistributedDataParallelKwargs,
     ProjectConfiguration,
@@ -123,6 +80,38 @@ class _Clock:
         return 0.0 if self.started is None else time.perf_counter() - self.started - self.evaluating
 
 
+@dataclass(frozen=True)
+class TokenMean:
+    """A training loss that is a mean over labelled tokens (labels != -100), declared by the command: the engine
+    weights it by this process's share of the tokens across processes (`distributed.token_mean`), so that N processes
+    train as one with the whole batch. `term`: the output holding the mean; `first_label`: the first label position
+    the mean counts (a causal LM predicts no row's first token); `plus`: per-sequence terms added unweighted (BERT's
+    `nsp_loss`)."""
+
+    term: str = "loss"
+    first_label: int = 0
+    plus: tuple[str, ...] = ()
+
+    def loss(self, accelerator, outputs, batch: dict) -> torch.Tensor:
+        labels = batch["labels"][:, self.first_label:] if self.first_label else batch["labels"]
+        loss = distributed.token_mean(accelerator, getattr(outputs, self.term), labels)
+        for name in self.plus:
+            loss = loss + getattr(outputs, name)
+        return loss
+
+
+def training_options(model: torch.nn.Module, device: torch.device, *, sparse_prediction: bool = False,
+                     unpad_inputs: bool = False) -> dict[str, bool]:
+    """The keyword options of the training forward, from what the command declared: `sparse_prediction` (the output
+    head on labelled positions only), and `unpad_inputs` where it serves, a Lineage BERT on a CUDA device (MosaicBERT:
+    no compute on padding). They change how a step computes, never what the model is: no config holds them and no
+    other call gets them."""
+    options = {"sparse_prediction": True} if sparse_prediction else {}
+    if unpad_inputs and model.config.model_type == "lineage-bert" and device.type == "cuda":
+        options["unpad_inputs"] = True
+    return options
+
+
 class Engine:
     """Train `model` on `train_dataset` as `recipe` says.
 
@@ -133,7 +122,9 @@ class Engine:
         eval_dataset: a `datasets.Dataset` (or any sequence), not a stream.
         collate_fn: turns a list of examples into a padded batch of tensors (`train.data.collators`); called
             with `seeds=` (one per example) when it takes them.
-        loss_fn: `(outputs, batch, engine) -> loss`; default `outputs.loss`.
+        loss_fn: `(outputs, batch, engine) -> loss`; default `token_mean`'s loss, else `outputs.loss`.
+        token_mean: the training loss is a mean over labelled tokens (`TokenMean`), normalised across processes.
+        sparse_prediction, unpad_inputs: options of the training forward (`training_options`).
         predict_fn: `(model, batch, outputs) -> {name: tensor [B, ...]}` at evaluation; the tensors are
             gathered across processes (`gather_for_metrics`) and handed to `metrics_fn`.
         metrics_fn: `(predictions: {name: tensor [N, ...]}, eval_loss: float) -> {metric: value}`.
@@ -142,50 +133,48 @@ class Engine:
 
     def __init__(self, recipe: Recipe, model: torch.nn.Module, train_dataset, collate_fn: Callable, *,
                  tokenizer=None, eval_dataset=None, loss_fn: Callable | None = None,
+                 token_mean: TokenMean | None = None, sparse_prediction: bool = False, unpad_inputs: bool = False,
                  predict_fn: Callable | None = None, metrics_fn: Callable | None = None, d_model: int | None = None):
         self.recipe, self.tokenizer = recipe, tokenizer
-        self.loss_fn, self.predict_fn, self.metrics_fn = loss_fn, predict_fn, metrics_fn
+        self.loss_fn, self.token_mean, self.predict_fn, self.metrics_fn = loss_fn, token_mean, predict_fn, metrics_fn
         self.output_dir = Path(recipe.output_dir)
         self.checkpoint_root = self.output_dir / "checkpoints"
-        if tokenizer is not None:
-            check_tokenizer_matches_model(tokenizer, model.config)
         self.streamed = is_stream(train_dataset)
-        _check_datasets(train_dataset, eval_dataset, recipe)
-        resume_from = checkpoints.resume_path(recipe.resume_from_checkpoint, self.checkpoint_root)  # fails early
-        position = _stream_position(resume_from) if self.streamed and resume_from is not None else None
-        examples = "stream" if self.streamed else len(train_dataset)
-        self.identity = checkpoints.run_identity(model.config, tokenizer, recipe, examples)
-        self.changed = checkpoints.check_resume(resume_from, self.identity) if resume_from is not None else {}
+        self.resume_from, position = self._check_inputs(model, tokenizer, train_dataset, eval_dataset)
         self.accelerator = self._accelerator()
-        if self.accelerator.is_main_process:
-            run_folder.claim(recipe)  # before the first file this run writes into output_dir
         self.launch = distributed.describe(self.accelerator)
-        changes = "".join(f", {k}: {old} -> {new} (changed on resume)" for k, (old, new) in self.changed.items())
-        self.accelerator.print("run: " + ", ".join(f"{k}={v}" for k, v in self.launch.items()) + changes)
-        if self.streamed and stream_resume_problem():  # said now, not when a resume is refused days later
-            self.accelerator.print(f"note: {stream_resume_problem()}; this run's checkpoints keep its weights")
+        self.options = training_options(model, self.accelerator.device, sparse_prediction=sparse_prediction,
+                                        unpad_inputs=unpad_inputs)
         self._build_loaders(train_dataset, eval_dataset, collate_fn, value_limits(model))
         self._build_optimization(model, d_model or getattr(model.config, "d_model", None) or model.config.hidden_size)
         examples = recipe.per_device_train_batch_size * self.accelerator.num_processes
         self.state, self.clock = checkpoints.TrainState(micro_batch_examples=examples), _Clock()
         self.log = RunLog(self.accelerator, self.output_dir, bool(trackers(recipe.report_to)), recipe.to_dict())
-        if resume_from is not None:
-            self._resume(resume_from, position)
-        else:
-            self.log.restart()
-        self.log.record_launch(self.state.step, self.launch, self.changed)
-        if self.accelerator.is_main_process:
-            if resume_from is not None:
-                run_folder.note_resume(recipe, resume_from, self.state.step, self.changed)
-            run_folder.record_written(recipe, "logs")
-        self.accelerator.wait_for_everyone()
+        self.opened = False
+        if self.resume_from is not None:
+            self._resume(self.resume_from, position)
 
     # ------------------------------------------------------------------ building
 
+    def _check_inputs(self, model, tokenizer, train_dataset, eval_dataset) -> tuple[Path | None, dict | None]:
+        """Refuse what cannot train before anything is built: a tokenizer that does not fit the model, data that gives
+        no batch, a checkpoint to resume that is missing or another run's. Returns the checkpoint to resume (None: a
+        new run) and a stream's position in it; sets the run's `identity` and the recipe keys `changed` since."""
+        recipe = self.recipe
+        if tokenizer is not None:
+            check_tokenizer_matches_model(tokenizer, model.config)
+        _check_datasets(train_dataset, eval_dataset, recipe)
+        resume_from = checkpoints.resume_path(recipe.resume_from_checkpoint, self.checkpoint_root)
+        position = _stream_position(resume_from) if self.streamed and resume_from is not None else None
+        examples = "stream" if self.streamed else len(train_dataset)
+        self.identity = checkpoints.run_identity(model.config, tokenizer, recipe, examples)
+        self.changed = checkpoints.check_resume(resume_from, self.identity) if resume_from is not None else {}
+        return resume_from, position
+
     def _accelerator(self):
+        """The run's Accelerator (Accelerate's process-wide state was reset by `start_run`, when a command started the
+        run)."""
         r = self.recipe
-        AcceleratorState._reset_state()
-        GradientState._reset_state()
         return distributed.build_accelerator(
             gradient_accumulation_steps=r.gradient_accumulation_steps,
             mixed_precision=distributed.resolve_mixed_precision(r.mixed_precision),
@@ -195,6 +184,27 @@ class Engine:
             kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=r.ddp_find_unused_parameters)],
             step_scheduler_with_optimizer=False,
         )
+
+    def _open(self) -> None:
+        """Begin writing the run, once: claim the output folder (done already when a command started the run with
+        `start_run`; an Engine built directly claims here), say how it runs, start the log (kept up to a resumed
+        checkpoint's step) and record the launch and the resume."""
+        if self.opened:
+            return
+        self.opened, acc, recipe = True, self.accelerator, self.recipe
+        if acc.is_main_process:
+            run_folder.claim(recipe)
+        changes = "".join(f", {k}: {old} -> {new} (changed on resume)" for k, (old, new) in self.changed.items())
+        acc.print("run: " + ", ".join(f"{k}={v}" for k, v in self.launch.items()) + changes)
+        if self.streamed and stream_resume_problem():  # said now, not when a resume is refused days later
+            acc.print(f"note: {stream_resume_problem()}; this run's checkpoints keep its weights")
+        self.log.start(self.state.step)
+        self.log.record_launch(self.state.step, self.launch, self.changed)
+        if acc.is_main_process:
+            if self.resume_from is not None:
+                run_folder.note_resume(recipe, self.resume_from, self.state.step, self.changed)
+            run_folder.record_written(recipe, "logs")
+        acc.wait_for_everyone()
 
     def _build_loaders(self, train_dataset, eval_dataset, collate_fn: Callable, limits: dict) -> None:
         r = self.recipe
@@ -239,15 +249,19 @@ class Engine:
         if position is not None:
             self.stream.load_state_dict(position)
         self.state = checkpoints.load_checkpoint(self.accelerator, path, self.state.micro_batch_examples)
-        self.log.restart(self.state.step)
         self.accelerator.print(f"resumed from {path} at step {self.state.step} (epoch {self.state.epoch}, "
                                f"batch {self.state.batch_in_epoch})")
 
     # ------------------------------------------------------------------ the loop
 
     def _compute_loss(self, batch: dict) -> torch.Tensor:
-        outputs = self.model(**batch)
-        return self.loss_fn(outputs, batch, self) if self.loss_fn else outputs.loss
+        """The training forward (with the command's `training_options`) and its loss."""
+        outputs = self.model(**batch, **self.options)
+        if self.loss_fn is not None:
+            return self.loss_fn(outputs, batch, self)
+        if self.token_mean is not None:
+            return self.token_mean.loss(self.accelerator, outputs, batch)
+        return outputs.loss
 
     def _track_finite(self, loss: torch.Tensor, window: _Window) -> None:
         """Note on the device the first step whose loss is NaN or infinite (read back with the next record)."""
@@ -267,6 +281,7 @@ class Engine:
 
     def train(self) -> dict[str, Any]:
         """Run to `total_steps`; return the last training loss, final evaluation metrics and throughput."""
+        self._open()
         state, start_step, started = self.state, self.state.step, time.perf_counter()
         bar = tqdm(total=self.total_steps, initial=state.step, desc="train", dynamic_ncols=True,
                    disable=not (self.accelerator.is_local_main_process and self.recipe.progress_bar))
@@ -406,6 +421,7 @@ class Engine:
         """Loss (and `metrics_fn` figures) over the evaluation set, gathered from every process; logged."""
         if self.eval_dl is None:
             return {}
+        self._open()
         began = time.perf_counter()
         metrics = evaluate(self.accelerator, self.model, self.eval_dl, self.predict_fn, self.metrics_fn)
         self.clock.evaluating += time.perf_counter() - began
@@ -416,6 +432,7 @@ class Engine:
     # ------------------------------------------------------------------ outputs
 
     def save_checkpoint(self) -> Path:
+        self._open()
         path = checkpoints.save_checkpoint(self.accelerator, self.checkpoint_root, self.state,
                                            self.recipe.save_total_limit, self.launch, self.identity,
                                            self.stream.state_dict() if self.stream is not None else None)
@@ -423,20 +440,48 @@ class Engine:
             run_folder.record_written(self.recipe, "checkpoints", "logs")
         return path
 
-    def save_final(self, results: dict[str, Any] | None = None, card: dict[str, Any] | None = None,
-                   extra_files: dict[str, str] | None = None) -> Path:
-        """Publish the run to `<output_dir>/model` (`train.run.publish.save_run`) and end it; returns the folder."""
-        if self.changed:  # the card says what ran: the recipe it shows holds the values after the resume
-            card = dict(card or {})
-            changes = ", ".join(f"`{k}` {old} -> {new}" for k, (old, new) in self.changed.items())
-            card["extra"] = (card.get("extra", "") + f"\nResumed from a checkpoint with changed recipe keys (the "
-                             f"recipe above holds the values trained with after the resume): {changes}.\n")
+    def finish(self, results: dict[str, Any], *, description: str = "", source=None,
+               samples: list[str | tuple[str, ...]] = (), extra_files: dict[str, str] | None = None) -> Path:
+        """The run's tail, the same for every command: `results` with what loading the model found and the samples,
+        the model card, and the published folder `<output_dir>/model` (`train.run.publish.save_run`, which names the
+        data as the loader read it: `Recipe.data_source`); then the run ends and its folder is released. Returns the
+        folder.
+
+        `source`: where the weights started (a `train.setup.models.ModelSource`: its `report`, `repo_id` and
+        `card_text()`); `samples`: texts the trained model produced, or `(input, output)` pairs, printed, kept in
+        `results` as `sample_<i>` and listed in the card."""
+        if source is not None:
+            results.update(source.report)
+            description = f"{description.rstrip()} {source.card_text()}".strip()
+        for i, sample in enumerate(samples):
+            parts = (sample,) if isinstance(sample, str) else sample
+            results[f"sample_{i}"] = " -> ".join(parts)
+            self.accelerator.print(f"sample: {results[f'sample_{i}']}")
+        card = {"description": description, "base_model": getattr(source, "repo_id", None),
+                "extra": _samples_section(samples) + self._changes_section()}
         folder = publish.save_run(self.accelerator, self.model, self.recipe, self.tokenizer, results, card, extra_files)
         self.accelerator.end_training()
         if self.accelerator.is_main_process:
             run_folder.record_written(self.recipe, *run_folder.RUN_FILES)
             run_folder.release(self.recipe)
+        distributed.forget_accelerate_state()  # the run is over: the next one in this process starts afresh
         return folder
+
+    def _changes_section(self) -> str:
+        """The card's note on the recipe keys a resume changed (the recipe it shows holds the values after it)."""
+        if not self.changed:
+            return ""
+        changes = ", ".join(f"`{k}` {old} -> {new}" for k, (old, new) in self.changed.items())
+        return (f"\nResumed from a checkpoint with changed recipe keys (the recipe above holds the values trained "
+                f"with after the resume): {changes}.\n")
+
+
+def _samples_section(samples) -> str:
+    """The card's list of samples (an `(input, output)` pair as `'input' -> 'output'`)."""
+    if not samples:
+        return ""
+    lines = [" -> ".join(map(repr, (s,) if isinstance(s, str) else s)) for s in samples]
+    return "\n## Samples\n\n" + "\n".join(f"- {line}" for line in lines) + "\n"
 
 
 def _check_datasets(train_dataset, eval_dataset, recipe: Recipe) -> None:
@@ -479,30 +524,25 @@ def seed_everything(seed: int) -> None:
 
 
 @contextmanager
-def forward_options(model: torch.nn.Module, **options: Any) -> Iterator[None]:
-    """Pass training options to every call of `model` within the block (the engine's training and evaluation steps):
-    keyword arguments of the Lineage heads' `forward` (`sparse_prediction`, `unpad_inputs`) that change how a step
-    computes, never what the model is, so neither its saved config nor the engine carries them. A keyword the call
-    gives itself wins."""
-    if not options:
-        yield
-        return
-
-    def add_options(module, args, kwargs):
-        return args, {**options, **kwargs}
-
-    handle = model.register_forward_pre_hook(add_options, with_kwargs=True)
+def start_run(recipe: Recipe) -> Iterator[Path]:
+    """Start a run of `recipe`, before anything is written into its output folder: Accelerate's process-wide state
+    is forgotten (a process may run several runs: the main job, the tests), a launch whose processes formed no group is
+    refused (`distributed.check_launch`), the main process claims the folder
+    (`run_folder.claim`: checked, locked, recorded) before the others go on, and every process is seeded. A run
+    refused inside the block before it wrote anything withdraws its claim (`run_folder.withdraw`), leaving no file
+    behind. Yields the output folder."""
+    distributed.forget_accelerate_state()
+    distributed.check_launch()
+    with distributed.one_process_first() as main:
+        if main:
+            run_folder.claim(recipe)
+    seed_everything(recipe.seed)
     try:
-        yield
-    finally:
-        handle.remove()
+        yield Path(recipe.output_dir)
+    except BaseException:
+        if main:
+            run_folder.withdraw(recipe)
+        raise
 
 
-
-def unpadding_on_gpu(model, device: torch.device) -> dict[str, bool]:
-    """The forward option that trains a Lineage BERT unpadded (`unpad_inputs=True`, MosaicBERT: no compute on
-    padding) on a GPU; none for other families and devices."""
-    return {"unpad_inputs": True} if model.config.model_type == "lineage-bert" and device.type == "cuda" else {}
-
-
-__all__ = ["Engine", "NonFiniteLossError", "forward_options", "seed_everything", "unpadding_on_gpu"]
+__all__ = ["Engine", "NonFiniteLossError", "TokenMean", "seed_everything", "start_run", "training_options"]

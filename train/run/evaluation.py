@@ -1,5 +1,7 @@
 """One pass over the evaluation set: the mean loss and the figures of a task's `metrics_fn`, with every
-process's predictions gathered (`gather_for_metrics` drops the duplicates a sharded last batch adds)."""
+process's predictions gathered (`gather_for_metrics` drops the duplicates a sharded last batch adds). The model is
+called as a user calls it (no training options), so `predict_fn` reads full outputs. docs/training.md ("The engine").
+"""
 
 from __future__ import annotations
 

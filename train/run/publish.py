@@ -1,11 +1,10 @@
-"""Publishing a run: the output folder `<output_dir>/model` and what goes in it, and the Hub upload.
+"""Publishing a run: `<output_dir>/model` and what goes in it, and the Hub upload.
 
-`save_run` writes the weights with their code (`save_pretrained`, loadable with `trust_remote_code`), the
-tokenizer, `recipe.yaml`, `results.json` (the figures reached and the library versions the run used), the loss
-curve and the model card (`README.md`, with Hub metadata in its YAML front matter: `library_name`, `pipeline_tag`,
-`tags`, `datasets`, `metrics` and a `model-index` holding the figures reached, followed by how to load the folder,
-the results table, the library versions, the training recipe and the loss curve), then uploads the folder when the
-recipe names a Hub repo (`push_to_hub`; `check_push` refuses, before training, one that cannot succeed).
+`save_run` (called by the engine's finish step) writes the weights with their code, the tokenizer, `recipe.yaml`,
+`results.json` (figures, the data the run read: `Recipe.data_source`, library versions), the loss curve and the model
+card (`write_model_card`: Hub metadata, use, results, software, recipe), staged beside the folder and moved into
+place; then pushes it when the recipe names a repo (`check_push` refuses one that cannot succeed before training).
+docs/training.md ("What a run writes").
 """
 
 from __future__ import annotations
@@ -81,28 +80,9 @@ def _pipeline_use(model) -> str:
             f"```python\nfrom transformers import pipeline\n\n{calls}\n```\n")
 
 
-def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
-                     software: dict[str, str | None], *, dataset_name: str | None = None, description: str = "",
-                     extra: str = "", base_model: str | None = None) -> Path:
-    """Write `folder/README.md` and return its path; `software` is the releases the run used
-    (`environment.versions`); `base_model` (a Hub id the run started from) goes in the metadata, where the Hub links
-    the two models."""
-    folder = Path(folder)
-    dataset_name = dataset_name or recipe.data_source("train", "custom")
-    metadata = card_metadata(model, recipe, results, dataset_name)
-    if base_model:
-        metadata["base_model"] = base_model
-    auto = type(model).auto_class_name()
-    rows = "\n".join(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |"
-                     for k, v in results.items() if v is not None)
-    recipe_yaml = yaml.safe_dump({k: v for k, v in recipe.to_dict().items()
-                                  if k not in ("output_dir", "push_to_hub", "resume_from_checkpoint")},
-                                 sort_keys=False)
-    curve = "![loss curve](loss_curve.png)\n" if (folder / "loss_curve.png").is_file() else ""
-    releases = ", ".join(f"{name} {version}" for name, version in software.items() if version)
-    body = f"""# {Path(recipe.output_dir).name}
+_CARD = """# {name}
 
-A `{type(model).__name__}` ({model.config.model_type}, {sum(p.numel() for p in model.parameters()):,} parameters)
+A `{class_name}` ({model_type}, {parameters:,} parameters)
 trained with [Lineage](https://github.com/) on `{dataset_name}`. {description}
 
 ## Use
@@ -117,7 +97,7 @@ tokenizer = AutoTokenizer.from_pretrained("path/or/repo-id", trust_remote_code=T
 The modelling code is in this folder (`trust_remote_code=True`); the Lineage package is not needed. The tokenizer
 is the generic fast one (`tokenizer.json`); `trust_remote_code` (True or False) only spares the question that
 transformers asks because it reads this folder's `config.json` first.
-{_pipeline_use(model)}
+{pipelines}
 ## Results
 
 | figure | value |
@@ -134,9 +114,33 @@ Trained with {releases}.
 ```yaml
 {recipe_yaml}```
 {extra}"""
-    text = "---\n" + yaml.safe_dump(metadata, sort_keys=False) + "---\n\n" + body
+
+
+def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
+                     software: dict[str, str | None], *, description: str = "", extra: str = "",
+                     base_model: str | None = None) -> Path:
+    """Write `folder/README.md` and return its path; `software` is the releases the run used
+    (`environment.versions`); the data is the recipe's (`Recipe.data_source`); `base_model` (a Hub id the run
+    started from) goes in the metadata, where the Hub links the two models."""
+    folder = Path(folder)
+    dataset_name = recipe.data_source("train") or "custom"
+    metadata = card_metadata(model, recipe, results, dataset_name)
+    if base_model:
+        metadata["base_model"] = base_model
+    rows = "\n".join(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |"
+                     for k, v in results.items() if v is not None)
+    recipe_yaml = yaml.safe_dump({k: v for k, v in recipe.to_dict().items()
+                                  if k not in ("output_dir", "push_to_hub", "resume_from_checkpoint")},
+                                 sort_keys=False)
+    body = _CARD.format(
+        name=Path(recipe.output_dir).name, class_name=type(model).__name__, model_type=model.config.model_type,
+        parameters=sum(p.numel() for p in model.parameters()), dataset_name=dataset_name, description=description,
+        auto=type(model).auto_class_name(), pipelines=_pipeline_use(model), rows=rows,
+        curve="![loss curve](loss_curve.png)\n" if (folder / "loss_curve.png").is_file() else "",
+        releases=", ".join(f"{name} {version}" for name, version in software.items() if version),
+        recipe_yaml=recipe_yaml, extra=extra)
     path = folder / "README.md"
-    path.write_text(text)
+    path.write_text("---\n" + yaml.safe_dump(metadata, sort_keys=False) + "---\n\n" + body)
     return path
 
 
@@ -195,7 +199,7 @@ def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: d
                 (staging / name).write_text(text)
             clean = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str)) or v is None}
             software = versions()
-            data = (card or {}).get("dataset_name") or recipe.data_source("train")
+            data = recipe.data_source("train")
             (staging / "results.json").write_text(json.dumps({**clean, "dataset": data, "versions": software},
                                                              indent=1))
             write_model_card(staging, unwrapped, recipe, clean, software, **(card or {}))
@@ -234,7 +238,8 @@ def push_folder(folder: Path, repo_id: str) -> None:
         api.create_repo(repo_id, exist_ok=True)
         api.upload_folder(repo_id=repo_id, folder_path=str(folder))
     except Exception as error:  # offline, no token, no write access: the saved folder stays usable
-        raise RuntimeError(f"push_to_hub: uploading to {repo_id!r} failed ({error}); the model is saved in {folder}") from error
+        raise RuntimeError(f"push_to_hub: uploading to {repo_id!r} failed ({error}); the model is saved in "
+                           f"{folder}") from error
 
 
 __all__ = ["PIPELINE_TAGS", "card_metadata", "check_push", "plot_loss_curve", "push_folder", "read_card_metadata",

@@ -1,19 +1,10 @@
 """Training recipes: one typed, flat set of fields read from YAML and overridden on the command line.
 
-A recipe is a YAML mapping whose keys are fields of `Recipe`. `load_recipe(path, overrides)` reads it,
-applies command-line overrides (`--key value` or `--set key=value`; values are parsed as YAML, so
-`--nsp false` and `--model_overrides '{hidden_dropout_prob: 0.0}'` work), and checks every key and type
-before anything is built:
-
-- an unknown key raises `RecipeError` naming it and listing the valid keys;
-- a value of the wrong type raises `RecipeError` naming the key, the expected type and the value got.
-
-YAML 1.1 reads `1e-4` (no dot) as a string; float fields accept such numeric strings.
-
-Model presets (`train/configs/models/<name>.json`) are resolved by `load_model_config`: a preset name, a path to a
-`config.json`, or a saved model folder; anything else raises `FileNotFoundError` listing the presets. The presets,
-recipes and accelerate configs are package data, read through `importlib.resources` (`bundled`), so an installed
-wheel finds them from any working directory; a recipe or preset given by path is read from that path.
+`load_recipe(path, overrides)` reads a recipe (by name from the shipped ones, `bundled`, or by path), applies
+`--key value` overrides (parsed as YAML) and checks every key and type before anything is built (`RecipeError` names
+the key); `parse_args` is every command's command line; `Recipe.data_source` is the one place that decides what a run
+reads (the command's own data declared once with `Recipe.reading`); `load_model_config` resolves a preset.
+docs/training.md ("Recipes").
 """
 
 
@@ -95,7 +86,7 @@ class Recipe:
     """Every field a training script reads. Scripts ignore the fields that do not concern them."""
 
     # what to train
-    model: str = "bert-tiny"  # preset name, config.json, model folder or Hub id (Lineage or reference; train.setup.models)
+    model: str = "bert-tiny"  # preset, config.json, model folder or Hub id (Lineage or reference; train.setup.models)
     model_overrides: dict = dataclasses.field(default_factory=dict)  # config fields set on top of the preset
     model_revision: str | None = None  # Hub branch, tag or commit of `model` when it is a Hub id (None: main)
     tokenizer: str | None = None  # tokenizer folder; None: the model folder's, else one trained on the data
@@ -166,6 +157,9 @@ class Recipe:
     # the keys the user set (in their own recipe file or on the command line), not a shipped recipe's: a shipped
     # recipe's `train_size` cuts its own data, never a user's files (`train.setup.splits.load_split`)
     set_by_user = frozenset()  # no field: a class attribute, set per recipe by `recipe_from_dict`
+    # the command's own data, read when the recipe names none (`reading`); no field either, so the recipe's keys, hash
+    # and saved file stay as the user wrote them
+    default_dataset = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -181,17 +175,24 @@ class Recipe:
     def replace(self, **changes: Any) -> Recipe:
         """A copy with `changes` applied (unchecked), keeping which keys the user set."""
         copy = dataclasses.replace(self, **changes)
-        copy.set_by_user = self.set_by_user
+        copy.set_by_user, copy.default_dataset = self.set_by_user, self.default_dataset
         return copy
 
-    def data_source(self, split: str = "train", default: str = "") -> str:
-        """What the run reads for `split` (`train` or `validation`): its file when given, else `dataset`, else the
-        command's `default`. The one place that decides it: the loader, the checkpoint identity, the card and
-        results.json all read this."""
-        file = self.train_file if split == "train" else self.validation_file
-        return file or self.dataset or default
+    def reading(self, default_dataset: str) -> Recipe:
+        """A copy whose `data_source` falls back to `default_dataset`, the command's own data (`embedded:<task>`):
+        declared once by the command, then read by the loader, the card and results.json alike."""
+        copy = self.replace()
+        copy.default_dataset = default_dataset
+        return copy
 
-    def split_name(self, split: str = "train", default: str = "") -> str:
+    def data_source(self, split: str = "train", default: str | None = None) -> str:
+        """What the run reads for `split` (`train` or `validation`): its file when given, else `dataset`, else
+        `default` (None: the command's, `reading`). The one place that decides it: the loader, the checkpoint
+        identity, the card and results.json all read this."""
+        file = self.train_file if split == "train" else self.validation_file
+        return file or self.dataset or (self.default_dataset if default is None else default)
+
+    def split_name(self, split: str = "train", default: str | None = None) -> str:
         """`data_source` as messages name it: a file as it is, a dataset's validation split as `<name> (validation)`."""
         source = self.data_source(split, default)
         named_file = self.train_file if split == "train" else self.validation_file
@@ -238,7 +239,8 @@ def _coerce(key: str, value: Any, tp) -> Any:
 
 def _check_choices(recipe: Recipe) -> None:
     if recipe.lr_scheduler not in SCHEDULES:
-        raise RecipeError(f"recipe key 'lr_scheduler' must be one of {', '.join(SCHEDULES)}, got {recipe.lr_scheduler!r}")
+        raise RecipeError(f"recipe key 'lr_scheduler' must be one of {', '.join(SCHEDULES)}, "
+                          f"got {recipe.lr_scheduler!r}")
     if recipe.mixed_precision not in MIXED_PRECISION:
         raise RecipeError(f"recipe key 'mixed_precision' must be one of {', '.join(MIXED_PRECISION)}, "
                           f"got {recipe.mixed_precision!r}")
@@ -284,7 +286,8 @@ def trackers(report_to: str | list) -> list[str]:
                           f"{', '.join(known)}; got {report_to!r}")
     missing = [n for n in names if n not in installed]
     if missing:
-        raise RecipeError("recipe key 'report_to': " + "; ".join(f"tracker {n!r} needs the package {n}" for n in missing)
+        needs = "; ".join(f"tracker {n!r} needs the package {n}" for n in missing)
+        raise RecipeError(f"recipe key 'report_to': {needs}"
                           + f", which is not installed: pip install {' '.join(missing)} (or report_to: none)")
     return list(dict.fromkeys(names))
 
@@ -446,7 +449,8 @@ def check_model_overrides(overrides: dict[str, Any], config) -> None:
     unknown = sorted(set(overrides) - fields - {"self", "kwargs"})
     if unknown:
         raise RecipeError(f"recipe key 'model_overrides': {', '.join(map(repr, unknown))} is no field of "
-                          f"{config.model_type} configs; valid fields: {', '.join(sorted(fields - {'self', 'kwargs'}))}")
+                          f"{config.model_type} configs; valid fields: "
+                          f"{', '.join(sorted(fields - {'self', 'kwargs'}))}")
 
 
 def check_stream(max_steps: int, dataloader_num_workers: int) -> None:

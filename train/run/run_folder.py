@@ -1,34 +1,10 @@
 """Who owns an output folder: one run at a time, and a run deletes only what it wrote itself.
 
-A run claims its `output_dir` (`claim`) before it writes anything there; only the main process of a launch claims.
-Before anything is written, the folder is checked (`check_output_dir`): it must be given (not `''`), must not be the
-working folder, a file, a folder holding one of the run's inputs (`--tokenizer`, `--model`, data files), a saved
-model folder (a `config.json`: a run publishes its model into `<output_dir>/model`, never over one) or a folder this
-user cannot write.
-
-`<output_dir>/run.json` is the run's record: the recipe's hash, the start time, the process and host, the command,
-one entry per accepted resume (the recipe keys that changed, `note_resume`), and `wrote`, the manifest of every file
-the run has written under the folder, each with its size and a hash of its first and last MiB (`record_written`,
-called as each part is written: tokenizer, log, checkpoints, loss curve, model, adapter). Files the run keeps
-appending to (the log) are recorded by size only. What the manifest says decides what a later run may delete:
-
-- the paths a run writes (`RUN_FILES`) are deleted (or resumed into) only when the manifest of the record in the
-  folder accounts for every file under them, unchanged (the files of a checkpoint folder by their names: a kill may
-  come between a save and its record); anything else there (another program's `tokenizer/`, a `run.json` without a
-  manifest, a file added or edited since) is refused, naming it, and nothing is deleted;
-- a folder whose run trained (`WORK`: checkpoints, log, model, adapter) is refused unless the recipe resumes
-  (`resume_from_checkpoint`, which changes the record only once the resume is accepted) or asks to start over
-  (`overwrite_output_dir`, which prints every path it deletes); the record and tokenizer of a run that stopped before
-  its first step are deleted, each path printed;
-- `<output_dir>/.lock` (created atomically, holding the process id and host) keeps a second live run out; a lock
-  whose process is gone (a killed run) is reported and taken over, never obeyed forever.
-
-The commands that write a folder of their own (`train_tokenizer`, `export`, `convert`, `attention-maps`) use
-`check_writer_output` and `staged_output`: they write into a new or empty folder, or replace one that their own
-manifest (`.lineage-output.json` in it) says they wrote, unchanged since; the files are written beside it first and
-moved into place when complete, so a failure leaves the folder as it was.
-
-The lock is released when the run publishes its model (`release`) or its process exits.
+`claim` (the main process, from `train.run.engine.start_run`) checks the folder (`check_output_dir`), takes its
+`.lock` and starts `run.json`, whose manifest (`record_written`) lists every file the run writes as it writes it;
+what a later run may delete or resume into is decided by that manifest alone. `withdraw` undoes the claim of a run
+refused before it wrote anything; `release` gives the lock back. The commands that write a folder of their own use
+`check_writer_output` and `staged_output`. docs/training.md ("Run folders").
 """
 
 from __future__ import annotations
@@ -57,6 +33,7 @@ WORK = ("checkpoints", "logs", "model", "adapter")  # a run that left none of th
 APPENDED = ("logs",)  # written to as the run goes: recorded by size, which only grows
 _SAMPLE = 1 << 20  # bytes hashed from each end of a file: a fingerprint, not a full read of a multi-GB checkpoint
 _claims: dict[Path, object] = {}  # folder -> the recipe object of the run in this process that claimed it
+_fresh: dict[Path, bool] = {}  # folder -> whether its claim wrote a new record into it (True) or a new folder (None)
 
 
 class OutputDirError(RuntimeError):
@@ -187,7 +164,7 @@ def _delete(path: Path, why: str) -> None:
 def claim(recipe) -> Path:
     """Check `recipe.output_dir` (module docstring), take its lock and start the run record; idempotent for one run
     (the same recipe object). A refusal deletes nothing and leaves no file behind. Returns the folder."""
-    if recipe.output_dir and _claims.get(Path(recipe.output_dir).resolve()) is recipe:
+    if claimed(recipe):
         return Path(recipe.output_dir).resolve()
     folder = check_output_dir(recipe.output_dir, run_inputs(recipe))
     existed = folder.is_dir()
@@ -208,7 +185,30 @@ def claim(recipe) -> Path:
             shutil.rmtree(folder, ignore_errors=True)
         raise
     _claims[folder] = recipe
+    _fresh[folder] = None if not existed else record is None or not recipe.resume_from_checkpoint
     return folder
+
+
+def claimed(recipe) -> bool:
+    """Whether this process holds the claim of `recipe` (the same recipe object) on its output folder."""
+    return bool(recipe.output_dir) and _claims.get(Path(recipe.output_dir).resolve()) is recipe
+
+
+def withdraw(recipe) -> None:
+    """Undo the claim of a run that stopped before writing anything (refused after `claim`): the record it started
+    and the lock go, and the folder when the claim created it, so the refusal leaves no file behind. A run that wrote
+    something, or resumed into a record it did not start, keeps its record and lock (its files are its own)."""
+    if not claimed(recipe):
+        return
+    folder = Path(recipe.output_dir).resolve()
+    record = _read_json(folder / RECORD) or {}
+    fresh = _fresh.get(folder)
+    if fresh is False or record.get("wrote") or record.get("resumes"):
+        return
+    (folder / RECORD).unlink(missing_ok=True)
+    release(recipe)
+    if fresh is None and not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def _refuse_foreign(folder: Path, record: dict | None) -> list[str]:
@@ -269,6 +269,7 @@ def release(recipe) -> None:
     """Give the folder's lock back (the run has published its model)."""
     folder = Path(recipe.output_dir).resolve()
     _claims.pop(folder, None)
+    _fresh.pop(folder, None)
     _release_lock(folder)
 
 
@@ -367,4 +368,5 @@ def _release_lock(folder: Path) -> None:
 
 
 __all__ = ["LOCK", "OUTPUT_RECORD", "OutputDirError", "RECORD", "RUN_FILES", "check_output_dir", "check_writer_output",
-           "claim", "note_resume", "recipe_hash", "record_written", "release", "run_inputs", "staged_output"]
+           "claim", "claimed", "note_resume", "recipe_hash", "record_written", "release", "run_inputs", "staged_output",
+           "withdraw"]

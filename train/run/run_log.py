@@ -1,10 +1,8 @@
-"""A run's log: every step record and evaluation, in memory (`history`), in `<output_dir>/logs/metrics.jsonl`
-(written by the main process, one JSON object a line) and in the Accelerate trackers the recipe reports to
-(`report_to`: TensorBoard under `<output_dir>/logs/lineage`, W&B, MLflow, ...): each gets the recipe as the run's
-config and every numeric figure of each record at its step. They are all one project, `lineage`; W&B and MLflow
-name the run after the output folder. A resumed run keeps the records up to its checkpoint's step and drops the
-rest. `check_tracker_login` refuses, before training, a hosted tracker (W&B, Comet) that has no account to log
-to and is not set to log offline: it would ask for a key mid-run or drop the figures."""
+"""A run's log: every step record and evaluation, in memory (`history`), in `<output_dir>/logs/metrics.jsonl` (main
+process) and in the Accelerate trackers of `report_to`. `RunLog` writes nothing before `start` (the engine opens it
+when training begins); a resumed run keeps the records up to its checkpoint's step. `check_tracker_login` refuses,
+before training, a hosted tracker with no account to log to. docs/training.md ("Logging").
+"""
 
 from __future__ import annotations
 
@@ -21,14 +19,19 @@ PROJECT = "lineage"  # the trackers' project (TensorBoard: the folder under logs
 
 class RunLog:
     def __init__(self, accelerator: Accelerator, output_dir: Path, tracked: bool, recipe_fields: dict):
-        """`tracked`: the accelerator was built with trackers (`log_with`), which get the config and the figures."""
-        self.accelerator, self.tracked = accelerator, tracked
-        self.file = output_dir / "logs" / "metrics.jsonl"
+        """`tracked`: the accelerator was built with trackers (`log_with`), which get the config and the figures.
+        Nothing is written before `start`."""
+        self.accelerator, self.tracked, self.recipe_fields = accelerator, tracked, recipe_fields
+        self.output_dir, self.file = output_dir, output_dir / "logs" / "metrics.jsonl"
         self.history: list[dict] = []
-        if tracked:
-            run = output_dir.resolve().name
-            accelerator.init_trackers(PROJECT, config=_scalars(recipe_fields),
-                                      init_kwargs={"wandb": {"name": run}, "mlflow": {"run_name": run}})
+
+    def start(self, step: int = 0) -> None:
+        """Open the trackers and the log, keeping the records up to `step` (a resumed run's checkpoint; 0: none)."""
+        if self.tracked:
+            run = self.output_dir.resolve().name
+            self.accelerator.init_trackers(PROJECT, config=_scalars(self.recipe_fields),
+                                           init_kwargs={"wandb": {"name": run}, "mlflow": {"run_name": run}})
+        self.restart(step)
 
     def restart(self, step: int = 0) -> None:
         """Keep the records up to `step` (0: a new run keeps none), in memory and on disk."""

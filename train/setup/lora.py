@@ -1,13 +1,8 @@
 """LoRA fine-tuning (Hu et al. 2021) through peft, the optional extra `peft`, for the recipe key `lora`.
 
-`apply_lora(model, settings)` wraps a model with `peft.get_peft_model`: rank `r` (default 8), `alpha` (default
-16), `dropout` (default 0.0) and `target_modules` (default: every attention and feed-forward projection, which
-`import modeling` registers with peft for each family). The head modules outside the backbone (a new classifier)
-train in full (`modules_to_save`). A `target_modules` name that matches no linear layer of the model is refused
-before training, listing the layers' names (`check_target_modules`). After training, `merge_lora` saves the adapter
-alone to `<output_dir>/adapter` (`PeftModel.from_pretrained(base, folder)` reloads it) and hands the engine the
-merged model, which the engine publishes to `<output_dir>/model` as an ordinary Lineage folder (AutoModel classes,
-no peft needed).
+`apply_lora(model, settings)` wraps a model (`target_modules` checked against its linear layers before training; a
+new head trains in full); `merge_lora` saves the adapter to `<output_dir>/adapter` and hands the engine the merged
+model, published as an ordinary Lineage folder. docs/using.md ("LoRA (peft)").
 """
 
 from __future__ import annotations

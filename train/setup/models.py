@@ -1,32 +1,11 @@
-"""Where a run's model comes from: `--model` resolved once, the same way by every command that takes one
-(`finetune`, `pretrain_bert`, `pretrain_gpt`, `train_translation`, `attention_maps`, `export`, `benchmark`,
-`convert`).
+"""Where a run's model comes from: `--model` resolved once, the same way by every command that takes one.
 
-`resolve_model(name, revision)` reads `name` as, in this order:
-
-- an existing `config.json` file, or a folder holding one (a saved model);
-- a preset name (`train/configs/models/<name>.json`: a name without '/');
-- a Hub repo id (`org/name`, exactly one '/'), fetched with `huggingface_hub.snapshot_download` at `revision`
-  (the recipe key `model_revision`: a branch, tag or commit) into the Hugging Face cache; with `HF_HUB_OFFLINE=1`
-  a cached repo loads and an uncached one is refused naming the id and the variable. Only configs, safetensors
-  weights and tokenizer files are fetched: no code from the repository is downloaded or run.
-
-A folder (local or downloaded) holds either a **Lineage** model (`model_type` `lineage-*`, loaded with the installed
-classes, which `import modeling` registers) or a **transformers reference checkpoint** of a class that
-`modeling.conversion` supports (BERT, OpenAI GPT, GPT-2, Marian and their heads; a checkpoint of another head of
-those families loads as the base model). Its config.json must be a JSON object and each safetensors file whole (its
-header is read against the file's size), or the folder is refused naming the file. A reference checkpoint is
-converted on load (`modeling.conversion.from_transformers`), and the two models' outputs are compared on a few tokens
-(`conversion_difference`, fp32, eager attention, exact linear kernels) before anything else happens; a difference
-above `CONVERSION_TOLERANCE` stops the command before any file is written.
-
-`pretrained_tokenizer` gives the checkpoint's own tokenizer with what Lineage's templates need and the checkpoint
-lacks (GPT: `[START] [DELIM] [EXTRACT]`, a pad token and an end-of-text token; BERT: the pair template; Marian:
-pad and end tokens); `fit_embeddings` adds the matching embedding rows (and output rows when untied),
-initialised to the mean of the existing rows, and sets the config's token ids from the tokenizer.
-
-Errors name the argument (`--model`, recipe key `model`, `tokenizer`): `ModelSourceError` (a `RecipeError`, so a
-`ValueError`) and its subclasses `UnsupportedCheckpointError` and `ConversionCheckError`.
+`resolve_model(name, revision)`: a `config.json` or saved folder, a preset, or a Hub repo id (offline: from the
+cache only; configs, safetensors and tokenizer files, never code), holding a Lineage model or a transformers
+reference checkpoint that `modeling.conversion` converts and checks against the reference before anything is
+written. `model_source` refuses a family the command does not train and what the recipe and config alone show will
+fail; `build_model` gives the model to train. Errors name the argument (`ModelSourceError`, a `RecipeError`).
+docs/pretrained.md ("What `--model` accepts", "Refusals").
 """
 
 from __future__ import annotations
@@ -70,7 +49,7 @@ CHECK_TOKENS = 8  # tokens of the conversion check
 
 
 
-LINEAGE_MODEL_TYPES = {c.model_type: kind for c, kind in (
+LINEAGE_MODEL_TYPES = {c.model_type: family for c, family in (
     (modeling.LineageBertConfig, "bert"), (modeling.LineageGptConfig, "gpt"),
     (modeling.LineageTransformerConfig, "seq2seq"), (modeling.LineageRnnConfig, "seq2seq"))}
 
@@ -134,7 +113,7 @@ class ModelSource:
 
     @property
     def family(self) -> str:
-        """`bert`, `gpt` or `seq2seq` (the tokenizer kind of the model)."""
+        """`bert`, `gpt` or `seq2seq`: the model's family, which its tokenizer follows."""
         return LINEAGE_MODEL_TYPES[self.config.model_type]
 
     def describe(self) -> str:
@@ -374,7 +353,8 @@ def load_backbone(auto, folder: str, overrides: dict[str, Any]):
     new = sorted(info["missing_keys"] | {k[0] if isinstance(k, tuple) else k for k in info["mismatched_keys"]})
     backbone = [k for k in new if k.startswith(model.base_model_prefix + ".")]
     if backbone:
-        warnings.warn(f"{folder}: backbone weights missing or of another shape, initialized afresh: {backbone}")
+        warnings.warn(f"{folder}: backbone weights missing or of another shape, initialized afresh: {backbone}",
+                      stacklevel=2)
     if new or info["unexpected_keys"]:
         PartialState().print(f"{type(model).__name__} from {folder}: initialized {', '.join(new) or 'nothing'}; "
                              f"left out {', '.join(sorted(info['unexpected_keys'])) or 'nothing'}")
@@ -458,12 +438,12 @@ def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
 
 
 
-def model_source(recipe: Recipe, command: str, kinds: tuple[str, ...], generates: bool = False) -> ModelSource:
-    """`recipe.model` resolved, refused unless its family (`bert`, `gpt`, `seq2seq`) is one of `kinds`; then every
+def model_source(recipe: Recipe, command: str, families: tuple[str, ...], generates: bool = False) -> ModelSource:
+    """`recipe.model` resolved, refused unless its family (`bert`, `gpt`, `seq2seq`) is one of `families`; then every
     check that needs no data (`check_before_start`; `generates`: the command generates text after training)."""
     source = resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
-    if source.family not in kinds:
-        raise RecipeError(f"recipe key 'model': {command} trains {' or '.join(kinds)} models; {recipe.model!r} is a "
+    if source.family not in families:
+        raise RecipeError(f"recipe key 'model': {command} trains {' or '.join(families)} models; {recipe.model!r} is a "
                           f"{source.config.model_type} model")
     check_before_start(recipe, source.config, generates)
     return source
@@ -500,7 +480,7 @@ def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
 
 
 
-def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, source: ModelSource | None = None,
+def build_model(recipe: Recipe, auto_class: str, tokenizer, family: str, source: ModelSource | None = None,
                 **fields: Any):
     """The model to train: a pretrained source's weights with a (possibly new) head, or a fresh one from a preset."""
     source = source or resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
@@ -512,7 +492,7 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, kind: str, source: M
         source.report.update(fit_embeddings(model, tokenizer))
     else:
         auto = getattr(transformers, auto_class)
-        token_fields = {} if "vocab_size" in recipe.model_overrides else config_kwargs_from_tokenizer(tokenizer, kind)
+        token_fields = {} if "vocab_size" in recipe.model_overrides else config_kwargs_from_tokenizer(tokenizer, family)
         model = auto.from_config(load_model_config(recipe.model, **{**token_fields, **overrides}))
     return model
 

@@ -1,25 +1,8 @@
-"""What every entry script wires the same way: data splits, the tokenizer, the model, and the run summary.
-
-- `load_splits(recipe, columns)`: the training and validation splits; each (`load_split`) from
-  `train_file` / `validation_file` when given, else `recipe.dataset` (`embedded:<task>`, a file, or a Hub name)
-  through `train.data.files.load_text_dataset`; a missing file raises before anything is built. With `streaming` the
-  training split is a stream (`datasets.IterableDataset`); validation is read whole.
-- `model_source(recipe, command, kinds)`: `recipe.model` resolved (`train.setup.models.resolve_model`: preset,
-  config.json, Lineage folder or Hub id, transformers reference checkpoint), refused unless its family is one the
-  command trains; then `check_before_start`: lengths against the model's positions, the precision, the Hub upload.
-- `get_tokenizer(recipe, kind, texts, source)`: for a pretrained source the checkpoint's own tokenizer (or
-  `recipe.tokenizer`, checked against it) completed with the tokens Lineage's templates need
-  (`tokenizers.pretrained_tokenizer`); for a preset `recipe.tokenizer` if set, else one trained on the first
-  `recipe.tokenizer_train_size` characters of `texts()` with `recipe.tokenizer_vocab_size` tokens, or the same one
-  reused from the cache (`tokenization.reused_or_trained`). A pretrained model is never paired with a freshly
-  trained vocabulary.
-- `build_model(recipe, auto_class, tokenizer, kind, source)`: a pretrained source's weights (converted and checked
-  for a reference checkpoint) under the head `auto_class`, its embeddings grown to the tokenizer's added tokens
-  (`models.fit_embeddings`); or a fresh model from a preset whose vocabulary and special ids are taken from the
-  tokenizer (unless `model_overrides` sets `vocab_size` explicitly; the engine then checks the two agree).
-- `check_sequence_room(recipe, tokenizer, texts, what)`: a `max_seq_length` that leaves room for text.
-- `forward_options(model, **options)`: training options passed to every forward call of a block (sparse prediction,
-  unpadding), never stored in the config; `unpadding_on_gpu(model, device)`: BERT's unpadding on a GPU.
+"""The data splits of a run: `load_splits(recipe, columns)`, the training and validation splits of what the recipe
+reads (`Recipe.data_source`: its files, else `dataset`, else the command's own data), each column checked, a
+user's data cut only by the user's `train_size` / `eval_size`; with `streaming` the training split is a stream.
+`check_sequence_room` refuses a `max_seq_length` that leaves no token of text. docs/training.md ("Data",
+"Streaming").
 """
 
 from __future__ import annotations
@@ -37,7 +20,7 @@ COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_
 
 
 
-def load_split(recipe: Recipe, split: str, columns: Columns = (), default_dataset: str = "",
+def load_split(recipe: Recipe, split: str, columns: Columns = (), default_dataset: str | None = None,
                column_advice: str = COLUMN_ADVICE):
     """One split (`train` or `validation`) of the recipe's data (`Recipe.data_source`), `.txt` files cut into rows as
     `text_sample_by` says. The embedded corpus is made with `train_size` / `eval_size` rows; a user's file or Hub
@@ -86,7 +69,8 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
 
 
 
-def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str = "", column_advice: str = COLUMN_ADVICE):
+def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str | None = None,
+                column_advice: str = COLUMN_ADVICE):
     """`(train, validation)`: both splits of the recipe's data (`load_split`); validation may be None. Refused first:
     a validation file without a training file (the run would train on the recipe's dataset), the same file for both
     (the figures would be training figures), `dataset_config` for data that is no Hub dataset."""

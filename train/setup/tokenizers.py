@@ -1,32 +1,10 @@
-"""Where a run's model comes from: `--model` resolved once, the same way by every command that takes one
-(`finetune`, `pretrain_bert`, `pretrain_gpt`, `train_translation`, `attention_maps`, `export`, `benchmark`,
-`convert`).
+"""The tokenizer of a run: `get_tokenizer(recipe, family, texts, source)`.
 
-`resolve_model(name, revision)` reads `name` as, in this order:
-
-- an existing `config.json` file, or a folder holding one (a saved model);
-- a preset name (`train/configs/models/<name>.json`: a name without '/');
-- a Hub repo id (`org/name`, exactly one '/'), fetched with `huggingface_hub.snapshot_download` at `revision`
-  (the recipe key `model_revision`: a branch, tag or commit) into the Hugging Face cache; with `HF_HUB_OFFLINE=1`
-  a cached repo loads and an uncached one is refused naming the id and the variable. Only configs, safetensors
-  weights and tokenizer files are fetched: no code from the repository is downloaded or run.
-
-A folder (local or downloaded) holds either a **Lineage** model (`model_type` `lineage-*`, loaded with the installed
-classes, which `import modeling` registers) or a **transformers reference checkpoint** of a class that
-`modeling.conversion` supports (BERT, OpenAI GPT, GPT-2, Marian and their heads; a checkpoint of another head of
-those families loads as the base model). Its config.json must be a JSON object and each safetensors file whole (its
-header is read against the file's size), or the folder is refused naming the file. A reference checkpoint is
-converted on load (`modeling.conversion.from_transformers`), and the two models' outputs are compared on a few tokens
-(`conversion_difference`, fp32, eager attention, exact linear kernels) before anything else happens; a difference
-above `CONVERSION_TOLERANCE` stops the command before any file is written.
-
-`pretrained_tokenizer` gives the checkpoint's own tokenizer with what Lineage's templates need and the checkpoint
-lacks (GPT: `[START] [DELIM] [EXTRACT]`, a pad token and an end-of-text token; BERT: the pair template; Marian:
-pad and end tokens); `fit_embeddings` adds the matching embedding rows (and output rows when untied),
-initialised to the mean of the existing rows, and sets the config's token ids from the tokenizer.
-
-Errors name the argument (`--model`, recipe key `model`, `tokenizer`): `ModelSourceError` (a `RecipeError`, so a
-`ValueError`) and its subclasses `UnsupportedCheckpointError` and `ConversionCheckError`.
+A pretrained source's own tokenizer (or `recipe.tokenizer`, checked against it), completed with the tokens Lineage's
+templates need (`pretrained_tokenizer`); else `recipe.tokenizer`, or one trained on the data (or reused from the
+tokenizer cache: `corpus_tokenizer`), which is kept in the run's claimed `<output_dir>/tokenizer` and reused on
+resume. A pretrained model is never paired with a freshly trained vocabulary. docs/training.md ("Tokenizers"),
+docs/pretrained.md ("The checkpoint's own tokenizer").
 """
 
 from __future__ import annotations
@@ -76,14 +54,12 @@ def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, temp
     return chosen
 
 
-
 def own_tokenizer(folder: Path):
     """The tokenizer saved in a model folder, or None when it has none."""
     try:
         return transformers.AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError, TypeError):
         return None
-
 
 
 def _check_same_vocabulary(chosen, own, source: ModelSource, name: str) -> None:
@@ -101,7 +77,6 @@ def _check_same_vocabulary(chosen, own, source: ModelSource, name: str) -> None:
         raise ModelSourceError(
             f"recipe key 'tokenizer': {name!r} has {chosen.vocab_size} tokens but --model {source.name!r} has "
             f"{source.config.vocab_size} embedding rows (vocab_size): it is not this checkpoint's tokenizer")
-
 
 
 def _complete(tokenizer, family: str, templates: bool) -> list[str]:
@@ -141,7 +116,6 @@ def _complete(tokenizer, family: str, templates: bool) -> list[str]:
     return new
 
 
-
 def _install_template(tokenizer, single: str, pair: str, tokens: tuple[str, ...]) -> None:
     """Set the tokenizer's template (kept by `save_pretrained`: it lives in tokenizer.json), after the byte-level
     offsets step of a byte-level BPE."""
@@ -153,35 +127,31 @@ def _install_template(tokenizer, single: str, pair: str, tokens: tuple[str, ...]
                               if byte_level else template)
 
 
-
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
 
 
-
-def get_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]],
+def get_tokenizer(recipe: Recipe, family: str, texts: Callable[[], Iterable[str]],
                   source: ModelSource | None = None, templates: bool = True, data_key: str | None = None):
-    """The run's tokenizer (module docstring, `corpus_tokenizer`). One trained here is saved in
-    `<output_dir>/tokenizer` and reused on resume (training is reproducible, but the data a resumed run reads could
-    have changed since)."""
+    """The run's tokenizer (`corpus_tokenizer`). One trained here is kept in `<output_dir>/tokenizer`, which the run
+    has claimed before (`train.run.engine.start_run`), and reused on resume (training is reproducible, but the data a
+    resumed run reads could have changed since)."""
     source = source or resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
     if source.pretrained or recipe.tokenizer:
-        return corpus_tokenizer(recipe, kind, texts, source, templates)
+        return corpus_tokenizer(recipe, family, texts, source, templates)
     trained = Path(recipe.output_dir) / "tokenizer"
     if recipe.resume_from_checkpoint and (trained / "tokenizer.json").is_file():
-        return load_tokenizer(trained, kind)
+        return load_tokenizer(trained, family)
     with one_process_first() as main:  # one process trains, the others load its vocabulary
         if main:
-            run_folder.claim(recipe)  # before the first file written into output_dir
-            tokenizer = corpus_tokenizer(recipe, kind, texts, source, templates, data_key)
+            tokenizer = corpus_tokenizer(recipe, family, texts, source, templates, data_key)
             tokenizer.save_pretrained(trained)
             run_folder.record_written(recipe, "tokenizer")
         else:
-            tokenizer = load_tokenizer(trained, kind)
+            tokenizer = load_tokenizer(trained, family)
     return tokenizer
 
 
-
-def corpus_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str]], source: ModelSource,
+def corpus_tokenizer(recipe: Recipe, family: str, texts: Callable[[], Iterable[str]], source: ModelSource,
                      templates: bool = True, data_key: str | None = None):
     """The tokenizer a run of `recipe` on its data uses, written nowhere but the tokenizer cache: a pretrained
     source's own (`pretrained_tokenizer`), `recipe.tokenizer`, or one trained on `texts()` (or reused from
@@ -197,8 +167,8 @@ def corpus_tokenizer(recipe: Recipe, kind: str, texts: Callable[[], Iterable[str
             raise FileNotFoundError(f"recipe key 'tokenizer': folder {recipe.tokenizer!r} holds no tokenizer (none of "
                                     f"{', '.join(TOKENIZER_FILES)}); give a folder written by save_pretrained or "
                                     f"python -m train.train_tokenizer")
-        return load_tokenizer(recipe.tokenizer, kind, argument="recipe key 'tokenizer'")
-    return reused_or_trained(kind, texts, recipe.tokenizer_vocab_size, sample_size=recipe.tokenizer_train_size,
+        return load_tokenizer(recipe.tokenizer, family, argument="recipe key 'tokenizer'")
+    return reused_or_trained(family, texts, recipe.tokenizer_vocab_size, sample_size=recipe.tokenizer_train_size,
                              model_max_length=recipe.max_seq_length, data_key=data_key)
 
 

@@ -139,3 +139,79 @@ def test_missing_preset_and_data_file_are_refused(tmp_path):
         run(tmp_path / "run", "--model", "bert-nonexistent")
     with pytest.raises(FileNotFoundError, match="nope.txt"):
         run(tmp_path / "run", "--train_file", str(tmp_path / "nope.txt"))
+
+
+def _mlm_rows(count: int = 12, length: int = 10) -> list[dict]:
+    """Padded MLM rows of the tiny BERT's vocabulary (99), every third position labelled."""
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for _ in range(count):
+        real = int(torch.randint(length // 2, length + 1, (1,), generator=generator))
+        ids = torch.zeros(length, dtype=torch.long)
+        ids[:real] = torch.randint(5, 99, (real,), generator=generator)
+        mask = (torch.arange(length) < real).long()
+        labels = ids.masked_fill((torch.arange(length) % 3 != 0) | (mask == 0), -100)
+        rows.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+    return rows
+
+
+def _stack(features: list[dict]) -> dict[str, torch.Tensor]:
+    return {key: torch.stack([f[key] for f in features]) for key in ("input_ids", "attention_mask", "labels")}
+
+
+def test_engine_builds_without_writing_and_only_the_training_forward_gets_the_options(tmp_path):
+    """Engine() writes nothing (no folder, no log, no tracker file); `sparse_prediction` reaches the training forward
+    only: evaluation and `predict_fn` get the full (B, T, V) logits, as a user's call does."""
+    from conftest import preset
+    from transformers import AutoModelForMaskedLM
+
+    from train.run.engine import TokenMean
+    from train.run.recipes import recipe_from_dict
+
+    out = tmp_path / "run"
+    recipe = recipe_from_dict({"output_dir": str(out), "max_steps": 2, "per_device_train_batch_size": 4,
+                               "per_device_eval_batch_size": 4, "logging_steps": 1, "report_to": "tensorboard",
+                               "progress_bar": False, "mixed_precision": "no"})
+    model = AutoModelForMaskedLM.from_config(preset("bert-tiny"))
+    calls, predicted = [], []
+    model.register_forward_pre_hook(lambda module, args, kwargs: calls.append((module.training, dict(
+        (k, v) for k, v in kwargs.items() if k in ("sparse_prediction", "unpad_inputs")))), with_kwargs=True)
+
+    def predict(model, batch, outputs):
+        predicted.append(tuple(outputs.logits.shape))
+        return {"predictions": outputs.logits.argmax(-1)}
+
+    rows = _mlm_rows()
+    engine = Engine(recipe, model, rows, _stack, eval_dataset=rows[:4], token_mean=TokenMean(),
+                    sparse_prediction=True, unpad_inputs=True, predict_fn=predict)
+    assert not out.exists() and not engine.opened  # built and checked, nothing written
+    assert engine.options == {"sparse_prediction": True}  # unpad_inputs: on a CUDA device only
+    engine.train()
+    assert (out / "logs" / "metrics.jsonl").is_file() and (out / "run.json").is_file()
+    training = [options for is_training, options in calls if is_training]
+    evaluation = [options for is_training, options in calls if not is_training]
+    assert len(training) == 2 and all(options == {"sparse_prediction": True} for options in training)
+    assert evaluation and all(options == {} for options in evaluation)
+    assert predicted and all(shape == (4, 10, 99) for shape in predicted)
+
+
+def test_the_output_folder_is_claimed_before_the_tokenizer_is_written(tmp_path, monkeypatch):
+    """`start_run` claims the folder (lock and record) before the trained tokenizer is kept in it; the tokenizer
+    itself claims nothing."""
+    import transformers
+
+    from train.run import run_folder
+
+    out = tmp_path / "run"
+    seen = []
+    original = transformers.PreTrainedTokenizerBase.save_pretrained
+
+    def save(self, folder, *args, **kwargs):
+        if Path(folder) == out / "tokenizer":
+            seen.append(((out / run_folder.RECORD).is_file(), (out / run_folder.LOCK).is_file()))
+        return original(self, folder, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.PreTrainedTokenizerBase, "save_pretrained", save)
+    run(out, "--train_size", "30", "--max_steps", "1")
+    assert seen == [(True, True)]
+    assert any(k.startswith("tokenizer/") for k in json.loads((out / run_folder.RECORD).read_text())["wrote"])

@@ -110,6 +110,33 @@ def test_output_dir_that_is_a_file_is_refused(tmp_path):
         run_folder.claim(recipe_from_dict({"output_dir": str(file / "run")}))
 
 
+def test_a_run_refused_after_its_start_leaves_no_file_behind(tmp_path):
+    """`start_run` claims the folder; a refusal inside the run before it wrote anything withdraws the claim: a new
+    folder goes, an existing one keeps only its own files. A run that wrote something keeps its record."""
+    from train.run.engine import start_run
+    from train.run.recipes import RecipeError
+
+    new = tmp_path / "new"
+    with pytest.raises(RecipeError, match="refused"), start_run(recipe_from_dict({"output_dir": str(new)})):
+        assert (new / run_folder.RECORD).is_file() and (new / run_folder.LOCK).is_file()
+        raise RecipeError("refused")
+    assert not new.exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("mine")
+    with pytest.raises(RecipeError), start_run(recipe_from_dict({"output_dir": str(existing)})):
+        raise RecipeError("refused")
+    assert [p.name for p in existing.iterdir()] == ["notes.txt"]
+    wrote = recipe_from_dict({"output_dir": str(tmp_path / "wrote")})
+    with pytest.raises(RecipeError), start_run(wrote):
+        (tmp_path / "wrote" / "tokenizer").mkdir()
+        (tmp_path / "wrote" / "tokenizer" / "tokenizer.json").write_text("{}")
+        run_folder.record_written(wrote, "tokenizer")
+        raise RecipeError("refused after writing")
+    assert "tokenizer/tokenizer.json" in json.loads((tmp_path / "wrote" / run_folder.RECORD).read_text())["wrote"]
+    run_folder.release(wrote)
+
+
 def test_a_live_runs_lock_keeps_a_second_run_out_and_a_dead_ones_is_taken_over(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
