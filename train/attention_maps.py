@@ -71,8 +71,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num_beams", type=int, default=1, help="seq2seq generation without --target")
     parser.add_argument("--max_new_tokens", type=int, default=None, help="seq2seq generation without --target")
     parser.add_argument("--output_dir", required=True, help="folder to write (new or empty)")
-    parser.add_argument("--overwrite_output_dir", action="store_true",
-                        help="replace an earlier output of attention-maps")
+    parser.add_switch("--overwrite_output_dir", help="replace an earlier output of attention-maps")
     return parser.parse_args(argv)
 
 

@@ -64,21 +64,20 @@ def make_parser() -> argparse.ArgumentParser:
                         help="override a field of the model config (repeatable; YAML values), e.g. "
                              "sinusoidal_layout=split for the Marian reference")
     parser.add_argument("--task", required=True, choices=tuple(throughput.TASKS))
-    parser.add_argument("--sparse_prediction", action="store_true",
-                        help="Lineage's training forward with sparse_prediction=True (the output head on labelled "
-                             "positions only, as pretrain_bert and train_translation train; --task mlm or seq2seq)")
-    parser.add_argument("--unpad_inputs", action="store_true",
-                        help="Lineage BERT's training forward with unpad_inputs=True (no compute on padding; --task "
-                             "mlm; random batches have no padding, so this times the unpadded kernels' overhead)")
+    parser.add_switch("--sparse_prediction",
+                      help="Lineage's training forward with sparse_prediction=True (the output head on labelled "
+                           "positions only, as pretrain_bert and train_translation train; --task mlm or seq2seq)")
+    parser.add_switch("--unpad_inputs",
+                      help="Lineage BERT's training forward with unpad_inputs=True (no compute on padding; --task "
+                           "mlm; random batches have no padding, so this times the unpadded kernels' overhead)")
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--seq_length", type=int, default=128, help="tokens in each sequence (the full length)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps (or generate calls); the median is kept")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (compilation happens here)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model(s) before the first step")
+    parser.add_switch("--compile", help="torch.compile the model(s) before the first step")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast mixed precision")
-    parser.add_argument("--reference", action="store_true", help="also time the transformers reference model")
-    parser.add_argument("--generate", action="store_true", help="also time greedy generation (dynamic and static "
-                                                                "cache)")
+    parser.add_switch("--reference", help="also time the transformers reference model")
+    parser.add_switch("--generate", help="also time greedy generation (dynamic and static cache)")
     parser.add_argument("--max_new_tokens", type=int, default=32,
                         help="tokens each generate call makes (min_new_tokens = max_new_tokens)")
     parser.add_argument("--peak_tflops", type=float, default=None, help="the GPU's peak TFLOP/s for MFU (default: "

@@ -16,8 +16,9 @@ stand for a dash). Every command runs its module's own `main(argv)` with the res
 before it was renamed.
 
 Every command spells its flags as the recipe keys are spelled, with underscores, and calls a thing by the recipe's
-word for it (`--output_dir`, `--overwrite_output_dir`, `--model_revision`, `--num_beams`, `--max_new_tokens`). A
-command whose flags were renamed parses with `CommandParser`, which still reads each old spelling as the new one.
+word for it (`--output_dir`, `--overwrite_output_dir`, `--model_revision`, `--num_beams`, `--max_new_tokens`), and a
+switch takes the recipes' `true` / `false` or nothing (`--compile` = `--compile true`). A command parses with
+`CommandParser`, which adds such switches and still reads each renamed flag's old spelling as the new one.
 """
 
 from __future__ import annotations
@@ -77,9 +78,17 @@ def new_flags(argv: Sequence[str], old_flags: Mapping[str, str]) -> list[str]:
     return renamed
 
 
+def truth(value: str) -> bool:
+    """A switch's value as a recipe writes it: true or false (also yes / no, on / off, 1 / 0)."""
+    answer = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+    if value.lower() not in answer:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+    return answer[value.lower()]
+
+
 class CommandParser(argparse.ArgumentParser):
-    """argparse's parser for a command whose flags were renamed: `old_flags` (old -> new, e.g. `--out` ->
-    `--output_dir`) are read as the new ones, left out of the options of `--help` and named below them."""
+    """argparse's parser for a command: `old_flags` (old -> new, e.g. `--out` -> `--output_dir`) are read as the new
+    ones, left out of the options of `--help` and named below them; `add_switch` adds an on/off flag."""
 
     def __init__(self, *args, old_flags: Mapping[str, str] | None = None, **kwargs):
         self.old_flags = dict(old_flags or {})
@@ -87,6 +96,11 @@ class CommandParser(argparse.ArgumentParser):
             old = ", ".join(f"{old} (now {new})" for old, new in self.old_flags.items())
             kwargs["epilog"] = " ".join(filter(None, [kwargs.get("epilog"), f"Old names, still read: {old}."]))
         super().__init__(*args, **kwargs)
+
+    def add_switch(self, name: str, default: bool | None = False, help: str | None = None) -> argparse.Action:
+        """A flag that is on when given alone or with true, off with false, as the recipes' booleans are set."""
+        return self.add_argument(name, nargs="?", const=True, default=default, type=truth, metavar="true|false",
+                                 help=help)
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
         args = sys.argv[1:] if args is None else args

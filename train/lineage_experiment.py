@@ -77,7 +77,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train_file", help="source/target pairs: TSV or JSON Lines (with --validation_file)")
     parser.add_argument("--validation_file", help="the pairs to evaluate on (with --train_file)")
     parser.add_argument("--dataset", help="a Hub dataset (or embedded:translation) with source/target columns")
-    parser.add_argument("--quick", action="store_true", help="tiny data and budget: a smoke run in seconds")
+    parser.add_switch("--quick", help="tiny data and budget: a smoke run in seconds")
     return parser.parse_args(argv)
 
 

@@ -24,7 +24,8 @@ from train.data.files import load_text_dataset
 from train.data.tokenization import FAMILIES, train_tokenizer
 from train.run.run_folder import check_writer_output, staged_output
 
-OLD_FLAGS = {"--kind": "--family", "--hub_config": "--dataset_config"}  # old spelling -> the flag now
+# old spelling -> the flag now
+OLD_FLAGS = {"--kind": "--family", "--hub_config": "--dataset_config", "--no-lowercase": "--lowercase=false"}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -36,12 +37,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--text_column", action="append", help="column(s) to read (default: text)")
     parser.add_argument("--split", default="train")
     parser.add_argument("--dataset_config", default=None, help="the configuration of a Hub dataset")
-    parser.add_argument("--streaming", action="store_true", help="read the dataset lazily")
+    parser.add_switch("--streaming", help="read the dataset lazily")
     parser.add_argument("--max_texts", type=int, default=None, help="stop after this many rows")
     parser.add_argument("--min_frequency", type=int, default=2)
     parser.add_argument("--model_max_length", type=int, default=512)
-    parser.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=None,
-                        help="default: lowercase for bert only")
+    parser.add_switch("--lowercase", default=None, help="default: lowercase for bert only")
     parser.add_argument("--seed", type=int, default=0, help="seed of the embedded corpus")
     return parser.parse_args(argv)
 

@@ -36,8 +36,10 @@ SPELLINGS = {
                            ["--output_dir", "r", "--max_train_seconds", "3", "--train_file", "t.tsv",
                             "--validation_file", "v.tsv"]),
     "train tokenizer": (train_tokenizer, train_tokenizer.parse_args,
-                        ["--kind", "bert", "--vocab_size", "300", "--output_dir", "o", "--hub_config", "en"],
-                        ["--family", "bert", "--vocab_size", "300", "--output_dir", "o", "--dataset_config", "en"]),
+                        ["--kind", "bert", "--vocab_size", "300", "--output_dir", "o", "--hub_config", "en",
+                         "--no-lowercase"],
+                        ["--family", "bert", "--vocab_size", "300", "--output_dir", "o", "--dataset_config", "en",
+                         "--lowercase", "false"]),
 }
 
 
@@ -50,7 +52,7 @@ def test_old_spellings_parse_to_the_same_arguments_as_the_new(name):
     module, parse, old, new = SPELLINGS[name]
     assert flags(old) - flags(new) == set(module.OLD_FLAGS)  # every old spelling of the command is tried here
     assert parse(old) == parse(new)
-    assert vars(parse(new)).keys() >= {flag[2:] for flag in module.OLD_FLAGS.values()}
+    assert vars(parse(new)).keys() >= {flag[2:].partition("=")[0] for flag in module.OLD_FLAGS.values()}
 
 
 @pytest.mark.parametrize("name", list(cli.COMMANDS))
@@ -59,11 +61,34 @@ def test_help_shows_every_flag_with_underscores_and_the_old_names_as_old(name, c
     with pytest.raises(SystemExit):
         cli.main([*name.split(), "--help"])
     options, _, old = capsys.readouterr().out.partition("Old names, still read:")
-    dashed = [f for f in re.findall(r"--[a-z][\w-]*", options) if "-" in f[2:] and not f.startswith("--no-")]
-    assert dashed == []  # argparse's own --no-<flag> of a boolean option aside
+    assert [flag for flag in re.findall(r"--[a-z][\w-]*", options) if "-" in flag[2:]] == []
     renamed = getattr(importlib.import_module(f"train.{cli.COMMANDS[name].module}"), "OLD_FLAGS", {})
     for old_flag, new_flag in renamed.items():
-        assert re.search(rf"{new_flag}\b", options) and f"{old_flag} (now {new_flag})" in old
+        assert re.search(rf"{new_flag.partition('=')[0]}\b", options) and f"{old_flag} (now {new_flag})" in old
+
+
+@pytest.mark.parametrize("parse, switch, rest", [
+    (attention_maps.parse_args, "--overwrite_output_dir", ["--model", "m", "--text", "a", "--output_dir", "o"]),
+    (lambda argv: benchmark.make_parser().parse_args(argv), "--compile", ["--model", "gpt-tiny", "--task", "mlm"]),
+    (train_tokenizer.parse_args, "--streaming", ["--family", "gpt", "--vocab_size", "300", "--output_dir", "o"]),
+    (lineage_experiment.parse_args, "--quick", ["--arms", "transformer"]),
+])
+def test_a_switch_is_on_alone_or_with_true_and_off_with_false_as_in_a_recipe(parse, switch, rest, capsys):
+    name = switch[2:]
+    assert getattr(parse(rest), name) is False
+    assert getattr(parse([*rest, switch]), name) is True
+    assert getattr(parse([switch, "true", *rest]), name) is True
+    assert getattr(parse([switch, *rest]), name) is True  # the next flag is not its value
+    assert getattr(parse([*rest, f"{switch}=false"]), name) is False
+    with pytest.raises(SystemExit):
+        parse([*rest, switch, "maybe"])
+    assert "expected true or false, got 'maybe'" in capsys.readouterr().err
+
+
+def test_lowercase_is_a_switch_with_no_default():
+    base = ["--family", "bert", "--vocab_size", "300", "--output_dir", "o"]
+    assert [train_tokenizer.parse_args(base + extra).lowercase for extra in ([], ["--lowercase"], ["--no-lowercase"])] \
+        == [None, True, False]
 
 
 def test_lineage_help_lists_the_scripts_without_the_stutter(capsys):
