@@ -19,9 +19,8 @@ from modeling.modeling_lineage_gpt import LineageGptForCausalLM
 from train.data.collators import CausalLMCollator, MaskedLMCollator
 from train.data.examples import pack_documents
 from train.pretrain_bert import main as pretrain_bert
-from train.pretrain_gpt import loss_fn as gpt_loss
 from train.run.compilation import check_bounded_shapes, check_compiler
-from train.run.engine import Engine
+from train.run.engine import Engine, TokenMean
 from train.run.recipes import Recipe, RecipeError
 from train.train_translation import main as train_translation
 
@@ -62,7 +61,7 @@ def test_packed_gpt_blocks_train_compiled_without_recompiling_or_reading_back(tm
     blocks = packed_blocks(8, 32, model.config.eos_token_id, model.config.vocab_size)  # 2 batches an epoch
     recipe = Recipe(model="gpt-tiny", compile=True, max_steps=6, logging_steps=3, per_device_train_batch_size=4,
                     learning_rate=1e-3, save_steps=0, report_to="none", progress_bar=False, output_dir=str(tmp_path))
-    engine = Engine(recipe, model, blocks, CausalLMCollator(_Tokenizer()), loss_fn=gpt_loss)
+    engine = Engine(recipe, model, blocks, CausalLMCollator(_Tokenizer()), token_mean=TokenMean(first_label=1))
     micro_step, counter, graphs = Engine._micro_step, HostReads(), []
 
     def after_warm_up(self, *args):
