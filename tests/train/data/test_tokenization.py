@@ -11,6 +11,7 @@ from train.data.corpus import tokenizer_training_texts
 from train.data.tokenization import (
     MissingSpecialTokenError,
     VocabularySizeError,
+    canonical_family,
     check_special_tokens,
     config_kwargs_from_tokenizer,
     load_tokenizer,
@@ -26,19 +27,19 @@ def texts():
 
 @pytest.fixture(scope="module")
 def saved(texts, tmp_path_factory):
-    """One trained tokenizer of each kind, saved to its own folder."""
+    """One trained tokenizer of each family, saved to its own folder."""
     root = tmp_path_factory.mktemp("tokenizers")
     out = {}
-    for kind, size in (("bert", 1000), ("gpt", 1000), ("seq2seq", 700)):
-        tokenizer = train_tokenizer(kind, texts, size, model_max_length=256)
-        tokenizer.save_pretrained(root / kind)
-        out[kind] = (tokenizer, root / kind)
+    for family, size in (("bert", 1000), ("gpt", 1000), ("seq2seq", 700)):
+        tokenizer = train_tokenizer(family, texts, size, model_max_length=256)
+        tokenizer.save_pretrained(root / family)
+        out[family] = (tokenizer, root / family)
     return out
 
 
 def test_special_token_ids_are_fixed(saved):
-    for kind, (tokenizer, _) in saved.items():
-        names = special_token_names(kind)
+    for family, (tokenizer, _) in saved.items():
+        names = special_token_names(family)
         assert tokenizer.convert_tokens_to_ids(names) == list(range(len(names)))
         assert tokenizer.pad_token_id == 0
 
@@ -83,9 +84,9 @@ CLEAN_LOAD = """
 import json
 from transformers import AutoTokenizer
 out = {}
-for kind in ("bert", "gpt", "seq2seq"):
-    tok = AutoTokenizer.from_pretrained(FOLDERS[kind])
-    out[kind] = {"class": type(tok).__name__, "max": tok.model_max_length, "side": tok.padding_side,
+for family in ("bert", "gpt", "seq2seq"):
+    tok = AutoTokenizer.from_pretrained(FOLDERS[family])
+    out[family] = {"class": type(tok).__name__, "max": tok.model_max_length, "side": tok.padding_side,
                  "pair": dict(tok("Anna lives in Oslo.", "She is a baker.")),
                  "single": dict(tok("Ich habe zwei Katzen.")),
                  "specials": {"pad": tok.pad_token, "mask": tok.mask_token, "eos": tok.eos_token,
@@ -95,11 +96,11 @@ print(json.dumps(out))
 
 
 def test_clean_process_autotokenizer_reload(saved, tmp_path):
-    folders = {kind: str(path) for kind, (_, path) in saved.items()}
+    folders = {family: str(path) for family, (_, path) in saved.items()}
     stdout = run_clean_process(f"FOLDERS = {folders!r}\n" + CLEAN_LOAD, cwd=tmp_path)
     loaded = json.loads(stdout.strip().splitlines()[-1])
-    for kind, (tok, _) in saved.items():
-        got = loaded[kind]
+    for family, (tok, _) in saved.items():
+        got = loaded[family]
         assert got["max"] == 256
         assert got["side"] == tok.padding_side
         assert got["pair"] == dict(tok("Anna lives in Oslo.", "She is a baker."))
@@ -109,7 +110,7 @@ def test_clean_process_autotokenizer_reload(saved, tmp_path):
     assert loaded["seq2seq"]["specials"]["eos"] == "</s>" and loaded["seq2seq"]["specials"]["bos"] == "<s>"
 
 
-def test_load_tokenizer_checks_kind(saved):
+def test_load_tokenizer_checks_the_family(saved):
     tok = load_tokenizer(saved["bert"][1], family="bert")
     assert tok.mask_token_id == 4
     check_special_tokens(AutoTokenizer.from_pretrained(saved["gpt"][1]), "gpt")
@@ -130,7 +131,7 @@ def test_vocab_size_too_small(texts):
         train_tokenizer("gpt", texts, 200)
 
 
-def test_no_text_and_unknown_kind():
+def test_no_text_and_unknown_family():
     with pytest.raises(ValueError, match="no non-empty text"):
         train_tokenizer("bert", ["", "   "], 100)
     with pytest.raises(ValueError, match="unknown tokenizer family 'roberta'"):
@@ -155,9 +156,9 @@ def test_cli_trains_and_saves(tmp_path, capsys):
 # Tokenizers saved beside a model: transformers 5.23's AutoTokenizer reads the model's config.json first
 # ---------------------------------------------------------------------------------------------------------------
 
-MODEL_FOLDER_KINDS = {"bert": ("LineageBertForMaskedLM", "bert-tiny"), "gpt": ("LineageGptForCausalLM", "gpt-tiny"),
-                      "transformer": ("LineageTransformerForConditionalGeneration", "transformer-tiny"),
-                      "rnn": ("LineageRnnForConditionalGeneration", "rnn-tiny")}
+MODEL_FOLDERS = {"bert": ("LineageBertForMaskedLM", "bert-tiny"), "gpt": ("LineageGptForCausalLM", "gpt-tiny"),
+                 "transformer": ("LineageTransformerForConditionalGeneration", "transformer-tiny"),
+                 "rnn": ("LineageRnnForConditionalGeneration", "rnn-tiny")}
 
 
 @pytest.fixture(scope="module")
@@ -169,10 +170,9 @@ def model_folders(saved, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("model-folders")
     folders = {}
-    for family, (class_name, preset_name) in MODEL_FOLDER_KINDS.items():
-        tokenizer = saved["seq2seq" if family in ("transformer", "rnn") else family][0]
-        kind = "seq2seq" if family in ("transformer", "rnn") else family
-        config = preset(preset_name, **config_kwargs_from_tokenizer(tokenizer, kind))
+    for family, (class_name, preset_name) in MODEL_FOLDERS.items():
+        tokenizer = saved[canonical_family(family)][0]
+        config = preset(preset_name, **config_kwargs_from_tokenizer(tokenizer, family))
         getattr(modeling, class_name)(config).save_pretrained(root / family)
         tokenizer.save_pretrained(root / family)
         folders[family] = (tokenizer, root / family)
