@@ -1,8 +1,8 @@
 """One contract for every head of every family (BERT, GPT, Transformer, RNN): no cache in training mode,
-`return_dict=False` tuples, exact save/load with a config that holds only the architecture, gradient checkpointing
-where the family supports it, `num_items_in_batch` as a token count, labels and inputs refused by name, the keyword
-contract (the cache under either name, no keyword swallowed) and generation that uses its cache; then the defects of
-the review, each with its test."""
+`return_dict=False` tuples, `num_items_in_batch` as a token count, labels and inputs refused by name, the keyword
+contract (the cache under either name, no keyword swallowed); then the defects of the review, each with its test.
+The registry of heads and their inputs here is also what test_properties.py walks with the properties (padding,
+causality, the cache, save/load, gradient checkpointing, parity with the reference)."""
 
 import ast
 import inspect
@@ -143,41 +143,6 @@ def test_return_dict_false_gives_the_outputs_tuple(model_class):
     assert len(actual) == len(expected) > 0
     for a, e in zip(actual, expected):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
-
-
-@head_ids
-def test_save_and_load_are_exact_and_the_config_holds_only_the_architecture(model_class, tmp_path):
-    model = build(model_class).eval()
-    inputs, labels = inputs_and_labels(model_class)
-    model.save_pretrained(tmp_path)
-    loaded = model_class.from_pretrained(tmp_path).eval()
-    saved = loaded.config.to_dict()
-    assert "sparse_prediction" not in saved and "unpad_inputs" not in saved
-    for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
-        torch.testing.assert_close(b, a, rtol=0, atol=0, msg=name)
-    for parameter in loaded.parameters():  # loaded weights may sit at unaligned addresses, where MKL rounds
-        parameter.data = parameter.data.clone()  # differently (1e-9): the same bits in fresh memory
-    for a, b in zip(tensors(model(**inputs, **labels).to_tuple()), tensors(loaded(**inputs, **labels).to_tuple())):
-        torch.testing.assert_close(b, a, rtol=0, atol=0)
-
-
-@head_ids
-def test_gradient_checkpointing_gives_the_same_gradients_where_supported(model_class):
-    model = build(model_class).train()
-    inputs, labels = inputs_and_labels(model_class)
-    if not model.supports_gradient_checkpointing:
-        with pytest.raises(ValueError, match="does not support activation checkpointing"):
-            model.activation_checkpointing_enable()
-        return
-    scalar(model(**inputs, **labels)).backward()
-    plain = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad(set_to_none=True)
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    scalar(model(**inputs, **labels)).backward()
-    checkpointed = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-    assert checkpointed.keys() == plain.keys() and plain
-    for name, grad in plain.items():
-        torch.testing.assert_close(checkpointed[name], grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
@@ -363,35 +328,6 @@ def test_the_cache_is_taken_under_both_names_and_returned_under_the_installed_on
     assert new.get_seq_length() == old.get_seq_length() == output_cache(first).get_seq_length() + 1
     with pytest.raises(TypeError, match="got the cache twice, as `cache` and `past_key_values`"):
         model(**step, cache=output_cache(first), past_key_values=output_cache(first))
-
-
-def _prompt(model_class) -> dict:
-    if model_class in SEQ2SEQ:
-        return {"input_ids": torch.randint(5, V, (2, 6)), "attention_mask": torch.tensor([[1] * 6, [1] * 4 + [0] * 2])}
-    return {"input_ids": torch.randint(5, V, (2, 5)), "attention_mask": torch.tensor([[0, 0, 1, 1, 1], [1] * 5])}
-
-
-@generative_ids
-@pytest.mark.parametrize("mode", [{}, {"num_beams": 3}, {"do_sample": True, "top_k": 5}],
-                         ids=["greedy", "beam", "sampling"])
-def test_generate_uses_its_cache_and_gives_the_tokens_it_gives_without(model_class, mode):
-    """With the cache every step after the first feeds one new token (the cache reached the forward under the name
-    generate() passed it), and the tokens equal those of generation without a cache, left padding included."""
-    model = build(model_class).eval()
-    model.generation_config.eos_token_id = None
-    prompt = _prompt(model_class)
-    fed = []
-    key = "decoder_input_ids" if model_class in SEQ2SEQ else "input_ids"
-    hook = model.register_forward_pre_hook(lambda _, args, kwargs: fed.append(kwargs[key].shape[1]), with_kwargs=True)
-    outputs = {}
-    for use_cache in (True, False):
-        torch.manual_seed(1)
-        fed.clear()
-        outputs[use_cache] = model.generate(**prompt, max_new_tokens=6, use_cache=use_cache, pad_token_id=0, **mode)
-        if use_cache:
-            assert len(fed) == 6 and fed[1:] == [1] * 5, fed
-    hook.remove()
-    torch.testing.assert_close(outputs[True], outputs[False], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", ["bert-tiny", "gpt-tiny", "transformer-tiny"])

@@ -12,13 +12,36 @@ import os
 import tempfile
 
 import pytest
+import test_contract as contract
+import test_conversion as bert_conversion
+import test_conversion_gpt as gpt_conversion
+import test_conversion_marian as marian_conversion
 import torch
 import transformers
-from conftest import preset
+from conftest import preset, run_clean_process
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+from transformers.modeling_layers import GradientCheckpointingLayer
 
+from modeling import (
+    LineageBertForMaskedLM,
+    LineageBertForMultipleChoice,
+    LineageBertForPreTraining,
+    LineageBertForQuestionAnswering,
+    LineageBertForTokenClassification,
+    LineageBertLMHeadModel,
+    LineageBertModel,
+    LineageGptForCausalLM,
+    LineageGptForMultipleChoice,
+    LineageGptModel,
+    LineageRnnForConditionalGeneration,
+    LineageRnnModel,
+    LineageTransformerForConditionalGeneration,
+    LineageTransformerModel,
+)
+from modeling.arguments import cache_keyword, output_cache
+from modeling.conversion import CONVERSIONS, from_transformers, to_transformers
 from modeling.modeling_lineage_rnn import LineageRnnCache
 
 EXAMPLES = settings(max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", 10)), deadline=None, database=None,
@@ -64,7 +87,8 @@ def tokens(generator: torch.Generator, config, *shape: int) -> torch.Tensor:
     return torch.randint(FIRST_ORDINARY_ID, config.vocab_size, shape, generator=generator)
 
 
-def build(auto_class, config) -> torch.nn.Module:
+def build(auto_class, config, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)  # the weights too are the example's: a failure replays
     return auto_class.from_config(config).eval()
 
 
@@ -81,7 +105,7 @@ def outputs(model, family: str, ids: torch.Tensor, mask: torch.Tensor | None = N
 @given(data=st.data(), seed=SEEDS, length=st.integers(1, 8), pad=st.integers(1, 5))
 def test_padding_never_changes_the_outputs_at_real_positions(family, data, seed, length, pad):
     config = data.draw(CONFIGS[family])
-    model, generator = build(AutoModelForSeq2SeqLM if family in SEQ2SEQ else AutoModel, config), \
+    model, generator = build(AutoModelForSeq2SeqLM if family in SEQ2SEQ else AutoModel, config, seed), \
         torch.Generator().manual_seed(seed)
     ids, junk = tokens(generator, config, 1, length), tokens(generator, config, 1, pad)  # junk: any id under the mask
     target = tokens(generator, config, 1, 4) if family in SEQ2SEQ else None
@@ -97,7 +121,7 @@ def test_padding_never_changes_the_outputs_at_real_positions(family, data, seed,
 @given(data=st.data(), seed=SEEDS, length=st.integers(2, 9))
 def test_no_output_depends_on_a_later_token(family, data, seed, length):
     config = data.draw(CONFIGS[family])
-    model, generator = build(AutoModelForSeq2SeqLM if family in SEQ2SEQ else AutoModelForCausalLM, config), \
+    model, generator = build(AutoModelForSeq2SeqLM if family in SEQ2SEQ else AutoModelForCausalLM, config, seed), \
         torch.Generator().manual_seed(seed)
     t = data.draw(st.integers(0, length - 2))
     sequence = tokens(generator, config, 2, length)
@@ -105,7 +129,8 @@ def test_no_output_depends_on_a_later_token(family, data, seed, length):
     changed[:, t + 1:] = tokens(generator, config, 2, length - t - 1)
     if family in SEQ2SEQ:  # the decoder: targets change after t, the source stays
         source = tokens(generator, config, 2, 5)
-        before, after = (model(input_ids=source, decoder_input_ids=s, use_cache=False).logits for s in (sequence, changed))
+        before, after = (model(input_ids=source, decoder_input_ids=s, use_cache=False).logits
+                         for s in (sequence, changed))
     else:
         before, after = (model(s, use_cache=False).logits for s in (sequence, changed))
     torch.testing.assert_close(after[:, :t + 1], before[:, :t + 1], **TOLERANCE)
@@ -117,7 +142,7 @@ def test_no_output_depends_on_a_later_token(family, data, seed, length):
 @given(data=st.data(), seed=SEEDS, prefix=st.integers(1, 4), steps=st.integers(1, 5))
 def test_cached_decoding_equals_a_full_pass(family, data, seed, prefix, steps):
     config = data.draw(CONFIGS[family])
-    model, generator = build(AutoModelForSeq2SeqLM if family in SEQ2SEQ else AutoModelForCausalLM, config), \
+    model, generator = build(AutoModelForSeq2SeqLM if family in SEQ2SEQ else AutoModelForCausalLM, config, seed), \
         torch.Generator().manual_seed(seed)
     sequence = tokens(generator, config, 2, prefix + steps)
     extra = {}
@@ -151,7 +176,7 @@ def new_cache(family: str):
 def test_save_and_load_round_trip_exactly(family, data, seed):
     config = data.draw(CONFIGS[family])
     auto_class = AutoModelForSeq2SeqLM if family in SEQ2SEQ else AutoModelForCausalLM if family == "gpt" else AutoModel
-    model, generator = build(auto_class, config), torch.Generator().manual_seed(seed)
+    model, generator = build(auto_class, config, seed), torch.Generator().manual_seed(seed)
     ids = tokens(generator, config, 2, 6)
     target = tokens(generator, config, 2, 3) if family in SEQ2SEQ else None
     with tempfile.TemporaryDirectory() as folder:
@@ -168,3 +193,526 @@ def test_save_and_load_round_trip_exactly(family, data, seed):
         after = loaded(input_ids=ids, decoder_input_ids=target) if family in SEQ2SEQ else loaded(ids)
     key = "logits" if "logits" in before else "last_hidden_state"
     assert torch.equal(before[key], after[key])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The same properties over every head of every family
+# ----------------------------------------------------------------------------------------------------------
+# Every head test_contract.py walks (every class a family registers with the Auto classes), on its family's tiny
+# preset, under each configuration its forward branches on (VARIANTS) and each attention kernel. Lengths differ from
+# every other dimension of the tiny presets (hidden 32, vocabulary 99, 2 labels, 3 choices, 4 heads), so an output
+# along the input is found by its length.
+
+LENGTH, TARGET, MEMORY = 7, 5, 6  # input (source) length, decoder target length, BERT decoder's encoder memory
+EXACT = {"rtol": 0, "atol": 0}
+CLOSE = {"rtol": 0, "atol": 1e-5}
+KERNELS = ("eager", "sdpa")
+DECODERS = [("none", False), ("bahdanau", False), ("luong-dot", False), ("luong-dot", True), ("luong-general", False),
+            ("luong-general", True), ("luong-concat", False), ("luong-concat", True)]
+VARIANTS = {  # the first of each family is its preset
+    "Bert": ({}, {"norm_position": "pre"}),
+    "Gpt": ({}, {"norm_position": "pre"}),
+    "Transformer": ({}, {"norm_position": "pre", "position_embedding_type": "learned"},
+                    {"sinusoidal_layout": "split"}),
+    "Rnn": tuple({"attention": attention, "input_feeding": feeding, "cell": cell, "reverse_source": cell == "lstm"}
+                 for attention, feeding in DECODERS for cell in ("gru", "lstm")),
+}
+HEAD_VARIANTS = {LineageBertLMHeadModel: ({"add_cross_attention": True},)}  # BERT as a decoder over encoder memory
+PADDING_SIDES = {"Gpt": ("left", "right")}  # the others number positions from the first token: right padding only
+MULTIPLE_CHOICE = (LineageBertForMultipleChoice, LineageGptForMultipleChoice)
+CAUSAL = [LineageBertLMHeadModel, LineageGptModel, LineageGptForCausalLM, LineageTransformerModel,
+          LineageTransformerForConditionalGeneration, LineageRnnModel, LineageRnnForConditionalGeneration]
+BIDIRECTIONAL = [LineageBertModel, LineageBertForPreTraining, LineageBertForMaskedLM, LineageBertForTokenClassification,
+                 LineageBertForQuestionAnswering]
+ATTENTION_HEADS = [c for c in contract.HEADS if contract.family(c) != "Rnn"]
+
+
+def cases(heads, kernels: bool = True, variants: str = "all", sides: bool = False):
+    """pytest parameters (model_class, variant, kernel[, side]) for `heads` under their families' variants."""
+    params = []
+    for head in heads:
+        name = contract.family(head)
+        chosen = VARIANTS[name] + HEAD_VARIANTS.get(head, ())
+        for variant in chosen if variants == "all" else chosen[:1]:
+            for kernel in KERNELS if kernels and name != "Rnn" else (None,):
+                for side in PADDING_SIDES.get(name, ("right",)) if sides else (None,):
+                    label = "-".join(str(v) for v in variant.values()) or "preset"
+                    values = (head, variant, kernel, side) if sides else (head, variant, kernel)
+                    params.append(pytest.param(*values, id="-".join(
+                        str(p) for p in (head.__name__, label, kernel, side) if p is not None)))
+    names = "model_class, variant, kernel, side" if sides else "model_class, variant, kernel"
+    return pytest.mark.parametrize(names, params)
+
+
+def head(model_class, variant: dict, kernel: str | None = None, **overrides) -> torch.nn.Module:
+    """The head on its family's tiny preset (no dropout) in eval mode."""
+    kernel = {"attn_implementation": kernel} if kernel else {}
+    return contract.build(model_class, **variant, **kernel, **overrides).eval()
+
+
+def ordinary(*shape: int) -> torch.Tensor:
+    return torch.randint(FIRST_ORDINARY_ID, contract.V, shape)
+
+
+def padded_batch(model, side: str = "right", lengths=(LENGTH, 4, 2, 6)) -> tuple[dict, torch.Tensor]:
+    """Inputs of one sequence per length (multiple choice: 2 examples of 2 choices), padded on `side` with ordinary
+    ids under the mask (whatever sits there must not count); returns (inputs, (rows, T) mask of the real positions)."""
+    rows, width = len(lengths), max(lengths)
+    mask = torch.zeros(rows, width, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        mask[row, slice(width - n, width) if side == "left" else slice(0, n)] = 1
+    shape = (rows // 2, 2, width) if isinstance(model, MULTIPLE_CHOICE) else (rows, width)
+    inputs = {"input_ids": ordinary(rows, width).view(shape), "attention_mask": mask.view(shape)}
+    name = contract.family(type(model))
+    if name == "Bert":  # two segments
+        inputs["token_type_ids"] = (torch.arange(width) >= 3).long().expand(shape).contiguous()
+    if name in ("Transformer", "Rnn"):
+        inputs["decoder_input_ids"] = ordinary(rows, TARGET)
+    if getattr(model.config, "add_cross_attention", False):
+        inputs["encoder_hidden_states"] = torch.randn(rows, MEMORY, model.config.hidden_size)
+        inputs["encoder_attention_mask"] = torch.ones(rows, MEMORY, dtype=torch.long)
+        inputs["encoder_attention_mask"][1, 4:] = 0
+    return inputs, mask
+
+
+def alone(inputs: dict, mask: torch.Tensor, row: int, model) -> dict:
+    """Sequence `row` of a padded batch by itself: its real tokens only."""
+    real = mask[row].bool()
+    chosen = {}
+    for key, value in inputs.items():
+        if key in ("input_ids", "attention_mask", "token_type_ids"):
+            value = value.flatten(0, -2)[row, real][None]
+            chosen[key] = value[None] if isinstance(model, MULTIPLE_CHOICE) else value
+        else:
+            chosen[key] = value[row:row + 1]
+    return chosen
+
+
+def named_outputs(output) -> dict[str, torch.Tensor]:
+    """The tensors a forward returns (losses, caches and tuples of layers left out)."""
+    return {k: v for k, v in output.items() if isinstance(v, torch.Tensor) and not k.endswith("loss")}
+
+
+def row_of(output: dict, row: int, mask: torch.Tensor, model) -> dict[str, torch.Tensor]:
+    """Sequence `row`'s outputs in a padded batch: along the input, the real positions only."""
+    chosen = {}
+    for key, value in output.items():
+        value = value.flatten(0, 1)[row] if isinstance(model, MULTIPLE_CHOICE) else value[row]
+        chosen[key] = value[mask[row].bool()] if value.dim() and value.shape[0] == mask.shape[1] else value
+    return chosen
+
+
+@cases(contract.HEADS, sides=True)
+def test_padding_never_changes_the_outputs_at_real_positions_of_any_head(model_class, variant, kernel, side):
+    """Each sequence alone, unpadded, gives every output of the head (at its real positions) that it gives inside a
+    padded batch, whatever ids sit under the mask."""
+    model = head(model_class, variant, kernel)
+    inputs, mask = padded_batch(model, side)
+    batched = named_outputs(model(**inputs))
+    assert batched
+    for row in range(mask.shape[0]):
+        expected = row_of(batched, row, mask, model)
+        by_itself = {k: v[0, 0] if isinstance(model, MULTIPLE_CHOICE) else v[0]
+                     for k, v in named_outputs(model(**alone(inputs, mask, row, model))).items()}
+        assert by_itself.keys() == expected.keys()
+        for key, value in by_itself.items():
+            torch.testing.assert_close(value, expected[key], **CLOSE, msg=f"{key}, sequence {row}")
+
+
+@cases(ATTENTION_HEADS, kernels=False, sides=True)
+def test_eager_and_sdpa_give_the_same_outputs_at_real_positions(model_class, variant, kernel, side):
+    eager = head(model_class, variant, "eager")
+    sdpa = head(model_class, variant, "sdpa")
+    sdpa.load_state_dict(eager.state_dict())
+    inputs, mask = padded_batch(eager, side)
+    expected, actual = named_outputs(eager(**inputs)), named_outputs(sdpa(**inputs))
+    assert expected.keys() == actual.keys() and expected
+    for row in range(mask.shape[0]):
+        for key, value in row_of(actual, row, mask, sdpa).items():
+            torch.testing.assert_close(value, row_of(expected, row, mask, eager)[key], **CLOSE, msg=key)
+
+
+def per_token(output, length: int) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in named_outputs(output).items() if v.dim() >= 2 and v.shape[1] == length}
+
+
+@cases(CAUSAL + BIDIRECTIONAL)
+def test_a_causal_head_never_looks_ahead_and_an_encoder_does(model_class, variant, kernel):
+    """No output of a decoder at position t depends on a token after t (the later outputs do change); the same test
+    tells a bidirectional encoder apart: its outputs at t do depend on later tokens."""
+    model, length = head(model_class, variant, kernel), LENGTH + 1  # seq2seq: a source of LENGTH, a target of length
+    seq2seq = model_class in contract.SEQ2SEQ
+    inputs, _ = padded_batch(model, lengths=(LENGTH if seq2seq else length,) * 2)
+    key = "decoder_input_ids" if seq2seq else "input_ids"
+    inputs[key] = ordinary(2, length)
+    before = per_token(model(**inputs), length)
+    assert before
+    for t in range(length - 1):
+        changed = inputs[key].clone()
+        changed[:, t + 1:] = ordinary(2, length - t - 1)
+        after = per_token(model(**{**inputs, key: changed}), length)
+        for name, value in after.items():
+            if model_class in CAUSAL:
+                torch.testing.assert_close(value[:, :t + 1], before[name][:, :t + 1], rtol=0, atol=1e-6, msg=name)
+                assert not torch.allclose(value[:, t + 1:], before[name][:, t + 1:]), name  # the later tokens count
+            else:
+                assert not torch.allclose(value[:, :t + 1], before[name][:, :t + 1]), name
+
+
+@cases(CAUSAL)
+def test_cached_decoding_equals_a_full_pass_for_every_head_with_a_cache(model_class, variant, kernel):
+    """A prefix, then one token at a time from the cache, gives the outputs of one pass over the whole sequence (at
+    every real position: decoder-only rows are left-padded, seq2seq sources right-padded), the same alignments over
+    the source, and a cache that holds every position (and the encoder's keys once)."""
+    model, length, prefix = head(model_class, variant, kernel), LENGTH + 2, 3
+    seq2seq = model_class in contract.SEQ2SEQ
+    inputs, mask = padded_batch(model, *(("right", (LENGTH, 4)) if seq2seq else ("left", (length, 6))))
+    inputs.pop("token_type_ids", None)
+    key = "decoder_input_ids" if seq2seq else "input_ids"
+    if seq2seq:
+        inputs[key] = ordinary(2, length)
+    sequence, context = inputs.pop(key), {k: v for k, v in inputs.items() if k != "attention_mask" or seq2seq}
+    masked = {} if seq2seq else {"attention_mask": mask}
+    full = model(**context, **masked, **{key: sequence}, use_cache=False, output_attentions=True)
+    out = model(**context, **{k: v[:, :prefix] for k, v in masked.items()}, **{key: sequence[:, :prefix]},
+                use_cache=True, output_attentions=True)
+    steps = [out]
+    for t in range(prefix, length):
+        out = model(**context, **{k: v[:, :t + 1] for k, v in masked.items()}, **{key: sequence[:, t:t + 1]},
+                    **cache_keyword(output_cache(out)), use_cache=True, output_attentions=True)
+        steps.append(out)
+    real = torch.ones(2, length, dtype=torch.bool) if seq2seq else mask.bool()
+    expected = per_token(full, length)
+    assert expected
+    for name, value in expected.items():
+        torch.testing.assert_close(torch.cat([named_outputs(s)[name] for s in steps], 1)[real], value[real], **CLOSE,
+                                   msg=name)
+    if full.get("cross_attentions") is not None:  # (B, H, T, S) per layer; (B, T, H, S) at real queries
+        for layer, weights in enumerate(full.cross_attentions):
+            stepped = torch.cat([s.cross_attentions[layer] for s in steps], dim=2)
+            torch.testing.assert_close(stepped.transpose(1, 2)[real], weights.transpose(1, 2)[real], **CLOSE,
+                                       msg=f"cross attention {layer}")
+    cache = output_cache(out)
+    assert cache.get_seq_length() == length
+    if isinstance(cache, transformers.EncoderDecoderCache) and (seq2seq or model.config.add_cross_attention):
+        memory = LENGTH if seq2seq else MEMORY
+        assert cache.cross_attention_cache.get_seq_length() == memory  # the memory's keys, projected once
+
+
+GENERATION_MODES = {"greedy": {}, "beam": {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.6},
+                    "sampling": {"do_sample": True, "top_k": 5}}
+
+
+@cases(contract.GENERATIVE, kernels=False)
+@pytest.mark.parametrize("mode", GENERATION_MODES)
+def test_generate_uses_its_cache_and_gives_what_it_gives_without(model_class, variant, kernel, mode):
+    """With the cache every step after the first feeds one new token (the cache reached the forward under the name
+    generate() passed it), and the tokens, the logits and the scores of every step (beam search: of every returned
+    sequence) equal those of generation without a cache, left padding included."""
+    model = head(model_class, variant)
+    model.generation_config.eos_token_id = None
+    seq2seq = model_class in contract.SEQ2SEQ
+    prompt, _ = padded_batch(model, side="right" if seq2seq else "left", lengths=(6, 4))
+    prompt.pop("decoder_input_ids", None)
+    prompt.pop("token_type_ids", None)
+    fed = []
+    key = "decoder_input_ids" if seq2seq else "input_ids"
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: fed.append(kwargs[key].shape[1]), with_kwargs=True)
+    outputs = {}
+    for use_cache in (True, False):
+        torch.manual_seed(1)
+        fed.clear()
+        outputs[use_cache] = model.generate(**prompt, max_new_tokens=6, use_cache=use_cache, pad_token_id=0,
+                                            return_dict_in_generate=True, output_logits=True, output_scores=True,
+                                            **GENERATION_MODES[mode])
+        if use_cache:
+            assert len(fed) == 6 and fed[1:] == [1] * 5, fed
+    hook.remove()
+    cached, uncached = outputs[True], outputs[False]
+    assert output_cache(cached) is not None and output_cache(uncached) is None
+    torch.testing.assert_close(cached.sequences, uncached.sequences, **EXACT)
+    for name in ("logits", "scores"):
+        assert len(cached[name]) == len(uncached[name]) == 6
+        for step, (a, b) in enumerate(zip(cached[name], uncached[name])):
+            torch.testing.assert_close(a, b, **CLOSE, msg=f"{name} at step {step}")
+    if mode == "beam":
+        torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, **CLOSE)
+
+
+def prompt(model) -> dict:
+    """A generation prompt of two rows: decoder-only left-padded, seq2seq with a right-padded source (and BERT as a
+    decoder over its encoder memory)."""
+    seq2seq = type(model) in contract.SEQ2SEQ
+    inputs, _ = padded_batch(model, side="right" if seq2seq else "left", lengths=(6, 4))
+    return {k: v for k, v in inputs.items() if k not in ("decoder_input_ids", "token_type_ids")}
+
+
+def auto_class(model_class):
+    """The first Auto class that registers `model_class`."""
+    return getattr(transformers, next(a for a, n in model_class.auto_classes.items() if n == model_class.__name__))
+
+
+def tied(model) -> set[frozenset[str]]:
+    """Groups of parameter names that share one tensor."""
+    names = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(parameter), []).append(name)
+    return {frozenset(group) for group in names.values() if len(group) > 1}
+
+
+@cases(contract.HEADS, kernels=False)
+def test_save_and_load_round_trip_exactly_for_every_head(model_class, variant, kernel, tmp_path):
+    """Through the head's Auto class: the same class, config (only the architecture), weights, ties, outputs bit for
+    bit and generated tokens."""
+    model = head(model_class, variant)
+    inputs, labels = contract.inputs_and_labels(model_class)
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").is_file()
+    loaded = auto_class(model_class).from_pretrained(tmp_path).eval()
+    assert type(loaded) is model_class
+    fields, loaded_fields = model.config.to_dict(), loaded.config.to_dict()
+    assert "sparse_prediction" not in loaded_fields and "unpad_inputs" not in loaded_fields
+    assert loaded_fields.pop("_name_or_path") == str(tmp_path) and fields.pop("_name_or_path", "") == ""
+    assert loaded_fields == fields
+    state, loaded_state = model.state_dict(), loaded.state_dict()
+    assert state.keys() == loaded_state.keys() and all(torch.equal(state[k], loaded_state[k]) for k in state)
+    assert tied(loaded) == tied(model)
+    for parameter in loaded.parameters():  # loaded weights may sit at unaligned addresses, where MKL rounds
+        parameter.data = parameter.data.clone()  # differently (1e-9): the same bits in fresh memory
+    expected, actual = contract.tensors(model(**inputs, **labels).to_tuple()), contract.tensors(
+        loaded(**inputs, **labels).to_tuple())
+    assert len(actual) == len(expected) > 0
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, **EXACT)
+    if model.can_generate():
+        kwargs = dict(prompt(model), max_new_tokens=6, num_beams=3, pad_token_id=0)
+        torch.testing.assert_close(loaded.generate(**kwargs), model.generate(**kwargs), **EXACT)
+
+
+def test_every_head_saved_with_its_code_loads_and_runs_in_a_process_without_this_project(tmp_path):
+    """`trust_remote_code` from a saved folder, in a process where `modeling` cannot be imported: every Auto class a
+    family registers builds its head from the folder, and every head gives the outputs (within 1e-6: another thread
+    count) and the greedy and beam-search tokens it gave before saving."""
+    heads = []
+    for model_class in contract.HEADS:
+        model = head(model_class, {})
+        folder = tmp_path / model_class.__name__
+        model.save_pretrained(folder)
+        inputs = contract.unlabelled_inputs(model_class)
+        expected = {"inputs": inputs, "outputs": named_outputs(model(**inputs))}
+        if model.can_generate():
+            model.generation_config.eos_token_id = None
+            expected["prompt"] = prompt(model)
+            expected["greedy"] = model.generate(**expected["prompt"], max_new_tokens=6, pad_token_id=0)
+            expected["beam"] = model.generate(**expected["prompt"], max_new_tokens=6, num_beams=3, pad_token_id=0)
+        torch.save(expected, tmp_path / f"{model_class.__name__}.pt")
+        family_first = not any(contract.family(h) == contract.family(model_class) for h, _, _ in heads)
+        autos = sorted(model.auto_classes) if family_first else [auto_class(model_class).__name__]
+        heads.append((model_class, str(folder), autos))
+    code = f"""
+import torch, transformers
+load = lambda auto, folder: getattr(transformers, auto).from_pretrained(folder, trust_remote_code=True).eval()
+for name, folder, autos in {[(c.__name__, f, a) for c, f, a in heads]!r}:
+    built = {{auto: type(load(auto, folder)) for auto in autos}}
+    assert all(c.__module__.startswith("transformers_modules") for c in built.values()), built
+    model = load(next(auto for auto in autos if built[auto].__name__ == name), folder)
+    expected = torch.load(folder + ".pt", weights_only=True)
+    out = model(**expected["inputs"])
+    assert expected["outputs"]
+    for key, value in expected["outputs"].items():
+        torch.testing.assert_close(out[key], value, rtol=0, atol=1e-6, msg=name + " " + key)
+    if "greedy" in expected:
+        assert torch.equal(model.generate(**expected["prompt"], max_new_tokens=6, pad_token_id=0), expected["greedy"])
+        assert torch.equal(model.generate(**expected["prompt"], max_new_tokens=6, num_beams=3, pad_token_id=0),
+                           expected["beam"])
+    print("ok", name, *sorted(c.__name__ for c in built.values()))
+"""
+    lines = run_clean_process(code, tmp_path).splitlines()
+    assert [line.split()[1] for line in lines if line.startswith("ok ")] == [c.__name__ for c in contract.HEADS]
+    for model_class, _, autos in heads:
+        if len(autos) > 1:  # the folder of the family's first head: every head of the family
+            line = next(line for line in lines if line.startswith(f"ok {model_class.__name__} "))
+            assert set(line.split()[2:]) == set(model_class.auto_classes.values())
+
+
+@cases(contract.HEADS, kernels=False)
+@pytest.mark.parametrize("reentrant", ["default", "reentrant"])
+def test_gradient_checkpointing_recomputes_each_layer_and_gives_the_same_gradients(model_class, variant, kernel,
+                                                                                  reentrant):
+    """Every layer that checkpoints runs again in the backward pass, and the gradients are bit for bit those without
+    checkpointing; a family that cannot checkpoint says so."""
+    model = head(model_class, variant).train()
+    inputs, labels = contract.inputs_and_labels(model_class)
+    if not model.supports_gradient_checkpointing:
+        with pytest.raises(ValueError, match="does not support activation checkpointing"):
+            model.activation_checkpointing_enable()
+        return
+    layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    calls = []  # which layer's modules ran: transformers checkpoints a layer's forward, inside the layer's own hooks
+    hooks = [child.register_forward_hook(lambda *_, i=i: calls.append(i)) for i, layer in enumerate(layers)
+             for child in layer.children()]
+    contract.scalar(model(**inputs, **labels)).backward()
+    plain, once = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, calls.copy()
+    model.zero_grad(set_to_none=True)
+    model.activation_checkpointing_enable(
+        **({} if reentrant == "default" else {"activation_checkpointing_kwargs": {"use_reentrant": True}}))
+    assert layers and all(layer.gradient_checkpointing for layer in layers)
+    calls.clear()
+    contract.scalar(model(**inputs, **labels)).backward()
+    for hook in hooks:
+        hook.remove()
+    for i in range(len(layers)):  # the backward pass ran each layer again (up to the last tensor it needed)
+        assert calls.count(i) > once.count(i) > 0, i
+    checkpointed = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert checkpointed.keys() == plain.keys() and plain
+    # bit for bit, but for the Transformer, whose encoder output feeds every decoder layer: its gradients add up in the
+    # order the backward pass reaches them
+    tolerance = {"rtol": 1e-6, "atol": 1e-6} if contract.family(model_class) == "Transformer" else EXACT
+    for name, grad in plain.items():
+        torch.testing.assert_close(checkpointed[name], grad, **tolerance, msg=name)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Parity with the transformers reference under copied weights, for every head that has one
+# ----------------------------------------------------------------------------------------------------------
+# Every pair modeling.conversion supports (a pair it adds joins here), both ways, with padding, under eager and sdpa;
+# the tiny references and their inputs are test_conversion*.py's.
+
+GENERATING_CONVERSIONS = [c for c in CONVERSIONS if c.lineage_class.can_generate()]
+
+
+def reference_family(conversion) -> str:
+    return next(f for f in ("Bert", "OpenAIGPT", "GPT2", "Marian") if conversion.reference_class.__name__.startswith(f))
+
+
+def reference_model(conversion, kernel: str = "sdpa", **overrides) -> torch.nn.Module:
+    """A tiny reference with random weights off their initial values (BERT, GPT) or a random logits bias (Marian)."""
+    name, family = conversion.reference_class.__name__, reference_family(conversion)
+    if name == "BertLMHeadModel":
+        return bert_conversion.reference_bert_decoder(kernel)
+    if family == "Bert":
+        return bert_conversion.reference_bert(name, kernel)
+    if family == "Marian":
+        return marian_conversion.marian(conversion.reference_class, kernel, **overrides)
+    kernel = kernel if conversion.reference_class._supports_sdpa else "eager"  # OpenAIGPT: eager only
+    return gpt_conversion.reference_model(family, name.removeprefix(family), attn_implementation=kernel, **overrides)
+
+
+def reference_examples(conversion):
+    """(inputs, what the reference is given besides, {length: real positions} of the per-token outputs compared at
+    real positions only) for each padding the pair is compared under."""
+    family = reference_family(conversion)
+    if family == "Bert":
+        inputs = bert_conversion.bert_inputs()
+        if conversion.reference_class.__name__ != "BertLMHeadModel":  # every position, padding included
+            return [(inputs, {}, {})]
+        memory = {"encoder_hidden_states": torch.randn(3, 6, 32), "encoder_attention_mask": torch.ones(3, 6)}
+        memory["encoder_attention_mask"][1, 4:] = 0
+        return [({**inputs, **memory}, {}, {11: inputs["attention_mask"].bool()})]
+    if family == "Marian":
+        inputs = marian_conversion.batch()
+        return [(inputs, {}, {9: inputs["attention_mask"].bool()})]  # the source's real positions; every target one
+    examples = []
+    for side in ("right", "left") if family == "GPT2" else ("right",):  # OpenAIGPT numbers positions from 0 always
+        ids, mask = gpt_conversion.padded_batch(side)
+        positions = {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0)} if side == "left" else {}
+        examples.append(({"input_ids": ids, "attention_mask": mask}, positions, {10: mask.bool()}))
+    return examples
+
+
+def assert_same_outputs(actual, expected, keep: dict) -> None:
+    keys = [k for k, v in expected.items() if isinstance(v, torch.Tensor)]
+    assert keys
+    for key in keys:
+        a, e = actual[key], expected[key]
+        if e.dim() >= 2 and e.shape[1] in keep:
+            a, e = a[keep[e.shape[1]]], e[keep[e.shape[1]]]
+        torch.testing.assert_close(a, e, **CLOSE, msg=key)
+
+
+def compare(model, reference, conversion) -> None:
+    """`model` (Lineage, or a reference converted back) gives `reference`'s outputs."""
+    with torch.no_grad():
+        for inputs, reference_only, keep in reference_examples(conversion):
+            given = reference_only if isinstance(model, conversion.reference_class) else {}
+            assert_same_outputs(model(**inputs, **given), reference(**inputs, **reference_only), keep)
+
+
+conversion_ids = pytest.mark.parametrize("conversion", CONVERSIONS, ids=lambda c: c.reference_class.__name__)
+
+
+@conversion_ids
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_reference_converts_to_lineage_and_back_with_the_same_outputs(conversion, kernel):
+    reference = reference_model(conversion, kernel)
+    lineage = from_transformers(reference)
+    assert type(lineage) is conversion.lineage_class and conversion.takes_lineage_config(lineage.config)
+    if reference.config._attn_implementation == kernel:
+        assert lineage.config._attn_implementation == kernel
+    lineage.set_attn_implementation(kernel)
+    compare(lineage, reference, conversion)
+    back = to_transformers(lineage)
+    assert type(back) is conversion.reference_class
+    compare(back, reference, conversion)
+    state, back_state = reference.state_dict(), back.state_dict()
+    assert state.keys() == back_state.keys() and all(torch.equal(state[k], back_state[k]) for k in state)
+
+
+LINEAGE_OVERRIDES = {"Marian": {"hidden_act": "gelu"}}  # an activation the reference names otherwise
+
+
+@conversion_ids
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_lineage_converts_to_the_reference_and_back_with_the_same_outputs(conversion, kernel):
+    config = from_transformers(reference_model(conversion, kernel)).config
+    for field, value in LINEAGE_OVERRIDES.get(reference_family(conversion), {}).items():
+        setattr(config, field, value)
+    lineage = conversion.lineage_class(config).eval()
+    with torch.no_grad():  # off the initial values, LayerNorms and biases included
+        for parameter in lineage.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    lineage.set_attn_implementation(kernel)
+    reference = to_transformers(lineage).eval()
+    assert type(reference) is conversion.reference_class
+    compare(lineage, reference, conversion)
+    again = from_transformers(reference)
+    state, again_state = lineage.state_dict(), again.state_dict()
+    assert state.keys() == again_state.keys() and all(torch.equal(state[k], again_state[k]) for k in state)
+
+
+@pytest.mark.parametrize("conversion, num_beams", [
+    (c, beams) for c in GENERATING_CONVERSIONS for beams in ((1, 4) if reference_family(c) == "Marian" else (1,))],
+    ids=lambda v: v.reference_class.__name__ if hasattr(v, "reference_class") else f"beams{v}")
+def test_generation_gives_the_reference_tokens(conversion, num_beams, exact_linear):
+    """Greedy (and beam) search from a converted model give the reference's tokens, and so does the model converted
+    back; BERT as a decoder against the reference's greedy choice recomputed over the whole prefix (its own
+    generate() gives its cross attention a decoder-only cache)."""
+    family = reference_family(conversion)
+    reference = reference_model(conversion, **({} if family == "Bert" else {"eos_token_id": None}
+                                               if family != "Marian" else {}))
+    lineage = from_transformers(reference)
+    if family == "Bert":
+        inputs, _, _ = reference_examples(conversion)[0]
+        memory = {k: v for k, v in inputs.items() if k.startswith("encoder_")}
+        decoded = inputs["input_ids"][:, :4]
+        generated = lineage.generate(decoded, **memory, max_new_tokens=5, do_sample=False)
+        for _ in range(5):
+            next_token = reference(decoded, **memory).logits[:, -1].argmax(-1, keepdim=True)
+            decoded = torch.cat([decoded, next_token], dim=1)
+        assert torch.equal(generated, decoded)
+        return
+    if family == "Marian":
+        inputs = marian_conversion.batch()
+        del inputs["decoder_input_ids"]
+        prompts, kwargs = [inputs], dict(num_beams=num_beams, length_penalty=0.6, max_new_tokens=12, min_new_tokens=4)
+        assert lineage.generation_config.forced_eos_token_id == 0  # the reference's decoding settings travel along
+    else:
+        prompts, kwargs = [{"input_ids": torch.randint(5, 99, (1, 6))}], dict(max_new_tokens=12, do_sample=False)
+        if family == "GPT2":  # left padding: generate passes both the same positions, from the mask
+            ids, mask = gpt_conversion.padded_batch("left")
+            prompts.append({"input_ids": ids, "attention_mask": mask})
+    for prompt in prompts:
+        expected = reference.generate(**prompt, **kwargs)
+        assert expected.shape[1] > prompt["input_ids"].shape[1] + 4 or family == "Marian"
+        assert torch.equal(lineage.generate(**prompt, **kwargs), expected)
+        assert torch.equal(to_transformers(lineage).generate(**prompt, **kwargs), expected)
