@@ -1,11 +1,12 @@
-"""The GPT family: shapes, losses, causality and padding properties, the KV cache and `generate()`, fine-tuning
-heads with the auxiliary LM loss, save/load (also in a clean process), Trainer, presets and bad input."""
+"""The GPT family: shapes, losses, the KV cache and `generate()` (static caches, compilation, sampling, left-padded
+batches), fine-tuning heads with the auxiliary LM loss, packed rows, Trainer, presets and bad input. Padding,
+causality, cached decoding, eager == sdpa, save/load (also in a clean process) and gradient checkpointing are
+test_properties.py's, over every head."""
 
-import json
 
 import pytest
 import torch
-from conftest import preset, run_clean_process
+from conftest import preset
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForMultipleChoice,
@@ -182,15 +183,6 @@ def test_regression_and_multi_label_classification():
     torch.testing.assert_close(out.loss, torch.nn.functional.binary_cross_entropy_with_logits(out.logits, targets))
 
 
-def test_return_dict_false_gives_tuples():
-    model = build(LineageGptForCausalLM)
-    ids = tokens(2, 5)
-    outputs = model(ids, labels=ids, return_dict=False)
-    assert isinstance(outputs, tuple)
-    torch.testing.assert_close(outputs[0], model(ids, labels=ids).loss)
-    assert outputs[1].shape == (2, 5, 99)
-
-
 def test_causal_lm_loss_honours_num_items_in_batch():
     model = build(LineageGptForCausalLM)
     ids = tokens(2, 6)
@@ -209,59 +201,14 @@ def test_causal_lm_loss_honours_num_items_in_batch():
 # ----------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("attn", ("sdpa", "eager"))
-@pytest.mark.parametrize("norm", NORMS)
-def test_outputs_at_t_never_depend_on_later_tokens(norm, attn):
-    model = build(LineageGptForCausalLM, attn, norm_position=norm)
-    ids = tokens(3, 12)
-    reference = model(ids).logits
-    for t in range(12):
-        changed = ids.clone()
-        changed[:, t + 1:] = tokens(3, 11 - t)
-        logits = model(changed).logits
-        torch.testing.assert_close(logits[:, : t + 1], reference[:, : t + 1], rtol=0, atol=1e-6)
-
-
 @pytest.mark.parametrize("side", ("left", "right"))
-@pytest.mark.parametrize("norm", NORMS)
-def test_padding_never_changes_real_token_logits(side, norm):
-    model = build(LineageGptForCausalLM, norm_position=norm)
-    rows = [tokens(n) for n in (4, 9, 6)]
-    ids, mask = pad(rows, side)
-    logits = model(ids, attention_mask=mask).logits
-    for i, row in enumerate(rows):
-        alone = model(row[None]).logits[0]
-        torch.testing.assert_close(logits[i][mask[i].bool()], alone, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("side", ("left", "right"))
-@pytest.mark.parametrize("model_class", (LineageGptForSequenceClassification, LineageGptForMultipleChoice))
-def test_padding_never_changes_classification_logits(model_class, side):
-    model = build(model_class, num_labels=3)
+def test_sequence_classification_without_a_mask_finds_the_padding_by_the_pad_id(side):
+    """Padding with a mask is test_properties.py's (every head); without one, [PAD] ids mark it."""
+    model = build(LineageGptForSequenceClassification, num_labels=3)
     rows = [tokens(n) for n in (4, 9, 6, 7)]
-    ids, mask = pad(rows, side)
-    if model_class is LineageGptForMultipleChoice:
-        batched = model(ids.view(2, 2, -1), attention_mask=mask.view(2, 2, -1)).logits.flatten()
-        alone = torch.cat([model(row[None, None]).logits[0] for row in rows])
-    else:
-        batched = model(ids, attention_mask=mask).logits
-        alone = torch.cat([model(row[None]).logits for row in rows])
-    torch.testing.assert_close(batched, alone, rtol=0, atol=1e-5)
-    if model_class is LineageGptForSequenceClassification:  # without a mask, [PAD] ids mark the padding
-        torch.testing.assert_close(model(ids).logits, alone, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("norm", NORMS)
-def test_eager_equals_sdpa_with_padding(norm):
-    eager = build(LineageGptForCausalLM, "eager", norm_position=norm)
-    sdpa = build(LineageGptForCausalLM, "sdpa", norm_position=norm)
-    sdpa.load_state_dict(eager.state_dict())
-    for side in ("left", "right"):
-        ids, mask = pad([tokens(n) for n in (3, 8, 5)], side)
-        real = mask.bool()
-        torch.testing.assert_close(
-            eager(ids, attention_mask=mask).logits[real], sdpa(ids, attention_mask=mask).logits[real], rtol=0, atol=1e-5
-        )
+    ids, _ = pad(rows, side)
+    alone = torch.cat([model(row[None]).logits for row in rows])
+    torch.testing.assert_close(model(ids).logits, alone, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("attn", ("sdpa", "eager"))
@@ -324,67 +271,9 @@ def test_classifiers_pass_output_flags_to_the_backbone(model_class):
     assert plain.hidden_states is None and plain.attentions is None
 
 
-@pytest.mark.parametrize("norm", NORMS)
-def test_gradient_checkpointing_gives_identical_gradients(norm):
-    model = build(LineageGptForCausalLM, norm_position=norm, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model.train()
-    ids = tokens(2, 8)
-
-    def gradients():
-        model.zero_grad()
-        model(ids, labels=ids).loss.backward()
-        return [p.grad.clone() for p in model.parameters()]
-
-    plain = gradients()
-    model.activation_checkpointing_enable()
-    assert all(layer.gradient_checkpointing for layer in model.transformer.layers)
-    for a, b in zip(plain, gradients()):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
-
-
 # ----------------------------------------------------------------------------------------------------------
 # KV cache and generate()
 # ----------------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("norm", NORMS)
-def test_cached_greedy_decoding_equals_full_forward_step_by_step(norm):
-    model = build(LineageGptForCausalLM, norm_position=norm)
-    prompt = tokens(2, 5)
-    out = model.generate(prompt, max_new_tokens=10, do_sample=False, return_dict_in_generate=True, output_logits=True)
-    full = model(out.sequences, use_cache=False).logits  # (B, 15, V)
-    for step, logits in enumerate(out.logits):
-        torch.testing.assert_close(logits, full[:, 4 + step], rtol=0, atol=1e-5)
-    assert torch.equal(out.sequences[:, 5:], full[:, 4:-1].argmax(-1))
-
-
-def test_cached_forward_equals_full_forward_token_by_token():
-    model = build(LineageGptForCausalLM, norm_position="pre")
-    ids, mask = pad([tokens(7), tokens(10)], "left")
-    full = model(ids, attention_mask=mask).logits
-    out = model(ids[:, :4], attention_mask=mask[:, :4])
-    cache, steps = out.past_key_values, [out.logits]
-    for t in range(4, ids.shape[1]):
-        out = model(ids[:, t:t + 1], attention_mask=mask[:, : t + 1], past_key_values=cache)
-        steps.append(out.logits)
-    assert cache.get_seq_length() == ids.shape[1]
-    real = mask.bool()
-    torch.testing.assert_close(torch.cat(steps, 1)[real], full[real], rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("norm", NORMS)
-def test_cached_beam_search_equals_uncached_step_by_step(norm):
-    model = build(LineageGptForCausalLM, norm_position=norm)
-    prompt = tokens(2, 4)
-    kwargs = dict(max_new_tokens=6, num_beams=3, num_return_sequences=2, do_sample=False,
-                  return_dict_in_generate=True, output_logits=True, output_scores=True)
-    cached = model.generate(prompt, use_cache=True, **kwargs)
-    uncached = model.generate(prompt, use_cache=False, **kwargs)
-    assert torch.equal(cached.sequences, uncached.sequences)
-    assert len(cached.logits) == 6
-    for a, b in zip(cached.logits, uncached.logits):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
-    torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("num_beams", (1, 3))
@@ -526,45 +415,6 @@ def test_top_k_one_sampling_equals_greedy():
 # ----------------------------------------------------------------------------------------------------------
 # Save / load, clean-process trust_remote_code, Trainer
 # ----------------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("model_class", HEADS)
-def test_save_load_round_trip_is_exact(model_class, tmp_path):
-    model = build(model_class, num_labels=2)
-    model.save_pretrained(tmp_path)
-    loaded = model_class.from_pretrained(tmp_path).eval()
-    state, loaded_state = model.state_dict(), loaded.state_dict()
-    assert state.keys() == loaded_state.keys()
-    assert all(torch.equal(state[k], loaded_state[k]) for k in state)
-    inputs = {k: v for k, v in head_inputs(model_class).items() if k != "labels"}
-    out, loaded_out = model(**inputs), loaded(**inputs)
-    assert torch.equal(out[0], loaded_out[0])
-    if model_class is LineageGptForCausalLM:
-        assert loaded.lm_head.weight is loaded.transformer.embed_tokens.weight
-        assert type(AutoModelForCausalLM.from_pretrained(tmp_path)) is LineageGptForCausalLM
-
-
-def test_clean_process_trust_remote_code_load_generates_identical_tokens(tmp_path):
-    model = build(LineageGptForCausalLM, norm_position="pre")
-    folder = tmp_path / "gpt"
-    model.save_pretrained(folder)
-    ids, mask = pad([tokens(4), tokens(7)], "left")
-    expected = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
-    code = f"""
-import json, torch
-from transformers import AutoModelForCausalLM, AutoModelForMultipleChoice, AutoModelForSequenceClassification
-folder = {str(folder)!r}
-model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-ids, mask = torch.tensor({ids.tolist()}), torch.tensor({mask.tolist()})
-out = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False)
-heads = [type(a.from_pretrained(folder, trust_remote_code=True)).__name__
-         for a in (AutoModelForSequenceClassification, AutoModelForMultipleChoice)]
-print(json.dumps({{"tokens": out.tolist(), "module": type(model).__module__, "heads": heads}}))
-"""
-    result = json.loads(run_clean_process(code, tmp_path).strip().splitlines()[-1])
-    assert result["module"].startswith("transformers_modules")
-    assert result["heads"] == ["LineageGptForSequenceClassification", "LineageGptForMultipleChoice"]
-    assert result["tokens"] == expected.tolist()
 
 
 @pytest.mark.parametrize(
