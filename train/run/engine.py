@@ -450,6 +450,7 @@ class Engine:
         `source`: where the weights started (a `train.setup.models.ModelSource`: its `report`, `repo_id` and
         `card_text()`); `samples`: texts the trained model produced, or `(input, output)` pairs, printed, kept in
         `results` as `sample_<i>` and listed in the card."""
+        self._open()  # a run finished without training still claims its folder first
         if source is not None:
             results.update(source.report)
             description = f"{description.rstrip()} {source.card_text()}".strip()
