@@ -440,6 +440,8 @@ def test_generate_uses_its_cache_and_gives_what_it_gives_without(model_class, va
     hook.remove()
     cached, uncached = outputs[True], outputs[False]
     assert output_cache(cached) is not None and output_cache(uncached) is None
+    if contract.family(model_class) == "Rnn":  # the recurrent state, not keys and values
+        assert isinstance(output_cache(cached), LineageRnnCache)
     torch.testing.assert_close(cached.sequences, uncached.sequences, **EXACT)
     for name in ("logits", "scores"):
         assert len(cached[name]) == len(uncached[name]) == 6
