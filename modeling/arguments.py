@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import fields
 
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 OLD_CACHE_NAME = "past_key_values"
@@ -32,6 +33,23 @@ def cache_keyword(cache) -> dict:
 def output_cache(outputs):
     """The cache a model output carries, under the installed name (None when it holds none)."""
     return getattr(outputs, CACHE_NAME, None)
+
+
+def encoder_decoder_cache(config) -> EncoderDecoderCache:
+    """A new cache of a decoder with cross attention: self-attention keys/values, and those of the encoder states,
+    projected once per generation."""
+    return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+
+
+def model_cache(model, cache, use_cache: bool | None, new_cache: Callable | None = None, packed: bool = False):
+    """A forward's cache and whether it returns one: `use_cache` defaults to `config.use_cache` outside training (off
+    for packed rows, `packing.packed_rows`); a new cache (`new_cache()`, by default a `DynamicCache`) when it is on
+    and none was given. A given cache is used either way, as transformers' models do."""
+    if use_cache is None:
+        use_cache = model.config.use_cache and not model.training and not packed
+    if use_cache and cache is None:
+        cache = new_cache() if new_cache is not None else DynamicCache(config=model.config)
+    return cache, use_cache
 
 
 def forward_arguments(forward: Callable | None = None, *, strict: bool = True, takes: tuple[str, ...] = ()) -> Callable:
@@ -76,5 +94,5 @@ def forward_arguments(forward: Callable | None = None, *, strict: bool = True, t
     return wrapper
 
 
-__all__ = ["CACHE_NAME", "OLD_CACHE_NAME", "TRANSFORMERS_KEYWORDS", "cache_keyword", "forward_arguments",
-           "output_cache"]
+__all__ = ["CACHE_NAME", "OLD_CACHE_NAME", "TRANSFORMERS_KEYWORDS", "cache_keyword", "encoder_decoder_cache",
+           "forward_arguments", "model_cache", "output_cache"]

@@ -131,6 +131,46 @@ def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_l
     check_mask_shape(mask, torch.Size((batch, total)), name, against)
 
 
+def check_position_ids(position_ids: torch.Tensor, shape: torch.Size, limit: int) -> None:
+    """`position_ids` of (B, T) tokens: (B, T) or (1, T), broadcast over the batch as transformers accepts them, inside
+    the position table of `limit` rows (not the row length: a packed row may be longer than the table)."""
+    batch, length = shape
+    if position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) or position_ids.shape[1] != length:
+        raise ValueError(f"`position_ids` must have shape ({batch} or 1, {length}) to match `input_ids`, "
+                         f"got {tuple(position_ids.shape)}.")
+    check_token_ids(position_ids, limit, "position_ids", "max_position_embeddings")
+
+
+def check_inputs(config, device: torch.device, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
+                 attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                 past_length: int | torch.Tensor = 0, token_type_ids: torch.Tensor | None = None,
+                 encoder_hidden_states: torch.Tensor | None = None,
+                 encoder_attention_mask: torch.Tensor | None = None) -> torch.Size:
+    """The inputs of a decoder-only or encoder-only base model, as transformers accepts them: on the weights'
+    `device`; ids (in the vocabulary) or embeddings of `hidden_size`; a mask over the `past_length` cached and the new
+    tokens; positions (`check_position_ids`), else the new tokens after the cached ones inside the position table;
+    segment ids (B, T) in `type_vocab_size`; `encoder_hidden_states` only for a model with cross attention. Returns
+    (B, T)."""
+    check_devices(device, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                  token_type_ids=token_type_ids, position_ids=position_ids, encoder_hidden_states=encoder_hidden_states)
+    shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size, width=config.hidden_size)
+    check_cached_mask(attention_mask, shape[0], shape[1], past_length)
+    if token_type_ids is not None:
+        check_mask_shape(token_type_ids, shape, "token_type_ids")
+        check_token_ids(token_type_ids, config.type_vocab_size, "token_type_ids", "type_vocab_size")
+    if position_ids is None:
+        check_sequence_length(shape[1], config.max_position_embeddings, past_length=past_length)
+    else:
+        check_position_ids(position_ids, shape, config.max_position_embeddings)
+    if encoder_hidden_states is not None:
+        if not getattr(config, "add_cross_attention", False):
+            raise ValueError("`encoder_hidden_states` need a model built with `is_decoder=True` and "
+                             "`add_cross_attention=True`; this one has no cross attention.")
+        check_mask_shape(encoder_attention_mask, encoder_hidden_states.shape[:2], "encoder_attention_mask",
+                         "encoder_hidden_states")
+    return shape
+
+
 def check_label_ids(labels: torch.Tensor | None, upper: int, name: str = "labels", limit_name: str = "vocab_size"
                     ) -> None:
     """Require every label to be -100 (ignored) or in `[0, upper)`: a token id of the vocabulary (`vocab_size`; the
@@ -148,6 +188,17 @@ def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | tor
         raise ValueError(f"`{name}` must have shape {tuple(shape)} to match the logits, got {tuple(labels.shape)}.")
 
 
+def check_lm_labels(labels: torch.Tensor | None, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
+                    vocab_size: int) -> None:
+    """A language-model head's `labels`, before the model runs: one per input token, (B, T) as `input_ids` (or
+    `inputs_embeds` without their last dimension), each -100 (ignored) or a token id (`check_label_ids`)."""
+    if labels is None:
+        return
+    if input_ids is not None or inputs_embeds is not None:
+        check_labels_shape(labels, input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1])
+    check_label_ids(labels, vocab_size)
+
+
 def check_class_labels(labels: torch.Tensor | None, num_classes: int, name: str = "labels",
                        limit_name: str = "num_labels") -> None:
     """Class indices: every integer label -100 (ignored) or in `[0, num_classes)` (floating labels are regression or
@@ -156,11 +207,16 @@ def check_class_labels(labels: torch.Tensor | None, num_classes: int, name: str 
         check_label_ids(labels, num_classes, name, limit_name)
 
 
-def check_sequence_labels(labels: torch.Tensor | None, num_labels: int, problem_type: str | None) -> None:
-    """A sequence classifier's (B,) labels: class indices in `[0, num_labels)` for single-label classification; the
-    targets of regression (`num_labels` 1) and multi-label classification are values, not indices."""
-    if labels is not None and labels.dim() == 1 and num_labels > 1 and problem_type in (
-            None, "single_label_classification"):
+def check_sequence_labels(labels: torch.Tensor | None, batch: int, num_labels: int, problem_type: str | None) -> None:
+    """A sequence classifier's labels: (B,) one class id or value per example, or (B, num_labels) multi-label targets;
+    class indices in `[0, num_labels)` for single-label classification (the targets of regression, `num_labels` 1,
+    and of multi-label classification are values, not indices)."""
+    if labels is None:
+        return
+    if tuple(labels.shape) not in ((batch,), (batch, num_labels)):
+        raise ValueError(f"`labels` must have shape ({batch},) (one class id or value per example) or "
+                         f"({batch}, {num_labels}) (multi-label), got {tuple(labels.shape)}.")
+    if labels.dim() == 1 and num_labels > 1 and problem_type in (None, "single_label_classification"):
         check_class_labels(labels, num_labels)
 
 
@@ -196,6 +252,7 @@ def check_generation_config(generation_config) -> None:
 
 
 __all__ = ["check_cached_mask", "check_choice_inputs", "check_class_labels", "check_devices",
-           "check_generation_config", "check_generation_length", "check_ids_or_embeds", "check_label_ids",
-           "check_labels_shape", "check_mask_shape", "check_sequence_labels", "check_sequence_length",
-           "check_token_ids", "value_checks", "value_checks_enabled"]
+           "check_generation_config", "check_generation_length", "check_ids_or_embeds", "check_inputs",
+           "check_label_ids", "check_labels_shape", "check_lm_labels", "check_mask_shape", "check_position_ids",
+           "check_sequence_labels", "check_sequence_length", "check_token_ids",
+           "value_checks", "value_checks_enabled"]

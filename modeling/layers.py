@@ -1,4 +1,4 @@
-"""The shared core of every Lineage family: attention, feed-forward, norms, residual blocks, positions.
+"""The shared core of every Lineage family: attention, feed-forward, norms, residual blocks, the block loop, positions.
 
 Follows "Attention Is All You Need" (Vaswani et al. 2017, section 3): scaled dot-product multi-head attention,
 position-wise feed-forward, residual sublayers with LayerNorm, sinusoidal or learned positions. One attention
@@ -250,7 +250,8 @@ class LineageFeedForward(nn.Module):
 
 def classifier_dropout(config) -> nn.Dropout:
     """Dropout before a classification layer: `config.classifier_dropout`, else `hidden_dropout_prob` (the papers)."""
-    return nn.Dropout(config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob)
+    rate = config.classifier_dropout
+    return nn.Dropout(rate if rate is not None else config.hidden_dropout_prob)
 
 class ResidualSublayer(nn.Module):
     """Residual connection around `sublayer` with dropout on its output and LayerNorm placed by config.
@@ -315,6 +316,21 @@ class LineageBlock(GradientCheckpointingLayer):
         return self.feed_forward(hidden_states), self_weights, cross_weights
 
 
+def final_norm(config) -> nn.LayerNorm | None:
+    """The LayerNorm after the last block of a pre-norm stack (GPT-2), None under post-norm (each block ends normed)."""
+    return nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
+
+
+def run_blocks(blocks: nn.ModuleList, norm: nn.LayerNorm | None, hidden_states: torch.Tensor,
+               *masks_and_memory: torch.Tensor | None, **kwargs) -> torch.Tensor:
+    """`h = block(h, mask, ...)` through every block, then the stack's `final_norm`. `masks_and_memory`: the
+    self-attention mask, then for cross attention the encoder states and their mask (tensors that carry gradients go
+    positionally, as gradient checkpointing requires); `kwargs`: the cache and the attention kernel's keywords."""
+    for block in blocks:
+        hidden_states = block(hidden_states, *masks_and_memory, **kwargs)[0]
+    return norm(hidden_states) if norm is not None else hidden_states
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Positions
 # ----------------------------------------------------------------------------------------------------------
@@ -370,6 +386,8 @@ __all__ = [
     "apply_attention_mask",
     "classifier_dropout",
     "eager_attention_forward",
+    "final_norm",
+    "run_blocks",
     "sdpa_relative_keys_forward",
     "sinusoidal_table",
 ]

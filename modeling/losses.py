@@ -1,16 +1,18 @@
-"""The output layer and its losses: logits over the real vocabulary of a padded output layer
-(`pad_vocab_to_multiple_of`, `vocab_logits`), the LM loss computed without the (N, V) logits (`lm_head_loss`: chunked
-in PyTorch, or Liger Kernel's fused kernel on CUDA), which the heads use in training (`skips_logits`), the labelled
-positions of sparse prediction and the seq2seq cross-entropy.
+"""The output layer of every family's language-model head and its losses: `lm_output` (the logits over the real
+vocabulary of a padded output layer, `vocab_logits`, and the loss), the LM loss computed without the (N, V) logits
+(`lm_head_loss`: chunked in PyTorch, or Liger Kernel's fused kernel on CUDA), which the heads use in training
+(`skips_logits`), the labelled positions of sparse prediction and the seq2seq cross-entropy.
 
 Dimension legend as in `layers.py`; V' is the number of rows of a padded output layer (`padded_vocab_size`).
 """
 
 import importlib.util
+from collections.abc import Callable
 
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
+from transformers.modeling_utils import slice_logits_to_keep
 
 from .checks import check_label_ids
 from .linear import LineageLinear
@@ -173,16 +175,11 @@ def lm_head_loss(
             count (of all accumulated micro-batches); None gives the mean over this batch's labelled tokens (NaN with
             zero gradients when there are none, as `F.cross_entropy`).
         chunk_size: tokens per chunk; by default as many as fit `LM_LOSS_CHUNK_ELEMENTS` float32 logits (128 MiB:
-            667 tokens at 50304 columns). Each chunk reads the weight and updates its gradient once, which on a CPU
-            made chunks of 32 tokens (Liger's rule, chunk logits the size of the hidden states) 2.2x slower than the
-            dense head at 2048 x 768 -> 50257; from about 500 tokens a chunk matched it.
+            667 tokens at 50304 columns); docs/performance.md gives the measurements behind the default.
         dense: the (N, V) logits at once, for a token count only known at run time under `torch.compile` (the labelled
             positions of `sparse_prediction`), on which a chunk loop would break the graph.
         check_labels: range-check `labels` (`checks.check_label_ids`); False for a caller that has checked them (the
             families' forwards), so the check reads them once per forward.
-
-    Runs Liger Kernel's fused kernel where `lm_loss_backend` says so (it has no padded columns to skip, so it gets the
-    first `vocab_size` rows of the weight), else `ChunkedLinearCrossEntropy`.
     """
     if check_labels:
         check_label_ids(labels, vocab_size)
@@ -194,24 +191,72 @@ def lm_head_loss(
         chunk_size = max(1, LM_LOSS_CHUNK_ELEMENTS // weight.shape[0])
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"`chunk_size` must be a positive integer (tokens per chunk), got {chunk_size!r}.")
-    if dense:
-        logits = vocab_logits(nn.functional.linear(hidden, weight, bias), vocab_size).float()  # (N, V)
-        total = nn.functional.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=label_smoothing,
-                                            reduction="sum")
-    elif lm_loss_backend(hidden.device) == "liger":
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
-
-        loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
-        total = loss_fn(weight[:vocab_size], hidden, labels, bias[:vocab_size] if bias is not None else None)
-    else:
-        grads = tuple(torch.is_grad_enabled() and x is not None and x.requires_grad for x in (hidden, weight, bias))
-        total = ChunkedLinearCrossEntropy.apply(hidden, weight, bias, labels, vocab_size, label_smoothing, chunk_size,
-                                                grads)
+    total = _summed_loss(hidden, weight, bias, labels, vocab_size, label_smoothing, chunk_size, dense)
     if num_items_in_batch is not None:
         return total / torch.as_tensor(num_items_in_batch, device=total.device)
     count = (labels != -100).sum()
     return torch.where(count > 0, total / count.clamp(min=1), torch.nan)  # no token: NaN with zero gradients, as dense
 
+
+def _summed_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
+                 vocab_size: int, label_smoothing: float, chunk_size: int, dense: bool) -> torch.Tensor:
+    """The summed loss of (N, C) `hidden` against (N,) `labels`: the dense logits (`dense`), Liger Kernel's fused
+    kernel where `lm_loss_backend` says so (it has no padded columns to skip, so it gets the first `vocab_size` rows of
+    the weight), else `ChunkedLinearCrossEntropy`."""
+    if dense:
+        logits = vocab_logits(nn.functional.linear(hidden, weight, bias), vocab_size).float()  # (N, V)
+        return nn.functional.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=label_smoothing,
+                                           reduction="sum")
+    if lm_loss_backend(hidden.device) == "liger":
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
+        return loss_fn(weight[:vocab_size], hidden, labels, bias[:vocab_size] if bias is not None else None)
+    grads = tuple(torch.is_grad_enabled() and x is not None and x.requires_grad for x in (hidden, weight, bias))
+    return ChunkedLinearCrossEntropy.apply(hidden, weight, bias, labels, vocab_size, label_smoothing, chunk_size,
+                                           grads)
+
+
+def lm_output(
+    model: nn.Module,
+    hidden_states: torch.Tensor,
+    labels: torch.Tensor | None,
+    output_layer: nn.Module,
+    skip_logits: bool,
+    transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    logits_bias: torch.Tensor | None = None,
+    shift: bool = False,
+    sparse_prediction: bool = False,
+    logits_to_keep: int | torch.Tensor = 0,
+    label_smoothing: float = 0.0,
+    **loss_kwargs,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The (logits, loss) of every family's language-model head over its (B, T, C) `hidden_states`.
+
+    The states are sliced to the last `logits_to_keep` positions (`generate()`), reduced with `labels` and
+    `sparse_prediction` to the N labelled positions (`labelled_positions`), then go through `transform` (BERT's
+    dense-GELU-LayerNorm, the RNN's dropout) into `output_layer`, plus a fixed `logits_bias` (1, V') if given. With
+    `skip_logits` (`skips_logits`: a training forward with labels) the loss alone comes back, from `lm_head_loss`;
+    otherwise the logits of the real vocabulary (`vocab_logits`) and, with labels, `model.loss_function` of them
+    (`loss_kwargs`: Trainer's `num_items_in_batch` and the keywords transformers' losses take); the heads have
+    checked `labels` (`checks.check_lm_labels`). `shift`: position t predicts label t + 1 (causal LM)."""
+    vocab_size = model.config.vocab_size
+    if isinstance(logits_to_keep, torch.Tensor) or logits_to_keep:
+        hidden_states = slice_logits_to_keep(hidden_states, logits_to_keep)  # (B, T', C)
+    if labels is not None and sparse_prediction:
+        hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
+    if transform is not None:
+        hidden_states = transform(hidden_states)
+    if skip_logits:
+        bias = logits_bias[0] if logits_bias is not None else output_layer.bias
+        return None, lm_head_loss(hidden_states, output_layer.weight, bias, labels, vocab_size, label_smoothing,
+                                  loss_kwargs.get("num_items_in_batch"), shift=shift,
+                                  dense=sparse_prediction and torch.compiler.is_compiling(), check_labels=False)
+    logits = output_layer(hidden_states)  # (B, T', V') or (N, V')
+    logits = vocab_logits(logits + logits_bias if logits_bias is not None else logits, vocab_size)
+    if labels is None:
+        return logits, None
+    return logits, model.loss_function(logits, labels, vocab_size=vocab_size, **loss_kwargs)
 
 
 __all__ = [
@@ -220,6 +265,7 @@ __all__ = [
     "labelled_positions",
     "lm_head_loss",
     "lm_loss_backend",
+    "lm_output",
     "seq2seq_loss",
     "skips_logits",
     "vocab_logits",

@@ -1,44 +1,36 @@
 """BERT (Devlin et al. 2018): a bidirectional Transformer encoder pretrained with masked-LM and next-sentence
-prediction, and its fine-tuning heads.
+prediction (section 3.1), and its fine-tuning heads (section 4).
 
 Follows the paper and the reference implementation: token + segment + learned position embeddings summed and
-normalised, post-norm encoder blocks with exact GELU, a tanh pooler over `[CLS]`, a masked-LM head (dense,
-GELU, LayerNorm, decoder tied to the word embeddings with its own bias) and a two-way NSP classifier. Weights
-convert to and from transformers' `Bert*` models (`conversion.py`) with identical outputs.
+normalised, post-norm encoder blocks with exact GELU, a tanh pooler over `[CLS]`, a masked-LM head (dense, GELU,
+LayerNorm, decoder tied to the word embeddings with its own bias) and a two-way NSP classifier. Weights convert to and
+from transformers' `Bert*` models (`conversion_bert.py`) with identical outputs. As in transformers' BERT,
+`is_decoder=True` makes the blocks causal, with a key/value cache, and `add_cross_attention=True` adds cross attention
+to `encoder_hidden_states`: `LineageBertLMHeadModel` is then the decoder of a bert2bert `EncoderDecoderModel`.
 
-As in transformers' BERT, `is_decoder=True` makes the blocks causal, with a key/value cache for generation, and
-`add_cross_attention=True` adds cross attention to `encoder_hidden_states` (through the shared `LineageBlock`, as
-the Transformer's decoder): `LineageBertLMHeadModel` is then the decoder of a bert2bert `EncoderDecoderModel`.
+Departures, by config only: `norm_position="pre"` moves each LayerNorm before its sublayer, drops the embedding
+LayerNorm and adds a final one; `position_embedding_type` `"relative"` / `"relative-keys"` gives relative position
+representations (Shaw et al. 2018) instead of (or, with `absolute_and_relative`, besides) the learned positions.
+Packed rows (`position_ids` restarting within a row, no `attention_mask`) attend within each sequence
+(`packing.packed_rows`), where transformers' BERT lets them see each other.
 
-Departures, by config only: `norm_position="pre"` moves each LayerNorm before its sublayer, drops the
-embedding LayerNorm and adds a final one, so exactly one LayerNorm feeds every consumer; `position_embedding_type`
-`"relative"` / `"relative-keys"` gives relative position representations (Shaw et al. 2018) in self-attention
-instead of (or, with `absolute_and_relative`, besides) the learned positions. Without `attention_mask`,
-rows whose `position_ids` restart (packed sequences, as `DataCollatorWithFlattening` makes) attend within each
-sequence, as transformers' causal models and flash-attention paths do (under sdpa through `PackedSequences`, with
-no (T, T) mask); transformers' BERT under eager or sdpa attention lets such sequences see each other. The collators'
-`packed_sequences` say on the host where a batch's sequences and padding lie, so that a training forward reads none
-of it back from the device.
-
-Training options, per call (not configuration, so a saved model's outputs never depend on how it was trained):
-`unpad_inputs=True` removes the padding of a batch before the encoder stack (MosaicBERT, Portes et al. 2023) and
-restores it at the output; `sparse_prediction=True` runs the masked-LM head only at labelled positions.
+Training options, per call (a saved model's outputs never depend on how it was trained): `sparse_prediction=True`
+runs the masked-LM head at labelled positions only (`losses.lm_output`); `unpad_inputs=True` runs an encoder with
+absolute positions under sdpa or flash attention on the real tokens only (MosaicBERT, Portes et al. 2023;
+`packing.Unpadded`), when neither hidden states nor attention weights are requested. Outputs at real positions are
+the padded path's; `last_hidden_state` is zero at padded positions, so a left-padded row's pooled output and a loss
+that reads padded positions (question answering's softmax) differ.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Unpack
 
 import torch
 from torch import nn
 from transformers import GenerationMixin
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.masking_utils import (
-    create_bidirectional_mask,
-    create_causal_mask,
-    find_packed_sequence_indices,
-    packed_sequence_mask_function,
-)
+from transformers.cache_utils import Cache
+from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
@@ -50,24 +42,18 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.modeling_utils import slice_logits_to_keep
 from transformers.utils import logging
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
+from .arguments import cache_keyword, encoder_decoder_cache, forward_arguments, model_cache, output_cache
 from .checks import (
-    check_cached_mask,
     check_choice_inputs,
     check_class_labels,
-    check_devices,
-    check_ids_or_embeds,
-    check_label_ids,
+    check_inputs,
     check_labels_shape,
-    check_mask_shape,
+    check_lm_labels,
     check_sequence_labels,
-    check_sequence_length,
-    check_token_ids,
 )
 from .configuration_lineage_bert import LineageBertConfig
 from .layers import (
@@ -75,17 +61,12 @@ from .layers import (
     LearnedPositionalEmbedding,
     LineageBlock,
     classifier_dropout,
+    final_norm,
+    run_blocks,
 )
 from .linear import LineageLinear
-from .losses import labelled_positions, lm_head_loss, skips_logits, vocab_logits
-from .packing import (
-    PackedSequences,
-    mask_inputs,
-    packed_documents,
-    unpadded_sequences,
-    varlen_attention_inputs,
-    varlen_kernel,
-)
+from .losses import lm_output, skips_logits
+from .packing import PackedSequences, Unpadded, packed_rows, self_attention_inputs
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 
@@ -144,16 +125,11 @@ class LineageBertEncoder(nn.Module):
             LineageBlock(config, i, is_causal=config.is_decoder, has_cross_attention=config.add_cross_attention)
             for i in range(config.num_hidden_layers)
         )
-        self.final_norm = (
-            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
-        )
+        self.final_norm = final_norm(config)
 
     def forward(self, hidden_states: torch.Tensor, *masks_and_memory: torch.Tensor | None, **kwargs) -> torch.Tensor:
-        """`masks_and_memory`: the self-attention mask, then for a decoder `encoder_hidden_states` and their mask
-        (tensors that carry gradients go positionally, as gradient checkpointing requires)."""
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, *masks_and_memory, **kwargs)[0]
-        return self.final_norm(hidden_states) if self.final_norm is not None else hidden_states
+        """`masks_and_memory`: the self-attention mask, then for a decoder `encoder_hidden_states` and their mask."""
+        return run_blocks(self.layers, self.final_norm, hidden_states, *masks_and_memory, **kwargs)
 
 
 class LineageBertPooler(nn.Module):
@@ -184,12 +160,6 @@ class LineageBertLMHead(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.transform(hidden_states))  # (B, T, V'), V' = config.padded_vocab_size
 
-    def loss(self, hidden_states: torch.Tensor, labels: torch.Tensor, vocab_size: int, **kwargs) -> torch.Tensor:
-        """The LM loss of `hidden_states` against `labels` without the logits (`losses.lm_head_loss`); the heads'
-        forwards have range-checked `labels`."""
-        return lm_head_loss(self.transform(hidden_states), self.decoder.weight, self.decoder.bias, labels, vocab_size,
-                            check_labels=False, **kwargs)
-
 
 class LineageBertPreTrainedModel(LineagePreTrainedModel):
     config_class = LineageBertConfig
@@ -212,6 +182,14 @@ class LineageBertPreTrainedModel(LineagePreTrainedModel):
         "AutoModelForMultipleChoice": "LineageBertForMultipleChoice",
     }
 
+    def get_output_embeddings(self) -> nn.Linear | None:
+        """The masked-LM head's decoder (tied to the word embeddings), for the heads that have one."""
+        lm_head = getattr(self, "lm_head", None)
+        return lm_head.decoder if lm_head is not None else None
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head.decoder = value
+
 
 class LineageBertModel(LineageBertPreTrainedModel):
     """The bare encoder: last hidden states and the pooled `[CLS]` representation."""
@@ -228,114 +206,6 @@ class LineageBertModel(LineageBertPreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
-
-    def _check_inputs(self, input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
-                      encoder_hidden_states, encoder_attention_mask, past_length: int | torch.Tensor) -> None:
-        """Given `position_ids` are checked against the position table, not the row length: a packed row may be
-        longer than the table."""
-        config = self.config
-        check_devices(self.embeddings.word_embeddings.weight.device, input_ids=input_ids, inputs_embeds=inputs_embeds,
-                      attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-                      encoder_hidden_states=encoder_hidden_states)
-        shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size, width=config.hidden_size)
-        check_cached_mask(attention_mask, shape[0], shape[1], past_length)
-        check_mask_shape(token_type_ids, shape, "token_type_ids")
-        if token_type_ids is not None:
-            check_token_ids(token_type_ids, config.type_vocab_size, "token_type_ids", "type_vocab_size")
-        if position_ids is None:
-            check_sequence_length(shape[1], config.max_position_embeddings, past_length=past_length)
-        else:
-            check_mask_shape(position_ids, shape, "position_ids")
-            check_token_ids(position_ids, config.max_position_embeddings, "position_ids", "max_position_embeddings")
-        if encoder_hidden_states is not None:
-            if not config.add_cross_attention:
-                raise ValueError("`encoder_hidden_states` need a model built with `is_decoder=True` and "
-                                 "`add_cross_attention=True`; this one has no cross attention.")
-            check_mask_shape(encoder_attention_mask, encoder_hidden_states.shape[:2], "encoder_attention_mask",
-                             "encoder_hidden_states")
-
-    def _cache(self, cache: Cache | None, use_cache: bool | None,
-               encoder_hidden_states: torch.Tensor | None, position_ids: torch.Tensor | None,
-               attention_mask: torch.Tensor | None) -> Cache | None:
-        """A decoder's cache (as transformers' BERT): a new one when asked for, with a cross-attention part when
-        there is an encoder; an encoder never caches, nor does a model in training unless asked. Packed rows
-        (`position_ids` restarting within a row, no `attention_mask`) get none by default and refuse one asked for:
-        a cache would hold the keys of every document of the row, so the next token would attend across them."""
-        config = self.config
-        if not config.is_decoder:
-            return None
-        packed = not torch.compiler.is_compiling() and _packed_sequences(position_ids, attention_mask) is not None
-        if packed and (use_cache or cache is not None):
-            raise ValueError("Packed rows (`position_ids` restarting within a row) cannot use a key/value cache: "
-                             f"pass `use_cache=False` and no `{CACHE_NAME}`, or one sequence per row.")
-        if use_cache is None:
-            use_cache = config.use_cache and not self.training and not packed
-        if not use_cache:
-            return None
-        if cache is None and encoder_hidden_states is not None:
-            return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
-        return cache if cache is not None else DynamicCache(config=config)
-
-    def _self_attention_mask(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                             position_ids: torch.Tensor | None, cache: Cache | None,
-                             packed_sequences: PackedSequences | None):
-        """Causal for a decoder, bidirectional otherwise; a packed row (restarting `position_ids`, no
-        `attention_mask`) attends within each of its sequences either way. The collate's `packed_sequences` answer
-        on the host what transformers would read back (`mask_inputs`)."""
-        padding, restarts, test = mask_inputs(attention_mask, position_ids, packed_sequences, hidden_states.shape[0])
-        if self.config.is_decoder:
-            if isinstance(cache, EncoderDecoderCache):
-                cache = cache.self_attention_cache
-            return create_causal_mask(self.config, hidden_states, padding, cache, restarts, allow_is_causal_skip=test)
-        return create_bidirectional_mask(self.config, hidden_states, padding, allow_is_bidirectional_skip=test,
-                                         and_mask_function=_packed_sequences(restarts, padding))
-
-    def _packed_attention(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                          position_ids: torch.Tensor | None, cache: Cache | None,
-                          encoder_hidden_states: torch.Tensor | None, packed_sequences: PackedSequences | None,
-                          kwargs: dict) -> dict | None:
-        """Packed rows (restarting `position_ids`, no `attention_mask`, no cache, no cross attention): the blocks'
-        keywords for attention within each sequence without a (T, T) mask (`PackedSequences`, the collate's or read
-        from the positions), or None for the mask path (`_self_attention_mask`, which also splits packed rows)."""
-        if (position_ids is None or attention_mask is not None or cache is not None
-                or encoder_hidden_states is not None or torch.compiler.is_compiling()):
-            return None
-        sequences = packed_documents(position_ids.expand(hidden_states.shape[0], -1), packed_sequences)
-        return varlen_attention_inputs(self.config, sequences,
-                                       kwargs.get("output_attentions", self.config.output_attentions))
-
-    def _unpadded_attention(self, attention_mask: torch.Tensor | None, encoder_hidden_states: torch.Tensor | None,
-                            unpad_inputs: bool, packed_sequences: PackedSequences | None,
-                            kwargs: dict) -> tuple[PackedSequences, dict] | None:
-        """Each row's real tokens end to end (the collate's `packed_sequences`, or read from the mask) and the blocks'
-        keywords for attention within them (`unpad_inputs`, see `forward`), or None for the padded path: no padding
-        mask, a decoder, hidden states or attention weights requested, or no varlen kernel."""
-        config = self.config
-        if (not unpad_inputs or attention_mask is None or attention_mask.dim() != 2 or config.is_decoder
-                or encoder_hidden_states is not None or torch.compiler.is_compiling()
-                or kwargs.get("output_hidden_states", config.output_hidden_states)):
-            return None
-        output_attentions = kwargs.get("output_attentions", config.output_attentions)
-        if not varlen_kernel(config, output_attentions):
-            return None
-        sequences = unpadded_sequences(attention_mask, packed_sequences)
-        return sequences, varlen_attention_inputs(config, sequences, output_attentions)
-
-    def _unpadded_forward(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                          sequences: PackedSequences, varlen: dict, **kwargs) -> torch.Tensor:
-        """Embeddings and blocks on the real tokens only (`sequences.tokens`), laid end to end as one (1, N, C) row;
-        returns the (B, T, C) states with zeros at padded positions. Positions are those of the padded path (0..T-1
-        over the row)."""
-        batch, length = attention_mask.shape
-        real = sequences.tokens  # (N,) indices of real tokens in the B * T grid
-        if position_ids is None:
-            position_ids = torch.arange(length, device=attention_mask.device)[None]
-        position_ids = position_ids.expand(batch, length)
-        gathered = [x.flatten(0, 1)[real][None] if x is not None else None  # (1, N) or (1, N, C)
-                    for x in (input_ids, token_type_ids, position_ids, inputs_embeds)]
-        hidden_states = self.encoder(self.embeddings(*gathered), None, **varlen, **kwargs)  # (1, N, C)
-        restored = hidden_states.new_zeros(batch * length, hidden_states.shape[-1])
-        return restored.index_copy(0, real, hidden_states[0]).view(batch, length, -1)  # (B, T, C)
 
     @forward_arguments
     @capture_outputs
@@ -354,64 +224,40 @@ class LineageBertModel(LineageBertPreTrainedModel):
         packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
-        """A decoder's `attention_mask` covers cached + new tokens; `output_hidden_states` / `output_attentions` in
-        `kwargs` are collected by `@capture_outputs`.
-
-        `unpad_inputs` (a training option, which the heads pass on): with a 2D `attention_mask`, remove the padding
-        before the encoder stack (MosaicBERT): the embeddings, feed-forward layers and LayerNorms run on real tokens
-        only and attention runs per sequence (flash-attn's varlen kernel, else SDPA over length buckets); the padding
-        is restored at the output, where `last_hidden_state` is zero at padded positions (the padded path leaves there
-        the states of pad tokens). Outputs at real positions equal the padded path's; the heads' outputs at padded
-        positions are those of a zero state, so the two paths differ there, in the pooled output of a row whose
-        position 0 is padding (left padding), and in a loss that reads padded positions (question answering's softmax
-        spans every position). Applies to an encoder (not `is_decoder`) with absolute positions under sdpa or flash
-        attention, when neither hidden states nor attention weights are requested; other calls take the padded path.
-        `pretrain_bert` and `finetune` pass it while training on a GPU.
-
-        `packed_sequences` (from the collators, `packing.PackedSequences`) say on the host where the real tokens of
-        padded rows, or the sequences of packed rows, lie, so that the forward reads none of it back from the device;
-        they change no output."""
-        cache = self._cache(cache, use_cache, encoder_hidden_states, position_ids, attention_mask)
+        """A decoder's `attention_mask` covers cached + new tokens. `unpad_inputs` (a training option) runs an encoder
+        on the real tokens only (`packing.Unpadded`, see the module docstring); the collators' `packed_sequences` say
+        on the host where the real tokens or the packed sequences lie. Neither changes an output at a real position."""
+        config = self.config
+        cache, use_cache = (cache, use_cache) if config.is_decoder else (None, False)  # an encoder never caches
         past_length = cache.get_seq_length() if cache is not None else 0
-        self._check_inputs(input_ids, inputs_embeds, attention_mask, token_type_ids, position_ids,
-                           encoder_hidden_states, encoder_attention_mask, past_length)
-        unpadded = self._unpadded_attention(attention_mask, encoder_hidden_states, unpad_inputs, packed_sequences,
-                                            kwargs)
-        if unpadded is not None:
-            hidden_states = self._unpadded_forward(input_ids, attention_mask, token_type_ids, position_ids,
-                                                   inputs_embeds, *unpadded, **kwargs)
-            return BaseModelOutputWithPoolingAndCrossAttentions(
-                last_hidden_state=hidden_states,
-                pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
-            )
-        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
-        varlen = self._packed_attention(hidden_states, attention_mask, position_ids, cache,
-                                        encoder_hidden_states, packed_sequences, kwargs)
-        mask = None if varlen else self._self_attention_mask(hidden_states, attention_mask, position_ids,
-                                                             cache, packed_sequences)
-        memory = ()
-        if encoder_hidden_states is not None:
-            cross_mask = create_bidirectional_mask(self.config, hidden_states, encoder_attention_mask,
-                                                   encoder_hidden_states=encoder_hidden_states)
-            memory = (encoder_hidden_states, cross_mask)
-        relative = relative_attention_inputs(self.config, hidden_states, position_ids, past_length, attention_mask)
-        hidden_states = self.encoder(
-            hidden_states, mask, *memory, **cache_keyword(cache), **(varlen or {}), **relative, **kwargs
-        )
+        batch, _ = check_inputs(config, self.embeddings.word_embeddings.weight.device, input_ids, inputs_embeds,
+                                attention_mask, position_ids, past_length, token_type_ids, encoder_hidden_states,
+                                encoder_attention_mask)
+        documents = packed_rows(config, batch, attention_mask, position_ids, packed_sequences, None, cache, use_cache)
+        new_cache = partial(encoder_decoder_cache, config) if encoder_hidden_states is not None else None
+        cache, use_cache = model_cache(self, cache, use_cache, new_cache, packed=documents is not None)
+        unpadded = Unpadded.of(config, attention_mask, packed_sequences, unpad_inputs,
+                               encoder_hidden_states is not None, kwargs)
+        if unpadded is not None:  # MosaicBERT: the real tokens end to end in one (1, N) row
+            positions, ids, types, embeds = unpadded.gather(position_ids, input_ids, token_type_ids, inputs_embeds)
+            hidden_states = self.encoder(self.embeddings(ids, types, positions, embeds), None, **unpadded.keywords,
+                                         **kwargs)
+            hidden_states = unpadded.restore(hidden_states)  # (B, T, C)
+        else:
+            hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
+            mask, attention = self_attention_inputs(
+                config, hidden_states, attention_mask, position_ids, documents, packed_sequences, cache,
+                config.is_decoder, encoder_hidden_states is None, kwargs.get("output_attentions"))
+            memory = () if encoder_hidden_states is None else (encoder_hidden_states, create_bidirectional_mask(
+                config, hidden_states, encoder_attention_mask, encoder_hidden_states=encoder_hidden_states))
+            relative = relative_attention_inputs(config, hidden_states, position_ids, past_length, attention_mask)
+            hidden_states = self.encoder(hidden_states, mask, *memory, **cache_keyword(cache), **attention,
+                                         **relative, **kwargs)
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
             pooler_output=self.pooler(hidden_states) if self.pooler is not None else None,
-            **cache_keyword(cache),
+            **cache_keyword(cache if use_cache else None),
         )
-
-
-def _packed_sequences(position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None) -> Callable | None:
-    """The mask function keeping each packed sequence to itself, when `position_ids` restart within a row and no
-    `attention_mask` was given (transformers' own test for packed rows); None otherwise."""
-    if position_ids is None or attention_mask is not None:
-        return None
-    segments = find_packed_sequence_indices(position_ids)  # (B, T) sequence index of each token, or None
-    return packed_sequence_mask_function(segments) if segments is not None else None
 
 
 @dataclass
@@ -425,27 +271,6 @@ class LineageBertForPreTrainingOutput(ModelOutput):
     seq_relationship_logits: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
-
-
-def _masked_lm(model: LineageBertPreTrainedModel, hidden_states: torch.Tensor, labels: torch.Tensor | None,
-               skip_logits: bool, sparse_prediction: bool, **kwargs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """MLM logits and loss: (B, T, V) logits, or with `sparse_prediction` and labels the (N, V) logits of the N
-    labelled positions only, in row-major order, as the original BERT code gathers `masked_lm_positions` (the head and
-    the softmax skip the rest, which the loss ignores anyway; at 15% masking a bert-base training step was about 1.3x
-    as fast); with `skip_logits` (`skips_logits`: a training forward with labels) the loss alone. Calls without
-    labels always get (B, T, V)."""
-    lm_head, vocab_size = model.lm_head, model.config.vocab_size
-    if labels is None:
-        return vocab_logits(lm_head(hidden_states), vocab_size), None
-    check_labels_shape(labels, hidden_states.shape[:-1])
-    if sparse_prediction:
-        hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
-    if skip_logits:
-        num_items_in_batch = kwargs.get("num_items_in_batch")
-        return None, lm_head.loss(hidden_states, labels, vocab_size, num_items_in_batch=num_items_in_batch,
-                                  dense=sparse_prediction and torch.compiler.is_compiling())
-    logits = vocab_logits(lm_head(hidden_states), vocab_size)
-    return logits, model.loss_function(logits, labels, vocab_size=vocab_size, **kwargs)
 
 
 def _classification_loss(logits: torch.Tensor, labels: torch.Tensor | None, name: str = "labels",
@@ -472,12 +297,6 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         self.nsp_head = LineageLinear(config.hidden_size, 2)
         self.post_init()
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head.decoder = value
-
     @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
@@ -498,13 +317,14 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         `losses.skips_logits`). `sparse_prediction` (a training option): with `labels`, the MLM logits are the (N, V)
         ones of the N labelled positions only (`_masked_lm`)."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
-        check_label_ids(labels, self.config.vocab_size)
+        check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size)
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
             return_dict=True, **kwargs
         )
-        prediction_logits, mlm_loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits,
-                                                 sparse_prediction, **kwargs)
+        prediction_logits, mlm_loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head.decoder,
+                                                skip_logits, self.lm_head.transform,
+                                                sparse_prediction=sparse_prediction, **kwargs)
         seq_relationship_logits = self.nsp_head(outputs.pooler_output)
         nsp_loss = _classification_loss(seq_relationship_logits, next_sentence_label, "next_sentence_label",
                                         "the two NSP classes")
@@ -531,12 +351,6 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         self.lm_head = LineageBertLMHead(config)
         self.post_init()
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head.decoder = value
-
     @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
@@ -556,12 +370,13 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         `sparse_prediction` (a training option): with `labels`, the logits are the (N, V) ones of the N labelled
         positions only (`_masked_lm`)."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
-        check_label_ids(labels, self.config.vocab_size)
+        check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size)
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
             return_dict=True, **kwargs
         )
-        logits, loss = _masked_lm(self, outputs.last_hidden_state, labels, skip_logits, sparse_prediction, **kwargs)
+        logits, loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head.decoder, skip_logits,
+                                 self.lm_head.transform, sparse_prediction=sparse_prediction, **kwargs)
         return MaskedLMOutput(
             loss=loss,
             logits=logits,
@@ -587,12 +402,6 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
         self.lm_head = LineageBertLMHead(config)
         self.post_init()
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head.decoder = value
-
     @forward_arguments(takes=("packed_sequences",))
     @can_return_tuple
     def forward(
@@ -614,23 +423,15 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
         """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
         with `labels` returns `logits=None` (`return_logits`: `losses.skips_logits`)."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
+        check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size)
         if labels is not None:
-            check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
-            check_label_ids(labels, self.config.vocab_size)
             use_cache = False
         outputs = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, encoder_hidden_states,
             encoder_attention_mask, cache, use_cache, return_dict=True, **kwargs,
         )
-        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (B, T', C)
-        vocab_size, logits, loss = self.config.vocab_size, None, None
-        if skip_logits:
-            loss = self.lm_head.loss(hidden_states, labels, vocab_size, shift=True,
-                                     num_items_in_batch=kwargs.get("num_items_in_batch"))
-        else:
-            logits = vocab_logits(self.lm_head(hidden_states), vocab_size)  # (B, T', V)
-            if labels is not None:
-                loss = self.loss_function(logits, labels, vocab_size=vocab_size, **kwargs)
+        logits, loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head.decoder, skip_logits,
+                                 self.lm_head.transform, shift=True, logits_to_keep=logits_to_keep, **kwargs)
         return CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,
@@ -711,14 +512,8 @@ class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
         loss = None
-        if labels is not None:
-            if labels.shape not in (logits.shape[:1], logits.shape):
-                raise ValueError(
-                    f"`labels` must have shape {tuple(logits.shape[:1])} (one class id or value per example) or "
-                    f"{tuple(logits.shape)} (multi-label), got {tuple(labels.shape)}."
-                )
-            check_sequence_labels(labels, self.num_labels, self.config.problem_type)
-            loss = self.loss_function(labels, logits, self.config)
+        check_sequence_labels(labels, logits.shape[0], self.num_labels, self.config.problem_type)
+        loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -8,7 +8,7 @@ reads the final hidden state at the `[EXTRACT]` token through a bias-free linear
 `[START] context [DELIM] answer [EXTRACT]` scored, softmax over the choices), and can add `lm_loss_weight` times
 the LM loss of the same input (L3 = L2 + lambda * L1). `norm_position="pre"` gives GPT-2 (Radford et al. 2019):
 LayerNorm before each sublayer, a final LayerNorm, residual projections initialised with std / sqrt(2 * layers).
-Weights convert to and from transformers' `OpenAIGPT*` (post-norm) and `GPT2*` (pre-norm) (`conversion.py`).
+Weights convert to and from transformers' `OpenAIGPT*` (post-norm) and `GPT2*` (pre-norm) (`conversion_gpt.py`).
 
 Departures from the references:
 - positions follow `attention_mask` (cumulative count of real tokens), so a left-padded row gives the outputs of
@@ -21,9 +21,7 @@ Departures from the references:
   of (or besides) the learned positions, with distances between the same positions (`relative_positions.key_positions`).
 
 Packed rows (`position_ids` restarting at each document, no `attention_mask`, as `DataCollatorWithFlattening` makes
-them) attend within each document (`packing.py`); where the documents lie comes from the collators'
-`packed_sequences` or transformers' `cu_seq_lens_*` / `max_length_*` without a read back from the device, else from
-the positions.
+them) attend within each document (`packing.packed_rows`).
 """
 
 import math
@@ -34,45 +32,33 @@ import torch
 from torch import nn
 from transformers import GenerationMixin
 from transformers import initialization as init
-from transformers.cache_utils import Cache, DynamicCache
-from transformers.masking_utils import create_causal_mask
+from transformers.cache_utils import Cache
 from transformers.modeling_outputs import (
     BaseModelOutputWithPast,
     CausalLMOutputWithPast,
     ModelOutput,
 )
-from transformers.modeling_utils import slice_logits_to_keep
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 from transformers.utils.output_capturing import capture_outputs
 
-from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
+from .arguments import cache_keyword, forward_arguments, model_cache, output_cache
 from .checks import (
-    check_cached_mask,
     check_choice_inputs,
     check_class_labels,
-    check_devices,
     check_generation_length,
     check_ids_or_embeds,
-    check_label_ids,
+    check_inputs,
     check_labels_shape,
+    check_lm_labels,
     check_mask_shape,
     check_sequence_labels,
-    check_sequence_length,
-    check_token_ids,
     value_checks_enabled,
 )
 from .configuration_lineage_gpt import LineageGptConfig
-from .layers import LearnedPositionalEmbedding, LineageBlock, classifier_dropout
+from .layers import LearnedPositionalEmbedding, LineageBlock, classifier_dropout, final_norm, run_blocks
 from .linear import LineageLinear
-from .losses import lm_head_loss, skips_logits, vocab_logits
-from .packing import (
-    VARLEN_KEYWORDS,
-    PackedSequences,
-    document_masking_error,
-    mask_inputs,
-    packed_documents,
-    varlen_attention_inputs,
-)
+from .losses import lm_head_loss, lm_output, skips_logits
+from .packing import VARLEN_KEYWORDS, PackedSequences, packed_rows, self_attention_inputs
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 
@@ -112,9 +98,7 @@ class LineageGptModel(LineageGptPreTrainedModel):
         self.layers = nn.ModuleList(
             LineageBlock(config, layer_idx=i, is_causal=True) for i in range(config.num_hidden_layers)
         )
-        self.final_norm = (
-            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
-        )
+        self.final_norm = final_norm(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -122,53 +106,6 @@ class LineageGptModel(LineageGptPreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
-
-    def _check_inputs(self, input_ids, inputs_embeds, attention_mask, position_ids,
-                      past_length: int | torch.Tensor) -> int:
-        """Given `position_ids` are checked against the position table, not the row length: a packed row (sequences
-        whose positions restart, as `DataCollatorWithFlattening` makes) may be longer than the table. Returns the
-        batch size."""
-        check_devices(self.embed_tokens.weight.device, input_ids=input_ids, inputs_embeds=inputs_embeds,
-                      attention_mask=attention_mask, position_ids=position_ids)
-        batch, length = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size,
-                                            width=self.config.hidden_size)
-        limit = self.config.max_position_embeddings
-        if position_ids is None:
-            check_sequence_length(length, limit, past_length=past_length)
-        else:
-            if position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch) or position_ids.shape[1] != length:
-                raise ValueError(
-                    f"`position_ids` must have shape ({batch} or 1, {length}) to match `input_ids`, "
-                    f"got {tuple(position_ids.shape)}."
-                )
-            check_token_ids(position_ids, limit, "position_ids", "max_position_embeddings")
-        check_cached_mask(attention_mask, batch, length, past_length)
-        return batch
-
-    def _documents(self, position_ids: torch.Tensor | None, batch: int, attention_mask: torch.Tensor | None,
-                   cache: Cache | None, use_cache: bool | None, packed_sequences: PackedSequences | None,
-                   boundaries: dict) -> PackedSequences | None:
-        """The documents of packed rows: `position_ids` that restart within a row, no `attention_mask`, no cache
-        (transformers' convention, as `DataCollatorWithFlattening` makes them), as the collate found them
-        (`packed_sequences`, or transformers' `boundaries`) or else read from the positions (`packed_documents`).
-        Attention then keeps to each document; a configuration that cannot do so, or a cache, is refused. Under
-        `torch.compile` the documents are left to transformers' mask (`create_causal_mask` reads the same
-        restarts)."""
-        if boundaries and (position_ids is None or attention_mask is not None):
-            raise ValueError(f"{', '.join(boundaries)} delimit packed rows, which take `position_ids` restarting at "
-                             "each sequence and no `attention_mask`.")
-        if position_ids is None or attention_mask is not None or torch.compiler.is_compiling():
-            return None
-        documents = packed_documents(position_ids.expand(batch, -1), packed_sequences, boundaries)
-        if documents is None:
-            return None
-        problem = document_masking_error(self.config)
-        if problem is not None:
-            raise ValueError(f"Packed rows (`position_ids` restarting within a row): {problem}.")
-        if cache is not None or use_cache:
-            raise ValueError("Packed rows (`position_ids` restarting within a row) cannot use a key/value cache: "
-                             f"pass `use_cache=False` and no `{CACHE_NAME}`, or one sequence per row.")
-        return documents
 
     @staticmethod
     def _position_ids(attention_mask: torch.Tensor | None, past_length: int | torch.Tensor, length: int,
@@ -198,36 +135,29 @@ class LineageGptModel(LineageGptPreTrainedModel):
         `output_hidden_states` / `output_attentions` in `kwargs` are collected by `@capture_outputs`. The collators'
         `packed_sequences` and transformers' `cu_seq_lens_*` / `max_length_*` (in `kwargs`) say on the host where
         the sequences lie (`packing.py`), so that the forward reads nothing back; they change no output."""
-        past_length = cache.get_seq_length() if cache is not None else 0
-        batch = self._check_inputs(input_ids, inputs_embeds, attention_mask, position_ids, past_length)
         config = self.config
+        past_length = cache.get_seq_length() if cache is not None else 0
+        batch, length = check_inputs(config, self.embed_tokens.weight.device, input_ids, inputs_embeds,
+                                     attention_mask, position_ids, past_length)
         boundaries = {key: kwargs.pop(key) for key in VARLEN_KEYWORDS if key in kwargs}
-        documents = self._documents(position_ids, batch, attention_mask, cache, use_cache, packed_sequences,
-                                    boundaries)
-        use_cache = use_cache if use_cache is not None else config.use_cache and not self.training
-        use_cache = use_cache and documents is None
-        if use_cache and cache is None:
-            cache = DynamicCache(config=config)
+        documents = packed_rows(config, batch, attention_mask, position_ids, packed_sequences, boundaries, cache,
+                                use_cache)
+        cache, use_cache = model_cache(self, cache, use_cache, packed=documents is not None)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, C)
         positions = position_ids
         if positions is None:
-            positions = self._position_ids(attention_mask, past_length, inputs_embeds.shape[1], inputs_embeds.device)
-        embeddings = inputs_embeds + self.embed_positions(positions) if self.embed_positions is not None else inputs_embeds
-        hidden_states = self.dropout(embeddings)
-        varlen = varlen_attention_inputs(config, documents, kwargs.get("output_attentions", config.output_attentions))
-        padding, restarts, test = mask_inputs(attention_mask, position_ids, packed_sequences, batch)
-        mask = None if varlen else create_causal_mask(config, inputs_embeds, padding, cache, restarts,
-                                                      allow_is_causal_skip=test)
+            positions = self._position_ids(attention_mask, past_length, length, inputs_embeds.device)
+        if self.embed_positions is not None:
+            inputs_embeds = inputs_embeds + self.embed_positions(positions)
+        hidden_states = self.dropout(inputs_embeds)
+        mask, attention = self_attention_inputs(config, hidden_states, attention_mask, position_ids, documents,
+                                                packed_sequences, cache, is_causal=True,
+                                                output_attentions=kwargs.get("output_attentions"))
         relative = relative_attention_inputs(config, hidden_states, positions, past_length, attention_mask)
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, mask, **cache_keyword(cache), **(varlen or {}), **relative,
-                                  **kwargs)[0]
-        if self.final_norm is not None:
-            hidden_states = self.final_norm(hidden_states)
-        return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states, **cache_keyword(cache if use_cache else None)
-        )
+        hidden_states = run_blocks(self.layers, self.final_norm, hidden_states, mask, **cache_keyword(cache),
+                                   **attention, **relative, **kwargs)
+        return BaseModelOutputWithPast(last_hidden_state=hidden_states, **cache_keyword(cache if use_cache else None))
 
 
 class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
@@ -266,22 +196,13 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
         see `losses.skips_logits`). `packed_sequences` and the `cu_seq_lens_*` / `max_length_*` of packed rows go to
         the base model (`LineageGptModel.forward`)."""
         skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
-        if labels is not None:
-            check_labels_shape(labels, (input_ids if input_ids is not None else inputs_embeds[..., 0]).shape)
-            check_label_ids(labels, self.config.vocab_size)
+        check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size)
         outputs = self.transformer(
             input_ids, attention_mask, position_ids, cache, inputs_embeds, use_cache=use_cache,
             return_dict=True, **kwargs,
         )
-        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (B, T', C)
-        vocab_size, logits, loss = self.config.vocab_size, None, None
-        if skip_logits:
-            loss = lm_head_loss(hidden_states, self.lm_head.weight, None, labels, vocab_size, shift=True,
-                                num_items_in_batch=kwargs.get("num_items_in_batch"), check_labels=False)
-        else:
-            logits = vocab_logits(self.lm_head(hidden_states), vocab_size)  # (B, T', V)
-            if labels is not None:
-                loss = self.loss_function(logits, labels, vocab_size=vocab_size, **kwargs)
+        logits, loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head, skip_logits, shift=True,
+                                 logits_to_keep=logits_to_keep, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -405,14 +326,8 @@ class LineageGptForSequenceClassification(_LineageGptClassifier):
     ) -> LineageGptClassifierOutput:
         self._check_auxiliary_inputs(input_ids, labels)
         real = _real_tokens(input_ids, inputs_embeds, attention_mask, self.config.pad_token_id)  # (B, T)
-        batch = real.shape[0]
-        if labels is not None and labels.shape not in ((batch,), (batch, self.num_labels)):
-            raise ValueError(
-                f"`labels` must have shape ({batch},) (one class id or value per example) or "
-                f"({batch}, {self.num_labels}) (multi-label), got {tuple(labels.shape)}."
-            )
+        check_sequence_labels(labels, real.shape[0], self.num_labels, self.config.problem_type)
         logits, outputs = self._scores(input_ids, real, position_ids, inputs_embeds, **kwargs)
-        check_sequence_labels(labels, self.num_labels, self.config.problem_type)
         classification_loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return self._output(logits, classification_loss, input_ids, real, outputs)
 

@@ -10,6 +10,10 @@ nor the real tokens that unpadding gathers, nor whether padded rows hold padding
 functions would otherwise test on the device to drop an all-ones mask (`mask_inputs`). A forward called without it
 (a user's call, `generate()`, an evaluation pipeline) finds the same sequences from its tensors, reading them back.
 
+A base model's forward finds packed rows once (`packed_rows`, which also refuses a cache and kernels that cannot keep
+documents apart), builds its blocks' attention inputs from them (`self_attention_inputs`: boundaries for a varlen
+kernel, else transformers' mask kept within each document) and runs BERT's unpadded path through `Unpadded`.
+
 Dimension legend as in `layers.py`; L is the length of a flattened stream of tokens.
 """
 
@@ -19,6 +23,15 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
+from transformers.cache_utils import EncoderDecoderCache
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_causal_mask,
+    find_packed_sequence_indices,
+    packed_sequence_mask_function,
+)
+
+from .arguments import CACHE_NAME
 
 # flash-attn, whose varlen kernel (run by transformers from the `cu_seq_lens_*` keywords) keeps attention inside each
 # sequence of a flattened stream from its boundaries alone, as `varlen_sdpa_forward` does under sdpa.
@@ -302,6 +315,113 @@ def varlen_attention_inputs(config, sequences: PackedSequences | None, output_at
     return sequences.attention_inputs(config)
 
 
+def packed_rows(config, batch: int, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
+                sequences: PackedSequences | None = None, boundaries: dict | None = None, cache=None,
+                use_cache: bool | None = None) -> PackedSequences | None:
+    """The one detection of packed rows in a forward: `position_ids` (B or 1, T) restarting within a row and no
+    `attention_mask` (transformers' convention, as `DataCollatorWithFlattening` makes them), their documents found as
+    `packed_documents` says (the collate's `sequences`, transformers' varlen `boundaries`, else read from the
+    positions); None for unpacked rows. A configuration that cannot keep attention within documents, and a key/value
+    cache (it would hold the keys of every document of the row), are refused. Under `torch.compile` the documents are
+    left to transformers' mask, which reads the same restarts (`self_attention_inputs`)."""
+    if boundaries and (position_ids is None or attention_mask is not None):
+        raise ValueError(f"{', '.join(boundaries)} delimit packed rows, which take `position_ids` restarting at "
+                         "each sequence and no `attention_mask`.")
+    if position_ids is None or attention_mask is not None or torch.compiler.is_compiling():
+        return None
+    documents = packed_documents(position_ids.expand(batch, -1), sequences, boundaries)
+    if documents is None:
+        return None
+    problem = document_masking_error(config)
+    if problem is not None:
+        raise ValueError(f"Packed rows (`position_ids` restarting within a row): {problem}.")
+    if cache is not None or use_cache:
+        raise ValueError("Packed rows (`position_ids` restarting within a row) cannot use a key/value cache: "
+                         f"pass `use_cache=False` and no `{CACHE_NAME}`, or one sequence per row.")
+    return documents
+
+
+def document_ids(documents: PackedSequences, batch: int, length: int) -> torch.Tensor:
+    """(B, T) the document of each token of packed rows, from the boundaries alone (nothing is read back)."""
+    starts = torch.zeros(batch * length, dtype=torch.long, device=documents.cu_seqlens.device)
+    starts[documents.cu_seqlens[1:-1].long()] = 1  # every document after the first starts with a 1
+    return starts.cumsum(0).view(batch, length)
+
+
+def self_attention_inputs(config, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                          position_ids: torch.Tensor | None, documents: PackedSequences | None,
+                          sequences: PackedSequences | None, cache=None, is_causal: bool = False,
+                          varlen: bool = True, output_attentions: bool | None = None
+                          ) -> tuple[torch.Tensor | None, dict]:
+    """The blocks' self-attention mask and keywords for (B, T, C) `hidden_states`: packed rows' `documents` (from
+    `packed_rows`) through a kernel that takes their boundaries (`varlen_attention_inputs`; `varlen` False where
+    the blocks also cross-attend), else transformers' causal or bidirectional mask over the padding, kept within
+    each document. The collate's `sequences` answer on the host what the mask functions would read back
+    (`mask_inputs`); under `torch.compile` transformers finds the documents from the restarting `position_ids`.
+    `output_attentions` (None: the config's) needs a mask."""
+    output_attentions = config.output_attentions if output_attentions is None else output_attentions
+    keywords = varlen_attention_inputs(config, documents, output_attentions) if varlen else None
+    if keywords:
+        return None, keywords
+    batch, length = hidden_states.shape[:2]
+    padding, restarts, test = mask_inputs(attention_mask, position_ids, sequences, batch)
+    if not torch.compiler.is_compiling() or padding is not None:
+        restarts = None  # (the documents were found once, by `packed_rows`)
+    same_document = None
+    if documents is not None:
+        same_document = packed_sequence_mask_function(document_ids(documents, batch, length))
+    elif restarts is not None and not is_causal:
+        same_document = packed_sequence_mask_function(find_packed_sequence_indices(restarts.expand(batch, -1)))
+    if is_causal:
+        if isinstance(cache, EncoderDecoderCache):
+            cache = cache.self_attention_cache
+        mask = create_causal_mask(config, hidden_states, padding, cache, restarts, allow_is_causal_skip=test,
+                                  and_mask_function=same_document)
+    else:
+        mask = create_bidirectional_mask(config, hidden_states, padding, allow_is_bidirectional_skip=test,
+                                         and_mask_function=same_document)
+    return mask, {}
+
+
+class Unpadded:
+    """The real tokens of padded (B, T) rows laid end to end in one (1, N) row (MosaicBERT, Portes et al. 2023), and
+    the blocks' keywords for attention within each row's tokens: `gather` the inputs, run the model on them,
+    `restore` the (B, T, C) states, zero at padded positions."""
+
+    def __init__(self, sequences: PackedSequences, keywords: dict, shape: torch.Size):
+        self.sequences, self.keywords, self.shape = sequences, keywords, shape
+
+    @classmethod
+    def of(cls, config, attention_mask: torch.Tensor | None, sequences: PackedSequences | None, unpad_inputs: bool,
+           cross_attention: bool, kwargs: dict) -> "Unpadded | None":
+        """The unpadded rows of an encoder call (`unpad_inputs`, a 2D `attention_mask`), or None for the padded path:
+        a decoder or cross attention, hidden states or attention weights requested, no varlen kernel, or under
+        `torch.compile`. The collate's `sequences` say where the real tokens lie without a read back."""
+        output_attentions = kwargs.get("output_attentions", config.output_attentions)
+        if (not unpad_inputs or attention_mask is None or attention_mask.dim() != 2 or config.is_decoder
+                or cross_attention or torch.compiler.is_compiling()
+                or kwargs.get("output_hidden_states", config.output_hidden_states)
+                or not varlen_kernel(config, output_attentions)):
+            return None
+        real = unpadded_sequences(attention_mask, sequences)
+        return cls(real, varlen_attention_inputs(config, real, output_attentions), attention_mask.shape)
+
+    def gather(self, position_ids: torch.Tensor | None, *inputs: torch.Tensor | None) -> list[torch.Tensor | None]:
+        """(1, N) positions (those of the padded path, 0..T-1 over each row, by default) and (1, N[, C]) inputs."""
+        batch, length = self.shape
+        if position_ids is None:
+            position_ids = torch.arange(length, device=self.sequences.cu_seqlens.device)[None]
+        real = self.sequences.tokens  # (N,) indices of the real tokens in the B * T grid
+        return [x.flatten(0, 1)[real][None] if x is not None else None
+                for x in (position_ids.expand(batch, length), *inputs)]
+
+    def restore(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """(1, N, C) states of the real tokens -> (B, T, C), zeros at padded positions."""
+        batch, length = self.shape
+        restored = hidden_states.new_zeros(batch * length, hidden_states.shape[-1])
+        return restored.index_copy(0, self.sequences.tokens, hidden_states[0]).view(batch, length, -1)
+
+
 def varlen_sdpa_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -322,5 +442,6 @@ def varlen_sdpa_forward(
 
 
 __all__ = ["DOCUMENT_MASKING_IMPLEMENTATIONS", "FLASH_IMPLEMENTATIONS", "VARLEN_KEYWORDS", "PackedSequences",
-           "document_lengths", "document_masking_error", "host_lengths", "mask_inputs", "packed_documents",
-           "unpadded_sequences", "varlen_attention_inputs", "varlen_kernel", "varlen_sdpa_forward"]
+           "Unpadded", "document_ids", "document_lengths", "document_masking_error", "host_lengths", "mask_inputs",
+           "packed_documents", "packed_rows", "self_attention_inputs", "unpadded_sequences", "varlen_attention_inputs",
+           "varlen_kernel", "varlen_sdpa_forward"]
