@@ -34,7 +34,79 @@ def check_vocab_multiple(multiple, name: str = "pad_vocab_to_multiple_of") -> No
         raise ValueError(f"`{name}` must be None (no padding) or a positive integer (e.g. 64), got {multiple!r}.")
 
 
-class LineageConfig(PreTrainedConfig):
+class LineageBaseConfig(PreTrainedConfig):
+    """The checks every Lineage config runs when it is built, the RNN's included, on the fields a family names in its
+    class attributes: `positive_fields` (positive integers), `probability_fields` (in [0, 1)), `weight_token_ids` and
+    `metadata_token_ids` (special-token ids, see the module docstring); every field annotated `bool` must be a bool,
+    `initializer_range` a number >= 0 and `pad_vocab_to_multiple_of` None or a positive integer (see `LineageConfig`).
+    A family declares the fields (`vocab_size`, `hidden_size`, `hidden_dropout_prob`, `initializer_range`,
+    `pad_vocab_to_multiple_of`, ...) in its own order, which its saved `config.json` keeps.
+    """
+
+    positive_fields = ("vocab_size", "hidden_size")
+    probability_fields = ("hidden_dropout_prob",)
+    weight_token_ids = ()
+    metadata_token_ids = ()
+
+    def __post_init__(self, **kwargs):
+        stored = kwargs.pop("_stored_config", False)  # set by `from_dict` only, never saved
+        super().__post_init__(**kwargs)
+        self.check_lineage_fields()
+        self.check_token_ids(strict=not stored)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """A stored config (`from_pretrained`, or a reference model's in `conversion.py`): special-token ids that index
+        no weight keep their values, with a warning, where a config built in code refuses them."""
+        return super().from_dict({**config_dict, "_stored_config": True}, **kwargs)
+
+    def check_token_ids(self, strict: bool = True) -> None:
+        """Every id of `weight_token_ids` and `metadata_token_ids` None or in [0, vocab_size) (`eos_token_id` may list
+        several); out-of-range metadata ids only warn when not `strict`."""
+        for name in self.weight_token_ids + self.metadata_token_ids:
+            value = getattr(self, name)
+            ids = value if isinstance(value, (list, tuple)) else [value]
+            if value is None or all(type(i) is int and 0 <= i < self.vocab_size for i in ids):
+                continue
+            message = f"`{name}` must be None or in [0, {self.vocab_size}) (vocab_size), got {value!r}."
+            if strict or name in self.weight_token_ids:
+                raise ValueError(message)
+            warnings.warn(f"{message} Kept as stored: it indexes no weight, but generating with it (or, for a pad "
+                          "id, finding padding by it) cannot work.", stacklevel=2)
+
+    @classmethod
+    def _lineage_bool_fields(cls) -> list[str]:
+        """Fields annotated `bool` by a Lineage config class (this one or a family's)."""
+        return [name for klass in cls.__mro__ if issubclass(klass, LineageBaseConfig)
+                for name, kind in vars(klass).get("__annotations__", {}).items() if kind is bool]
+
+    def check_lineage_fields(self) -> None:
+        """Raise a `ValueError` naming the first field whose value is outside its allowed range."""
+        for name in self.positive_fields:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        for name in self._lineage_bool_fields():
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+        for name in self.probability_fields:
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
+        if isinstance(self.initializer_range, bool) or not isinstance(self.initializer_range, (int, float)) \
+                or not self.initializer_range >= 0:
+            raise ValueError(f"`initializer_range` must be a number >= 0 (the scale of the initial weights), "
+                             f"got {self.initializer_range!r}.")
+        check_vocab_multiple(self.pad_vocab_to_multiple_of)
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Rows of the token embedding and the output layer: `vocab_size` rounded up to `pad_vocab_to_multiple_of`."""
+        multiple = self.pad_vocab_to_multiple_of or 1
+        return -(-self.vocab_size // multiple) * multiple
+
+
+class LineageConfig(LineageBaseConfig):
     r"""Fields common to all families. Defaults are BERT-base's; families override them.
 
     Args:
@@ -89,50 +161,13 @@ class LineageConfig(PreTrainedConfig):
     absolute_and_relative: bool = False
     pad_vocab_to_multiple_of: int | None = None
 
-    # class attributes, not config fields (no annotation): the special-token ids of a family's config that index a
-    # weight (`padding_idx`), and those that only name a token
-    weight_token_ids = ()
-    metadata_token_ids = ()
-
-    def __post_init__(self, **kwargs):
-        stored = kwargs.pop("_stored_config", False)  # set by `from_dict` only, never saved
-        super().__post_init__(**kwargs)
-        self.check_lineage_fields()
-        self.check_token_ids(strict=not stored)
-
-    @classmethod
-    def from_dict(cls, config_dict: dict, **kwargs):
-        """A stored config (`from_pretrained`, or a reference model's in `conversion.py`): special-token ids that index
-        no weight keep their values, with a warning, where a config built in code refuses them."""
-        return super().from_dict({**config_dict, "_stored_config": True}, **kwargs)
-
-    def check_token_ids(self, strict: bool = True) -> None:
-        """Every id of `weight_token_ids` and `metadata_token_ids` None or in [0, vocab_size) (`eos_token_id` may list
-        several); out-of-range metadata ids only warn when not `strict`."""
-        for name in self.weight_token_ids + self.metadata_token_ids:
-            value = getattr(self, name)
-            ids = value if isinstance(value, (list, tuple)) else [value]
-            if value is None or all(type(i) is int and 0 <= i < self.vocab_size for i in ids):
-                continue
-            message = f"`{name}` must be None or in [0, {self.vocab_size}) (vocab_size), got {value!r}."
-            if strict or name in self.weight_token_ids:
-                raise ValueError(message)
-            warnings.warn(f"{message} Kept as stored: it indexes no weight, but generating with it (or, for a pad "
-                          "id, finding padding by it) cannot work.", stacklevel=2)
-
-    @classmethod
-    def _lineage_bool_fields(cls) -> list[str]:
-        """Fields annotated `bool` by a Lineage config class (this one or a family's)."""
-        return [name for klass in cls.__mro__ if issubclass(klass, LineageConfig)
-                for name, kind in vars(klass).get("__annotations__", {}).items() if kind is bool]
+    positive_fields = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                       "max_position_embeddings")
+    probability_fields = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
     def check_lineage_fields(self) -> None:
-        """Raise a `ValueError` naming the first field whose value is outside its allowed range."""
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        """The shared checks (`LineageBaseConfig`), then those of the attention families' fields."""
+        super().check_lineage_fields()
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
@@ -142,28 +177,10 @@ class LineageConfig(PreTrainedConfig):
             raise ValueError(f"`norm_position` must be one of {NORM_POSITIONS}, got {self.norm_position!r}.")
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"`hidden_act` must be one of {ACTIVATIONS}, got {self.hidden_act!r}.")
-        for name in self._lineage_bool_fields():
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
         if isinstance(self.layer_norm_eps, bool) or not isinstance(self.layer_norm_eps, (int, float)) \
                 or not self.layer_norm_eps > 0:
             raise ValueError(f"`layer_norm_eps` must be a positive number (e.g. 1e-12), got {self.layer_norm_eps!r}.")
-        if isinstance(self.initializer_range, bool) or not isinstance(self.initializer_range, (int, float)) \
-                or not self.initializer_range >= 0:
-            raise ValueError(f"`initializer_range` must be a number >= 0 (the initial weights' standard deviation), "
-                             f"got {self.initializer_range!r}.")
-        check_vocab_multiple(self.pad_vocab_to_multiple_of)
         self.check_position_fields()
-
-    @property
-    def padded_vocab_size(self) -> int:
-        """Rows of the token embedding and the output layer: `vocab_size` rounded up to `pad_vocab_to_multiple_of`."""
-        multiple = self.pad_vocab_to_multiple_of or 1
-        return -(-self.vocab_size // multiple) * multiple
 
     @property
     def relative_attention(self) -> str | None:
@@ -196,4 +213,5 @@ class LineageConfig(PreTrainedConfig):
             )
 
 
-__all__ = ["ACTIVATIONS", "NORM_POSITIONS", "RELATIVE_POSITION_TYPES", "LineageConfig", "check_vocab_multiple"]
+__all__ = ["ACTIVATIONS", "NORM_POSITIONS", "RELATIVE_POSITION_TYPES", "LineageBaseConfig", "LineageConfig",
+           "check_vocab_multiple"]

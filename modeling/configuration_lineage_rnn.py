@@ -9,18 +9,19 @@ attention, 620-dimensional embeddings, the decoder initialised through a linear 
 (as OpenNMT's `brnn`), so annotations and decoder states have one width; RNNsearch's encoder has `hidden_size`
 units per direction. Label smoothing is 0 by default (plain cross-entropy, as transformers' models); recipes set it.
 
-Every field is checked when the config is built; a bad value raises a `ValueError` naming the field and the allowed
-values. This module imports `transformers` only (it is copied beside saved models).
+Every field is checked when the config is built (`LineageBaseConfig`'s shared checks, then the RNN's choices); a bad
+value raises a `ValueError` naming the field and the allowed values. This module imports `transformers` only (it is
+copied beside saved models).
 """
 
-from transformers import PreTrainedConfig
+from .configuration_lineage_common import LineageBaseConfig
 
 CELLS = ("gru", "lstm")
 ATTENTIONS = ("none", "bahdanau", "luong-dot", "luong-general", "luong-concat")
 BRIDGES = ("none", "last", "linear")
 
 
-class LineageRnnConfig(PreTrainedConfig):
+class LineageRnnConfig(LineageBaseConfig):
     r"""Configuration of `LineageRnnModel` and `LineageRnnForConditionalGeneration`.
 
     Args:
@@ -51,10 +52,16 @@ class LineageRnnConfig(PreTrainedConfig):
         pad_token_id, bos_token_id, eos_token_id, decoder_start_token_id: ids of `<pad>`, `<s>`, `</s>` and the
             first decoder input.
         use_cache: carry the recurrent state between decoding steps (`LineageRnnCache`).
+        pad_vocab_to_multiple_of: `None` or m: the embeddings and the output layer get `vocab_size` rounded up to a
+            multiple of m rows, as in `LineageConfig`.
     """
 
     model_type = "lineage-rnn"
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache output before and from transformers 5.24
+    positive_fields = ("vocab_size", "embedding_size", "hidden_size", "num_encoder_layers", "num_decoder_layers")
+    probability_fields = ("hidden_dropout_prob", "label_smoothing")
+    weight_token_ids = ("pad_token_id",)  # the embeddings' `padding_idx`
+    metadata_token_ids = ("bos_token_id", "eos_token_id", "decoder_start_token_id")
 
     vocab_size: int = 30000
     embedding_size: int = 620
@@ -77,6 +84,7 @@ class LineageRnnConfig(PreTrainedConfig):
     bos_token_id: int | None = 1
     eos_token_id: int | None = 2
     decoder_start_token_id: int | None = 1
+    pad_vocab_to_multiple_of: int | None = None
 
     def __post_init__(self, **kwargs):
         if kwargs.get("bidirectional_decoder"):
@@ -85,30 +93,14 @@ class LineageRnnConfig(PreTrainedConfig):
                 "read both ways (`bidirectional_encoder`)."
             )
         super().__post_init__(**kwargs)
-        self.check_rnn_fields()
 
-    def check_rnn_fields(self) -> None:
-        """Raise a `ValueError` naming the first field whose value is outside its allowed values."""
+    def check_lineage_fields(self) -> None:
+        """The shared checks (`LineageBaseConfig`), then the RNN's choices and their combinations."""
         for name, allowed in (("cell", CELLS), ("attention", ATTENTIONS), ("bridge", BRIDGES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"`{name}` must be one of {allowed}, got {getattr(self, name)!r}.")
-        for name in ("vocab_size", "embedding_size", "hidden_size", "num_encoder_layers", "num_decoder_layers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-        for name, kind in vars(LineageRnnConfig).get("__annotations__", {}).items():
-            if kind is bool and not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+        super().check_lineage_fields()
         self._check_combinations()
-        for name, low, high in (("hidden_dropout_prob", 0.0, 1.0), ("label_smoothing", 0.0, 1.0)):
-            if not low <= getattr(self, name) < high:
-                raise ValueError(f"`{name}` must be in [{low}, {high}), got {getattr(self, name)!r}.")
-        if not self.initializer_range > 0:
-            raise ValueError(f"`initializer_range` must be positive, got {self.initializer_range!r}.")
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):
-                raise ValueError(f"`{name}` must be None or in [0, {self.vocab_size}) (vocab_size), got {value!r}.")
 
     def _check_combinations(self) -> None:
         if self.bidirectional_encoder and self.hidden_size % 2:

@@ -46,6 +46,7 @@ class LineageTransformerConfig(LineageConfig):
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache output before and from transformers 5.24
     weight_token_ids = ("pad_token_id",)  # the shared embedding's `padding_idx`
     metadata_token_ids = ("bos_token_id", "eos_token_id", "decoder_start_token_id")
+    probability_fields = (*LineageConfig.probability_fields, "label_smoothing")
 
     vocab_size: int = 37000
     hidden_size: int = 512
@@ -76,8 +77,6 @@ class LineageTransformerConfig(LineageConfig):
             raise ValueError(
                 f"`sinusoidal_layout` must be one of {SINUSOIDAL_LAYOUTS}, got {self.sinusoidal_layout!r}."
             )
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing!r}.")
 
 
 __all__ = ["LineageTransformerConfig"]

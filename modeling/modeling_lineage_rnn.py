@@ -32,12 +32,15 @@ Departures: the two encoder directions split `hidden_size` (annotations and deco
 `output_hidden_states` gives two tensors per side, the embeddings and the top states (the stacked recurrent kernels
 do not expose the layers between).
 
+The model's and the head's forwards are the encoder-decoders' shared plumbing (`seq2seq.py`), so the RNN's output
+layer is the other families' (`losses.lm_output`): the loss without the logits in training (`return_logits`),
+`sparse_prediction`, and a vocabulary padded by `pad_vocab_to_multiple_of`.
+
 Shapes: B batch, S source length, T target length (of this call), E embedding size, C hidden size, L layers,
 V vocabulary size.
 """
 
 from dataclasses import dataclass
-from typing import Unpack
 
 import torch
 from torch import nn
@@ -45,28 +48,16 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.initialization import uniform_, zeros_
-from transformers.modeling_outputs import (
-    BaseModelOutputWithPastAndCrossAttentions,
-    Seq2SeqLMOutput,
-    Seq2SeqModelOutput,
-)
+from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
 from transformers.utils import ModelOutput
-from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
-from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
-from .checks import (
-    check_devices,
-    check_ids_or_embeds,
-    check_label_ids,
-    check_mask_shape,
-    value_checks_enabled,
-)
+from .arguments import CACHE_NAME, cache_keyword, forward_arguments
+from .checks import check_ids_or_embeds, check_mask_shape, value_checks_enabled
 from .configuration_lineage_rnn import LineageRnnConfig
 from .linear import LineageLinear
-from .losses import labelled_positions, seq2seq_loss
 from .packing import PackedSequences, host_lengths
 from .pretrained import LineagePreTrainedModel
-from .seq2seq import check_decoder_inputs, shift_tokens_right, teacher_forcing_inputs
+from .seq2seq import Seq2SeqBase, Seq2SeqLMBase, check_decoder_inputs
 
 State = tuple[torch.Tensor, ...]  # (h,) for a GRU, (h, c) for an LSTM; each (L, B, C)
 
@@ -165,7 +156,8 @@ def right_padded_lengths(mask: torch.Tensor | None, shape: torch.Size, name: str
     positions = torch.arange(shape[1], device=mask.device)[None]  # (1, T)
     require((mask.long() == (positions < lengths[:, None]).long()).all(),
             f"`{name}` must be right-padded: ones for real tokens, then zeros for padding.")
-    require(lengths.min() >= 1, f"`{name}` must keep at least one real token per row (a recurrent state needs an input).")
+    require(lengths.min() >= 1,
+            f"`{name}` must keep at least one real token per row (a recurrent state needs an input).")
     return lengths
 
 
@@ -188,8 +180,7 @@ def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, state: State) -> tuple[torch.
     """A stacked GRU or LSTM over (B, T, input) from `state`; the state comes back as a tuple either way. Several
     positions go through the fused kernel (cuDNN / oneDNN); one position, or a compiled graph (TorchDynamo does not
     trace the fused kernels), through the cell functions with the same weights, since the fused kernel's fixed cost
-    per call (about 2 ms forward and 4 ms backward on a CPU, measured at batch 64 and width 128) dominates a single
-    step."""
+    per call dominates a single step (docs/performance.md)."""
     if inputs.shape[1] == 1 or torch.compiler.is_compiling():
         return cell_rnn(rnn, inputs, state)
     outputs, new_state = rnn(inputs, state if isinstance(rnn, nn.LSTM) else state[0])
@@ -299,7 +290,8 @@ class LineageRnnEncoder(nn.Module):
         super().__init__()
         self.config = config
         directions = 2 if config.bidirectional_encoder else 1
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
+        self.embed_tokens = nn.Embedding(config.padded_vocab_size, config.embedding_size,
+                                         padding_idx=config.pad_token_id)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.rnn = make_rnn(config, config.embedding_size, config.hidden_size // directions,
                             config.num_encoder_layers, config.bidirectional_encoder)
@@ -395,7 +387,8 @@ class LineageRnnDecoder(nn.Module):
     def __init__(self, config: LineageRnnConfig, extra_input: int = 0):
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
+        self.embed_tokens = nn.Embedding(config.padded_vocab_size, config.embedding_size,
+                                         padding_idx=config.pad_token_id)
         self.rnn = make_rnn(config, config.embedding_size + extra_input, config.hidden_size, config.num_decoder_layers)
         self.attention = SCORES[config.attention](config.hidden_size) if config.attention != "none" else None
 
@@ -505,7 +498,7 @@ class LineageRnnPreTrainedModel(LineagePreTrainedModel):
                 zeros_(module.weight[module.padding_idx])
 
 
-class LineageRnnModel(LineageRnnPreTrainedModel):
+class LineageRnnModel(Seq2SeqBase, LineageRnnPreTrainedModel):
     """The bare encoder-decoder: `encode` the source once, `decode` target tokens from the bridged (or cached)
     state; `last_hidden_state` is what the output projection reads (the top state, Bahdanau's deep output or
     Luong's attentional state)."""
@@ -549,8 +542,24 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         (then T counts the new tokens only) and storing the state reached there."""
         self._check_target(decoder_input_ids, decoder_inputs_embeds, None, cache,
                            encoder_outputs.last_hidden_state.shape[:2], attention_mask)
-        return self._decode(decoder_input_ids, decoder_inputs_embeds, encoder_outputs, attention_mask,
-                            cache, **kwargs)
+        return self._decode(decoder_input_ids, decoder_inputs_embeds, encoder_outputs, attention_mask, None, cache,
+                            **kwargs)
+
+    @staticmethod
+    def as_encoder_outputs(encoder_outputs) -> LineageRnnEncoderOutput | None:
+        """`encoder_outputs` as the encoder returns them (also as a plain dict); a bare tuple is refused, since the
+        positions of its optional fields are ambiguous."""
+        if encoder_outputs is None or isinstance(encoder_outputs, LineageRnnEncoderOutput):
+            return encoder_outputs
+        if isinstance(encoder_outputs, dict) and "last_hidden_state" in encoder_outputs:
+            return LineageRnnEncoderOutput(**encoder_outputs)
+        raise ValueError("`encoder_outputs` must be what `model.get_encoder()` returns (a `LineageRnnEncoderOutput` "
+                         "with `last_hidden_state` and the final state the bridge reads), got "
+                         f"{type(encoder_outputs).__name__}.")
+
+    @staticmethod
+    def _new_cache() -> "LineageRnnCache":
+        return LineageRnnCache()
 
     def _check_target(
         self,
@@ -582,11 +591,15 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         decoder_inputs_embeds: torch.Tensor | None,
         encoder_outputs: LineageRnnEncoderOutput,
         attention_mask: torch.Tensor | None,
+        decoder_attention_mask: torch.Tensor | None,
         cache: "LineageRnnCache | None",
+        packed_sequences: PackedSequences | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> ModelOutput:
+        """`decoder_attention_mask` (checked right-padded) and `packed_sequences` (the source rows') change nothing:
+        the decoder reads left to right, and the encoder has run."""
         if decoder_inputs_embeds is None:
             decoder_inputs_embeds = self.decoder.embed_tokens(decoder_input_ids)  # (B, T, E)
         embedded = self.dropout(decoder_inputs_embeds)
@@ -601,8 +614,9 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
         outputs, weights, state, feed = self.decoder(embedded, annotations, keys, source_mask, state, feed)
         if cache is not None:
             cache.store(state, feed, keys, embedded.shape[1])
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        config = self.config
+        output_attentions = config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=outputs,
             **cache_keyword(cache),
@@ -610,62 +624,8 @@ class LineageRnnModel(LineageRnnPreTrainedModel):
             cross_attentions=(weights[:, None],) if output_attentions and weights is not None else None,  # (B, 1, T, S)
         )
 
-    @forward_arguments
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.Tensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: LineageRnnEncoderOutput | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        packed_sequences: PackedSequences | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> Seq2SeqModelOutput:
-        """`packed_sequences` (from the collators): the source rows, for the encoder (`LineageRnnEncoder.forward`)."""
-        check_devices(self.get_input_embeddings().weight.device, input_ids=input_ids, attention_mask=attention_mask,
-                      decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
-                      inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds)
-        encoder_outputs = as_encoder_output(encoder_outputs)
-        source_shape = (encoder_outputs.last_hidden_state.shape[:2] if encoder_outputs is not None
-                        else check_ids_or_embeds(input_ids, inputs_embeds))
-        self._check_target(decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, cache,
-                           source_shape, attention_mask)  # both sides are checked before the encoder runs
-        if encoder_outputs is None:
-            encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, packed_sequences=packed_sequences,
-                                          output_hidden_states=kwargs.get("output_hidden_states"))
-        if use_cache is None:
-            use_cache = self.config.use_cache and not self.training
-        if use_cache and cache is None:
-            cache = LineageRnnCache()
-        decoded = self._decode(decoder_input_ids, decoder_inputs_embeds, encoder_outputs, attention_mask,
-                               cache, **kwargs)
-        return Seq2SeqModelOutput(
-            last_hidden_state=decoded.last_hidden_state,
-            **cache_keyword(output_cache(decoded)),
-            decoder_hidden_states=decoded.hidden_states,
-            cross_attentions=decoded.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-        )
 
-
-def as_encoder_output(encoder_outputs) -> LineageRnnEncoderOutput | None:
-    """`encoder_outputs` as the encoder returns them (also as a plain dict); a bare tuple is refused, since the
-    positions of its optional fields are ambiguous."""
-    if encoder_outputs is None or isinstance(encoder_outputs, LineageRnnEncoderOutput):
-        return encoder_outputs
-    if isinstance(encoder_outputs, dict) and "last_hidden_state" in encoder_outputs:
-        return LineageRnnEncoderOutput(**encoder_outputs)
-    raise ValueError("`encoder_outputs` must be what `model.get_encoder()` returns (a `LineageRnnEncoderOutput` with "
-                     f"`last_hidden_state` and the final state the bridge reads), got {type(encoder_outputs).__name__}.")
-
-
-class LineageRnnForConditionalGeneration(LineageRnnPreTrainedModel, GenerationMixin):
+class LineageRnnForConditionalGeneration(Seq2SeqLMBase, LineageRnnPreTrainedModel, GenerationMixin):
     """Sequence-to-sequence model with the output projection (optionally tied to the target embedding), the
     (label-smoothed) cross-entropy loss and `generate()`: greedy, sampling and beam search over a
     `LineageRnnCache`."""
@@ -676,57 +636,12 @@ class LineageRnnForConditionalGeneration(LineageRnnPreTrainedModel, GenerationMi
         super().__init__(config)
         self.model = LineageRnnModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.lm_head = LineageLinear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = LineageLinear(config.hidden_size, config.padded_vocab_size, bias=False)
         self.post_init()
 
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-
-    @forward_arguments(takes=("packed_sequences",))
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.Tensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: LineageRnnEncoderOutput | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        num_items_in_batch: torch.Tensor | int | None = None,
-        sparse_prediction: bool = False,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> Seq2SeqLMOutput:
-        """`sparse_prediction` (a training option): with `labels`, the output projection and the softmax run only at
-        labelled positions (label != -100), so the logits are the (N, V) ones of the N labelled positions in row-major
-        order, skipping the padding of ragged batches."""
-        check_label_ids(labels, self.config.vocab_size)
-        decoder_input_ids = teacher_forcing_inputs(labels, decoder_input_ids, decoder_inputs_embeds, self.config)
-        if labels is not None:
-            use_cache = False
-        outputs = self.model(
-            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, cache,
-            inputs_embeds, decoder_inputs_embeds, use_cache, return_dict=True, **kwargs,
-        )
-        hidden_states = outputs.last_hidden_state  # (B, T, C)
-        if labels is not None and sparse_prediction:
-            hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
-        logits = self.lm_head(self.dropout(hidden_states))  # (B, T, V), or (N, V)
-        loss = None
-        if labels is not None:
-            loss = seq2seq_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            **cache_keyword(output_cache(outputs)),
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-        )
+    def lm_head_inputs(self) -> dict:
+        """Dropout on the states the output layer reads."""
+        return {"transform": self.dropout}
 
 
 __all__ = [

@@ -16,15 +16,12 @@ the decoder's positions is refused before the first decoding step (`checks.check
 Departures, by config only (see `LineageTransformerConfig`): pre-norm (with a final LayerNorm per stack), learned
 positions, Marian's split sin|cos layout, relative position representations (Shaw et al. 2018) in the encoder's and
 the decoder's self-attention instead of (or besides) the sinusoids, an untied output projection and a fixed logits
-bias. Weights convert to
-and from transformers' `MarianModel` / `MarianMTModel` (`conversion.py`) with identical outputs.
+bias. Weights convert to and from transformers' `MarianModel` / `MarianMTModel` (`conversion_marian.py`) with
+identical outputs. The model's and the head's forwards are the encoder-decoders' shared plumbing (`seq2seq.py`).
 
 Initialisation, which the paper does not give: token embeddings ~ N(0, d_model^-1/2) (as tensor2tensor and fairseq)
 so that the scaled embeddings have unit variance like the sinusoids they are added to; other weights as the shared
 base class (normal with `initializer_range`).
-
-The collators' `packed_sequences` say on the host whether the source rows hold padding, so that the masks are made
-without reading `attention_mask` back from the device (`packing.mask_inputs`).
 
 Shapes: B batch, S source length, T target length (of this call), C hidden size, V vocabulary size.
 """
@@ -33,26 +30,19 @@ from typing import Unpack
 
 import torch
 from torch import nn
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
 from transformers.initialization import normal_, zeros_
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
-from transformers.modeling_outputs import (
-    BaseModelOutput,
-    BaseModelOutputWithPastAndCrossAttentions,
-    Seq2SeqLMOutput,
-    Seq2SeqModelOutput,
-)
-from transformers.utils.generic import TransformersKwargs, can_return_tuple
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions
+from transformers.utils.generic import TransformersKwargs
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .arguments import CACHE_NAME, cache_keyword, forward_arguments, output_cache
+from .arguments import CACHE_NAME, cache_keyword, encoder_decoder_cache, forward_arguments
 from .checks import (
     check_cached_mask,
-    check_devices,
     check_generation_length,
     check_ids_or_embeds,
-    check_label_ids,
     check_mask_shape,
     check_sequence_length,
 )
@@ -61,19 +51,14 @@ from .layers import (
     LearnedPositionalEmbedding,
     LineageBlock,
     SinusoidalPositionalEmbedding,
+    final_norm,
+    run_blocks,
 )
 from .linear import LineageLinear
-from .losses import (
-    labelled_positions,
-    lm_head_loss,
-    seq2seq_loss,
-    skips_logits,
-    vocab_logits,
-)
 from .packing import PackedSequences, mask_inputs
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
-from .seq2seq import check_decoder_inputs, shift_tokens_right, teacher_forcing_inputs
+from .seq2seq import Seq2SeqBase, Seq2SeqLMBase, check_decoder_inputs, shift_tokens_right
 
 
 class LineageTransformerPreTrainedModel(LineagePreTrainedModel):
@@ -119,9 +104,7 @@ class LineageTransformerStack(LineageTransformerPreTrainedModel):
             LineageBlock(config, i, is_causal=is_decoder, has_cross_attention=is_decoder)
             for i in range(config.num_hidden_layers)
         )
-        self.final_norm = (
-            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
-        )
+        self.final_norm = final_norm(config)
 
     def init_weights(self) -> None:
         """Left to the model holding both stacks, which initialises them in one pass once both are built: each stack
@@ -137,13 +120,6 @@ class LineageTransformerStack(LineageTransformerPreTrainedModel):
             positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + offset  # (1, T)
             embeddings = embeddings + self.embed_positions(positions)
         return self.dropout(embeddings)
-
-    def run_layers(self, hidden_states: torch.Tensor, *masks_and_memory: torch.Tensor | None, **kwargs) -> torch.Tensor:
-        """`hidden_states` through every block; tensors that carry gradients go positionally, as gradient
-        checkpointing requires."""
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, *masks_and_memory, **kwargs)[0]
-        return self.final_norm(hidden_states) if self.final_norm is not None else hidden_states
 
 
 class LineageTransformerEncoder(LineageTransformerStack):
@@ -184,7 +160,8 @@ class LineageTransformerEncoder(LineageTransformerStack):
         mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=padding,
                                          allow_is_bidirectional_skip=test)
         relative = relative_attention_inputs(config, hidden_states)
-        return BaseModelOutput(last_hidden_state=self.run_layers(hidden_states, mask, **relative, **kwargs))
+        return BaseModelOutput(last_hidden_state=run_blocks(self.layers, self.final_norm, hidden_states, mask,
+                                                            **relative, **kwargs))
 
 
 class LineageTransformerDecoder(LineageTransformerStack):
@@ -225,20 +202,19 @@ class LineageTransformerDecoder(LineageTransformerStack):
             encoder_hidden_states=encoder_hidden_states, allow_is_bidirectional_skip=test,
         )
         relative = relative_attention_inputs(self.config, hidden_states, past_length=offset)  # consecutive positions
-        hidden_states = self.run_layers(
-            hidden_states, causal_mask, encoder_hidden_states, cross_mask, **cache_keyword(cache),
-            **relative, **kwargs,
+        hidden_states = run_blocks(
+            self.layers, self.final_norm, hidden_states, causal_mask, encoder_hidden_states, cross_mask,
+            **cache_keyword(cache), **relative, **kwargs,
         )
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states, **cache_keyword(cache)
         )
 
 
-class LineageTransformerModel(LineageTransformerPreTrainedModel):
-    """The bare encoder-decoder: decoder hidden states (and the encoder's), without the output projection.
-
-    `output_hidden_states` / `output_attentions` given as keyword arguments reach the encoder and the decoder,
-    which capture their own (`@capture_outputs`).
+class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
+    """The bare encoder-decoder: decoder hidden states (and the encoder's), without the output projection
+    (`seq2seq.Seq2SeqBase.forward`); encoder and decoder capture their own hidden states and attentions
+    (`@capture_outputs`).
     """
 
     def __init__(self, config: LineageTransformerConfig):
@@ -284,9 +260,19 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
             encoder_hidden_states.shape[:2], attention_mask,
         )
         return self._decode(
-            decoder_input_ids, encoder_hidden_states, attention_mask, decoder_attention_mask, cache,
-            decoder_inputs_embeds, packed_sequences, **kwargs,
+            decoder_input_ids, decoder_inputs_embeds, BaseModelOutput(last_hidden_state=encoder_hidden_states),
+            attention_mask, decoder_attention_mask, cache, packed_sequences, **kwargs,
         )
+
+    @staticmethod
+    def as_encoder_outputs(encoder_outputs: BaseModelOutput | tuple | None) -> BaseModelOutput | None:
+        """Given `encoder_outputs` as a `BaseModelOutput` (a tuple holds its fields in order)."""
+        if encoder_outputs is not None and not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        return encoder_outputs
+
+    def _new_cache(self) -> EncoderDecoderCache:
+        return encoder_decoder_cache(self.config)
 
     def _check_target(
         self,
@@ -312,75 +298,23 @@ class LineageTransformerModel(LineageTransformerPreTrainedModel):
     def _decode(
         self,
         decoder_input_ids: torch.Tensor | None,
-        encoder_hidden_states: torch.Tensor,
+        decoder_inputs_embeds: torch.Tensor | None,
+        encoder_outputs: BaseModelOutput,
         attention_mask: torch.Tensor | None,
         decoder_attention_mask: torch.Tensor | None,
         cache: Cache | None,
-        decoder_inputs_embeds: torch.Tensor | None,
         packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if decoder_inputs_embeds is None:
             decoder_inputs_embeds = self.get_input_embeddings()(decoder_input_ids)  # (B, T, C)
         return self.decoder(
-            decoder_inputs_embeds, encoder_hidden_states, decoder_attention_mask, attention_mask, cache,
+            decoder_inputs_embeds, encoder_outputs.last_hidden_state, decoder_attention_mask, attention_mask, cache,
             packed_sequences, return_dict=True, **kwargs,
         )
 
-    @forward_arguments
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.Tensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        packed_sequences: PackedSequences | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> Seq2SeqModelOutput:
-        """`packed_sequences` (from the collators): the source rows' padding, known on the host
-        (`packing.mask_inputs`); it changes no output."""
-        check_devices(self.get_input_embeddings().weight.device, input_ids=input_ids, attention_mask=attention_mask,
-                      decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
-                      inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds)
-        if encoder_outputs is not None and not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
-        source_shape = (
-            encoder_outputs.last_hidden_state.shape[:2] if encoder_outputs is not None
-            else check_ids_or_embeds(input_ids, inputs_embeds)
-        )
-        self._check_target(  # both sides are checked before the encoder runs
-            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, cache, source_shape,
-            attention_mask,
-        )
-        if encoder_outputs is None:
-            encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, packed_sequences, **kwargs)
-        if use_cache is None:
-            use_cache = self.config.use_cache and not self.training
-        if use_cache and cache is None:
-            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        decoder_outputs = self._decode(
-            decoder_input_ids, encoder_outputs.last_hidden_state, attention_mask, decoder_attention_mask,
-            cache, decoder_inputs_embeds, packed_sequences, **kwargs,
-        )
-        return Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            **cache_keyword(output_cache(decoder_outputs)),
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-        )
 
-
-class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedModel, GenerationMixin):
+class LineageTransformerForConditionalGeneration(Seq2SeqLMBase, LineageTransformerPreTrainedModel, GenerationMixin):
     """Sequence-to-sequence model with the pre-softmax projection (tied to the shared embedding by default), a
     cross-entropy loss (label-smoothed by `config.label_smoothing`) and `generate()`: greedy, beam search (the paper:
     `num_beams=4, length_penalty=0.6`) and sampling."""
@@ -402,9 +336,6 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
             self.final_logits_bias = nn.functional.pad(bias, (0, embeddings.num_embeddings - bias.shape[1]))
         return embeddings
 
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-
     def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
         """Refuse, before the first decoding step, a decoder prompt or a total length past the decoder's positions
         (the source was checked against the encoder's when the encoder ran)."""
@@ -412,62 +343,9 @@ class LineageTransformerForConditionalGeneration(LineageTransformerPreTrainedMod
                                 "decoder_input_ids", "decoder prompt", "the decoder's context window")
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
 
-    @forward_arguments(takes=("packed_sequences",))
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.Tensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        cache: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        num_items_in_batch: torch.Tensor | int | None = None,
-        return_logits: bool | None = None,
-        sparse_prediction: bool = False,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> Seq2SeqLMOutput:
-        """A training forward with `labels` computes the loss without the (B, T, V) logits and returns `logits=None`
-        (`return_logits`: see `losses.skips_logits`). `sparse_prediction` (a training option): with `labels`,
-        the output projection and the softmax run only at labelled positions (label != -100), so the logits are the
-        (N, V) ones of the N labelled positions in row-major order, skipping the padding of ragged batches."""
-        skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
-        check_label_ids(labels, self.config.vocab_size)
-        decoder_input_ids = teacher_forcing_inputs(labels, decoder_input_ids, decoder_inputs_embeds, self.config)
-        if labels is not None:
-            use_cache = False
-        outputs = self.model(
-            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, cache,
-            inputs_embeds, decoder_inputs_embeds, use_cache, return_dict=True, **kwargs,
-        )
-        hidden_states = outputs.last_hidden_state  # (B, T, C)
-        if labels is not None and sparse_prediction:
-            hidden_states, labels = labelled_positions(hidden_states, labels)  # (N, C), (N,)
-        bias, vocab_size, logits, loss = self.final_logits_bias, self.config.vocab_size, None, None
-        if skip_logits:
-            loss = lm_head_loss(hidden_states, self.lm_head.weight, bias[0] if bias is not None else None, labels,
-                                vocab_size, self.config.label_smoothing, num_items_in_batch,
-                                dense=sparse_prediction and torch.compiler.is_compiling(), check_labels=False)
-        else:
-            logits = self.lm_head(hidden_states)  # (B, T, V'), or (N, V')
-            logits = vocab_logits(logits + bias if bias is not None else logits, vocab_size)
-            if labels is not None:
-                loss = seq2seq_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            **cache_keyword(output_cache(outputs)),
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+    def lm_head_inputs(self) -> dict:
+        """Marian's fixed logits bias (`config.final_logits_bias`), added to the output layer's logits."""
+        return {"logits_bias": self.final_logits_bias}
 
 
 __all__ = [

@@ -60,8 +60,6 @@ class LineagePreTrainedModel(PreTrainedModel):
         layer get `new_num_tokens` rows rounded up to `pad_to_multiple_of` (default: the config's multiple, which an
         explicit value replaces), and `config.vocab_size` becomes `new_num_tokens`, the real vocabulary, where
         transformers would count the padded rows as tokens (and could then generate them)."""
-        if not hasattr(self.config, "pad_vocab_to_multiple_of"):  # a family without vocabulary padding (the RNN)
-            return super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         if isinstance(pad_to_multiple_of, int):  # a non-integer is refused by transformers, with its own message
             check_vocab_multiple(pad_to_multiple_of, "pad_to_multiple_of")
         vocab_size = new_num_tokens if new_num_tokens is not None else self.config.vocab_size

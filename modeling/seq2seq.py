@@ -1,10 +1,19 @@
-"""The decoder inputs of an encoder-decoder (the Transformer and the RNN): teacher forcing from `labels` and the
-checks of decoder inputs against their source.
+"""What the encoder-decoders (the Transformer and the RNN) share around their papers' encoder and decoder: the base
+model's plumbing (`Seq2SeqBase`: check both sides, encode once, cache, decode), the language-model head's
+(`Seq2SeqLMBase`: teacher forcing, the output layer and its loss), and the checks of decoder inputs against their
+source. Each family supplies `encode`, `_decode`, `_check_target`, `as_encoder_outputs` and `_new_cache`.
 """
 
-import torch
+from typing import Unpack
 
-from .checks import check_ids_or_embeds, check_labels_shape, check_mask_shape
+import torch
+from transformers.cache_utils import Cache
+from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.utils.generic import TransformersKwargs, can_return_tuple
+
+from .arguments import cache_keyword, forward_arguments, model_cache, output_cache
+from .checks import check_devices, check_ids_or_embeds, check_label_ids, check_labels_shape, check_mask_shape
+from .losses import lm_output, seq2seq_loss, skips_logits
 
 
 def shift_tokens_right(
@@ -58,4 +67,121 @@ def teacher_forcing_inputs(
 
 
 
-__all__ = ["check_decoder_inputs", "shift_tokens_right", "teacher_forcing_inputs"]
+class Seq2SeqBase:
+    """The forward of an encoder-decoder base model, mixed into a family's `PreTrainedModel`: decoder hidden states
+    (and the encoder's) without the output layer. `output_hidden_states` / `output_attentions` given as keyword
+    arguments reach the encoder and the decoder."""
+
+    @forward_arguments
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs=None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        packed_sequences=None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        """Both sides are checked before the encoder runs; `encoder_outputs` (what `get_encoder()` returns) skip it.
+        `packed_sequences` (from the collators): the source rows, known on the host; they change no output."""
+        check_devices(self.get_input_embeddings().weight.device, input_ids=input_ids, attention_mask=attention_mask,
+                      decoder_input_ids=decoder_input_ids, decoder_attention_mask=decoder_attention_mask,
+                      inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds)
+        encoder_outputs = self.as_encoder_outputs(encoder_outputs)
+        source_shape = (encoder_outputs.last_hidden_state.shape[:2] if encoder_outputs is not None
+                        else check_ids_or_embeds(input_ids, inputs_embeds))
+        self._check_target(decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, cache, source_shape,
+                           attention_mask)
+        if encoder_outputs is None:
+            encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, packed_sequences=packed_sequences,
+                                          **kwargs)
+        cache, _ = model_cache(self, cache, use_cache, self._new_cache)
+        decoded = self._decode(decoder_input_ids, decoder_inputs_embeds, encoder_outputs, attention_mask,
+                               decoder_attention_mask, cache, packed_sequences, **kwargs)
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoded.last_hidden_state,
+            **cache_keyword(output_cache(decoded)),
+            decoder_hidden_states=decoded.hidden_states,
+            decoder_attentions=decoded.attentions,
+            cross_attentions=decoded.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=getattr(encoder_outputs, "attentions", None),
+        )
+
+
+class Seq2SeqLMBase:
+    """The forward of an encoder-decoder with its output layer (`lm_head` over `model`), mixed into a family's
+    `PreTrainedModel`: teacher forcing from `labels`, the (label-smoothed) cross-entropy over target tokens, and the
+    training options of every language-model head (`return_logits`, `sparse_prediction`). A family adds to the
+    output layer through `lm_head_inputs` (`losses.lm_output`'s `transform`, `logits_bias`)."""
+
+    def lm_head_inputs(self) -> dict:
+        return {}
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @property
+    def loss_function(self):
+        """Cross-entropy over target tokens, label-smoothed by `config.label_smoothing` (`losses.seq2seq_loss`), where
+        transformers would pick a causal-LM loss (shifting the labels) from the class name."""
+        def loss(logits, labels, vocab_size=None, num_items_in_batch=None, **kwargs):
+            return seq2seq_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
+        return loss
+
+    @forward_arguments(takes=("packed_sequences",))
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs=None,
+        cache: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+        return_logits: bool | None = None,
+        sparse_prediction: bool = False,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        """A training forward with `labels` computes the loss without the (B, T, V) logits and returns `logits=None`
+        (`return_logits`: see `losses.skips_logits`). `sparse_prediction` (a training option): with `labels`,
+        the output layer and the softmax run only at labelled positions (label != -100), so the logits are the
+        (N, V) ones of the N labelled positions in row-major order, skipping the padding of ragged batches."""
+        skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
+        check_label_ids(labels, self.config.vocab_size)
+        decoder_input_ids = teacher_forcing_inputs(labels, decoder_input_ids, decoder_inputs_embeds, self.config)
+        if labels is not None:
+            use_cache = False
+        outputs = self.model(
+            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, cache,
+            inputs_embeds, decoder_inputs_embeds, use_cache, return_dict=True, **kwargs,
+        )
+        logits, loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head, skip_logits,
+                                 sparse_prediction=sparse_prediction, label_smoothing=self.config.label_smoothing,
+                                 num_items_in_batch=num_items_in_batch, **self.lm_head_inputs())
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            **cache_keyword(output_cache(outputs)),
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+__all__ = ["Seq2SeqBase", "Seq2SeqLMBase", "check_decoder_inputs", "shift_tokens_right", "teacher_forcing_inputs"]

@@ -69,7 +69,7 @@ def test_every_combination_builds_and_trains_a_step(cell, attention, bidirection
     input_ids, attention_mask = sources()
     labels = tokens(3, 5)
     labels[1, 3:] = -100
-    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, return_logits=True)
     assert out.logits.shape == (3, 5, 99) and out.encoder_last_hidden_state.shape == (3, 7, 32)
     assert out.past_key_values is None and torch.isfinite(out.loss)
     out.loss.backward()
@@ -366,7 +366,8 @@ def test_sparse_prediction_gives_the_dense_loss_and_gradients():
     labels = tokens(3, 5)
     labels[1, 2:] = -100
     dense_out = dense(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
-    sparse_out = sparse(input_ids=input_ids, attention_mask=attention_mask, labels=labels, sparse_prediction=True)
+    sparse_out = sparse(input_ids=input_ids, attention_mask=attention_mask, labels=labels, sparse_prediction=True,
+                        return_logits=True)
     assert sparse_out.logits.shape == (12, 99)
     torch.testing.assert_close(sparse_out.loss, dense_out.loss)
     dense_out.loss.backward()
@@ -426,7 +427,7 @@ def test_paper_presets(name, fields, parameters):
     ({"tie_word_embeddings": True}, "`tie_word_embeddings=True` needs `embedding_size` (16) equal to `hidden_size`"),
     ({"input_feeding": 1}, "`input_feeding` must be True or False, got 1"),
     ({"hidden_size": 0}, "`hidden_size` must be a positive integer"),
-    ({"label_smoothing": 1.0}, "`label_smoothing` must be in [0.0, 1.0)"),
+    ({"label_smoothing": 1.0}, "`label_smoothing` must be in [0, 1)"),
     ({"decoder_start_token_id": 99}, "`decoder_start_token_id` must be None or in [0, 99)"),
 ])
 def test_bad_config_values(fields, fragment):
