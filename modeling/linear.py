@@ -9,8 +9,8 @@ from torch import nn
 
 # oneDNN's fp32 matmul; present in x86 CPU builds of torch. Inductor uses the same op for CPU linears.
 _ONEDNN_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
-# Below this many weights (a 512 x 512 matrix) the kernel's fixed cost per call (15-30 us) outweighs what it
-# saves: a 128-wide GPT generated about 2x slower through oneDNN than through `F.linear`.
+# Below this many weights (a 512 x 512 matrix) the kernel's fixed cost per call outweighs what it saves
+# (docs/performance.md, "Sparse prediction and the CPU inference kernel").
 _ONEDNN_MIN_WEIGHTS = 2**18
 
 
@@ -24,10 +24,10 @@ class LineageLinear(nn.Linear):
     """`nn.Linear` (same parameters, same checkpoint keys) with a faster kernel for CPU inference.
 
     For a float32 CPU input without autograd, `F.linear` goes to MKL, whose matrix-vector path runs on one
-    thread: decoding one token at a time spends most of its time there. oneDNN's matmul uses every core and
-    was 1.4x-2.3x faster for 1-128 rows on a 2-core x86 machine (12-layer 768-wide stack; docs/performance.md,
-    "Sparse prediction and the CPU inference kernel"); it serves weights of at least 512 x 512 elements, where
-    that gain exceeds its fixed cost per call. The two kernels round differently (about 1e-6 relative); set
+    thread: decoding one token at a time spends most of its time there. oneDNN's matmul uses every core (the
+    gain is measured in docs/performance.md, "Sparse prediction and the CPU inference kernel"); it serves weights
+    of at least 512 x 512 elements, where that gain exceeds its fixed cost per call. The two kernels round
+    differently (about 1e-6 relative); set
     `LineageLinear.fast_cpu_inference = False` for results bit-identical to `nn.Linear`. Training, other
     devices and dtypes, autocast, tensor subclasses, strided weights or biases and `torch.compile` always
     take `F.linear`.
