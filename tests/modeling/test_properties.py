@@ -451,6 +451,29 @@ def test_generate_uses_its_cache_and_gives_what_it_gives_without(model_class, va
         torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, **CLOSE)
 
 
+@cases(contract.GENERATIVE, kernels=False)
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_padded_batch_generates_what_each_prompt_generates_alone(model_class, variant, kernel, num_beams):
+    """Padding at generation: each row of a padded batch of prompts (left-padded decoder-only, right-padded sources)
+    gets the tokens it gets alone, and under greedy search the logits of every step."""
+    model = head(model_class, variant)
+    model.generation_config.eos_token_id = None
+    seq2seq = model_class in contract.SEQ2SEQ
+    inputs, mask = padded_batch(model, side="right" if seq2seq else "left", lengths=(6, 3, 5))
+    inputs = {k: v for k, v in inputs.items() if k not in ("decoder_input_ids", "token_type_ids")}
+    kwargs = dict(max_new_tokens=6, num_beams=num_beams, pad_token_id=0, return_dict_in_generate=True,
+                  output_logits=True)
+    batched = model.generate(**inputs, **kwargs)
+    for row in range(mask.shape[0]):
+        one = model.generate(**alone(inputs, mask, row, model), **kwargs)
+        start = 0 if seq2seq else mask.shape[1]  # decoder-only: the new tokens after the prompt
+        new = one.sequences[0, 0 if seq2seq else int(mask[row].sum()):]
+        torch.testing.assert_close(batched.sequences[row, start:], new, **EXACT, msg=f"row {row}")
+        if num_beams == 1:
+            for step, (a, b) in enumerate(zip(batched.logits, one.logits, strict=True)):
+                torch.testing.assert_close(a[row], b[0], **CLOSE, msg=f"row {row}, step {step}")
+
+
 def prompt(model) -> dict:
     """A generation prompt of two rows: decoder-only left-padded, seq2seq with a right-padded source (and BERT as a
     decoder over its encoder memory)."""
