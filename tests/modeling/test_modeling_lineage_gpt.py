@@ -1,5 +1,5 @@
-"""The GPT family: shapes, losses, the KV cache and `generate()` (static caches, compilation, sampling, left-padded
-batches), fine-tuning heads with the auxiliary LM loss, packed rows, Trainer, presets and bad input. Padding,
+"""The GPT family: shapes, losses, the KV cache and `generate()` (static caches, compilation, sampling), fine-tuning
+heads with the auxiliary LM loss, packed rows, Trainer, presets and bad input. Padding (also of a batch of prompts),
 causality, cached decoding, eager == sdpa, save/load (also in a clean process) and gradient checkpointing are
 test_properties.py's, over every head."""
 
@@ -286,19 +286,6 @@ def test_cache_never_recomputes_past_keys(num_beams):
     model.generate(tokens(1, 6), max_new_tokens=5, num_beams=num_beams, do_sample=False)
     hook.remove()
     assert lengths == [6, 1, 1, 1, 1]
-
-
-def test_left_padded_batch_generate_equals_per_prompt_generate():
-    model = build(LineageGptForCausalLM, norm_position="pre")
-    rows = [tokens(n) for n in (3, 9, 6)]
-    ids, mask = pad(rows, "left")
-    kwargs = dict(max_new_tokens=8, do_sample=False, return_dict_in_generate=True, output_logits=True)
-    batched = model.generate(ids, attention_mask=mask, **kwargs)
-    for i, row in enumerate(rows):
-        alone = model.generate(row[None], **kwargs)
-        assert torch.equal(batched.sequences[i, ids.shape[1]:], alone.sequences[0, len(row):])
-        for a, b in zip(batched.logits, alone.logits):
-            torch.testing.assert_close(a[i], b[0], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("attn", ("sdpa", "eager"))

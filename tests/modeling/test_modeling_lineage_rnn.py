@@ -301,18 +301,6 @@ def test_beam_scores_are_the_log_probabilities_of_the_returned_sequences():
     torch.testing.assert_close(out.sequences_scores, log_probs, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("num_beams", [1, 3])
-def test_a_batch_of_different_lengths_decodes_like_each_source_alone(num_beams):
-    model = build(eos_token_id=EOS, attention="luong-concat", input_feeding=True)
-    input_ids, attention_mask = sources((7, 3, 5))
-    kwargs = dict(max_new_tokens=6, num_beams=num_beams, length_penalty=0.6, do_sample=False)
-    batch = model.generate(input_ids, attention_mask=attention_mask, **kwargs)
-    for i, length in enumerate((7, 3, 5)):
-        alone = model.generate(input_ids[i: i + 1, :length], **kwargs)[0]
-        assert batch[i, : len(alone)].tolist() == alone.tolist()
-        assert (batch[i, len(alone):] == PAD).all()
-
-
 def test_generate_returns_one_alignment_per_step_and_sampling_is_seeded():
     model = build()
     input_ids, attention_mask = sources()

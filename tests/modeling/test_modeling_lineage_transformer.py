@@ -294,18 +294,6 @@ def test_greedy_generate_equals_a_manual_argmax_loop():
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
-def test_a_batch_of_different_lengths_decodes_like_each_source_alone(num_beams):
-    model = build(eos_token_id=EOS)
-    input_ids, attention_mask = sources((7, 3, 5))
-    kwargs = dict(max_new_tokens=6, num_beams=num_beams, length_penalty=0.6, do_sample=False)
-    batch = model.generate(input_ids, attention_mask=attention_mask, **kwargs)
-    for i, length in enumerate((7, 3, 5)):
-        alone = model.generate(input_ids[i: i + 1, :length], **kwargs)[0]
-        assert batch[i, : len(alone)].tolist() == alone.tolist()
-        assert (batch[i, len(alone):] == PAD).all()
-
-
-@pytest.mark.parametrize("num_beams", [1, 4])
 def test_static_cache_generates_like_the_dynamic_cache(num_beams):
     model = build()
     input_ids, attention_mask = sources()
