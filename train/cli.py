@@ -57,12 +57,13 @@ COMMANDS: dict[str, Command] = {
     "export": Command("export", "export a saved model with torch.export, as ExportedPrograms or as ONNX"),
     "python-docs": Command("python_docs", "write the Python reference manual's topics as a text corpus (the data of "
                                           "recipe relative-gpt-python-docs)"),
-    "lineage-experiment": Command("lineage_experiment", "the lineage experiment: RNN without and with attention, "
+    "experiment": Command("lineage_experiment", "the lineage experiment: RNN without and with attention, "
                                                         "Transformer, one budget"),
 }
 TRAINING = "train "  # the prefix of the training scripts' commands
 # an earlier name of a command -> its name now; the earlier one still runs it
-OLD_COMMANDS = {"train train_translation": "train translation", "train train_tokenizer": "train tokenizer"}
+OLD_COMMANDS = {"train train_translation": "train translation", "train train_tokenizer": "train tokenizer",
+                "lineage-experiment": "experiment"}
 
 
 def new_flags(argv: Sequence[str], old_flags: Mapping[str, str]) -> list[str]:
@@ -135,6 +136,7 @@ def resolve(argv: Sequence[str]) -> tuple[str, list[str], str]:
             raise SystemExit(f"lineage train: unknown script {name.removeprefix(TRAINING)!r}; scripts: {_scripts()}")
         return COMMANDS[name].module, rest, f"lineage {name}"
     name = command.replace("_", "-")
+    name = OLD_COMMANDS.get(name, name)
     if name not in COMMANDS:
         script = TRAINING + command.replace("-", "_")
         script = OLD_COMMANDS.get(script, script)

@@ -97,7 +97,9 @@ def test_lineage_help_lists_the_scripts_without_the_stutter(capsys):
     assert "\n  translation " in training and "\n  tokenizer " in training
     assert "train_translation" not in training and "train_tokenizer" not in training
     assert others.strip().splitlines()[-1] == ("old names, still run: train train_translation (now train translation), "
-                                               "train train_tokenizer (now train tokenizer)")
+                                               "train train_tokenizer (now train tokenizer), "
+                                               "lineage-experiment (now experiment)")
+    assert "\n  experiment " in others and "\n  lineage-experiment " not in others
 
 
 @pytest.mark.parametrize("old, new", [("train_translation", "translation"), ("train-translation", "translation"),
@@ -107,6 +109,12 @@ def test_old_script_names_resolve_to_the_same_module_under_the_new_name(old, new
     assert cli.resolve(["train", old, "--x"]) == cli.resolve(["train", new, "--x"]) == (
         module, ["--x"], f"lineage train {new}")
     assert callable(importlib.import_module(f"train.{module}").main)  # python -m train.<module> as before
+
+
+@pytest.mark.parametrize("old", ["lineage-experiment", "lineage_experiment"])
+def test_the_experiment_runs_under_its_old_name_too(old):
+    assert cli.resolve([old, "--x"]) == cli.resolve(["experiment", "--x"]) == (
+        "lineage_experiment", ["--x"], "lineage experiment")
 
 
 def test_the_old_command_with_old_flags_still_runs(tmp_path, capsys):
