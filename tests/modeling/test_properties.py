@@ -232,19 +232,19 @@ BIDIRECTIONAL = [LineageBertModel, LineageBertForPreTraining, LineageBertForMask
 ATTENTION_HEADS = [c for c in contract.HEADS if contract.family(c) != "Rnn"]
 
 
-def cases(heads, kernels: bool = True, variants: str = "all", sides: bool = False):
-    """pytest parameters (model_class, variant, kernel[, side]) for `heads` under their families' variants."""
+def cases(heads, kernels: bool = True, sides: bool = False):
+    """pytest parameters (model_class, variant, kernel[, side]) for `heads` under their families' variants, with each
+    attention kernel (`kernels`) and each padding side its family takes (`sides`)."""
     params = []
-    for head in heads:
-        name = contract.family(head)
-        chosen = VARIANTS[name] + HEAD_VARIANTS.get(head, ())
-        for variant in chosen if variants == "all" else chosen[:1]:
+    for model_class in heads:
+        name = contract.family(model_class)
+        for variant in VARIANTS[name] + HEAD_VARIANTS.get(model_class, ()):
             for kernel in KERNELS if kernels and name != "Rnn" else (None,):
                 for side in PADDING_SIDES.get(name, ("right",)) if sides else (None,):
                     label = "-".join(str(v) for v in variant.values()) or "preset"
-                    values = (head, variant, kernel, side) if sides else (head, variant, kernel)
+                    values = (model_class, variant, kernel, side) if sides else (model_class, variant, kernel)
                     params.append(pytest.param(*values, id="-".join(
-                        str(p) for p in (head.__name__, label, kernel, side) if p is not None)))
+                        str(p) for p in (model_class.__name__, label, kernel, side) if p is not None)))
     names = "model_class, variant, kernel, side" if sides else "model_class, variant, kernel"
     return pytest.mark.parametrize(names, params)
 
