@@ -39,10 +39,8 @@ import json
 import multiprocessing
 import os
 import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import datasets
@@ -52,7 +50,7 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
 from train.data.examples import nsp_features, nsp_pair_index, tokenize_documents
-from train.data.staging import process_alive
+from train.data.staging import process_alive, staged, sweep_stale
 from train.data.tokenization import MissingSpecialTokenError, cache_folder
 
 STORE_VERSION = 1
@@ -142,7 +140,8 @@ def prepared_store(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
         return store
     processes = _processes(num_proc, len(dataset))
     began = time.perf_counter()
-    with _staging(folder) as staging:
+    sweep_stale(folder.parent)  # every store's: the cache is ours alone
+    with staged(folder) as staging:
         counts = _write_parts(dataset, tokenizer, layout, columns[0], sentences is not None, staging, processes)
         _join_parts(staging, layout, len(counts), token_dtype(tokenizer))
         info = {"version": STORE_VERSION, "layout": layout, "dtype": token_dtype(tokenizer), "source": source,
@@ -165,24 +164,6 @@ def _processes(num_proc: int | None, rows: int) -> int:
     if num_proc is None:
         return max(1, min(os.cpu_count() or 1, rows // ROWS_PER_PROCESS))
     return max(1, min(num_proc, rows))
-
-
-@contextmanager
-def _staging(folder: Path) -> Iterator[Path]:
-    """A staging folder beside `folder`, renamed to it when the block ends without error and deleted otherwise;
-    staging folders of processes that no longer run are deleted first."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    for stale in folder.parent.glob(".*.tmp-*"):
-        pid = stale.name.rsplit("-", 2)[-2]
-        if pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-{os.getpid()}-"))
-    try:
-        yield staging
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _write_parts(dataset, tokenizer, layout: str, column: str, has_sentences: bool, staging: Path,

@@ -1,11 +1,17 @@
-"""Writing folders that a kill leaves either complete or absent: whether the process that staged one still runs.
-
-Output folders a run owns: docs/training.md, "Run folders".
-"""
+"""Folders written whole or not at all: `staged(folder)` gives a folder beside `folder` to write into, moves it into
+place when the block completes (the old `folder`, if any, is set aside first and deleted only once the new one is in
+place) and deletes it when the block raises; the staging folders of processes that no longer run are swept first.
+Used by the prepared store, the tokenizer cache and every command that writes a folder of its own (docs/training.md,
+"Output folders")."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 
 def process_alive(pid: int) -> bool:
@@ -19,4 +25,33 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["process_alive"]
+def sweep_stale(parent: Path, name: str = "*") -> None:
+    """Delete the staging folders of `name` (default: of any name) under `parent` whose process no longer runs (a
+    kill between creating one and moving it into place)."""
+    for stale in parent.glob(f".{name}.tmp-*-*"):
+        pid = stale.name.rsplit("-", 2)[-2]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+@contextmanager
+def staged(folder: Path) -> Iterator[Path]:
+    """A new folder beside `folder` to write into, which replaces `folder` when the block completes and is deleted
+    when it raises, leaving `folder` as it was."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale(folder.parent, folder.name)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-{os.getpid()}-"))
+    try:
+        yield staging
+        if folder.exists():
+            retired = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old-"))
+            folder.rename(retired / folder.name)
+            staging.rename(folder)
+            shutil.rmtree(retired)
+        else:
+            staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+__all__ = ["process_alive", "staged", "sweep_stale"]

@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -52,6 +50,8 @@ from tokenizers import (
     trainers,
 )
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from train.data.staging import staged
 
 FAMILIES = ("bert", "gpt", "seq2seq")
 _ALIASES = {"transformer": "seq2seq", "rnn": "seq2seq", "encoder-decoder": "seq2seq"}
@@ -269,14 +269,8 @@ def reused_or_trained(family: str, texts: Callable[[], Iterable[str]], vocab_siz
             yield text
 
     tokenizer = train_tokenizer(family, sample(), vocab_size, model_max_length=model_max_length)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{key}.tmp-"))
-    try:
+    with staged(folder) as staging:
         tokenizer.save_pretrained(staging)
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(staging, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     count, characters = read
     cut = f"the first {count} texts ({characters:,} characters, tokenizer_train_size)" if (
         sample_size is not None and characters >= sample_size) else f"all {count} texts ({characters:,} characters)"

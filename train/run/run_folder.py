@@ -17,14 +17,13 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
-from train.data.staging import process_alive
+from train.data.staging import process_alive, staged
 from train.run.checkpoints import CHECKPOINT_PREFIX, DELETING, OLD, TMP
 
 RECORD, LOCK, OUTPUT_RECORD = "run.json", ".lock", ".lineage-output.json"
@@ -309,22 +308,11 @@ def staged_output(folder: Path, command: str | None = None) -> Iterator[Path]:
     output (`OUTPUT_RECORD`; None: a run's part, which the run's own manifest records) and moved into place,
     replacing `folder` (checked by `check_writer_output` or, for a run, `claim`); when it raises, it is removed and
     `folder` stays as it was."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-"))
-    try:
+    with staged(folder) as staging:
         yield staging
         if command is not None:
             wrote = {k: v for p in staging.iterdir() for k, v in _listing(staging, p.name).items()}
             _write_json(staging / OUTPUT_RECORD, {"command": command, "wrote": wrote})
-        if folder.exists():
-            retired = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old-"))
-            folder.rename(retired / folder.name)
-            staging.rename(folder)
-            shutil.rmtree(retired)
-        else:
-            staging.rename(folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _take_lock(folder: Path) -> None:
