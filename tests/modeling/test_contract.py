@@ -9,6 +9,7 @@ import inspect
 
 import pytest
 import torch
+import transformers
 from conftest import REPO, preset
 from transformers.utils import ModelOutput
 
@@ -123,6 +124,15 @@ head_ids = pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name_
 GENERATIVE = [LineageBertLMHeadModel, LineageGptForCausalLM, LineageTransformerForConditionalGeneration,
               LineageRnnForConditionalGeneration]
 generative_ids = pytest.mark.parametrize("model_class", GENERATIVE, ids=lambda c: c.__name__)
+
+
+@pytest.mark.parametrize("config_class, pretrained, module", modeling._FAMILIES,
+                         ids=[config_class.model_type for config_class, _, _ in modeling._FAMILIES])
+def test_every_auto_class_builds_its_head_from_the_family_config(config_class, pretrained, module):
+    assert type(transformers.AutoConfig.for_model(config_class.model_type)) is config_class
+    config = preset(PRESETS[family(pretrained)])
+    for auto_name, class_name in pretrained.auto_classes.items():
+        assert type(getattr(transformers, auto_name).from_config(config)) is getattr(module, class_name), auto_name
 
 
 @head_ids

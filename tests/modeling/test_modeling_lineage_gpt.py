@@ -9,8 +9,6 @@ import torch
 from conftest import preset
 from transformers import (
     AutoModelForCausalLM,
-    AutoModelForMultipleChoice,
-    AutoModelForSequenceClassification,
     CompileConfig,
     DataCollatorWithFlattening,
     Trainer,
@@ -197,7 +195,7 @@ def test_causal_lm_loss_honours_num_items_in_batch():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Properties: causality, padding, eager == sdpa, attentions, checkpointing
+# Padding without a mask, attentions and hidden states
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -400,17 +398,8 @@ def test_top_k_one_sampling_equals_greedy():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Save / load, clean-process trust_remote_code, Trainer
+# Trainer
 # ----------------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("auto_class", "model_class"),
-    [(AutoModelForSequenceClassification, LineageGptForSequenceClassification),
-     (AutoModelForMultipleChoice, LineageGptForMultipleChoice)],
-)
-def test_auto_classes_build_the_heads(auto_class, model_class):
-    assert type(auto_class.from_config(preset("gpt-tiny"))) is model_class
 
 
 def test_trainer_step_on_classification_head_with_auxiliary_loss(tmp_path):

@@ -371,17 +371,7 @@ def test_tied_output_projection_is_the_target_embedding():
     assert build().lm_head.weight is not build().model.decoder.embed_tokens.weight
 
 
-# ---------------------------------------------------------------------------------------------- save / load
-
-
 # ---------------------------------------------------------------------------------------------- presets
-
-
-def test_auto_classes_build_every_head():
-    config = preset("rnn-tiny")
-    for auto_name, class_name in LineageRnnModel.auto_classes.items():
-        assert type(getattr(transformers, auto_name).from_config(config)).__name__ == class_name
-    assert type(transformers.AutoConfig.for_model("lineage-rnn")) is LineageRnnConfig
 
 
 @pytest.mark.parametrize("name, fields, parameters", [

@@ -179,7 +179,7 @@ def test_sparse_prediction_gives_the_dense_loss_and_gradients_on_real_targets(fi
                   sparse_prediction=True).logits.shape == (3, 5, 99)
 
 
-# ---------------------------------------------------------------------------------------------- properties
+# ---------------------------------------------------------------------------------------------- attentions
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
@@ -447,13 +447,6 @@ def test_seq2seq_trainer_step_with_collator_and_generation(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- presets
-
-
-def test_auto_classes_build_every_head():
-    config = preset("transformer-tiny")
-    for auto_name, class_name in LineageTransformerModel.auto_classes.items():
-        assert type(getattr(transformers, auto_name).from_config(config)).__name__ == class_name
-    assert type(transformers.AutoConfig.for_model("lineage-transformer")) is LineageTransformerConfig
 
 
 @pytest.mark.parametrize("name, paper, dropout", [("transformer-base", 65e6, 0.1), ("transformer-big", 213e6, 0.3)])
