@@ -13,6 +13,7 @@ same properties per head (with eager == sdpa, generate() with and without its ca
 this project and gradient checkpointing), and parity for every pair `modeling.conversion` supports.
 """
 
+import inspect
 import os
 import tempfile
 
@@ -222,7 +223,8 @@ VARIANTS = {  # the first of each family is its preset
     "Rnn": tuple({"attention": attention, "input_feeding": feeding, "cell": cell, "reverse_source": cell == "lstm"}
                  for attention, feeding in DECODERS for cell in ("gru", "lstm")),
 }
-HEAD_VARIANTS = {LineageBertLMHeadModel: ({"add_cross_attention": True},)}  # BERT as a decoder over encoder memory
+HEAD_VARIANTS = {LineageBertLMHeadModel: ({"add_cross_attention": True},),  # BERT as a decoder over encoder memory
+                 LineageTransformerForConditionalGeneration: ({"final_logits_bias": True},)}
 PADDING_SIDES = {"Gpt": ("left", "right")}  # the others number positions from the first token: right padding only
 MULTIPLE_CHOICE = (LineageBertForMultipleChoice, LineageGptForMultipleChoice)
 CAUSAL = [LineageBertLMHeadModel, LineageGptModel, LineageGptForCausalLM, LineageTransformerModel,
@@ -250,9 +252,12 @@ def cases(heads, kernels: bool = True, sides: bool = False):
 
 
 def head(model_class, variant: dict, kernel: str | None = None, **overrides) -> torch.nn.Module:
-    """The head on its family's tiny preset (no dropout) in eval mode."""
+    """The head on its family's tiny preset (no dropout) in eval mode; a logits bias, zero at init, made random."""
     kernel = {"attn_implementation": kernel} if kernel else {}
-    return contract.build(model_class, **variant, **kernel, **overrides).eval()
+    model = contract.build(model_class, **variant, **kernel, **overrides).eval()
+    if getattr(model, "final_logits_bias", None) is not None:
+        model.final_logits_bias.normal_()
+    return model
 
 
 def ordinary(*shape: int) -> torch.Tensor:
@@ -407,6 +412,30 @@ def test_cached_decoding_equals_a_full_pass_for_every_head_with_a_cache(model_cl
         assert isinstance(cache, transformers.EncoderDecoderCache)
         memory = LENGTH if seq2seq else MEMORY
         assert cache.cross_attention_cache.get_seq_length() == memory  # the memory's keys, projected once
+
+
+@cases([c for c in contract.HEADS if "sparse_prediction" in inspect.signature(c.forward).parameters], kernels=False)
+def test_sparse_prediction_gives_the_dense_logits_loss_and_gradients_at_labelled_positions(model_class, variant,
+                                                                                           kernel):
+    """`sparse_prediction` (a training call option) predicts the labelled positions only: their logits, the loss and
+    every gradient are the dense call's; without labels the logits keep their dense shape."""
+    dense = head(model_class, variant).train()
+    sparse = head(model_class, variant).train()
+    sparse.load_state_dict(dense.state_dict())
+    inputs, labels = contract.inputs_and_labels(model_class)
+    dense_out = dense(**inputs, **labels, return_logits=True)
+    sparse_out = sparse(**inputs, **labels, return_logits=True, sparse_prediction=True)
+    key = "prediction_logits" if "prediction_logits" in dense_out else "logits"
+    labelled = labels["labels"] != -100
+    assert sparse_out[key].shape == (int(labelled.sum()), contract.V)
+    torch.testing.assert_close(sparse_out[key], dense_out[key][labelled], rtol=0, atol=1e-5)
+    torch.testing.assert_close(sparse_out.loss, dense_out.loss, rtol=0, atol=1e-6)
+    dense_out.loss.backward()
+    sparse_out.loss.backward()
+    for (name, a), b in zip(dense.named_parameters(), sparse.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=name)
+    unlabelled = sparse(**contract.unlabelled_inputs(model_class), sparse_prediction=True)[key]
+    assert unlabelled.shape == dense(**contract.unlabelled_inputs(model_class))[key].shape
 
 
 GENERATION_MODES = {"greedy": {}, "beam": {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.6},
