@@ -119,29 +119,6 @@ def test_pretraining_loss_is_sum_of_mlm_and_nsp():
     torch.testing.assert_close(both.mlm_loss, expected_mlm)
 
 
-@pytest.mark.parametrize("model_class", [LineageBertForPreTraining, LineageBertForMaskedLM], ids=lambda c: c.__name__)
-def test_sparse_prediction_gives_the_dense_loss_and_gradients_at_labelled_positions(model_class):
-    config = tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    dense = model_class(config).train()
-    sparse = model_class(config)
-    sparse.load_state_dict(dense.state_dict())
-    sparse.train()
-    inputs = make_inputs(config, model_class)
-    labelled = inputs["labels"] != -100
-    dense_out = dense(**inputs, return_logits=True)
-    sparse_out = sparse(**inputs, return_logits=True, sparse_prediction=True)
-    logits = "prediction_logits" if model_class is LineageBertForPreTraining else "logits"
-    assert getattr(sparse_out, logits).shape == (int(labelled.sum()), 99)
-    torch.testing.assert_close(getattr(sparse_out, logits), getattr(dense_out, logits)[labelled], rtol=0, atol=1e-5)
-    torch.testing.assert_close(sparse_out.loss, dense_out.loss, rtol=0, atol=1e-6)
-    dense_out.loss.backward()
-    sparse_out.loss.backward()
-    for (name, a), b in zip(dense.named_parameters(), sparse.parameters()):
-        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=name)
-    unlabelled = {k: v for k, v in inputs.items() if k not in ("labels", "next_sentence_label")}
-    assert getattr(sparse(**unlabelled, sparse_prediction=True), logits).shape == (*inputs["input_ids"].shape, 99)
-
-
 def test_regression_and_multi_label_classification():
     regression = LineageBertForSequenceClassification(tiny_config(num_labels=1)).eval()
     inputs = make_inputs(regression.config)

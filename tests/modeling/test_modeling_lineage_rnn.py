@@ -346,24 +346,6 @@ def test_labels_are_shifted_right_and_the_loss_is_cross_entropy():
     assert LineageRnnConfig().label_smoothing == 0.0  # plain cross-entropy unless a recipe asks
 
 
-def test_sparse_prediction_gives_the_dense_loss_and_gradients():
-    dense = build(hidden_dropout_prob=0.0).train()
-    sparse = build(hidden_dropout_prob=0.0).train()
-    sparse.load_state_dict(dense.state_dict())
-    input_ids, attention_mask = sources()
-    labels = tokens(3, 5)
-    labels[1, 2:] = -100
-    dense_out = dense(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
-    sparse_out = sparse(input_ids=input_ids, attention_mask=attention_mask, labels=labels, sparse_prediction=True,
-                        return_logits=True)
-    assert sparse_out.logits.shape == (12, 99)
-    torch.testing.assert_close(sparse_out.loss, dense_out.loss)
-    dense_out.loss.backward()
-    sparse_out.loss.backward()
-    for (name, a), b in zip(dense.named_parameters(), sparse.parameters()):
-        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=name)
-
-
 def test_tied_output_projection_is_the_target_embedding():
     model = build(embedding_size=32, tie_word_embeddings=True)
     assert model.lm_head.weight is model.model.decoder.embed_tokens.weight

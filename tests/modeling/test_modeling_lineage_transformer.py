@@ -155,30 +155,6 @@ def test_default_loss_is_the_nll_and_so_is_the_trainer_eval_loss(tmp_path):
     assert math.exp(metrics["eval_loss"]) == pytest.approx(nll.exp().item(), rel=1e-5)  # so is the perplexity
 
 
-@pytest.mark.parametrize("final_logits_bias", [False, True])
-def test_sparse_prediction_gives_the_dense_loss_and_gradients_on_real_targets(final_logits_bias):
-    dense = build(final_logits_bias=final_logits_bias, hidden_dropout_prob=0.0).train()
-    sparse = build(final_logits_bias=final_logits_bias, hidden_dropout_prob=0.0).train()
-    sparse.load_state_dict(dense.state_dict())
-    input_ids, attention_mask = sources((5, 3, 6))
-    labels = tokens(3, 5)
-    labels[1, 2:] = labels[2, 4:] = -100  # ragged targets, padded
-    kept = labels != -100
-    dense_out = dense(input_ids=input_ids, attention_mask=attention_mask, labels=labels, return_logits=True)
-    sparse_out = sparse(input_ids=input_ids, attention_mask=attention_mask, labels=labels, return_logits=True,
-                        sparse_prediction=True)
-    assert sparse_out.logits.shape == (int(kept.sum()), 99)
-    torch.testing.assert_close(sparse_out.logits, dense_out.logits[kept], rtol=0, atol=1e-5)
-    torch.testing.assert_close(sparse_out.loss, dense_out.loss, rtol=0, atol=1e-6)
-    dense_out.loss.backward()
-    sparse_out.loss.backward()
-    for (name, a), b in zip(dense.named_parameters(), sparse.parameters()):
-        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=name)
-    decoder_input_ids = dense.prepare_decoder_input_ids_from_labels(labels)
-    assert sparse(input_ids=input_ids, decoder_input_ids=decoder_input_ids,
-                  sparse_prediction=True).logits.shape == (3, 5, 99)
-
-
 # ---------------------------------------------------------------------------------------------- attentions
 
 
