@@ -9,8 +9,9 @@ counts are bounded and the examples derandomized, so the default run is fast and
 `HYPOTHESIS_EXAMPLES=200 pytest tests/modeling/test_properties.py` explores further.
 
 Then over every head test_contract.py walks, on the tiny presets under each family's variants and both kernels: the
-same properties per head (with eager == sdpa, generate() with and without its cache, loading in a process without
-this project and gradient checkpointing), and parity for every pair `modeling.conversion` supports.
+same properties per head (with eager == sdpa, generate() with and without its cache and on a padded batch of prompts,
+sparse prediction, loading in a process without this project, gradient checkpointing), and parity for every pair
+`modeling.conversion` supports.
 """
 
 import inspect
