@@ -30,7 +30,6 @@ import torch
 from torch import nn
 from transformers import GenerationMixin
 from transformers.cache_utils import Cache
-from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
@@ -66,7 +65,7 @@ from .layers import (
 )
 from .linear import LineageLinear
 from .losses import lm_output, skips_logits
-from .packing import PackedSequences, Unpadded, packed_rows, self_attention_inputs
+from .packing import PackedSequences, Unpadded, cross_attention_mask, packed_rows, self_attention_inputs
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 
@@ -248,8 +247,8 @@ class LineageBertModel(LineageBertPreTrainedModel):
             mask, attention = self_attention_inputs(
                 config, hidden_states, attention_mask, position_ids, documents, packed_sequences, cache,
                 config.is_decoder, encoder_hidden_states is None, kwargs.get("output_attentions"))
-            memory = () if encoder_hidden_states is None else (encoder_hidden_states, create_bidirectional_mask(
-                config, hidden_states, encoder_attention_mask, encoder_hidden_states=encoder_hidden_states))
+            memory = () if encoder_hidden_states is None else (encoder_hidden_states, cross_attention_mask(
+                config, hidden_states, encoder_hidden_states, encoder_attention_mask))
             relative = relative_attention_inputs(config, hidden_states, position_ids, past_length, attention_mask)
             hidden_states = self.encoder(hidden_states, mask, *memory, **cache_keyword(cache), **attention,
                                          **relative, **kwargs)

@@ -33,7 +33,6 @@ from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.generation import GenerationMixin
 from transformers.initialization import normal_, zeros_
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions
 from transformers.utils.generic import TransformersKwargs
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
@@ -42,8 +41,7 @@ from .arguments import CACHE_NAME, cache_keyword, encoder_decoder_cache, forward
 from .checks import (
     check_cached_mask,
     check_generation_length,
-    check_ids_or_embeds,
-    check_mask_shape,
+    check_inputs,
     check_sequence_length,
 )
 from .configuration_lineage_transformer import LineageTransformerConfig
@@ -55,7 +53,7 @@ from .layers import (
     run_blocks,
 )
 from .linear import LineageLinear
-from .packing import PackedSequences, mask_inputs
+from .packing import PackedSequences, cross_attention_mask, self_attention_inputs
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 from .seq2seq import Seq2SeqBase, Seq2SeqLMBase, check_decoder_inputs, shift_tokens_right
@@ -150,15 +148,11 @@ class LineageTransformerEncoder(LineageTransformerStack):
         """`packed_sequences`: the collate's account of the source rows' padding (`packing.mask_inputs`), so that
         the mask is made without reading `attention_mask` back; it changes no output."""
         config = self.config
-        shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size, width=config.hidden_size)
-        check_sequence_length(shape[1], config.max_position_embeddings, "input_ids")
-        check_mask_shape(attention_mask, shape)
+        check_inputs(config, self.embed_tokens.weight.device, input_ids, inputs_embeds, attention_mask)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, C)
         hidden_states = self.embed(inputs_embeds)
-        padding, _, test = mask_inputs(attention_mask, None, packed_sequences, shape[0])
-        mask = create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=padding,
-                                         allow_is_bidirectional_skip=test)
+        mask, _ = self_attention_inputs(config, hidden_states, attention_mask, None, None, packed_sequences)
         relative = relative_attention_inputs(config, hidden_states)
         return BaseModelOutput(last_hidden_state=run_blocks(self.layers, self.final_norm, hidden_states, mask,
                                                             **relative, **kwargs))
@@ -191,16 +185,10 @@ class LineageTransformerDecoder(LineageTransformerStack):
         """`encoder_packed_sequences`: the collate's account of the source rows' padding, as the encoder's."""
         offset = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embed(inputs_embeds, offset)
-        self_cache = cache.self_attention_cache if cache is not None else None
-        causal_mask = create_causal_mask(
-            self.config, hidden_states, attention_mask, self_cache  # positional: the cache keyword was renamed in 5.24
-        )
-        padding, _, test = mask_inputs(encoder_attention_mask, None, encoder_packed_sequences,
-                                       encoder_hidden_states.shape[0])
-        cross_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=padding,
-            encoder_hidden_states=encoder_hidden_states, allow_is_bidirectional_skip=test,
-        )
+        causal_mask, _ = self_attention_inputs(self.config, hidden_states, attention_mask, None, None, None, cache,
+                                               is_causal=True)
+        cross_mask = cross_attention_mask(self.config, hidden_states, encoder_hidden_states, encoder_attention_mask,
+                                          encoder_packed_sequences)
         relative = relative_attention_inputs(self.config, hidden_states, past_length=offset)  # consecutive positions
         hidden_states = run_blocks(
             self.layers, self.final_norm, hidden_states, causal_mask, encoder_hidden_states, cross_mask,

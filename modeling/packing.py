@@ -383,6 +383,15 @@ def self_attention_inputs(config, hidden_states: torch.Tensor, attention_mask: t
     return mask, {}
 
 
+def cross_attention_mask(config, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor,
+                         encoder_attention_mask: torch.Tensor | None, sequences: PackedSequences | None = None):
+    """The blocks' cross-attention mask of (B, T, C) `hidden_states` over the encoder states' padding; the collate's
+    `sequences` of the source rows answer on the host whether they hold any (`mask_inputs`)."""
+    padding, _, test = mask_inputs(encoder_attention_mask, None, sequences, encoder_hidden_states.shape[0])
+    return create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=padding,
+                                     encoder_hidden_states=encoder_hidden_states, allow_is_bidirectional_skip=test)
+
+
 class Unpadded:
     """The real tokens of padded (B, T) rows laid end to end in one (1, N) row (MosaicBERT, Portes et al. 2023), and
     the blocks' keywords for attention within each row's tokens: `gather` the inputs, run the model on them,
@@ -442,6 +451,6 @@ def varlen_sdpa_forward(
 
 
 __all__ = ["DOCUMENT_MASKING_IMPLEMENTATIONS", "FLASH_IMPLEMENTATIONS", "VARLEN_KEYWORDS", "PackedSequences",
-           "Unpadded", "document_ids", "document_lengths", "document_masking_error", "host_lengths", "mask_inputs",
-           "packed_documents", "packed_rows", "self_attention_inputs", "unpadded_sequences", "varlen_attention_inputs",
-           "varlen_kernel", "varlen_sdpa_forward"]
+           "Unpadded", "cross_attention_mask", "document_ids", "document_lengths", "document_masking_error",
+           "host_lengths", "mask_inputs", "packed_documents", "packed_rows", "self_attention_inputs",
+           "unpadded_sequences", "varlen_attention_inputs", "varlen_kernel", "varlen_sdpa_forward"]
