@@ -30,6 +30,7 @@ class LineageBertConfig(LineageConfig):
     model_type = "lineage-bert"
     weight_token_ids = ("pad_token_id",)  # the word embedding's `padding_idx`
     metadata_token_ids = ("bos_token_id", "eos_token_id")
+    positive_fields = (*LineageConfig.positive_fields, "type_vocab_size")
 
     type_vocab_size: int = 2
     pad_token_id: int | None = 0
@@ -45,8 +46,6 @@ class LineageBertConfig(LineageConfig):
         super().check_lineage_fields()
         if self.add_cross_attention and not self.is_decoder:
             raise ValueError("`add_cross_attention=True` needs `is_decoder=True` (cross attention is a decoder's).")
-        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 1:
-            raise ValueError(f"`type_vocab_size` must be a positive integer, got {self.type_vocab_size!r}.")
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"`classifier_dropout` must be None or in [0, 1), got {self.classifier_dropout!r}.")
 
