@@ -9,9 +9,9 @@ counts are bounded and the examples derandomized, so the default run is fast and
 `HYPOTHESIS_EXAMPLES=200 pytest tests/modeling/test_properties.py` explores further.
 
 Then over every head test_contract.py walks, on the tiny presets under each family's variants and both kernels: the
-same properties per head (with eager == sdpa, generate() with and without its cache and on a padded batch of prompts,
-sparse prediction, loading in a process without this project, gradient checkpointing), and parity for every pair
-`modeling.conversion` supports.
+same properties per head (with eager == sdpa, generate() with and without its cache, on a padded batch of prompts and
+as the argmax of full passes, sparse prediction, loading in a process without this project, gradient checkpointing),
+and parity for every pair `modeling.conversion` supports.
 """
 
 import inspect
@@ -502,6 +502,31 @@ def test_a_padded_batch_generates_what_each_prompt_generates_alone(model_class, 
         if num_beams == 1:
             for step, (a, b) in enumerate(zip(batched.logits, one.logits, strict=True)):
                 torch.testing.assert_close(a[row], b[0], **CLOSE, msg=f"row {row}, step {step}")
+
+
+@cases(contract.GENERATIVE, kernels=False)
+def test_greedy_search_and_one_beam_take_the_argmax_of_a_full_pass_at_each_step(model_class, variant, kernel):
+    """Greedy search (and `num_beams=1`, which transformers runs as greedy) appends, step after step, the argmax of a
+    full pass over what it has so far."""
+    model = head(model_class, variant)
+    model.generation_config.eos_token_id = None
+    seq2seq = model_class in contract.SEQ2SEQ
+    inputs = prompt(model)
+    kwargs = dict(max_new_tokens=6, pad_token_id=0)
+    greedy, one_beam = model.generate(**inputs, **kwargs, do_sample=False), model.generate(**inputs, **kwargs,
+                                                                                           num_beams=1)
+    context = inputs if seq2seq else {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
+    decoded = torch.full((2, 1), model.config.decoder_start_token_id) if seq2seq else inputs["input_ids"]
+    mask = None if seq2seq else inputs["attention_mask"]
+    for _ in range(6):
+        given = {"decoder_input_ids": decoded} if seq2seq else {  # positions from the mask, as generate() gives them
+            "input_ids": decoded, "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)}
+        logits = model(**context, **given, use_cache=False).logits
+        decoded = torch.cat([decoded, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        mask = None if seq2seq else torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
+    torch.testing.assert_close(greedy, decoded, **EXACT)
+    torch.testing.assert_close(one_beam, decoded, **EXACT)
 
 
 def prompt(model) -> dict:
