@@ -273,20 +273,6 @@ def test_annotations_are_projected_once_per_generation():
     assert calls == {"encoder": 1, "key_proj": 1, "query_proj": 6}  # U h_i once; W s_{t-1} per step
 
 
-@pytest.mark.parametrize("attention, input_feeding", [("bahdanau", False), ("luong-dot", True)])
-def test_greedy_generate_and_one_beam_equal_a_manual_argmax_loop(attention, input_feeding):
-    """transformers runs `num_beams=1` as greedy search; both must be the argmax of full teacher-forced passes."""
-    model = build(attention=attention, input_feeding=input_feeding)
-    input_ids, attention_mask = sources()
-    greedy = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=6, do_sample=False)
-    one_beam = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=6, num_beams=1)
-    decoded = torch.full((3, 1), BOS)
-    for _ in range(6):
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoded).logits
-        decoded = torch.cat([decoded, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    assert torch.equal(greedy, decoded) and torch.equal(one_beam, decoded)
-
-
 def test_beam_scores_are_the_log_probabilities_of_the_returned_sequences():
     """Beam search reorders the recurrent state: each returned hypothesis must score what a fresh teacher-forced
     pass over it gives."""

@@ -258,17 +258,6 @@ def test_cross_attention_keys_and_values_are_projected_once_per_generation():
     assert calls == {"encoder": 1, "cross_k": 2}  # one per decoder layer, not per step
 
 
-def test_greedy_generate_equals_a_manual_argmax_loop():
-    model = build()
-    input_ids, attention_mask = sources()
-    generated = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=6, do_sample=False)
-    decoded = torch.full((3, 1), BOS)
-    for _ in range(6):
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoded).logits
-        decoded = torch.cat([decoded, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    assert torch.equal(generated, decoded)
-
-
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_static_cache_generates_like_the_dynamic_cache(num_beams):
     model = build()
