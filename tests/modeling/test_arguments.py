@@ -1,6 +1,6 @@
 """`modeling.arguments`: the cache under the installed transformers' name, the old one honoured, unknown keywords
-refused. The families' forwards are walked by tests/modeling/test_contract.py; here the decorator itself, under both names a
-transformers release may use."""
+refused. The families' forwards are walked by tests/modeling/test_contract.py; here the decorator itself, under both
+names a transformers release may use."""
 
 import inspect
 

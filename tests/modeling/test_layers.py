@@ -74,7 +74,8 @@ def test_linear_inference_kernel_serves_large_weights_only(onednn_calls, monkeyp
 @pytest.mark.parametrize("shape", [(32,), (1, 1, 32), (3, 32), (2, 3, 4, 32), (0, 32), "strided", "expanded"])
 def test_linear_inference_kernel_matches_nn_linear(onednn_calls, shape, bias):
     linear = LineageLinear(32, 48, bias=bias)
-    layouts = {"strided": lambda: torch.randn(2, 64)[:, ::2], "expanded": lambda: torch.randn(2, 1, 32).expand(2, 5, 32)}
+    layouts = {"strided": lambda: torch.randn(2, 64)[:, ::2],
+               "expanded": lambda: torch.randn(2, 1, 32).expand(2, 5, 32)}
     x = layouts[shape]() if shape in layouts else torch.randn(shape)
     with torch.inference_mode():
         fast = linear(x)

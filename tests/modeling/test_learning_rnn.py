@@ -62,7 +62,8 @@ def train_and_score(attention: str) -> tuple[float, dict[int, float]]:
     expected = encode([s[::-1] for s in held_out])[0]
     by_length: dict[int, list[bool]] = {}
     for i, s in enumerate(held_out):
-        by_length.setdefault(len(s), []).append(generated[i, : len(s) + 1].tolist() == expected[i, : len(s) + 1].tolist())
+        end = len(s) + 1
+        by_length.setdefault(len(s), []).append(generated[i, :end].tolist() == expected[i, :end].tolist())
     exact = sum(map(sum, by_length.values())) / len(held_out)
     return exact, {length: sum(hits) / len(hits) for length, hits in sorted(by_length.items())}
 

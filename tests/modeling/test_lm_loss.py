@@ -533,7 +533,7 @@ def test_trainer_accumulation_matches_one_batch_and_predict_gets_logits(tmp_path
     ids = torch.randint(5, V, (4, 8))
     labels = ids.clone()
     labels[0, :5] = labels[3, :2] = -100
-    rows = [{"input_ids": i, "labels": l} for i, l in zip(ids, labels)]
+    rows = [{"input_ids": i, "labels": label} for i, label in zip(ids, labels)]
     trained = []
     for batch_size, accumulation in ((4, 1), (2, 2)):
         torch.manual_seed(0)

@@ -60,7 +60,8 @@ def test_tokenizer_pair_template_gives_segments(tokenizer):
     encoded = tokenizer("the cat", "a dog")
     tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"])
     assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2 and tokens[-1] == "[SEP]"
-    assert encoded["token_type_ids"] == [0] * (tokens.index("[SEP]") + 1) + [1] * (len(tokens) - tokens.index("[SEP]") - 1)
+    first = tokens.index("[SEP]") + 1
+    assert encoded["token_type_ids"] == [0] * first + [1] * (len(tokens) - first)
 
 
 def test_fill_mask(tmp_path, tokenizer):

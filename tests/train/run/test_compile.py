@@ -148,7 +148,10 @@ def test_compiled_run_writes_the_same_checkpoint_and_folder(tmp_path):
     for relative in ("checkpoints/step-00000002/model.safetensors", "model/model.safetensors"):
         eager, compiled = load_file(tmp_path / "eager" / relative), load_file(tmp_path / "compiled" / relative)
         assert sorted(compiled) == sorted(eager), relative
-    files = lambda run: sorted(p.name for p in (tmp_path / run / "model").iterdir())
+
+    def files(run):
+        return sorted(p.name for p in (tmp_path / run / "model").iterdir())
+
     assert files("compiled") == files("eager")
     config = json.loads((tmp_path / "compiled/model/config.json").read_text())
     assert config == json.loads((tmp_path / "eager/model/config.json").read_text())

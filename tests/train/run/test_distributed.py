@@ -66,7 +66,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, to
     common = ["--recipe", "bert-pretrain-tiny", "--tokenizer", tokenizer_folder,
               "--model_overrides", NO_DROPOUT, "--max_steps", "4", "--save_steps", "2", "--progress_bar", "false",
               "--report_to", "none", "--train_size", "60", "--logging_steps", "1"]
-    result = launch_two_processes(*common, "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "ddp"))
+    launch_two_processes(*common, "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "ddp"))
     assert (tmp_path / "ddp/checkpoints/step-00000004/random_states_1.pkl").is_file()  # two processes saved
     pretrain_bert([*common, "--per_device_train_batch_size", "8", "--output_dir", str(tmp_path / "one")])
     two, one = _losses(tmp_path / "ddp"), _losses(tmp_path / "one")
@@ -120,7 +120,8 @@ def test_a_failing_process_fails_the_run_and_keeps_the_last_checkpoint(tmp_path,
     elapsed = time.monotonic() - began
     assert result.returncode != 0
     assert elapsed < 180, elapsed  # startup included; a hang would run to the 600 s timeout
-    assert "[rank 1 of 2] training failed at step 3: RuntimeError: injected failure in the batch of step 3" in result.stderr
+    failure = "[rank 1 of 2] training failed at step 3: RuntimeError: injected failure in the batch of step 3"
+    assert failure in result.stderr
     assert [p.name for p in complete_checkpoints(out / "checkpoints")] == ["step-00000002"]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002"]  # nothing half written
     verify_checkpoint(out / "checkpoints" / "step-00000002")

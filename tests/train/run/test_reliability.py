@@ -51,7 +51,8 @@ tiny = ["--recipe", "bert-finetune-nli-tiny", "--model", root + "/bert-pretrain/
         "--progress_bar", "false", "--max_steps", "3", "--save_steps", "0", "--train_size", "60", "--eval_size", "20"]
 finetune.main(tiny + ["--output_dir", root + "/ner", "--task", "token-classification", "--dataset", "embedded:ner"])
 finetune.main(tiny + ["--output_dir", root + "/qa", "--task", "question-answering", "--dataset", "embedded:qa"])
-train_tokenizer.main(["--kind", "bert", "--vocab_size", "300", "--max_texts", "200", "--output_dir", root + "/wordpiece"])
+train_tokenizer.main(["--family", "bert", "--vocab_size", "300", "--max_texts", "200",
+                      "--output_dir", root + "/wordpiece"])
 """
 STAGES = ("bert-pretrain", "bert-nli", "gpt-pretrain", "gpt-nli", "translation", "ner", "qa")
 PROGRESS_BAR = re.compile(r"(it|examples)/s\]\s*$")  # tqdm's trailer: "100/100 [00:00<00:00, 5.0 it/s]"

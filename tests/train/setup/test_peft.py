@@ -56,7 +56,8 @@ def test_default_targets_are_every_projection(family):
     model = adapted(family)
     targets = model.peft_config["default"].target_modules
     assert targets == set(LORA_TARGET_MODULES)
-    wrapped = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, peft.tuners.lora.Linear)}
+    wrapped = {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+               if isinstance(module, peft.tuners.lora.Linear)}
     assert wrapped == {"q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"}  # no gated FFN in the presets
 
 
