@@ -95,7 +95,7 @@ def attention_map_row(root: Path, translator: str) -> dict:
     sentence = generate_records("translation", "validation", size=1)[0]["source"]
     t0, cpu0 = time.perf_counter(), time.process_time()
     files = attention_maps.main(["--model", str(root / translator / "model"), "--text", sentence,
-                                 "--out", str(root / translator / "attention"), "--overwrite"])
+                                 "--output_dir", str(root / translator / "attention"), "--overwrite_output_dir"])
     png = [p for p in files["png"] if p.name.startswith("cross_") and p.name.endswith("_mean.png")][-1]
     return {"name": "attention-map", "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - cpu0,
             "folder": str(png), "loads_as": "PNG", "figures": {f"{translator} cross-attention": sentence}}

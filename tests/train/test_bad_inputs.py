@@ -182,7 +182,8 @@ CATALOGUE = [
      "recipe key 'output_dir': .*out is a file", "give a folder path"),
     ("tokenizer folder empty", lambda t: script(t / "run", "--tokenizer", str(_folder(t / "empty"))),
      FileNotFoundError, "recipe key 'tokenizer': folder .*empty", "tokenizer.json"),
-    ("export a folder without weights", lambda t: export.main(["--model", str(_config_only(t)), "--out", str(t / "x")]),
+    ("export a folder without weights",
+     lambda t: export.main(["--model", str(_config_only(t)), "--output_dir", str(t / "x")]),
      ValueError, "--model .* has a config.json but no safetensors weights", "<output_dir>/model"),
     # generation arguments
     ("max_new_tokens beyond the context", lambda t: gpt().generate(IDS, max_new_tokens=80, do_sample=False),

@@ -59,7 +59,7 @@ def finetune_from(folder, tmp_path):
 
 
 def export_from(folder, tmp_path):
-    return export.main(["--model", str(folder), "--out", str(tmp_path / "out")])
+    return export.main(["--model", str(folder), "--output_dir", str(tmp_path / "out")])
 
 
 COMMANDS = {"finetune": (finetune_from, "recipe key 'model'"), "export": (export_from, "--model")}
