@@ -2,8 +2,9 @@
 
 `claim` (the main process, from `train.run.engine.start_run`) checks the folder (`check_output_dir`), takes its
 `.lock` and starts `run.json`, whose manifest (`record_written`) lists every file the run writes as it writes it;
-what a later run may delete or resume into is decided by that manifest alone. `withdraw` undoes the claim of a run
-refused before it wrote anything; `release` gives the lock back. The commands that write a folder of their own use
+what a later run may delete or resume into is decided by that manifest alone; `overwrite_output_dir` sets an
+earlier run's files aside and deletes them only once the new run trains. `withdraw` undoes the claim of a run
+refused before it trained (putting set-aside files back); `release` gives the lock back. The commands that write a folder of their own use
 `check_writer_output` and `staged_output`. docs/training.md ("Run folders").
 """
 
@@ -33,6 +34,8 @@ APPENDED = ("logs",)  # written to as the run goes: recorded by size, which only
 _SAMPLE = 1 << 20  # bytes hashed from each end of a file: a fingerprint, not a full read of a multi-GB checkpoint
 _claims: dict[Path, object] = {}  # folder -> the recipe object of the run in this process that claimed it
 _fresh: dict[Path, bool] = {}  # folder -> whether its claim wrote a new record into it (True) or a new folder (None)
+_set_aside: dict[Path, Path] = {}  # folder -> where its claim moved an earlier run's files (overwrite_output_dir)
+ASIDE = ".overwritten-"  # + the claiming process's id: an earlier run's files, kept until the new run writes
 
 
 class OutputDirError(RuntimeError):
@@ -169,6 +172,7 @@ def claim(recipe) -> Path:
     existed = folder.is_dir()
     _take_lock(folder)
     try:
+        _recover_set_aside(folder)
         record = _read_json(folder / RECORD) if existed else None
         if recipe.resume_from_checkpoint:
             if record is None:
@@ -201,6 +205,13 @@ def withdraw(recipe) -> None:
         return
     folder = Path(recipe.output_dir).resolve()
     record = _read_json(folder / RECORD) or {}
+    aside = _set_aside.pop(folder, None)
+    if aside is not None and not _trained(record):  # what it wrote goes, the earlier run's files come back
+        _undo(folder, record, aside)
+        release(recipe)
+        return
+    if aside is not None:
+        _set_aside[folder] = aside
     fresh = _fresh.get(folder)
     if fresh is False or record.get("wrote") or record.get("resumes"):
         return
@@ -235,10 +246,57 @@ def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> No
             f"output_dir {folder} holds another run's files ({', '.join([RECORD, *present])}); to continue that run "
             f"pass --resume_from_checkpoint latest, to delete its files and start over pass --overwrite_output_dir "
             f"true, or choose another --output_dir")
-    why = ("overwrite_output_dir" if any(name in WORK for name in present)
-           else "a run that stopped before training (no checkpoint, log or model)")
+    if any(name in WORK for name in present):  # deleted once the new run trains, put back if it stops first
+        aside = folder / f"{ASIDE}{os.getpid()}"
+        aside.mkdir()
+        for name in [RECORD, *present]:
+            if (folder / name).exists():
+                (folder / name).rename(aside / name)
+        print(f"overwrite_output_dir: set aside {', '.join(present)} of {folder}, deleted once this run trains, put "
+              f"back if it stops before", flush=True)
+        _set_aside[folder] = aside
+        return
     for name in present:
-        _delete(folder / name, why)
+        _delete(folder / name, "a run that stopped before training (no checkpoint, log or model)")
+
+
+def _trained(record: dict) -> bool:
+    """Whether a run's manifest lists a file of its work (checkpoints, log, model, adapter), not just its tokenizer."""
+    return any(_under(path, name) for path in record.get("wrote", {}) for name in WORK)
+
+
+def _undo(folder: Path, record: dict, aside: Path) -> None:
+    """Delete what a run that never trained wrote (its manifest's files and record) and put back the earlier run's
+    files its claim set aside."""
+    for name in RUN_FILES:
+        if any(_under(path, name) for path in record.get("wrote", {})) and (folder / name).exists():
+            _delete(folder / name, "a run stopped before training")
+    (folder / RECORD).unlink(missing_ok=True)
+    for path in aside.iterdir():
+        path.rename(folder / path.name)
+    aside.rmdir()
+    print(f"output_dir {folder}: put back the earlier run's files, as the overwriting run never trained", flush=True)
+
+
+def _drop_set_aside(folder: Path) -> None:
+    """The run trains (or has published): the earlier run's files its claim set aside are deleted now."""
+    aside = _set_aside.pop(folder, None)
+    if aside is not None and aside.exists():
+        _delete(aside, "overwrite_output_dir")
+
+
+def _recover_set_aside(folder: Path) -> None:
+    """Files set aside by a claim whose process is gone (killed before it trained): put back, or deleted when that
+    run had trained (its manifest replaced theirs)."""
+    for aside in folder.glob(f"{ASIDE}*"):
+        pid = aside.name.removeprefix(ASIDE)
+        if not pid.isdigit() or process_alive(int(pid)):
+            continue
+        record = _read_json(folder / RECORD) or {}
+        if _trained(record):
+            _delete(aside, "an earlier run's files set aside by an overwriting run that has trained since")
+        else:
+            _undo(folder, record, aside)
 
 
 def record_written(recipe, *names: str) -> None:
@@ -252,6 +310,8 @@ def record_written(recipe, *names: str) -> None:
             wrote.update(_listing(folder, name))
     record["wrote"] = dict(sorted(wrote.items()))
     _write_json(folder / RECORD, record)
+    if _trained(record):
+        _drop_set_aside(folder)
 
 
 def note_resume(recipe, checkpoint: Path, step: int, changed: dict) -> None:
@@ -267,6 +327,7 @@ def note_resume(recipe, checkpoint: Path, step: int, changed: dict) -> None:
 def release(recipe) -> None:
     """Give the folder's lock back (the run has published its model)."""
     folder = Path(recipe.output_dir).resolve()
+    _drop_set_aside(folder)
     _claims.pop(folder, None)
     _fresh.pop(folder, None)
     _release_lock(folder)

@@ -4,6 +4,7 @@ is taken over), and a resume is checked against the recipe (another architecture
 learning rate takes effect and is recorded in the log, the run record, recipe.yaml and the card)."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -94,13 +95,38 @@ def test_resume_under_another_tokenizer_names_it(finished, tmp_path):
         run(finished, "--resume_from_checkpoint", "latest", "--max_steps", "6", "--tokenizer", str(other))
 
 
-def test_overwrite_output_dir_deletes_the_first_runs_files_naming_each(finished, capsys):
+def test_overwrite_output_dir_sets_the_first_runs_files_aside_and_deletes_them_once_it_trains(finished, capsys):
     run(finished, "--max_steps", "2", "--overwrite_output_dir", "true")
     printed = capsys.readouterr().out
-    for name in ("checkpoints", "logs", "tokenizer", "model"):
-        assert f"overwrite_output_dir: deleting {finished.resolve() / name}" in printed
+    aside = finished.resolve() / f"{run_folder.ASIDE}{os.getpid()}"
+    names = "checkpoints, logs, tokenizer, model, loss_curve.png"
+    assert f"overwrite_output_dir: set aside {names} of {finished.resolve()}" in printed
+    assert f"overwrite_output_dir: deleting {aside}" in printed
+    assert not list(finished.glob(f"{run_folder.ASIDE}*"))
     assert [p.name for p in complete_checkpoints(finished / "checkpoints")] == ["step-00000002"]  # no step 4 left
     assert max(r["step"] for r in log(finished)) == 2
+
+
+def test_an_overwriting_run_stopped_before_it_trains_puts_the_first_runs_files_back(finished, capsys):
+    """overwrite_output_dir deletes the earlier run only once the new one trains: refused after its claim and its
+    tokenizer, it leaves the folder byte for byte as it was; killed there, the next claim puts the files back."""
+    from train.run.recipes import RecipeError
+
+    before = files(finished)
+    with pytest.raises(RecipeError, match="'max_seq_length' is 4, below the minimum"):
+        run(finished, "--overwrite_output_dir", "true", "--max_seq_length", "4")
+    assert "put back the earlier run's files" in capsys.readouterr().out
+    assert files(finished) == before and not list(finished.glob(f"{run_folder.ASIDE}*"))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = finished / f"{run_folder.ASIDE}{int(gone.stdout)}"  # a claim killed before its run trained
+    killed.mkdir()
+    for name in ("model", run_folder.RECORD):
+        (finished / name).rename(killed / name)
+    (finished / run_folder.RECORD).write_text(json.dumps({"wrote": {}}))
+    run_folder.claim(recipe := recipe_from_dict({"output_dir": str(finished), "resume_from_checkpoint": "latest"}))
+    run_folder.release(recipe)
+    assert {k: v for k, v in files(finished).items() if k != run_folder.RECORD} == {
+        k: v for k, v in before.items() if k != run_folder.RECORD}
 
 
 def test_output_dir_that_is_a_file_is_refused(tmp_path):
