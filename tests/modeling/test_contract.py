@@ -346,15 +346,70 @@ def test_the_cache_is_taken_under_both_names_and_returned_under_the_installed_on
     ("layer_norm_eps", -1e-5, r"`layer_norm_eps` must be a positive number"),
     ("initializer_range", -0.02, r"`initializer_range` must be a number >= 0 .*got -0.02"),
     ("pad_token_id", V, r"`pad_token_id` must be None or in \[0, 99\) \(vocab_size\), got 99"),
+    ("num_attention_heads", 5, r"`hidden_size` \(32\) must be divisible by `num_attention_heads` \(5\)"),
+    ("hidden_size", 30, r"`hidden_size` \(30\) must be divisible by `num_attention_heads` \(4\)"),
+    ("norm_position", "middle", r"`norm_position` must be one of \('post', 'pre'\), got 'middle'"),
+    ("hidden_act", "tanh", r"`hidden_act` must be one of \('relu', 'gelu', 'gelu_new', 'silu'\), got 'tanh'"),
+    ("hidden_act", "gelu_fast", r"`hidden_act` must be one of .*got 'gelu_fast'"),
+    ("hidden_dropout_prob", 1.5, r"`hidden_dropout_prob` must be in \[0, 1\), got 1.5"),
 ])
 def test_configs_refuse_values_outside_their_range(name, field, value, message):
     with pytest.raises(ValueError, match=message):
         preset(name, **{field: value})
 
 
-def test_rnn_config_refuses_a_pad_id_outside_the_vocabulary():
-    with pytest.raises(ValueError, match=r"`pad_token_id` must be None or in \[0, 99\)"):
-        preset("rnn-tiny", pad_token_id=V)
+FAMILY_BAD_VALUES = [  # (preset, fields, what the error says): the fields one family has
+    ("bert-tiny", {"type_vocab_size": 0}, "`type_vocab_size` must be a positive integer"),
+    ("bert-tiny", {"is_decoder": "yes"}, "`is_decoder` must be True or False"),
+    ("gpt-tiny", {"eos_token_id": -1}, "`eos_token_id`"),
+    ("gpt-tiny", {"lm_loss_weight": -0.5}, "`lm_loss_weight`"),
+    ("gpt-tiny", {"classifier_dropout": 1.0}, "`classifier_dropout`"),
+    ("transformer-tiny", {"position_embedding_type": "rotary"},
+     "`position_embedding_type` must be one of ('sinusoidal', 'learned')"),
+    ("transformer-tiny", {"sinusoidal_layout": "zigzag"},
+     "`sinusoidal_layout` must be one of ('interleaved', 'split')"),
+    ("transformer-tiny", {"label_smoothing": 1.0}, "`label_smoothing` must be in [0, 1)"),
+    ("transformer-tiny", {"decoder_start_token_id": 99}, "`decoder_start_token_id` must be None or in [0, 99)"),
+    ("transformer-tiny", {"scale_embedding": "yes"}, "`scale_embedding` must be True or False"),
+    ("rnn-tiny", {"cell": "rnn"}, "`cell` must be one of ('gru', 'lstm'), got 'rnn'"),
+    ("rnn-tiny", {"attention": "multihead"}, "`attention` must be one of ('none', 'bahdanau', 'luong-dot', "
+                                           "'luong-general', 'luong-concat'), got 'multihead'"),
+    ("rnn-tiny", {"bridge": "mean"}, "`bridge` must be one of ('none', 'last', 'linear')"),
+    ("rnn-tiny", {"bidirectional_decoder": True}, "`bidirectional_decoder` cannot be True"),
+    ("rnn-tiny", {"hidden_size": 33}, "`hidden_size` must be even with `bidirectional_encoder=True`"),
+    ("rnn-tiny", {"num_decoder_layers": 1}, "`num_decoder_layers` (1) must equal `num_encoder_layers` (2)"),
+    ("rnn-tiny", {"tie_word_embeddings": True},
+     "`tie_word_embeddings=True` needs `embedding_size` (16) equal to `hidden_size`"),
+    ("rnn-tiny", {"input_feeding": 1}, "`input_feeding` must be True or False, got 1"),
+    ("rnn-tiny", {"hidden_size": 0}, "`hidden_size` must be a positive integer"),
+    ("rnn-tiny", {"label_smoothing": 1.0}, "`label_smoothing` must be in [0, 1)"),
+    ("rnn-tiny", {"decoder_start_token_id": 99}, "`decoder_start_token_id` must be None or in [0, 99)"),
+    ("rnn-tiny", {"pad_token_id": V}, "`pad_token_id` must be None or in [0, 99)"),
+    ("rnn-tiny", {"attention": "none", "input_feeding": True}, "`input_feeding` needs a Luong attention"),
+    ("rnn-tiny", {"attention": "bahdanau", "input_feeding": True}, "got attention='bahdanau'"),
+    ("rnn-tiny", {"attention": "none", "bridge": "none"},
+     "`bridge` must be 'last' or 'linear' with `attention='none'`"),
+]
+
+
+@pytest.mark.parametrize("name, fields, fragment", FAMILY_BAD_VALUES,
+                         ids=[f"{n}-{'-'.join(f'{k}={v}' for k, v in f.items())}" for n, f, _ in FAMILY_BAD_VALUES])
+def test_each_family_refuses_its_own_fields_outside_their_range(name, fields, fragment):
+    with pytest.raises(ValueError) as error:
+        preset(name, **fields)
+    assert fragment in str(error.value)
+
+
+@pytest.mark.parametrize("config_class, pretrained, module", modeling._FAMILIES,
+                         ids=[config_class.model_type for config_class, _, _ in modeling._FAMILIES])
+def test_an_unknown_attention_implementation_is_refused_by_every_head(config_class, pretrained, module):
+    config = preset(PRESETS[family(pretrained)])
+    for class_name in dict.fromkeys(pretrained.auto_classes.values()):
+        model_class = getattr(module, class_name)
+        with pytest.raises(ValueError, match=r"`attn_implementation=\"magic\"` is not supported"):
+            model_class._from_config(config, attn_implementation="magic")
+        with pytest.raises(ValueError, match="attn_implementation"):
+            model_class(preset(PRESETS[family(pretrained)], attn_implementation="magic"))
 
 
 def test_the_python_docs_recipe_data_comes_from_the_train_package(tmp_path):

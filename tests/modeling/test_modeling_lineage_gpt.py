@@ -8,7 +8,6 @@ import pytest
 import torch
 from conftest import preset
 from transformers import (
-    AutoModelForCausalLM,
     CompileConfig,
     DataCollatorWithFlattening,
     Trainer,
@@ -98,29 +97,6 @@ def test_preset_parameter_counts(name, expected):
     if expected is not None:
         assert abs(count - expected) / expected < 0.01, count
     assert (model.transformer.final_norm is not None) == (model.config.norm_position == "pre")
-
-
-@pytest.mark.parametrize(
-    ("overrides", "field"),
-    [
-        ({"hidden_size": 30}, "hidden_size"),
-        ({"norm_position": "sandwich"}, "norm_position"),
-        ({"hidden_act": "gelu_fast"}, "hidden_act"),
-        ({"pad_token_id": 99}, "pad_token_id"),
-        ({"eos_token_id": -1}, "eos_token_id"),
-        ({"lm_loss_weight": -0.5}, "lm_loss_weight"),
-        ({"classifier_dropout": 1.0}, "classifier_dropout"),
-        ({"hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
-    ],
-)
-def test_bad_config_names_the_field(overrides, field):
-    with pytest.raises(ValueError, match=f"`{field}`"):
-        preset("gpt-tiny", **overrides)
-
-
-def test_unknown_attention_implementation_is_refused():
-    with pytest.raises(ValueError, match="attn_implementation"):
-        AutoModelForCausalLM.from_config(preset("gpt-tiny"), attn_implementation="flashy")
 
 
 # ----------------------------------------------------------------------------------------------------------

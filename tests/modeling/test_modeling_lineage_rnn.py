@@ -359,29 +359,6 @@ def test_paper_presets(name, fields, parameters):
 # ---------------------------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("fields, fragment", [
-    ({"cell": "rnn"}, "`cell` must be one of ('gru', 'lstm'), got 'rnn'"),
-    ({"attention": "multihead"}, "`attention` must be one of ('none', 'bahdanau', 'luong-dot', 'luong-general', "
-                                 "'luong-concat'), got 'multihead'"),
-    ({"bridge": "mean"}, "`bridge` must be one of ('none', 'last', 'linear')"),
-    ({"attention": "none", "input_feeding": True}, "`input_feeding` needs a Luong attention"),
-    ({"attention": "bahdanau", "input_feeding": True}, "got attention='bahdanau'"),
-    ({"bidirectional_decoder": True}, "`bidirectional_decoder` cannot be True"),
-    ({"hidden_size": 33}, "`hidden_size` must be even with `bidirectional_encoder=True`"),
-    ({"attention": "none", "bridge": "none"}, "`bridge` must be 'last' or 'linear' with `attention='none'`"),
-    ({"num_decoder_layers": 1}, "`num_decoder_layers` (1) must equal `num_encoder_layers` (2)"),
-    ({"tie_word_embeddings": True}, "`tie_word_embeddings=True` needs `embedding_size` (16) equal to `hidden_size`"),
-    ({"input_feeding": 1}, "`input_feeding` must be True or False, got 1"),
-    ({"hidden_size": 0}, "`hidden_size` must be a positive integer"),
-    ({"label_smoothing": 1.0}, "`label_smoothing` must be in [0, 1)"),
-    ({"decoder_start_token_id": 99}, "`decoder_start_token_id` must be None or in [0, 99)"),
-])
-def test_bad_config_values(fields, fragment):
-    with pytest.raises(ValueError) as error:
-        preset("rnn-tiny", **fields)
-    assert fragment in str(error.value)
-
-
 def test_odd_hidden_size_is_fine_with_a_one_way_encoder():
     assert build(hidden_size=33, bidirectional_encoder=False).model.encoder.rnn.hidden_size == 33
 

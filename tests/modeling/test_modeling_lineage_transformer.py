@@ -447,28 +447,6 @@ def test_presets_describe_architectures_and_the_translation_recipes_smooth_label
 # ---------------------------------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("field, value, fragment", [
-    ("num_attention_heads", 5, "`hidden_size` (32) must be divisible by `num_attention_heads` (5)"),
-    ("norm_position", "middle", "`norm_position` must be one of ('post', 'pre')"),
-    ("hidden_act", "tanh", "`hidden_act` must be one of"),
-    ("position_embedding_type", "rotary", "`position_embedding_type` must be one of ('sinusoidal', 'learned')"),
-    ("sinusoidal_layout", "zigzag", "`sinusoidal_layout` must be one of ('interleaved', 'split')"),
-    ("label_smoothing", 1.0, "`label_smoothing` must be in [0, 1)"),
-    ("decoder_start_token_id", 99, "`decoder_start_token_id` must be None or in [0, 99)"),
-    ("layer_norm_eps", -1e-6, "`layer_norm_eps` must be a positive number"),
-    ("scale_embedding", "yes", "`scale_embedding` must be True or False"),
-])
-def test_bad_config_values(field, value, fragment):
-    with pytest.raises(ValueError) as error:
-        preset("transformer-tiny", **{field: value})
-    assert fragment in str(error.value)
-
-
-def test_unknown_attention_implementation():
-    with pytest.raises(ValueError, match="attn_implementation"):
-        LineageTransformerModel(preset("transformer-tiny", attn_implementation="magic"))
-
-
 def _bad_input_cases():
     source, mask = sources()
     wrong_batch = BaseModelOutput(last_hidden_state=torch.zeros(2, 7, 32))
