@@ -10,8 +10,9 @@ counts are bounded and the examples derandomized, so the default run is fast and
 
 Then over every head test_contract.py walks, on the tiny presets under each family's variants and both kernels: the
 same properties per head (with eager == sdpa, generate() with and without its cache, on a padded batch of prompts and
-as the argmax of full passes, sparse prediction, loading in a process without this project, gradient checkpointing),
-and parity for every pair `modeling.conversion` supports.
+as the argmax of full passes, sparse prediction, loading in a process without this project, gradient checkpointing,
+a static cache == the dynamic one, fullgraph compilation, seeded sampling, what the output flags return), and parity
+for every pair `modeling.conversion` supports.
 """
 
 import inspect
@@ -660,6 +661,255 @@ def test_gradient_checkpointing_recomputes_each_layer_and_gives_the_same_gradien
     tolerance = {"rtol": 1e-6, "atol": 1e-6} if contract.family(model_class) == "Transformer" else EXACT
     for name, grad in plain.items():
         torch.testing.assert_close(checkpointed[name], grad, **tolerance, msg=name)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Static caches, compilation, sampling, and what the output flags return
+# ----------------------------------------------------------------------------------------------------------
+
+STATIC = [c for c in contract.GENERATIVE if c._can_compile_fullgraph]  # the RNN's recurrent state has no static form
+BASES = [LineageBertModel, LineageGptModel, LineageTransformerModel]
+
+
+def first_cases(heads):
+    """Like `cases(heads, kernels=False)`, on each family's preset (and each head's own variants) only."""
+    params = []
+    for model_class in heads:
+        for variant in VARIANTS[contract.family(model_class)][:1] + HEAD_VARIANTS.get(model_class, ()):
+            label = "-".join(str(v) for v in variant.values()) or "preset"
+            params.append(pytest.param(model_class, variant, None, id=f"{model_class.__name__}-{label}"))
+    return pytest.mark.parametrize("model_class, variant, kernel", params)
+
+
+def static_layers(cache) -> bool:
+    cache = getattr(cache, "self_attention_cache", cache)
+    return isinstance(cache, transformers.StaticCache)
+
+
+@cases(STATIC, kernels=False)
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_static_cache_generates_what_the_dynamic_cache_generates(model_class, variant, kernel, num_beams):
+    """Greedy and beam search over a fixed-size cache (4D masks over its empty slots) give the tokens and, within
+    1e-5, the logits of every step that the dynamic cache gives, on a padded batch of prompts."""
+    model = head(model_class, variant)
+    model.generation_config.eos_token_id = None
+    kwargs = dict(prompt(model), max_new_tokens=6, num_beams=num_beams, do_sample=False, pad_token_id=0,
+                  return_dict_in_generate=True, output_logits=True)
+    dynamic = model.generate(**kwargs)
+    static = model.generate(**kwargs, cache_implementation="static")
+    assert static_layers(output_cache(static)) and not static_layers(output_cache(dynamic))
+    torch.testing.assert_close(static.sequences, dynamic.sequences, **EXACT)
+    assert len(static.logits) == len(dynamic.logits) == 6
+    for step, (a, b) in enumerate(zip(static.logits, dynamic.logits)):
+        torch.testing.assert_close(a, b, **CLOSE, msg=f"logits at step {step}")
+
+
+def recording_backend(graphs: list):
+    """A `torch.compile` backend that records each graph it is given and runs it as traced (no inductor: fast)."""
+    def backend(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+    return backend
+
+
+def compile_cases():
+    """Compilation is slow: each family's base model on its preset under sdpa; each head that generates on its
+    preset under both kernels, and under its family's last variant (GPT, BERT: pre-norm; the Transformer: the split
+    sinusoids) and its own variants under sdpa."""
+    params = [pytest.param(c, {}, "sdpa", id=f"{c.__name__}-preset-sdpa") for c in BASES]
+    for model_class in STATIC:
+        name = contract.family(model_class)
+        runs = [(VARIANTS[name][0], kernel) for kernel in KERNELS] + [
+            (variant, "sdpa") for variant in VARIANTS[name][-1:] + HEAD_VARIANTS.get(model_class, ())]
+        for variant, kernel in runs:
+            label = "-".join(str(v) for v in variant.values()) or "preset"
+            params.append(pytest.param(model_class, variant, kernel, id=f"{model_class.__name__}-{label}-{kernel}"))
+    return pytest.mark.parametrize("model_class, variant, kernel", params)
+
+
+@compile_cases()
+def test_the_forward_and_static_cache_decoding_compile_with_fullgraph(model_class, variant, kernel):
+    """`torch.compile(fullgraph=True)` (a graph break raises) of each attention family's base model and of each head
+    that generates gives the eager outputs; generate() with a static cache compiles its decoding step and gives the
+    eager tokens. Inductor's compilation is the families' slow tests'."""
+    torch._dynamo.reset()  # each case compiles afresh: the family's forward recompiles past dynamo's limit otherwise
+    model = head(model_class, variant, kernel)
+    assert model._can_compile_fullgraph
+    inputs, _ = padded_batch(model)
+    graphs = []
+    compiled = torch.compile(model, fullgraph=True, backend=recording_backend(graphs))
+    expected, actual = named_outputs(model(**inputs)), named_outputs(compiled(**inputs))
+    assert graphs and expected.keys() == actual.keys() and expected
+    for key, value in actual.items():
+        torch.testing.assert_close(value, expected[key], **CLOSE, msg=key)
+    if not model.can_generate():
+        return
+    model.generation_config.eos_token_id = None
+    kwargs = dict(prompt(model), max_new_tokens=5, do_sample=False, pad_token_id=0, cache_implementation="static")
+    graphs.clear()
+    config = transformers.CompileConfig(fullgraph=True, backend=recording_backend(graphs), mode=None, dynamic=False)
+    config._compile_all_devices = True  # generate() compiles on accelerators only unless told otherwise
+    tokens_compiled = model.generate(**kwargs, compile_config=config)
+    assert graphs, "generate() did not compile the decoding step"
+    torch.testing.assert_close(tokens_compiled, model.generate(**kwargs), **EXACT)
+
+
+SAMPLINGS = {"temperature": {"temperature": 0.7}, "top_k": {"top_k": 5}, "top_p": {"top_p": 0.9},
+             "all": {"temperature": 1.3, "top_k": 10, "top_p": 0.8}}
+
+
+@first_cases(contract.GENERATIVE)
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_seeded_sampling_is_reproducible_and_top_k_one_is_greedy(model_class, variant, kernel, sampling):
+    """The same seed gives the same tokens, other seeds other tokens, every one in the vocabulary and after the
+    prompt; top-k sampling with k=1 is greedy search."""
+    model = head(model_class, variant)
+    model.generation_config.eos_token_id = None
+    given = prompt(model)
+    seq2seq = model_class in contract.SEQ2SEQ
+
+    def sample(seed: int, **kwargs) -> torch.Tensor:
+        torch.manual_seed(seed)
+        return model.generate(**given, max_new_tokens=12, pad_token_id=0, **{"do_sample": True, **kwargs})
+
+    first = sample(1, **SAMPLINGS[sampling])
+    start = 1 if seq2seq else given["input_ids"].shape[1]  # the decoder start token, or the prompt
+    assert first.shape == (2, start + 12)
+    if not seq2seq:
+        assert torch.equal(first[:, :start], given["input_ids"])
+    assert int(first.min()) >= 0 and int(first.max()) < contract.V
+    assert torch.equal(first, sample(1, **SAMPLINGS[sampling]))
+    assert any(not torch.equal(first, sample(seed, **SAMPLINGS[sampling])) for seed in (2, 3, 4))
+    torch.testing.assert_close(sample(5, top_k=1), sample(6, do_sample=False), **EXACT)
+
+
+def flag_outputs(output) -> dict[str, tuple]:
+    """The tuples the output flags add (hidden states and attentions of each stack), by name (BERT without cross
+    attention returns an empty `cross_attentions`)."""
+    return {k: v for k, v in output.items()
+            if isinstance(v, tuple) and v and k.endswith(("hidden_states", "attentions"))}
+
+
+def embeddings(model, inputs: dict) -> dict[str, torch.Tensor]:
+    """What each stack's first hidden state must be, computed from the family's embedding modules: BERT's words,
+    positions and segments; GPT's words and positions counted from the first real token (left padding); the
+    Transformer's (scaled) words and positions, for the source and the target through the shared table."""
+    base, name = model.base_model, contract.family(type(model))
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    if isinstance(model, MULTIPLE_CHOICE):
+        ids, mask = ids.flatten(0, 1), mask.flatten(0, 1)
+    if name == "Bert":
+        segments = inputs["token_type_ids"].flatten(0, -2) if "token_type_ids" in inputs else None
+        return {"hidden_states": base.embeddings(ids, segments, None, None)}
+    if name == "Gpt":
+        return {"hidden_states": base.embed_tokens(ids) + base.embed_positions((mask.cumsum(-1) - 1).clamp(min=0))}
+    encoder, decoder = base.encoder, base.decoder
+    return {"encoder_hidden_states": encoder.embed(encoder.embed_tokens(ids)),
+            "decoder_hidden_states": decoder.embed(encoder.embed_tokens(inputs["decoder_input_ids"]))}
+
+
+def check_attentions(name: str, weights: torch.Tensor, model, inputs: dict, mask: torch.Tensor, side: str) -> None:
+    """(rows, H, queries, keys) weights: rows of one, nothing on a padded key, nothing on a later key in a decoder's
+    self-attention, at every query (left padding: at the real ones; a padding query that sees no real key is each
+    kernel's own)."""
+    seq2seq, rows, width = type(model) in contract.SEQ2SEQ, mask.shape[0], mask.shape[1]
+    heads = model.config.num_attention_heads
+    query_real = mask.bool() if side == "left" else torch.ones_like(mask, dtype=torch.bool)
+    if name == "cross_attentions":
+        keys = mask if seq2seq else inputs["encoder_attention_mask"]
+        queries = TARGET if seq2seq else width
+        query_real = torch.ones(rows, TARGET, dtype=torch.bool) if seq2seq else query_real
+    elif name == "decoder_attentions":
+        keys, queries, query_real = torch.ones(rows, TARGET), TARGET, torch.ones(rows, TARGET, dtype=torch.bool)
+    else:
+        keys, queries = mask, width
+    assert weights.shape == (rows, heads, queries, keys.shape[1]), name
+    real = weights.transpose(1, 2)[query_real]  # (real queries, H, keys)
+    torch.testing.assert_close(real.sum(-1), torch.ones(real.shape[:2]), **CLOSE, msg=name)
+    padded_keys = (keys[:, None, None, :] == 0) & query_real[:, None, :, None]  # (rows, 1, queries, keys)
+    assert padded_keys.any() or name == "decoder_attentions", name  # a target is never padded here
+    assert torch.all(weights[padded_keys.expand_as(weights)] == 0), name
+    causal = name == "decoder_attentions" or (name == "attentions" and model_class_is_causal(model))
+    if causal:
+        assert torch.all(weights.triu(diagonal=1)[query_real[:, None, :, None].expand_as(weights)] == 0), name
+
+
+def model_class_is_causal(model) -> bool:
+    return contract.family(type(model)) == "Gpt" or (contract.family(type(model)) == "Bert"
+                                                    and model.config.is_decoder)
+
+
+@cases(ATTENTION_HEADS, kernels=False, sides=True)
+def test_output_flags_return_every_layer_from_the_embeddings_under_both_kernels(model_class, variant, kernel, side):
+    """`output_hidden_states` gives layers + 1 states per stack, the first the embeddings, the last the stack's
+    output; `output_attentions` one (rows, H, queries, keys) map per layer and attention, each row a distribution
+    over the real keys (and the earlier ones in a decoder); the head returns its base model's (multiple choice: one
+    row per choice), also in its tuple; the config's flags do the same, a keyword overrides them, and without flags
+    nothing is returned. Eager and sdpa give the same states and maps (at the real positions)."""
+    models = {k: head(model_class, variant, k) for k in KERNELS}
+    models["sdpa"].load_state_dict(models["eager"].state_dict())
+    inputs, mask = padded_batch(models["eager"], side)
+    flags = dict(output_attentions=True, output_hidden_states=True)
+    found = {}
+    for kernel_name, model in models.items():
+        out = model(**inputs, **flags)
+        found[kernel_name] = named = flag_outputs(out)
+        layers, seq2seq = model.config.num_hidden_layers, model_class in contract.SEQ2SEQ
+        expected_names = ({"encoder_hidden_states", "decoder_hidden_states", "encoder_attentions",
+                           "decoder_attentions", "cross_attentions"} if seq2seq else
+                          {"hidden_states", "attentions"} | ({"cross_attentions"} if getattr(
+                              model.config, "add_cross_attention", False) else set()))
+        assert named.keys() == expected_names
+        real = mask.bool()
+        for name, first in embeddings(model, inputs).items():
+            states = named[name]
+            assert len(states) == layers + 1, name
+            query_real = real if name != "decoder_hidden_states" else torch.ones(first.shape[:2], dtype=torch.bool)
+            assert [s.shape for s in states] == [first.shape] * (layers + 1), name
+            torch.testing.assert_close(states[0][query_real], first[query_real], **CLOSE, msg=f"{name} 0")
+            assert not torch.allclose(states[1], states[2]), name  # one entry per layer, not repeats
+        for name in expected_names - set(embeddings(model, inputs)):
+            assert len(named[name]) == layers, name
+            for weights in named[name]:
+                check_attentions(name, weights, model, inputs, mask, side)
+        base_inputs = {k: v.flatten(0, 1) if isinstance(model, MULTIPLE_CHOICE) and v.dim() == 3 else v
+                       for k, v in inputs.items()}
+        base = model.base_model(**base_inputs, **flags)
+        for name, states in flag_outputs(base).items():
+            for a, e in zip(named[name], states, strict=True):
+                torch.testing.assert_close(a, e, **EXACT, msg=name)
+        last = "encoder_last_hidden_state" if seq2seq else None
+        torch.testing.assert_close(named["decoder_hidden_states" if seq2seq else "hidden_states"][-1],
+                                   base.last_hidden_state, **EXACT)
+        if last:
+            torch.testing.assert_close(named["encoder_hidden_states"][-1], base[last], **EXACT)
+        if getattr(model, "lm_head", None) is not None and contract.family(model_class) in ("Gpt", "Transformer"):
+            bias = getattr(model, "final_logits_bias", None)
+            logits = model.lm_head(base.last_hidden_state) + (0 if bias is None else bias)
+            torch.testing.assert_close(out.logits, logits, rtol=0, atol=1e-6)
+        as_tuple = model(**inputs, **flags, return_dict=False)
+        expected_tensors, actual_tensors = contract.tensors(out.to_tuple()), contract.tensors(as_tuple)
+        assert len(actual_tensors) == len(expected_tensors)
+        for a, e in zip(actual_tensors, expected_tensors):
+            torch.testing.assert_close(a, e, **EXACT)
+        if kernel_name == "eager":  # transformers refuses `output_attentions` in an sdpa model's config
+            model.config.output_hidden_states = model.config.output_attentions = True
+            from_config = flag_outputs(model(**inputs))
+            assert {k: len(v) for k, v in from_config.items()} == {k: len(v) for k, v in named.items()}
+            assert flag_outputs(model(**inputs, output_attentions=False, output_hidden_states=False)) == {}
+            model.config.output_hidden_states = model.config.output_attentions = False
+        plain = model(**inputs)
+        assert flag_outputs(plain) == {}
+        for key, value in named_outputs(out).items():  # flags may take another kernel path: close, at real positions
+            kept = real if side == "left" and value.dim() >= 2 and value.shape[1] == mask.shape[1] else slice(None)
+            torch.testing.assert_close(plain[key][kept], value[kept], **CLOSE, msg=key)
+    real = mask.bool()  # left padding: a padding query that sees no real key is each kernel's own
+    assert found["sdpa"].keys() == found["eager"].keys()
+    for name, values in found["sdpa"].items():
+        for layer, (a, e) in enumerate(zip(values, found["eager"][name], strict=True)):
+            if side == "left":
+                a, e = (a[real], e[real]) if a.dim() == 3 else (a.transpose(1, 2)[real], e.transpose(1, 2)[real])
+            torch.testing.assert_close(a, e, **CLOSE, msg=f"{name} {layer}")
 
 
 # ----------------------------------------------------------------------------------------------------------
