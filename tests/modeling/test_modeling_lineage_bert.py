@@ -1,6 +1,7 @@
-"""The BERT family: every head's shapes, losses and gradients; packed rows; attentions and hidden states; Trainer;
-presets; BERT as a decoder (its loss, bert2bert `EncoderDecoderModel`); fullgraph compilation; bad input. Padding,
-causality, the cache, eager == sdpa, save/load and gradient checkpointing are test_properties.py's, over every head."""
+"""The BERT family: every head's shapes, losses and gradients; packed rows; Trainer; presets; BERT as a decoder (its
+loss, bert2bert `EncoderDecoderModel`); bad input. Padding, causality, the cache, eager == sdpa, save/load, gradient
+checkpointing, the output flags, static caches and fullgraph compilation are test_properties.py's, bad config values
+test_contract.py's, over every head."""
 
 import pytest
 import torch
@@ -139,79 +140,6 @@ def test_masked_lm_decoder_is_tied_with_its_own_bias():
     model.resize_token_embeddings(120)
     assert model.lm_head.decoder.weight is model.bert.embeddings.word_embeddings.weight
     assert model.lm_head.decoder.weight.shape == (120, 32) and model.lm_head.decoder.bias.shape == (120,)
-
-
-@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
-def test_attentions_and_hidden_states(implementation):
-    config = tiny_config(attn_implementation=implementation)
-    model = LineageBertModel(config).eval()
-    inputs = make_inputs(config)
-    outputs = model(**inputs, output_attentions=True, output_hidden_states=True)
-    assert len(outputs.hidden_states) == config.num_hidden_layers + 1
-    torch.testing.assert_close(outputs.hidden_states[-1], outputs.last_hidden_state)
-    assert len(outputs.attentions) == config.num_hidden_layers
-    for weights in outputs.attentions:
-        assert weights.shape == (BATCH, 4, LENGTH, LENGTH)
-        torch.testing.assert_close(weights.sum(-1), torch.ones(BATCH, 4, LENGTH))
-        # padded keys receive no attention
-        assert weights[-1, :, :, 4:].abs().max() == 0
-    plain = model(**inputs)
-    assert plain.attentions is None and plain.hidden_states is None
-    torch.testing.assert_close(plain.last_hidden_state, outputs.last_hidden_state, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("norm_position", ["post", "pre"])
-def test_hidden_states_run_from_the_embeddings_to_the_last_hidden_state(norm_position):
-    eager = LineageBertModel(tiny_config(norm_position=norm_position, attn_implementation="eager")).eval()
-    sdpa = LineageBertModel(tiny_config(norm_position=norm_position, attn_implementation="sdpa")).eval()
-    sdpa.load_state_dict(eager.state_dict())
-    inputs = make_inputs(eager.config)
-    out = eager(**inputs, output_attentions=True, output_hidden_states=True)
-    embeddings = eager.embeddings(inputs["input_ids"], inputs["token_type_ids"], None, None)
-    assert len(out.hidden_states) == 3 and len(out.attentions) == 2
-    torch.testing.assert_close(out.hidden_states[0], embeddings)
-    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
-    assert not torch.allclose(out.hidden_states[1], out.hidden_states[2])  # one entry per block, not repeats
-    from_sdpa = sdpa(**inputs, output_attentions=True, output_hidden_states=True)
-    for expected, actual in zip(out.hidden_states + out.attentions, from_sdpa.hidden_states + from_sdpa.attentions,
-                                strict=True):
-        torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("model_class", HEADS[1:], ids=lambda c: c.__name__)
-def test_heads_pass_output_flags_to_the_encoder(model_class):
-    config = tiny_config(attn_implementation="eager")
-    model = model_class(config).eval()
-    inputs = make_inputs(config, model_class)
-    out = model(**inputs, output_attentions=True, output_hidden_states=True)
-    flat = {k: v.flatten(0, 1) if model_class is LineageBertForMultipleChoice else v
-            for k, v in inputs.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-    rows = flat["input_ids"].shape[0]  # multiple choice: one row per (example, choice)
-    assert [h.shape for h in out.hidden_states] == [(rows, LENGTH, 32)] * 3
-    assert [a.shape for a in out.attentions] == [(rows, 4, LENGTH, LENGTH)] * 2
-    backbone = model.bert(**flat, output_attentions=True, output_hidden_states=True)
-    for expected, actual in zip(backbone.hidden_states + backbone.attentions, out.hidden_states + out.attentions,
-                                strict=True):
-        torch.testing.assert_close(actual, expected)
-    padded = flat["attention_mask"] == 0  # (rows, T)
-    assert all(weights.masked_select(padded[:, None, None, :]).abs().max() == 0 for weights in out.attentions)
-    as_tuple = model(**inputs, output_attentions=True, output_hidden_states=True, return_dict=False)
-    assert isinstance(as_tuple, tuple) and len(as_tuple) == len(out.to_tuple())
-    for expected, actual in zip(out.hidden_states + out.attentions, as_tuple[-2] + as_tuple[-1], strict=True):
-        torch.testing.assert_close(actual, expected)  # the tuple ends with hidden states, then attentions
-    plain = model(**inputs)
-    assert plain.hidden_states is None and plain.attentions is None
-
-
-def test_output_flags_from_the_config():
-    config = tiny_config(attn_implementation="eager", output_attentions=True, output_hidden_states=True)
-    model = LineageBertForSequenceClassification(config).eval()
-    inputs = make_inputs(config, LineageBertForSequenceClassification)
-    out = model(**inputs)
-    assert len(out.hidden_states) == 3 and len(out.attentions) == 2
-    quiet = model(**inputs, output_attentions=False, output_hidden_states=False)  # a keyword overrides the config
-    assert quiet.hidden_states is None and quiet.attentions is None
-    torch.testing.assert_close(quiet.logits, out.logits)
 
 
 def test_trainer_step_on_sequence_classification(tmp_path):
@@ -382,36 +310,3 @@ def test_decoder_config_and_inputs_are_checked():
     with pytest.raises(ValueError, match=r"`encoder_attention_mask` must have the shape of `encoder_hidden_states`"):
         model(torch.randint(1, 99, (2, 5)), encoder_hidden_states=torch.randn(2, 3, 32),
               encoder_attention_mask=torch.ones(2, 4))
-
-
-# ---------------------------------------------------------------------------------------------- compilation
-
-
-def recording_backend(graphs: list):
-    """A `torch.compile` backend that records each graph and runs it as traced."""
-    def backend(graph, example_inputs):
-        graphs.append(graph)
-        return graph.forward
-    return backend
-
-
-def test_forward_compiles_with_fullgraph():
-    model = LineageBertModel(tiny_config()).eval()
-    assert model._can_compile_fullgraph
-    graphs = []
-    compiled = torch.compile(model, fullgraph=True, backend=recording_backend(graphs))
-    inputs = make_inputs(model.config)
-    torch.testing.assert_close(compiled(**inputs).last_hidden_state, model(**inputs).last_hidden_state)
-    assert graphs
-
-
-def test_decoder_static_cache_decoding_compiles_with_fullgraph():
-    model = LineageBertLMHeadModel(decoder_config()).eval()
-    ids, memory = torch.randint(1, 99, (2, 5)), {"encoder_hidden_states": torch.randn(2, 4, 32)}
-    kwargs = dict(max_new_tokens=4, do_sample=False, cache_implementation="static")
-    graphs = []
-    config = transformers.CompileConfig(fullgraph=True, backend=recording_backend(graphs), mode=None, dynamic=False)
-    config._compile_all_devices = True  # generate() compiles on accelerators only unless told otherwise
-    compiled = model.generate(ids, compile_config=config, **memory, **kwargs)
-    assert graphs
-    assert torch.equal(compiled, model.generate(ids, **memory, **kwargs))

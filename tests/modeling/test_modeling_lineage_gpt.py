@@ -1,7 +1,8 @@
-"""The GPT family: shapes, losses, the KV cache and `generate()` (static caches, compilation, sampling), fine-tuning
-heads with the auxiliary LM loss, packed rows, Trainer, presets and bad input. Padding (also of a batch of prompts),
-causality, cached decoding, eager == sdpa, save/load (also in a clean process) and gradient checkpointing are
-test_properties.py's, over every head."""
+"""The GPT family: shapes, losses, the KV cache and `generate()` (inductor compilation), fine-tuning heads with the
+auxiliary LM loss, packed rows, Trainer, presets and bad input. Padding (also of a batch of prompts), causality, cached
+decoding, eager == sdpa, save/load (also in a clean process), gradient checkpointing, the output flags, static caches,
+fullgraph compilation and seeded sampling are test_properties.py's, bad config values test_contract.py's, over every
+head."""
 
 
 import pytest
@@ -185,66 +186,6 @@ def test_sequence_classification_without_a_mask_finds_the_padding_by_the_pad_id(
     torch.testing.assert_close(model(ids).logits, alone, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("attn", ("sdpa", "eager"))
-def test_output_attentions_and_hidden_states(attn):
-    model = build(LineageGptForCausalLM, attn)
-    outputs = model(tokens(2, 6), output_attentions=True, output_hidden_states=True)
-    assert len(outputs.attentions) == 2 and len(outputs.hidden_states) == 3
-    for weights in outputs.attentions:
-        assert weights.shape == (2, 4, 6, 6)
-        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 6))
-        assert torch.all(weights.triu(diagonal=1) == 0)  # causal: nothing attends to later positions
-    assert all(h.shape == (2, 6, 32) for h in outputs.hidden_states)
-    torch.testing.assert_close(model.lm_head(outputs.hidden_states[-1]), outputs.logits)
-
-
-@pytest.mark.parametrize("norm", NORMS)
-def test_hidden_states_and_attentions_with_left_padding(norm):
-    eager = build(LineageGptModel, "eager", norm_position=norm)
-    sdpa = build(LineageGptModel, "sdpa", norm_position=norm)
-    sdpa.load_state_dict(eager.state_dict())
-    ids, mask = pad([tokens(n) for n in (6, 4)], "left")
-    out = eager(ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    embeddings = eager.embed_tokens(ids) + eager.embed_positions(positions)
-    assert len(out.hidden_states) == 3 and len(out.attentions) == 2
-    torch.testing.assert_close(out.hidden_states[0], embeddings)
-    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
-    real = mask.bool()  # (B, T); rows of padding queries attend to nothing real and are left out
-    for weights in out.attentions:
-        rows = weights.transpose(1, 2)[real]  # (real queries, H, T)
-        torch.testing.assert_close(rows.sum(-1), torch.ones(rows.shape[:2]))
-        assert weights[1, :, 2:, :2].abs().max() == 0  # row 1's real queries never attend to its left padding
-        assert weights.triu(diagonal=1)[real[:, None, :, None].expand_as(weights)].abs().max() == 0  # causal
-    from_sdpa = sdpa(ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
-    for expected, actual in zip(out.hidden_states, from_sdpa.hidden_states, strict=True):
-        torch.testing.assert_close(actual[real], expected[real], atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("model_class", (LineageGptForSequenceClassification, LineageGptForMultipleChoice))
-def test_classifiers_pass_output_flags_to_the_backbone(model_class):
-    model = build(model_class, "eager")
-    inputs = head_inputs(model_class)
-    out = model(**inputs, output_attentions=True, output_hidden_states=True)
-    flat = inputs["input_ids"].flatten(0, -2)  # multiple choice: one row per (example, choice)
-    assert [h.shape for h in out.hidden_states] == [(flat.shape[0], 7, 32)] * 3
-    assert [a.shape for a in out.attentions] == [(flat.shape[0], 4, 7, 7)] * 2
-    backbone = model.transformer(flat, output_attentions=True, output_hidden_states=True)
-    for expected, actual in zip(backbone.hidden_states + backbone.attentions, out.hidden_states + out.attentions,
-                                strict=True):
-        torch.testing.assert_close(actual, expected)
-    as_tuple = model(**inputs, output_attentions=True, output_hidden_states=True, return_dict=False)
-    assert isinstance(as_tuple, tuple)
-    for expected, actual in zip(out.hidden_states + out.attentions, as_tuple[-2] + as_tuple[-1], strict=True):
-        torch.testing.assert_close(actual, expected)  # the tuple ends with hidden states, then attentions
-    model.config.output_hidden_states = model.config.output_attentions = True
-    from_config = model(**inputs)
-    assert len(from_config.hidden_states) == 3 and len(from_config.attentions) == 2
-    model.config.output_hidden_states = model.config.output_attentions = False
-    plain = model(**inputs)
-    assert plain.hidden_states is None and plain.attentions is None
-
-
 # ----------------------------------------------------------------------------------------------------------
 # KV cache and generate()
 # ----------------------------------------------------------------------------------------------------------
@@ -268,43 +209,6 @@ def test_a_prepared_4d_causal_mask_equals_no_mask(attn):
     ids = tokens(2, 7)
     causal = torch.ones(7, 7, dtype=torch.bool).tril()[None, None]  # (1, 1, T, S)
     torch.testing.assert_close(model(ids, attention_mask=causal).logits, model(ids).logits, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("num_beams", (1, 3))
-def test_static_cache_generates_like_the_dynamic_cache(num_beams):
-    model = build(LineageGptForCausalLM, norm_position="pre")
-    ids, mask = pad([tokens(n) for n in (3, 9, 6)], "left")
-    kwargs = dict(attention_mask=mask, max_new_tokens=7, num_beams=num_beams, do_sample=False,
-                  return_dict_in_generate=True, output_logits=True)
-    dynamic = model.generate(ids, **kwargs)
-    static = model.generate(ids, cache_implementation="static", **kwargs)  # 4D masks over a fixed-size cache
-    assert torch.equal(static.sequences, dynamic.sequences)
-    for a, b in zip(static.logits, dynamic.logits):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
-
-
-def compile_config(graphs: list) -> CompileConfig:
-    """`generate()`'s compilation with `fullgraph=True` (a graph break raises) through a backend that records each
-    graph it is given and runs it as traced; `generate()` compiles on accelerators only unless told otherwise."""
-    def backend(graph, example_inputs):
-        graphs.append(graph)
-        return graph.forward
-
-    config = CompileConfig(fullgraph=True, backend=backend, mode=None, dynamic=False)
-    config._compile_all_devices = True
-    return config
-
-
-@pytest.mark.parametrize("norm", NORMS)
-def test_static_cache_decoding_compiles_with_fullgraph(norm):
-    model = build(LineageGptForCausalLM, norm_position=norm)
-    assert model._can_compile_fullgraph
-    ids, mask = pad([tokens(n) for n in (3, 6)], "left")
-    kwargs = dict(attention_mask=mask, max_new_tokens=5, do_sample=False, cache_implementation="static")
-    graphs = []
-    compiled = model.generate(ids, compile_config=compile_config(graphs), **kwargs)
-    assert graphs, "generate() did not compile the decoding step"
-    assert torch.equal(compiled, model.generate(ids, **kwargs))
 
 
 @pytest.mark.slow
@@ -345,32 +249,6 @@ def test_a_flattened_batch_trains_on_each_sequence_alone():
     expected = sum(loss * (len(row) - 1) for loss, row in zip(alone, rows)) / sum(len(row) - 1 for row in rows)
     torch.testing.assert_close(packed, expected, rtol=1e-5, atol=1e-6)
     packed.backward()
-
-
-@pytest.mark.parametrize(
-    "sampling",
-    [{"temperature": 0.7}, {"top_k": 5}, {"top_p": 0.9}, {"temperature": 1.3, "top_k": 10, "top_p": 0.8}],
-)
-def test_sampling_runs_and_is_reproducible_under_a_seed(sampling):
-    model = build(LineageGptForCausalLM)
-    prompt = tokens(2, 4)
-
-    def sample(seed: int) -> torch.Tensor:
-        torch.manual_seed(seed)
-        return model.generate(prompt, do_sample=True, max_new_tokens=12, **sampling)
-
-    first = sample(1)
-    assert first.shape == (2, 16) and torch.equal(first[:, :4], prompt)
-    assert int(first.max()) < 99 and int(first.min()) >= 0
-    assert torch.equal(first, sample(1))
-    assert any(not torch.equal(first, sample(seed)) for seed in (2, 3, 4))
-
-
-def test_top_k_one_sampling_equals_greedy():
-    model = build(LineageGptForCausalLM)
-    prompt = tokens(2, 4)
-    greedy = model.generate(prompt, do_sample=False, max_new_tokens=8)
-    assert torch.equal(model.generate(prompt, do_sample=True, top_k=1, max_new_tokens=8), greedy)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""The encoder-decoder Transformer: shapes and losses, attentions and hidden states, the encoder-decoder cache and
-`generate()` (the encoder and cross-attention projections run once, static caches, compilation), save/load with the
+"""The encoder-decoder Transformer: shapes and losses, the encoder-decoder cache and `generate()` (the encoder and
+cross-attention projections run once, its attentions and hidden states, inductor compilation), save/load with the
 sinusoids recomputed, Seq2SeqTrainer, presets against the paper's table 3, and bad input. Padding, causality, cached
-decoding, eager == sdpa, the clean-process load and gradient checkpointing are test_properties.py's, over every
-head."""
+decoding, eager == sdpa, the clean-process load, gradient checkpointing, the output flags, static caches, fullgraph
+compilation and seeded sampling are test_properties.py's, bad config values test_contract.py's, over every head."""
 
 import json
 import math
@@ -22,7 +22,6 @@ from modeling.arguments import CACHE_NAME
 from train.run.recipes import bundled, load_recipe
 
 PAD, BOS, EOS = 0, 1, 2  # transformer-tiny: <pad> <s> </s> <unk>, then ordinary tokens
-IMPLEMENTATIONS = ("eager", "sdpa")
 VARIANTS = [  # (norm_position, position_embedding_type, sinusoidal_layout)
     ("post", "sinusoidal", "interleaved"),
     ("pre", "learned", "interleaved"),
@@ -158,75 +157,6 @@ def test_default_loss_is_the_nll_and_so_is_the_trainer_eval_loss(tmp_path):
 # ---------------------------------------------------------------------------------------------- attentions
 
 
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
-def test_attentions_and_hidden_states(implementation):
-    model = build(attn=implementation)
-    input_ids, attention_mask = sources()
-    out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=tokens(3, 5),
-                output_attentions=True, output_hidden_states=True)
-    assert [a.shape for a in out.encoder_attentions] == [(3, 4, 7, 7)] * 2
-    assert [a.shape for a in out.decoder_attentions] == [(3, 4, 5, 5)] * 2
-    assert [a.shape for a in out.cross_attentions] == [(3, 4, 5, 7)] * 2
-    assert [h.shape for h in out.encoder_hidden_states] == [(3, 7, 32)] * 3
-    assert [h.shape for h in out.decoder_hidden_states] == [(3, 5, 32)] * 3
-    # the last decoder hidden state is the one the output projection reads
-    torch.testing.assert_close(model.lm_head(out.decoder_hidden_states[-1]), out.logits, atol=1e-6, rtol=1e-6)
-    assert torch.triu(out.decoder_attentions[0], diagonal=1).abs().max() == 0  # masked self-attention
-    torch.testing.assert_close(out.cross_attentions[0].sum(-1), torch.ones(3, 4, 5), atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("norm_position", ["post", "pre"])
-def test_hidden_states_run_from_the_embeddings_to_the_last_hidden_state(norm_position):
-    eager = build(LineageTransformerModel, attn="eager", norm_position=norm_position)
-    sdpa = build(LineageTransformerModel, attn="sdpa", norm_position=norm_position)
-    sdpa.load_state_dict(eager.state_dict())
-    input_ids, attention_mask = sources()
-    target = tokens(3, 5)
-    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": target}
-    out = eager(**inputs, output_attentions=True, output_hidden_states=True)
-    encoder, decoder = eager.encoder, eager.decoder
-    torch.testing.assert_close(out.encoder_hidden_states[0], encoder.embed(encoder.embed_tokens(input_ids)))
-    torch.testing.assert_close(out.decoder_hidden_states[0], decoder.embed(encoder.embed_tokens(target)))
-    torch.testing.assert_close(out.encoder_hidden_states[-1], out.encoder_last_hidden_state)
-    torch.testing.assert_close(out.decoder_hidden_states[-1], out.last_hidden_state)
-    assert (len(out.encoder_hidden_states), len(out.decoder_hidden_states)) == (3, 3)
-    assert (len(out.encoder_attentions), len(out.decoder_attentions), len(out.cross_attentions)) == (2, 2, 2)
-    padded = attention_mask == 0  # (B, S): source padding, as keys of encoder self-attention and cross attention
-    for weights in out.encoder_attentions + out.cross_attentions:
-        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
-        assert weights.masked_select(padded[:, None, None, :]).abs().max() == 0
-    for weights in out.decoder_attentions:
-        torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 5))
-        assert weights.triu(diagonal=1).abs().max() == 0
-    from_sdpa = sdpa(**inputs, output_attentions=True, output_hidden_states=True)
-    for name in ("encoder_hidden_states", "decoder_hidden_states", "encoder_attentions", "decoder_attentions",
-                 "cross_attentions"):
-        for expected, actual in zip(out[name], from_sdpa[name], strict=True):
-            torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5, msg=name)
-
-
-def test_conditional_generation_passes_output_flags_through():
-    model = build(attn="eager")
-    input_ids, attention_mask = sources()
-    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": tokens(3, 5)}
-    out = model(**inputs, output_attentions=True, output_hidden_states=True)
-    base = model.model(**inputs, output_attentions=True, output_hidden_states=True)
-    names = ("decoder_hidden_states", "decoder_attentions", "cross_attentions", "encoder_hidden_states",
-             "encoder_attentions")
-    for name in names:
-        assert len(out[name]) == (3 if name.endswith("hidden_states") else 2), name
-        for expected, actual in zip(base[name], out[name], strict=True):
-            torch.testing.assert_close(actual, expected, msg=name)
-    as_tuple = model(**inputs, output_attentions=True, output_hidden_states=True, return_dict=False)
-    assert isinstance(as_tuple, tuple) and len(as_tuple) == len(out.to_tuple())
-    model.config.output_hidden_states = model.config.output_attentions = True
-    from_config = model(**inputs)
-    assert all(len(from_config[name]) == len(out[name]) for name in names)
-    model.config.output_hidden_states = model.config.output_attentions = False
-    plain = model(**inputs)
-    assert all(getattr(plain, name) is None for name in names)
-
-
 def test_generate_returns_encoder_and_decoder_attentions_and_hidden_states():
     model = build(attn="eager")
     input_ids, attention_mask = sources()
@@ -258,43 +188,6 @@ def test_cross_attention_keys_and_values_are_projected_once_per_generation():
     assert calls == {"encoder": 1, "cross_k": 2}  # one per decoder layer, not per step
 
 
-@pytest.mark.parametrize("num_beams", [1, 4])
-def test_static_cache_generates_like_the_dynamic_cache(num_beams):
-    model = build()
-    input_ids, attention_mask = sources()
-    kwargs = dict(attention_mask=attention_mask, max_new_tokens=6, num_beams=num_beams, do_sample=False,
-                  return_dict_in_generate=True, output_logits=True)
-    dynamic = model.generate(input_ids, **kwargs)
-    static = model.generate(input_ids, cache_implementation="static", **kwargs)
-    assert torch.equal(static.sequences, dynamic.sequences)
-    for a, b in zip(static.logits, dynamic.logits):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
-
-
-def compile_config(graphs: list) -> transformers.CompileConfig:
-    """`generate()`'s compilation with `fullgraph=True` (a graph break raises) through a backend that records each
-    graph it is given and runs it as traced; `generate()` compiles on accelerators only unless told otherwise."""
-    def backend(graph, example_inputs):
-        graphs.append(graph)
-        return graph.forward
-
-    config = transformers.CompileConfig(fullgraph=True, backend=backend, mode=None, dynamic=False)
-    config._compile_all_devices = True
-    return config
-
-
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
-def test_static_cache_decoding_compiles_with_fullgraph(implementation):
-    model = build(attn=implementation)
-    assert model._can_compile_fullgraph
-    input_ids, attention_mask = sources((7, 4))
-    kwargs = dict(attention_mask=attention_mask, max_new_tokens=5, do_sample=False, cache_implementation="static")
-    graphs = []
-    compiled = model.generate(input_ids, compile_config=compile_config(graphs), **kwargs)
-    assert graphs, "generate() did not compile the decoding step"
-    assert torch.equal(compiled, model.generate(input_ids, **kwargs))
-
-
 @pytest.mark.slow
 def test_static_cache_decoding_compiles_with_inductor():
     model = build()
@@ -316,16 +209,6 @@ def test_every_position_of_the_table_is_accepted_and_no_more():
     torch.testing.assert_close(step.logits[:, -1], full[:, -1], rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match=rf"`{CACHE_NAME} \+ decoder_input_ids` has 65 positions"):
         model(input_ids=source, decoder_input_ids=target[:, :1], past_key_values=step.past_key_values)
-
-
-def test_sampling_runs_and_is_seeded():
-    model = build()
-    input_ids, attention_mask = sources()
-    kwargs = dict(attention_mask=attention_mask, max_new_tokens=6, do_sample=True, top_k=10)
-    torch.manual_seed(1)
-    first = model.generate(input_ids, **kwargs)
-    torch.manual_seed(1)
-    assert torch.equal(first, model.generate(input_ids, **kwargs)) and first.shape == (3, 7)
 
 
 # ---------------------------------------------------------------------------------------------- save / load
