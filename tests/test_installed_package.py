@@ -70,7 +70,8 @@ def test_the_wheel_holds_every_package_the_configs_and_the_licence(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
     sources = {p.relative_to(REPO).as_posix() for d in ("modeling", "train") for p in (REPO / d).rglob("*.*")
                if "__pycache__" not in p.parts}
-    assert {"modeling/__init__.py", "train/core/__init__.py", "train/metrics/bleu.py",
+    assert {"modeling/__init__.py", *(f"train/{layer}/__init__.py" for layer in ("data", "run", "setup", "analysis")),
+            "train/metrics/bleu.py",
             "train/configs/recipes/main-gpt-pretrain.yaml", "train/configs/accelerate/fsdp.yaml"} <= sources
     assert sources <= names  # every module, metric module, preset, recipe and accelerate config
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
