@@ -839,6 +839,68 @@ def model_class_is_causal(model) -> bool:
                                                     and model.config.is_decoder)
 
 
+def check_flag_outputs(model, model_class, inputs, mask, side, named: dict) -> None:
+    """Layers + 1 hidden states per stack, the first the embeddings; one attention map per layer and attention."""
+    layers, seq2seq = model.config.num_hidden_layers, model_class in contract.SEQ2SEQ
+    expected_names = ({"encoder_hidden_states", "decoder_hidden_states", "encoder_attentions",
+                       "decoder_attentions", "cross_attentions"} if seq2seq else
+                      {"hidden_states", "attentions"} | ({"cross_attentions"} if getattr(
+                          model.config, "add_cross_attention", False) else set()))
+    assert named.keys() == expected_names
+    real = mask.bool()
+    for name, first in embeddings(model, inputs).items():
+        states = named[name]
+        assert len(states) == layers + 1, name
+        query_real = real if name != "decoder_hidden_states" else torch.ones(first.shape[:2], dtype=torch.bool)
+        assert [s.shape for s in states] == [first.shape] * (layers + 1), name
+        torch.testing.assert_close(states[0][query_real], first[query_real], **CLOSE, msg=f"{name} 0")
+        assert not torch.allclose(states[1], states[2]), name  # one entry per layer, not repeats
+    for name in expected_names - set(embeddings(model, inputs)):
+        assert len(named[name]) == layers, name
+        for weights in named[name]:
+            check_attentions(name, weights, model, inputs, mask, side)
+
+
+def check_the_base_models_outputs(model, model_class, inputs, flags: dict, out, named: dict) -> None:
+    """The head returns its base model's states and maps (multiple choice: one row per choice), also in its tuple."""
+    seq2seq = model_class in contract.SEQ2SEQ
+    base_inputs = {k: v.flatten(0, 1) if isinstance(model, MULTIPLE_CHOICE) and v.dim() == 3 else v
+                   for k, v in inputs.items()}
+    base = model.base_model(**base_inputs, **flags)
+    for name, states in flag_outputs(base).items():
+        for a, e in zip(named[name], states, strict=True):
+            torch.testing.assert_close(a, e, **EXACT, msg=name)
+    torch.testing.assert_close(named["decoder_hidden_states" if seq2seq else "hidden_states"][-1],
+                               base.last_hidden_state, **EXACT)
+    if seq2seq:
+        torch.testing.assert_close(named["encoder_hidden_states"][-1], base["encoder_last_hidden_state"], **EXACT)
+    if getattr(model, "lm_head", None) is not None and contract.family(model_class) in ("Gpt", "Transformer"):
+        bias = getattr(model, "final_logits_bias", None)
+        logits = model.lm_head(base.last_hidden_state) + (0 if bias is None else bias)
+        torch.testing.assert_close(out.logits, logits, rtol=0, atol=1e-6)
+    as_tuple = model(**inputs, **flags, return_dict=False)
+    expected_tensors, actual_tensors = contract.tensors(out.to_tuple()), contract.tensors(as_tuple)
+    assert len(actual_tensors) == len(expected_tensors)
+    for a, e in zip(actual_tensors, expected_tensors):
+        torch.testing.assert_close(a, e, **EXACT)
+
+
+def check_flags_from_the_config_and_none(model, kernel_name: str, inputs, mask, side, out, named: dict) -> None:
+    """The config's flags do what the keywords do, a keyword overrides them, and without flags nothing comes back
+    (the other outputs as with the flags, at the real positions: flags may take another kernel path)."""
+    if kernel_name == "eager":  # transformers refuses `output_attentions` in an sdpa model's config
+        model.config.output_hidden_states = model.config.output_attentions = True
+        from_config = flag_outputs(model(**inputs))
+        assert {k: len(v) for k, v in from_config.items()} == {k: len(v) for k, v in named.items()}
+        assert flag_outputs(model(**inputs, output_attentions=False, output_hidden_states=False)) == {}
+        model.config.output_hidden_states = model.config.output_attentions = False
+    plain = model(**inputs)
+    assert flag_outputs(plain) == {}
+    for key, value in named_outputs(out).items():
+        kept = mask.bool() if side == "left" and value.dim() >= 2 and value.shape[1] == mask.shape[1] else slice(None)
+        torch.testing.assert_close(plain[key][kept], value[kept], **CLOSE, msg=key)
+
+
 @cases(ATTENTION_HEADS, kernels=False, sides=True)
 def test_output_flags_return_every_layer_from_the_embeddings_under_both_kernels(model_class, variant, kernel, side):
     """`output_hidden_states` gives layers + 1 states per stack, the first the embeddings, the last the stack's
@@ -854,55 +916,9 @@ def test_output_flags_return_every_layer_from_the_embeddings_under_both_kernels(
     for kernel_name, model in models.items():
         out = model(**inputs, **flags)
         found[kernel_name] = named = flag_outputs(out)
-        layers, seq2seq = model.config.num_hidden_layers, model_class in contract.SEQ2SEQ
-        expected_names = ({"encoder_hidden_states", "decoder_hidden_states", "encoder_attentions",
-                           "decoder_attentions", "cross_attentions"} if seq2seq else
-                          {"hidden_states", "attentions"} | ({"cross_attentions"} if getattr(
-                              model.config, "add_cross_attention", False) else set()))
-        assert named.keys() == expected_names
-        real = mask.bool()
-        for name, first in embeddings(model, inputs).items():
-            states = named[name]
-            assert len(states) == layers + 1, name
-            query_real = real if name != "decoder_hidden_states" else torch.ones(first.shape[:2], dtype=torch.bool)
-            assert [s.shape for s in states] == [first.shape] * (layers + 1), name
-            torch.testing.assert_close(states[0][query_real], first[query_real], **CLOSE, msg=f"{name} 0")
-            assert not torch.allclose(states[1], states[2]), name  # one entry per layer, not repeats
-        for name in expected_names - set(embeddings(model, inputs)):
-            assert len(named[name]) == layers, name
-            for weights in named[name]:
-                check_attentions(name, weights, model, inputs, mask, side)
-        base_inputs = {k: v.flatten(0, 1) if isinstance(model, MULTIPLE_CHOICE) and v.dim() == 3 else v
-                       for k, v in inputs.items()}
-        base = model.base_model(**base_inputs, **flags)
-        for name, states in flag_outputs(base).items():
-            for a, e in zip(named[name], states, strict=True):
-                torch.testing.assert_close(a, e, **EXACT, msg=name)
-        last = "encoder_last_hidden_state" if seq2seq else None
-        torch.testing.assert_close(named["decoder_hidden_states" if seq2seq else "hidden_states"][-1],
-                                   base.last_hidden_state, **EXACT)
-        if last:
-            torch.testing.assert_close(named["encoder_hidden_states"][-1], base[last], **EXACT)
-        if getattr(model, "lm_head", None) is not None and contract.family(model_class) in ("Gpt", "Transformer"):
-            bias = getattr(model, "final_logits_bias", None)
-            logits = model.lm_head(base.last_hidden_state) + (0 if bias is None else bias)
-            torch.testing.assert_close(out.logits, logits, rtol=0, atol=1e-6)
-        as_tuple = model(**inputs, **flags, return_dict=False)
-        expected_tensors, actual_tensors = contract.tensors(out.to_tuple()), contract.tensors(as_tuple)
-        assert len(actual_tensors) == len(expected_tensors)
-        for a, e in zip(actual_tensors, expected_tensors):
-            torch.testing.assert_close(a, e, **EXACT)
-        if kernel_name == "eager":  # transformers refuses `output_attentions` in an sdpa model's config
-            model.config.output_hidden_states = model.config.output_attentions = True
-            from_config = flag_outputs(model(**inputs))
-            assert {k: len(v) for k, v in from_config.items()} == {k: len(v) for k, v in named.items()}
-            assert flag_outputs(model(**inputs, output_attentions=False, output_hidden_states=False)) == {}
-            model.config.output_hidden_states = model.config.output_attentions = False
-        plain = model(**inputs)
-        assert flag_outputs(plain) == {}
-        for key, value in named_outputs(out).items():  # flags may take another kernel path: close, at real positions
-            kept = real if side == "left" and value.dim() >= 2 and value.shape[1] == mask.shape[1] else slice(None)
-            torch.testing.assert_close(plain[key][kept], value[kept], **CLOSE, msg=key)
+        check_flag_outputs(model, model_class, inputs, mask, side, named)
+        check_the_base_models_outputs(model, model_class, inputs, flags, out, named)
+        check_flags_from_the_config_and_none(model, kernel_name, inputs, mask, side, out, named)
     real = mask.bool()  # left padding: a padding query that sees no real key is each kernel's own
     assert found["sdpa"].keys() == found["eager"].keys()
     for name, values in found["sdpa"].items():
