@@ -4,8 +4,8 @@
 `.lock` and starts `run.json`, whose manifest (`record_written`) lists every file the run writes as it writes it;
 what a later run may delete or resume into is decided by that manifest alone; `overwrite_output_dir` sets an
 earlier run's files aside and deletes them only once the new run trains. `withdraw` undoes the claim of a run
-refused before it trained (putting set-aside files back); `release` gives the lock back. The commands that write a folder of their own use
-`check_writer_output` and `staged_output`. docs/training.md ("Run folders").
+refused before it trained (putting set-aside files back); `release` gives the lock back. The commands that write a
+folder of their own use `check_writer_output` and `staged_output`. docs/training.md ("Run folders").
 """
 
 from __future__ import annotations
