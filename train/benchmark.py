@@ -3,7 +3,7 @@
     python -m train.benchmark --model gpt-117m --task causal-lm --batch_size 8 --seq_length 128 --steps 10 --reference
     lineage benchmark --model transformer-base --config sinusoidal_layout=split --task seq2seq --batch_size 8 \
         --seq_length 64 --reference --generate
-    lineage benchmark --model gpt-124m-prenorm --task causal-lm --dtype bf16 --compile --json bench.json
+    lineage benchmark --model gpt-124m-prenorm --task causal-lm --mixed_precision bf16 --compile --json bench.json
 
 `--model` is read as every command reads it (`train.setup.models`): a preset, a config.json, or a folder or Hub id of a
 Lineage model or of a transformers checkpoint (its converted config); the weights are random either way.
@@ -51,7 +51,9 @@ from train.setup import models
 REFERENCE_FAMILIES = ("lineage-gpt", "lineage-bert", "lineage-transformer")
 OLD_FLAGS = {"--revision": "--model_revision", "--sparse-prediction": "--sparse_prediction",
              "--unpad-inputs": "--unpad_inputs", "--batch-size": "--batch_size", "--seq-len": "--seq_length",
-             "--new-tokens": "--max_new_tokens", "--peak-tflops": "--peak_tflops"}  # old spelling -> the flag now
+             "--new-tokens": "--max_new_tokens", "--peak-tflops": "--peak_tflops",
+             "--dtype": "--mixed_precision"}  # old spelling -> the flag now
+OLD_PRECISION = {"fp32": "no"}  # an old value of --dtype -> its --mixed_precision word
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -75,7 +77,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=10, help="timed steps (or generate calls); the median is kept")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (compilation happens here)")
     parser.add_switch("--compile", help="torch.compile the model(s) before the first step")
-    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast mixed precision")
+    parser.add_argument("--mixed_precision", choices=("no", "bf16"), default="no",
+                        type=lambda word: OLD_PRECISION.get(word, word),
+                        help="bf16: autocast mixed precision, as the recipes' mixed_precision: bf16")
     parser.add_switch("--reference", help="also time the transformers reference model")
     parser.add_switch("--generate", help="also time greedy generation (dynamic and static cache)")
     parser.add_argument("--max_new_tokens", type=int, default=32,
@@ -180,7 +184,8 @@ def benchmark_training(args: argparse.Namespace, models: dict, target: torch.dev
                                       throughput.attention_layers(args.config), args.config.hidden_size,
                                       args.batch_size, args.seq_length)
     options = {key: True for key in ("sparse_prediction", "unpad_inputs") if getattr(args, key)}
-    steps = {name: throughput.TrainingStep(model, batch, target, args.dtype, options if name == "lineage" else {})
+    steps = {name: throughput.TrainingStep(model, batch, target, args.mixed_precision,
+                                           options if name == "lineage" else {})
              for name, model in models.items()}
     memory = {}
     for name, step in steps.items():
@@ -223,7 +228,8 @@ def benchmark_generation(args: argparse.Namespace, models: dict, target: torch.d
             results[cache] = {"not_run": {name: f"{type(model).__name__} does not declare `_can_compile_fullgraph`"
                                           for name, model in models.items()}}
             continue
-        runs = {name: _generate_call(model, prompt, generation_kwargs(args, model, cache, target), target, args.dtype)
+        runs = {name: _generate_call(model, prompt, generation_kwargs(args, model, cache, target), target,
+                                     args.mixed_precision)
                 for name, model in able.items()}
         memory = {name: throughput.peak_memory_mib(target, run) for name, run in runs.items()}  # warm-up (compiles)
         seconds = throughput.interleaved_seconds(runs, args.steps, target)
@@ -237,9 +243,9 @@ def benchmark_generation(args: argparse.Namespace, models: dict, target: torch.d
     return results
 
 
-def _generate_call(model, prompt: torch.Tensor, kwargs: dict, target: torch.device, dtype: str):
+def _generate_call(model, prompt: torch.Tensor, kwargs: dict, target: torch.device, mixed_precision: str):
     def run():
-        with torch.inference_mode(), throughput.precision(target, dtype):
+        with torch.inference_mode(), throughput.precision(target, mixed_precision):
             output = model.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
         new = output.shape[1] - (prompt.shape[1] if not model.config.is_encoder_decoder else 1)
         if new != kwargs["max_new_tokens"]:
@@ -250,10 +256,10 @@ def _generate_call(model, prompt: torch.Tensor, kwargs: dict, target: torch.devi
 
 def run(args: argparse.Namespace, models: dict[str, torch.nn.Module]) -> dict:
     target = device()
-    peak = args.peak_tflops if args.peak_tflops is not None else throughput.peak_tflops(target, args.dtype)
+    peak = args.peak_tflops if args.peak_tflops is not None else throughput.peak_tflops(target, args.mixed_precision)
     result = {
         "model": args.model, "task": args.task, "batch_size": args.batch_size, "seq_length": args.seq_length,
-        "steps": args.steps, "warmup": args.warmup, "dtype": args.dtype, "compile": args.compile,
+        "steps": args.steps, "warmup": args.warmup, "mixed_precision": args.mixed_precision, "compile": args.compile,
         "sparse_prediction": args.sparse_prediction, "unpad_inputs": args.unpad_inputs,
         "device": torch.cuda.get_device_name(target) if target.type == "cuda" else f"cpu ({torch.get_num_threads()} "
                                                                                    "threads)",
@@ -300,9 +306,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     except ValueError as error:  # the reference cannot hold this configuration
         make_parser().error(f"--reference: {error}")
     result = run(args, models)
-    print(f"{args.model} {args.task} batch {args.batch_size} x {args.seq_length}, {args.dtype}"
-          f"{', compiled' if args.compile else ''}, on {result['device']}; median of {args.steps} after "
-          f"{args.warmup} warm-up")
+    print(f"{args.model} {args.task} batch {args.batch_size} x {args.seq_length}, mixed precision "
+          f"{args.mixed_precision}{', compiled' if args.compile else ''}, on {result['device']}; median of "
+          f"{args.steps} after {args.warmup} warm-up")
     print(table(result, with_mfu=device().type == "cuda"))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -90,9 +90,14 @@ def test_forward_options_reach_lineage_training_forward_only(tmp_path, monkeypat
 
 def test_seq2seq_with_reference(tmp_path):
     result, _ = run(tmp_path, "transformer-tiny", "seq2seq", "--config", "sinusoidal_layout=split", "--reference",
-                    "--dtype", "bf16")
-    assert result["reference_class"] == "MarianMTModel" and result["dtype"] == "bf16"
+                    "--mixed_precision", "bf16")
+    assert result["reference_class"] == "MarianMTModel" and result["mixed_precision"] == "bf16"
     check_training(result, reference=True)
+
+
+@pytest.mark.parametrize("old, new", [("fp32", "no"), ("bf16", "bf16")])
+def test_the_old_dtype_flag_is_mixed_precision(old, new):
+    assert benchmark.make_parser().parse_args(["--model", "gpt-tiny", *LM, "--dtype", old]).mixed_precision == new
 
 
 def test_rnn_generation_has_no_static_cache_row(tmp_path):
@@ -119,6 +124,8 @@ LM = ["--task", "causal-lm"]
     (LM + ["--config", "hidden_size"], "--config expects KEY=VALUE"),
     (LM + ["--sparse_prediction"], "--sparse_prediction is a forward option of masked-LM and seq2seq models"),
     (LM + ["--unpad_inputs"], "--unpad_inputs is a forward option of Lineage BERT"),
+    (LM + ["--mixed_precision", "fp16"], r"--mixed_precision: invalid choice: 'fp16' \(choose from '?no'?, '?bf16'?\)"),
+    (LM + ["--dtype", "fp16"], r"--mixed_precision: invalid choice: 'fp16'"),
 ])
 def test_bad_settings_are_refused_before_any_step(extra, message, capsys, monkeypatch):
     monkeypatch.setattr(benchmark, "build_models", lambda *a: pytest.fail("a model was built"))
@@ -168,24 +175,24 @@ def test_reference_model_has_the_same_matmul_parameters():
     assert throughput.matmul_parameters(to_transformers(lineage)) == throughput.matmul_parameters(lineage)
 
 
-@pytest.mark.parametrize("name, dtype, precision, peak", [
+@pytest.mark.parametrize("name, mixed_precision, precision, peak", [
     ("NVIDIA H100 80GB HBM3", "bf16", "highest", 989.4),
     ("NVIDIA H100 PCIe", "bf16", "highest", 756.0),
-    ("NVIDIA H200", "fp32", "highest", 66.9),
-    ("NVIDIA H200", "fp32", "high", 494.7),  # TF32 matmuls allowed
+    ("NVIDIA H200", "no", "highest", 66.9),
+    ("NVIDIA H200", "no", "high", 494.7),  # TF32 matmuls allowed
     ("NVIDIA A100-SXM4-80GB", "bf16", "highest", 312.0),
     ("NVIDIA L40S", "bf16", "highest", 362.1),
     ("Some Future GPU", "bf16", "highest", None),
 ])
-def test_peak_table(monkeypatch, name, dtype, precision, peak):
+def test_peak_table(monkeypatch, name, mixed_precision, precision, peak):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(precision)
     try:
-        assert throughput.peak_tflops(torch.device("cuda"), dtype) == peak
+        assert throughput.peak_tflops(torch.device("cuda"), mixed_precision) == peak
     finally:
         torch.set_float32_matmul_precision(previous)
-    assert throughput.peak_tflops(torch.device("cpu"), dtype) is None
+    assert throughput.peak_tflops(torch.device("cpu"), mixed_precision) is None
 
 
 def test_mfu_is_achieved_over_peak_and_shown_only_with_a_peak():

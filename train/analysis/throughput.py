@@ -73,12 +73,16 @@ def training_flops(parameters: int, attention: int, hidden_size: int, batch: int
     return 6 * parameters * batch * length + 12 * attention * hidden_size * length * batch * length
 
 
-def peak_tflops(device: torch.device, dtype: str) -> float | None:
-    """The device's dense peak TFLOP/s for `dtype` ("bf16" or "fp32"), or None (a CPU or a GPU not in the table)."""
+def peak_tflops(device: torch.device, mixed_precision: str) -> float | None:
+    """The device's dense peak TFLOP/s under `mixed_precision` ("bf16", or "no": fp32), or None (a CPU or a GPU not
+    in the table)."""
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)
-    column = dtype if dtype == "bf16" or torch.get_float32_matmul_precision() == "highest" else "tf32"
+    if mixed_precision == "bf16":
+        column = "bf16"
+    else:
+        column = "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
     return next((peaks[column] for pattern, peaks in PEAK_TFLOPS if pattern in name), None)
 
 
@@ -145,9 +149,9 @@ def memory_measure(device: torch.device) -> str:
     return "cuda max_memory_allocated" if device.type == "cuda" else "process peak RSS"
 
 
-def precision(device: torch.device, dtype: str):
-    """bf16: autocast (mixed precision, as the engine's `mixed_precision: bf16`); fp32: nothing."""
-    if dtype == "bf16":
+def precision(device: torch.device, mixed_precision: str):
+    """bf16: autocast, as the engine's `mixed_precision: bf16`; no: nothing (fp32)."""
+    if mixed_precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
@@ -160,7 +164,7 @@ class TrainingStep:
     model: nn.Module
     batch: dict
     device: torch.device
-    dtype: str
+    mixed_precision: str  # "no" or "bf16", as the recipes spell it
     options: dict = dataclasses.field(default_factory=dict)  # forward keywords: sparse_prediction, unpad_inputs
 
     def __post_init__(self):
@@ -169,7 +173,7 @@ class TrainingStep:
 
     def __call__(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        with precision(self.device, self.dtype):
+        with precision(self.device, self.mixed_precision):
             loss = self.model(**self.batch, **self.options).loss
         loss.backward()
         self.optimizer.step()
