@@ -52,7 +52,7 @@ def iter_texts(args: argparse.Namespace) -> Iterator[str]:
         return
     columns = args.text_column or ["text"]
     dataset = load_text_dataset(args.dataset, args.split, columns=[(c, "text") for c in columns],
-                                streaming=args.streaming, hub_config=args.dataset_config, seed=args.seed)
+                                streaming=args.streaming, dataset_config=args.dataset_config, seed=args.seed)
     for count, row in enumerate(dataset):
         if args.max_texts is not None and count >= args.max_texts:
             return

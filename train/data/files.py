@@ -480,7 +480,7 @@ def _locate(files: list[Path]) -> Callable[[int, str], str]:
 
 def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "train", *,
                       columns: Columns = ("text",), streaming: bool = False, data_format: str | None = None,
-                      hub_config: str | None = None, text_sample_by: str = "auto", cache_dir: str | None = None,
+                      dataset_config: str | None = None, text_sample_by: str = "auto", cache_dir: str | None = None,
                       seed: int = 0, size: int | None = None) -> AnyDataset:
     """Load one split of a local file set, the embedded corpus or a Hub dataset (module docstring).
 
@@ -494,7 +494,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         _require_columns(dataset.column_names, list(kinds), source)
         return dataset.to_iterable_dataset() if streaming else dataset
     if isinstance(source, (str, Path)) and not _is_local(str(source)):
-        return _load_hub(str(source), split, kinds, streaming, hub_config, cache_dir)
+        return _load_hub(str(source), split, kinds, streaming, dataset_config, cache_dir)
     files = resolve_files(source)
     fmt = _file_format(files, data_format)
     validate_files(files, fmt, list(kinds))
@@ -530,12 +530,12 @@ def _require_columns(found: Sequence[str] | None, columns: Sequence[str], source
         raise UnknownColumnError(f"{source}: no column {missing[0]!r}; the dataset has columns {list(found)}")
 
 
-def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bool, hub_config: str | None,
+def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bool, dataset_config: str | None,
               cache_dir: str | None) -> AnyDataset:
     try:
-        dataset = datasets.load_dataset(name, hub_config, split=split, streaming=streaming, cache_dir=cache_dir)
+        dataset = datasets.load_dataset(name, dataset_config, split=split, streaming=streaming, cache_dir=cache_dir)
     except (ConnectionError, OSError, ValueError) as err:
-        raise DataError(f"could not load {name!r} as a Hub dataset (config {hub_config!r}, split {split!r}): "
+        raise DataError(f"could not load {name!r} as a Hub dataset (config {dataset_config!r}, split {split!r}): "
                         f"{err}. A local path must exist; the Hub needs a network (HF_HUB_OFFLINE unset) "
                         f"or a cached copy") from err
     _require_columns(dataset.column_names, list(kinds), f"Hub dataset {name!r}")

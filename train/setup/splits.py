@@ -44,7 +44,7 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
     if recipe.streaming and split == "train":
         check_stream(recipe.max_steps, recipe.dataloader_num_workers)
     kwargs = ({"size": size, "seed": recipe.seed} if embedded
-              else {"hub_config": recipe.dataset_config, "text_sample_by": recipe.text_sample_by})
+              else {"dataset_config": recipe.dataset_config, "text_sample_by": recipe.text_sample_by})
     try:
         dataset = load_text_dataset(source, split, columns=columns, streaming=streamed, **kwargs)
     except UnknownColumnError as error:

@@ -110,6 +110,19 @@ def test_hub_name_offline_is_a_clear_error(monkeypatch):
         load_text_dataset("lineage-no-such/dataset")
 
 
+def test_hub_name_reads_the_named_dataset_config_and_split(monkeypatch, tmp_path):
+    calls = []
+
+    def load_dataset(name, config, **kwargs):
+        calls.append((name, config, kwargs))
+        return datasets.Dataset.from_dict({"text": ["one", "two"]})
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    loaded = load_text_dataset("org/corpus", "validation", dataset_config="en", cache_dir=str(tmp_path))
+    assert loaded["text"] == ["one", "two"]
+    assert calls == [("org/corpus", "en", {"split": "validation", "streaming": False, "cache_dir": str(tmp_path)})]
+
+
 # ----------------------------------------------------------------------------- bad input
 
 def test_missing_file(tmp_path):
