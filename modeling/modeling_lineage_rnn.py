@@ -487,6 +487,15 @@ class LineageRnnPreTrainedModel(LineagePreTrainedModel):
         """`generate()` must not build a key/value cache: the model makes its own `LineageRnnCache`."""
         return False
 
+    def _resize_token_embeddings(self, new_num_tokens, pad_to_multiple_of=None, mean_resizing=True) -> nn.Embedding:
+        """transformers resizes the input embedding (the source side's) and the output layer; the target side's own
+        embedding gets the same rows, the vocabulary being shared (before transformers ties the output layer to it)."""
+        embeddings = super()._resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        decoder = self.base_model.decoder
+        decoder.embed_tokens = self._get_resized_embeddings(decoder.embed_tokens, embeddings.num_embeddings,
+                                                            mean_resizing=mean_resizing)
+        return embeddings
+
     def _init_weights(self, module: nn.Module) -> None:
         """Every weight and bias uniform in [-r, r] (Sutskever et al. 2014, Luong et al. 2015); padding rows 0."""
         bound = self.config.initializer_range

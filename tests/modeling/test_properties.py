@@ -11,7 +11,8 @@ counts are bounded and the examples derandomized, so the default run is fast and
 Then over every head test_contract.py walks, on the tiny presets under each family's variants and both kernels: the
 same properties per head (with eager == sdpa, generate() with and without its cache, on a padded batch of prompts and
 as the argmax of full passes, sparse prediction, loading in a process without this project, gradient checkpointing,
-a static cache == the dynamic one, fullgraph compilation, seeded sampling, what the output flags return), and parity
+a static cache == the dynamic one, fullgraph compilation, seeded sampling, what the output flags return, resizing the
+vocabulary), and parity
 for every pair `modeling.conversion` supports.
 """
 
@@ -226,7 +227,8 @@ VARIANTS = {  # the first of each family is its preset
                  for attention, feeding in DECODERS for cell in ("gru", "lstm")),
 }
 HEAD_VARIANTS = {LineageBertLMHeadModel: ({"add_cross_attention": True},),  # BERT as a decoder over encoder memory
-                 LineageTransformerForConditionalGeneration: ({"final_logits_bias": True},)}
+                 LineageTransformerForConditionalGeneration: ({"final_logits_bias": True},),
+                 LineageRnnForConditionalGeneration: ({"tie_word_embeddings": True, "embedding_size": 32},)}
 PADDING_SIDES = {"Gpt": ("left", "right")}  # the others number positions from the first token: right padding only
 MULTIPLE_CHOICE = (LineageBertForMultipleChoice, LineageGptForMultipleChoice)
 CAUSAL = [LineageBertLMHeadModel, LineageGptModel, LineageGptForCausalLM, LineageTransformerModel,
@@ -578,6 +580,31 @@ def test_save_and_load_round_trip_exactly_for_every_head(model_class, variant, k
     if model.can_generate():
         kwargs = dict(prompt(model), max_new_tokens=6, num_beams=3, pad_token_id=0)
         torch.testing.assert_close(loaded.generate(**kwargs), model.generate(**kwargs), **EXACT)
+
+
+@cases(contract.HEADS, kernels=False)
+def test_resize_token_embeddings_grows_every_matrix_with_a_row_per_token(model_class, variant, kernel):
+    """`resize_token_embeddings(n)`: every matrix or bias with a row per token (each side's embedding, the output
+    layer; no other dimension of the tiny presets is their 99 rows) gets n rows and keeps its old ones, the ties
+    stay, and the new token's id runs on every input side."""
+    model = head(model_class, variant)
+    rows, ties = model.config.padded_vocab_size, tied(model)
+    before = {name: p.detach().clone() for name, p in model.named_parameters(remove_duplicate=False)
+              if p.shape[0] == rows}
+    embedding = model.get_input_embeddings().weight
+    assert {name for name, p in model.named_parameters(remove_duplicate=False) if p is embedding} <= before.keys()
+    model.resize_token_embeddings(rows + 11, pad_to_multiple_of=1)
+    after = dict(model.named_parameters(remove_duplicate=False))
+    for name, old in before.items():
+        assert after[name].shape == (rows + 11, *old.shape[1:]), name
+        torch.testing.assert_close(after[name][:rows], old, **EXACT, msg=name)
+    assert tied(model) == ties and model.config.vocab_size == rows + 11
+    inputs, labels = contract.inputs_and_labels(model_class)
+    for key in ("input_ids", "decoder_input_ids"):
+        if key in inputs:
+            inputs[key][..., 1] = rows + 10
+    outputs = contract.tensors(model(**inputs, **labels).to_tuple())
+    assert outputs and all(torch.isfinite(t.float()).all() for t in outputs)
 
 
 def test_every_head_saved_with_its_code_loads_and_runs_in_a_process_without_this_project(tmp_path):
