@@ -1,8 +1,10 @@
 """Shared test setup: offline hub, deterministic seeds, one torch thread per test process, preset loading and a
 clean-process runner that proves saved folders load without this project."""
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -13,6 +15,7 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["LINEAGE_CACHE"] = tempfile.mkdtemp(prefix="lineage-cache-")  # what runs keep for later ones, per session
+atexit.register(shutil.rmtree, os.environ["LINEAGE_CACHE"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
