@@ -28,7 +28,7 @@ from train.run.engine import Engine, start_run
 from train.run.recipes import RecipeError, parse_args
 from train.setup.lora import apply_lora, merge_lora
 from train.setup.models import build_model, model_source
-from train.setup.splits import check_sequence_room, load_splits
+from train.setup.splits import check_sequence_room, load_splits, row_texts
 from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "bert-finetune-nli-tiny"
@@ -125,14 +125,6 @@ def load_rows(recipe, encode_task: str, text: str, pair: str | None, label: str 
     if recipe.streaming:
         return streamed_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
     return class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, recipe.allow_single_class)
-
-
-def row_texts(rows, columns: tuple[str | None, ...]):
-    """The texts of `columns` in every row (a list of words joined by spaces): what a tokenizer trains on."""
-    for row in rows:
-        for column in columns:
-            if column:
-                yield " ".join(row[column]) if isinstance(row[column], list) else row[column]
 
 
 def encoded(recipe, tokenizer, encode_task: str, rows, text: str, pair: str | None, label: str | None):

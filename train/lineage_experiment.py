@@ -46,7 +46,7 @@ from train.data.preparation import tokenize_dataset
 from train.run.engine import Engine, start_run
 from train.run.recipes import Recipe, load_recipe
 from train.setup.models import build_model, model_source
-from train.setup.splits import load_splits
+from train.setup.splits import load_splits, row_texts
 from train.setup.tokenizers import get_tokenizer
 
 ARMS = ("rnn-none", "rnn-bahdanau", "rnn-luong", "transformer", "transformer-relative")
@@ -134,7 +134,7 @@ def shared_data(recipe: Recipe, out: Path):
         raise ExperimentError("the data has no validation split: give --validation_file (BLEU is measured on it)")
     shared = recipe.replace(tokenizer=None, output_dir=str(out), resume_from_checkpoint=None)
     with start_run(shared):  # the report folder, claimed before the tokenizer is written into it
-        get_tokenizer(shared, "seq2seq", lambda: [t for r in train_rows for t in (r["source"], r["target"])])
+        get_tokenizer(shared, "seq2seq", lambda: row_texts(train_rows, ("source", "target")))
     return train_rows, eval_rows
 
 

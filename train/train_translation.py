@@ -23,7 +23,7 @@ from train.metrics import load_metric
 from train.run.engine import Engine, TokenMean, start_run
 from train.run.recipes import parse_args
 from train.setup.models import build_model, model_source
-from train.setup.splits import check_sequence_room, load_splits
+from train.setup.splits import check_sequence_room, load_splits, row_texts
 from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "transformer-translation-tiny"
@@ -72,8 +72,7 @@ def main(argv: list[str] | None = None):
     source = model_source(recipe, "train_translation", ("seq2seq",), generates=True)
     train_rows, eval_rows = load_splits(recipe, COLUMNS, column_advice=COLUMN_ADVICE)
     with start_run(recipe):
-        texts = lambda: (t for r in train_rows for t in (r["source"], r["target"]))  # noqa: E731
-        tokenizer = get_tokenizer(recipe, "seq2seq", texts, source=source)
+        tokenizer = get_tokenizer(recipe, "seq2seq", lambda: row_texts(train_rows, ("source", "target")), source=source)
         check_sequence_room(recipe, tokenizer, 1, "a seq2seq source or target (text </s>)")
         fields = {}
         if recipe.label_smoothing is not None:

@@ -99,6 +99,15 @@ def column_texts(dataset, column: str = "text") -> Iterator[str]:
         yield from batch[column]
 
 
+def row_texts(rows, columns: tuple[str | None, ...]) -> Iterator[str]:
+    """The texts of `columns` in every row, in row order (a list of words joined by spaces), read as they are used
+    (a stream is never held whole): what a tokenizer trains on."""
+    for row in rows:
+        for column in columns:
+            if column:
+                yield " ".join(row[column]) if isinstance(row[column], list) else row[column]
+
+
 
 def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimum: int | None = None) -> None:
     """Refuse a `max_seq_length` that leaves no token of text once the task's template has added its special tokens
@@ -111,4 +120,4 @@ def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimu
                           f"{what} ({overhead} special tokens and at least one token of each of {texts} text(s))")
 
 
-__all__ = ["check_sequence_room", "column_texts", "load_split", "load_splits"]
+__all__ = ["check_sequence_room", "column_texts", "load_split", "load_splits", "row_texts"]

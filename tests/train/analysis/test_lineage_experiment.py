@@ -111,3 +111,22 @@ def test_length_buckets_cover_every_length():
     assert sum(r["sentences"] for r in rows) == len(lengths)
     assert all(r["bleu"] == pytest.approx(100) for r in rows)
     assert length_buckets([6, 6, 6]) == [(6, 6)]
+
+
+def test_the_shared_tokenizer_reads_a_stream_only_as_far_as_tokenizer_train_size(tmp_path, monkeypatch):
+    """A streamed training set is read for the tokenizer up to its `tokenizer_train_size` characters, not whole."""
+    import datasets
+
+    def rows():
+        for i in range(40):
+            yield {"source": f"number {i} in english", "target": f"zahl {i} auf deutsch"}
+        raise AssertionError("the stream was read past its first 40 rows")
+
+    stream = datasets.IterableDataset.from_generator(rows)
+    validation = datasets.Dataset.from_dict({"source": ["one"], "target": ["eins"]})
+    monkeypatch.setattr(lineage_experiment, "load_splits", lambda *args: (stream, validation))
+    recipe = load_recipe("lineage-transformer", {**lineage_experiment.QUICK, "tokenizer_train_size": 400,
+                                                 "tokenizer": None, "output_dir": str(tmp_path / "runs" / "arm")})
+    train_rows, eval_rows = lineage_experiment.shared_data(recipe, tmp_path)
+    assert train_rows is stream and eval_rows is validation
+    assert (tmp_path / "tokenizer" / "tokenizer.json").is_file()
