@@ -254,6 +254,14 @@ class CausalBlocks(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.blocks
 
+    @property
+    def row_lengths(self) -> set[int]:
+        """The lengths of the rows, known without reading one: `block_size`, and a kept last partial block's."""
+        if not self.blocks:
+            return set()
+        last = min(self.block_size, len(self.store.tokens) - (self.blocks - 1) * self.block_size)
+        return {self.block_size, last} if self.blocks > 1 else {last}
+
     def __getitem__(self, index: int) -> dict[str, list[int]]:
         if not 0 <= index < len(self):
             raise IndexError(f"block {index} of {len(self)}")

@@ -54,10 +54,13 @@ def compile_model(model: nn.Module, enabled: bool, mode: str | None = None, devi
 def check_bounded_shapes(compile_mode: str | None, collate_fn, dataset) -> None:
     """Raise a `RecipeError` naming `compile_mode` and `pad_to_multiple_of` when CUDA graphs (`reduce-overhead`) would
     meet a batch length per distinct example length: a padding collator (`train.data.collators`) without
-    `pad_to_multiple_of` over training rows of several lengths."""
+    `pad_to_multiple_of` over training rows of several lengths. A dataset that knows its rows' lengths without
+    reading them says so (`row_lengths`, as prepared causal-LM blocks do); other rows are read once."""
     if compile_mode != "reduce-overhead" or getattr(collate_fn, "pad_to_multiple_of", 0) is not None:
         return
-    lengths = {_longest(row[key]) for row in dataset for key in ("input_ids", "labels") if key in row}
+    lengths = getattr(dataset, "row_lengths", None)
+    if lengths is None:
+        lengths = {_longest(row[key]) for row in dataset for key in ("input_ids", "labels") if key in row}
     if len(lengths) > 1:
         low, high = min(lengths), max(lengths)
         raise RecipeError(

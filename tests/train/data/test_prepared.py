@@ -65,6 +65,26 @@ def test_blocks_are_the_packed_documents_two_bytes_a_token(gpt, docs, fresh_cach
     assert (store.folder / "items.npy").stat().st_size < 8 * (len(docs) + 1) + 200  # one offset a document
 
 
+@pytest.mark.parametrize("block_size, drop_last", [(7, True), (7, False), (48, True), (48, False), (50_000, False)])
+def test_blocks_know_their_lengths_and_the_shape_check_reads_no_block(gpt, docs, fresh_cache, monkeypatch,
+                                                                       block_size, drop_last):
+    """`row_lengths` is the set of the blocks' lengths as read, so `check_bounded_shapes` (CUDA graphs) decides on a
+    prepared corpus of any size without reading its blocks."""
+    from train.data.collators import CausalLMCollator
+    from train.run.compilation import check_bounded_shapes
+    from train.run.recipes import RecipeError
+
+    blocks = prepare_causal_lm_dataset(docs, gpt, block_size, pack_documents=True, drop_last=drop_last)
+    assert blocks.row_lengths == {len(row["input_ids"]) for row in rows(blocks)}
+    monkeypatch.setattr(prepared.CausalBlocks, "__getitem__", lambda *a: pytest.fail("a block was read"))
+    collator = CausalLMCollator(gpt)
+    if len(blocks.row_lengths) == 1:
+        check_bounded_shapes("reduce-overhead", collator, blocks)
+    else:
+        with pytest.raises(RecipeError, match="2 lengths"):
+            check_bounded_shapes("reduce-overhead", collator, blocks)
+
+
 @pytest.mark.parametrize("layout", prepared.LAYOUTS)
 def test_the_store_is_the_same_with_several_processes(gpt, bert, docs, fresh_cache, monkeypatch, layout):
     tokenizer = gpt if layout == "documents" else bert
