@@ -50,7 +50,7 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
 from train.data.examples import nsp_features, nsp_pair_index, tokenize_documents
-from train.data.staging import process_alive, staged, sweep_stale
+from train.data.staging import staged, staging_name, sweep_stale
 from train.data.tokenization import MissingSpecialTokenError, cache_folder
 
 STORE_VERSION = 1
@@ -140,8 +140,7 @@ def prepared_store(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
         return store
     processes = _processes(num_proc, len(dataset))
     began = time.perf_counter()
-    sweep_stale(folder.parent)  # every store's: the cache is ours alone
-    with staged(folder) as staging:
+    with staged(folder, sweep="*") as staging:  # every store's stale staging: the cache is ours alone
         counts = _write_parts(dataset, tokenizer, layout, columns[0], sentences is not None, staging, processes)
         _join_parts(staging, layout, len(counts), token_dtype(tokenizer))
         info = {"version": STORE_VERSION, "layout": layout, "dtype": token_dtype(tokenizer), "source": source,
@@ -293,12 +292,9 @@ class SentencePairs(torch.utils.data.Dataset):
         self.cls_id, self.sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
         settings = f"{max_length} {short_seq_prob} {seed} {dupe_factor}"
         path = store.folder / f"pairs-{hashlib.sha256(settings.encode()).hexdigest()[:16]}.npy"
-        for stale in store.folder.glob(".pairs-*.tmp-*"):  # of a process killed while it built an index
-            pid = stale.name.split(".tmp-")[1].split(".")[0]
-            if pid.isdigit() and not process_alive(int(pid)):
-                stale.unlink(missing_ok=True)
+        sweep_stale(store.folder, "pairs-*")  # of a process killed while it built an index
         if not path.is_file():
-            staging = path.with_name(f".{path.name}.tmp-{os.getpid()}.npy")
+            staging = path.with_name(f"{staging_name(path.name)}index.npy")
             try:
                 nsp_pair_index(store.items, store.documents, max_length, short_seq_prob, seed, dupe_factor, staging)
                 os.replace(staging, path)

@@ -25,22 +25,31 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def staging_name(name: str) -> str:
+    """The prefix of a staging folder or file for `name`, naming this process: `.<name>.tmp-<pid>-`."""
+    return f".{name}.tmp-{os.getpid()}-"
+
+
 def sweep_stale(parent: Path, name: str = "*") -> None:
-    """Delete the staging folders of `name` (default: of any name) under `parent` whose process no longer runs (a
-    kill between creating one and moving it into place)."""
+    """Delete the staging folders and files of `name` (a glob pattern; default: any name) under `parent` whose
+    process no longer runs (a kill between creating one and moving it into place)."""
     for stale in parent.glob(f".{name}.tmp-*-*"):
         pid = stale.name.rsplit("-", 2)[-2]
         if pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
 
 
 @contextmanager
-def staged(folder: Path) -> Iterator[Path]:
+def staged(folder: Path, sweep: str | None = None) -> Iterator[Path]:
     """A new folder beside `folder` to write into, which replaces `folder` when the block completes and is deleted
-    when it raises, leaving `folder` as it was."""
+    when it raises, leaving `folder` as it was. `sweep`: the names (a glob pattern) whose stale staging folders are
+    deleted first; by default `folder`'s own, "*" in a cache that is Lineage's alone."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale(folder.parent, folder.name)
-    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-{os.getpid()}-"))
+    sweep_stale(folder.parent, folder.name if sweep is None else sweep)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=staging_name(folder.name)))
     try:
         yield staging
         if folder.exists():
@@ -54,4 +63,4 @@ def staged(folder: Path) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-__all__ = ["process_alive", "staged", "sweep_stale"]
+__all__ = ["process_alive", "staged", "staging_name", "sweep_stale"]

@@ -200,18 +200,17 @@ def claimed(recipe) -> bool:
 def withdraw(recipe) -> None:
     """Undo the claim of a run that stopped before writing anything (refused after `claim`): the record it started
     and the lock go, and the folder when the claim created it, so the refusal leaves no file behind. A run that wrote
-    something, or resumed into a record it did not start, keeps its record and lock (its files are its own)."""
+    something, or resumed into a record it did not start, keeps its record and lock (its files are its own). A run
+    whose claim set an earlier run's files aside and that never trained deletes what it wrote and puts them back."""
     if not claimed(recipe):
         return
     folder = Path(recipe.output_dir).resolve()
     record = _read_json(folder / RECORD) or {}
-    aside = _set_aside.pop(folder, None)
-    if aside is not None and not _trained(record):  # what it wrote goes, the earlier run's files come back
+    aside = _set_aside.pop(folder, None)  # still set aside: the run never trained (`record_written` drops them)
+    if aside is not None:
         _undo(folder, record, aside)
         release(recipe)
         return
-    if aside is not None:
-        _set_aside[folder] = aside
     fresh = _fresh.get(folder)
     if fresh is False or record.get("wrote") or record.get("resumes"):
         return

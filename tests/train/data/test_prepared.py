@@ -142,8 +142,11 @@ def test_sentence_pairs_are_those_of_the_documents_and_their_index_is_kept(bert,
     assert pairs.pairs.shape == (len(pairs), 5)  # five offsets a pair, whatever the corpus size
     index = next(pairs.store.folder.glob("pairs-*.npy"))
     written = os.stat(index).st_mtime_ns
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed = pairs.store.folder / f".pairs-x.npy.tmp-{int(gone.stdout)}-index.npy"  # of a process killed mid-index
+    killed.write_bytes(b"\0" * 10)
     masked_only = prepare_nsp_dataset(docs, bert, max_length=40, seed=5, next_sentence=False)
-    assert os.stat(index).st_mtime_ns == written
+    assert os.stat(index).st_mtime_ns == written and not killed.exists()
     assert [{k: r[k] for k in ("input_ids", "token_type_ids")} for r in rows(pairs)] == rows(masked_only)
 
 
