@@ -1,7 +1,8 @@
 """Train a sequence-to-sequence model for translation: the encoder-decoder Transformer (Vaswani et al. 2017; its
 recipes use the paper's inverse-square-root schedule with Adam 0.9, 0.98, 1e-9) or the RNN encoder-decoder with
 or without attention (`lineage-rnn`, Bahdanau et al. 2014, Luong et al. 2015); teacher forcing, label-smoothed
-cross-entropy, and sacreBLEU of beam-search translations of the evaluation set.
+cross-entropy, and corpus sacreBLEU and chrF (with their signatures, on detokenized text) of beam-search
+translations of the evaluation set, with `num_beams` and `length_penalty` recorded beside them.
 
     python -m train.train_translation --recipe transformer-translation-tiny [--key value ...]
     python -m train.train_translation --recipe rnn-translation-tiny
@@ -17,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from train.analysis.translation_scores import score_translations
 from train.data.collators import Seq2SeqCollator
 from train.data.preparation import tokenize_dataset
-from train.metrics import load_metric
 from train.run.engine import Engine, TokenMean, start_run
 from train.run.recipes import parse_args
 from train.setup.models import build_model, model_source
@@ -33,10 +34,16 @@ COLUMN_ADVICE = ("train_translation reads the columns 'source' and 'target' of e
                  "them): rename the file's columns")
 
 
+def generation_settings(recipe) -> dict:
+    """The beam search of every translation a run makes (the recipe keys of the same names)."""
+    return {"num_beams": recipe.num_beams, "length_penalty": recipe.length_penalty,
+            "max_new_tokens": recipe.max_new_tokens}
+
+
 def make_predict_fn(recipe):
     def predict(model, batch, outputs) -> dict[str, torch.Tensor]:
         generated = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                   num_beams=recipe.num_beams, max_new_tokens=recipe.max_new_tokens)
+                                   **generation_settings(recipe))
         return {"generated": generated, "labels": batch["labels"]}
     return predict
 
@@ -47,10 +54,9 @@ def decode(tokenizer, ids: torch.Tensor) -> list[str]:
 
 
 def make_metrics_fn(tokenizer):
-    def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
+    def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float | str]:
         hypotheses, references = decode(tokenizer, predictions["generated"]), decode(tokenizer, predictions["labels"])
-        result = load_metric("bleu").compute(predictions=hypotheses, references=[[r] for r in references])
-        return {"bleu": result["bleu"], "exact_match": result["exact_match"]}
+        return score_translations(hypotheses, references)
     return metrics
 
 
@@ -63,7 +69,7 @@ def translate_samples(model, tokenizer, recipe, eval_rows) -> list[tuple[str, st
     sources = [eval_rows[i]["source"] for i in range(min(3, len(eval_rows)))]
     encoded = tokenizer(sources, return_tensors="pt", padding=True).to(model.device)
     with torch.no_grad():
-        out = model.generate(**encoded, num_beams=recipe.num_beams, max_new_tokens=recipe.max_new_tokens)
+        out = model.generate(**encoded, **generation_settings(recipe))
     return list(zip(sources, decode(tokenizer, out)))
 
 
@@ -84,7 +90,7 @@ def main(argv: list[str] | None = None):
         engine = Engine(recipe, model, train_data, Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=TokenMean(), sparse_prediction=True,
                         predict_fn=make_predict_fn(recipe), metrics_fn=make_metrics_fn(tokenizer))
-        results = engine.train()
+        results = {**engine.train(), "num_beams": recipe.num_beams, "length_penalty": recipe.length_penalty}
         samples = translate_samples(engine.accelerator.unwrap_model(engine.model), tokenizer, recipe, eval_rows)
         return results, engine.finish(results, description="Trained for translation with teacher forcing.",
                                       source=source, samples=samples)

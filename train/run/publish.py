@@ -33,7 +33,7 @@ PIPELINE_TAGS = {
     "ForMultipleChoice": "multiple-choice",
     "ForConditionalGeneration": "translation",
 }
-_METRIC_KEYS = ("accuracy", "f1", "bleu", "perplexity", "exact_match", "nsp_accuracy", "mlm_accuracy")
+_METRIC_KEYS = ("accuracy", "f1", "bleu", "chrf", "perplexity", "exact_match", "nsp_accuracy", "mlm_accuracy")
 
 
 def _suffix(class_name: str) -> str:

@@ -57,7 +57,7 @@ COMMAND_KEYS = {
                      "allow_single_class", "lm_loss_weight"), ("finetune",)),
     **dict.fromkeys(("nsp", "mlm_probability"), ("pretrain_bert",)),
     **dict.fromkeys(("pack_documents", "sample_prompts"), ("pretrain_gpt",)),
-    **dict.fromkeys(("label_smoothing", "num_beams"), ("train_translation",)),
+    **dict.fromkeys(("label_smoothing", "num_beams", "length_penalty"), ("train_translation",)),
     "max_new_tokens": ("pretrain_gpt", "train_translation"),
 }
 PATH_KEYS = ("model", "tokenizer", "dataset", "train_file", "validation_file", "output_dir", "resume_from_checkpoint")
@@ -115,6 +115,7 @@ class Recipe:
     lm_loss_weight: float = 0.5  # GPT fine-tuning: weight of the auxiliary language-model loss
     label_smoothing: float | None = None  # None: the model config's
     num_beams: int = 4
+    length_penalty: float = 1.0  # beam search: a hypothesis's log-probability is divided by its length to this power
     max_new_tokens: int = 64
     sample_prompts: list = dataclasses.field(default_factory=list)
     lora: dict | None = None  # finetune: train a LoRA adapter (peft) with keys r, alpha, dropout, target_modules

@@ -1,0 +1,34 @@
+"""Corpus chrF through sacrebleu (offline twin of the Hub `chrf` metric): score 0-100 with its sacreBLEU signature.
+
+Popović, 2015 (character n-grams up to 6, beta 2); `word_order=2` gives chrF++ (Popović, 2017). The signature
+(`nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:...`) is what makes the figure comparable across papers.
+"""
+
+import datasets
+import evaluate
+from sacrebleu.metrics import CHRF
+
+
+class Chrf(evaluate.Metric):
+    def _info(self):
+        return evaluate.MetricInfo(
+            description="sacreBLEU corpus chrF (character n-gram F-score), with its signature.",
+            citation="Popović, 2015. chrF: character n-gram F-score for automatic MT evaluation.",
+            inputs_description="predictions: list of str; references: list of list of str (one or more per prediction)",
+            features=datasets.Features({"predictions": datasets.Value("string"),
+                                        "references": datasets.Sequence(datasets.Value("string"))}),
+        )
+
+    def _compute(self, predictions, references, char_order=6, word_order=0, beta=2, lowercase=False):
+        if not predictions:
+            raise ValueError("chrf: predictions and references are empty; chrF needs at least one prediction")
+        widths = sorted({len(r) for r in references})
+        if widths[0] == 0:
+            raise ValueError("chrf: references holds an empty list; every prediction needs at least one reference")
+        if len(widths) > 1:
+            raise ValueError(f"chrf: references holds lists of {', '.join(map(str, widths))} references; every "
+                             "prediction needs the same number (sacrebleu's reference streams)")
+        streams = [[r[i] for r in references] for i in range(widths[0])]
+        metric = CHRF(char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase)
+        result = metric.corpus_score(predictions, streams)
+        return {"chrf": result.score, "signature": str(metric.get_signature())}
