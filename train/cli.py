@@ -59,6 +59,8 @@ COMMANDS: dict[str, Command] = {
                                           "recipe relative-gpt-python-docs)"),
     "experiment": Command("lineage_experiment", "the lineage experiment: RNN without and with attention, "
                                                         "Transformer, one budget"),
+    "average": Command("average", "average the weights of checkpoints or model folders of one run into a model "
+                                  "folder"),
 }
 TRAINING = "train "  # the prefix of the training scripts' commands
 # an earlier name of a command -> its name now; the earlier one still runs it

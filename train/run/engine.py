@@ -44,7 +44,7 @@ from train.data.batching import (
 )
 from train.data.collators import value_limits
 from train.data.tokenization import check_tokenizer_matches_model
-from train.run import checkpoints, distributed, publish, run_folder
+from train.run import averaging, checkpoints, distributed, publish, run_folder
 from train.run.compilation import check_bounded_shapes, compile_model
 from train.run.evaluation import evaluate
 from train.run.optimization import build_optimizer
@@ -300,8 +300,10 @@ class Engine:
             wall = time.perf_counter() - started
             final = "final checkpoint"  # first: an evaluation that fails cannot lose the trained weights
             self.save_checkpoint()
+            final = "checkpoint averaging"
+            averaged = self._average_checkpoints()
             final = "final evaluation"
-            metrics = self.evaluate() if self.eval_dl is not None else metrics
+            metrics = {**(self.evaluate() if self.eval_dl is not None else metrics), **averaged}
         except Exception as error:
             where = f"in the {final} after step {state.step}" if final else f"at step {state.step + 1}"
             distributed.report_failure(self.accelerator, where, error)
@@ -312,6 +314,16 @@ class Engine:
             publish.plot_loss_curve(self.log.history, self.output_dir / "loss_curve.png", self.output_dir.name)
             run_folder.record_written(self.recipe, "loss_curve.png", "logs")
         return self._summary(start_step, wall, metrics)
+
+    def _average_checkpoints(self) -> dict[str, str]:
+        """The model as the mean of the last `average_last_checkpoints` checkpoints (0: as trained), after the final
+        one is written: the final evaluation, the samples and the published folder see the average."""
+        if not self.recipe.average_last_checkpoints:
+            return {}
+        self.accelerator.wait_for_everyone()  # the final checkpoint is whole before any process reads it
+        names = averaging.average_into(self.accelerator, self.model, self.checkpoint_root,
+                                       self.recipe.average_last_checkpoints)
+        return {"averaged_checkpoints": ", ".join(names)}
 
     def _epoch_batches(self):
         """This epoch's batches, skipping those a resumed run already consumed (a stream continues from the position

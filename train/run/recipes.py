@@ -45,6 +45,7 @@ RANGES = {
     "eval_steps": (0, None, True, False), "save_steps": (0, None, True, False),
     "max_train_seconds": (0, None, True, False),
     "save_total_limit": (1, None, True, False), "dataloader_num_workers": (0, None, True, False),
+    "average_last_checkpoints": (0, None, True, False),
     "num_proc": (1, None, True, False),
     "pad_to_multiple_of": (1, None, True, False),
     "seed": (0, 2**32 - 1, True, True),
@@ -146,6 +147,7 @@ class Recipe:
     logging_steps: int = 10
     save_steps: int = 0  # 0: checkpoint at the end only
     save_total_limit: int = 2
+    average_last_checkpoints: int = 0  # >= 2: the published model is the mean of the last N checkpoints (0: off)
     output_dir: str = "outputs/run"
     resume_from_checkpoint: str | None = None  # "latest" or a checkpoint folder
     overwrite_output_dir: bool = False  # delete another run's files in output_dir (each named) and start over
@@ -261,11 +263,26 @@ def _check_choices(recipe: Recipe) -> None:
                           f"got {recipe.max_steps} and {recipe.num_train_epochs}")
     if recipe.lora is not None:
         _check_lora(recipe.lora)
+    _check_averaging(recipe)
     for index, prompt in enumerate(recipe.sample_prompts):
         if not isinstance(prompt, str) or not prompt.strip():
             hint = " (YAML reads a bare number as one: quote it)" if isinstance(prompt, (int, float)) else ""
             raise RecipeError(f"recipe key 'sample_prompts': item {index} is {type(prompt).__name__} {prompt!r}; "
                               f"every prompt must be non-empty text{hint}")
+
+
+def _check_averaging(recipe: Recipe) -> None:
+    """`average_last_checkpoints` needs that many checkpoints kept, and checkpoints before the final one."""
+    n = recipe.average_last_checkpoints
+    if n == 1:
+        raise RecipeError("recipe key 'average_last_checkpoints' is 1, the last checkpoint alone: give 0 (off) or "
+                          "2 or more")
+    if n > recipe.save_total_limit:
+        raise RecipeError(f"recipe key 'average_last_checkpoints' is {n} but 'save_total_limit' keeps "
+                          f"{recipe.save_total_limit} checkpoints: raise save_total_limit to at least {n}")
+    if n and recipe.save_steps <= 0:
+        raise RecipeError(f"recipe key 'average_last_checkpoints' is {n} but 'save_steps' is {recipe.save_steps}, "
+                          "so only the final checkpoint is written: set save_steps > 0")
 
 
 def trackers(report_to: str | list) -> list[str]:

@@ -1,0 +1,130 @@
+"""Average the weights of checkpoints or model folders of one run into a loadable model folder (checkpoint averaging,
+as fairseq's `average_checkpoints.py`, OpenNMT-py and joeynmt do for the last checkpoints of a run).
+
+    lineage average outputs/mt/checkpoints/step-300 outputs/mt/checkpoints/step-400 --output_dir outputs/mt-avg
+    lineage average outputs/mt/model outputs/mt/checkpoints/step-300 --output_dir outputs/mt-avg
+
+Each input is a checkpoint folder (`<output_dir>/checkpoints/step-N`) or a saved Lineage model folder; all must share
+the model config and vocabulary (refused otherwise, naming the first difference), and every tensor is averaged
+(`train.run.averaging`). The output takes its class, code and tokenizer from the first model folder among the inputs,
+else from the run's published `model/` beside the checkpoints, with a card naming the inputs. `--output_dir` must be
+new, empty, or an earlier output of this command; it is written beside and moved into place, and no input changes.
+The recipe key `average_last_checkpoints` does the same at the end of training. docs/evaluation.md ("Averaging
+checkpoints").
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from train.cli import CommandParser
+from train.run.averaging import (
+    AveragingError,
+    Member,
+    average_weights,
+    check_same_run,
+    checkpoint_member,
+    config_identity,
+    is_checkpoint,
+    load_averaged,
+    vocabulary_identity,
+)
+from train.run.publish import PIPELINE_TAGS
+from train.run.run_folder import OutputDirError, check_writer_output, staged_output
+from train.setup import models, tokenizers
+
+COMMAND = "average"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = CommandParser(description=__doc__.splitlines()[0])
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="checkpoint folders (step-N) or model folders")
+    parser.add_argument("--output_dir", required=True, help="folder to write (new, empty, or an earlier average)")
+    args = parser.parse_args(argv)
+    if len(args.inputs) < 2:
+        parser.error(f"INPUT: give two or more checkpoints or model folders to average, got {len(args.inputs)}")
+    return args
+
+
+def folder_member(path: Path, name: str) -> tuple[Member, models.ModelSource]:
+    """A saved Lineage model folder as an input, with its source (the template of the output)."""
+    source = models.resolve_model(str(path), argument="INPUT")
+    if source.kind != "lineage":
+        raise AveragingError(f"INPUT {name!r} is a transformers {source.reference_class}, not a Lineage model: "
+                             "convert it first (lineage convert ... --to lineage)")
+    tokenizer = tokenizers.own_tokenizer(path)
+    vocabulary = vocabulary_identity(tokenizer) if tokenizer is not None else None
+    member = Member(name, sorted(path.glob("*.safetensors")), config_identity(source.config), vocabulary)
+    return member, source
+
+
+def read_inputs(names: list[str]) -> tuple[list[Member], models.ModelSource]:
+    """The members in the order given, and the model folder the output is built on (module docstring)."""
+    members, template = [], None
+    for name in names:
+        path = Path(name)
+        if not path.is_dir():
+            raise AveragingError(f"INPUT {name!r} is no folder: give checkpoint folders (step-N) or model folders")
+        if is_checkpoint(path):
+            members.append(checkpoint_member(path, name))
+            continue
+        member, source = folder_member(path, name)
+        members.append(member)
+        template = template or source
+    if template is None:
+        published = Path(names[0]).parent.parent / "model"
+        if not (published / "config.json").is_file():
+            raise AveragingError(
+                f"INPUT {names[0]!r}: its run folder holds no published model ({published}) to take the class, code "
+                "and tokenizer from; add a model folder of the run to the inputs, or let the run finish")
+        member, template = folder_member(published, str(published))
+        check_same_run([*members, member])
+    return members, template
+
+
+def card(model, names: list[str], folder: Path) -> str:
+    """The output's model card: Hub metadata, the inputs and how to load it."""
+    name = type(model).__name__
+    tag = next((t for suffix, t in PIPELINE_TAGS.items() if name.endswith(suffix)), "feature-extraction")
+    metadata = {"library_name": "transformers", "pipeline_tag": tag,
+                "tags": ["lineage", model.config.model_type, "custom_code", "checkpoint-averaging"]}
+    inputs = "\n".join(f"- `{name}`" for name in names)
+    auto = type(model).auto_class_name()
+    return (f"---\n{yaml.safe_dump(metadata, sort_keys=False)}---\n\n# {folder.name}\n\nA `{type(model).__name__}` "
+            f"({model.config.model_type}) whose weights are the mean of those of {len(names)} checkpoints of one "
+            f"Lineage run, tensor by tensor, written by `lineage average`:\n\n{inputs}\n\n## Use\n\n```python\n"
+            f"from transformers import {auto}, AutoTokenizer\n\n"
+            f'model = {auto}.from_pretrained("path/or/repo-id", trust_remote_code=True)\n'
+            'tokenizer = AutoTokenizer.from_pretrained("path/or/repo-id")\n```\n')
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the command; returns the written folder."""
+    args = parse_args(argv)
+    folder = check_writer_output(args.output_dir, COMMAND)
+    for name in args.inputs:
+        path = Path(name).resolve()
+        if folder == path or path in folder.parents:
+            raise OutputDirError(f"--output_dir {folder} lies in INPUT {name!r}: write the average elsewhere, so "
+                                 "that no input changes")
+    members, template = read_inputs(args.inputs)
+    check_same_run(members)
+    weights = average_weights(members)
+    model = models.load_model(template, argument=f"INPUT {template.name!r}")
+    load_averaged(model, weights, args.output_dir)
+    tokenizer = tokenizers.own_tokenizer(template.folder)
+    with staged_output(folder, COMMAND) as staging:
+        model.save_pretrained(staging)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
+        (staging / "README.md").write_text(card(model, args.inputs, folder))
+    print(f"averaged {len(members)} checkpoints ({', '.join(args.inputs)}) -> {folder} ({type(model).__name__})")
+    return folder
+
+
+if __name__ == "__main__":
+    main()

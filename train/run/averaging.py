@@ -1,0 +1,161 @@
+"""Checkpoint averaging: the mean of the weights of several checkpoints (or model folders) of one run, tensor by
+tensor, as fairseq's `average_checkpoints.py`, OpenNMT-py and joeynmt average the last checkpoints of a run.
+
+`Member` reads what one input is (its weights files, model config and vocabulary) without loading its tensors;
+`check_same_run` refuses members of different configs or vocabularies, naming the first difference; `average_weights`
+sums in float64 one member at a time (the mean of identical tensors is exactly them) and casts back; `average_into`
+puts the mean of a run's last N checkpoints into its model (recipe key `average_last_checkpoints`, called by the
+engine). docs/training.md ("Checkpoint averaging"), docs/evaluation.md ("Averaging checkpoints").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from safetensors import safe_open
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+from train.run.checkpoints import _RUNTIME_CONFIG, STATE_FILE, CheckpointError, complete_checkpoints, verify_checkpoint
+
+
+class AveragingError(ValueError):
+    """Inputs that cannot be averaged: not one run's checkpoints or model folders of one architecture."""
+
+
+@dataclass
+class Member:
+    """One input of an average: its name as given, its safetensors files, model config fields (without the keys
+    that say how a model is run) and vocabulary ({tokens, vocabulary_sha256}; None when unrecorded)."""
+
+    name: str
+    files: list[Path]
+    config: dict | None
+    vocabulary: dict | None
+
+
+def vocabulary_identity(tokenizer) -> dict:
+    """What a checkpoint records of its tokenizer (`checkpoints.run_identity`): token count and vocabulary hash."""
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items())).encode()
+    return {"tokens": len(tokenizer), "vocabulary_sha256": hashlib.sha256(vocab).hexdigest()[:16]}
+
+
+def config_identity(config) -> dict:
+    """A model config's fields as a checkpoint records them (`checkpoints.run_identity`)."""
+    fields = json.loads(json.dumps(config.to_dict(), default=str))
+    return {k: v for k, v in sorted(fields.items()) if k not in _RUNTIME_CONFIG}
+
+
+def checkpoint_member(path: Path, name: str) -> Member:
+    """A checkpoint folder (`<output_dir>/checkpoints/step-N`) as an input: verified, with its recorded identity."""
+    try:
+        record = verify_checkpoint(path)
+    except CheckpointError as error:
+        raise AveragingError(f"{name}: {error}") from None
+    if not (path / "model.safetensors").is_file():
+        raise AveragingError(f"{name}: this checkpoint holds no model.safetensors (a DeepSpeed checkpoint keeps its "
+                             "own format): average the model folders of runs saved without DeepSpeed")
+    run = record.get("run") or {}
+    return Member(name, [path / "model.safetensors"], run.get("model_config"), run.get("tokenizer"))
+
+
+def is_checkpoint(path: Path) -> bool:
+    return (path / STATE_FILE).is_file()
+
+
+def _first_difference(first: dict, other: dict) -> str | None:
+    for key in sorted(set(first) | set(other)):
+        if first.get(key) != other.get(key):
+            return key
+    return None
+
+
+def check_same_run(members: list[Member]) -> None:
+    """Refuse members whose model configs or vocabularies differ from the first's, naming the first differing key;
+    an unrecorded config or vocabulary (a checkpoint from before records were kept) is not compared."""
+    first = members[0]
+    for member in members[1:]:
+        for part, what in (("config", "model config"), ("vocabulary", "tokenizer")):
+            mine, theirs = getattr(first, part), getattr(member, part)
+            key = _first_difference(mine, theirs) if mine is not None and theirs is not None else None
+            if key is not None:
+                raise AveragingError(
+                    f"{member.name} is not of the same run as {first.name}: their {what}s differ, first in {key!r} "
+                    f"({theirs.get(key)!r} against {mine.get(key)!r}); only checkpoints of one model and vocabulary "
+                    "can be averaged")
+
+
+def _read(member: Member) -> dict[str, torch.Tensor]:
+    weights = {}
+    for file in member.files:
+        with safe_open(file, "pt") as handle:
+            weights.update({key: handle.get_tensor(key) for key in handle.keys()})
+    return weights
+
+
+def _check_tensors(first: Member, reference: dict, member: Member, weights: dict) -> None:
+    missing, extra = sorted(set(reference) - set(weights)), sorted(set(weights) - set(reference))
+    if missing or extra:
+        which = f"lacks {missing[0]!r}" if missing else f"has {extra[0]!r}, which {first.name} lacks"
+        raise AveragingError(f"{member.name} {which}: only weights of one architecture can be averaged")
+    for key, tensor in weights.items():
+        if tensor.shape != reference[key].shape:
+            raise AveragingError(f"{member.name}: {key!r} has shape {tuple(tensor.shape)}, {first.name} "
+                                 f"{tuple(reference[key].shape)}")
+
+
+def average_weights(members: list[Member]) -> dict[str, torch.Tensor]:
+    """The mean of the members' tensors, each in its own dtype (summed in float64); tensors that are not floating
+    point (counters, ids) must be equal in every member and are kept."""
+    total, dtypes, first = {}, {}, None
+    for member in members:
+        weights = _read(member)
+        if first is None:
+            first, dtypes = weights, {k: v.dtype for k, v in weights.items()}
+            total = {k: v.double() if v.is_floating_point() else v for k, v in weights.items()}
+            continue
+        _check_tensors(members[0], first, member, weights)
+        for key, tensor in weights.items():
+            if tensor.is_floating_point():
+                total[key] += tensor.double()
+            elif not torch.equal(tensor, total[key]):
+                raise AveragingError(f"{member.name}: {key!r} ({tensor.dtype}, not averaged) differs from "
+                                     f"{members[0].name}'s")
+    return {k: (v / len(members)).to(dtypes[k]) if v.is_floating_point() else v for k, v in total.items()}
+
+
+def load_averaged(model: torch.nn.Module, weights: dict[str, torch.Tensor], name: str) -> None:
+    """Put averaged `weights` into `model` (a plain module); the names a tied parameter has besides its first may
+    be absent, as they are in saved weights."""
+    aliases = ({n for n, _ in model.named_parameters(remove_duplicate=False)}
+               - {n for n, _ in model.named_parameters()})
+    result = model.load_state_dict(weights, strict=False)
+    missing = sorted(set(result.missing_keys) - aliases)
+    if missing or result.unexpected_keys:
+        raise AveragingError(f"{name}: the averaged weights do not fit {type(model).__name__} (missing "
+                             f"{missing[:3]}, unexpected {sorted(result.unexpected_keys)[:3]})")
+
+
+def average_into(accelerator: Accelerator, model: torch.nn.Module, root: Path, count: int) -> list[str]:
+    """Replace the weights of a run's prepared `model` (every process) with the mean of its last `count` complete
+    checkpoints under `root`; returns their names (fewer when fewer were written)."""
+    paths = complete_checkpoints(root)[-count:]
+    members = [checkpoint_member(path, str(path)) for path in paths]
+    check_same_run(members)
+    weights = average_weights(members)
+    unwrapped = accelerator.unwrap_model(model)
+    first = {id(p): n for n, p in unwrapped.named_parameters()}
+    for name, param in unwrapped.named_parameters(remove_duplicate=False):  # tied names, left out when saved
+        if name not in weights and first[id(param)] in weights:
+            weights[name] = weights[first[id(param)]]
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+    accelerator.print(f"average_last_checkpoints: the model is the mean of {', '.join(p.name for p in paths)}")
+    return [path.name for path in paths]
+
+
+__all__ = ["AveragingError", "Member", "average_into", "average_weights", "check_same_run", "checkpoint_member",
+           "config_identity", "is_checkpoint", "load_averaged", "vocabulary_identity"]
