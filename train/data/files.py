@@ -31,6 +31,7 @@ import datasets
 import pyarrow.compute as pc
 
 from train.data import corpus
+from train.data.fingerprints import file_fingerprint, files_digest
 from train.data.tokenization import cache_folder
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
@@ -227,11 +228,10 @@ def _has_paragraphs(path: Path) -> bool:
 
 
 def _once(path: Path, check: str, compute: Callable[[], bool]) -> bool:
-    """``compute()``, a check that reads the whole file, or its answer for the same file unchanged (path, size,
-    modification time) from an earlier run, kept in ``cache_folder()/checked``: a relaunch on a large corpus does
-    not read it again. A check that raises is not kept."""
-    stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()} {stat.st_size} {stat.st_mtime_ns} {check}".encode()).hexdigest()[:24]
+    """``compute()``, a check that reads the whole file, or its answer for the same file unchanged (its path and
+    content fingerprint, ``fingerprints.file_fingerprint``) from an earlier run, kept in ``cache_folder()/checked``: a
+    relaunch on a large corpus does not read it again. A check that raises is not kept."""
+    key = hashlib.sha256(f"{path.resolve()} {file_fingerprint(path)} {check}".encode()).hexdigest()[:24]
     record = cache_folder() / "checked" / key
     if record.is_file():
         return record.read_text() == "true"
@@ -507,7 +507,9 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     if fmt != "parquet" and any(_has_bom(f) for f in files if _compression(f) is None):
         kwargs["encoding"] = "utf-8-sig"  # the BOM is no part of the first column's name or the first line
     try:
-        dataset = datasets.load_dataset(fmt, data_files={split: [str(f) for f in files]}, split=split,
+        # named by the files' content: datasets keys its cache by path and mtime alone, so a kept mtime reused it
+        dataset = datasets.load_dataset(fmt, f"content-{files_digest(files)}",
+                                        data_files={split: [str(f) for f in files]}, split=split,
                                         streaming=streaming, cache_dir=cache_dir, **kwargs)
     except datasets.exceptions.DatasetGenerationError:
         for path in files:

@@ -19,7 +19,10 @@ Two layouts:
 On disk: `tokens.bin` (the ids, uint16 where the vocabulary fits in 65,536, else uint32, read memory-mapped),
 `items.npy` (int64 (n + 1,): where each document, or sentence, starts in `tokens.bin`), for sentences
 `documents.npy` (int64 (d + 1,): each document's first sentence), and `store.json` (the record: layout, counts, what
-it was made from, how long it took). About 2 bytes per token plus 8 per document or sentence.
+it was made from, how long it took, each file's size, and a checksum of itself). About 2 bytes per token plus 8 per
+document or sentence. A store is checked against its record when it is opened: one with a file missing or of
+another size, or whose record does not match its checksum, raises `DamagedStoreError`, and `prepared_store` prints
+why and prepares it again.
 
 Preparation shards the rows into `num_proc` contiguous parts (`datasets.Dataset.shard`), each tokenized by its own
 process into its own part files; the parts are then joined in order. Everything is written into a staging folder
@@ -59,12 +62,48 @@ ROWS_PER_BATCH = 1000
 ROWS_PER_PROCESS = 20_000  # a corpus of fewer rows is tokenized in this process: starting others would cost more
 
 
+class DamagedStoreError(OSError):
+    """A prepared store whose files do not match its record: the message names the file and both sizes."""
+
+
+def record_checksum(info: dict) -> str:
+    """A hash of a store's record without its `checksum` field."""
+    body = json.dumps({k: v for k, v in info.items() if k != "checksum"}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def store_damage(folder: Path) -> str | None:
+    """What is wrong with the store in `folder` (its record unreadable, without file sizes or not matching its
+    checksum; a file missing or of another size than recorded), or None when it is whole."""
+    try:
+        info = json.loads((folder / "store.json").read_text())
+    except FileNotFoundError:
+        return "store.json is missing"
+    except (OSError, ValueError) as err:
+        return f"store.json cannot be read ({err})"
+    if not isinstance(info, dict) or not isinstance(info.get("files"), dict) or "checksum" not in info:
+        return "store.json lists no file sizes or no checksum (an earlier release's store, or a damaged record)"
+    if info["checksum"] != record_checksum(info):
+        return f"store.json does not match its checksum {info['checksum']} (it was edited or damaged)"
+    for name, size in info["files"].items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing (its record says {size:,} bytes)"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size:,} bytes, its record says {size:,}"
+    return None
+
+
 class TokenStore:
     """A prepared corpus (module docstring): `tokens` (memory-mapped ids), `items` (each item's start, and the end),
-    `documents` (each document's first sentence, `sentences` layout), and its record `info`."""
+    `documents` (each document's first sentence, `sentences` layout), and its record `info`. Opening it checks its
+    files against its record (`store_damage`; `DamagedStoreError`)."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
+        damage = store_damage(self.folder)
+        if damage is not None:
+            raise DamagedStoreError(f"the prepared corpus in {self.folder} is damaged or partial: {damage}")
         self.info = json.loads((self.folder / "store.json").read_text())
         self.tokens = np.memmap(self.folder / "tokens.bin", dtype=self.info["dtype"], mode="r",
                                 shape=(self.info["tokens"],))
@@ -97,8 +136,9 @@ def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
 
 def data_key(dataset, columns: list[str]) -> str | None:
     """What identifies `dataset`'s `columns` without reading them: its fingerprint when it was loaded from files or
-    the Hub (datasets derives it from the data files and every transform since); None for data made in memory, whose
-    fingerprint is random, and for a stream."""
+    the Hub (datasets derives it from the data files and every transform since; `files.load_text_dataset` names a
+    file's config by its content fingerprint, so an edit that keeps the size and mtime changes it too); None for data
+    made in memory, whose fingerprint is random, and for a stream."""
     if isinstance(dataset, datasets.Dataset) and dataset.cache_files:
         return hashlib.sha256(f"{dataset._fingerprint} {columns}".encode()).hexdigest()
     return None
@@ -134,10 +174,14 @@ def prepared_store(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
     key = hashlib.sha256(" ".join([str(STORE_VERSION), layout, *columns, corpus_digest(dataset, columns),
                                    tokenizer_digest(tokenizer)]).encode()).hexdigest()[:24]
     folder = cache_folder() / "prepared" / key
-    if (folder / "store.json").is_file():
-        store = TokenStore(folder)
-        print(f"{source}: prepared corpus reused from {folder}: {store.describe()}", flush=True)
-        return store
+    if folder.is_dir():
+        try:
+            store = TokenStore(folder)
+        except DamagedStoreError as err:
+            print(f"{source}: {err}; preparing it again", flush=True)
+        else:
+            print(f"{source}: prepared corpus reused from {folder}: {store.describe()}", flush=True)
+            return store
     processes = _processes(num_proc, len(dataset))
     began = time.perf_counter()
     with staged(folder, sweep="*") as staging:  # every store's stale staging: the cache is ours alone
@@ -149,6 +193,8 @@ def prepared_store(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
                 "characters": sum(c["characters"] for c in counts), "seconds": round(time.perf_counter() - began, 3)}
         if layout == "sentences":
             info["sentences"] = sum(c["items"] for c in counts)
+        info["files"] = {p.name: p.stat().st_size for p in sorted(staging.iterdir())}
+        info["checksum"] = record_checksum(info)
         (staging / "store.json").write_text(json.dumps(info, indent=1))
     store = TokenStore(folder)
     rate = info["characters"] / 1e6 / max(info["seconds"], 1e-9)
@@ -279,6 +325,19 @@ class CausalBlocks(torch.utils.data.Dataset):
 
 # ----------------------------------------------------------------------------- BERT's sentence pairs
 
+def _pair_index(path: Path) -> np.ndarray | None:
+    """The pair index kept at `path` (memory-mapped), or None when there is none or it is damaged (truncated: it is
+    then built again, with a line saying why)."""
+    if not path.is_file():
+        return None
+    try:
+        pairs = np.load(path, mmap_mode="r")
+    except (OSError, ValueError) as err:
+        print(f"{path}: the pair index is damaged ({err}); building it again", flush=True)
+        return None
+    return pairs
+
+
 class SentencePairs(torch.utils.data.Dataset):
     """BERT's sentence pairs of a `sentences` store: the pair index (`nsp_pair_index`) is built once per pairing
     recipe and kept in the store as `pairs-<hash>.npy`; each pair's tokens are read from the store when it is
@@ -293,14 +352,15 @@ class SentencePairs(torch.utils.data.Dataset):
         settings = f"{max_length} {short_seq_prob} {seed} {dupe_factor}"
         path = store.folder / f"pairs-{hashlib.sha256(settings.encode()).hexdigest()[:16]}.npy"
         sweep_stale(store.folder, "pairs-*")  # of a process killed while it built an index
-        if not path.is_file():
+        self.pairs = _pair_index(path)
+        if self.pairs is None:
             staging = path.with_name(f"{staging_name(path.name)}index.npy")
             try:
                 nsp_pair_index(store.items, store.documents, max_length, short_seq_prob, seed, dupe_factor, staging)
                 os.replace(staging, path)
             finally:
                 staging.unlink(missing_ok=True)
-        self.pairs = np.load(path, mmap_mode="r")
+            self.pairs = np.load(path, mmap_mode="r")
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -314,5 +374,5 @@ class SentencePairs(torch.utils.data.Dataset):
         return row
 
 
-__all__ = ["LAYOUTS", "CausalBlocks", "SentencePairs", "TokenStore", "corpus_digest", "data_key", "prepared_store",
-           "token_dtype", "tokenizer_digest"]
+__all__ = ["LAYOUTS", "CausalBlocks", "DamagedStoreError", "SentencePairs", "TokenStore", "corpus_digest", "data_key",
+           "prepared_store", "record_checksum", "store_damage", "token_dtype", "tokenizer_digest"]

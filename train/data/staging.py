@@ -53,7 +53,8 @@ def staged(folder: Path, sweep: str | None = None) -> Iterator[Path]:
     try:
         yield staging
         if folder.exists():
-            retired = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.old-"))
+            # named as a staging folder: swept once this process is gone, should it die between the two renames
+            retired = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f"{staging_name(folder.name)}old"))
             folder.rename(retired / folder.name)
             staging.rename(folder)
             shutil.rmtree(retired)

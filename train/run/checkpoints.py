@@ -4,7 +4,9 @@
 random states, a stream's position and `lineage_state.json` (the `TrainState`, how the run was distributed, every
 file's size) into a temporary folder renamed into place, so a save killed at any instant leaves the previous one
 whole. `resume_path("latest" | folder)` finds and verifies one before anything is built; `run_identity` /
-`check_resume` refuse another run's checkpoint key by key; `load_checkpoint` restores it at any number of processes.
+`check_resume` refuse another run's checkpoint key by key, and data changed since it was written (each local file's
+content fingerprint, `train.data.fingerprints`; a Hub dataset's revision) unless `allow_data_change`;
+`load_checkpoint` restores it at any number of processes.
 docs/training.md ("Checkpoints and resume"), docs/reliability.md ("kill -9"), docs/scaling.md ("Checkpoints at any
 world size").
 """
@@ -19,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import datasets
 import torch
 from accelerate import Accelerator
 from accelerate.checkpointing import load_accelerator_state, save_accelerator_state
@@ -31,6 +34,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+
+from train.data.files import EMBEDDED_PREFIX, DataFileNotFoundError, resolve_files
+from train.data.fingerprints import file_fingerprint
 
 STATE_FILE = "lineage_state.json"
 STREAM_STATE = "stream_state.json"  # the position in a training stream
@@ -53,6 +59,10 @@ class CheckpointError(ValueError):
 
 class ResumeMismatchError(CheckpointError):
     """A sound checkpoint written by another model, tokenizer or data than this run's."""
+
+
+class DataChangedError(ResumeMismatchError):
+    """A sound checkpoint of this run whose data has changed since it was written (`allow_data_change` accepts it)."""
 
 
 @dataclass
@@ -126,24 +136,75 @@ def run_identity(config, tokenizer, recipe, examples: int | str) -> dict:
                             "examples": examples},
                 "hyperparameters": recipe.training_dict()}
     identity["dataset"]["seed"] = recipe.seed  # the epoch order the data position counts in
+    fingerprint = data_fingerprint(recipe.data_source("train"), recipe.dataset_config)
+    if fingerprint is not None:
+        identity["dataset"]["fingerprint"] = fingerprint
     if tokenizer is not None:
         vocab = json.dumps(sorted(tokenizer.get_vocab().items())).encode()
         identity["tokenizer"] = {"tokens": len(tokenizer), "vocabulary_sha256": hashlib.sha256(vocab).hexdigest()[:16]}
     return identity
 
 
+def data_fingerprint(source: str, dataset_config: str | None) -> dict[str, str] | None:
+    """What a checkpoint records of its training data's content: each local file's fingerprint ({path: fingerprint},
+    a folder's data files, or every file of another folder such as `save_to_disk`'s), a Hub dataset's revision as
+    datasets resolves it ({name: revision}); None for the embedded corpus (its source, seed and size say it all) and
+    for a Hub dataset whose revision cannot be had."""
+    if not source or source.startswith(EMBEDDED_PREFIX):
+        return None
+    path = Path(source).expanduser()
+    if path.exists():
+        try:
+            files = resolve_files(path)
+        except DataFileNotFoundError:
+            files = sorted(p for p in path.rglob("*") if p.is_file())
+        return {str(f): file_fingerprint(f) for f in files}
+    try:
+        revision = datasets.load_dataset_builder(source, dataset_config).hash
+    except (ConnectionError, OSError, ValueError):
+        return None
+    return {source: str(revision)} if revision else None
+
+
+def _data_changes(before: dict, now: dict) -> dict[str, list]:
+    """{file (or Hub name): [the checkpoint's fingerprint, this run's]} of the data whose fingerprint differs (None:
+    not in that run's data); nothing when either side has no fingerprint (a checkpoint of an earlier release)."""
+    then, current = before.get("fingerprint"), now.get("fingerprint")
+    if then is None or current is None:
+        return {}
+    return {name: [then.get(name), current.get(name)] for name in sorted(set(then) | set(current))
+            if then.get(name) != current.get(name)}
+
+
+def _refuse_data_change(path: Path, changes: dict[str, list]) -> None:
+    lines = [f"{name}: not in the data the checkpoint was written with" if old is None else
+             f"{name}: in the data the checkpoint was written with, not in this run's" if new is None else
+             f"{name}: changed since the checkpoint was written (fingerprint {old} then, {new} now)"
+             for name, (old, new) in changes.items()]
+    raise DataChangedError(
+        f"checkpoint {path} was written on other data than this run reads (a file's fingerprint is its size and a "
+        f"hash of its first and last MiB):\n  " + "\n  ".join(lines) + "\nresume on the data the checkpoint was "
+        "written with, or pass --allow_data_change true to continue this run on the data as it is now")
+
+
 def check_resume(path: Path, identity: dict) -> dict[str, list]:
-    """Refuse a checkpoint whose model config, tokenizer or data differ from `identity` (naming each key); return the
-    changeable keys that differ, {key: [checkpoint's, this run's]}. Checkpoints written before the record was kept
-    pass unchecked."""
+    """Refuse a checkpoint whose model config, tokenizer or data differ from `identity` (naming each key, and each
+    changed file: `DataChangedError`, unless the recipe's `allow_data_change`); return the changeable keys that
+    differ, {key: [checkpoint's, this run's]}, with `data <file>` for each changed file. Checkpoints written before
+    the record was kept pass unchecked, and those written before data fingerprints were kept skip that check."""
     written = verify_checkpoint(path).get("run")
     if not written:
         return {}
+    allow = bool(identity["hyperparameters"].get("allow_data_change"))
+    data = _data_changes(written.get("dataset", {}), identity.get("dataset", {}))
+    if data and not allow:
+        _refuse_data_change(path, data)
     problems = []
     for part, what in (("model_config", "model config"), ("tokenizer", "tokenizer"), ("dataset", "data")):
         before, now = written.get(part, {}), identity.get(part, {})
+        free = ("fingerprint", "examples") if part == "dataset" and allow else ("fingerprint",)
         for key in sorted(set(before) | set(now)):
-            if before.get(key) != now.get(key):
+            if before.get(key) != now.get(key) and not (part == "dataset" and key in free):
                 problems.append(f"{what}: the checkpoint was written with {key}={before.get(key)!r}, this run has "
                                 f"{key}={now.get(key)!r}")
     if problems:
@@ -153,6 +214,10 @@ def check_resume(path: Path, identity: dict) -> dict[str, list]:
             "output_dir (or with --overwrite_output_dir true)")
     before, now = written.get("hyperparameters", {}), identity["hyperparameters"]
     changed = {k: [before[k], now[k]] for k in now if k in before and before[k] != now[k]}
+    changed.update({f"data {name}": change for name, change in data.items()})
+    examples = [written.get("dataset", {}).get("examples"), identity["dataset"].get("examples")]
+    if examples[0] != examples[1]:  # allowed with the data's change
+        changed["data examples"] = examples
     fixed = [k for k in FIXED_AT_START if k in changed]
     if fixed:
         raise ResumeMismatchError(
@@ -358,6 +423,7 @@ def _move_into_place(tmp: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["CHECKPOINT_PREFIX", "STATE_FILE", "STREAM_STATE", "CheckpointError", "ResumeMismatchError", "TrainState",
-           "check_resume", "complete_checkpoints", "load_checkpoint", "load_stream_state", "resume_path",
-           "run_identity", "save_checkpoint", "verify_checkpoint"]
+__all__ = ["CHECKPOINT_PREFIX", "STATE_FILE", "STREAM_STATE", "CheckpointError", "DataChangedError",
+           "ResumeMismatchError", "TrainState", "check_resume", "complete_checkpoints", "data_fingerprint",
+           "load_checkpoint", "load_stream_state", "resume_path", "run_identity", "save_checkpoint",
+           "verify_checkpoint"]

@@ -150,6 +150,7 @@ class Recipe:
     average_last_checkpoints: int = 0  # >= 2: the published model is the mean of the last N checkpoints (0: off)
     output_dir: str = "outputs/run"
     resume_from_checkpoint: str | None = None  # "latest" or a checkpoint folder
+    allow_data_change: bool = False  # resume on training data changed since the checkpoint (else refused, file named)
     overwrite_output_dir: bool = False  # delete another run's files in output_dir (each named) and start over
     push_to_hub: str | None = None  # a Hub repo id; the final folder is uploaded only when set
     report_to: str | list = "tensorboard"  # Accelerate trackers: a name, several (list or "a,b"), "all" or "none"

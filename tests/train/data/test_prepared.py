@@ -6,6 +6,7 @@ resume where they stopped."""
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -258,6 +259,89 @@ def test_whole_file_checks_run_once_per_unchanged_file(tmp_path, fresh_cache, mo
     monkeypatch.setattr(files, "check_utf8", read)
     monkeypatch.setattr(files, "_has_paragraphs", read)
     assert load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")).num_rows == 2
-    path.write_text("Changed.\n")
+    keep_size_and_mtime(path, lambda text: text.replace("Another", "A other"))
     with pytest.raises(AssertionError, match="read again"):
         load_text_dataset(str(path), cache_dir=str(tmp_path / "hf"))
+
+
+def keep_size_and_mtime(path, edit) -> None:
+    """Edit `path`'s text as `cp -p` or `rsync -a` of an edited copy would leave it: the same size and times."""
+    kept = os.stat(path)
+    text = path.read_text()
+    edited = edit(text)
+    assert edited != text and len(edited.encode()) == len(text.encode())
+    path.write_text(edited)
+    os.utime(path, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+    assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (kept.st_size, kept.st_mtime_ns)
+
+
+@pytest.mark.parametrize("suffix, row", [(".txt", "{}\n"), (".jsonl", '{{"text": "{}"}}\n'), (".csv", '"{}"\n')])
+def test_an_edit_keeping_size_and_mtime_is_read_and_prepared_again(gpt, tmp_path, fresh_cache, capsys, suffix, row):
+    path = tmp_path / f"corpus{suffix}"
+    path.write_text(("text\n" if suffix == ".csv" else "") + "".join(
+        row.format(f"Document {i} says something about the number {i * 7}.") for i in range(300)))
+    first = prepared.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
+    keep_size_and_mtime(path, lambda text: text.replace("Document 3 says", "Document 3 SAYS"))
+    edited = load_text_dataset(str(path), cache_dir=str(tmp_path / "hf"))
+    assert edited[3]["text"].startswith("Document 3 SAYS")
+    capsys.readouterr()
+    again = prepared.prepared_store(edited, gpt, "documents")
+    assert again.folder != first.folder and "prepared 300 documents" in capsys.readouterr().out
+
+
+DAMAGES = {  # what is done to a store -> what the line that prepares it again says
+    "tokens.bin deleted": (lambda f: (f / "tokens.bin").unlink(),
+                           r"tokens\.bin is missing \(its record says [\d,]+ bytes\)"),
+    "tokens.bin truncated": (lambda f: os.truncate(f / "tokens.bin", 10),
+                             r"tokens\.bin has 10 bytes, its record says [\d,]+"),
+    "items.npy grown": (lambda f: (f / "items.npy").write_bytes((f / "items.npy").read_bytes() + b"\0"),
+                        r"items\.npy has [\d,]+ bytes, its record says [\d,]+"),
+    "record edited": (lambda f: (f / "store.json").write_text((f / "store.json").read_text().replace(
+        '"processes": 1', '"processes": 2')), r"store\.json does not match its checksum [0-9a-f]{16}"),
+    "record garbled": (lambda f: (f / "store.json").write_text("{not json"), r"store\.json cannot be read"),
+    "record of an earlier release": (
+        lambda f: (f / "store.json").write_text(json.dumps({k: v for k, v in json.loads(
+            (f / "store.json").read_text()).items() if k not in ("files", "checksum")})),
+        r"store\.json lists no file sizes or no checksum"),
+    "record deleted": (lambda f: (f / "store.json").unlink(), r"store\.json is missing"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_or_partial_store_is_prepared_again_saying_why(gpt, docs, fresh_cache, capsys, damage):
+    store = prepared.prepared_store(docs, gpt, "documents")
+    whole = files(store)
+    harm, said = DAMAGES[damage]
+    harm(store.folder)
+    with pytest.raises(prepared.DamagedStoreError, match=said):
+        prepared.TokenStore(store.folder)
+    capsys.readouterr()
+    again = prepared.prepared_store(docs, gpt, "documents")
+    out = capsys.readouterr().out
+    assert re.search(f"the prepared corpus in {re.escape(str(store.folder))} is damaged or partial: {said}"
+                     r"[^\n]*; preparing it again", out)
+    assert again.folder == store.folder and files(again) == whole and "prepared 120 documents" in out
+    assert [p.name for p in fresh_cache.iterdir()] == [store.folder.name]  # the damaged one set aside and deleted
+
+
+def test_a_truncated_pair_index_is_built_again(bert, docs, fresh_cache, capsys):
+    whole = rows(prepare_nsp_dataset(docs, bert, max_length=40, seed=9))
+    (index,) = [p for store in fresh_cache.iterdir() for p in store.glob("pairs-*.npy")]
+    os.truncate(index, index.stat().st_size - 40)
+    capsys.readouterr()
+    assert rows(prepare_nsp_dataset(docs, bert, max_length=40, seed=9)) == whole
+    assert f"{index}: the pair index is damaged" in capsys.readouterr().out
+
+
+def test_a_run_on_a_truncated_store_prepares_it_again_and_trains(tmp_path, fresh_cache, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"Line {i} tells of {i % 13} owls and {i % 7} foxes.\n" for i in range(400)))
+    keys = ["--recipe", "gpt-pretrain-tiny", "--train_file", str(corpus), "--max_seq_length", "32"]
+    train, _ = prepare(keys)
+    os.truncate(train.store.folder / "tokens.bin", 100)
+    capsys.readouterr()
+    results, _ = pretrain_gpt([*keys, *RUN, "--output_dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert re.search(f"{re.escape(str(train.store.folder))} is damaged or partial: tokens.bin has 100 bytes, its "
+                     r"record says [\d,]+; preparing it again", out)
+    assert results["steps"] == 2 and "prepared 400 documents" in out

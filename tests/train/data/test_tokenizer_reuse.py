@@ -2,10 +2,14 @@
 the cache key hashes the sampled texts themselves, or the fingerprint of data read from files, so a tokenizer is reused
 only where training would give the same one, whatever the output folder."""
 
+import os
+
 import pytest
 
 from train.data import tokenization
 from train.data.corpus import default_corpus
+from train.data.files import load_text_dataset
+from train.data.prepared import data_key
 from train.data.tokenization import reused_or_trained, train_tokenizer
 from train.pretrain_gpt import main as pretrain_gpt
 
@@ -65,3 +69,25 @@ def test_a_tokenizer_of_data_read_from_files_is_found_by_its_fingerprint_without
     assert "tokenizer: reused" in capsys.readouterr().out and again.get_vocab() == first.get_vocab()
     with pytest.raises(AssertionError, match="the data was read"):  # other data, or another sample: trained
         reused_or_trained("gpt", unread, 300, sample_size=1000, model_max_length=64, data_key="k1")
+
+
+def test_a_file_edited_with_its_size_and_mtime_kept_trains_the_tokenizer_again(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LINEAGE_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "corpus.txt"
+    path.write_text("".join(f"{text}\n" for text in TEXTS))
+
+    def tokenizer():
+        docs = load_text_dataset(str(path), cache_dir=str(tmp_path / "hf"), text_sample_by="line")
+        return reused_or_trained("gpt", lambda: iter(docs["text"]), 300, sample_size=None, model_max_length=64,
+                                 data_key=data_key(docs, ["text"]))
+
+    first = tokenizer()
+    tokenizer()
+    assert "tokenizer: reused" in capsys.readouterr().out
+    kept = os.stat(path)
+    path.write_text(path.read_text().replace("a", "q"))  # the same length, other words
+    os.utime(path, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+    assert os.stat(path).st_size == kept.st_size
+    again = tokenizer()
+    assert "tokenizer: trained on all" in capsys.readouterr().out
+    assert again.get_vocab() != first.get_vocab()
