@@ -82,10 +82,7 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise AttentionInputError(f"{flag} is empty; give some text")
     if args.num_beams < 1:
         raise AttentionInputError(f"--num_beams must be at least 1, got {args.num_beams}")
-    out = check_writer_output(args.output_dir, COMMAND, "--output_dir")
-    if out.is_dir() and any(out.iterdir()) and not args.overwrite_output_dir:
-        raise AttentionInputError(f"--output_dir {args.output_dir!r} holds an earlier output of {COMMAND}; choose a "
-                                  f"new folder or pass --overwrite_output_dir to replace it")
+    check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir)
 
 
 def check_task(model, args: argparse.Namespace) -> None:

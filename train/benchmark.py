@@ -21,13 +21,13 @@ Lineage's, so machine noise hits both alike; `ratio` = reference ms / Lineage ms
 `--compile` compiles both (`train.run.compilation`). `--generate` also times greedy generation of
 `--max_new_tokens` tokens from the `--seq_length` prompt (causal LM) or source (seq2seq) with the dynamic cache and
 with the static cache and a compiled forward (for models that declare `_can_compile_fullgraph`). `--json FILE`
-writes the table with its settings.
+writes the table with its settings into a new file (`--overwrite_json`: or over an earlier benchmark's, which its
+`written_by` names; `train.run.run_folder.check_writer_file`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +46,7 @@ from train.run.recipes import (
     check_model_overrides,
     load_model_config,
 )
+from train.run.run_folder import OutputDirError, check_writer_file, write_output_json
 from train.setup import models
 
 REFERENCE_FAMILIES = ("lineage-gpt", "lineage-bert", "lineage-transformer")
@@ -86,7 +87,8 @@ def make_parser() -> argparse.ArgumentParser:
                         help="tokens each generate call makes (min_new_tokens = max_new_tokens)")
     parser.add_argument("--peak_tflops", type=float, default=None, help="the GPU's peak TFLOP/s for MFU (default: "
                                                                          "the table in train.analysis.throughput)")
-    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here (a new file)")
+    parser.add_switch("--overwrite_json", help="replace the --json file of an earlier benchmark (nothing else)")
     parser.add_argument("--seed", type=int, default=0)
     return parser
 
@@ -98,7 +100,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         config = model_config(args.model, config_overrides(args.model, args.config, args.model_revision),
                               args.model_revision)
         check_arguments(args, config, device())
-    except (ValueError, FileNotFoundError) as error:  # RecipeError is a ValueError
+        if args.json is not None:
+            args.json = check_writer_file(args.json, "benchmark", overwrite=args.overwrite_json)
+    except (ValueError, FileNotFoundError, OutputDirError) as error:  # RecipeError is a ValueError
         parser.error(str(error))
     args.config = config
     return args
@@ -311,8 +315,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
           f"{args.steps} after {args.warmup} warm-up")
     print(table(result, with_mfu=device().type == "cuda"))
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_output_json(args.json, "benchmark", result)
     return result
 
 

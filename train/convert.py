@@ -10,8 +10,9 @@ with its code (loadable with `trust_remote_code=True` where Lineage is not insta
 Lineage model and writes the reference class (post-norm GPT -> OpenAIGPT*, pre-norm GPT -> GPT2*, BERT, the
 Transformer with Marian's settings -> Marian). The tokenizer is copied unchanged. Both models run on the same
 `CHECK_TOKENS` tokens in fp32 and the largest output difference is printed and written into the model card
-(`README.md`); above 1e-4 nothing is written. `DST` must be new, empty, or a folder this command wrote before
-(`train.run.run_folder`); it is written in a temporary folder beside it and moved into place at the end.
+(`README.md`); above 1e-4 nothing is written. `DST` must be new or empty (`--overwrite_output_dir`: or a folder this
+command wrote before; `train.run.run_folder`); it is written in a temporary folder beside it and moved into place at
+the end.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("dst", metavar="DST", help="folder to write (new, empty, or an earlier convert output)")
     parser.add_argument("--to", required=True, choices=TARGETS, help="the implementation to convert to")
     parser.add_argument("--model_revision", default=None, help="Hub branch, tag or commit of SRC")
+    parser.add_switch("--overwrite_output_dir", help="replace an earlier output of this command (nothing else)")
     return parser.parse_args(argv)
 
 
@@ -77,7 +79,7 @@ def card(source: models.ModelSource, model, origin: str, difference: float) -> s
 def main(argv: Sequence[str] | None = None) -> Path:
     """Run the command; returns the written folder."""
     args = parse_args(argv)
-    check_writer_output(args.dst, "convert", "DST")
+    check_writer_output(args.dst, "convert", "DST", overwrite=args.overwrite_output_dir)
     dst = Path(args.dst)
     source = models.resolve_model(args.src, args.model_revision, argument="SRC", revision_argument="--model_revision")
     model, origin, difference = convert(source, args.to)

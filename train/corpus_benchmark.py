@@ -4,13 +4,16 @@
     lineage corpus-benchmark --family bert --size_mb 1000 --stages prepare,run,stream
     lineage corpus-benchmark --family gpt --size_mb 100 --stages run --repo ../lineage-old   # another checkout
 
-A corpus of `--size_mb` MB of English is written into `--work` (once; reused by later calls): documents of the
-embedded generator (`train.data.corpus`, biographies, travel diaries and recipes; a small vocabulary, so text
-tokenizes faster than literary English), `--unique_mb` MB of distinct documents repeated in a new order per copy. GPT's
-file holds one document per line, BERT's is in BERT's own layout (one sentence per line, a blank line between
-documents). A tokenizer is trained once on the corpus's first 20 MB and given to every run (`tokenizer`), so no stage
-times tokenizer training. Each stage then runs the real command in a new process; the caches (`LINEAGE_CACHE` and the
-datasets cache, under `--work`) start empty at each call, so a stage finds only what the stages before it wrote:
+A corpus of `--size_mb` MB of English is written into `--work` (once per size and `--unique_mb`; reused by later
+calls): documents of the embedded generator (`train.data.corpus`, biographies, travel diaries and recipes; a small
+vocabulary, so text tokenizes faster than literary English), `--unique_mb` MB of distinct documents repeated in a new
+order per copy. GPT's file holds one document per line, BERT's is in BERT's own layout (one sentence per line, a blank
+line between documents). A tokenizer is trained once per corpus on its first 20 MB and given to every run
+(`tokenizer`), so no stage times tokenizer training. `--work` must be new, empty or an earlier call's (it holds only
+what the benchmark writes: corpora, tokenizers, caches, runs); `--json` a new file, or with `--overwrite_json` an
+earlier call's; `--repo` a checkout (its `train` and `modeling` packages are what the stages run; the JSON records it
+as `repo`). Each stage then runs the real command in a new process; the caches (`LINEAGE_CACHE` and the datasets
+cache, under `--work`) start empty at each call, so a stage finds only what the stages before it wrote:
 
 - `prepare` (cold): `lineage prepare` with `--num_proc` processes: seconds and MB of text per second of the whole
   command (start-up, reading the text into the datasets cache, tokenizing) and of its tokenizing alone (the store's
@@ -38,12 +41,17 @@ import subprocess
 import sys
 import threading
 import time
+from fnmatch import fnmatch
 from pathlib import Path
 
 from train.cli import CommandParser
 from train.data.corpus import generate_records
+from train.run.run_folder import OUTPUT_RECORD, OutputDirError, check_writer_file, write_output_json
 
+COMMAND = "corpus-benchmark"
 STAGES = ("prepare", "run", "stream")
+WORK_NAMES = ("corpus-*", "tokenizer-*", "cache-*", "run-*", "stage.log", OUTPUT_RECORD)  # what it writes in --work
+WORK_RECORD = {"command": COMMAND}
 RECIPES = {"gpt": ("gpt-pretrain-tiny", "pretrain_gpt"), "bert": ("bert-pretrain-tiny", "pretrain_bert")}
 TOKENIZER_SAMPLE = 20_000_000  # characters the benchmark's tokenizer learns from
 OLD_FLAGS = {"--size-mb": "--size_mb", "--unique-mb": "--unique_mb"}  # old spelling -> the flag now
@@ -60,8 +68,38 @@ def make_parser() -> argparse.ArgumentParser:
                         help="where the corpora, tokenizers, caches and runs go")
     parser.add_argument("--repo", type=Path, default=None, help="run the commands from this checkout instead")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds a stage may take")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here (a new file)")
+    parser.add_switch("--overwrite_json", help="replace the --json file of an earlier corpus-benchmark (nothing else)")
     return parser
+
+
+def check_repo(repo: Path | None) -> Path:
+    """The folder whose code the stages run: `--repo`, refused unless it is a checkout (its `train` and `modeling`
+    packages would otherwise not be found, and the installed ones would run in their place), else this code's."""
+    if repo is None:
+        return Path(__file__).resolve().parents[1]
+    if not all((repo / package / "__init__.py").is_file() for package in ("train", "modeling")):
+        raise SystemExit(f"--repo {repo}: not a Lineage checkout (no train/__init__.py and modeling/__init__.py): the "
+                         f"stages would run the installed code instead; give the folder of a checkout")
+    return repo.resolve()
+
+
+def claim_work(work: Path) -> Path:
+    """`--work` resolved and marked as this benchmark's, or a `SystemExit` naming what else it holds: a call deletes
+    its own caches and runs there and reuses its corpora, so it holds nothing but what `WORK_NAMES` match."""
+    folder = work.resolve()
+    if folder.exists() and not folder.is_dir():
+        raise SystemExit(f"--work {work} is a file; give a folder (it is created when missing)")
+    if folder.is_dir() and any(folder.iterdir()):
+        mine = (folder / OUTPUT_RECORD).is_file() and json.loads((folder / OUTPUT_RECORD).read_text()) == WORK_RECORD
+        others = sorted(p.name for p in folder.iterdir() if not any(fnmatch(p.name, n) for n in WORK_NAMES))
+        if not mine or others:
+            shown = ", ".join(others or sorted(p.name for p in folder.iterdir()))
+            raise SystemExit(f"--work {folder} holds {shown}, which no corpus-benchmark wrote there: it writes into a "
+                             f"new or empty folder, or reuses its own; choose another folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / OUTPUT_RECORD).write_text(json.dumps(WORK_RECORD))
+    return folder
 
 
 def write_corpus(path: Path, family: str, size_mb: float, unique_mb: float) -> Path:
@@ -177,8 +215,9 @@ def run_stage(command: list[str], env: dict, cwd: Path, timeout: float, first_st
     return {"seconds": round(seconds, 2), "peak_anon_mib": round(peak, 1)}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = make_parser().parse_args(argv)
+def check_arguments(args: argparse.Namespace) -> tuple[list[str], Path, Path | None]:
+    """The stages, the folder whose code runs them and the JSON file to write, or a `SystemExit` naming the bad
+    argument; writes nothing."""
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
     if unknown or not stages:
@@ -186,33 +225,46 @@ def main(argv: list[str] | None = None) -> dict:
                          else f"--stages: name at least one of {', '.join(STAGES)}")
     if args.size_mb <= 0 or args.unique_mb <= 0 or args.num_proc < 1:
         raise SystemExit("--size_mb and --unique_mb must be > 0 and --num_proc >= 1")
-    work = args.work.resolve()
+    try:
+        json_file = args.json and check_writer_file(args.json, COMMAND, overwrite=args.overwrite_json)
+    except OutputDirError as error:
+        raise SystemExit(str(error)) from None
+    return stages, check_repo(args.repo), json_file
+
+
+def prepared_figures(cache: Path, size_mb: float) -> dict:
+    """What the `prepare` stage measured of the store it wrote into `cache`."""
+    stores = [p for p in (cache / "lineage" / "prepared").iterdir() if not p.name.startswith(".")]
+    info = json.loads((stores[0] / "store.json").read_text())
+    size = sum(f.stat().st_size for f in stores[0].iterdir())
+    ids = (stores[0] / "tokens.bin").stat().st_size
+    return {"tokenize_seconds": info["seconds"], "tokenize_mb_per_s": round(size_mb / info["seconds"], 2),
+            "tokens": info["tokens"], "store_mib": round(size / 2**20, 1),
+            "bytes_per_token": round(ids / info["tokens"], 3), "index_mib": round((size - ids) / 2**20, 1)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = make_parser().parse_args(argv)
+    stages, cwd, json_file = check_arguments(args)
+    work = claim_work(args.work)
     recipe, script = RECIPES[args.family]
-    corpus = write_corpus(work / f"corpus-{args.family}-{args.size_mb:g}mb.txt", args.family, args.size_mb,
-                          args.unique_mb)
-    tokenizer = write_tokenizer(work / f"tokenizer-{args.family}", corpus, args.family)
-    cwd = (args.repo or Path(__file__).resolve().parents[1]).resolve()
+    name = f"{args.family}-{args.size_mb:g}mb-unique{args.unique_mb:g}mb"
+    corpus = write_corpus(work / f"corpus-{name}.txt", args.family, args.size_mb, args.unique_mb)
+    tokenizer = write_tokenizer(work / f"tokenizer-{name}", corpus, args.family)
     cache = work / f"cache-{args.family}-{args.size_mb:g}mb"
     env = {**os.environ, "LINEAGE_CACHE": str(cache / "lineage"), "HF_DATASETS_CACHE": str(cache / "datasets"),
            "PYTHONPATH": str(cwd), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "true"}
     keys = ["--recipe", recipe, "--train_file", str(corpus), "--tokenizer", str(tokenizer)]
     run_keys = ["--max_steps", "2", "--logging_steps", "1", "--save_steps", "0", "--report_to", "none",
                 "--progress_bar", "false", "--overwrite_output_dir", "true"]
-    results = {"family": args.family, "size_mb": args.size_mb, "corpus": str(corpus), "num_proc": args.num_proc,
-               "repo": str(cwd), "cpus": os.cpu_count()}
+    results = {"family": args.family, "size_mb": args.size_mb, "unique_mb": args.unique_mb, "corpus": str(corpus),
+               "num_proc": args.num_proc, "repo": str(cwd), "cpus": os.cpu_count()}
     shutil.rmtree(cache, ignore_errors=True)  # cold: the stages after `prepare` find what it wrote
     for stage in stages:
         if stage == "prepare":
             row = run_stage([sys.executable, "-m", "train.prepare", *keys, "--num_proc", str(args.num_proc)], env,
                             work, args.timeout)
-            stores = [p for p in (cache / "lineage" / "prepared").iterdir() if not p.name.startswith(".")]
-            info = json.loads((stores[0] / "store.json").read_text())
-            size = sum(f.stat().st_size for f in stores[0].iterdir())
-            ids = (stores[0] / "tokens.bin").stat().st_size
-            row.update(mb_per_s=round(args.size_mb / row["seconds"], 2), tokenize_seconds=info["seconds"],
-                       tokenize_mb_per_s=round(args.size_mb / info["seconds"], 2), tokens=info["tokens"],
-                       store_mib=round(size / 2**20, 1), bytes_per_token=round(ids / info["tokens"], 3),
-                       index_mib=round((size - ids) / 2**20, 1))
+            row.update(mb_per_s=round(args.size_mb / row["seconds"], 2), **prepared_figures(cache, args.size_mb))
         else:
             output = work / f"run-{args.family}-{stage}"
             shutil.rmtree(output, ignore_errors=True)
@@ -222,8 +274,8 @@ def main(argv: list[str] | None = None) -> dict:
         results[stage] = row
         print(f"{args.family} {args.size_mb:g} MB {stage}: " + ", ".join(f"{k} {v}" for k, v in row.items()),
               flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+    if json_file:
+        write_output_json(json_file, COMMAND, results)
     return results
 
 

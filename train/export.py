@@ -17,8 +17,8 @@ What is exported, per family (batch and lengths are dynamic):
 `--format torch` writes `<program>.pt2` (`torch.export.save`; load with `torch.export.load(path).module()`);
 `--format onnx` writes `<program>.onnx` through the dynamo exporter (the optional extra `onnx`: onnx, onnxscript;
 onnxruntime runs the files). `export.json` lists the files with their input and output names. `--output_dir` must be
-new, empty, or a folder this command wrote before (`train.run.run_folder`); the files are written beside it and moved
-into place when every program has exported. Export runs the linear layers on `F.linear`
+new or empty (`--overwrite_output_dir`: or a folder this command wrote before; `train.run.run_folder`); the files are
+written beside it and moved into place when every program has exported. Export runs the linear layers on `F.linear`
 (`LineageLinear.fast_cpu_inference` off): oneDNN's CPU kernel is not an ONNX operator.
 """  # noqa: E501 (the table's rows)
 
@@ -237,13 +237,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                                        "transformers checkpoint, converted on load)")
     parser.add_argument("--model_revision", default=None, help="Hub branch, tag or commit of --model")
     parser.add_argument("--output_dir", required=True, help="folder for the exported files")
+    parser.add_switch("--overwrite_output_dir", help="replace an earlier output of this command (nothing else)")
     parser.add_argument("--format", default="torch", choices=FORMATS, help="torch: .pt2 ExportedPrograms; onnx: .onnx")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, dict]:
     args = parse_args(argv)
-    folder = check_writer_output(args.output_dir, "export", "--output_dir")
+    folder = check_writer_output(args.output_dir, "export", overwrite=args.overwrite_output_dir)
     model = load_lineage_model(args.model, args.model_revision)
     with staged_output(folder, "export") as staging:
         manifest = export_model(model, staging, args.format)

@@ -1,6 +1,7 @@
 """The lineage experiment: why attention, then the Transformer, replaced the thought vector — one command.
 
-    python -m train.lineage_experiment [--output_dir DIR] [--max_train_seconds N] [--arms a,b,...] [--quick]
+    python -m train.lineage_experiment [--output_dir DIR [--overwrite_output_dir]] [--max_train_seconds N]
+                                       [--arms a,b,...] [--quick]
                                        [--train_file F --validation_file F | --dataset NAME]
 
 Trains every arm on the same data, the same BPE tokenizer (trained once, `<output_dir>/tokenizer`) and the same
@@ -20,7 +21,9 @@ table per arm: BLEU per source-length bucket, BLEU, tokens/s, parameters, traini
 arm), `results.json`, and `runs/<arm>/` (each arm's model folder and log). Defaults: the embedded English ->
 German number words, 150 s per arm (750 s of training; the whole run took 888 s on 2 shared CPU cores under a
 load average of 7-11); `--quick` (tests, smoke runs): 200 training pairs, the tiny widths, 1 s per arm, a small
-evaluation. Bad arguments fail before anything is trained.
+evaluation. Bad arguments fail before anything is trained. `--output_dir` must be new or empty;
+`--overwrite_output_dir` replaces an earlier experiment's folder (set aside until the new one is written, put back if
+it stops before), and a folder holding anything else is refused (`train.run.run_folder.output_in_place`).
 
 The budget is wall-clock time, so the machine's load decides how many steps each arm gets: on a shared CPU
 machine run it with `OMP_NUM_THREADS=1` (measured under a load average of 7 on 2 cores: a 2-thread `--quick`
@@ -33,7 +36,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,12 +46,14 @@ from train.analysis import experiment
 from train.cli import CommandParser
 from train.data.collators import Seq2SeqCollator
 from train.data.preparation import tokenize_dataset
+from train.run import run_folder
 from train.run.engine import Engine, start_run
 from train.run.recipes import Recipe, load_recipe
 from train.setup.models import build_model, model_source
 from train.setup.splits import load_splits, row_texts
 from train.setup.tokenizers import get_tokenizer
 
+COMMAND = "experiment"
 ARMS = ("rnn-none", "rnn-bahdanau", "rnn-luong", "transformer", "transformer-relative")
 DATA_KEYS = ("dataset", "train_file", "validation_file", "train_size", "eval_size", "tokenizer_vocab_size",
              "max_seq_length", "seed")
@@ -69,7 +74,8 @@ class ExperimentError(ValueError):
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = CommandParser(description=__doc__.splitlines()[0], old_flags=OLD_FLAGS)
-    parser.add_argument("--output_dir", default="outputs/lineage-experiment", help="report folder")
+    parser.add_argument("--output_dir", default="outputs/lineage-experiment", help="report folder (new or empty)")
+    parser.add_switch("--overwrite_output_dir", help="replace an earlier experiment's report folder (nothing else)")
     parser.add_argument("--max_train_seconds", type=float, default=None,
                         help=f"training seconds per arm, the budget (default {DEFAULT_BUDGET:g}; {QUICK_BUDGET:g} "
                              "with --quick)")
@@ -78,7 +84,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--validation_file", help="the pairs to evaluate on (with --train_file)")
     parser.add_argument("--dataset", help="a Hub dataset (or embedded:translation) with source/target columns")
     parser.add_switch("--quick", help="tiny data and budget: a smoke run in seconds")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.argv = None if argv is None else list(argv)  # the command line, for the report
+    return args
 
 
 def check_arguments(args: argparse.Namespace) -> tuple[list[str], float]:
@@ -105,9 +113,7 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], float]:
 def arm_recipes(args: argparse.Namespace, arms: list[str], budget: float) -> dict[str, Recipe]:
     """Each arm's recipe with the experiment's data, tokenizer, budget and output folder; their data keys agree."""
     out = Path(args.output_dir)
-    # an experiment trains every arm afresh: a rerun into the same folder replaces its arms, each deletion printed
     overrides: dict[str, Any] = {"max_train_seconds": budget, "tokenizer": str(out / "tokenizer"),
-                                 "overwrite_output_dir": True,
                                  "report_to": "none", "progress_bar": False, **(QUICK if args.quick else {})}
     if args.train_file:
         overrides.update(dataset="", train_file=args.train_file, validation_file=args.validation_file)
@@ -135,6 +141,7 @@ def shared_data(recipe: Recipe, out: Path):
     shared = recipe.replace(tokenizer=None, output_dir=str(out), resume_from_checkpoint=None)
     with start_run(shared):  # the report folder, claimed before the tokenizer is written into it
         get_tokenizer(shared, "seq2seq", lambda: row_texts(train_rows, ("source", "target")))
+    run_folder.release(shared)
     return train_rows, eval_rows
 
 
@@ -191,10 +198,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
     args = parse_args(argv)
     arms, budget = check_arguments(args)
     recipes = arm_recipes(args, arms, budget)
+    folder = run_folder.check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir)
+    with run_folder.output_in_place(folder, COMMAND):
+        return run_experiment(args, arms, budget, recipes)
+
+
+def run_experiment(args: argparse.Namespace, arms: list[str], budget: float, recipes: dict[str, Recipe]):
+    """The experiment into `args.output_dir` (owned by `main`); returns the report's paths."""
     out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     first, began = recipes[arms[0]], time.perf_counter()
     train_rows, eval_rows = shared_data(first, out)
+    # every arm records the sizes that loading the data applied (`load_split`), as the first arm's recipe does
+    recipes = {arm: r.replace(train_size=first.train_size, eval_size=first.eval_size) for arm, r in recipes.items()}
     tokenizer = get_tokenizer(first, "seq2seq", list)
     lengths = experiment.source_lengths(tokenizer, list(eval_rows["source"]))
     buckets, machine_at_start = experiment.length_buckets(lengths), machine()
@@ -203,7 +218,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
         print(f"== {arm}: {budget:g} s of training", flush=True)
         results[arm] = measure_arm(arm, recipes[arm], train_rows, eval_rows, buckets, out)
     source, target = sentence(eval_rows, lengths)
-    meta = {"command": "python -m train.lineage_experiment " + " ".join(sys.argv[1:] if argv is None else argv),
+    command = run_folder.command_line() if args.argv is None else shlex.join(["lineage", COMMAND, *args.argv])
+    meta = {"command": command,
             "data": first.train_file or first.dataset, "train_rows": len(train_rows), "eval_rows": len(eval_rows),
             "vocab_size": len(tokenizer), "budget_seconds": budget, "num_beams": first.num_beams,
             "machine": f"at start {machine_at_start}; at end {machine()}",
@@ -217,5 +233,5 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Path]:
 if __name__ == "__main__":
     try:
         main()
-    except ExperimentError as error:
+    except (ExperimentError, run_folder.OutputDirError) as error:
         raise SystemExit(f"error: {error}") from None

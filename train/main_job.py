@@ -2,11 +2,14 @@
 
     python -m train.main_job                 # the full run (recipes main-*)
     python -m train.main_job --quick         # a smoke run of the same steps (used by the tests)
-    python -m train.main_job --output_dir DIR [--overwrite_output_dir true]   # true: start over in DIR
+    python -m train.main_job --output_dir DIR [--overwrite_output_dir true]   # true: replace an earlier job in DIR
 
 Trains the three tokenizers, then pretrains and fine-tunes BERT and GPT, trains a Transformer and an RNN translator
 and draws the Transformer's cross-attention, each stage a command's `main`; ends with a table of the figures reached
-and the folders written (each loaded with the Auto classes), saved as `summary.json` and `summary.md`.
+and the folders written (each loaded with the Auto classes), saved as `summary.json` and `summary.md`. `--output_dir`
+must be new or empty; `--overwrite_output_dir true` replaces an earlier main job's folder (set aside until the new one
+is written, put back if it stops before), and a folder holding anything else is refused
+(`train.run.run_folder.output_in_place`).
 docs/training.md ("Commands").
 """
 
@@ -30,7 +33,9 @@ from train import (
 )
 from train.data.corpus import generate_records, tokenizer_training_texts
 from train.data.tokenization import train_tokenizer
+from train.run import run_folder
 
+COMMAND = "main_job"
 TOKENIZERS = {"bert": 2000, "gpt": 2000, "seq2seq": 1000}
 # name, script, recipe, tokenizer family (None: the pretrained folder's), folder to start from, figures to report
 STAGES = [
@@ -95,7 +100,7 @@ def attention_map_row(root: Path, translator: str) -> dict:
     sentence = generate_records("translation", "validation", size=1)[0]["source"]
     t0, cpu0 = time.perf_counter(), time.process_time()
     files = attention_maps.main(["--model", str(root / translator / "model"), "--text", sentence,
-                                 "--output_dir", str(root / translator / "attention"), "--overwrite_output_dir"])
+                                 "--output_dir", str(root / translator / "attention")])
     png = [p for p in files["png"] if p.name.startswith("cross_") and p.name.endswith("_mean.png")][-1]
     return {"name": "attention-map", "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - cpu0,
             "folder": str(png), "loads_as": "PNG", "figures": {f"{translator} cross-attention": sentence}}
@@ -107,16 +112,22 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--output_dir", default="outputs/main-job")
     parser.add_argument("--progress_bar", default="true", choices=["true", "false"])
     parser.add_argument("--overwrite_output_dir", default="false", choices=["true", "false"],
-                        help="start over in a DIR that holds an earlier job's runs (each stage names what it deletes)")
+                        help="replace an earlier main job's folder DIR (nothing else)")
     args = parser.parse_args(argv)
+    folder = run_folder.check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir == "true")
+    with run_folder.output_in_place(folder, COMMAND):
+        return run_job(args)
+
+
+def run_job(args: argparse.Namespace) -> list[dict]:
+    """The job's stages and summary into `args.output_dir` (owned by `main`)."""
     root = Path(args.output_dir)
     start, cpu_start = time.perf_counter(), time.process_time()
     tokenizers = train_tokenizers(root / "tokenizers", args.quick)
     print(f"tokenizers trained in {time.perf_counter() - start:.1f}s: {', '.join(map(str, tokenizers.values()))}")
     rows = []
     for name, script, recipe, family, parent, figures in STAGES:
-        argv_stage = ["--recipe", recipe, "--output_dir", str(root / name),
-                      "--progress_bar", args.progress_bar, "--overwrite_output_dir", args.overwrite_output_dir]
+        argv_stage = ["--recipe", recipe, "--output_dir", str(root / name), "--progress_bar", args.progress_bar]
         argv_stage += ["--tokenizer", str(tokenizers[family])] if family else ["--model", str(root / parent / "model")]
         if args.quick:
             argv_stage += QUICK if family else QUICK[:-2]  # fine-tuning keeps the pretrained architecture

@@ -2,37 +2,45 @@
 a causal-LM corpus of real English prose that is not the embedded one: one paragraph per line, every tenth topic
 (by name) held out. The data of the recipe `relative-gpt-python-docs`:
 
-    python -m train.python_docs [folder]   # writes <folder>/train.txt and <folder>/validation.txt
+    python -m train.python_docs [folder] [--overwrite_output_dir]   # writes <folder>/train.txt, validation.txt
+
+`folder` must be new or empty; `--overwrite_output_dir` replaces the corpus this command wrote there before, and a
+folder holding anything else is refused (`train.run.run_folder`). The files are written beside it and moved into place.
 """
 
 from __future__ import annotations
 
-import argparse
 import pydoc_data.topics
 import re
 from pathlib import Path
 
+from train.cli import CommandParser
+from train.run.run_folder import check_writer_output, staged_output
+
+COMMAND = "python-docs"
 DEFAULT_FOLDER = "outputs/python-docs"  # where the recipe reads its `train_file` and `validation_file`
 
 
-def write_python_docs(folder: str | Path = DEFAULT_FOLDER) -> tuple[Path, Path]:
+def write_python_docs(folder: str | Path = DEFAULT_FOLDER, overwrite: bool = False) -> tuple[Path, Path]:
     """Write the training and held-out paragraphs; returns the two files' paths."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    target = check_writer_output(str(folder), COMMAND, "folder", overwrite)
     train, validation = [], []
     for i, name in enumerate(sorted(pydoc_data.topics.topics)):
         paragraphs = (" ".join(p.split()) for p in re.split(r"\n\s*\n", pydoc_data.topics.topics[name]))
         (validation if i % 10 == 5 else train).extend(p for p in paragraphs if p)
-    paths = folder / "train.txt", folder / "validation.txt"
-    for path, lines in zip(paths, (train, validation)):
-        path.write_text("\n".join(lines) + "\n")
-    return paths
+    names = "train.txt", "validation.txt"
+    with staged_output(target, COMMAND) as staging:
+        for name, lines in zip(names, (train, validation)):
+            (staging / name).write_text("\n".join(lines) + "\n")
+    return Path(folder) / names[0], Path(folder) / names[1]
 
 
 def main(argv: list[str] | None = None) -> tuple[Path, Path]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = CommandParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", nargs="?", default=DEFAULT_FOLDER)
-    paths = write_python_docs(parser.parse_args(argv).folder)
+    parser.add_switch("--overwrite_output_dir", help="replace the corpus this command wrote into the folder before")
+    args = parser.parse_args(argv)
+    paths = write_python_docs(args.folder, args.overwrite_output_dir)
     print(*paths, sep="\n")
     return paths
 

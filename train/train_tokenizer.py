@@ -9,8 +9,8 @@
 a Hub name); the default, ``embedded``, is text covering every task of the embedded corpus. Every
 ``--text_column`` is read (a translation tokenizer learns one vocabulary from both sides).
 
-``--output_dir`` must be new, empty, or a tokenizer folder this command wrote before (``train.run.run_folder``): a
-model's folder or another program's files are never written over.
+``--output_dir`` must be new or empty; ``--overwrite_output_dir`` replaces a tokenizer folder this command wrote before
+(``train.run.run_folder``): a model's folder or another program's files are never written over.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--family", required=True, help=f"one of {', '.join(FAMILIES)} (or transformer / rnn)")
     parser.add_argument("--vocab_size", type=int, required=True)
     parser.add_argument("--output_dir", required=True)
+    parser.add_switch("--overwrite_output_dir", help="replace an earlier output of this command (nothing else)")
     parser.add_argument("--dataset", default="embedded", help="file, folder, embedded[:task] or Hub name")
     parser.add_argument("--text_column", action="append", help="column(s) to read (default: text)")
     parser.add_argument("--split", default="train")
@@ -61,7 +62,7 @@ def iter_texts(args: argparse.Namespace) -> Iterator[str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    folder = check_writer_output(args.output_dir, "train_tokenizer")
+    folder = check_writer_output(args.output_dir, "train_tokenizer", overwrite=args.overwrite_output_dir)
     tokenizer = train_tokenizer(args.family, iter_texts(args), args.vocab_size, min_frequency=args.min_frequency,
                                 model_max_length=args.model_max_length, lowercase=args.lowercase,
                                 show_progress=False)

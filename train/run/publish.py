@@ -4,13 +4,16 @@
 `results.json` (figures, the data the run read: `Recipe.data_source`, library versions), the loss curve and the model
 card (`write_model_card`: Hub metadata, use, results, software, recipe), staged beside the folder and moved into
 place; then pushes it when the recipe names a repo (`check_push` refuses one that cannot succeed before training).
-docs/training.md ("What a run writes").
+The card is written for the Hub: local files by their names (the full paths stay in `run.json`), control characters
+escaped, only the data keys the run read. docs/training.md ("What a run writes").
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import shutil
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from accelerate import Accelerator
 
 from train.run.distributed import unsharded
 from train.run.environment import versions
-from train.run.recipes import RecipeError
+from train.run.recipes import PATH_KEYS, RecipeError
 from train.run.run_folder import staged_output
 
 # class-name suffix -> (Hub pipeline tag, task type in model-index)
@@ -40,6 +43,43 @@ def _suffix(class_name: str) -> str:
     return next((s for s in PIPELINE_TAGS if class_name.endswith(s)), "")
 
 
+def public_name(value: str | None) -> str | None:
+    """A recipe value as the card names it: a local file or folder by its name (its full path, which says where the
+    user keeps their files, stays in `run.json`), anything else (a Hub id, `embedded:<task>`, a preset) as it is."""
+    return Path(value).resolve().name if value and Path(value).exists() else value
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters (NUL, ESC, line breaks, ...) escaped as Python writes them (`\\x1b`), so
+    a model's raw sample neither breaks a table row nor reaches a terminal as an escape sequence."""
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in ("Cc", "Zl", "Zp") else c for c in text)
+
+
+def _cell(value) -> str:
+    return printable(str(value)).replace("|", "\\|")
+
+
+def project_link() -> str:
+    """Lineage, linked to the repository its package metadata names (`[project.urls]`), or unlinked when it names
+    none."""
+    try:
+        urls = importlib.metadata.metadata("lineage").get_all("Project-URL") or []
+    except importlib.metadata.PackageNotFoundError:
+        urls = []
+    found = dict(entry.split(", ", 1) for entry in urls if ", " in entry)
+    url = next((found[k] for k in ("Repository", "Source", "Homepage") if k in found), None)
+    return f"[Lineage]({url})" if url else "Lineage"
+
+
+def card_recipe(recipe) -> dict[str, Any]:
+    """The recipe as the card shows it: without where the run wrote, local paths by their names (`public_name`),
+    and without `dataset` / `dataset_config` when a `train_file` was read in their place."""
+    unread = ("dataset", "dataset_config") if recipe.train_file else ()
+    hidden = ("output_dir", "push_to_hub", "resume_from_checkpoint", *unread)
+    return {k: public_name(v) if k in PATH_KEYS and isinstance(v, str) else v
+            for k, v in recipe.to_dict().items() if k not in hidden}
+
+
 def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> dict[str, Any]:
     """The card's Hub metadata; the figures are named as measured on the validation file when the recipe gives
     one, else on `dataset_name`'s validation split."""
@@ -58,8 +98,8 @@ def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> 
             "name": Path(recipe.output_dir).name,
             "results": [{
                 "task": {"type": pipeline_tag},
-                "dataset": ({"name": recipe.validation_file, "type": recipe.validation_file}
-                            if recipe.validation_file else
+                "dataset": ({"name": public_name(recipe.validation_file),
+                             "type": public_name(recipe.validation_file)} if recipe.validation_file else
                             {"name": dataset_name, "type": dataset_name, "split": "validation"}),
                 "metrics": [{"type": k, "value": round(float(v), 4)} for k, v in sorted(figures.items())]
                 or [{"type": "loss", "value": round(float(results.get("eval_loss", float("nan"))), 4)}],
@@ -83,7 +123,7 @@ def _pipeline_use(model) -> str:
 _CARD = """# {name}
 
 A `{class_name}` ({model_type}, {parameters:,} parameters)
-trained with [Lineage](https://github.com/) on `{dataset_name}`. {description}
+trained with {lineage} on `{dataset_name}`. {description}
 
 ## Use
 
@@ -123,24 +163,28 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
     (`environment.versions`); the data is the recipe's (`Recipe.data_source`); `base_model` (a Hub id the run
     started from) goes in the metadata, where the Hub links the two models."""
     folder = Path(folder)
-    dataset_name = recipe.data_source("train") or "custom"
+    dataset_name = public_name(recipe.data_source("train")) or "custom"
     metadata = card_metadata(model, recipe, results, dataset_name)
     if base_model:
         metadata["base_model"] = base_model
-    rows = "\n".join(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |"
+    rows = "\n".join(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {_cell(v)} |"
                      for k, v in results.items() if v is not None)
-    recipe_yaml = yaml.safe_dump({k: v for k, v in recipe.to_dict().items()
-                                  if k not in ("output_dir", "push_to_hub", "resume_from_checkpoint")},
-                                 sort_keys=False)
+    recipe_yaml = yaml.safe_dump(card_recipe(recipe), sort_keys=False)
+    for key in PATH_KEYS:  # a local path the description names (`where the weights started`), by its name
+        value = getattr(recipe, key)
+        if isinstance(value, str) and public_name(value) != value:
+            description = description.replace(f"`{value}`", f"`{public_name(value)}`")
     body = _CARD.format(
-        name=Path(recipe.output_dir).name, class_name=type(model).__name__, model_type=model.config.model_type,
-        parameters=sum(p.numel() for p in model.parameters()), dataset_name=dataset_name, description=description,
+        lineage=project_link(), name=Path(recipe.output_dir).name, class_name=type(model).__name__,
+        model_type=model.config.model_type, parameters=sum(p.numel() for p in model.parameters()),
+        dataset_name=dataset_name, description=description,
         auto=type(model).auto_class_name(), pipelines=_pipeline_use(model), rows=rows,
         curve="![loss curve](loss_curve.png)\n" if (folder / "loss_curve.png").is_file() else "",
         releases=", ".join(f"{name} {version}" for name, version in software.items() if version),
         recipe_yaml=recipe_yaml, extra=extra)
     path = folder / "README.md"
-    path.write_text("---\n" + yaml.safe_dump(metadata, sort_keys=False) + "---\n\n" + body)
+    text = "---\n" + yaml.safe_dump(metadata, sort_keys=False) + "---\n\n" + body
+    path.write_text("".join(printable(c) if c not in "\n\t" else c for c in text))  # whatever a section held
     return path
 
 

@@ -3,9 +3,11 @@
 `claim` (the main process, from `train.run.engine.start_run`) checks the folder (`check_output_dir`), takes its
 `.lock` and starts `run.json`, whose manifest (`record_written`) lists every file the run writes as it writes it;
 what a later run may delete or resume into is decided by that manifest alone; `overwrite_output_dir` sets an
-earlier run's files aside and deletes them only once the new run trains. `withdraw` undoes the claim of a run
-refused before it trained (putting set-aside files back); `release` gives the lock back. The commands that write a
-folder of their own use `check_writer_output` and `staged_output`. docs/training.md ("Run folders").
+earlier run's files aside and deletes them only once the new run has a checkpoint or its model. `withdraw` undoes the
+claim of a run refused before that (putting set-aside files back); `release` gives the lock back. The other commands
+own their output the same way: a folder (`check_writer_output`, then `staged_output`, or `output_in_place` for one
+that holds runs) or a JSON file (`check_writer_file`, `write_output_json`). docs/training.md ("Run folders"),
+docs/reliability.md ("What a command may write").
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import datetime
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import socket
 import sys
@@ -25,11 +28,13 @@ from pathlib import Path
 import yaml
 
 from train.data.staging import process_alive, staged
+from train.data.tokenization import cache_folder
 from train.run.checkpoints import CHECKPOINT_PREFIX, DELETING, OLD, TMP
 
 RECORD, LOCK, OUTPUT_RECORD = "run.json", ".lock", ".lineage-output.json"
 RUN_FILES = ("checkpoints", "logs", "tokenizer", "model", "adapter", "loss_curve.png")  # what a run writes
 WORK = ("checkpoints", "logs", "model", "adapter")  # a run that left none of these never trained: it is replaced
+KEPT = ("checkpoints", "model", "adapter")  # a run that wrote one of these can be resumed or is published
 APPENDED = ("logs",)  # written to as the run goes: recorded by size, which only grows
 _SAMPLE = 1 << 20  # bytes hashed from each end of a file: a fingerprint, not a full read of a multi-GB checkpoint
 _claims: dict[Path, object] = {}  # folder -> the recipe object of the run in this process that claimed it
@@ -57,19 +62,29 @@ def _check_path(value: str, argument: str) -> Path:
     if not str(value).strip():
         raise OutputDirError(f"{argument} is empty: give a folder for the run's files (it is created when missing), "
                              f"e.g. outputs/run")
-    for candidate in (Path(value), *Path(value).parents):
-        if candidate.exists() and not candidate.is_dir():
-            raise OutputDirError(f"{argument}: {candidate} is a file, not a folder; give a folder path (it is created "
-                                 f"when missing)")
+    _check_parents(Path(value), argument)
     folder = Path(value).resolve()
+    cache = cache_folder().resolve()
+    if folder == cache or cache in folder.parents:
+        raise OutputDirError(f"{argument} {folder} lies inside the Lineage cache {cache} (LINEAGE_CACHE, else "
+                             f"~/.cache/lineage), whose stores and staging folders later runs replace and sweep: give "
+                             f"a folder outside it")
     if folder == Path.cwd().resolve():
         raise OutputDirError(f"{argument} is the working folder {folder}: the output is written into subfolders and "
                              f"files of it; give a folder of its own, e.g. outputs/run")
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    return folder
+
+
+def _check_parents(folder: Path, argument: str) -> None:
+    """Refuse a `folder` that is a file or lies below one, or whose nearest existing folder this user cannot write."""
+    for candidate in (folder, *folder.parents):
+        if candidate.exists() and not candidate.is_dir():
+            raise OutputDirError(f"{argument}: {candidate} is a file, not a folder; give a folder path (it is created "
+                                 f"when missing)")
+    existing = next(p for p in (folder.resolve(), *folder.resolve().parents) if p.exists())
     if not os.access(existing, os.W_OK | os.X_OK):
         raise OutputDirError(f"{argument}: {existing} is not writable by this user, so nothing could be saved "
                              f"there; give a folder you can write to")
-    return folder
 
 
 def check_output_dir(value: str, inputs: dict[str, str] | None = None,
@@ -201,14 +216,15 @@ def withdraw(recipe) -> None:
     """Undo the claim of a run that stopped before writing anything (refused after `claim`): the record it started
     and the lock go, and the folder when the claim created it, so the refusal leaves no file behind. A run that wrote
     something, or resumed into a record it did not start, keeps its record and lock (its files are its own). A run
-    whose claim set an earlier run's files aside and that never trained deletes what it wrote and puts them back."""
+    whose claim set an earlier run's files aside and that has no checkpoint yet deletes what it wrote and puts them
+    back."""
     if not claimed(recipe):
         return
     folder = Path(recipe.output_dir).resolve()
     record = _read_json(folder / RECORD) or {}
-    aside = _set_aside.pop(folder, None)  # still set aside: the run never trained (`record_written` drops them)
+    aside = _set_aside.pop(folder, None)  # still set aside: no checkpoint yet (`record_written` drops them)
     if aside is not None:
-        _undo(folder, record, aside)
+        _undo(folder, aside)
         release(recipe)
         return
     fresh = _fresh.get(folder)
@@ -245,57 +261,76 @@ def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> No
             f"output_dir {folder} holds another run's files ({', '.join([RECORD, *present])}); to continue that run "
             f"pass --resume_from_checkpoint latest, to delete its files and start over pass --overwrite_output_dir "
             f"true, or choose another --output_dir")
-    if any(name in WORK for name in present):  # deleted once the new run trains, put back if it stops first
+    if any(name in WORK for name in present):  # deleted once the new run has a checkpoint, put back if it stops first
         aside = folder / f"{ASIDE}{os.getpid()}"
         aside.mkdir()
         for name in [RECORD, *present]:
             if (folder / name).exists():
                 (folder / name).rename(aside / name)
-        print(f"overwrite_output_dir: set aside {', '.join(present)} of {folder}, deleted once this run trains, put "
-              f"back if it stops before", flush=True)
+        print(f"overwrite_output_dir: set aside {', '.join(present)} of {folder} in {aside.name}, deleted once this "
+              f"run writes its first checkpoint or its model, put back if it stops before", flush=True)
         _set_aside[folder] = aside
         return
     for name in present:
         _delete(folder / name, "a run that stopped before training (no checkpoint, log or model)")
 
 
-def _trained(record: dict) -> bool:
-    """Whether a run's manifest lists a file of its work (checkpoints, log, model, adapter), not just its tokenizer."""
-    return any(_under(path, name) for path in record.get("wrote", {}) for name in WORK)
+def _kept(record: dict) -> bool:
+    """Whether a run's manifest lists a checkpoint, model or adapter: a run that can go on or is published, which an
+    earlier run's set-aside files are no longer kept for (a log alone is not enough: nothing resumes from it)."""
+    return any(_under(path, name) for path in record.get("wrote", {}) for name in KEPT)
 
 
-def _undo(folder: Path, record: dict, aside: Path) -> None:
-    """Delete what a run that never trained wrote (its manifest's files and record) and put back the earlier run's
-    files its claim set aside."""
+def _undo(folder: Path, aside: Path) -> None:
+    """Delete what a run that never wrote a checkpoint or model wrote (the paths of `RUN_FILES` its manifest lists,
+    and those its claim had set aside, which it wrote again unrecorded when killed) and its record, and put back the
+    earlier run's files."""
+    wrote = (_read_json(folder / RECORD) or {}).get("wrote", {})
     for name in RUN_FILES:
-        if any(_under(path, name) for path in record.get("wrote", {})) and (folder / name).exists():
-            _delete(folder / name, "a run stopped before training")
+        ours = (aside / name).exists() or any(_under(path, name) for path in wrote)
+        if ours and (folder / name).exists():
+            _delete(folder / name, "a run stopped before its first checkpoint")
     (folder / RECORD).unlink(missing_ok=True)
     for path in aside.iterdir():
         path.rename(folder / path.name)
     aside.rmdir()
-    print(f"output_dir {folder}: put back the earlier run's files, as the overwriting run never trained", flush=True)
+    print(f"output_dir {folder}: put back the earlier run's files, as the overwriting run stopped before its first "
+          f"checkpoint", flush=True)
 
 
 def _drop_set_aside(folder: Path) -> None:
-    """The run trains (or has published): the earlier run's files its claim set aside are deleted now."""
+    """The run has a checkpoint (or has published): the earlier run's files its claim set aside are deleted now."""
     aside = _set_aside.pop(folder, None)
     if aside is not None and aside.exists():
         _delete(aside, "overwrite_output_dir")
 
 
+def _dead_set_aside(folder: Path) -> list[Path]:
+    """The folders of files set aside in `folder` by claims whose process is gone."""
+    return [aside for aside in folder.glob(f"{ASIDE}*")
+            if aside.name.removeprefix(ASIDE).isdigit() and not process_alive(int(aside.name.removeprefix(ASIDE)))]
+
+
 def _recover_set_aside(folder: Path) -> None:
-    """Files set aside by a claim whose process is gone (killed before it trained): put back, or deleted when that
-    run had trained (its manifest replaced theirs)."""
-    for aside in folder.glob(f"{ASIDE}*"):
-        pid = aside.name.removeprefix(ASIDE)
-        if not pid.isdigit() or process_alive(int(pid)):
-            continue
-        record = _read_json(folder / RECORD) or {}
-        if _trained(record):
-            _delete(aside, "an earlier run's files set aside by an overwriting run that has trained since")
+    """Files set aside by a claim whose process is gone (killed before its first checkpoint): put back, or deleted
+    when that run had written a checkpoint or its model (its manifest replaced theirs)."""
+    for aside in _dead_set_aside(folder):
+        if _kept(_read_json(folder / RECORD) or {}):
+            _delete(aside, "an earlier run's files set aside by an overwriting run that has a checkpoint since")
         else:
-            _undo(folder, record, aside)
+            _undo(folder, aside)
+
+
+def resume_root(output_dir: str | Path) -> Path:
+    """Where `resume_from_checkpoint: latest` finds the run's checkpoints once the folder is claimed:
+    `<output_dir>/checkpoints`, or those of an earlier run set aside by an overwriting run killed before its first
+    checkpoint, which the claim puts back (`_recover_set_aside`)."""
+    folder = Path(output_dir).resolve()
+    if not _kept(_read_json(folder / RECORD) or {}):
+        for aside in _dead_set_aside(folder) if folder.is_dir() else ():
+            if (aside / "checkpoints").is_dir():
+                return aside / "checkpoints"
+    return folder / "checkpoints"
 
 
 def record_written(recipe, *names: str) -> None:
@@ -309,7 +344,7 @@ def record_written(recipe, *names: str) -> None:
             wrote.update(_listing(folder, name))
     record["wrote"] = dict(sorted(wrote.items()))
     _write_json(folder / RECORD, record)
-    if _trained(record):
+    if _kept(record):
         _drop_set_aside(folder)
 
 
@@ -319,7 +354,7 @@ def note_resume(recipe, checkpoint: Path, step: int, changed: dict) -> None:
     path = Path(recipe.output_dir).resolve() / RECORD
     record = _read_json(path) or {}
     record.setdefault("resumes", []).append({"checkpoint": str(checkpoint), "step": step, "changed": changed,
-                                             "time": _now(), "pid": os.getpid(), "command": sys.argv})
+                                             "time": _now(), "pid": os.getpid(), "command": command_line()})
     _write_json(path, record)
 
 
@@ -336,18 +371,39 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
+def command_line() -> str:
+    """The command line that started this process, as a shell runs it again: `lineage <command> ...` (`train.cli`
+    puts the command it runs in `sys.argv[0]`), `<python> -m train.<module> ...`, else the interpreter and its
+    arguments."""
+    program = Path(sys.argv[0])
+    if sys.argv[0].startswith("lineage "):
+        words = ["lineage", *sys.argv[1:]]
+    elif program.parent.name == "train" and (program.parent / "__init__.py").is_file():
+        words = [sys.executable, "-m", f"train.{program.stem}", *sys.argv[1:]]
+    else:
+        words = [sys.executable, *sys.argv]
+    return shlex.join(words)
+
+
 def _write_record(folder: Path, recipe) -> None:
+    inputs = {key: str(Path(value).resolve()) for key, value in run_inputs(recipe).items()}
     _write_json(folder / RECORD, {"recipe_sha256": recipe_hash(recipe), "started": _now(), "pid": os.getpid(),
-                                  "host": socket.gethostname(), "command": sys.argv, "resumes": [], "wrote": {}})
+                                  "host": socket.gethostname(), "command": command_line(), "cwd": os.getcwd(),
+                                  "inputs": inputs,
+                                  "resumes": [], "wrote": {}})
 
 
 # ----------------------------------------------------------------------------- other commands' folders
 
-def check_writer_output(value: str, command: str, argument: str = "--output_dir") -> Path:
-    """The resolved folder that `command` may write (new, empty, or holding only what its own manifest records,
-    unchanged), or an `OutputDirError` naming what is in the way; writes nothing."""
+def check_writer_output(value: str, command: str, argument: str = "--output_dir", overwrite: bool = False) -> Path:
+    """The resolved folder that `command` may write: new, empty, or (with `overwrite`: `--overwrite_output_dir`)
+    holding only what its own manifest records, unchanged; else an `OutputDirError` naming what is in the way. Puts
+    back first an earlier output set aside by a run of `command` that was killed (`output_in_place`)."""
     folder = _check_path(value, argument)
-    if not folder.is_dir() or not any(folder.iterdir()):
+    if not folder.is_dir():
+        return folder
+    _recover_in_place(folder, command)
+    if not any(folder.iterdir()):
         return folder
     own = _read_json(folder / OUTPUT_RECORD) or {}
     wrote = own.get("wrote") if own.get("command") == command else None
@@ -355,11 +411,95 @@ def check_writer_output(value: str, command: str, argument: str = "--output_dir"
               if p.name != OUTPUT_RECORD and (wrote is None or not _unchanged(folder, p.name, wrote))]
     if wrote is None or others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        killed = (f" (a run of {command}, process {own.get('pid')}, was stopped there before it recorded its output: "
+                  f"delete what it left)") if own.get("command") == command and wrote is None else ""
         raise OutputDirError(
             f"{argument} {folder} is not empty and holds {shown}, which {command} did not write there (or which "
-            f"changed since): {command} writes into a new or empty folder, or replaces its own earlier output; choose "
-            f"another folder")
+            f"changed since){killed}: {command} writes into a new or empty folder, or replaces its own earlier output; "
+            f"choose another folder")
+    if not overwrite:
+        raise OutputDirError(f"{argument} {folder} holds an earlier output of {command}; pass --overwrite_output_dir "
+                             f"to replace it, or choose another folder")
     return folder
+
+
+@contextmanager
+def output_in_place(folder: Path, command: str) -> Iterator[Path]:
+    """`folder` (checked by `check_writer_output`) for a command whose output holds runs and is written where it
+    stays (the experiment, the main job), with its earlier output set aside in `<folder>/.overwritten-<pid>`. When
+    the block completes, what it wrote is recorded as `command`'s output and the earlier output deleted; when it
+    raises, what it wrote is deleted and the earlier output put back, or, with none, what it wrote is recorded (a
+    later run replaces it with --overwrite_output_dir); after a kill, the next check puts the earlier output back."""
+    folder.mkdir(parents=True, exist_ok=True)
+    aside, earlier = folder / f"{ASIDE}{os.getpid()}", sorted(folder.iterdir())
+    if earlier:
+        aside.mkdir()
+        for path in earlier:
+            path.rename(aside / path.name)
+        print(f"{command}: set aside its earlier output in {aside}, deleted once this one is written, put back if it "
+              f"stops before", flush=True)
+    _write_json(folder / OUTPUT_RECORD, {"command": command, "pid": os.getpid()})  # no manifest: not finished
+    try:
+        yield folder
+    except BaseException:
+        if earlier:
+            _put_back(folder, aside, command)
+        else:
+            _record_output(folder, command, finished=False)
+        raise
+    _record_output(folder, command)
+    if earlier:
+        _delete(aside, f"{command}: its earlier output, now replaced")
+
+
+def _record_output(folder: Path, command: str, finished: bool = True) -> None:
+    names = [p.name for p in folder.iterdir() if p.name not in (OUTPUT_RECORD, LOCK) and not p.name.startswith(ASIDE)]
+    wrote = {k: v for name in names for k, v in _listing(folder, name).items() if not k.endswith("/" + LOCK)}
+    _write_json(folder / OUTPUT_RECORD, {"command": command, "finished": finished, "wrote": wrote})
+
+
+def _put_back(folder: Path, aside: Path, command: str) -> None:
+    """Delete what a run of `command` wrote in `folder` (all but `aside`: its earlier output, everything the folder
+    held when the run began) and put the earlier output back."""
+    for path in sorted(folder.iterdir()):
+        if path != aside:
+            _delete(path, f"{command} stopped before it finished")
+    for path in aside.iterdir():
+        path.rename(folder / path.name)
+    aside.rmdir()
+    print(f"{command}: put back its earlier output in {folder}", flush=True)
+
+
+def _recover_in_place(folder: Path, command: str) -> None:
+    """The earlier output of `command` set aside in `folder` by a run of it that was killed: put back."""
+    own = _read_json(folder / OUTPUT_RECORD) or {}
+    for aside in _dead_set_aside(folder):
+        if own.get("command") == command and "wrote" not in own and aside.name == f"{ASIDE}{own.get('pid')}":
+            _put_back(folder, aside, command)
+
+
+def check_writer_file(value: str, command: str, argument: str = "--json", overwrite: bool = False) -> Path:
+    """The resolved file that `command` may write (`write_output_json`): new, or (with `overwrite`) a JSON file
+    that names `command` as its writer; else an `OutputDirError`; writes nothing."""
+    path = Path(value)
+    if path.is_dir():
+        raise OutputDirError(f"{argument} {path} is a folder; give the path of a file to write, e.g. results.json")
+    _check_parents(path.parent, argument)
+    if not path.exists():
+        return path.resolve()
+    if (_read_json(path) or {}).get("written_by") != f"lineage {command}":
+        raise OutputDirError(f"{argument} {path} exists and is no earlier output of lineage {command} (its JSON names "
+                             f"its writer in 'written_by'): choose another file")
+    if not overwrite:
+        raise OutputDirError(f"{argument} {path} holds an earlier output of lineage {command}; pass "
+                             f"--overwrite_{argument.removeprefix('--')} to replace it, or choose another file")
+    return path.resolve()
+
+
+def write_output_json(path: Path, command: str, data: dict) -> None:
+    """`data` written to `path` (checked by `check_writer_file`) with `written_by`, through a temporary file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_json(path, {"written_by": f"lineage {command}", **data})
 
 
 @contextmanager
@@ -415,6 +555,6 @@ def _release_lock(folder: Path) -> None:
         lock.unlink(missing_ok=True)
 
 
-__all__ = ["LOCK", "OUTPUT_RECORD", "OutputDirError", "RECORD", "RUN_FILES", "check_output_dir", "check_writer_output",
-           "claim", "claimed", "note_resume", "recipe_hash", "record_written", "release", "run_inputs", "staged_output",
-           "withdraw"]
+__all__ = ["LOCK", "OUTPUT_RECORD", "OutputDirError", "RECORD", "RUN_FILES", "check_output_dir", "check_writer_file",
+           "check_writer_output", "claim", "claimed", "command_line", "note_resume", "output_in_place", "recipe_hash",
+           "record_written", "release", "resume_root", "run_inputs", "staged_output", "withdraw", "write_output_json"]

@@ -30,7 +30,7 @@ from safetensors import SafetensorError, safe_open
 import modeling
 from modeling.conversion import CONVERSIONS, from_transformers, to_transformers
 from train.data.tokenization import config_kwargs_from_tokenizer
-from train.run import checkpoints, distributed, publish
+from train.run import checkpoints, distributed, publish, run_folder
 from train.run.recipes import (
     Recipe,
     RecipeError,
@@ -473,7 +473,7 @@ def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
                           f"positions, one of them at least for the prompt (or the decoder's start token): "
                           f"max_new_tokens must be in [1, {positions - 1}]")
     distributed.resolve_mixed_precision(recipe.mixed_precision)
-    checkpoints.resume_path(recipe.resume_from_checkpoint, Path(recipe.output_dir) / "checkpoints")
+    checkpoints.resume_path(recipe.resume_from_checkpoint, run_folder.resume_root(recipe.output_dir))
     check_tracker_login(trackers(recipe.report_to))
     if recipe.push_to_hub:
         publish.check_push(recipe.push_to_hub)

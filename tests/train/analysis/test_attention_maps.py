@@ -321,8 +321,8 @@ def test_an_out_folder_of_other_files_is_refused_even_with_overwrite_and_kept(fo
 def test_an_earlier_output_is_replaced_only_with_overwrite(folders, tmp_path):
     out = tmp_path / "maps"
     run(folders["gpt"], out)
-    with pytest.raises(AttentionInputError, match="holds an earlier output of attention-maps; .* "
-                                                  "--overwrite_output_dir"):
+    with pytest.raises(OutputDirError, match="holds an earlier output of attention-maps; .* "
+                                             "--overwrite_output_dir"):
         run(folders["gpt"], out)
     run(folders["bert"], out, "--overwrite_output_dir")
     assert json.loads((out / "tokens.json").read_text())["model"] == str(folders["bert"])

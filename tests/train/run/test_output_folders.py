@@ -140,11 +140,14 @@ def test_train_tokenizer_refuses_a_models_folder_and_replaces_its_own_output(tmp
     assert digest(model) == before
     tokenizer(tmp_path / "tok")
     first = digest(tmp_path / "tok")
-    tokenizer(tmp_path / "tok", "--vocab_size", "280")
+    with pytest.raises(OutputDirError, match="holds an earlier output of train_tokenizer; pass --overwrite_output_dir"):
+        tokenizer(tmp_path / "tok", "--vocab_size", "280")
+    assert digest(tmp_path / "tok") == first
+    tokenizer(tmp_path / "tok", "--vocab_size", "280", "--overwrite_output_dir")
     assert digest(tmp_path / "tok") != first and run_folder.OUTPUT_RECORD in first
     (tmp_path / "tok" / "tokenizer.json").write_text("{}")
     with pytest.raises(OutputDirError, match="holds tokenizer.json, which train_tokenizer did not write there"):
-        tokenizer(tmp_path / "tok")
+        tokenizer(tmp_path / "tok", "--overwrite_output_dir")
 
 
 def test_export_refuses_a_folder_of_other_files(tmp_path):
