@@ -50,8 +50,9 @@ def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str,
 
 def training_data(recipe, tokenizer, train_docs, eval_docs):
     """`(train, validation)` sentence pairs of the recipe's documents (validation None without documents); one
-    process prepares a corpus's store, the others then open it."""
-    with one_process_first():
+    process of each machine prepares a corpus's store (once, where machines share the cache), the others then open
+    it."""
+    with one_process_first(local=True):
         train = prepare_nsp_dataset(train_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed,
                                     next_sentence=recipe.nsp, num_proc=recipe.num_proc,
                                     source=recipe.data_source("train"))

@@ -70,9 +70,9 @@ def check_document_packing(model) -> None:
 
 
 def training_data(recipe, tokenizer, train_docs, eval_docs):
-    """`(train, validation)` blocks of the recipe's documents (validation None without documents); one process
-    prepares a corpus's store, the others then open it."""
-    with one_process_first():
+    """`(train, validation)` blocks of the recipe's documents (validation None without documents); one process of
+    each machine prepares a corpus's store (once, where machines share the cache), the others then open it."""
+    with one_process_first(local=True):
         train = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length,
                                           pack_documents=recipe.pack_documents, num_proc=recipe.num_proc,
                                           source=recipe.data_source("train"))

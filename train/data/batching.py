@@ -6,14 +6,17 @@ come from a seed drawn from `(seed, epoch, example index)` (`SeededCollate`), so
 other examples share its batch, on prefetching, or on the number of processes.
 
 A stream (a `datasets.IterableDataset`: no length, read as training goes) is drawn by `StreamBatches` instead, in
-its own order. Every process reads the stream's micro-batch of all processes together and keeps every `W`-th example
-of it from its rank on, so that micro-batch holds the same examples whatever the number of processes `W` is, an
-example's index is its position in the pass over the stream, and every process knows by itself where a pass ends: at
-the first micro-batch the stream cannot fill. The next pass is the next epoch (`set_epoch`: the stream's shards, its
-files, in an order seeded by the epoch). The stream's own `state_dict()`, taken between micro-batches, is its exact
-position, the same on every process (each read is made in the training process, none ahead), from datasets 5.2.0
-on (`stream_resume_problem`: older releases restore it inexactly). `check_stream` holds what a streamed run needs of
-its recipe.
+its own canonical order: its shards (its files) are read in `stream_lanes` lanes side by side, each lane packed or
+paired on its own, and the stream is the round-robin of the lanes (a lane that ends drops out of the turn). A
+micro-batch of all `W` processes is the next `per_process x W` examples of that order, process `rank` holding
+positions `rank`, `rank + W`, ...; an example's index is its position in the pass. When `W` divides the shards,
+each process reads only its own lanes (`rank`, `rank + W`, ...: their shards and no other byte), which are exactly
+those positions while every lane runs, and the processes agree at each micro-batch whether all can fill it (`peers`,
+on the CPU); otherwise every process reads the whole stream and keeps its positions. Either way a pass ends on every
+process at the same micro-batch, the first that cannot be filled, and the next pass is the next epoch (the lanes in
+an order seeded by the epoch). The position (each lane's `state_dict()` and count, taken between micro-batches, none
+read ahead) resumes exactly from datasets 5.2.0 on (`stream_resume_problem`), at any process count that reads the
+stream in the same lanes. docs/scaling.md, "Streams divided by shard"; `check_stream` holds what a streamed run needs.
 
 Reproducible and resumed runs: docs/reliability.md, "Reproducible runs"; streams: docs/training.md, "Streaming".
 """
@@ -21,10 +24,12 @@ Reproducible and resumed runs: docs/reliability.md, "Reproducible runs"; streams
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Iterator
-from itertools import count, islice
+from itertools import count
 
 import datasets
+import numpy as np
 import torch
 from packaging.version import Version
 from torch.utils.data import Dataset, Sampler
@@ -119,48 +124,134 @@ class EmptyStreamError(ValueError):
     """A pass over the training stream that gave no micro-batch."""
 
 
+MAX_LANES = 16  # lanes read side by side at most, unless processes need more: each holds one group of documents
+
+
+def stream_lanes(shards: int, processes: int = 1) -> int:
+    """How many lanes a stream of `shards` shards is read in: the largest divisor of `shards` up to `MAX_LANES` (the
+    same for any process count that divides it), raised to a multiple of `processes` when they divide the shards."""
+    lanes = max(d for d in range(1, min(shards, MAX_LANES) + 1) if shards % d == 0)
+    return math.lcm(lanes, processes) if shards % processes == 0 else lanes
+
+
 class StreamBatches:
     """This process's micro-batches of `per_process` examples from `dataset`, a `datasets.IterableDataset` that this
     object iterates, sets the epoch of and restores (module docstring), collated by `collate` with each example's
-    position in the pass as its index. Process `rank` of `processes` keeps the examples at positions `rank`,
-    `rank + processes`, ... of every micro-batch of all processes. A pass begun from its start that ends before its
-    first micro-batch raises `EmptyStreamError`."""
+    position in the pass as its index. Process `rank` of `processes` holds positions `rank`, `rank + processes`, ...
+    of every micro-batch of all processes; `peers` (`all(flag)`: whether every process's flag is true; `gather(value)`:
+    every process's value) is needed when `processes` divides the shards and each reads its own. A pass begun from
+    its start that ends before its first micro-batch raises `EmptyStreamError`."""
 
     def __init__(self, dataset: datasets.IterableDataset, per_process: int, collate: SeededCollate, rank: int = 0,
-                 processes: int = 1):
-        self.stream, self.per_process, self.collate, self.rank, self.processes = (dataset, per_process, collate, rank,
-                                                                                  processes)
+                 processes: int = 1, peers=None):
+        self.per_process, self.collate, self.rank, self.processes, self.peers = (per_process, collate, rank,
+                                                                                 processes, peers)
+        self.shards = dataset.n_shards
+        self.by_shard = processes > 1 and self.shards % processes == 0
+        if self.by_shard and peers is None:
+            raise ValueError(f"{processes} processes reading {self.shards} shards by shard need peers to agree with")
+        lanes = stream_lanes(self.shards, processes)
+        self.lanes = [dataset.shard(lanes, i, contiguous=False) for i in range(lanes)] if lanes > 1 else [dataset]
+        self.epoch, self.taken, self.positions, self.reading, self.ended = 0, [0] * lanes, [None] * lanes, {}, set()
+
+    def describe(self) -> str:
+        """How this stream is divided between the processes, and why (the run's log line)."""
+        shards, processes, lanes = self.shards, self.processes, len(self.lanes)
+        read = f"read in {lanes} lanes side by side" if lanes > 1 else "read as one lane"
+        if self.by_shard:
+            return (f"stream: {shards} shards divided between {processes} processes by shard, {shards // processes} "
+                    f"each (every byte is read once), {read}")
+        if processes == 1:
+            return f"stream: {shards} shard{'s' if shards > 1 else ''}, {read}"
+        return (f"stream: every process reads all {shards} shard{'s' if shards > 1 else ''} and keeps one example in "
+                f"{processes}, {read} ({shards} is no multiple of {processes} processes: a stream of a multiple of "
+                f"{processes} files is divided by shard)")
 
     def state_dict(self) -> dict:
-        """The stream's position after the last micro-batch drawn (`datasets.IterableDataset.state_dict`)."""
-        return self.stream.state_dict()
+        """The position after the last micro-batch drawn: the pass, and each lane's examples taken and its stream
+        position (`datasets.IterableDataset.state_dict`; None: not begun); gathered from every process by shard."""
+        known = {lane: (self.taken[lane], self.lanes[lane].state_dict() if lane in self.reading
+                        else self.positions[lane]) for lane in self._mine()}
+        for values in self.peers.gather(known) if self.by_shard else [known]:
+            for lane, (taken, position) in values.items():
+                self.taken[lane], self.positions[lane] = taken, position
+        return {"epoch": self.epoch, "lanes": len(self.lanes), "taken": list(self.taken),
+                "positions": list(self.positions)}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue, in the pass `state` was taken in, from the micro-batch after it."""
-        self.stream.load_state_dict(state)
+        if state.get("lanes") != len(self.lanes):
+            saved = f"in {state['lanes']} lanes" if "lanes" in state else "as one stream, by an earlier release"
+            raise ValueError(f"the checkpoint's stream position was saved {saved}; this launch reads the stream's "
+                             f"{self.shards} shards in {len(self.lanes)} lanes ({self.processes} processes): resume "
+                             f"with the number of processes that wrote it")
+        self.epoch, self.taken, self.positions = state["epoch"], list(state["taken"]), list(state["positions"])
+        for lane, position in zip(self.lanes, self.positions):
+            if position is not None:
+                lane.load_state_dict(position)
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[dict[str, torch.Tensor]]:
         """Pass `epoch`'s micro-batches from its `start`-th on (a resumed pass: the loaded state is at that one)."""
-        self.stream.set_epoch(epoch)
-        self.collate.epoch = epoch
-        examples = iter(self.stream)
+        self._begin(epoch, start)
         every = self.per_process * self.processes
+        wanted = self.per_process if self.by_shard else every
         for index in count(start):
-            taken = list(islice(examples, every))
-            if len(taken) < every:
+            taken = self._read(wanted)
+            full = self.peers.all(len(taken) == wanted) if self.by_shard else len(taken) == wanted
+            if not full:
                 if index == 0:
                     self._refuse_empty(len(taken))
                 return
-            yield self.collate([(index * every + i, taken[i]) for i in range(self.rank, every, self.processes)])
+            mine = taken if self.by_shard else taken[self.rank::self.processes]
+            yield self.collate([(index * every + self.rank + i * self.processes, example)
+                                for i, example in enumerate(mine)])
+
+    def _begin(self, epoch: int, start: int) -> None:
+        if start == 0:
+            self.taken, self.positions = [0] * len(self.lanes), [None] * len(self.lanes)
+        self.epoch, self.collate.epoch, self.reading, self.ended = epoch, epoch, {}, set()
+        for lane in self.lanes:
+            lane.set_epoch(epoch)
+
+    def _mine(self) -> list[int]:
+        """The lanes this process reads in this pass, in turn order (the lanes in an order seeded by the epoch)."""
+        order = np.random.default_rng(self.epoch).permutation(len(self.lanes)).tolist() if self.epoch else list(
+            range(len(self.lanes)))
+        return order[self.rank::self.processes] if self.by_shard else order
+
+    def _read(self, wanted: int) -> list[dict]:
+        """Up to `wanted` examples from this process's lanes in turn: the next from the first lane, in turn order,
+        that has given the fewest and has not ended."""
+        taken, mine = [], self._mine()
+        while len(taken) < wanted:
+            running = [lane for lane in mine if lane not in self.ended]
+            if not running:
+                break
+            lane = min(running, key=self.taken.__getitem__)
+            if lane not in self.reading:
+                self.reading[lane] = iter(self.lanes[lane])
+            example = next(self.reading[lane], None)
+            if example is None:
+                self.ended.add(lane)
+            else:
+                self.taken[lane] += 1
+                taken.append(example)
+        return taken
 
     def _refuse_empty(self, read: int) -> None:
+        every = self.per_process * self.processes
+        batch = (f"one micro-batch of {every} (per_device_train_batch_size {self.per_process} x {self.processes} "
+                 f"processes): give more data or a smaller per_device_train_batch_size")
+        if self.by_shard:
+            reads = self.peers.gather(read)  # every process refuses, with the same words
+            short = next(rank for rank, n in enumerate(reads) if n < self.per_process)
+            raise EmptyStreamError(f"the training stream's {self.shards} shards, divided between {self.processes} "
+                                   f"processes, gave process {short} {reads[short]} examples of the "
+                                   f"{self.per_process} it needs for {batch}")
         if read == 0:
             raise EmptyStreamError("the training stream yielded no example")
-        raise EmptyStreamError(
-            f"the training stream yielded {read} examples, fewer than one micro-batch of "
-            f"{self.per_process * self.processes} (per_device_train_batch_size {self.per_process} x {self.processes} "
-            f"processes): give more data or a smaller per_device_train_batch_size")
+        raise EmptyStreamError(f"the training stream yielded {read} examples, fewer than {batch}")
 
 
-__all__ = ["EXACT_STREAM_RESUME", "EmptyStreamError", "EpochSampler", "IndexedDataset", "SeededCollate",
-           "StreamBatches", "example_seed", "is_stream", "stream_resume_problem"]
+__all__ = ["EXACT_STREAM_RESUME", "MAX_LANES", "EmptyStreamError", "EpochSampler", "IndexedDataset", "SeededCollate",
+           "StreamBatches", "example_seed", "is_stream", "stream_lanes", "stream_resume_problem"]

@@ -481,12 +481,13 @@ def _locate(files: list[Path]) -> Callable[[int, str], str]:
 def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "train", *,
                       columns: Columns = ("text",), streaming: bool = False, data_format: str | None = None,
                       dataset_config: str | None = None, text_sample_by: str = "auto", cache_dir: str | None = None,
-                      seed: int = 0, size: int | None = None) -> AnyDataset:
+                      seed: int = 0, size: int | None = None, num_proc: int | None = None) -> AnyDataset:
     """Load one split of a local file set, the embedded corpus or a Hub dataset (module docstring).
 
     ``columns`` (names or ``(name, kind)`` pairs) are required to exist (pass ``()`` to skip the check) and, unless
     streamed, checked row by row. For local files every file forms the one split returned (``split`` only names it);
-    ``seed`` and ``size`` apply to the embedded corpus; ``text_sample_by`` (``TEXT_SAMPLE_BY``) to ``.txt`` files.
+    ``seed`` and ``size`` apply to the embedded corpus; ``text_sample_by`` (``TEXT_SAMPLE_BY``) to ``.txt`` files;
+    ``num_proc`` processes read several files at once (not streamed).
     """
     kinds = _kinds(columns)
     if isinstance(source, str) and source.startswith(EMBEDDED_PREFIX):
@@ -506,11 +507,12 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
             kwargs.update(delimiter="\t", quoting=csv.QUOTE_NONE)  # TSV: a double quote is text (as GLUE's files)
     if fmt != "parquet" and any(_has_bom(f) for f in files if _compression(f) is None):
         kwargs["encoding"] = "utf-8-sig"  # the BOM is no part of the first column's name or the first line
+    processes = {"num_proc": min(num_proc, len(files))} if num_proc and len(files) > 1 and not streaming else {}
     try:
         # named by the files' content: datasets keys its cache by path and mtime alone, so a kept mtime reused it
         dataset = datasets.load_dataset(fmt, f"content-{files_digest(files)}",
                                         data_files={split: [str(f) for f in files]}, split=split,
-                                        streaming=streaming, cache_dir=cache_dir, **kwargs)
+                                        streaming=streaming, cache_dir=cache_dir, **processes, **kwargs)
     except datasets.exceptions.DatasetGenerationError:
         for path in files:
             if _compression(path) is not None:

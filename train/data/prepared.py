@@ -53,7 +53,7 @@ from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
 from train.data.examples import nsp_features, nsp_pair_index, tokenize_documents
-from train.data.staging import staged, staging_name, sweep_stale
+from train.data.staging import exclusive, staged, staging_name, sweep_stale
 from train.data.tokenization import MissingSpecialTokenError, cache_folder
 
 STORE_VERSION = 1
@@ -174,28 +174,30 @@ def prepared_store(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
     key = hashlib.sha256(" ".join([str(STORE_VERSION), layout, *columns, corpus_digest(dataset, columns),
                                    tokenizer_digest(tokenizer)]).encode()).hexdigest()[:24]
     folder = cache_folder() / "prepared" / key
-    if folder.is_dir():
-        try:
-            store = TokenStore(folder)
-        except DamagedStoreError as err:
-            print(f"{source}: {err}; preparing it again", flush=True)
-        else:
-            print(f"{source}: prepared corpus reused from {folder}: {store.describe()}", flush=True)
-            return store
-    processes = _processes(num_proc, len(dataset))
-    began = time.perf_counter()
-    with staged(folder, sweep="*") as staging:  # every store's stale staging: the cache is ours alone
-        counts = _write_parts(dataset, tokenizer, layout, columns[0], sentences is not None, staging, processes)
-        _join_parts(staging, layout, len(counts), token_dtype(tokenizer))
-        info = {"version": STORE_VERSION, "layout": layout, "dtype": token_dtype(tokenizer), "source": source,
-                "column": columns[0], "rows": len(dataset), "processes": processes,
-                "tokens": sum(c["tokens"] for c in counts), "documents": sum(c["documents"] for c in counts),
-                "characters": sum(c["characters"] for c in counts), "seconds": round(time.perf_counter() - began, 3)}
-        if layout == "sentences":
-            info["sentences"] = sum(c["items"] for c in counts)
-        info["files"] = {p.name: p.stat().st_size for p in sorted(staging.iterdir())}
-        info["checksum"] = record_checksum(info)
-        (staging / "store.json").write_text(json.dumps(info, indent=1))
+    with exclusive(folder):  # one process prepares it, on this machine or any sharing the cache
+        if folder.is_dir():
+            try:
+                store = TokenStore(folder)
+            except DamagedStoreError as err:
+                print(f"{source}: {err}; preparing it again", flush=True)
+            else:
+                print(f"{source}: prepared corpus reused from {folder}: {store.describe()}", flush=True)
+                return store
+        processes = _processes(num_proc, len(dataset))
+        began = time.perf_counter()
+        with staged(folder, sweep="*") as staging:  # every store's stale staging: the cache is ours alone
+            counts = _write_parts(dataset, tokenizer, layout, columns[0], sentences is not None, staging, processes)
+            _join_parts(staging, layout, len(counts), token_dtype(tokenizer))
+            info = {"version": STORE_VERSION, "layout": layout, "dtype": token_dtype(tokenizer), "source": source,
+                    "column": columns[0], "rows": len(dataset), "processes": processes,
+                    "tokens": sum(c["tokens"] for c in counts), "documents": sum(c["documents"] for c in counts),
+                    "characters": sum(c["characters"] for c in counts),
+                    "seconds": round(time.perf_counter() - began, 3)}
+            if layout == "sentences":
+                info["sentences"] = sum(c["items"] for c in counts)
+            info["files"] = {p.name: p.stat().st_size for p in sorted(staging.iterdir())}
+            info["checksum"] = record_checksum(info)
+            (staging / "store.json").write_text(json.dumps(info, indent=1))
     store = TokenStore(folder)
     rate = info["characters"] / 1e6 / max(info["seconds"], 1e-9)
     print(f"{source}: prepared {store.describe()} in {info['seconds']:.1f} s with {processes} "
@@ -351,16 +353,18 @@ class SentencePairs(torch.utils.data.Dataset):
         self.cls_id, self.sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
         settings = f"{max_length} {short_seq_prob} {seed} {dupe_factor}"
         path = store.folder / f"pairs-{hashlib.sha256(settings.encode()).hexdigest()[:16]}.npy"
-        sweep_stale(store.folder, "pairs-*")  # of a process killed while it built an index
-        self.pairs = _pair_index(path)
-        if self.pairs is None:
-            staging = path.with_name(f"{staging_name(path.name)}index.npy")
-            try:
-                nsp_pair_index(store.items, store.documents, max_length, short_seq_prob, seed, dupe_factor, staging)
-                os.replace(staging, path)
-            finally:
-                staging.unlink(missing_ok=True)
-            self.pairs = np.load(path, mmap_mode="r")
+        with exclusive(path):  # one process builds it, on this machine or any sharing the cache
+            sweep_stale(store.folder, "pairs-*")  # of a process killed while it built an index
+            self.pairs = _pair_index(path)
+            if self.pairs is None:
+                staging = path.with_name(f"{staging_name(path.name)}index.npy")
+                try:
+                    nsp_pair_index(store.items, store.documents, max_length, short_seq_prob, seed, dupe_factor,
+                                   staging)
+                    os.replace(staging, path)
+                finally:
+                    staging.unlink(missing_ok=True)
+                self.pairs = np.load(path, mmap_mode="r")
 
     def __len__(self) -> int:
         return len(self.pairs)

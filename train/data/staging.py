@@ -2,16 +2,25 @@
 place when the block completes (the old `folder`, if any, is set aside first and deleted only once the new one is in
 place) and deletes it when the block raises; the staging folders of processes that no longer run are swept first.
 Used by the prepared store, the tokenizer cache and every command that writes a folder of its own (docs/training.md,
-"Output folders")."""
+"Output folders"). Staging names carry the machine, so a cache that machines share keeps another machine's staging;
+`exclusive(folder)` holds a lock beside a folder, for a writer that machines share (docs/scaling.md, "Several
+machines")."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 
 def process_alive(pid: int) -> bool:
@@ -25,17 +34,22 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]  # names this machine in a shared cache
+
+
 def staging_name(name: str) -> str:
-    """The prefix of a staging folder or file for `name`, naming this process: `.<name>.tmp-<pid>-`."""
-    return f".{name}.tmp-{os.getpid()}-"
+    """The prefix of a staging folder or file for `name`, naming this process and its machine:
+    `.<name>.tmp-<pid>.<host>-`."""
+    return f".{name}.tmp-{os.getpid()}.{HOST}-"
 
 
 def sweep_stale(parent: Path, name: str = "*") -> None:
     """Delete the staging folders and files of `name` (a glob pattern; default: any name) under `parent` whose
-    process no longer runs (a kill between creating one and moving it into place)."""
+    process no longer runs (a kill between creating one and moving it into place); another machine's, in a cache
+    that machines share, are left to it."""
     for stale in parent.glob(f".{name}.tmp-*-*"):
-        pid = stale.name.rsplit("-", 2)[-2]
-        if pid.isdigit() and not process_alive(int(pid)):
+        pid, _, host = stale.name.rsplit("-", 2)[-2].partition(".")
+        if host in ("", HOST) and pid.isdigit() and not process_alive(int(pid)):
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
             else:
@@ -64,4 +78,29 @@ def staged(folder: Path, sweep: str | None = None) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-__all__ = ["process_alive", "staged", "staging_name", "sweep_stale"]
+@contextmanager
+def exclusive(folder: Path) -> Iterator[None]:
+    """Hold `folder`'s lock (the file `.<name>.lock` beside it, removed when released) for the block: one process at
+    a time writes or checks it, on this machine and, in a cache on a file system with locks (NFS 4, Lustre, GPFS), on
+    any machine. Where the platform has no `fcntl` (Windows) the block runs unlocked."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    path = folder.parent / f".{folder.name}.lock"
+    while True:
+        handle = open(path, "a")
+        if fcntl is None:
+            break
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino:
+                break  # still the lock's file: not one its last holder removed while this process waited
+        except FileNotFoundError:
+            pass
+        handle.close()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # before the lock is released: a waiting process then takes a new file
+        handle.close()
+
+
+__all__ = ["HOST", "exclusive", "process_alive", "staged", "staging_name", "sweep_stale"]

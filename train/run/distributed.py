@@ -155,6 +155,25 @@ def token_mean(accelerator: Accelerator, loss: torch.Tensor, labels: torch.Tenso
     return loss * count / total.clamp(min=1.0)
 
 
+class CpuPeers:
+    """The run's processes as a gloo group beside the training's own, so that asking them reads nothing back from a
+    GPU: whether every process's flag is true (`all`) and every process's value (`gather`, in rank order). A stream
+    read by shard asks at every micro-batch whether every process could fill it (`train.data.batching`)."""
+
+    def __init__(self):
+        self.group = torch.distributed.new_group(backend="gloo")
+
+    def all(self, flag: bool) -> bool:
+        value = torch.tensor([int(flag)])
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MIN, group=self.group)
+        return bool(value.item())
+
+    def gather(self, value) -> list:
+        values = [None] * torch.distributed.get_world_size(self.group)
+        torch.distributed.all_gather_object(values, value, group=self.group)
+        return values
+
+
 def forget_accelerate_state() -> None:
     """Reset Accelerate's process-wide state (the mixed precision, plugins and gradient-accumulation state of the last
     Accelerator; not the process group), so that the next run in this process builds its Accelerator afresh."""
@@ -187,14 +206,16 @@ def unsharded(model: torch.nn.Module, state_dict: dict) -> tuple[torch.nn.Module
 
 
 @contextmanager
-def one_process_first() -> Iterator[bool]:
+def one_process_first(local: bool = False) -> Iterator[bool]:
     """Run the block in the main process first and then in the others (whether this is the main process is
-    yielded), before the Accelerator exists: one process writes what the others then read."""
+    yielded), before the Accelerator exists: one process writes what the others then read. `local`: the main process
+    of each machine (node) first, for what is written into a machine's own cache (LINEAGE_CACHE): once per machine,
+    or, where the machines share the cache, once under the writer's own file lock (`train.data.staging.exclusive`)."""
     state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # "CPU" as the Accelerator will say
-    with state.main_process_first():
-        yield state.is_main_process
+    with state.local_main_process_first() if local else state.main_process_first():
+        yield state.is_local_main_process if local else state.is_main_process
 
 
-__all__ = ["DistributedSetupError", "build_accelerator", "check_launch", "describe", "enable_gradient_checkpointing",
-           "forget_accelerate_state", "mark_sharded_for_generate", "one_process_first", "report_failure",
-           "requested_type", "resolve_mixed_precision", "token_mean", "unsharded"]
+__all__ = ["CpuPeers", "DistributedSetupError", "build_accelerator", "check_launch", "describe",
+           "enable_gradient_checkpointing", "forget_accelerate_state", "mark_sharded_for_generate", "one_process_first",
+           "report_failure", "requested_type", "resolve_mixed_precision", "token_mean", "unsharded"]

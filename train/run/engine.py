@@ -196,6 +196,8 @@ class Engine:
             run_folder.claim(recipe)
         changes = "".join(f", {k}: {old} -> {new} (changed on resume)" for k, (old, new) in self.changed.items())
         acc.print("run: " + ", ".join(f"{k}={v}" for k, v in self.launch.items()) + changes)
+        if self.stream is not None:
+            acc.print(self.stream.describe())
         if self.streamed and stream_resume_problem():  # said now, not when a resume is refused days later
             acc.print(f"note: {stream_resume_problem()}; this run's checkpoints keep its weights")
         self.log.start(self.state.step)
@@ -216,7 +218,7 @@ class Engine:
         if self.streamed:
             acc = self.accelerator
             self.stream = StreamBatches(train_dataset, r.per_device_train_batch_size, self.collate, acc.process_index,
-                                        acc.num_processes)
+                                        acc.num_processes, distributed.CpuPeers() if acc.num_processes > 1 else None)
         else:
             self.train_dl = self.accelerator.prepare(DataLoader(
                 IndexedDataset(train_dataset), batch_size=r.per_device_train_batch_size,

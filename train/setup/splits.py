@@ -44,14 +44,17 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
     if recipe.streaming and split == "train":
         check_stream(recipe.max_steps, recipe.dataloader_num_workers)
     kwargs = ({"size": size, "seed": recipe.seed} if embedded
-              else {"dataset_config": recipe.dataset_config, "text_sample_by": recipe.text_sample_by})
+              else {"dataset_config": recipe.dataset_config, "text_sample_by": recipe.text_sample_by,
+                    "num_proc": recipe.num_proc})
     try:
         dataset = load_text_dataset(source, split, columns=columns, streaming=streamed, **kwargs)
     except UnknownColumnError as error:
         raise UnknownColumnError(f"{error}: {column_advice}") from None
     if streamed and not embedded:  # its length is unknown: cut by the user's key, never counted
         if size is not None and key in recipe.set_by_user:
-            print(f"{key} {size}: using the first {size} rows of {source} (streamed)", flush=True)
+            side = (f"; its {dataset.n_shards} files are read side by side, so the first rows of each"
+                    if dataset.n_shards > 1 else "")
+            print(f"{key} {size}: using the first {size} rows of {source} (streamed{side})", flush=True)
             dataset = dataset.take(size)
         elif size is not None:
             print(f"{source}: streaming all its rows (the shipped recipe's {key} {size} sizes the embedded corpus; "

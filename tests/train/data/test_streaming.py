@@ -1,7 +1,7 @@
-"""Training from a stream (`datasets.IterableDataset`, `streaming: true`): sharding every W-th example, per-example
-seeds by position in the stream, passes that end together on every process, exact resume from the stream position a
-checkpoint saves (one process and two CPU processes), and the refusals (no max_steps, loader workers, an empty
-stream, a streamed evaluation set, classes a stream does not declare).
+"""Training from a stream (`datasets.IterableDataset`, `streaming: true`): one canonical order (the shards in turn)
+divided by shard or by example, per-example seeds by position in it, passes that end together on every process,
+exact resume from the stream position a checkpoint saves (one process and two CPU processes), and the refusals
+(no max_steps, loader workers, an empty stream, a streamed evaluation set, classes a stream does not declare).
 
 Run as a script (`accelerate launch ... tests/train/data/test_streaming.py OUT TOKENIZER [--key value ...]`), this file
 trains one streamed run per process group: what the two-process test launches.
@@ -12,21 +12,26 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import datasets
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))  # run as a script under accelerate launch
 
 from train.data.batching import (  # noqa: E402  (after the path insert above)
     EXACT_STREAM_RESUME,
+    MAX_LANES,
     EmptyStreamError,
     SeededCollate,
     StreamBatches,
     example_seed,
+    stream_lanes,
     stream_resume_problem,
 )
 from train.run import checkpoints  # noqa: E402
@@ -50,6 +55,57 @@ def _numbers(n: int, shards: int = 4) -> datasets.IterableDataset:
     return base.map(lambda rows: {"x": rows["n"]}, batched=True, batch_size=3, remove_columns=["n"])
 
 
+def _shards(sizes: list[int], opened: list | None = None) -> datasets.IterableDataset:
+    """A stream of shards of `sizes` rows, row `i` of shard `s` being `{"x": 100 * s + i}`, through a batched map;
+    each shard opened is recorded in `opened` as `(thread, shard)`."""
+    def rows(shards):
+        for shard in shards:
+            if opened is not None:
+                opened.append((threading.get_ident(), shard))
+            yield from ({"n": 100 * shard + i} for i in range(sizes[shard]))
+
+    base = datasets.IterableDataset.from_generator(rows, gen_kwargs={"shards": list(range(len(sizes)))})
+    return base.map(lambda rows: {"x": rows["n"]}, batched=True, batch_size=3, remove_columns=["n"])
+
+
+def _round_robin(sizes: list[int]) -> list[int]:
+    """The canonical order of `_shards(sizes)` in its first pass: the shards in turn, each that ends dropping out."""
+    return [100 * shard + i for i in range(max(sizes)) for shard in range(len(sizes)) if i < sizes[shard]]
+
+
+class _Peers:
+    """Processes played by threads: `all` and `gather` meet at a barrier, as `CpuPeers` meets in a process group."""
+
+    def __init__(self, rank: int, barrier: threading.Barrier, values: list):
+        self.rank, self.barrier, self.values = rank, barrier, values
+
+    def gather(self, value) -> list:
+        self.values[self.rank] = value
+        self.barrier.wait()
+        gathered = list(self.values)
+        self.barrier.wait()
+        return gathered
+
+    def all(self, flag: bool) -> bool:
+        return all(self.gather(flag))
+
+
+def _in_processes(count: int, work) -> list:
+    """`work(rank, peers)` in `count` threads that play processes; their results in rank order."""
+    barrier, values, results = threading.Barrier(count), [None] * count, [None] * count
+
+    def run(rank):
+        results[rank] = work(rank, _Peers(rank, barrier, values))
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads), "the processes disagreed on the end of a pass"
+    return results
+
+
 def _recording_collate(calls: list):
     def collate(features, seeds):
         calls.append(seeds)
@@ -61,44 +117,72 @@ def _pass(batches) -> list[list[int]]:
     return [b["x"].tolist() for b in batches]
 
 
-def test_two_processes_read_every_other_example_and_seed_by_position_in_the_stream():
-    """The micro-batch of two processes with 2 examples each holds the examples of one process's micro-batch of 4,
-    each collated with the same seed: its position in the pass."""
-    one_calls, two_calls = [], []
-    one = StreamBatches(_numbers(18), 4, _recording_collate(one_calls))
-    ranks = [StreamBatches(_numbers(18), 2, _recording_collate(two_calls), rank, 2) for rank in (0, 1)]
-    single = _pass(one.batches(epoch=0))
-    assert single == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]  # 16, 17: no full micro-batch
-    per_rank = [_pass(r.batches(epoch=0)) for r in ranks]
-    assert per_rank[0][0] == [0, 2] and per_rank[1][0] == [1, 3] and len(per_rank[0]) == len(per_rank[1]) == 4
-    for step, batch in enumerate(single):
-        assert sorted(per_rank[0][step] + per_rank[1][step]) == batch
-    seeds_one = {x: s for batch, seeds in zip(single, one_calls) for x, s in zip(batch, seeds)}
-    rank_batches = per_rank[0] + per_rank[1]
-    seeds_two = {x: s for batch, seeds in zip(rank_batches, two_calls) for x, s in zip(batch, seeds)}
-    assert seeds_one == seeds_two == {x: example_seed(5, 0, x) for x in range(16)}
-    assert ranks[0].state_dict() == ranks[1].state_dict()  # one position in the stream for every process
+@settings(max_examples=12, deadline=None, database=None, derandomize=True)
+@given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=6), processes=st.sampled_from([1, 2, 3]),
+       per_process=st.integers(1, 3))
+def test_processes_hold_the_positions_of_one_canonical_order_and_read_only_their_own_shards(sizes, processes,
+                                                                                           per_process):
+    """One process's pass is the shards' round robin cut into micro-batches of `per_process x W`. W processes yield
+    equally many micro-batches; by shard (W divides the shards) each opens only its own shards (`rank`, `rank + W`,
+    ...) and their micro-batches hold the one-process ones' examples with the same seeds while every shard runs;
+    otherwise every process reads all and the pass is the one-process pass."""
+    every = per_process * processes
+    assume(min(sizes) * len(sizes) >= every)  # a micro-batch before the first shard ends
+    order, one_calls = _round_robin(sizes), []
+    single = _pass(StreamBatches(_shards(sizes), every, _recording_collate(one_calls)).batches(epoch=0))
+    assert single == [order[i:i + every] for i in range(0, len(order) - every + 1, every)]
+    one_seeds = {x: seed for batch, seeds in zip(single, one_calls) for x, seed in zip(batch, seeds)}
+    opened, calls, threads = [], [[] for _ in range(processes)], {}
+
+    def work(rank, peers):
+        threads[threading.get_ident()] = rank
+        batches = StreamBatches(_shards(sizes, opened), per_process, _recording_collate(calls[rank]), rank,
+                                processes, peers)
+        return _pass(batches.batches(epoch=0)), batches.by_shard
+
+    results = _in_processes(processes, work)
+    by_shard = results[0][1]
+    assert by_shard == (processes > 1 and len(sizes) % processes == 0)
+    steps = len(results[0][0])
+    assert all(len(batches) == steps for batches, _ in results)
+    running = min(sizes) * len(sizes) // every if by_shard else steps  # drawn while every shard runs
+    assert (running <= steps <= len(single)) if by_shard else steps == len(single)
+    seeds = {x: seed for rank, (batches, _) in enumerate(results) for batch, drawn in zip(batches, calls[rank])
+             for x, seed in zip(batch, drawn)}
+    for step in range(running):
+        held = [x for batches, _ in results for x in batches[step]]
+        assert sorted(held) == sorted(single[step])
+        assert {x: seeds[x] for x in held} == {x: one_seeds[x] for x in held}
+    if by_shard:
+        read = [shard for _, shard in opened]
+        assert len(read) == len(set(read))  # no shard read twice
+        assert all(shard % processes == threads[thread] for thread, shard in opened)
 
 
 def test_a_pass_ends_at_the_first_micro_batch_the_stream_cannot_fill_and_the_next_pass_is_the_next_epoch():
     calls = []
-    batches = StreamBatches(_numbers(11), 4, _recording_collate(calls))
-    assert _pass(batches.batches(epoch=0)) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # 8, 9, 10: no full micro-batch
-    later = _pass(batches.batches(epoch=2))  # set_epoch: the shards (files) in an order seeded by the epoch
-    reference = _numbers(11)
-    reference.set_epoch(2)
-    assert later == [[row["x"] for row in reference][i:i + 4] for i in (0, 4)]
+    batches = StreamBatches(_shards([3, 3, 3, 2]), 4, _recording_collate(calls))
+    first = _pass(batches.batches(epoch=0))
+    assert first == [_round_robin([3, 3, 3, 2])[i:i + 4] for i in (0, 4)]  # 3 more rows: no full micro-batch
+    later = _pass(batches.batches(epoch=2))  # the shards in turn in an order seeded by the epoch
+    assert later != first and [sorted(b) for b in later] == first and _pass(batches.batches(epoch=2)) == later
     assert calls[-1] == [example_seed(5, 2, i) for i in range(4, 8)]
-    second = StreamBatches(_numbers(7), 2, _recording_collate([]), 1, 2)
-    assert next(second.batches(epoch=0))["x"].tolist() == [1, 3]
-    resumed = StreamBatches(_numbers(7), 2, _recording_collate([]), 1, 2)
-    resumed.load_state_dict(second.state_dict())
-    assert _pass(resumed.batches(epoch=0, start=1)) == []  # a resumed pass ends quietly, a pass from its start does not
     with pytest.raises(EmptyStreamError, match=r"yielded 7 examples, fewer than one micro-batch of 8 \(per_device_"
                                                r"train_batch_size 4 x 2 processes\)"):
-        list(StreamBatches(_numbers(7), 4, _recording_collate([]), 1, 2).batches(epoch=0))
+        list(StreamBatches(_numbers(7, shards=1), 4, _recording_collate([]), 1, 2).batches(epoch=0))
     with pytest.raises(EmptyStreamError, match="the training stream yielded no example"):
         list(StreamBatches(_numbers(0), 4, _recording_collate([])).batches(0))
+    refusals = _in_processes(2, lambda rank, peers: _refusal(StreamBatches(_shards([2, 9]), 4, _recording_collate([]),
+                                                                           rank, 2, peers)))
+    assert refusals[0] == refusals[1]  # every process refuses, and says why
+    assert ("stream's 2 shards, divided between 2 processes, gave process 0 2 examples of the 4 it needs for one "
+            "micro-batch of 8") in refusals[0]
+
+
+def _refusal(batches: StreamBatches) -> str:
+    with pytest.raises(EmptyStreamError) as refused:
+        list(batches.batches(epoch=0))
+    return str(refused.value)
 
 
 @exact_resume
@@ -120,6 +204,49 @@ def test_state_after_a_micro_batch_resumes_with_the_next_one_and_again_after_a_r
     assert head + [middle] + _pass(again.batches(epoch=1, start=4)) == straight
 
 
+@exact_resume
+@pytest.mark.parametrize("sizes", [[6, 9, 7, 8], [8, 8, 8]], ids=["by shard", "every other example"])
+def test_two_processes_resume_their_pass_exactly_and_one_process_resumes_it_too(sizes):
+    """Two processes stopped after 2 micro-batches and resumed from the state they saved give the rest of the pass
+    they would have given; by shard the state is gathered from both, and one process resumes it where they were."""
+    def run(rank, peers, state=None, start=0, stop=None):
+        batches = StreamBatches(_shards(sizes), 2, _recording_collate([]), rank, 2, peers)
+        if state is not None:
+            batches.load_state_dict(json.loads(json.dumps(state)))
+        drawn = batches.batches(epoch=1, start=start)
+        head = [b["x"].tolist() for _, b in zip(range(stop), drawn)] if stop else _pass(drawn)
+        return head, batches.state_dict()
+
+    straight = _in_processes(2, lambda rank, peers: run(rank, peers)[0])
+    stopped = _in_processes(2, lambda rank, peers: run(rank, peers, stop=2))
+    assert stopped[0][1] == stopped[1][1]  # one position, gathered from every process
+    rest = _in_processes(2, lambda rank, peers: run(rank, peers, stopped[rank][1], start=2)[0])
+    assert [stopped[rank][0] + rest[rank] for rank in (0, 1)] == straight
+    alone = StreamBatches(_shards(sizes), 4, _recording_collate([]))
+    alone.load_state_dict(stopped[0][1])
+    after = _pass(alone.batches(epoch=1, start=2))
+    running = min(sizes) * len(sizes) // 4 - 2  # micro-batches left before the first shard ends
+    assert [sorted(b) for b in after[:running]] == [sorted(a + b) for a, b in zip(rest[0], rest[1])][:running]
+
+
+def test_lanes_divide_the_shards_and_a_state_read_in_other_lanes_is_refused():
+    for shards in range(1, 70):
+        alone = stream_lanes(shards)
+        assert shards % alone == 0 and alone <= MAX_LANES
+        assert alone == shards or shards > MAX_LANES
+        for processes in range(1, 9):
+            lanes = stream_lanes(shards, processes)
+            assert shards % lanes == 0
+            assert lanes == alone if shards % processes else lanes % processes == 0 and lanes % alone == 0
+    stream = _numbers(40, shards=32)
+    with pytest.raises(ValueError, match=r"saved in 16 lanes; this launch reads the stream's 32 shards in 32 lanes "
+                                         r"\(32 processes\): resume with the number of processes that wrote it"):
+        StreamBatches(stream, 1, _recording_collate([]), 0, 32, peers=object()).load_state_dict(
+            StreamBatches(stream, 1, _recording_collate([])).state_dict())
+    with pytest.raises(ValueError, match="saved as one stream, by an earlier release"):
+        StreamBatches(stream, 1, _recording_collate([])).load_state_dict({"epoch": 0, "examples_iterable": {}})
+
+
 # ----------------------------------------------------------------------------- the engine
 
 
@@ -131,18 +258,20 @@ def _recipe(out: Path, **keys):
     return recipe_from_dict(fields)
 
 
-def _stream(tokenizer, rows: int = TEXTS) -> datasets.IterableDataset:
+def _stream(tokenizer, rows: int = TEXTS, shards: int = 4) -> datasets.IterableDataset:
     from train.data.corpus import tokenizer_training_texts
 
     texts = [t for t in tokenizer_training_texts(size=60) if t.strip()][:max(rows, 1)]
-    base = datasets.Dataset.from_dict({"text": texts}).to_iterable_dataset(num_shards=min(4, max(rows, 1)))
+    base = datasets.Dataset.from_dict({"text": texts}).to_iterable_dataset(num_shards=min(shards, max(rows, 1)))
     base = base if rows else base.filter(lambda row: False)
     return base.map(lambda r: tokenizer(r["text"], truncation=True, max_length=32), batched=True, batch_size=10,
                     remove_columns=["text"])
 
 
-def streamed_run(out: Path, tokenizer_folder: str, rows: int = TEXTS, eval_dataset=None, **keys) -> Engine:
-    """An MLM run of the tiny BERT (no dropout) on a stream of `rows` texts; the engine after training."""
+def streamed_run(out: Path, tokenizer_folder: str, rows: int = TEXTS, eval_dataset=None, shards: int = 4,
+                 **keys) -> Engine:
+    """An MLM run of the tiny BERT (no dropout) on a stream of `rows` texts in `shards` shards; the engine after
+    training."""
     from transformers import AutoModelForMaskedLM
 
     from train.data.collators import MaskedLMCollator
@@ -157,7 +286,7 @@ def streamed_run(out: Path, tokenizer_folder: str, rows: int = TEXTS, eval_datas
     config = load_model_config("bert-tiny", **config_kwargs_from_tokenizer(tokenizer, "bert"), hidden_dropout_prob=0.0,
                                attention_probs_dropout_prob=0.0)
     model = AutoModelForMaskedLM.from_config(config)
-    engine = Engine(recipe, model, _stream(tokenizer, rows), MaskedLMCollator(tokenizer), tokenizer=tokenizer,
+    engine = Engine(recipe, model, _stream(tokenizer, rows, shards), MaskedLMCollator(tokenizer), tokenizer=tokenizer,
                     eval_dataset=eval_dataset,
                     loss_fn=lambda outputs, batch, e: token_mean(e.accelerator, outputs.loss, batch["labels"]))
     engine.train()
@@ -301,7 +430,7 @@ def test_translation_trains_from_a_stream(tmp_path):
 # ----------------------------------------------------------------------------- two processes
 
 
-def _launch_two(out: Path, tokenizer_folder: str, *keys: str) -> None:
+def _launch_two(out: Path, tokenizer_folder: str, *keys: str) -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -312,37 +441,43 @@ def _launch_two(out: Path, tokenizer_folder: str, *keys: str) -> None:
            str(port), __file__, str(out), tokenizer_folder, *keys]
     result = subprocess.run(cmd, check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-12000:]
+    return result.stdout
 
 
 @exact_resume
 def test_two_processes_stream_as_one_and_resume_bit_for_bit(tmp_path, tokenizer_folder):
     """Two CPU processes with micro-batches of 4 each train on the examples of one process's micro-batches of 8 (the
-    same MLM masks: each example's seed is its position in the stream); a two-process run interrupted in step 7
-    and resumed from its checkpoint of step 6 repeats the uninterrupted one's losses bit for bit, and one process
-    resumes the two processes' checkpoint where they were."""
-    _launch_two(tmp_path, tokenizer_folder, "--per_device_train_batch_size", "4")
-    two = _losses(tmp_path / "straight")
-    streamed_run(tmp_path / "one", tokenizer_folder)
-    one = _losses(tmp_path / "one")
-    assert sorted(two) == sorted(one) == list(range(1, 9))
-    for step in one:
-        assert two[step] == pytest.approx(one[step], abs=1e-5), step
-    assert _losses(tmp_path / "resumed") == two  # bit for bit
-    # the two processes' checkpoint resumed by one process with micro-batches of 8: the same position in the stream
-    streamed_run(tmp_path / "regrouped", tokenizer_folder,
-                 resume_from_checkpoint=str(tmp_path / "straight/checkpoints/step-00000006"))
-    regrouped = _losses(tmp_path / "regrouped")
-    assert sorted(regrouped) == [7, 8]
-    for step in regrouped:
-        assert regrouped[step] == pytest.approx(two[step], abs=1e-5), step
+    same MLM masks: each example's seed is its position in the stream), each reading its own 2 of 4 shards, or, from
+    3 shards, every other example of all; a two-process run interrupted in step 7 and resumed from its checkpoint of
+    step 6 repeats the uninterrupted one's losses bit for bit, and one process resumes the two processes' checkpoint
+    where they were."""
+    log = _launch_two(tmp_path, tokenizer_folder, "--per_device_train_batch_size", "4")
+    assert log.count("stream: 4 shards divided between 2 processes by shard, 2 each") == 3  # printed once a run
+    assert log.count("stream: every process reads all 3 shards and keeps one example in 2") == 3
+    for shards in (4, 3):
+        out = tmp_path / f"shards-{shards}"
+        two = _losses(out / "straight")
+        streamed_run(out / "one", tokenizer_folder, shards=shards)
+        one = _losses(out / "one")
+        assert sorted(two) == sorted(one) == list(range(1, 9))
+        for step in one:
+            assert two[step] == pytest.approx(one[step], abs=1e-5), (shards, step)
+        assert _losses(out / "resumed") == two, shards  # bit for bit
+        # the two processes' checkpoint resumed by one process with micro-batches of 8: the same stream position
+        streamed_run(out / "regrouped", tokenizer_folder, shards=shards,
+                     resume_from_checkpoint=str(out / "straight/checkpoints/step-00000006"))
+        regrouped = _losses(out / "regrouped")
+        assert sorted(regrouped) == [7, 8]
+        for step in regrouped:
+            assert regrouped[step] == pytest.approx(two[step], abs=1e-5), (shards, step)
 
 
 def _main(argv: list[str]) -> None:
-    """Under accelerate launch, in `OUT`: a streamed run (`straight`), and the same run (`resumed`) interrupted in
-    step 7 on every process, then resumed from its latest checkpoint in the same processes."""
+    """Under accelerate launch, in `OUT/shards-<n>` for a stream of 4 shards and one of 3: a streamed run
+    (`straight`), and the same run (`resumed`) interrupted in step 7 on every process, then resumed from its latest
+    checkpoint in the same processes."""
     out, tokenizer_folder, rest = Path(argv[0]), argv[1], argv[2:]
     keys = {rest[i].removeprefix("--"): int(rest[i + 1]) for i in range(0, len(rest), 2)}
-    streamed_run(out / "straight", tokenizer_folder, **keys)
     original = Engine._compute_loss
 
     def interrupted(self, batch):
@@ -350,13 +485,16 @@ def _main(argv: list[str]) -> None:
             raise KeyboardInterrupt("simulated interruption")
         return original(self, batch)
 
-    Engine._compute_loss = interrupted
-    try:
-        streamed_run(out / "resumed", tokenizer_folder, **keys)
-    except KeyboardInterrupt:
-        pass
-    Engine._compute_loss = original
-    streamed_run(out / "resumed", tokenizer_folder, resume_from_checkpoint="latest", **keys)
+    for shards in (4, 3):
+        streamed_run(out / f"shards-{shards}" / "straight", tokenizer_folder, shards=shards, **keys)
+        Engine._compute_loss = interrupted
+        try:
+            streamed_run(out / f"shards-{shards}" / "resumed", tokenizer_folder, shards=shards, **keys)
+        except KeyboardInterrupt:
+            pass
+        Engine._compute_loss = original
+        streamed_run(out / f"shards-{shards}" / "resumed", tokenizer_folder, resume_from_checkpoint="latest",
+                     shards=shards, **keys)
 
 
 if __name__ == "__main__":
