@@ -15,10 +15,11 @@ def metric_path(name: str) -> str:
 
 
 def load_metric(name: str):
-    """The local `evaluate` module `name`, loaded without the network."""
+    """The local `evaluate` module `name`, loaded without the network; it keeps its inputs in memory (no cache file
+    and lock in the user's Hugging Face cache, none left behind by a refused input)."""
     import evaluate
 
-    return evaluate.load(metric_path(name))
+    return evaluate.load(metric_path(name), keep_in_memory=True)
 
 
 __all__ = ["METRICS", "load_metric", "metric_path"]

@@ -14,5 +14,7 @@ class Accuracy(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, normalize=True):
+        if not references:
+            raise ValueError("accuracy: predictions and references are empty; accuracy needs at least one example")
         correct = sum(int(p == r) for p, r in zip(predictions, references))
-        return {"accuracy": correct / max(len(references), 1) if normalize else float(correct)}
+        return {"accuracy": correct / len(references) if normalize else float(correct)}

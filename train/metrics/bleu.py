@@ -17,12 +17,18 @@ class Bleu(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, tokenize="13a", lowercase=False):
-        width = max(len(r) for r in references)
-        if any(len(r) != width for r in references):
-            raise ValueError("every prediction needs the same number of references")
+        if not predictions:
+            raise ValueError("bleu: predictions and references are empty; BLEU needs at least one prediction")
+        widths = sorted({len(r) for r in references})
+        if widths[0] == 0:
+            raise ValueError("bleu: references holds an empty list; every prediction needs at least one reference")
+        if len(widths) > 1:
+            raise ValueError(f"bleu: references holds lists of {', '.join(map(str, widths))} references; every "
+                             "prediction needs the same number (sacrebleu's reference streams)")
+        width = widths[0]
         streams = [[r[i] for r in references] for i in range(width)]
         metric = BLEU(tokenize=tokenize, lowercase=lowercase)
         result = metric.corpus_score(predictions, streams)
-        exact = sum(int(p.strip() == r[0].strip()) for p, r in zip(predictions, references)) / max(len(predictions), 1)
+        exact = sum(int(p.strip() == r[0].strip()) for p, r in zip(predictions, references)) / len(predictions)
         return {"bleu": result.score, "precisions": result.precisions, "brevity_penalty": result.bp,
                 "exact_match": exact, "signature": str(metric.get_signature())}

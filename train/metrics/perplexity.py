@@ -19,6 +19,14 @@ class Perplexity(evaluate.Metric):
         )
 
     def _compute(self, losses, weights=None):
-        weights = [1.0] * len(losses) if weights is None else weights
-        mean = sum(loss * weight for loss, weight in zip(losses, weights)) / max(sum(weights), 1e-12)
+        if not losses:
+            raise ValueError("perplexity: losses is empty; perplexity needs at least one loss")
+        weights = [1.0] * len(losses) if weights is None else list(weights)
+        if len(weights) != len(losses):
+            raise ValueError(f"perplexity: weights has {len(weights)} values for {len(losses)} losses; give one weight "
+                             "per loss, or leave weights out")
+        if min(weights) < 0 or sum(weights) <= 0:
+            raise ValueError(f"perplexity: weights must be non-negative with a positive sum; got a smallest weight of "
+                             f"{min(weights)} and a sum of {sum(weights)}")
+        mean = sum(loss * weight for loss, weight in zip(losses, weights, strict=True)) / sum(weights)
         return {"perplexity": math.exp(min(mean, 700.0)), "mean_nll": mean}
