@@ -18,13 +18,15 @@ before it was renamed.
 Every command spells its flags as the recipe keys are spelled, with underscores, and calls a thing by the recipe's
 word for it (`--output_dir`, `--overwrite_output_dir`, `--model_revision`, `--num_beams`, `--max_new_tokens`), and a
 switch takes the recipes' `true` / `false` or nothing (`--compile` = `--compile true`). A command parses with
-`CommandParser`, which adds such switches and still reads each renamed flag's old spelling as the new one.
+`CommandParser`, which adds such switches and still reads each renamed flag's old spelling as the new one (both
+spellings with different values are refused).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import sys
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -107,7 +109,44 @@ class CommandParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
         args = sys.argv[1:] if args is None else args
+        self._refuse_two_spellings(args)
         return super().parse_known_args(new_flags(args, self.old_flags), namespace)
+
+    def _refuse_two_spellings(self, argv: Sequence[str]) -> None:
+        """Refuse a renamed flag given in its old and its new spelling with different values (the last would win
+        silently); the same value twice is accepted."""
+        renamed = {new.partition("=")[0] for new in self.old_flags.values()}
+        given: dict[str, list[tuple[str, str, object]]] = {}  # the flag now -> (spelling, words given, value) per use
+        for i, arg in enumerate(argv):
+            if arg == "--":
+                break
+            spelling, equals, value = arg.partition("=")
+            flag, _, fixed = self.old_flags.get(spelling, spelling).partition("=")  # `--no-x` -> `--x=false`
+            if flag not in renamed or flag not in self._option_string_actions:
+                continue
+            action = self._option_string_actions[flag]
+            following = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else None
+            if fixed or equals:
+                raw, words = fixed or value, arg
+            elif action.nargs != 0 and following is not None:
+                raw, words = following, f"{arg} {following}"
+            else:
+                raw, words = None, f"{arg} (alone: {str(action.const).lower()})"
+            value = action.const if raw is None else _converted(action, raw)
+            given.setdefault(flag, []).append((spelling, words, value))
+        for flag, uses in given.items():
+            for (spelling, words, value), (other, other_words, other_value) in itertools.combinations(uses, 2):
+                if spelling != other and value != other_value:
+                    self.error(f"{words} and {other_words} are two spellings of {flag} with different values "
+                               f"(the last would win): give {flag} once")
+
+
+def _converted(action: argparse.Action, raw: str) -> object:
+    """`raw` as `action` reads it (its type), to compare two spellings' values; as given when it does not read."""
+    try:
+        return action.type(raw) if callable(action.type) else raw
+    except (TypeError, ValueError, argparse.ArgumentTypeError):
+        return raw
 
 
 def usage() -> str:

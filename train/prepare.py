@@ -12,6 +12,9 @@ corpora: prepared once").
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 from train import pretrain_bert, pretrain_gpt
 from train.data.preparation import check_documents
 from train.data.prepared import data_key
@@ -22,9 +25,24 @@ from train.setup.splits import column_texts, load_splits
 from train.setup.tokenizers import corpus_tokenizer
 
 COMMANDS = {"gpt": pretrain_gpt, "bert": pretrain_bert}
+EXAMPLE_RECIPES = (pretrain_gpt.DEFAULT_RECIPE, pretrain_bert.DEFAULT_RECIPE)  # what the error names
+
+
+def require_recipe(argv: list[str]) -> None:
+    """Refuse a command line without `--recipe` (`--help` aside): the store is the one a pretraining run opens, so
+    it is prepared from that run's recipe; the bare defaults (bert-tiny's 64 positions, max_seq_length 128) are no
+    run's."""
+    named = argparse.ArgumentParser(add_help=False)
+    named.add_argument("--recipe")
+    if named.parse_known_args(argv)[0].recipe is None and not {"-h", "--help"} & set(argv):
+        raise RecipeError("lineage prepare needs --recipe: the recipe of the pretraining run it prepares for (a "
+                          f"shipped one, {' or '.join(EXAMPLE_RECIPES)}, every one listed by `lineage configs "
+                          "recipes`, or your YAML file) with the same keys, so that the run opens the store it writes")
 
 
 def main(argv: list[str] | None = None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    require_recipe(argv)
     recipe = parse_args(argv, None, __doc__.splitlines()[0]).reading("embedded:documents")
     if recipe.streaming:
         raise RecipeError("recipe key 'streaming' is true: a stream is read as the run trains, never prepared; "

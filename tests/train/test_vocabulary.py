@@ -48,11 +48,19 @@ def flags(argv: list[str]) -> set[str]:
     return {arg.partition("=")[0] for arg in argv if arg.startswith("--")}
 
 
+def parsed(parse, argv: list[str]) -> dict:
+    """The arguments `parse` reads from `argv`, without the command line itself (the experiment keeps it as given)."""
+    return {k: v for k, v in vars(parse(argv)).items() if k != "argv"}
+
+
 @pytest.mark.parametrize("name", list(SPELLINGS))
 def test_old_spellings_parse_to_the_same_arguments_as_the_new(name):
     module, parse, old, new = SPELLINGS[name]
     assert flags(old) - flags(new) == set(module.OLD_FLAGS)  # every old spelling of the command is tried here
-    assert parse(old) == parse(new)
+    assert parsed(parse, old) == parsed(parse, new)
+    renamed = [arg for i, arg in enumerate(old) if arg.partition("=")[0] in module.OLD_FLAGS or (
+        i > 0 and old[i - 1] in module.OLD_FLAGS and not arg.startswith("-"))]  # the old flags and their values
+    assert parsed(parse, [*new, *renamed]) == parsed(parse, new)  # both spellings with the same values: accepted
     assert vars(parse(new)).keys() >= {flag[2:].partition("=")[0] for flag in module.OLD_FLAGS.values()}
 
 

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from train.data import corpus
 from train.data.fingerprints import file_fingerprint, files_digest
+from train.data.prepared import process_count
 from train.data.tokenization import cache_folder
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
@@ -232,7 +233,7 @@ def _once(path: Path, check: str, compute: Callable[[], bool]) -> bool:
     content fingerprint, ``fingerprints.file_fingerprint``) from an earlier run, kept in ``cache_folder()/checked``: a
     relaunch on a large corpus does not read it again. A check that raises is not kept."""
     key = hashlib.sha256(f"{path.resolve()} {file_fingerprint(path)} {check}".encode()).hexdigest()[:24]
-    record = cache_folder() / "checked" / key
+    record = cache_folder(writing=True) / "checked" / key
     if record.is_file():
         return record.read_text() == "true"
     answer = compute()
@@ -507,7 +508,8 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
             kwargs.update(delimiter="\t", quoting=csv.QUOTE_NONE)  # TSV: a double quote is text (as GLUE's files)
     if fmt != "parquet" and any(_has_bom(f) for f in files if _compression(f) is None):
         kwargs["encoding"] = "utf-8-sig"  # the BOM is no part of the first column's name or the first line
-    processes = {"num_proc": min(num_proc, len(files))} if num_proc and len(files) > 1 and not streaming else {}
+    processes = ({"num_proc": process_count(num_proc, len(files), str(source), "files")}
+                 if num_proc and len(files) > 1 and not streaming else {})
     try:
         # named by the files' content: datasets keys its cache by path and mtime alone, so a kept mtime reused it
         dataset = datasets.load_dataset(fmt, f"content-{files_digest(files)}",

@@ -47,7 +47,8 @@ def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, ta
     kwargs = {"batched": True, "batch_size": batch_size, "remove_columns": columns,
               "with_indices": task in ("qa", "token_classification")}
     if isinstance(dataset, datasets.Dataset):
-        kwargs.update(num_proc=num_proc, load_from_cache_file=load_from_cache_file, desc=f"tokenizing ({task})")
+        processes = None if num_proc is None else prepared.process_count(num_proc, len(dataset), f"tokenizing ({task})")
+        kwargs.update(num_proc=processes, load_from_cache_file=load_from_cache_file, desc=f"tokenizing ({task})")
     return dataset.map(_call_with_indices(function) if kwargs["with_indices"] else function, **kwargs)
 
 

@@ -24,11 +24,11 @@ document or sentence. A store is checked against its record when it is opened: o
 another size, or whose record does not match its checksum, raises `DamagedStoreError`, and `prepared_store` prints
 why and prepares it again.
 
-Preparation shards the rows into `num_proc` contiguous parts (`datasets.Dataset.shard`), each tokenized by its own
-process into its own part files; the parts are then joined in order. Everything is written into a staging folder
-that is renamed into place at the end, so a stopped preparation leaves no store behind, and the staging folder of
-a process that no longer runs is deleted by the next preparation. Under several launched processes the main one
-prepares and the others open its store (`main_process_first`).
+Preparation shards the rows into `num_proc` contiguous parts (`datasets.Dataset.shard`; at most one per row and per
+usable core, `process_count`), each tokenized by its own process into its own part files; the parts are then joined
+in order. Everything is written into a staging folder that is renamed into place at the end, so a stopped preparation
+leaves no store behind, and the staging folder of a process that no longer runs is deleted by the next preparation.
+Under several launched processes the main one prepares and the others open its store (`main_process_first`).
 
 The user's view and `lineage prepare`: docs/training.md, "Pretraining corpora: prepared once"; figures:
 docs/performance.md.
@@ -173,7 +173,7 @@ def prepared_store(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
     columns = [sentences or column]
     key = hashlib.sha256(" ".join([str(STORE_VERSION), layout, *columns, corpus_digest(dataset, columns),
                                    tokenizer_digest(tokenizer)]).encode()).hexdigest()[:24]
-    folder = cache_folder() / "prepared" / key
+    folder = cache_folder(writing=True) / "prepared" / key
     with exclusive(folder):  # one process prepares it, on this machine or any sharing the cache
         if folder.is_dir():
             try:
@@ -183,7 +183,7 @@ def prepared_store(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
             else:
                 print(f"{source}: prepared corpus reused from {folder}: {store.describe()}", flush=True)
                 return store
-        processes = _processes(num_proc, len(dataset))
+        processes = process_count(num_proc, len(dataset), source)
         began = time.perf_counter()
         with staged(folder, sweep="*") as staging:  # every store's stale staging: the cache is ours alone
             counts = _write_parts(dataset, tokenizer, layout, columns[0], sentences is not None, staging, processes)
@@ -206,11 +206,23 @@ def prepared_store(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
     return store
 
 
-def _processes(num_proc: int | None, rows: int) -> int:
-    """`num_proc`, at most one per row; None: one per CPU core, at most one per `ROWS_PER_PROCESS` rows."""
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the system keeps one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def process_count(num_proc: int | None, rows: int, source: str = "the corpus", unit: str = "rows") -> int:
+    """The processes that work on `rows` rows (or files: `unit`), for the store, `Dataset.map` and reading files
+    alike: `num_proc` capped at the rows and at `usable_cores()` (more would fork processes with nothing to do, or
+    that share a core), a cap said in one printed line; None: one per core, at most one per `ROWS_PER_PROCESS` rows."""
+    cores = usable_cores()
     if num_proc is None:
-        return max(1, min(os.cpu_count() or 1, rows // ROWS_PER_PROCESS))
-    return max(1, min(num_proc, rows))
+        return max(1, min(cores, rows // ROWS_PER_PROCESS))
+    used = max(1, min(num_proc, rows, cores))
+    if used < num_proc:
+        print(f"{source}: num_proc {num_proc} capped at {used} process{'es' if used > 1 else ''} ({rows:,} {unit}, "
+              f"{cores} CPU cores usable)", flush=True)
+    return used
 
 
 def _write_parts(dataset, tokenizer, layout: str, column: str, has_sentences: bool, staging: Path,
@@ -379,4 +391,5 @@ class SentencePairs(torch.utils.data.Dataset):
 
 
 __all__ = ["LAYOUTS", "CausalBlocks", "DamagedStoreError", "SentencePairs", "TokenStore", "corpus_digest", "data_key",
-           "prepared_store", "record_checksum", "store_damage", "token_dtype", "tokenizer_digest"]
+           "prepared_store", "process_count", "record_checksum", "store_damage", "token_dtype", "tokenizer_digest",
+           "usable_cores"]

@@ -82,6 +82,10 @@ class TokenizerPathError(ValueError):
     """A file named where a tokenizer folder belongs."""
 
 
+class CacheFolderError(OSError):
+    """The cache folder (`LINEAGE_CACHE`) cannot be written: the message names it and what to do."""
+
+
 def canonical_family(family: str) -> str:
     family = _ALIASES.get(family.lower(), family.lower())
     if family not in FAMILIES:
@@ -217,9 +221,21 @@ def _rebuilt_without_added_tokens(family: str, backend: Tokenizer, lowercase: bo
     return rebuilt
 
 
-def cache_folder() -> Path:
-    """Where Lineage keeps what later runs reuse: `$LINEAGE_CACHE`, else `~/.cache/lineage`."""
-    return Path(os.environ.get("LINEAGE_CACHE") or Path.home() / ".cache" / "lineage").expanduser()
+def cache_folder(writing: bool = False) -> Path:
+    """Where Lineage keeps what later runs reuse: `$LINEAGE_CACHE`, else `~/.cache/lineage`. `writing`: checked first
+    that this user can create and write it (`CacheFolderError`, naming LINEAGE_CACHE, the folder and the remedy)."""
+    folder = Path(os.environ.get("LINEAGE_CACHE") or Path.home() / ".cache" / "lineage").expanduser()
+    if not writing:
+        return folder
+    existing = next(p for p in (folder, *folder.parents) if p.exists() or p == p.parent)  # what mkdir would start at
+    if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
+        return folder
+    problem = "is not writable by this user" if existing.is_dir() else "is a file, not a folder"
+    named = (f"LINEAGE_CACHE={os.environ['LINEAGE_CACHE']}" if os.environ.get("LINEAGE_CACHE")
+             else f"the cache folder {folder} (LINEAGE_CACHE is not set)")
+    raise CacheFolderError(f"{named}: {existing} {problem}, so Lineage cannot keep its tokenizers, prepared corpora "
+                           f"and data checks there; set LINEAGE_CACHE to a folder this user can write, or fix "
+                           f"{existing}")
 
 
 def bounded(texts: Iterable[str], limit: int | None) -> Iterator[str]:
@@ -252,7 +268,7 @@ def reused_or_trained(family: str, texts: Callable[[], Iterable[str]], vocab_siz
         identity, same = f"data {data_key} {sample_size}", "the same data"
     settings = f"{canonical_family(family)} {vocab_size} {model_max_length} {tokenizers.__version__}"
     key = hashlib.sha256(f"{settings} {identity}".encode()).hexdigest()[:24]
-    folder = cache_folder() / "tokenizers" / key
+    folder = cache_folder(writing=True) / "tokenizers" / key
     if (folder / "tokenizer.json").is_file():
         try:
             tokenizer = load_tokenizer(folder, family)
@@ -385,4 +401,4 @@ __all__ = ["FAMILIES", "BERT_SPECIAL_TOKENS", "GPT_SPECIAL_TOKENS", "SEQ2SEQ_SPE
            "MissingSpecialTokenError", "VocabularySizeError", "canonical_family", "special_token_names",
            "minimum_vocab_size", "train_tokenizer", "wrap_tokenizer", "check_special_tokens",
            "load_tokenizer", "config_kwargs_from_tokenizer", "TokenizerMismatchError", "check_tokenizer_matches_model",
-           "TokenizerPathError", "check_not_a_file"]
+           "TokenizerPathError", "check_not_a_file", "CacheFolderError", "cache_folder"]

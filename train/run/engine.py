@@ -14,6 +14,7 @@ The loop, its records, checkpoints and resume: docs/training.md ("The engine", "
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -48,7 +49,7 @@ from train.run import averaging, checkpoints, distributed, publish, run_folder
 from train.run.compilation import check_bounded_shapes, compile_model
 from train.run.evaluation import evaluate
 from train.run.optimization import build_optimizer
-from train.run.recipes import Recipe, check_stream, trackers
+from train.run.recipes import Recipe, RecipeError, check_stream, trackers
 from train.run.run_log import RunLog
 
 
@@ -538,14 +539,34 @@ def seed_everything(seed: int) -> None:
     set_seed(seed)
 
 
+def check_steps_left(recipe: Recipe) -> None:
+    """Refuse a resume that would train nothing, before any work: its checkpoint is past `max_steps`, or at it with
+    the model published from that step (it would only evaluate and publish again). A checkpoint at `max_steps` whose
+    run stopped before publishing resumes to finish (evaluation, model)."""
+    if not recipe.resume_from_checkpoint or recipe.max_steps <= 0:
+        return
+    output = Path(recipe.output_dir)
+    path = checkpoints.resume_path(recipe.resume_from_checkpoint, output / "checkpoints")
+    step = checkpoints.verify_checkpoint(path)["state"]["step"]
+    try:
+        published = json.loads((output / "model" / "results.json").read_text()).get("steps")
+    except (OSError, ValueError, AttributeError):
+        published = None
+    if step > recipe.max_steps or step == recipe.max_steps == published:
+        done = f"; the run's model (step {published}) is in {output / 'model'}" if published is not None else ""
+        raise RecipeError(f"recipe key 'max_steps' is {recipe.max_steps} but checkpoint {path} is at step {step}: "
+                          f"already past max_steps, so the resume would train nothing{done}; set max_steps above "
+                          f"{step} to train on")
+
+
 @contextmanager
 def start_run(recipe: Recipe) -> Iterator[Path]:
     """Start a run of `recipe`, before anything is written into its output folder: Accelerate's process-wide state
     is forgotten (a process may run several runs: the main job, the tests), a launch whose processes formed no group is
     refused (`distributed.check_launch`), the main process claims the folder
-    (`run_folder.claim`: checked, locked, recorded) before the others go on, and every process is seeded. A run
-    refused inside the block before it wrote anything withdraws its claim (`run_folder.withdraw`), leaving no file
-    behind. Yields the output folder."""
+    (`run_folder.claim`: checked, locked, recorded) before the others go on, every process is seeded, and a resume
+    with nothing left to train is refused (`check_steps_left`). A run refused inside the block before it wrote
+    anything withdraws its claim (`run_folder.withdraw`), leaving no file behind. Yields the output folder."""
     distributed.forget_accelerate_state()
     distributed.check_launch()
     with distributed.one_process_first() as main:
@@ -553,6 +574,7 @@ def start_run(recipe: Recipe) -> Iterator[Path]:
             run_folder.claim(recipe)
     seed_everything(recipe.seed)
     try:
+        check_steps_left(recipe)
         yield Path(recipe.output_dir)
     except BaseException:
         if main:
@@ -560,4 +582,5 @@ def start_run(recipe: Recipe) -> Iterator[Path]:
         raise
 
 
-__all__ = ["Engine", "NonFiniteLossError", "TokenMean", "seed_everything", "start_run", "training_options"]
+__all__ = ["Engine", "NonFiniteLossError", "TokenMean", "check_steps_left", "seed_everything", "start_run",
+           "training_options"]

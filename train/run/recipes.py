@@ -365,7 +365,9 @@ def recipe_from_dict(fields: dict[str, Any], source: str = "recipe", user_keys: 
 
 
 def parse_overrides(argv: list[str]) -> dict[str, Any]:
-    """`--key value`, `--key=value` and `--set key=value` pairs as a dict of YAML-parsed values."""
+    """`--key value`, `--key=value` and `--set key=value` pairs as a dict of YAML-parsed values; a boolean key given
+    alone (`--streaming`, or before the next `--flag`) is true, as a command's switches are."""
+    switches = {k for k, tp in typing.get_type_hints(Recipe).items() if tp is bool}
     out, i = {}, 0
     while i < len(argv):
         arg = argv[i]
@@ -378,10 +380,12 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
             key, raw = arg[2:].split("=", 1)
             i += 1
         elif arg.startswith("--"):
-            if i + 1 >= len(argv):
-                raise RecipeError(f"{arg} expects a value")
-            key, raw = arg[2:], argv[i + 1]
-            i += 2
+            alone = i + 1 >= len(argv) or argv[i + 1].startswith("--")
+            if alone and arg[2:].replace("-", "_") not in switches:
+                raise RecipeError(f"{arg} expects a value" + ("" if i + 1 >= len(argv) else
+                                  f", got the flag {argv[i + 1]} (a value that starts with -- goes as {arg}=VALUE)"))
+            key, raw = arg[2:], "true" if alone else argv[i + 1]
+            i += 1 if alone else 2
         else:
             raise RecipeError(f"unexpected command-line argument {arg!r}; use --key value or --set key=value")
         out[key.replace("-", "_")] = _yaml(raw, f"--{key}") if raw != "" else ""

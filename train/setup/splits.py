@@ -19,7 +19,6 @@ from train.run.recipes import Recipe, RecipeError, check_stream
 COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_column and label_column, or rename it"
 
 
-
 def load_split(recipe: Recipe, split: str, columns: Columns = (), default_dataset: str | None = None,
                column_advice: str = COLUMN_ADVICE):
     """One split (`train` or `validation`) of the recipe's data (`Recipe.data_source`), `.txt` files cut into rows as
@@ -39,7 +38,8 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
         raise RecipeError("the recipe names no data: set 'dataset' (e.g. embedded:nli) or 'train_file'")
     embedded = source.startswith("embedded:")
     if split != "train" and file is None and (recipe.train_file or Path(source).exists()):
-        return None  # local training files and no validation file: no evaluation
+        recipe.eval_size = None  # local training files and no validation file: no evaluation, no size applied
+        return None
     streamed = recipe.streaming and (split == "train" or (file is None and not embedded))
     if recipe.streaming and split == "train":
         check_stream(recipe.max_steps, recipe.dataloader_num_workers)
@@ -59,17 +59,31 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
         elif size is not None:
             print(f"{source}: streaming all its rows (the shipped recipe's {key} {size} sizes the embedded corpus; "
                   f"set --{key} to cut your data)", flush=True)
+            setattr(recipe, key, None)  # all rows, as the recipe records them
         if split != "train":  # evaluation reads its data whole, each time
             dataset = datasets.Dataset.from_list(list(dataset), features=dataset.features)
-    elif size is not None and not embedded and len(dataset) > size:
-        if key in recipe.set_by_user:
-            print(f"{key} {size}: using the first {size} of the {len(dataset)} rows of {source}", flush=True)
-            dataset = dataset.select(range(size))
-        else:
-            print(f"{source}: using all {len(dataset)} rows (the shipped recipe's {key} {size} sizes the embedded "
-                  f"corpus; set --{key} to cut your data)", flush=True)
+    elif size is not None and not embedded:
+        dataset = _sized(recipe, key, size, dataset, source)
     return dataset
 
+
+def _sized(recipe: Recipe, key: str, size: int, dataset: datasets.Dataset, source: str) -> datasets.Dataset:
+    """`dataset` cut to its first `size` rows when the user set `key` (a shipped recipe's size is the embedded
+    corpus's), each case printed; `key` in the recipe then holds the rows used, so that `recipe.yaml`, the checkpoint
+    identity and the model card record what ran: the data's own count when it held fewer rows than asked, or when a
+    shipped recipe's size was left unapplied."""
+    rows = len(dataset)
+    if key in recipe.set_by_user and rows > size:
+        print(f"{key} {size}: using the first {size} of the {rows} rows of {source}", flush=True)
+        return dataset.select(range(size))
+    if key in recipe.set_by_user and rows < size:
+        print(f"{key} {size}: {source} has only {rows} rows, fewer than asked: using all {rows} (recorded as {key} "
+              f"{rows})", flush=True)
+    elif rows != size:
+        print(f"{source}: using all {rows} rows (the shipped recipe's {key} {size} sizes the embedded corpus; set "
+              f"--{key} to cut your data)", flush=True)
+    setattr(recipe, key, rows)
+    return dataset
 
 
 def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str | None = None,
@@ -95,7 +109,6 @@ def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str | No
             load_split(recipe, "validation", columns, default_dataset, column_advice))
 
 
-
 def column_texts(dataset, column: str = "text") -> Iterator[str]:
     """The texts of `column`, read a thousand rows at a time (never the whole column in memory)."""
     for batch in dataset.iter(batch_size=1000):
@@ -109,7 +122,6 @@ def row_texts(rows, columns: tuple[str | None, ...]) -> Iterator[str]:
         for column in columns:
             if column:
                 yield " ".join(row[column]) if isinstance(row[column], list) else row[column]
-
 
 
 def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimum: int | None = None) -> None:

@@ -93,6 +93,7 @@ def test_the_store_is_the_same_with_several_processes(gpt, bert, docs, fresh_cac
     for store in fresh_cache.iterdir():
         store.rename(store.with_name("one-" + store.name))
     monkeypatch.setattr(prepared, "ROWS_PER_PROCESS", 10)
+    monkeypatch.setattr(prepared, "usable_cores", lambda: 3)  # three parts on any machine (num_proc is capped at it)
     two = prepared.prepared_store(docs, tokenizer, layout, num_proc=3)
     assert two.info["processes"] == 3 and files(two) == one
 
