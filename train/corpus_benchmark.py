@@ -112,6 +112,8 @@ def write_corpus(path: Path, family: str, size_mb: float, unique_mb: float) -> P
             text = row["text"] + "\n" if family == "gpt" else "\n".join(row["sentences"]) + "\n\n"
             documents.append(text)
             total += len(text.encode())
+            if total >= unique_mb * 1e6:  # the distinct documents asked, not a whole batch of them
+                break
         seed += 1
     staging, rng, written = path.with_name(path.name + ".tmp"), random.Random(0), 0
     path.parent.mkdir(parents=True, exist_ok=True)

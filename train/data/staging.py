@@ -56,6 +56,23 @@ def sweep_stale(parent: Path, name: str = "*") -> None:
                 stale.unlink(missing_ok=True)
 
 
+def current_umask() -> int:
+    """This process's umask (set and set back: the only portable way to read it; restrictive in between)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def honour_umask(folder: Path) -> None:
+    """Give `folder` and everything written under it the modes that mkdir and open give under this process's umask
+    (0755 / 0644 under 022): a private temporary file or folder renamed into place keeps 0600 / 0700 otherwise
+    (`tempfile.mkdtemp`; safetensors from 0.8 writes through such a file, safetensors issue 782)."""
+    mask = current_umask()
+    for path in (folder, *folder.rglob("*")):
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+
+
 @contextmanager
 def staged(folder: Path, sweep: str | None = None) -> Iterator[Path]:
     """A new folder beside `folder` to write into, which replaces `folder` when the block completes and is deleted
@@ -66,6 +83,7 @@ def staged(folder: Path, sweep: str | None = None) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=staging_name(folder.name)))
     try:
         yield staging
+        honour_umask(staging)  # mkdtemp's 0700 would stay on the folder it becomes
         if folder.exists():
             # named as a staging folder: swept once this process is gone, should it die between the two renames
             retired = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f"{staging_name(folder.name)}old"))
@@ -103,4 +121,5 @@ def exclusive(folder: Path) -> Iterator[None]:
         handle.close()
 
 
-__all__ = ["HOST", "exclusive", "process_alive", "staged", "staging_name", "sweep_stale"]
+__all__ = ["HOST", "current_umask", "exclusive", "honour_umask", "process_alive", "staged", "staging_name",
+           "sweep_stale"]

@@ -37,6 +37,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from train.data.files import EMBEDDED_PREFIX, DataFileNotFoundError, resolve_files
 from train.data.fingerprints import file_fingerprint
+from train.data.staging import honour_umask
 
 STATE_FILE = "lineage_state.json"
 STREAM_STATE = "stream_state.json"  # the position in a training stream
@@ -312,6 +313,7 @@ def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, kee
     if accelerator.is_main_process:
         if stream_state is not None:
             (tmp / STREAM_STATE).write_text(json.dumps(stream_state))
+        honour_umask(tmp)
         _write_record(tmp, state, launch, identity)
         _move_into_place(tmp, final)
         for stale in complete_checkpoints(root)[:-max(1, keep)]:

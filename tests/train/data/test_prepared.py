@@ -220,8 +220,8 @@ def test_the_corpus_benchmark_prepares_runs_and_streams_a_corpus_of_the_size_ask
     out = tmp_path / "bench.json"
     results = corpus_benchmark.main(["--family", "bert", "--size-mb", "0.3", "--unique-mb", "0.1", "--num_proc", "2",
                                      "--work", str(tmp_path / "work"), "--json", str(out)])
-    assert json.loads(out.read_text()) == results
-    corpus = tmp_path / "work" / "corpus-bert-0.3mb.txt"
+    assert json.loads(out.read_text()) == {"written_by": "lineage corpus-benchmark", **results}
+    corpus = tmp_path / "work" / "corpus-bert-0.3mb-unique0.1mb.txt"
     assert 0.3e6 <= corpus.stat().st_size < 0.31e6 and "\n\n" in corpus.read_text()[:2000]
     assert results["prepare"]["bytes_per_token"] == 2 and results["prepare"]["tokens"] > 50_000
     for stage in corpus_benchmark.STAGES:

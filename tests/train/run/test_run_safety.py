@@ -5,6 +5,7 @@ learning rate takes effect and is recorded in the log, the run record, recipe.ya
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -127,6 +128,109 @@ def test_an_overwriting_run_stopped_before_it_trains_puts_the_first_runs_files_b
     run_folder.release(recipe)
     assert {k: v for k, v in files(finished).items() if k != run_folder.RECORD} == {
         k: v for k, v in before.items() if k != run_folder.RECORD}
+
+
+def test_resume_latest_after_a_killed_overwrite_continues_the_earlier_run(finished, capsys):
+    """An overwriting run killed after it had begun training but before its first checkpoint (its log and tokenizer
+    written, the earlier run set aside): resuming finds the earlier run's checkpoints (it said there were none), puts
+    its files back and continues it."""
+    before = files(finished)
+    killed = subprocess.run([sys.executable, "-c", f"""
+import os
+from pathlib import Path
+from train.run import run_folder
+from train.run.recipes import recipe_from_dict
+recipe = recipe_from_dict({{"output_dir": {str(finished)!r}, "overwrite_output_dir": True}})
+run_folder.claim(recipe)
+for name in ("logs/metrics.jsonl", "tokenizer/tokenizer.json"):
+    (Path({str(finished)!r}) / name).parent.mkdir()
+    (Path({str(finished)!r}) / name).write_text("{{}}")
+run_folder.record_written(recipe, "logs", "tokenizer")
+os._exit(9)
+"""], capture_output=True, text=True)
+    assert killed.returncode == 9 and len(list(finished.glob(f"{run_folder.ASIDE}*"))) == 1
+    run(finished, "--resume_from_checkpoint", "latest", "--max_steps", "5")
+    printed = capsys.readouterr().out
+    assert "put back the earlier run's files" in printed and "resumed from" in printed and "at step 4" in printed
+    assert max(r["step"] for r in log(finished)) == 5 and not list(finished.glob(f"{run_folder.ASIDE}*"))
+    assert before["checkpoints/step-00000004/lineage_state.json"] == files(finished)[
+        "checkpoints/step-00000004/lineage_state.json"]
+
+
+def test_run_json_records_a_command_that_runs_again_as_written(tmp_path):
+    """Through `lineage train ...` the record said `lineage train pretrain_gpt train pretrain_gpt ...`; now the command
+    it records, split as a shell splits it and run from the folder it records, trains the same run again."""
+    argv = ["lineage", "train", "pretrain-gpt", "--recipe", "gpt-pretrain-tiny", "--progress_bar", "false",
+            "--report_to", "none", "--max_steps", "2", "--train_size", "24", "--eval_size", "8",
+            "--tokenizer_vocab_size", "300", "--sample_prompts", "[a b]", "--output_dir", "run",
+            "--overwrite_output_dir", "true"]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(argv, cwd=tmp_path, env=environment, check=True, capture_output=True)
+    first = json.loads((tmp_path / "run" / run_folder.RECORD).read_text())
+    weights = (tmp_path / "run" / "model" / "model.safetensors").read_bytes()
+    assert first["command"] == shlex.join(argv) and first["cwd"] == str(tmp_path)
+    subprocess.run(shlex.split(first["command"]), cwd=first["cwd"], env=environment, check=True, capture_output=True)
+    again = json.loads((tmp_path / "run" / run_folder.RECORD).read_text())
+    assert (again["command"], again["recipe_sha256"]) == (first["command"], first["recipe_sha256"])
+    assert (tmp_path / "run" / "model" / "model.safetensors").read_bytes() == weights
+
+
+def test_the_command_line_is_recorded_as_the_user_ran_it(monkeypatch):
+    module = Path(__file__).resolve().parents[3] / "train" / "finetune.py"
+    for argv, recorded in ((["lineage train finetune", "train", "finetune", "--seed", "1 2"],
+                            "lineage train finetune --seed '1 2'"),
+                           ([str(module), "--seed", "1"], f"{shlex.quote(sys.executable)} -m train.finetune --seed 1")):
+        monkeypatch.setattr(sys, "argv", argv)
+        assert run_folder.command_line() == recorded
+
+
+def test_an_output_dir_inside_the_cache_is_refused_naming_both(tmp_path):
+    from train.data.tokenization import cache_folder
+
+    cache = cache_folder().resolve()
+    for inside in (cache, cache / "prepared" / "run"):
+        with pytest.raises(OutputDirError, match=f"{inside} lies inside the Lineage cache {cache} \\(LINEAGE_CACHE"):
+            run_folder.claim(recipe_from_dict({"output_dir": str(inside)}))
+        with pytest.raises(OutputDirError, match="lies inside the Lineage cache"):
+            run_folder.check_writer_output(str(inside), "export")
+    assert not (cache / "prepared" / "run").exists()
+
+
+def test_the_model_card_is_fit_to_publish(tmp_path, monkeypatch):
+    """The card names local data and folders by their names (the full paths stay in run.json), escapes control
+    characters of samples, lists only the data keys that were read and links Lineage only to a repository its
+    package metadata names."""
+    from conftest import preset
+
+    import modeling
+    from train.run import publish
+    from train.run.recipes import load_recipe
+
+    data, start = tmp_path / "data" / "mine.txt", tmp_path / "models" / "start"
+    data.parent.mkdir()
+    data.write_text("a b\n")
+    start.mkdir(parents=True)
+    recipe = load_recipe("gpt-pretrain-tiny", {"train_file": str(data), "validation_file": str(data), "model":
+                                               str(start), "output_dir": str(tmp_path / "run")})
+    model = modeling.LineageGptForCausalLM(preset("gpt-tiny"))
+    sample = "Anna\x00 was \x1b[31mborn | in\n\u2028x"
+    card = publish.write_model_card(tmp_path, model, recipe, {"eval_loss": 1.5, "sample_0": sample}, {"torch": "2"},
+                                    description=f"Started from `{start}`.").read_bytes()
+    assert b"\x00" not in card and b"\x1b" not in card and str(tmp_path).encode() not in card
+    text = card.decode()
+    assert publish.read_card_metadata(tmp_path / "README.md")["datasets"] == ["mine.txt"]
+    assert "| sample_0 | Anna\\x00 was \\x1b[31mborn \\| in\\n\\u2028x |" in text
+    assert "Started from `start`." in text and "github.com" not in text and "trained with Lineage on" in text
+    shown = yaml.safe_load(text.split("```yaml\n")[1].split("```")[0])
+    assert "dataset" not in shown and "embedded" not in text and shown["train_file"] == "mine.txt"
+
+    class Metadata:
+        def get_all(self, key):
+            return ["Repository, https://example.org/lineage"] if key == "Project-URL" else None
+
+    monkeypatch.setattr(publish.importlib.metadata, "metadata", lambda name: Metadata())
+    card = publish.write_model_card(tmp_path, model, recipe, {}, {}).read_text()
+    assert "[Lineage](https://example.org/lineage)" in card
 
 
 def test_output_dir_that_is_a_file_is_refused(tmp_path):
