@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import transformers
 
+from train.data.tokenization import only_special_tokens
 from train.setup import models
 
 
@@ -69,11 +70,16 @@ def load_model(name: str, revision: str | None = None) -> torch.nn.Module:
 
 def load_tokenizer(name: str, revision: str | None = None):
     try:
-        return transformers.AutoTokenizer.from_pretrained(
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
             models.resolve_model(name, revision, revision_argument="--model_revision").folder)
     except (OSError, ValueError) as error:
         raise AttentionInputError(f"--model {name!r} has no tokenizer that loads ({error}); save the tokenizer "
                                   "beside the model (tokenizer.json)") from None
+    if only_special_tokens(tokenizer):
+        raise AttentionInputError(f"--model {name!r} has no tokenizer files with a vocabulary: transformers makes a "
+                                  f"tokenizer of its {len(tokenizer)} special tokens only, which reads every word as "
+                                  "unknown; save the model's tokenizer beside it (tokenizer.json)")
+    return tokenizer
 
 
 def max_positions(model, tokenizer) -> int | None:

@@ -30,7 +30,8 @@ API: ``train_tokenizer(family, texts, vocab_size, ...)``, ``load_tokenizer(path,
 ``check_special_tokens(tokenizer, family)``, ``config_kwargs_from_tokenizer(tokenizer, family)``,
 ``special_token_names(family)``, ``check_not_a_file(path, argument)``, ``reused_or_trained(family, texts, vocab_size,
 ...)`` (a tokenizer trained on a bounded sample, kept in ``cache_folder()`` and reused for the same sample). Errors:
-``MissingSpecialTokenError``, ``VocabularySizeError``, ``TokenizerPathError`` (all ``ValueError``).
+``MissingSpecialTokenError``, ``VocabularySizeError``, ``TokenizerPathError``, ``EmptyVocabularyError`` (special tokens
+only: ``check_vocabulary``), all ``ValueError``.
 """  # noqa: E501 (the table's rows)
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ class VocabularySizeError(ValueError):
 
 class TokenizerPathError(ValueError):
     """A file named where a tokenizer folder belongs."""
+
+
+class EmptyVocabularyError(ValueError):
+    """A tokenizer that holds its special tokens only, so it cannot encode a word."""
 
 
 class CacheFolderError(OSError):
@@ -348,12 +353,35 @@ def check_not_a_file(path_or_name: str | Path, argument: str = "tokenizer") -> N
                              f"(tokenizer.json with tokenizer_config.json, which names its special tokens): {give}")
 
 
+def only_special_tokens(tokenizer) -> bool:
+    """Whether every token of the vocabulary is a special token: transformers 5.24's ``AutoTokenizer`` builds such a
+    tokenizer for a checkpoint folder without tokenizer files (a BERT folder gives ``[PAD] [UNK] [CLS] [SEP] [MASK]``),
+    and every word it reads becomes its unknown token."""
+    special = {str(t) for t in tokenizer.all_special_tokens}
+    special |= {str(t) for t in tokenizer.added_tokens_decoder.values() if t.special}
+    return set(tokenizer.get_vocab()) <= special
+
+
+def check_vocabulary(tokenizer, where: str, remedy: str) -> None:
+    """Refuse a tokenizer of special tokens only (``only_special_tokens``): ``EmptyVocabularyError`` naming ``where``
+    and ``remedy``."""
+    if not only_special_tokens(tokenizer):
+        return
+    vocab = tokenizer.get_vocab()
+    listed = " ".join(sorted(vocab, key=vocab.get))
+    raise EmptyVocabularyError(f"{where} holds only its {len(vocab)} special tokens ({listed}) and no vocabulary: "
+                               f"every word would become {tokenizer.unk_token or 'no token at all'}; {remedy}")
+
+
 def load_tokenizer(path_or_name: str | Path, family: str | None = None, argument: str = "tokenizer",
                    **kwargs) -> PreTrainedTokenizerFast:
-    """``AutoTokenizer.from_pretrained`` plus, when ``family`` is given, ``check_special_tokens``; a file where the
-    folder belongs is refused naming ``argument`` (``check_not_a_file``)."""
+    """``AutoTokenizer.from_pretrained`` plus ``check_vocabulary`` and, when ``family`` is given,
+    ``check_special_tokens``; a file where the folder belongs is refused naming ``argument`` (``check_not_a_file``)."""
     check_not_a_file(path_or_name, argument)
     tokenizer = AutoTokenizer.from_pretrained(str(path_or_name), **kwargs)
+    check_vocabulary(tokenizer, f"{argument} {str(path_or_name)!r}",
+                     "give (--tokenizer FOLDER) the folder that save_pretrained or python -m train.train_tokenizer "
+                     "wrote: tokenizer.json, or its class's vocabulary files (vocab.txt, vocab.json with merges.txt)")
     if family is not None:
         check_special_tokens(tokenizer, family, source=str(path_or_name))
     return tokenizer
@@ -401,4 +429,5 @@ __all__ = ["FAMILIES", "BERT_SPECIAL_TOKENS", "GPT_SPECIAL_TOKENS", "SEQ2SEQ_SPE
            "MissingSpecialTokenError", "VocabularySizeError", "canonical_family", "special_token_names",
            "minimum_vocab_size", "train_tokenizer", "wrap_tokenizer", "check_special_tokens",
            "load_tokenizer", "config_kwargs_from_tokenizer", "TokenizerMismatchError", "check_tokenizer_matches_model",
-           "TokenizerPathError", "check_not_a_file", "CacheFolderError", "cache_folder"]
+           "TokenizerPathError", "check_not_a_file", "EmptyVocabularyError", "check_vocabulary", "only_special_tokens",
+           "CacheFolderError", "cache_folder"]

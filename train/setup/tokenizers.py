@@ -19,8 +19,8 @@ from tokenizers import processors
 from train.data.tokenization import (
     END_OF_TEXT,
     GPT_SPECIAL_TOKENS,
-    check_not_a_file,
     load_tokenizer,
+    only_special_tokens,
     reused_or_trained,
 )
 from train.run import run_folder
@@ -37,13 +37,13 @@ def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, temp
     if tokenizer is not None:
         if not Path(tokenizer).exists():
             raise ModelSourceError(f"recipe key 'tokenizer': folder {tokenizer!r} does not exist")
-        check_not_a_file(tokenizer, "recipe key 'tokenizer'")
-        chosen = transformers.AutoTokenizer.from_pretrained(tokenizer)
+        chosen = load_tokenizer(tokenizer, argument="recipe key 'tokenizer'")
         _check_same_vocabulary(chosen, own, source, tokenizer)
     elif own is None:
         raise ModelSourceError(
-            f"--model {source.name!r} has no tokenizer files (tokenizer.json, vocab.txt, ...): a pretrained model is "
-            "never paired with a freshly trained vocabulary; give the checkpoint's tokenizer with --tokenizer FOLDER")
+            f"--model {source.name!r} has no tokenizer files (tokenizer.json, vocab.txt, ...) with a vocabulary "
+            "(transformers would make a tokenizer of its special tokens only): a pretrained model is never paired with "
+            "a freshly trained vocabulary; give the checkpoint's tokenizer with --tokenizer FOLDER")
     else:
         chosen = own
     before = len(chosen)
@@ -55,11 +55,13 @@ def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, temp
 
 
 def own_tokenizer(folder: Path):
-    """The tokenizer saved in a model folder, or None when it has none."""
+    """The tokenizer saved in a model folder, or None when it has none, or only one of special tokens (which
+    transformers 5.24 builds from `config.json` for a folder without tokenizer files: `only_special_tokens`)."""
     try:
-        return transformers.AutoTokenizer.from_pretrained(folder)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError, TypeError):
         return None
+    return None if only_special_tokens(tokenizer) else tokenizer
 
 
 def _check_same_vocabulary(chosen, own, source: ModelSource, name: str) -> None:

@@ -9,12 +9,15 @@ import json
 import pytest
 import torch
 from conftest import preset
+from reference_checkpoints import bert_tokenizer, reference_model
 from transformers import AutoModelForSeq2SeqLM
 
 import modeling
-from train import export, finetune, pretrain_gpt, train_translation
+from train import attention_maps, convert, export, finetune, pretrain_gpt, train_translation
+from train.analysis.attention import AttentionInputError
 from train.data.files import MissingColumnError
 from train.data.tokenization import (
+    EmptyVocabularyError,
     TokenizerPathError,
     config_kwargs_from_tokenizer,
     train_tokenizer,
@@ -149,6 +152,28 @@ def test_a_lone_tokenizer_file_is_refused_asking_for_the_folder_save_pretrained_
     with pytest.raises(TokenizerPathError, match=r"is a file; .*give the folder that save_pretrained or "
                                          r"python -m train.train_tokenizer wrote"):
         load_tokenizer(lone, "gpt")
+
+
+def test_a_checkpoint_without_tokenizer_files_is_not_given_a_tokenizer_of_special_tokens(tmp_path, capsys):
+    """transformers 5.24's AutoTokenizer makes a tokenizer of the five BERT special tokens for a BERT folder without
+    tokenizer files: training, converting and drawing attention refuse it instead of reading every word as [UNK]."""
+    folder = tmp_path / "bert"
+    reference_model("BertForSequenceClassification", bert_tokenizer()).save_pretrained(folder)
+    out = tmp_path / "out"
+    with pytest.raises(ModelSourceError, match=r"has no tokenizer files .* with a vocabulary .* give the checkpoint's "
+                                               r"tokenizer with --tokenizer FOLDER"):
+        finetune.main(["--model", str(folder), "--task", "nli", "--output_dir", str(out), *QUICK])
+    specials = r"\(\[PAD\] \[UNK\] \[CLS\] \[SEP\] \[MASK\]\)"
+    with pytest.raises(EmptyVocabularyError, match=rf"recipe key 'tokenizer' '{folder}' holds only its 5 special "
+                                                   rf"tokens {specials} .*--tokenizer"):
+        finetune.main(["--model", str(folder), "--tokenizer", str(folder), "--task", "nli", "--output_dir", str(out),
+                       *QUICK])
+    with pytest.raises(AttentionInputError, match="has no tokenizer files with a vocabulary: .* 5 special tokens"):
+        attention_maps.main(["--model", str(folder), "--text", "the cat", "--output_dir", str(out)])
+    assert not out.exists()
+    convert.main([str(folder), str(out), "--to", "lineage"])
+    assert "SRC has no tokenizer, none copied" in capsys.readouterr().out
+    assert not {"tokenizer.json", "tokenizer_config.json", "vocab.txt"} & {path.name for path in out.iterdir()}
 
 
 # ----------------------------------------------------------------------------------------------------------
