@@ -1,13 +1,13 @@
 """Reading data through `datasets`: local files, the embedded corpus or a Hub dataset, checked before it is used.
 
 `load_text_dataset(source, split, columns=..., streaming=...)` takes a file, a list or folder of files (`.txt`,
-`.jsonl` / `.json`, `.csv` / `.tsv`, `.parquet`, compressed or not), `"embedded:<task>"` (`train.data.corpus`) or a
-Hub dataset name, the only source that reaches the network. The files are checked before the datasets cache is
-touched, and every value of a column the task reads (`columns`: names, or `(name, kind)` pairs of `KINDS`) once
-loaded; streams are read lazily and their values are not checked. Bad input raises a `DataError` (a `ValueError`) or
-`DataFileNotFoundError` (a `FileNotFoundError`) naming the file, the line or row as an editor counts it
-(`row_location`), the column and the problem. Formats, layouts and the checks: docs/training.md, "Data".
-Tokenizing what this reads: `train.data.preparation`.
+`.jsonl` / `.json`, `.csv` / `.tsv`, `.parquet`, compressed or not), a folder of `save_to_disk`, `"embedded:<task>"`
+(`train.data.corpus`) or a Hub dataset name, the only source that reaches the network. The files are checked before
+the datasets cache is touched, and every value of a column the task reads (`columns`: names, or `(name, kind)` pairs
+of `KINDS`) once loaded, or in a stream as it is read, with the same errors (a stream counts rows as read). Bad
+input raises a `DataError` (a `ValueError`) or `DataFileNotFoundError` (a `FileNotFoundError`) naming the file, the
+line or row as an editor counts it (`row_location`), the column and the problem. Formats, layouts and the checks:
+docs/training.md, "Data". Tokenizing what this reads: `train.data.preparation`.
 """
 
 from __future__ import annotations
@@ -432,9 +432,19 @@ def _is_blank(value: object) -> bool:
     return value == [] or (isinstance(value, str) and not value.strip())
 
 
+def _is_bad(value: object, kind: str | None, records: bool) -> bool:
+    """Whether a value of a column of ``kind`` is refused: missing, of another type than the kind, or, in a file of
+    records (``records``), an empty or blank string, or an empty list of text or words."""
+    if value is None or (records and isinstance(value, str) and not value.strip()):
+        return True
+    if records and value == [] and kind in ("text", "words"):
+        return True
+    return kind is not None and not KINDS[kind][1](value)
+
+
 def _first_bad(dataset: datasets.Dataset, column: str, kind: str | None, records: bool) -> tuple[int, object] | None:
-    """``(row, value)`` of the first value of ``column`` that is missing, blank (``records``: an empty or blank string,
-    an empty list of words) or not of ``kind``."""
+    """``(row, value)`` of the first value of ``column`` that ``_is_bad``, read through Arrow where the column has one
+    type."""
     values, feature = dataset.data.column(column), dataset.features[column]
     if values.null_count:
         return pc.index(pc.is_null(values), True).as_py(), None
@@ -444,62 +454,100 @@ def _first_bad(dataset: datasets.Dataset, column: str, kind: str | None, records
         if row < 0 and kind is not None and len(values) and not KINDS[kind][1](values[0].as_py()):
             row = 0  # then every row is of the wrong type
         return (row, values[row].as_py()) if row >= 0 else None
-    if kind is None:
-        return None
-    fits, blanks = KINDS[kind][1], records and kind in ("text", "words")
-    return next(((row, v) for row, v in enumerate(dataset[column]) if not fits(v) or (blanks and _is_blank(v))), None)
+    return next(((row, v) for row, v in enumerate(dataset[column]) if _is_bad(v, kind, records)), None)
 
 
-def _check_values(dataset: datasets.Dataset, kinds: dict[str, str | None], locate: Callable[[int, str], str],
-                  records: bool) -> None:
+def _value_error(location: str, column: str, kind: str | None, value: object) -> DataError:
+    """The error for a value ``_is_bad`` refused, at ``location`` (``row_location``)."""
+    if value is None or _is_blank(value):
+        what = ("" if value is None else " (an empty list)" if value == [] else " (an empty string)" if value == ""
+                else " (only whitespace)")
+        return MissingColumnError(f"{location}: the row has no value for column {column!r}{what}; fill it in or "
+                                  f"remove the row")
+    found_type = type(value).__name__
+    hint = ("; for a sentence pair give each text its own column (text_column, text_pair_column)"
+            if kind == "text" and isinstance(value, list) else "")
+    return DataError(f"{location}: the value is {'an' if found_type[0] in 'aeiou' else 'a'} {found_type} "
+                     f"({reprlib.repr(value)}), but column {column!r} must hold {KINDS[kind][0]}{hint}")
+
+
+Refuse = Callable[[int, str, object], DataError]  # (row as read, column, value) -> the error naming where it is
+
+
+def _check_values(dataset: datasets.Dataset, kinds: dict[str, str | None], refuse: Refuse, records: bool) -> None:
     """Refuse the first row whose value is missing (a JSON key left out, an empty CSV field), of another type than
     its column's kind, or, in a file of records (``records``), an empty or blank string or word list: whatever the
     format, the same rows are refused."""
     for column, kind in kinds.items():
         found = _first_bad(dataset, column, kind, records)
-        if found is None:
-            continue
-        row, value = found
-        if value is None or _is_blank(value):
-            what = ("" if value is None else " (an empty list)" if value == [] else " (an empty string)" if value == ""
-                    else " (only whitespace)")
-            raise MissingColumnError(f"{locate(row, column)}: the row has no value for column {column!r}{what}; fill "
-                                     f"it in or remove the row")
-        found_type = type(value).__name__
-        hint = ("; for a sentence pair give each text its own column (text_column, text_pair_column)"
-                if kind == "text" and isinstance(value, list) else "")
-        raise DataError(f"{locate(row, column)}: the value is {'an' if found_type[0] in 'aeiou' else 'a'} "
-                        f"{found_type} ({reprlib.repr(value)}), but column {column!r} must hold {KINDS[kind][0]}{hint}")
+        if found is not None:
+            raise refuse(found[0], column, found[1])
 
 
-def _locate(files: list[Path]) -> Callable[[int, str], str]:
-    """Where a row of the dataset made of ``files`` is (``row_location`` for one file)."""
-    if len(files) == 1:
-        return functools.partial(row_location, files[0])
-    return lambda row, column: f"{len(files)} files starting with {files[0]}: row {row}, column {column!r}"
+def _check_rows(rows: dict[str, list], indices: list[int], kinds: dict[str, str | None], refuse: Refuse,
+                records: bool) -> list[bool]:
+    """``_check_values`` for one batch of a stream, as it is read (``indices``: the rows' numbers as read): every row
+    is kept, the first bad value raises the same error."""
+    for column, kind in kinds.items():
+        for index, value in zip(indices, rows.get(column, [None] * len(indices))):
+            if _is_bad(value, kind, records):
+                raise refuse(index, column, value)
+    return [True] * len(indices)
 
 
-def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "train", *,
-                      columns: Columns = ("text",), streaming: bool = False, data_format: str | None = None,
-                      dataset_config: str | None = None, text_sample_by: str = "auto", cache_dir: str | None = None,
-                      seed: int = 0, size: int | None = None, num_proc: int | None = None) -> AnyDataset:
-    """Load one split of a local file set, the embedded corpus or a Hub dataset (module docstring).
+def _checked(dataset: AnyDataset, kinds: dict[str, str | None], refuse: Refuse, records: bool) -> AnyDataset:
+    """``dataset`` with every value of ``kinds``' columns checked: all at once in memory, each as it is read in a
+    stream (a filter that keeps every row), with the same errors."""
+    if isinstance(dataset, datasets.Dataset):
+        _check_values(dataset, kinds, refuse, records)
+        return dataset
+    return dataset.filter(_check_rows, batched=True, with_indices=True,
+                          fn_kwargs={"kinds": kinds, "refuse": refuse, "records": records})
 
-    ``columns`` (names or ``(name, kind)`` pairs) are required to exist (pass ``()`` to skip the check) and, unless
-    streamed, checked row by row. For local files every file forms the one split returned (``split`` only names it);
-    ``seed`` and ``size`` apply to the embedded corpus; ``text_sample_by`` (``TEXT_SAMPLE_BY``) to ``.txt`` files;
-    ``num_proc`` processes read several files at once (not streamed).
-    """
-    kinds = _kinds(columns)
-    if isinstance(source, str) and source.startswith(EMBEDDED_PREFIX):
-        dataset = corpus.default_corpus(source[len(EMBEDDED_PREFIX):], split, seed, size)
-        _require_columns(dataset.column_names, list(kinds), source)
-        return dataset.to_iterable_dataset() if streaming else dataset
-    if isinstance(source, (str, Path)) and not _is_local(str(source)):
-        return _load_hub(str(source), split, kinds, streaming, dataset_config, cache_dir)
-    files = resolve_files(source)
-    fmt = _file_format(files, data_format)
-    validate_files(files, fmt, list(kinds))
+
+def _refuse_at(source: str | Path, kinds: dict[str, str | None], row: int, column: str, value: object) -> DataError:
+    """The error for ``value`` at row ``row`` of ``source`` (``row_location``)."""
+    return _value_error(row_location(source, row, column), column, kinds[column], value)
+
+
+def _refuse_in_files(files: list[Path], fmt: str, kwargs: dict, kinds: dict[str, str | None], records: bool,
+                     row: int, column: str, value: object) -> DataError:
+    """The error for the first refused value of ``column`` in ``files`` in order, read again (only once a value is
+    refused) to name its file and line, whichever part of a stream met it (a lane of shards, a process)."""
+    kind = kinds[column]
+    for path in files:
+        rows = datasets.load_dataset(fmt, data_files=[str(path)], split="train", streaming=True, **kwargs)
+        for index, found in enumerate(r.get(column) for r in rows):
+            if _is_bad(found, kind, records):
+                return _value_error(row_location(path, index, column), column, kind, found)
+    where = (row_location(files[0], row, column) if len(files) == 1
+             else f"{len(files)} files starting with {files[0]}: row {row}, column {column!r}")
+    return _value_error(where, column, kind, value)  # a value the stream's reader reads otherwise (JSON array types)
+
+
+def _refuse_in_saved(path: Path, saved: datasets.Dataset, kinds: dict[str, str | None], row: int, column: str,
+                     value: object) -> DataError:
+    """The error for the first refused value of ``column`` in a saved dataset (memory-mapped, so found in place)."""
+    found = _first_bad(saved, column, kinds[column], records=True) or (row, value)
+    return _value_error(row_location(path, found[0], column), column, kinds[column], found[1])
+
+
+def _is_saved(path: Path) -> bool:
+    """Whether ``path`` is a folder written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``."""
+    return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
+
+
+def _show_files(source: str | Path | Sequence[str | Path], files: list[Path]) -> None:
+    """Print the files a folder gave, in the order they are read."""
+    items = [source] if isinstance(source, (str, Path)) else list(source)
+    if any(Path(item).expanduser().is_dir() for item in items):
+        names = [str(f) for f in files]
+        shown = names if len(names) <= 20 else [*names[:10], f"... {len(names) - 15} more ...", *names[-5:]]
+        print(f"{len(files)} data files, read in this order: {', '.join(shown)}", flush=True)
+
+
+def _reader_kwargs(files: list[Path], fmt: str, kinds: dict[str, str | None], text_sample_by: str) -> dict:
+    """What ``datasets.load_dataset`` is given to read ``files`` as Lineage reads them."""
     kwargs = {"sample_by": _sample_by(files, text_sample_by)} if fmt == "text" else {}
     if fmt == "csv":  # text as written ("007", "None"): only an empty field is no value
         kwargs.update(converters={c: str for c, kind in kinds.items() if kind == "text"}, keep_default_na=False,
@@ -508,6 +556,34 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
             kwargs.update(delimiter="\t", quoting=csv.QUOTE_NONE)  # TSV: a double quote is text (as GLUE's files)
     if fmt != "parquet" and any(_has_bom(f) for f in files if _compression(f) is None):
         kwargs["encoding"] = "utf-8-sig"  # the BOM is no part of the first column's name or the first line
+    return kwargs
+
+
+def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "train", *,
+                      columns: Columns = ("text",), streaming: bool = False, data_format: str | None = None,
+                      dataset_config: str | None = None, text_sample_by: str = "auto", cache_dir: str | None = None,
+                      seed: int = 0, size: int | None = None, num_proc: int | None = None) -> AnyDataset:
+    """Load one split of a local file set, a saved dataset, the embedded corpus or a Hub dataset (module docstring).
+
+    ``columns`` (names or ``(name, kind)`` pairs) are required to exist (pass ``()`` to skip the check) and checked
+    row by row: all at once, or in a stream each as it is read. For local files every file forms the one split
+    returned (``split`` only names it); ``seed`` and ``size`` apply to the embedded corpus; ``text_sample_by``
+    (``TEXT_SAMPLE_BY``) to ``.txt`` files; ``num_proc`` processes read several files at once (not streamed).
+    """
+    kinds = _kinds(columns)
+    if isinstance(source, str) and source.startswith(EMBEDDED_PREFIX):
+        dataset = corpus.default_corpus(source[len(EMBEDDED_PREFIX):], split, seed, size)
+        _require_columns(dataset.column_names, list(kinds), source)
+        return dataset.to_iterable_dataset() if streaming else dataset
+    if isinstance(source, (str, Path)) and _is_saved(Path(source).expanduser()):
+        return _load_saved(Path(source).expanduser(), split, kinds, streaming)
+    if isinstance(source, (str, Path)) and not _is_local(str(source)):
+        return _load_hub(str(source), split, kinds, streaming, dataset_config, cache_dir)
+    files = resolve_files(source)
+    fmt = _file_format(files, data_format)
+    validate_files(files, fmt, list(kinds))
+    _show_files(source, files)
+    kwargs = _reader_kwargs(files, fmt, kinds, text_sample_by)
     processes = ({"num_proc": process_count(num_proc, len(files), str(source), "files")}
                  if num_proc and len(files) > 1 and not streaming else {})
     try:
@@ -516,18 +592,40 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
                                         data_files={split: [str(f) for f in files]}, split=split,
                                         streaming=streaming, cache_dir=cache_dir, **processes, **kwargs)
     except datasets.exceptions.DatasetGenerationError:
-        for path in files:
-            if _compression(path) is not None:
-                check_utf8(path)  # a truncated or corrupt file, or text that is no UTF-8
-            elif fmt == "json":
-                _find_bad_json_line(path)
-            elif fmt == "csv":
-                _find_bad_csv_line(path)
+        _find_bad_file(files, fmt)
         raise
     _require_columns(dataset.column_names, list(kinds), str(files[0]))  # a compressed file's columns show only now
+    refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, fmt != "text")
+    return _checked(dataset, kinds, refuse, records=fmt != "text")
+
+
+def _find_bad_file(files: list[Path], fmt: str) -> None:
+    """Raise the ``DataError`` naming the file and line that ``datasets`` could not read, where one is found."""
+    for path in files:
+        if _compression(path) is not None:
+            check_utf8(path)  # a truncated or corrupt file, or text that is no UTF-8
+        elif fmt == "json":
+            _find_bad_json_line(path)
+        elif fmt == "csv":
+            _find_bad_csv_line(path)
+
+
+def _load_saved(path: Path, split: str, kinds: dict[str, str | None], streaming: bool) -> AnyDataset:
+    """A folder of ``save_to_disk`` (a ``DatasetDict``'s ``split``), memory-mapped; streamed through
+    ``to_iterable_dataset`` with a shard per Arrow file."""
+    saved = datasets.load_from_disk(str(path))
+    if isinstance(saved, datasets.DatasetDict):
+        if split not in saved:
+            raise DataError(f"{path}: the saved DatasetDict has no split {split!r}; its splits are {list(saved)}")
+        saved = saved[split]
+    if len(saved) == 0:
+        raise EmptyDataFileError(f"{path}: the saved dataset has no rows")
+    _require_columns(saved.column_names, list(kinds), str(path))
+    refuse = functools.partial(_refuse_in_saved, path, saved, kinds)
     if not streaming:
-        _check_values(dataset, kinds, _locate(files), records=fmt != "text")
-    return dataset
+        return _checked(saved, kinds, refuse, records=True)
+    stream = saved.to_iterable_dataset(num_shards=min(len(saved), max(1, len(saved.cache_files))))
+    return _checked(stream, kinds, refuse, records=True)
 
 
 def _require_columns(found: Sequence[str] | None, columns: Sequence[str], source: str) -> None:
@@ -545,9 +643,8 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
                         f"{err}. A local path must exist; the Hub needs a network (HF_HUB_OFFLINE unset) "
                         f"or a cached copy") from err
     _require_columns(dataset.column_names, list(kinds), f"Hub dataset {name!r}")
-    if not streaming:  # blank rows of a Hub dataset are its layout (wikitext's empty lines), not missing values
-        _check_values(dataset, kinds, functools.partial(row_location, f"Hub dataset {name!r}"), records=False)
-    return dataset
+    # blank rows of a Hub dataset are its layout (wikitext's empty lines), not missing values
+    return _checked(dataset, kinds, functools.partial(_refuse_at, f"Hub dataset {name!r}", kinds), records=False)
 
 
 __all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS",

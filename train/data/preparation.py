@@ -43,13 +43,21 @@ def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, ta
     if task == "mlm":
         encoder_kwargs = {"label_column": None, **encoder_kwargs}
     function = functools.partial(_ENCODERS[task], tokenizer=tokenizer, **encoder_kwargs)
-    columns = dataset.column_names or list(next(iter(dataset)))  # a stream may not know its columns
-    kwargs = {"batched": True, "batch_size": batch_size, "remove_columns": columns,
+    kwargs = {"batched": True, "batch_size": batch_size, "remove_columns": input_columns(dataset),
               "with_indices": task in ("qa", "token_classification")}
     if isinstance(dataset, datasets.Dataset):
         processes = None if num_proc is None else prepared.process_count(num_proc, len(dataset), f"tokenizing ({task})")
         kwargs.update(num_proc=processes, load_from_cache_file=load_from_cache_file, desc=f"tokenizing ({task})")
     return dataset.map(_call_with_indices(function) if kwargs["with_indices"] else function, **kwargs)
+
+
+def input_columns(dataset: AnyDataset) -> list[str]:
+    """The columns a ``map`` that builds new rows removes: the dataset's own, or, for a stream that does not know them
+    (a ``.txt`` file read without cached features gives ``None``), the keys of its first row (none in an empty
+    stream, which training refuses)."""
+    if dataset.column_names is not None:
+        return list(dataset.column_names)
+    return list(next(iter(dataset), {}))
 
 
 def _call_with_indices(function):
@@ -77,7 +85,7 @@ def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenize
         raise MissingSpecialTokenError("causal-LM packing needs an end-of-text token (eos_token)")
     if isinstance(dataset, datasets.IterableDataset):
         return dataset.map(_packed_blocks, batched=True, batch_size=prepared.ROWS_PER_BATCH,
-                           remove_columns=dataset.column_names, fn_kwargs={
+                           remove_columns=input_columns(dataset), fn_kwargs={
                                "tokenizer": tokenizer, "column": text_column, "block_size": block_size,
                                "drop_last": drop_last, "pack_documents": pack_documents})
     store = prepared.prepared_store(dataset, tokenizer, "documents", column=text_column, num_proc=num_proc,
@@ -104,7 +112,7 @@ def check_documents(dataset: AnyDataset, source: str, sentences_column: str | No
     two documents, or no document of two sentences (a ``.txt`` file read line by line). The rows are read only until
     both are found, which for a usable corpus is its first rows; a refusal gives the counts of the whole corpus.
     A stream is checked on its first ``prepared.ROWS_PER_BATCH`` rows (a group its pairs are drawn within)."""
-    use_sentences = sentences_column is not None and sentences_column in (dataset.column_names or ())
+    use_sentences = sentences_column is not None and sentences_column in input_columns(dataset)
     rows = dataset.take(prepared.ROWS_PER_BATCH) if isinstance(dataset, datasets.IterableDataset) else dataset
     documents = sentences = 0
     paired = False
@@ -138,9 +146,10 @@ def prepare_nsp_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase,
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise MissingSpecialTokenError("next-sentence examples need a tokenizer with [CLS] and [SEP]")
     if isinstance(dataset, datasets.IterableDataset):
-        use_sentences = sentences_column is not None and sentences_column in (dataset.column_names or ())
+        columns = input_columns(dataset)
+        use_sentences = sentences_column is not None and sentences_column in columns
         return dataset.map(_window_pairs, batched=True, batch_size=prepared.ROWS_PER_BATCH,
-                           remove_columns=dataset.column_names, fn_kwargs={
+                           remove_columns=columns, fn_kwargs={
                                "tokenizer": tokenizer, "column": sentences_column if use_sentences else text_column,
                                "split": not use_sentences, "max_length": max_length, "short_seq_prob": short_seq_prob,
                                "seed": seed, "dupe_factor": dupe_factor, "next_sentence": next_sentence})
@@ -159,9 +168,17 @@ def _window_pairs(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, s
     columns = ("input_ids", "token_type_ids", "next_sentence_label")[:3 if next_sentence else 2]
     if sum(1 for doc in tokenized if doc) < 2:
         return {c: [] for c in columns}
-    window_seed = zlib.crc32(f"{seed} {json.dumps(rows[column][0])}".encode()) + seed
-    pairs = examples.create_nsp_examples(tokenized, tokenizer, max_length, short_seq_prob, window_seed, dupe_factor)
+    pairs = examples.create_nsp_examples(tokenized, tokenizer, max_length, short_seq_prob,
+                                         group_seed(seed, rows[column][0]), dupe_factor)
     return {c: [p[c] for p in pairs] for c in columns}
 
 
-__all__ = ["check_documents", "prepare_causal_lm_dataset", "prepare_nsp_dataset", "tokenize_dataset"]
+def group_seed(seed: int, first_document: str | list[str]) -> int:
+    """The seed of the pairs of one group of a stream's documents: the run's ``seed`` and the group's first document
+    (its row as read), so the same on any number of processes; the pairs equal those of the prepared corpus of the
+    same documents seeded with it."""
+    return zlib.crc32(f"{seed} {json.dumps(first_document)}".encode()) + seed
+
+
+__all__ = ["check_documents", "group_seed", "input_columns", "prepare_causal_lm_dataset", "prepare_nsp_dataset",
+           "tokenize_dataset"]
