@@ -63,6 +63,8 @@ COMMANDS: dict[str, Command] = {
                                                         "Transformer, one budget"),
     "average": Command("average", "average the weights of checkpoints or model folders of one run into a model "
                                   "folder"),
+    "evaluate": Command("evaluate", "score a model: lm-evaluation-harness tasks, sacreBLEU and chrF, a data set, "
+                                    "pseudo-perplexity; results, plots and (asked) the card"),
 }
 TRAINING = "train "  # the prefix of the training scripts' commands
 # an earlier name of a command -> its name now; the earlier one still runs it

@@ -34,14 +34,15 @@ from train.metrics import load_metric
 
 
 def translate(model, tokenizer, sources: list[str], num_beams: int, max_new_tokens: int,
-              batch_size: int = 100) -> list[str]:
+              batch_size: int = 100, length_penalty: float = 1.0) -> list[str]:
     """Beam-search translations of `sources`, in order."""
     hypotheses = []
     model.eval()
     for start in range(0, len(sources), batch_size):
         encoded = tokenizer(sources[start:start + batch_size], return_tensors="pt", padding=True).to(model.device)
         with torch.no_grad():
-            out = model.generate(**encoded, num_beams=num_beams, max_new_tokens=max_new_tokens)  # (B, T)
+            out = model.generate(**encoded, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                                 length_penalty=length_penalty)  # (B, T)
         hypotheses += [t.strip() for t in tokenizer.batch_decode(out, skip_special_tokens=True)]
     return hypotheses
 

@@ -1,0 +1,212 @@
+"""`lineage evaluate`: the harness path reports what `lm_eval --model hf` reports for the same folder (numbers and task
+hashes) on the shipped offline tasks, writes results.json and the plots, and touches the model folder only with
+`--write_card true` (its README.md alone, entries replaced on a rerun); bad arguments are refused by name before any
+model is loaded; translation, classification and masked-LM folders are scored without the harness."""
+
+import glob
+import hashlib
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import preset
+
+from modeling import (
+    LineageBertForMaskedLM,
+    LineageBertForSequenceClassification,
+    LineageGptForCausalLM,
+    LineageTransformerForConditionalGeneration,
+)
+from train import evaluate
+from train.analysis import evaluation_report, harness
+from train.analysis.experiment import translate
+from train.analysis.translation_scores import score_translations
+from train.data.corpus import generate_records, tokenizer_training_texts
+from train.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
+from train.run.publish import read_card_metadata
+
+lm_eval = pytest.importorskip("lm_eval", reason="needs the eval extra (lm-evaluation-harness)")
+TASKS = "lineage_cloze,lineage_translation,lineage_perplexity"
+
+
+def model_folder(root: Path, family: str, model_class, vocab_size: int, **fields) -> Path:
+    """A tiny randomly initialised model with a tokenizer trained on the embedded corpus, saved as a run saves it."""
+    folder = root / family
+    tokenizer = train_tokenizer("seq2seq" if family == "transformer" else family, tokenizer_training_texts(size=300),
+                                vocab_size, model_max_length=128)
+    config = preset(f"{family}-tiny", **{**config_kwargs_from_tokenizer(tokenizer, "seq2seq" if family ==
+                                                                          "transformer" else family), **fields})
+    model_class(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def gpt(tmp_path_factory) -> Path:
+    return model_folder(tmp_path_factory.mktemp("models"), "gpt", LineageGptForCausalLM, 400,
+                        max_position_embeddings=128)
+
+
+def fingerprints(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_the_harness_path_reports_what_lm_eval_reports(gpt, tmp_path, monkeypatch):
+    before = fingerprints(gpt)
+    out = evaluate.main(["--model", str(gpt), "--tasks", TASKS, "--limit", "3", "--output_dir", str(tmp_path / "ours")])
+    assert fingerprints(gpt) == before
+    ours = json.loads((out / "results.json").read_text())
+    monkeypatch.setattr(sys, "argv", [
+        "lm_eval", "--model", "hf", "--model_args", f"pretrained={gpt},trust_remote_code=True", "--tasks", TASKS,
+        "--include_path", str(harness.SHIPPED_TASKS), "--limit", "3", "--output_path", str(tmp_path / "theirs"),
+        "--log_samples"])
+    from lm_eval.__main__ import cli_evaluate
+
+    cli_evaluate()
+    theirs = json.loads(Path(glob.glob(str(tmp_path / "theirs" / "*" / "results_*.json"))[0]).read_text())
+    assert ours["harness"]["results"] == theirs["results"]
+    assert ours["harness"]["task_hashes"] == theirs["task_hashes"]
+    assert set(ours["scores"]) == set(TASKS.split(","))
+    assert ours["scores"]["lineage_cloze"]["acc"] == theirs["results"]["lineage_cloze"]["acc,none"]
+    assert ours["harness"]["lm_eval_version"] == lm_eval.__version__ and "torch" in ours["versions"]
+    assert (out / "scores.png").stat().st_size > 0
+
+
+def test_write_card_changes_only_the_card_and_compare_draws_the_baseline(gpt, tmp_path, monkeypatch):
+    baseline = tmp_path / "baseline"
+    baseline.mkdir()
+    evaluation_report.write_results(baseline / "results.json", {"model": "older", "scores": {
+        "lineage_cloze": {"acc": 0.5}}})
+    drawn = []
+    monkeypatch.setattr(evaluation_report, "plot_scores", lambda scores, name, path, base=None: drawn.append(base))
+    before = fingerprints(gpt)
+    evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--limit", "2", "--output_dir",
+                   str(tmp_path / "eval"), "--write_card", "true", "--compare", str(baseline)])
+    after = fingerprints(gpt)
+    assert {name for name in after if after[name] != before.get(name)} == {"README.md"}
+    assert drawn[0]["model"] == "older"
+    scores = json.loads((tmp_path / "eval" / "results.json").read_text())["scores"]
+    results = read_card_metadata(gpt / "README.md")["model-index"][0]["results"]
+    assert [r["dataset"]["type"] for r in results] == ["lineage_cloze"]
+    assert {m["type"]: m["value"] for m in results[0]["metrics"]} == {k: round(v, 4) for k, v in
+                                                                      scores["lineage_cloze"].items()}
+
+
+def test_a_rewritten_card_keeps_other_entries_and_one_table(tmp_path):
+    card = tmp_path / "README.md"
+    card.write_text("---\nlibrary_name: transformers\nmodel-index:\n- name: run\n  results:\n  - task: {type: x}\n"
+                    "    dataset: {name: trained, type: trained}\n    metrics: [{type: loss, value: 1.0}]\n---\n\n"
+                    "# run\n\nText the run wrote.\n")
+    for value in (0.25, 0.75):
+        evaluation_report.write_card(tmp_path, {"lineage_cloze": {"acc": value}}, "text-generation", {"limit": 2})
+    text = card.read_text()
+    results = read_card_metadata(card)["model-index"][0]["results"]
+    assert [r["dataset"]["type"] for r in results] == ["trained", "lineage_cloze"]
+    assert results[1]["metrics"] == [{"type": "acc", "value": 0.75}]
+    assert text.count(evaluation_report.BEGIN) == 1 and "| lineage_cloze | acc | 0.7500 |" in text
+    assert "Text the run wrote." in text and read_card_metadata(card)["library_name"] == "transformers"
+
+
+class NoModel:
+    """Stands in for the harness's model registry: loading a model fails the test."""
+
+    def __call__(self, *args, **kwargs):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    import lm_eval.api.registry
+
+    monkeypatch.setattr(lm_eval.api.registry, "get_model", NoModel())
+
+
+def test_bad_arguments_are_refused_by_name_before_a_model_is_loaded(gpt, tmp_path, capsys, no_model):
+    out = ["--output_dir", str(tmp_path / "out")]
+    with pytest.raises(harness.HarnessError, match="--tasks: 'no_such_task' is no task"):
+        evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze,no_such_task", *out])
+    task = tmp_path / "uncached.yaml"
+    task.write_text("task: uncached\ndataset_path: nobody/not-in-the-cache\noutput_type: loglikelihood\n"
+                    "test_split: test\ndoc_to_text: '{{text}}'\ndoc_to_target: '{{text}}'\n")
+    with pytest.raises(harness.HarnessError, match="--tasks .*uncached.yaml.*: its data cannot be read"):
+        evaluate.main(["--model", str(gpt), "--tasks", str(task), *out])
+    with pytest.raises(evaluate.EvaluateError, match="--model .* is not a saved model folder"):
+        evaluate.main(["--model", str(tmp_path), "--tasks", "lineage_cloze", *out])
+    for flag, value in (("--limit", "0"), ("--batch_size", "0"), ("--num_fewshot", "-1")):
+        with pytest.raises(SystemExit):
+            evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", flag, value, *out])
+        assert f"argument {flag}" in capsys.readouterr().err
+    with pytest.raises(evaluate.EvaluateError, match="--tasks is required for a causal LM"):
+        evaluate.main(["--model", str(gpt), *out])
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_lm_eval_the_message_names_the_extra(gpt, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)
+    with pytest.raises(harness.HarnessError, match=r"lineage\[eval\]"):
+        evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--output_dir", str(tmp_path / "out")])
+
+
+def test_a_translation_model_is_scored_with_sacrebleu_and_chrf(tmp_path):
+    folder = model_folder(tmp_path, "transformer", LineageTransformerForConditionalGeneration, 300)
+    out = evaluate.main(["--model", str(folder), "--eval_size", "6", "--num_beams", "2", "--length_penalty", "0.7",
+                         "--max_new_tokens", "5", "--output_dir", str(tmp_path / "eval")])
+    report = json.loads((out / "results.json").read_text())
+    rows = generate_records("translation", "test", size=6)
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
+    hypotheses = translate(model, AutoTokenizer.from_pretrained(folder), [r["source"] for r in rows], 2, 5,
+                           length_penalty=0.7)
+    expected = score_translations(hypotheses, [r["target"] for r in rows])
+    assert report["scores"]["translation"] == pytest.approx({k: expected[k] for k in ("bleu", "chrf", "exact_match")})
+    assert report["translation"]["bleu_signature"] == expected["bleu_signature"]
+    assert report["translation"]["length_penalty"] == 0.7
+    assert sum(r["sentences"] for r in report["translation"]["bleu_by_length"]) == 6
+    assert (out / "bleu_by_length.png").stat().st_size > 0
+
+
+def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):
+    names = ["entailment", "neutral", "contradiction"]
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3,
+                          id2label=dict(enumerate(reversed(names))), label2id={n: i for i, n in
+                                                                                enumerate(reversed(names))})
+    out = evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", "embedded:nli", "--eval_size", "12",
+                         "--output_dir", str(tmp_path / "eval")])
+    figures = json.loads((out / "results.json").read_text())["scores"]["nli"]
+    assert 0 <= figures["accuracy"] <= 1 and 0 <= figures["f1"] <= 1 and math.isfinite(figures["loss"])
+    flipped = tmp_path / "flipped.json"
+    flipped.write_text("\n".join(json.dumps({**r, "label": "maybe"}) for r in generate_records("nli", "test",
+                                                                                                 size=3)))
+    with pytest.raises(evaluate.EvaluateError, match="label 'maybe' of column 'label' is no class of the model"):
+        evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", str(flipped), "--output_dir",
+                       str(tmp_path / "eval2")])
+
+
+def test_a_uniform_masked_lm_has_the_vocabulary_size_as_pseudo_perplexity(tmp_path):
+    folder = model_folder(tmp_path, "bert", LineageBertForMaskedLM, 400)
+    model = LineageBertForMaskedLM.from_pretrained(folder)
+    with torch.no_grad():  # every logit 0: each token has probability 1 / vocabulary wherever it is masked
+        model.get_output_embeddings().weight.zero_()
+        model.get_output_embeddings().bias.zero_()
+    model.save_pretrained(folder)
+    text = tmp_path / "held-out.txt"
+    text.write_text("the cat sat on the mat\nAnna was born in Lisbon in 1950.\n")
+    out = evaluate.main(["--model", str(folder), "--text_file", str(text), "--batch_size", "3", "--output_dir",
+                         str(tmp_path / "eval")])
+    figures = json.loads((out / "results.json").read_text())["scores"]["pseudo_perplexity"]
+    vocabulary = model.get_output_embeddings().weight.shape[0]
+    assert figures["pseudo_perplexity"] == pytest.approx(vocabulary, rel=1e-4) and figures["tokens"] > 10
+
+
+def test_a_runs_card_rewritten_is_recorded_in_its_manifest(tmp_path):
+    model = tmp_path / "run" / "model"
+    model.mkdir(parents=True)
+    (model / "README.md").write_text("# run\n")
+    (tmp_path / "run" / "run.json").write_text(json.dumps({"wrote": {"model/README.md": [6, "0"]}}))
+    evaluation_report.write_card(model, {"lineage_cloze": {"acc": 0.5}}, "text-generation", {})
+    wrote = json.loads((tmp_path / "run" / "run.json").read_text())["wrote"]
+    assert wrote["model/README.md"][0] == (model / "README.md").stat().st_size > 6

@@ -1,0 +1,152 @@
+"""What `lineage evaluate` writes: `results.json`, the plots beside it, and (asked for) the model card's evaluation.
+
+- `plot_scores`: one small panel per task and metric, this model's bar beside the `--compare` baseline's (an earlier
+  `lineage evaluate` output), as the harness leaderboards draw them;
+- `plot_bleu_by_length`: a translation model's BLEU per source-length bucket (`train.analysis.experiment`), with the
+  baseline's where it has one;
+- `write_card`: the folder's `README.md` gets a `model-index` entry per task (an entry of the same task and source is
+  replaced, every other kept) and an evaluation table between two markers (replaced on the next run); no other file
+  of the folder changes, and a run's manifest (`run.json` beside a run's `model/`) records the new card.
+
+docs/evaluation.md ("What it writes").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
+
+from train.analysis.experiment import plot_bleu_vs_length
+from train.run.publish import read_card_metadata
+from train.run.run_folder import RECORD, record_written
+
+BEGIN, END = "<!-- lineage evaluate -->", "<!-- /lineage evaluate -->"
+SOURCE = "lineage evaluate"
+
+
+class ReportError(ValueError):
+    """A `--compare` folder that holds no `lineage evaluate` results."""
+
+
+def read_baseline(folder: str) -> dict[str, Any]:
+    """The results of an earlier `lineage evaluate` output folder, refused naming `--compare` otherwise."""
+    path = Path(folder) / "results.json"
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        results = None
+    if not isinstance(results, dict) or "scores" not in results:
+        raise ReportError(f"--compare {folder!r} holds no results of lineage evaluate ({path} is missing or "
+                          "unreadable): give the --output_dir of an earlier lineage evaluate")
+    return results
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def label(model: str) -> str:
+    """A model's name on a plot: a run's `<output_dir>/model` by its run folder, any other by its last part."""
+    path = Path(model)
+    return path.parent.name if path.name == "model" and path.parent.name else path.name or model
+
+
+def plot_scores(scores: dict[str, dict[str, float]], name: str, path: Path,
+                baseline: dict[str, Any] | None = None) -> Path:
+    """A bar panel per (task, metric): this model's value and, where it has the same figure, the baseline's."""
+    panels = [(task, metric) for task, figures in scores.items() for metric in figures]
+    other = (baseline or {}).get("scores", {})
+    plt = _pyplot()
+    columns = min(len(panels), 3)
+    rows = -(-len(panels) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.8 * rows), squeeze=False)
+    for ax, (task, metric) in zip(axes.flat, panels):
+        labels, values = [name], [scores[task][metric]]
+        if metric in other.get(task, {}):
+            labels.append(baseline["model"])
+            values.append(other[task][metric])
+        ax.bar(range(len(values)), values, color=["tab:blue", "tab:gray"][:len(values)])
+        ax.set_xticks(range(len(values)), [label(name) for name in labels], fontsize=7)
+        ax.set_title(f"{task}\n{metric}", fontsize=8)
+        for x, value in enumerate(values):
+            ax.annotate(f"{value:.4g}", (x, value), ha="center", va="bottom", fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def plot_bleu_by_length(rows: list[dict], name: str, path: Path, baseline: dict[str, Any] | None = None) -> Path:
+    """BLEU per source-length bucket, the baseline's beside it where it was scored on the same buckets."""
+    arms = {label(name): {"bleu_by_length": rows}}
+    theirs = ((baseline or {}).get("translation") or {}).get("bleu_by_length")
+    if theirs and [r["bucket"] for r in theirs] == [r["bucket"] for r in rows]:
+        arms[label(baseline["model"])] = {"bleu_by_length": theirs}
+    return plot_bleu_vs_length(arms, path)
+
+
+def write_results(path: Path, results: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(results, indent=1, default=str, ensure_ascii=False))
+    return path
+
+
+def _index_entry(task: str, figures: dict[str, float], task_type: str, source: str) -> dict[str, Any]:
+    return {"task": {"type": task_type}, "dataset": {"name": task, "type": task},
+            "metrics": [{"type": metric, "value": round(value, 4)} for metric, value in figures.items()],
+            "source": {"name": source}}
+
+
+def card_metadata(metadata: dict[str, Any], scores: dict[str, dict[str, float]], model_name: str, task_type: str,
+                  source: str) -> dict[str, Any]:
+    """`metadata` with a `model-index` entry per scored task; an entry of the same task and source is replaced."""
+    index = metadata.get("model-index") or [{"name": model_name, "results": []}]
+    kept = [r for r in index[0].get("results", [])
+            if not (r.get("source", {}).get("name") == source and r.get("dataset", {}).get("type") in scores)]
+    entries = [_index_entry(task, figures, task_type, source) for task, figures in scores.items()]
+    return {**metadata, "model-index": [{**index[0], "results": kept + entries}, *index[1:]]}
+
+
+def evaluation_section(scores: dict[str, dict[str, float]], settings: dict[str, Any]) -> str:
+    rows = "\n".join(f"| {task} | {metric} | {value:.4f} |" for task, figures in scores.items()
+                     for metric, value in figures.items())
+    said = ", ".join(f"{k} {v}" for k, v in settings.items() if v is not None)
+    return (f"{BEGIN}\n## Evaluation\n\nScored with `lineage evaluate` ({said}).\n\n| task | metric | value |\n"
+            f"|---|---|---|\n{rows}\n{END}\n")
+
+
+def write_card(folder: Path, scores: dict[str, dict[str, float]], task_type: str, settings: dict[str, Any]) -> Path:
+    """Update `folder/README.md` (module docstring), written through a temporary file and a rename."""
+    card = folder / "README.md"
+    text = card.read_text() if card.is_file() else ""
+    metadata = read_card_metadata(card) if text.startswith("---\n") else {}
+    body = text.split("---\n", 2)[2] if text.startswith("---\n") else text
+    section = evaluation_section(scores, settings)
+    if BEGIN in body and END in body:
+        body = body[:body.index(BEGIN)] + section + body[body.index(END) + len(END) + 1:]
+    else:
+        body = body.rstrip("\n") + ("\n\n" if body.strip() else "") + section
+    metadata = card_metadata(metadata, scores, folder.name, task_type, SOURCE)
+    tmp = folder / ".README.md.tmp"
+    tmp.write_text("---\n" + yaml.safe_dump(metadata, sort_keys=False) + "---\n\n" + body.lstrip("\n"))
+    os.replace(tmp, card)
+    record = folder.parent / RECORD
+    if folder.name == "model" and record.is_file() and "model/README.md" in json.loads(record.read_text()).get("wrote",
+                                                                                                               {}):
+        record_written(SimpleNamespace(output_dir=str(folder.parent)), "model")  # the run's card, rewritten
+    return card
+
+
+__all__ = ["BEGIN", "END", "ReportError", "card_metadata", "evaluation_section", "label", "plot_bleu_by_length",
+           "plot_scores", "read_baseline", "write_card", "write_results"]

@@ -1,0 +1,363 @@
+"""Score a model the standard way: lm-evaluation-harness tasks for causal LMs (and encoder-decoders), sacreBLEU and
+chrF for translation models, a data set for BERT-family classifiers, pseudo-perplexity for masked LMs.
+
+    lineage evaluate --model outputs/gpt/model --tasks lineage_cloze,lineage_perplexity --output_dir evals/gpt
+    lineage evaluate --model outputs/gpt/model --tasks hellaswag,arc_easy --limit 100 --output_dir evals/gpt-std
+    lineage evaluate --model outputs/mt/model --dataset pairs.json --output_dir evals/mt --compare evals/mt-before
+    lineage evaluate --model outputs/bert-nli/model --task nli --dataset other-nli.csv --output_dir evals/nli
+    lineage evaluate --model outputs/bert/model --text_file held-out.txt --output_dir evals/bert
+
+`--model` is a folder or Hub id, loaded as a Hub user loads it (`trust_remote_code=True`). With `--tasks` (names,
+groups, tags or task YAMLs, comma-separated) the harness's own `hf` model runs them (`train.analysis.harness`: what
+`lm_eval --model hf` reports for the same folder); the shipped offline tasks of `train/configs/tasks` are always
+available. Without `--tasks`: a sequence-to-sequence model translates `--dataset` (`source` / `target` columns), a
+classification, NLI, token-classification or QA model is scored on `--dataset` with finetune's keys, a masked LM gets
+pseudo-perplexity on `--text_file` (`train.analysis.model_scores`). Every argument, task and data set is checked
+before a model is loaded. `<output_dir>` gets `results.json` and `scores.png` (beside `--compare`'s figures), and
+`bleu_by_length.png` for translation; `--write_card true` adds the scores to a local model folder's card (its
+`model-index` and a table), and nothing else in that folder changes. docs/evaluation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from train.analysis import evaluation_report, harness
+from train.analysis.model_scores import pseudo_perplexity, score_translator
+from train.cli import CommandParser
+from train.run.environment import versions
+from train.run.run_folder import OutputDirError, check_writer_output, staged_output
+from train.setup.models import HUB_ID
+
+COMMAND = "evaluate"
+# the end of an architecture's class name -> what `lineage evaluate` does with it
+KINDS = {"ForCausalLM": "causal", "LMHeadModel": "causal", "ForConditionalGeneration": "seq2seq",
+         "ForSeq2SeqLM": "seq2seq", "ForMaskedLM": "masked-lm", "ForPreTraining": "masked-lm",
+         "ForSequenceClassification": "classifier", "ForTokenClassification": "classifier",
+         "ForQuestionAnswering": "classifier"}
+TASK_OF_HEAD = {"ForSequenceClassification": "sequence-classification", "ForTokenClassification":
+                "token-classification", "ForQuestionAnswering": "question-answering"}
+CARD_TASK_TYPES = {"causal": "text-generation", "seq2seq": "translation", "masked-lm": "fill-mask"}
+
+
+class EvaluateError(ValueError):
+    """A `lineage evaluate` argument that names nothing it can score."""
+
+
+def _number(kind: type, low: float, what: str):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+    return parse
+
+
+def _limit(text: str) -> float:
+    """lm_eval's `--limit`: examples per task (a whole number >= 1) or a fraction of them (0 < f < 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < 1 or (value >= 1 and value.is_integer())):
+        raise argparse.ArgumentTypeError(f"expected a number of examples per task >= 1, or a fraction of them "
+                                         f"between 0 and 1, got {text!r}")
+    return int(value) if value >= 1 else value
+
+
+def _batch_size(text: str) -> int | str:
+    if text == "auto" or text.startswith("auto:") and text[5:].isdigit():
+        return text
+    return _number(int, 1, "a batch size >= 1, or auto")(text)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = CommandParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="model folder or Hub id")
+    parser.add_argument("--model_revision", default=None, help="Hub branch, tag or commit of --model")
+    parser.add_argument("--output_dir", required=True, help="folder for results.json and the plots (new or empty)")
+    parser.add_argument("--tasks", default=None, help="lm-evaluation-harness tasks, groups, tags or YAML files, "
+                                                      "comma-separated")
+    parser.add_argument("--include_path", default=None, help="a folder of task YAMLs of your own")
+    parser.add_argument("--limit", type=_limit, default=None, help="examples per task (or a fraction)")
+    parser.add_argument("--num_fewshot", type=_number(int, 0, "a number of examples >= 0"), default=None)
+    parser.add_argument("--batch_size", type=_batch_size, default=1, help="an integer, or auto (harness)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: a GPU if there is one)")
+    parser.add_argument("--dataset", default=None, help="data to score a translation or classification model on: a "
+                                                        "file, a Hub dataset or embedded:<task>")
+    parser.add_argument("--dataset_config", default=None, help="the Hub dataset's configuration")
+    parser.add_argument("--split", default="test", help="the split of --dataset (a local file is one split)")
+    parser.add_argument("--task", default=None, help="classification models: sequence-classification, nli, "
+                                                     "token-classification or question-answering")
+    for column in ("text_column", "text_pair_column", "label_column"):
+        parser.add_argument(f"--{column}", default=None, help="as finetune's recipe key")
+    parser.add_argument("--eval_size", type=_number(int, 1, "a number of rows >= 1"), default=None,
+                        help="score the first N rows")
+    parser.add_argument("--max_seq_length", type=_number(int, 2, "a length >= 2"), default=128)
+    parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
+    parser.add_argument("--length_penalty", type=float, default=1.0)
+    parser.add_argument("--max_new_tokens", type=_number(int, 1, "a number of tokens >= 1"), default=64)
+    parser.add_argument("--text_file", default=None, help="masked LMs: the text to score (one sample per line)")
+    parser.add_argument("--compare", default=None, help="an earlier lineage evaluate --output_dir: its figures are "
+                                                        "drawn beside these")
+    parser.add_switch("--write_card", help="add the scores to the model folder's card (README.md)")
+    return parser.parse_args(argv)
+
+
+def read_model_config(name: str, revision: str | None) -> dict[str, Any]:
+    """`--model`'s config.json (a Hub id's from the Hugging Face cache or the Hub), refused naming `--model` when it
+    is no model folder or repo."""
+    path = Path(name)
+    if path.exists():
+        if not (path / "config.json").is_file():
+            hint = f" (a run saves its model in {path / 'model'})" if (path / "model" / "config.json").is_file() else ""
+            raise EvaluateError(f"--model {name!r} is not a saved model folder: it has no config.json{hint}")
+        if not any(path.glob("*.safetensors")):
+            raise EvaluateError(f"--model {name!r} holds no safetensors weights; give a folder save_pretrained wrote")
+        config_file = path / "config.json"
+    elif HUB_ID.fullmatch(name):
+        from huggingface_hub import hf_hub_download
+
+        try:
+            config_file = Path(hf_hub_download(name, "config.json", revision=revision))
+        except Exception as error:  # offline and not cached, no such repo, no access: the Hub's words say which
+            raise EvaluateError(f"--model {name!r}: its config.json could not be read from the Hugging Face cache or "
+                                f"the Hub ({type(error).__name__}: {error})") from None
+    else:
+        raise EvaluateError(f"--model {name!r} is neither a model folder nor a Hub repo id (org/name)")
+    try:
+        return json.loads(config_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise EvaluateError(f"--model {name!r}: {config_file} is not a JSON config ({error})") from None
+
+
+def model_kind(config: dict[str, Any], name: str) -> tuple[str, str]:
+    """(kind, architecture) of a config (`KINDS`)."""
+    architecture = (config.get("architectures") or [""])[0]
+    kind = next((k for suffix, k in KINDS.items() if architecture.endswith(suffix)), None)
+    if kind is None:
+        raise EvaluateError(f"--model {name!r} is a {architecture or 'model without architectures'}, which lineage "
+                            f"evaluate does not score; it scores {', '.join(sorted(set(KINDS.values())))} models")
+    return kind, architecture
+
+
+def check_arguments(args: argparse.Namespace, kind: str) -> Path:
+    """Refuse, before a model or data is loaded, what cannot run for this kind of model; the output folder."""
+    folder = check_writer_output(args.output_dir, COMMAND)
+    model = Path(args.model).resolve() if Path(args.model).exists() else None
+    if model is not None and (folder == model or model in folder.parents):
+        raise OutputDirError(f"--output_dir {folder} lies in --model's folder, which lineage evaluate never changes "
+                             "(only --write_card true rewrites its README.md): choose another folder")
+    if args.write_card and model is None:
+        raise EvaluateError(f"--write_card true writes into a local model folder; --model {args.model!r} is a Hub "
+                            "id: download it, or push a card yourself")
+    if args.tasks is not None and kind not in ("causal", "seq2seq"):
+        raise EvaluateError(f"--tasks runs lm-evaluation-harness on causal LMs and encoder-decoders; --model is a "
+                            f"{kind} model: leave --tasks out to score it on --dataset or --text_file")
+    if args.tasks is None and kind == "causal":
+        raise EvaluateError("--tasks is required for a causal LM: name lm-evaluation-harness tasks (e.g. "
+                            "lineage_cloze,lineage_perplexity, shipped; hellaswag,arc_easy from the Hub)")
+    if kind == "masked-lm" and args.text_file is None:
+        raise EvaluateError("--text_file is required for a masked LM: the text its pseudo-perplexity is taken on")
+    if args.text_file is not None and not Path(args.text_file).is_file():
+        raise EvaluateError(f"--text_file {args.text_file!r} is no file")
+    return folder
+
+
+def device_of(args: argparse.Namespace) -> str:
+    import torch
+
+    return args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def evaluate_harness(args: argparse.Namespace, kind: str) -> dict[str, Any]:
+    """The harness on `--tasks` (tasks and their data first, then the model once)."""
+    harness.require_lm_eval()
+    arguments = harness.model_arguments(args.model, args.model_revision, kind == "seq2seq")
+    manager = harness.task_manager(args.include_path, arguments)
+    tasks = harness.load_tasks([t.strip() for t in args.tasks.split(",") if t.strip()], manager)
+    results = harness.run(tasks, arguments, manager, limit=args.limit, num_fewshot=args.num_fewshot,
+                          batch_size=args.batch_size, device=args.device)
+    results["task_hashes"] = harness.task_hashes(results.pop("samples"))
+    return {"scores": harness.scores(results), "harness": results}
+
+
+def _rows(args: argparse.Namespace, source: str, columns: list) -> Any:
+    """The rows to score: `--split` of `source`, cut to `--eval_size`."""
+    from train.data.files import load_text_dataset
+
+    embedded = source.startswith("embedded:")
+    rows = load_text_dataset(source, args.split, columns=columns, dataset_config=args.dataset_config,
+                             **({"size": args.eval_size} if embedded else {}))
+    if args.eval_size is not None and not embedded and args.eval_size < len(rows):
+        rows = rows.select(range(args.eval_size))
+    return rows
+
+
+def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
+    """A seq2seq model's translations of `--dataset` (default: the embedded corpus's test split)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    source = args.dataset or "embedded:translation"
+    rows = _rows(args, source, [("source", "text"), ("target", "text")])
+    model = AutoModelForSeq2SeqLM.from_pretrained(args.model, revision=args.model_revision, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
+    batch = args.batch_size if isinstance(args.batch_size, int) else 32
+    scored = score_translator(model.to(device_of(args)), tokenizer, rows, num_beams=args.num_beams,
+                              length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens,
+                              batch_size=batch)
+    figures = {k: scored[k] for k in ("bleu", "chrf", "exact_match")}
+    return {"scores": {"translation": figures}, "translation": {**scored, "dataset": source, "split": args.split}}
+
+
+def _model_label_ids(rows, names: list[str], column: str, config, source: str):
+    """`rows` with the class ids of `names` turned into the model's (`config.label2id`), by name."""
+    label2id = {str(k): v for k, v in (config.label2id or {}).items()}
+    generic = all(k.startswith("LABEL_") for k in label2id)
+    mapping = {}
+    for i, name in enumerate(names):
+        if name in label2id:
+            mapping[i] = label2id[name]
+        elif generic and name.isdigit() and int(name) < config.num_labels:
+            mapping[i] = int(name)
+        else:
+            raise EvaluateError(f"--dataset {source}: label {name!r} of column {column!r} is no class of the model "
+                                f"(its classes: {', '.join(map(str, label2id))})")
+
+    def convert(value):
+        return [mapping.get(v, v) for v in value] if isinstance(value, list) else mapping.get(value, value)
+
+    return rows.map(lambda row: {column: convert(row[column])})
+
+
+def classifier_data(args: argparse.Namespace, architecture: str, family: str):
+    """(task, encode task, Auto class, columns, rows with the labels as class names) of `--dataset`."""
+    from train import finetune
+    from train.data.labels import class_labels
+
+    task = args.task or TASK_OF_HEAD[next(s for s in TASK_OF_HEAD if architecture.endswith(s))]
+    if task not in finetune.TASKS:
+        raise EvaluateError(f"--task must be one of {', '.join(finetune.TASKS)}, got {task!r}")
+    default_data, _, encode_task, auto_class = finetune.TASKS[task]
+    if family == "gpt" and encode_task != "classification":
+        raise EvaluateError(f"--task {task!r} needs a BERT model; a GPT model serves sequence-classification and nli")
+    text, pair, label = finetune.task_columns(SimpleNamespace(**{k: getattr(args, k) for k in (
+        "text_column", "text_pair_column", "label_column")}), task)
+    text_kind, label_kind = finetune.COLUMN_KINDS[encode_task]
+    columns = [(c, k) for c, k in ((text, text_kind), (pair, "text"), (label, label_kind)) if c]
+    columns += [("answers", "answers")] if encode_task == "qa" else []
+    source = args.dataset or default_data
+    rows = _rows(args, source, columns)
+    names = None
+    if label:
+        names, rows, _ = class_labels(rows, None, label, (source, source), allow_single_class=True)
+    return task, encode_task, auto_class, (text, pair, label), rows, names, source
+
+
+def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str) -> dict[str, Any]:
+    """A classification, NLI, token-classification or QA model on `--dataset`, with finetune's metrics."""
+    import transformers
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+
+    from train import finetune
+    from train.data.collators import PaddingCollator
+    from train.run.evaluation import evaluate as evaluation_pass
+
+    task, encode_task, auto_class, (text, pair, label), rows, names, source = classifier_data(args, architecture,
+                                                                                              family)
+    model = getattr(transformers, auto_class).from_pretrained(args.model, revision=args.model_revision,
+                                                             trust_remote_code=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
+    if names is not None:
+        rows = _model_label_ids(rows, names, label, model.config, source)
+    data = finetune.encoded(args, tokenizer, encode_task, rows, text, pair, label)
+    batch = args.batch_size if isinstance(args.batch_size, int) else 32
+    accelerator = Accelerator(cpu=device_of(args) == "cpu")
+    loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer))
+    model, loader = accelerator.prepare(model, loader)
+    figures = evaluation_pass(accelerator, model, loader, finetune.predict, finetune.metrics)
+    return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}},
+            "data": {"dataset": source, "split": args.split, "rows": len(rows), "task": task}}
+
+
+def evaluate_masked_lm(args: argparse.Namespace) -> dict[str, Any]:
+    """A masked LM's pseudo-perplexity on `--text_file`."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from train.data.files import load_text_dataset
+
+    texts = [t for t in load_text_dataset(args.text_file, columns=("text",))["text"] if t.strip()]
+    texts = texts[:args.eval_size] if args.eval_size else texts
+    model = AutoModelForMaskedLM.from_pretrained(args.model, revision=args.model_revision, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
+    batch = args.batch_size if isinstance(args.batch_size, int) else 32
+    figures = pseudo_perplexity(model.to(device_of(args)), tokenizer, texts, max_length=args.max_seq_length,
+                                batch_size=batch)
+    return {"scores": {"pseudo_perplexity": figures}, "data": {"text_file": args.text_file, "texts": len(texts)}}
+
+
+def score(args: argparse.Namespace, kind: str, architecture: str, family: str) -> dict[str, Any]:
+    """What the kind of model is scored on (module docstring)."""
+    if args.tasks is not None:
+        return evaluate_harness(args, kind)
+    if kind == "seq2seq":
+        return evaluate_translation(args)
+    if kind == "classifier":
+        return evaluate_classifier(args, architecture, family)
+    return evaluate_masked_lm(args)
+
+
+def write_outputs(folder: Path, report: dict[str, Any], baseline: dict[str, Any] | None) -> None:
+    """results.json and the plots, staged beside `folder` and moved into place."""
+    with staged_output(folder, COMMAND) as staging:
+        evaluation_report.write_results(staging / "results.json", report)
+        evaluation_report.plot_scores(report["scores"], report["model"], staging / "scores.png", baseline)
+        if "translation" in report:
+            evaluation_report.plot_bleu_by_length(report["translation"]["bleu_by_length"], report["model"],
+                                                  staging / "bleu_by_length.png", baseline)
+
+
+def card_settings(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, Any]:
+    harness_version = report.get("harness", {}).get("lm_eval_version")
+    return {"harness": f"lm-evaluation-harness {harness_version}" if harness_version else None,
+            "n-shot": args.num_fewshot, "limit": args.limit, "dataset": args.dataset,
+            "date": report["date"][:10]}
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    """Run the command; returns the output folder."""
+    args = parse_args(argv)
+    config = read_model_config(args.model, args.model_revision)
+    kind, architecture = model_kind(config, args.model)
+    folder = check_arguments(args, kind)
+    baseline = evaluation_report.read_baseline(args.compare) if args.compare else None
+    family = "gpt" if "Gpt" in architecture or config.get("model_type") in ("gpt2", "openai-gpt") else "bert"
+    report = {"model": args.model, "model_revision": args.model_revision, "architecture": architecture,
+              "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+              **score(args, kind, architecture, family),
+              "versions": versions(), "command": ["lineage", COMMAND, *(sys.argv[1:] if argv is None else argv)]}
+    write_outputs(folder, report, baseline)
+    if args.write_card:
+        task_type = CARD_TASK_TYPES.get(kind, "text-classification")
+        card = evaluation_report.write_card(Path(args.model), report["scores"], task_type, card_settings(args, report))
+        print(f"model card: {card}")
+    for task, figures in report["scores"].items():
+        print(f"{task}: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+                                      for k, v in figures.items()))
+    print(f"results: {folder / 'results.json'}")
+    return folder
+
+
+if __name__ == "__main__":
+    main()
