@@ -16,16 +16,32 @@ GPT; the Transformer's `"sinusoidal"` or `"learned"`) or relative position repre
 added to keys and values inside self-attention) or `"relative-keys"` (keys only). Relative models have no absolute
 positions unless `absolute_and_relative` is set.
 
+Names: the attention families take their fields under other names too (`attribute_map`, as T5's and Marian's configs:
+`d_model`, `d_ff`, `num_heads`, `num_layers`; the paper's `d_k` / `d_v` when they agree with the head size), and every
+config refuses a keyword that reads like a size but no field takes, which transformers would keep as an unused
+attribute; a stored config keeps such a keyword with a warning (docs/models.md, "Creating, saving and loading").
+
 This module imports `transformers` only (never torch): it is copied beside saved models.
 """
 
+import re
 import warnings
+from functools import cache
 
-from transformers import PreTrainedConfig
+from transformers import GenerationConfig, PreTrainedConfig
 
 ACTIVATIONS = ("relu", "gelu", "gelu_new", "silu")
 NORM_POSITIONS = ("post", "pre")
 RELATIVE_POSITION_TYPES = ("relative", "relative-keys")
+SIZE_KEYWORD = re.compile(r"^(num|n|d)_|_(size|dim|dims)$")  # how a keyword that names a size reads
+HEAD_SIZES = ("d_k", "d_v", "head_dim")  # hidden_size / num_attention_heads in every attention family
+
+
+@cache
+def keywords_not_sizes() -> frozenset[str]:
+    """Keywords that read like sizes but are none: transformers' `num_labels` and the generation settings, which
+    transformers takes out of a config's keywords itself."""
+    return frozenset({"num_labels", *GenerationConfig().to_dict()})
 
 
 def check_vocab_multiple(multiple, name: str = "pad_vocab_to_multiple_of") -> None:
@@ -50,6 +66,8 @@ class LineageBaseConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         stored = kwargs.pop("_stored_config", False)  # set by `from_dict` only, never saved
+        self.check_size_keywords(kwargs, strict=not stored)
+        self.check_other_names(kwargs)
         super().__post_init__(**kwargs)
         self.check_lineage_fields()
         self.check_token_ids(strict=not stored)
@@ -57,8 +75,45 @@ class LineageBaseConfig(PreTrainedConfig):
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         """A stored config (`from_pretrained`, or a reference model's in `conversion.py`): special-token ids that index
-        no weight keep their values, with a warning, where a config built in code refuses them."""
-        return super().from_dict({**config_dict, "_stored_config": True}, **kwargs)
+        no weight keep their values, with a warning, where a config built in code refuses them; a field stored beside
+        one of its other names (`attribute_map`, which an earlier release ignored) keeps the field's value."""
+        stored = dict(config_dict)
+        for alias, field in cls.attribute_map.items():
+            if alias in stored and field in stored and stored.pop(alias) != stored[field]:
+                warnings.warn(f"the stored config has `{field}`={stored[field]!r} and `{alias}`="
+                              f"{config_dict[alias]!r}, another name for it that earlier releases ignored: `{alias}` "
+                              f"is dropped, the model keeps `{field}`={stored[field]!r}.", stacklevel=2)
+        return super().from_dict({**stored, "_stored_config": True}, **kwargs)
+
+    def check_size_keywords(self, keywords: dict, strict: bool = True) -> None:
+        """A keyword no field takes that reads like a size (`num_*`, `n_*`, `d_*`, `*_size`, `*_dim`) would be kept as
+        an attribute the model never reads: refused naming it and the sizes the config has (kept with a warning in a
+        stored config, which earlier releases wrote with it)."""
+        unknown = [key for key in keywords if SIZE_KEYWORD.search(key) and key not in self.attribute_map
+                   and key not in keywords_not_sizes()]
+        if not unknown:
+            return
+        others = ", ".join(f"{alias} ({field})" for alias, field in self.attribute_map.items())
+        message = (f"{type(self).__name__} has no field {', '.join(f'`{key}`' for key in unknown)}: the model would be "
+                   f"built without it. Its sizes are {', '.join(self.positive_fields)}"
+                   + (f"; other names it takes: {others}." if others else "."))
+        if strict:
+            raise ValueError(message)
+        warnings.warn(f"{message} Kept as stored, unused.", stacklevel=3)
+
+    def check_other_names(self, keywords: dict) -> None:
+        """A field and another name for it (`attribute_map`) given with different values: refused naming both (a field
+        left at its default gives way to the other name)."""
+        given: dict[str, dict[str, object]] = {}
+        for alias in keywords.keys() & self.attribute_map.keys():
+            given.setdefault(self.attribute_map[alias], {})[alias] = keywords[alias]
+        for field, aliases in given.items():
+            current = self.__dict__[field]
+            if current != self.__dataclass_fields__[field].default:
+                aliases = {field: current, **aliases}
+            if len(set(map(repr, aliases.values()))) > 1:
+                raise ValueError(f"`{field}` given twice with different values, under its names "
+                                 + ", ".join(f"{name}={value!r}" for name, value in aliases.items()) + ": give one.")
 
     def check_token_ids(self, strict: bool = True) -> None:
         """Every id of `weight_token_ids` and `metadata_token_ids` None or in [0, vocab_size) (`eos_token_id` may list
@@ -142,6 +197,9 @@ class LineageConfig(LineageBaseConfig):
     """
 
     absolute_position_types = ("absolute",)  # the values of `position_embedding_type` that give absolute positions
+    # the papers' and other libraries' names of the fields, read and written through (as T5's and Marian's configs)
+    attribute_map = {"d_model": "hidden_size", "d_ff": "intermediate_size", "num_heads": "num_attention_heads",
+                     "num_layers": "num_hidden_layers"}
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -164,6 +222,25 @@ class LineageConfig(LineageBaseConfig):
     positive_fields = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                        "max_position_embeddings")
     probability_fields = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+    def __post_init__(self, **kwargs):
+        head_sizes = {name: kwargs.pop(name) for name in HEAD_SIZES if name in kwargs}
+        super().__post_init__(**kwargs)
+        self.check_head_sizes(head_sizes, strict=not kwargs.get("_stored_config", False))
+
+    def check_head_sizes(self, head_sizes: dict, strict: bool = True) -> None:
+        """The paper's `d_k` and `d_v` (and `head_dim`) are hidden_size / num_attention_heads here, not fields: taken
+        when they agree, refused naming them otherwise (a stored config keeps its fields, with a warning)."""
+        size = self.hidden_size // self.num_attention_heads
+        wrong = {name: value for name, value in head_sizes.items() if value != size}
+        if not wrong:
+            return
+        message = (f"{', '.join(f'`{name}`={value!r}' for name, value in wrong.items())}: the head size is "
+                   f"hidden_size / num_attention_heads = {self.hidden_size} / {self.num_attention_heads} = {size}, "
+                   "not a field of its own; set hidden_size and num_attention_heads for the head size you want.")
+        if strict:
+            raise ValueError(message)
+        warnings.warn(f"{message} The stored config keeps {size}.", stacklevel=3)
 
     def check_lineage_fields(self) -> None:
         """The shared checks (`LineageBaseConfig`), then those of the attention families' fields."""

@@ -30,6 +30,9 @@ class LineageGptConfig(LineageConfig):
 
     model_type = "lineage-gpt"
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache output before and from transformers 5.24
+    attribute_map = {**LineageConfig.attribute_map, "n_embd": "hidden_size", "n_layer": "num_hidden_layers",
+                     "n_head": "num_attention_heads", "n_positions": "max_position_embeddings",
+                     "n_inner": "intermediate_size"}  # the names of transformers' GPT-2 and OpenAI GPT configs
     metadata_token_ids = ("pad_token_id", "bos_token_id", "eos_token_id")
 
     vocab_size: int = 40478

@@ -44,6 +44,7 @@ class LineageTransformerConfig(LineageConfig):
     model_type = "lineage-transformer"
     absolute_position_types = ("sinusoidal", "learned")
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache output before and from transformers 5.24
+    attribute_map = {**LineageConfig.attribute_map, "h": "num_attention_heads", "N": "num_hidden_layers"}  # table 3
     weight_token_ids = ("pad_token_id",)  # the shared embedding's `padding_idx`
     metadata_token_ids = ("bos_token_id", "eos_token_id", "decoder_start_token_id")
     probability_fields = (*LineageConfig.probability_fields, "label_smoothing")
