@@ -268,7 +268,8 @@ def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> No
             if (folder / name).exists():
                 (folder / name).rename(aside / name)
         print(f"overwrite_output_dir: set aside {', '.join(present)} of {folder} in {aside.name}, deleted once this "
-              f"run writes its first checkpoint or its model, put back if it stops before", flush=True)
+              f"run writes its first checkpoint or its model, put back if it stops before (if it is killed first, by "
+              f"the next run into {folder})", flush=True)
         _set_aside[folder] = aside
         return
     for name in present:
@@ -437,7 +438,7 @@ def output_in_place(folder: Path, command: str) -> Iterator[Path]:
         for path in earlier:
             path.rename(aside / path.name)
         print(f"{command}: set aside its earlier output in {aside}, deleted once this one is written, put back if it "
-              f"stops before", flush=True)
+              f"stops before (if it is killed first, by the next {command} into {folder})", flush=True)
     _write_json(folder / OUTPUT_RECORD, {"command": command, "pid": os.getpid()})  # no manifest: not finished
     try:
         yield folder
