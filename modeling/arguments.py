@@ -5,23 +5,32 @@ transformers 5.24 renamed the cache argument of a forward, and the field of its 
 `past_key_values` to `cache` (`generate()` passes `cache=`). A forward whose `**kwargs` takes whatever it is given
 would drop a renamed argument without a word, so `@forward_arguments` accepts the cache under either name, shows
 the installed name in the signature transformers inspects, and refuses by name every keyword that is neither a
-parameter of the forward nor one that transformers passes to every model (`TRANSFORMERS_KEYWORDS`).
+parameter of the forward nor one that transformers passes to every model (`TRANSFORMERS_KEYWORDS`). Where the
+installed name is `cache`, the old one gives the `FutureWarning` transformers' own forwards give
+(`deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")`), once per call site.
 """
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import fields
 
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.utils import is_torchdynamo_compiling
 
 OLD_CACHE_NAME = "past_key_values"
 CACHE_NAME = "cache" if "cache" in {field.name for field in fields(BaseModelOutputWithPast)} else OLD_CACHE_NAME
+OLD_CACHE_REMOVED_IN = "5.40.0"  # where transformers 5.24's classes say `past_key_values` goes
 
 # Keywords transformers passes to a model beyond the forward's own parameters. Trainer passes `num_items_in_batch`
 # (the token count of a gradient-accumulation step) only to heads whose loss takes it (`accepts_loss_kwargs`).
 TRANSFORMERS_KEYWORDS = frozenset({"output_attentions", "output_hidden_states", "return_dict", "num_items_in_batch"})
+# Taken where a forward names them, but left out of the signature it shows, as transformers' own forwards take them in
+# `**kwargs`: Trainer counts every parameter with "label" in its name among the label names (`find_labels`), and then
+# finds no labels (hence no evaluation loss) in a batch without `shift_labels`.
+UNLISTED_KEYWORDS = frozenset({"shift_labels"})
 
 
 def cache_keyword(cache) -> dict:
@@ -56,9 +65,9 @@ def forward_arguments(forward: Callable | None = None, *, strict: bool = True, t
     """Decorate a forward whose cache parameter (if any) is named `cache`: it takes the cache as `cache` or
     `past_key_values` (both at once are refused), its signature names the cache as the installed transformers does,
     and (`strict`) a keyword it does not use raises a `TypeError` naming it, its signature then listing exactly the
-    keywords it takes (its own, `TRANSFORMERS_KEYWORDS` and `takes`, no `**kwargs`). `takes` names keywords the
-    forward receives in its `**kwargs`: those a head hands on to its base model, or those it reads there itself
-    (transformers' varlen keywords). A layer whose extra keywords are the attention kernel's own sets
+    keywords it takes (its own but `UNLISTED_KEYWORDS`, `TRANSFORMERS_KEYWORDS` and `takes`, no `**kwargs`). `takes`
+    names keywords the forward receives in its `**kwargs`: those a head hands on to its base model, or those it reads
+    there itself (transformers' varlen keywords). A layer whose extra keywords are the attention kernel's own sets
     `strict=False`."""
     if forward is None:
         return functools.partial(forward_arguments, strict=strict, takes=takes)
@@ -75,6 +84,10 @@ def forward_arguments(forward: Callable | None = None, *, strict: bool = True, t
             if "cache" in kwargs:
                 raise TypeError(f"{type(self).__name__}.{forward.__name__}() got the cache twice, as `cache` and "
                                 f"`{OLD_CACHE_NAME}` (two names of one argument): pass one.")
+            if CACHE_NAME != OLD_CACHE_NAME and not is_torchdynamo_compiling():
+                warnings.warn(f"`{OLD_CACHE_NAME}` is deprecated and will be removed in version {OLD_CACHE_REMOVED_IN} "
+                              f"for `{type(self).__name__}.{forward.__name__}`. Use `{CACHE_NAME}` instead.",
+                              FutureWarning, stacklevel=2)
             kwargs["cache"] = kwargs.pop(OLD_CACHE_NAME)
         if strict:
             taken = per_example if getattr(self, "accepts_loss_kwargs", True) is False else accepted
@@ -86,7 +99,7 @@ def forward_arguments(forward: Callable | None = None, *, strict: bool = True, t
         return forward(self, *args, **kwargs)
 
     shown = [p.replace(name=CACHE_NAME) if name == "cache" else p for name, p in parameters.items()
-             if not (strict and p.kind == p.VAR_KEYWORD)]
+             if not (strict and p.kind == p.VAR_KEYWORD) and name not in UNLISTED_KEYWORDS]
     if strict:  # what the forward takes, as transformers reads it (`generate()` hands an encoder only these)
         shown += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None)
                   for name in sorted((TRANSFORMERS_KEYWORDS | set(takes)) - names)]
@@ -94,5 +107,5 @@ def forward_arguments(forward: Callable | None = None, *, strict: bool = True, t
     return wrapper
 
 
-__all__ = ["CACHE_NAME", "OLD_CACHE_NAME", "TRANSFORMERS_KEYWORDS", "cache_keyword", "encoder_decoder_cache",
-           "forward_arguments", "model_cache", "output_cache"]
+__all__ = ["CACHE_NAME", "OLD_CACHE_NAME", "TRANSFORMERS_KEYWORDS", "UNLISTED_KEYWORDS", "cache_keyword",
+           "encoder_decoder_cache", "forward_arguments", "model_cache", "output_cache"]

@@ -189,14 +189,19 @@ def check_labels_shape(labels: torch.Tensor | None, shape: tuple[int, ...] | tor
 
 
 def check_lm_labels(labels: torch.Tensor | None, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
-                    vocab_size: int) -> None:
+                    vocab_size: int, shift_labels: torch.Tensor | None = None) -> None:
     """A language-model head's `labels`, before the model runs: one per input token, (B, T) as `input_ids` (or
-    `inputs_embeds` without their last dimension), each -100 (ignored) or a token id (`check_label_ids`)."""
-    if labels is None:
-        return
-    if input_ids is not None or inputs_embeds is not None:
-        check_labels_shape(labels, input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1])
-    check_label_ids(labels, vocab_size)
+    `inputs_embeds` without their last dimension), each -100 (ignored) or a token id (`check_label_ids`). A causal
+    LM's `shift_labels` (the targets already aligned with the positions) come with `labels` and are checked alike."""
+    if shift_labels is not None and labels is None:
+        raise ValueError("`shift_labels` (targets already aligned with the positions) come with `labels`: the loss is "
+                         "computed when `labels` is given, against `shift_labels` when they are given too.")
+    for name, value in (("labels", labels), ("shift_labels", shift_labels)):
+        if value is None:
+            continue
+        if input_ids is not None or inputs_embeds is not None:
+            check_labels_shape(value, input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1], name)
+        check_label_ids(value, vocab_size, name)
 
 
 def check_class_labels(labels: torch.Tensor | None, num_classes: int, name: str = "labels",

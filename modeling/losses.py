@@ -229,6 +229,7 @@ def lm_output(
     sparse_prediction: bool = False,
     logits_to_keep: int | torch.Tensor = 0,
     label_smoothing: float = 0.0,
+    shift_labels: torch.Tensor | None = None,
     **loss_kwargs,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The (logits, loss) of every family's language-model head over its (B, T, C) `hidden_states`.
@@ -239,8 +240,12 @@ def lm_output(
     `skip_logits` (`skips_logits`: a training forward with labels) the loss alone comes back, from `lm_head_loss`;
     otherwise the logits of the real vocabulary (`vocab_logits`) and, with labels, `model.loss_function` of them
     (`loss_kwargs`: Trainer's `num_items_in_batch` and the keywords transformers' losses take); the heads have
-    checked `labels` (`checks.check_lm_labels`). `shift`: position t predicts label t + 1 (causal LM)."""
+    checked `labels` (`checks.check_lm_labels`). `shift`: position t predicts label t + 1 (causal LM), unless
+    `shift_labels` are given: the targets already aligned with the positions, which the loss is then computed against
+    as they are (transformers' `ForCausalLMLoss`)."""
     vocab_size = model.config.vocab_size
+    if shift_labels is not None:
+        labels, shift = shift_labels.contiguous(), False  # `ForCausalLMLoss` views them
     if isinstance(logits_to_keep, torch.Tensor) or logits_to_keep:
         hidden_states = slice_logits_to_keep(hidden_states, logits_to_keep)  # (B, T', C)
     if labels is not None and sparse_prediction:
@@ -256,6 +261,8 @@ def lm_output(
     logits = vocab_logits(logits + logits_bias if logits_bias is not None else logits, vocab_size)
     if labels is None:
         return logits, None
+    if shift_labels is not None:  # aligned already: `model.loss_function` (ForCausalLMLoss) then shifts nothing
+        loss_kwargs["shift_labels"] = labels
     return logits, model.loss_function(logits, labels, vocab_size=vocab_size, **loss_kwargs)
 
 

@@ -417,12 +417,14 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         return_logits: bool | None = None,
+        shift_labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithCrossAttentions:
-        """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
-        with `labels` returns `logits=None` (`return_logits`: `losses.skips_logits`)."""
+        """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss; `shift_labels`, given
+        with them, are the targets already aligned with the positions, and the loss is computed against them as they
+        are. A training forward with `labels` returns `logits=None` (`return_logits`: `losses.skips_logits`)."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
-        check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size)
+        check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size, shift_labels)
         if labels is not None:
             use_cache = False
         outputs = self.bert(
@@ -430,7 +432,8 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
             encoder_attention_mask, cache, use_cache, return_dict=True, **kwargs,
         )
         logits, loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head.decoder, skip_logits,
-                                 self.lm_head.transform, shift=True, logits_to_keep=logits_to_keep, **kwargs)
+                                 self.lm_head.transform, shift=True, logits_to_keep=logits_to_keep,
+                                 shift_labels=shift_labels, **kwargs)
         return CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,

@@ -189,20 +189,22 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         return_logits: bool | None = None,
+        shift_labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
-        """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss. A training forward
-        with `labels` computes the loss without the (B, T, V) logits and returns `logits=None` (`return_logits`:
-        see `losses.skips_logits`). `packed_sequences` and the `cu_seq_lens_*` / `max_length_*` of packed rows go to
-        the base model (`LineageGptModel.forward`)."""
+        """`labels` are the input ids (shifted inside); -100 marks positions left out of the loss; `shift_labels`, given
+        with them, are the targets already aligned with the positions (as context-parallel training passes them), and
+        the loss is computed against them as they are. A training forward with `labels` computes the loss without the
+        (B, T, V) logits and returns `logits=None` (`return_logits`: see `losses.skips_logits`). `packed_sequences`
+        and the `cu_seq_lens_*` / `max_length_*` of packed rows go to the base model (`LineageGptModel.forward`)."""
         skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
-        check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size)
+        check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size, shift_labels)
         outputs = self.transformer(
             input_ids, attention_mask, position_ids, cache, inputs_embeds, use_cache=use_cache,
             return_dict=True, **kwargs,
         )
         logits, loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head, skip_logits, shift=True,
-                                 logits_to_keep=logits_to_keep, **kwargs)
+                                 logits_to_keep=logits_to_keep, shift_labels=shift_labels, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,

@@ -3,6 +3,7 @@ refused. The families' forwards are walked by tests/modeling/test_contract.py; h
 names a transformers release may use."""
 
 import inspect
+import warnings
 
 import pytest
 
@@ -29,7 +30,13 @@ def test_the_signature_names_the_cache_as_the_installed_release_does(monkeypatch
     assert parameters[:4] == ["self", "input_ids", installed, "use_cache"]
     assert set(parameters[4:]) == TRANSFORMERS_KEYWORDS and "kwargs" not in parameters
     for name in ("cache", OLD_CACHE_NAME):  # either name reaches the forward's `cache`
-        assert forward(Head(), 1, **{name: "kv"})["cache"] == "kv"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert forward(Head(), 1, **{name: "kv"})["cache"] == "kv"
+        old_and_renamed = name == OLD_CACHE_NAME and installed == "cache"  # deprecated, as transformers 5.24 says
+        assert [str(w.message) for w in caught] == (
+            ["`past_key_values` is deprecated and will be removed in version 5.40.0 for `Head.forward`. Use `cache` "
+             "instead."] if old_and_renamed else [])
 
 
 def test_both_names_at_once_and_unknown_keywords_are_refused_by_name():
@@ -44,6 +51,7 @@ def test_both_names_at_once_and_unknown_keywords_are_refused_by_name():
         forward(PerExampleHead(), num_items_in_batch=3)
 
 
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
 def test_a_layer_passes_the_kernel_keywords_through():
     forward = forward_arguments(Head.forward, strict=False)
     assert forward(Head(), past_key_values=1, relative_position_index=2) == {

@@ -6,6 +6,7 @@ causality, the cache, save/load, gradient checkpointing, parity with the referen
 
 import ast
 import inspect
+import warnings
 
 import pytest
 import torch
@@ -322,6 +323,7 @@ def test_a_per_example_loss_refuses_a_token_count(model_class):
 
 
 @generative_ids
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
 def test_the_cache_is_taken_under_both_names_and_returned_under_the_installed_one(model_class):
     model = build(model_class).eval()
     inputs = unlabelled_inputs(model_class)
@@ -338,6 +340,43 @@ def test_the_cache_is_taken_under_both_names_and_returned_under_the_installed_on
     assert new.get_seq_length() == old.get_seq_length() == output_cache(first).get_seq_length() + 1
     with pytest.raises(TypeError, match="got the cache twice, as `cache` and `past_key_values`"):
         model(**step, cache=output_cache(first), past_key_values=output_cache(first))
+
+
+@pytest.mark.parametrize("model_class", [LineageBertLMHeadModel, LineageGptForCausalLM], ids=lambda c: c.__name__)
+def test_shift_labels_are_checked_by_name_and_left_out_of_the_label_names(model_class):
+    """`shift_labels` come with `labels` and are checked as they are; Trainer reads its label names from the signature
+    (`find_labels`), where they are left out as transformers' causal LMs leave them (taken in `**kwargs`), so a batch
+    without them still has its labels."""
+    model = build(model_class).eval()
+    inputs, labels = inputs_and_labels(model_class)
+    cases = [({"shift_labels": labels["labels"]}, r"`shift_labels` .* come with `labels`"),
+             ({**labels, "shift_labels": labels["labels"][:, 1:]}, r"`shift_labels` must have shape \(2, 6\)"),
+             ({**labels, "shift_labels": torch.full((B, T), V)}, r"`shift_labels` must be -100 \(ignored\) or in "
+                                                                  r"\[0, 99\) \(vocab_size=99\), got 99")]
+    for given, message in cases:
+        with pytest.raises(ValueError, match=message):
+            model(**inputs, **given)
+    assert transformers.utils.generic.find_labels(model_class) == ["labels"]
+
+
+def test_the_old_cache_name_warns_as_transformers_own_classes_do():
+    """transformers 5.24's forwards give a FutureWarning for `past_key_values` (`deprecate_kwarg`), once per call site
+    under Python's default filter; 5.23's, where it is the current name, give none. Every generative head says what
+    the reference GPT-2 says, with its own name, as often."""
+    reference = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=V, n_embd=32, n_layer=1, n_head=4, n_positions=16, bos_token_id=0, eos_token_id=0)).eval()
+    said = {}
+    for model in (reference, *(build(model_class).eval() for model_class in GENERATIVE)):
+        inputs = {"input_ids": torch.randint(5, V, (B, T))} if model is reference else unlabelled_inputs(type(model))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            for _ in range(3):
+                model(**inputs, past_key_values=None)
+        said[type(model).__name__] = [(w.category, str(w.message).replace(type(model).__name__, "<class>"))
+                                      for w in caught]
+    assert len(said["GPT2LMHeadModel"]) == (CACHE_NAME != OLD_CACHE_NAME)
+    for name in said:
+        assert said[name] == said["GPT2LMHeadModel"], name
 
 
 @pytest.mark.parametrize("name", ["bert-tiny", "gpt-tiny", "transformer-tiny"])

@@ -149,10 +149,10 @@ def test_incremental_decoding_with_cache_equals_full_pass(implementation):
     hidden = torch.randn(2, 6, 32)
     full, _, _ = block(hidden)
     cache = DynamicCache(config=cfg)
-    prefix, _, _ = block(hidden[:, :3], past_key_values=cache)
+    prefix, _, _ = block(hidden[:, :3], cache=cache)
     steps = [prefix]
     for t in range(3, 6):
-        step, _, _ = block(hidden[:, t:t + 1], past_key_values=cache)
+        step, _, _ = block(hidden[:, t:t + 1], cache=cache)
         steps.append(step)
     assert cache.get_seq_length() == 6
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
@@ -167,7 +167,7 @@ def test_cross_attention_keys_and_values_are_projected_once_per_generation():
     calls = []
     block.cross_attn.sublayer.k_proj.register_forward_hook(lambda *args: calls.append(1))
     cache = EncoderDecoderCache(DynamicCache(config=cfg), DynamicCache(config=cfg))
-    steps = [block(target[:, t:t + 1], None, encoder, past_key_values=cache)[0] for t in range(4)]
+    steps = [block(target[:, t:t + 1], None, encoder, cache=cache)[0] for t in range(4)]
     assert len(calls) == 1
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 

@@ -335,6 +335,6 @@ def test_cache_plus_new_tokens_past_positions_is_refused():
     assert_refused(model, f"`{CACHE_NAME} \\+ input_ids` has 65 positions",
                    lambda: model(tokens(1, 5), **cache_keyword(cache)))
     assert_refused(model, "60 cached \\+ 2 new tokens",
-                   lambda: model(tokens(1, 2), attention_mask=torch.ones(1, 2), past_key_values=cache))
+                   lambda: model(tokens(1, 2), attention_mask=torch.ones(1, 2), cache=cache))
     assert_refused(model, r"A 4D `attention_mask` must have shape \(1, 1, 2, >= 62\)",
-                   lambda: model(tokens(1, 2), attention_mask=torch.ones(1, 1, 2, 61), past_key_values=cache))
+                   lambda: model(tokens(1, 2), attention_mask=torch.ones(1, 1, 2, 61), cache=cache))

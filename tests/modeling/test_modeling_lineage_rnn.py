@@ -172,7 +172,7 @@ def test_input_feeding_feeds_the_previous_attentional_state():
     assert model.decoder.rnn.input_size == 16 + 32  # embedding + h~_{t-1}
     encoded = model.encode(input_ids, attention_mask)
     cache = LineageRnnCache()
-    model.decode(target[:, :1], encoded, attention_mask, past_key_values=cache)
+    model.decode(target[:, :1], encoded, attention_mask, cache=cache)
     torch.testing.assert_close(cache.feed, out.last_hidden_state[:, 0])  # h~_1 is fed to step 2
 
 
@@ -257,7 +257,7 @@ def test_the_cache_keeps_what_the_attention_and_input_feeding_need(attention, in
     model = build(LineageRnnModel, attention=attention, input_feeding=input_feeding, cell=cell)
     input_ids, attention_mask = sources()
     cache = LineageRnnCache()
-    model.decode(tokens(3, 2), model.encode(input_ids, attention_mask), attention_mask, past_key_values=cache)
+    model.decode(tokens(3, 2), model.encode(input_ids, attention_mask), attention_mask, cache=cache)
     assert cache.get_seq_length() == 2
     assert (cache.keys is None) == (attention == "none") and (cache.feed is not None) == input_feeding
 
@@ -301,7 +301,7 @@ def test_cache_reorders_and_repeats_along_the_batch():
     model = build(LineageRnnModel, attention="luong-dot", input_feeding=True, cell="lstm")
     input_ids, attention_mask = sources()
     cache = LineageRnnCache()
-    model.decode(tokens(3, 2), model.encode(input_ids, attention_mask), attention_mask, past_key_values=cache)
+    model.decode(tokens(3, 2), model.encode(input_ids, attention_mask), attention_mask, cache=cache)
     state, feed, keys = cache.state, cache.feed, cache.keys
     cache.reorder_cache(torch.tensor([2, 0, 0]))
     assert torch.equal(cache.state[1][:, 0], state[1][:, 2]) and torch.equal(cache.feed[1], feed[0])

@@ -205,10 +205,10 @@ def test_every_position_of_the_table_is_accepted_and_no_more():
     source, target = tokens(1, 64), tokens(1, 64)
     full = model(input_ids=source, decoder_input_ids=target).logits
     cache = model(input_ids=source, decoder_input_ids=target[:, :63]).past_key_values
-    step = model(input_ids=source, decoder_input_ids=target[:, 63:], past_key_values=cache)
+    step = model(input_ids=source, decoder_input_ids=target[:, 63:], cache=cache)
     torch.testing.assert_close(step.logits[:, -1], full[:, -1], rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match=rf"`{CACHE_NAME} \+ decoder_input_ids` has 65 positions"):
-        model(input_ids=source, decoder_input_ids=target[:, :1], past_key_values=step.past_key_values)
+        model(input_ids=source, decoder_input_ids=target[:, :1], cache=step.past_key_values)
 
 
 # ---------------------------------------------------------------------------------------------- save / load

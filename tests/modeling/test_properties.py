@@ -162,10 +162,10 @@ def test_cached_decoding_equals_a_full_pass(family, data, seed, prefix, steps):
     else:
         full = model(sequence, use_cache=False).logits
     key = "decoder_input_ids" if family in SEQ2SEQ else "input_ids"
-    out = model(**{**extra, key: sequence[:, :prefix]}, past_key_values=new_cache(family), use_cache=True)
+    out = model(**{**extra, key: sequence[:, :prefix]}, cache=new_cache(family), use_cache=True)
     pieces = [out.logits]
     for t in range(prefix, prefix + steps):  # one token at a time, from the cache
-        out = model(**{**extra, key: sequence[:, t:t + 1]}, past_key_values=out.past_key_values, use_cache=True)
+        out = model(**{**extra, key: sequence[:, t:t + 1]}, cache=out.past_key_values, use_cache=True)
         pieces.append(out.logits)
     assert out.past_key_values.get_seq_length() == prefix + steps
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, **TOLERANCE)
@@ -440,6 +440,40 @@ def test_sparse_prediction_gives_the_dense_logits_loss_and_gradients_at_labelled
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7, msg=name)
     unlabelled = sparse(**contract.unlabelled_inputs(model_class), sparse_prediction=True)[key]
     assert unlabelled.shape == dense(**contract.unlabelled_inputs(model_class))[key].shape
+
+
+CAUSAL_LMS = [LineageBertLMHeadModel, LineageGptForCausalLM]
+
+
+@pytest.mark.parametrize("model_class", CAUSAL_LMS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@EXAMPLES
+@given(seed=SEEDS, ignored=st.floats(0.0, 0.9))
+def test_shift_labels_are_the_targets_as_given_and_labels_then_move_nothing(model_class, mode, seed, ignored):
+    """transformers 5.24's causal LMs take `shift_labels` (`ForCausalLMLoss`): given with `labels`, position t's logits
+    are scored against `shift_labels[t]` as given, so changing only `labels` moves nothing, and the labels shifted left
+    give the loss of the labels alone; in training (the loss without the logits) and in evaluation alike."""
+    model = head(model_class, {}).train(mode == "train")
+    inputs, _ = contract.inputs_and_labels(model_class)
+    generator = torch.Generator().manual_seed(seed)
+
+    def targets() -> torch.Tensor:
+        ids = torch.randint(0, contract.V, (contract.B, contract.T), generator=generator)
+        return ids.masked_fill(torch.rand(ids.shape, generator=generator) < ignored, -100)
+
+    labels, other, shift_labels = targets(), targets(), targets()
+    shift_labels[0, 0] = labels[0, 1] = 7  # a token to score either way
+    with torch.no_grad():
+        logits = model(**inputs).logits
+        given = model(**inputs, labels=labels, shift_labels=shift_labels).loss
+        moved = model(**inputs, labels=other, shift_labels=shift_labels).loss
+        shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]  # (B, T): the next token's label
+        aligned = model(**inputs, labels=labels, shift_labels=shifted).loss
+        plain = model(**inputs, labels=labels).loss
+    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, contract.V), shift_labels.reshape(-1))
+    torch.testing.assert_close(given, expected, **TOLERANCE)
+    assert torch.equal(given, moved)
+    torch.testing.assert_close(aligned, plain, rtol=0, atol=0)
 
 
 GENERATION_MODES = {"greedy": {}, "beam": {"num_beams": 3, "num_return_sequences": 2, "length_penalty": 0.6},

@@ -305,7 +305,7 @@ def test_gpt_cached_decoding_equals_the_full_pass_with_left_padding(setting, att
     step = model(input_ids=ids[:, :4], attention_mask=mask[:, :4], use_cache=True)
     logits, cache = [step.logits], step.past_key_values
     for t in range(4, 10, 2):  # two new tokens per step: queries and keys both at an offset
-        step = model(input_ids=ids[:, t:t + 2], attention_mask=mask[:, :t + 2], past_key_values=cache, use_cache=True)
+        step = model(input_ids=ids[:, t:t + 2], attention_mask=mask[:, :t + 2], cache=cache, use_cache=True)
         logits.append(step.logits)
     real = mask.bool()
     torch.testing.assert_close(torch.cat(logits, 1)[real], full[real], atol=1e-5, rtol=1e-5)
@@ -323,7 +323,7 @@ def test_transformer_cached_decoding_equals_the_full_pass(setting, attn):
     memory, logits, cache = (step.encoder_last_hidden_state,), [step.logits], step.past_key_values
     for t in range(3, 9):
         step = model(encoder_outputs=memory, attention_mask=source_mask, decoder_input_ids=target[:, t:t + 1],
-                     past_key_values=cache, use_cache=True)
+                     cache=cache, use_cache=True)
         logits.append(step.logits)
     torch.testing.assert_close(torch.cat(logits, 1), full, atol=1e-5, rtol=1e-5)
 
