@@ -183,8 +183,9 @@ class StreamBatches:
         if state.get("lanes") != len(self.lanes):
             saved = f"in {state['lanes']} lanes" if "lanes" in state else "as one stream, by an earlier release"
             raise ValueError(f"the checkpoint's stream position was saved {saved}; this launch reads the stream's "
-                             f"{self.shards} shards in {len(self.lanes)} lanes ({self.processes} processes): resume "
-                             f"with the number of processes that wrote it")
+                             f"{self.shards} shards in {len(self.lanes)} lanes ({self.processes} "
+                             f"process{'es' if self.processes > 1 else ''}): resume with the number of processes "
+                             f"that wrote it")
         self.epoch, self.taken, self.positions = state["epoch"], list(state["taken"]), list(state["positions"])
         for lane, position in zip(self.lanes, self.positions):
             if position is not None:

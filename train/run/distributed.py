@@ -3,7 +3,8 @@
 `build_accelerator` refuses a launch Accelerate would quietly run otherwise (processes that form no group, DeepSpeed
 on CPU processes) and runs FSDP on gloo CPU processes; `describe` is how the run ran (first log record,
 `results.json`); `token_mean` weights a per-token loss so that N processes train as one; `one_process_first` lets one
-process write what the others read before the Accelerator exists. docs/scaling.md.
+process (of the run, or of each machine) write what the others read before the Accelerator exists; `CpuPeers` lets the
+processes agree on the CPU (a stream read by shard). docs/scaling.md.
 """
 
 

@@ -250,7 +250,10 @@ class Engine:
     def _resume(self, path: Path, position: dict | None) -> None:
         """Restore the checkpoint at `path` (and a stream's `position` in it, read before anything was built)."""
         if position is not None:
-            self.stream.load_state_dict(position)
+            try:
+                self.stream.load_state_dict(position)
+            except ValueError as err:  # read in other lanes
+                raise checkpoints.CheckpointError(f"checkpoint {path}: {err}") from None
         self.state = checkpoints.load_checkpoint(self.accelerator, path, self.state.micro_batch_examples)
         self.accelerator.print(f"resumed from {path} at step {self.state.step} (epoch {self.state.epoch}, "
                                f"batch {self.state.batch_in_epoch})")

@@ -372,6 +372,17 @@ def test_streamed_resume_is_refused_where_datasets_cannot_restore_the_position(t
     assert (tmp_path / "run/logs/metrics.jsonl").read_text() == log
 
 
+@exact_resume
+def test_a_streamed_checkpoint_read_in_other_lanes_is_refused_naming_it(tmp_path, tokenizer_folder):
+    streamed_run(tmp_path / "run", tokenizer_folder, max_steps=3)
+    log = (tmp_path / "run/logs/metrics.jsonl").read_text()
+    with pytest.raises(checkpoints.CheckpointError, match=r"step-00000003: the checkpoint's stream position was saved "
+                                                          r"in 4 lanes; this launch reads the stream's 3 shards in 3 "
+                                                          r"lanes \(1 process\)"):
+        streamed_run(tmp_path / "run", tokenizer_folder, max_steps=6, shards=3, resume_from_checkpoint="latest")
+    assert (tmp_path / "run/logs/metrics.jsonl").read_text() == log
+
+
 def test_checkpoint_of_a_run_that_did_not_stream_is_refused(tmp_path):
     folder = tmp_path / "step-00000001"
     folder.mkdir()
