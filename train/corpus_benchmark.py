@@ -3,17 +3,20 @@
     lineage corpus-benchmark --family gpt --size_mb 100 --num_proc 2 --json gpt-100mb.json
     lineage corpus-benchmark --family bert --size_mb 1000 --stages prepare,run,stream
     lineage corpus-benchmark --family gpt --size_mb 100 --stages run --repo ../lineage-old   # another checkout
+    lineage corpus-benchmark --family gpt --size_mb 1000 --text_file english.txt --stages stream,stream_tokenizer
 
-A corpus of `--size_mb` MB of English is written into `--work` (once per size and `--unique_mb`; reused by later
-calls): documents of the embedded generator (`train.data.corpus`, biographies, travel diaries and recipes; a small
-vocabulary, so text tokenizes faster than literary English), `--unique_mb` MB of distinct documents repeated in a new
-order per copy. GPT's file holds one document per line, BERT's is in BERT's own layout (one sentence per line, a blank
-line between documents). A tokenizer is trained once per corpus on its first 20 MB and given to every run
-(`tokenizer`), so no stage times tokenizer training. `--work` must be new, empty or an earlier call's (it holds only
-what the benchmark writes: corpora, tokenizers, caches, runs); `--json` a new file, or with `--overwrite_json` an
-earlier call's; `--repo` a checkout (its `train` and `modeling` packages are what the stages run; the JSON records it
-as `repo`). Each stage then runs the real command in a new process; the caches (`LINEAGE_CACHE` and the datasets
-cache, under `--work`) start empty at each call, so a stage finds only what the stages before it wrote:
+A corpus of `--size_mb` MB of English is written into `--work` (once per size and `--unique_mb`; reused by later calls):
+documents of the embedded generator (`train.data.corpus`, biographies, travel diaries and recipes; a small vocabulary,
+so text tokenizes faster than literary English), `--unique_mb` MB of distinct documents repeated in a new order per
+copy. GPT's file holds one document per line, BERT's is in BERT's own layout (one sentence per line, a blank line
+between documents). `--text_file` takes the distinct documents from a file of your own instead (one document per line,
+real text; BERT's sentences split as a run splits them). A tokenizer is trained once per corpus on its first 20 MB and
+given to every run (`tokenizer`), so no stage but `stream_tokenizer` times tokenizer training. `--work` must be new,
+empty or an earlier call's (it holds only what the benchmark writes: corpora, tokenizers, caches, runs); `--json` a new
+file, or with `--overwrite_json` an earlier call's; `--repo` a checkout (its `train` and `modeling` packages are what
+the stages run; the JSON records it as `repo`). Each stage then runs the real command in a new process; the caches
+(`LINEAGE_CACHE` and the datasets cache, under `--work`) start empty at each call, so a stage finds only what the stages
+before it wrote:
 
 - `prepare` (cold): `lineage prepare` with `--num_proc` processes: seconds and MB of text per second of the whole
   command (start-up, reading the text into the datasets cache, tokenizing) and of its tokenizing alone (the store's
@@ -22,7 +25,9 @@ cache, under `--work`) start empty at each call, so a stage finds only what the 
 - `run`: the pretraining command on the prepared corpus (`--max_steps 2`): seconds from the launch to the first step's
   record in `logs/metrics.jsonl`. Run without `prepare` first (or with `--repo` an older checkout), this is a cold
   first run that prepares its data itself;
-- `stream`: the same command with `streaming: true`, nothing prepared.
+- `stream`: the same command with `streaming: true`, nothing prepared;
+- `stream_tokenizer`: the streamed command without `tokenizer`, so it trains its own on the stream's first
+  `TOKENIZER_SAMPLE` characters (`tokenizer_train_size`) before step 1.
 
 Every stage reports the peak anonymous resident memory (`Pss_Anon` of the process and its children, summed and sampled
 every 0.2 s: the memory the run holds itself, not the pages of memory-mapped files the kernel can drop, and a page a
@@ -41,15 +46,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from fnmatch import fnmatch
+from itertools import count
 from pathlib import Path
 
 from train.cli import CommandParser
 from train.data.corpus import generate_records
+from train.data.examples import split_sentences
 from train.run.run_folder import OUTPUT_RECORD, OutputDirError, check_writer_file, write_output_json
 
 COMMAND = "corpus-benchmark"
-STAGES = ("prepare", "run", "stream")
+STAGES = ("prepare", "run", "stream", "stream_tokenizer")
 WORK_NAMES = ("corpus-*", "tokenizer-*", "cache-*", "run-*", "stage.log", OUTPUT_RECORD)  # what it writes in --work
 WORK_RECORD = {"command": COMMAND}
 RECIPES = {"gpt": ("gpt-pretrain-tiny", "pretrain_gpt"), "bert": ("bert-pretrain-tiny", "pretrain_bert")}
@@ -64,6 +72,8 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, in order: {', '.join(STAGES)}")
     parser.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="processes of `lineage prepare`")
     parser.add_argument("--unique_mb", type=float, default=16.0, help="MB of distinct documents in the corpus")
+    parser.add_argument("--text_file", type=Path, default=None,
+                        help="distinct documents from this file (one per line) instead of the embedded generator's")
     parser.add_argument("--work", type=Path, default=Path("outputs/corpus-benchmark"),
                         help="where the corpora, tokenizers, caches and runs go")
     parser.add_argument("--repo", type=Path, default=None, help="run the commands from this checkout instead")
@@ -102,19 +112,36 @@ def claim_work(work: Path) -> Path:
     return folder
 
 
-def write_corpus(path: Path, family: str, size_mb: float, unique_mb: float) -> Path:
-    """`size_mb` MB of documents in `family`'s layout at `path` (kept: a second call reuses it)."""
+def _generated_documents() -> Iterator[list[str]]:
+    """The embedded generator's documents, each as its sentences."""
+    for seed in count():
+        for row in generate_records("documents", "train", seed, 2000):
+            yield row["sentences"]
+
+
+def _file_documents(path: Path) -> Iterator[list[str]]:
+    """The non-blank lines of `path`, each a document, as its sentences (`split_sentences`)."""
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                yield split_sentences(line.strip())
+
+
+def write_corpus(path: Path, family: str, size_mb: float, unique_mb: float, text_file: Path | None = None) -> Path:
+    """`size_mb` MB of documents in `family`'s layout at `path` (kept: a second call reuses it): `unique_mb` MB of
+    distinct documents, from `text_file` when given, repeated in a new order per copy."""
     if path.is_file():
         return path
-    documents, total, seed = [], 0, 0
-    while total < unique_mb * 1e6:
-        for row in generate_records("documents", "train", seed, 2000):
-            text = row["text"] + "\n" if family == "gpt" else "\n".join(row["sentences"]) + "\n\n"
-            documents.append(text)
-            total += len(text.encode())
-            if total >= unique_mb * 1e6:  # the distinct documents asked, not a whole batch of them
-                break
-        seed += 1
+    documents, total = [], 0
+    for sentences in _file_documents(text_file) if text_file else _generated_documents():
+        text = " ".join(sentences) + "\n" if family == "gpt" else "\n".join(sentences) + "\n\n"
+        documents.append(text)
+        total += len(text.encode())
+        if total >= unique_mb * 1e6:  # the distinct documents asked, not a whole batch of them
+            break
+    if total < unique_mb * 1e6:
+        raise SystemExit(f"--text_file {text_file}: {total / 1e6:.1f} MB of documents, fewer than --unique_mb "
+                         f"{unique_mb:g}; give a smaller --unique_mb")
     staging, rng, written = path.with_name(path.name + ".tmp"), random.Random(0), 0
     path.parent.mkdir(parents=True, exist_ok=True)
     with staging.open("w") as out:
@@ -227,6 +254,8 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], Path, Path | N
                          else f"--stages: name at least one of {', '.join(STAGES)}")
     if args.size_mb <= 0 or args.unique_mb <= 0 or args.num_proc < 1:
         raise SystemExit("--size_mb and --unique_mb must be > 0 and --num_proc >= 1")
+    if args.text_file is not None and not args.text_file.is_file():
+        raise SystemExit(f"--text_file {args.text_file}: no such file")
     try:
         json_file = args.json and check_writer_file(args.json, COMMAND, overwrite=args.overwrite_json)
     except OutputDirError as error:
@@ -245,13 +274,25 @@ def prepared_figures(cache: Path, size_mb: float) -> dict:
             "bytes_per_token": round(ids / info["tokens"], 3), "index_mib": round((size - ids) / 2**20, 1)}
 
 
+def stage_keys(stage: str, keys: list[str]) -> list[str]:
+    """The recipe keys of a training stage: the corpus and the benchmark's tokenizer (`run`), streamed (`stream`),
+    streamed training its own tokenizer on the stream's first `TOKENIZER_SAMPLE` characters (`stream_tokenizer`)."""
+    if stage == "run":
+        return keys
+    if stage == "stream":
+        return [*keys, "--streaming", "true"]
+    untokenized = keys[:keys.index("--tokenizer")]
+    return [*untokenized, "--streaming", "true", "--tokenizer_train_size", str(TOKENIZER_SAMPLE)]
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = make_parser().parse_args(argv)
     stages, cwd, json_file = check_arguments(args)
     work = claim_work(args.work)
     recipe, script = RECIPES[args.family]
-    name = f"{args.family}-{args.size_mb:g}mb-unique{args.unique_mb:g}mb"
-    corpus = write_corpus(work / f"corpus-{name}.txt", args.family, args.size_mb, args.unique_mb)
+    source = f"-{args.text_file.stem}" if args.text_file else ""
+    name = f"{args.family}{source}-{args.size_mb:g}mb-unique{args.unique_mb:g}mb"
+    corpus = write_corpus(work / f"corpus-{name}.txt", args.family, args.size_mb, args.unique_mb, args.text_file)
     tokenizer = write_tokenizer(work / f"tokenizer-{name}", corpus, args.family)
     cache = work / f"cache-{args.family}-{args.size_mb:g}mb"
     env = {**os.environ, "LINEAGE_CACHE": str(cache / "lineage"), "HF_DATASETS_CACHE": str(cache / "datasets"),
@@ -260,6 +301,7 @@ def main(argv: list[str] | None = None) -> dict:
     run_keys = ["--max_steps", "2", "--logging_steps", "1", "--save_steps", "0", "--report_to", "none",
                 "--progress_bar", "false", "--overwrite_output_dir", "true"]
     results = {"family": args.family, "size_mb": args.size_mb, "unique_mb": args.unique_mb, "corpus": str(corpus),
+               "text_file": args.text_file and str(args.text_file.resolve()),
                "num_proc": args.num_proc, "repo": str(cwd), "cpus": os.cpu_count()}
     shutil.rmtree(cache, ignore_errors=True)  # cold: the stages after `prepare` find what it wrote
     for stage in stages:
@@ -270,9 +312,9 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             output = work / f"run-{args.family}-{stage}"
             shutil.rmtree(output, ignore_errors=True)
-            extra = ["--streaming", "true"] if stage == "stream" else []
-            row = run_stage([sys.executable, "-m", f"train.{script}", *keys, *run_keys, *extra, "--output_dir",
-                             str(output)], env, work, args.timeout, first_step=output / "logs" / "metrics.jsonl")
+            row = run_stage([sys.executable, "-m", f"train.{script}", *stage_keys(stage, keys), *run_keys,
+                             "--output_dir", str(output)], env, work, args.timeout,
+                            first_step=output / "logs" / "metrics.jsonl")
         results[stage] = row
         print(f"{args.family} {args.size_mb:g} MB {stage}: " + ", ".join(f"{k} {v}" for k, v in row.items()),
               flush=True)

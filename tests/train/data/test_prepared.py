@@ -230,6 +230,25 @@ def test_the_corpus_benchmark_prepares_runs_and_streams_a_corpus_of_the_size_ask
         corpus_benchmark.main(["--family", "gpt", "--size-mb", "1", "--stages", "prepare,warm"])
 
 
+def test_the_corpus_benchmark_reads_its_documents_from_a_text_file(tmp_path):
+    """`--text_file`: the distinct documents are the file's lines (GPT: one per line, repeated to the size asked), and
+    `stream_tokenizer` streams with a tokenizer the run trains itself."""
+    lines = [f"Document {i} tells of a river, a bridge and the town that grew beside them." for i in range(400)]
+    (tmp_path / "english.txt").write_text("\n".join(lines) + "\n\n")
+    results = corpus_benchmark.main(["--family", "gpt", "--size_mb", "0.1", "--unique_mb", "0.02", "--text_file",
+                                     str(tmp_path / "english.txt"), "--stages", "stream_tokenizer",
+                                     "--work", str(tmp_path / "work")])
+    corpus = (tmp_path / "work" / "corpus-gpt-english-0.1mb-unique0.02mb.txt").read_text().splitlines()
+    assert set(corpus) <= set(lines) and len(corpus) > len(set(corpus)) and 0.1e6 <= len("\n".join(corpus)) + 1
+    assert results["text_file"] == str((tmp_path / "english.txt").resolve())
+    assert results["stream_tokenizer"]["seconds"] > 0
+    run = tmp_path / "work" / "run-gpt-stream_tokenizer" / "model"
+    assert (run / "tokenizer.json").is_file()
+    with pytest.raises(SystemExit, match="fewer than --unique_mb"):
+        corpus_benchmark.main(["--family", "gpt", "--size_mb", "1", "--unique_mb", "5", "--text_file",
+                               str(tmp_path / "english.txt"), "--stages", "stream", "--work", str(tmp_path / "w2")])
+
+
 def test_the_pair_order_is_pythons_shuffle_and_blocks_of_documents_change_no_pair(bert, docs, fresh_cache,
                                                                                   monkeypatch):
     from train.data import examples
