@@ -6,17 +6,12 @@ come from a seed drawn from `(seed, epoch, example index)` (`SeededCollate`), so
 other examples share its batch, on prefetching, or on the number of processes.
 
 A stream (a `datasets.IterableDataset`: no length, read as training goes) is drawn by `StreamBatches` instead, in
-its own canonical order: its shards (its files) are read in `stream_lanes` lanes side by side, each lane packed or
-paired on its own, and the stream is the round-robin of the lanes (a lane that ends drops out of the turn). A
-micro-batch of all `W` processes is the next `per_process x W` examples of that order, process `rank` holding
-positions `rank`, `rank + W`, ...; an example's index is its position in the pass. When `W` divides the shards,
-each process reads only its own lanes (`rank`, `rank + W`, ...: their shards and no other byte), which are exactly
-those positions while every lane runs, and the processes agree at each micro-batch whether all can fill it (`peers`,
-on the CPU); otherwise every process reads the whole stream and keeps its positions. Either way a pass ends on every
-process at the same micro-batch, the first that cannot be filled, and the next pass is the next epoch (the lanes in
-an order seeded by the epoch). The position (each lane's `state_dict()` and count, taken between micro-batches, none
-read ahead) resumes exactly from datasets 5.2.0 on (`stream_resume_problem`), at any process count that reads the
-stream in the same lanes. docs/scaling.md, "Streams divided by shard"; `check_stream` holds what a streamed run needs.
+one canonical order for any process count: its shards read in lanes side by side (`stream_lanes`), each packed on its
+own, the lanes in turn. Process `rank` of `W` holds positions `rank`, `rank + W`, ... of each micro-batch; when `W`
+divides the shards it reads only its own lanes and the processes agree at each micro-batch whether all can fill it,
+otherwise each reads all. A pass ends for all at the same micro-batch; the position (each lane's `state_dict()` and
+count, none read ahead) resumes exactly from datasets 5.2.0 on (`stream_resume_problem`). docs/scaling.md, "Streams
+divided by shard"; `check_stream` holds what a streamed run needs.
 
 Reproducible and resumed runs: docs/reliability.md, "Reproducible runs"; streams: docs/training.md, "Streaming".
 """
