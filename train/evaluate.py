@@ -103,7 +103,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.add_argument(f"--{column}", default=None, help="as finetune's recipe key")
     parser.add_argument("--eval_size", type=_number(int, 1, "a number of rows >= 1"), default=None,
                         help="score the first N rows")
-    parser.add_argument("--max_seq_length", type=_number(int, 2, "a length >= 2"), default=128)
+    parser.add_argument("--max_seq_length", type=_number(int, 2, "a length >= 2"), default=None,
+                        help="tokens per example (default: the model's positions, at most 512)")
     parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
     parser.add_argument("--length_penalty", type=float, default=1.0)
     parser.add_argument("--max_new_tokens", type=_number(int, 1, "a number of tokens >= 1"), default=64)
@@ -149,6 +150,18 @@ def model_kind(config: dict[str, Any], name: str) -> tuple[str, str]:
         raise EvaluateError(f"--model {name!r} is a {architecture or 'model without architectures'}, which lineage "
                             f"evaluate does not score; it scores {', '.join(sorted(set(KINDS.values())))} models")
     return kind, architecture
+
+
+def check_lengths(args: argparse.Namespace, config: dict[str, Any]) -> None:
+    """`--max_seq_length` within the model's positions (its default: them, at most 512), and `--tasks` not empty."""
+    positions = config.get("max_position_embeddings")
+    if args.max_seq_length is None:
+        args.max_seq_length = min(positions or 512, 512)
+    elif positions and args.max_seq_length > positions:
+        raise EvaluateError(f"--max_seq_length is {args.max_seq_length} but --model has {positions} positions: give "
+                            f"at most {positions}")
+    if args.tasks is not None and not [t for t in args.tasks.split(",") if t.strip()]:
+        raise EvaluateError(f"--tasks {args.tasks!r} names no task; give task names, comma-separated")
 
 
 def check_arguments(args: argparse.Namespace, kind: str) -> Path:
@@ -340,6 +353,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     args = parse_args(argv)
     config = read_model_config(args.model, args.model_revision)
     kind, architecture = model_kind(config, args.model)
+    check_lengths(args, config)
     folder = check_arguments(args, kind)
     baseline = evaluation_report.read_baseline(args.compare) if args.compare else None
     family = "gpt" if "Gpt" in architecture or config.get("model_type") in ("gpt2", "openai-gpt") else "bert"

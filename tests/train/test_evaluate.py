@@ -139,6 +139,8 @@ def test_bad_arguments_are_refused_by_name_before_a_model_is_loaded(gpt, tmp_pat
         with pytest.raises(SystemExit):
             evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", flag, value, *out])
         assert f"argument {flag}" in capsys.readouterr().err
+    with pytest.raises(evaluate.EvaluateError, match="--max_seq_length is 129 but --model has 128 positions"):
+        evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--max_seq_length", "129", *out])
     with pytest.raises(evaluate.EvaluateError, match="--tasks is required for a causal LM"):
         evaluate.main(["--model", str(gpt), *out])
     assert not (tmp_path / "out").exists()

@@ -74,7 +74,7 @@ def test_translation_run_records_scores_signatures_and_beam_settings(tmp_path, m
     assert "tok:13a" in written["eval_bleu_signature"] and "nc:6" in written["eval_chrf_signature"]
     logged = [json.loads(line) for line in (tmp_path / "mt" / "logs" / "metrics.jsonl").read_text().splitlines()]
     assert logged[-1]["eval_chrf_signature"] == written["eval_chrf_signature"]
-    card = (folder / "README.md").read_text()
+    card = (folder / "README.md").read_text().replace("\\|", "|")  # a table cell escapes the signature's bars
     assert written["eval_bleu_signature"] in card and "| length_penalty | 0.6000 |" in card
     reached = {m["type"]: m["value"] for m in read_card_metadata(folder / "README.md")["model-index"][0]["results"][0]
                ["metrics"]}
