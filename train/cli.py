@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import itertools
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -201,8 +202,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     program, sys.argv[0] = sys.argv[0], shown  # argparse names the command in its usage lines
     try:
         importlib.import_module(f"train.{module}").main(rest)
+    except Exception as error:
+        if not isinstance(error, user_errors()) or os.environ.get("LINEAGE_TRACEBACK"):
+            raise
+        raise SystemExit(f"{shown}: error: {error}\n(a refusal of the input, before or instead of the work it names; "
+                         f"LINEAGE_TRACEBACK=1 shows where it was raised)") from None
     finally:
         sys.argv[0] = program
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """The errors that refuse a user's input (a file, a recipe key, a folder, a checkpoint): the console command
+    prints their message alone, with exit status 1, instead of a traceback."""
+    from train.data.files import DataError, DataFileNotFoundError
+    from train.data.tokenization import CacheFolderError, EmptyVocabularyError, TokenizerPathError
+    from train.run.checkpoints import CheckpointError
+    from train.run.recipes import RecipeError
+    from train.run.run_folder import OutputDirError
+
+    return (DataError, DataFileNotFoundError, RecipeError, OutputDirError, CheckpointError, CacheFolderError,
+            EmptyVocabularyError, TokenizerPathError)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 with its own usage under its `lineage` name and runs its module's own `main(argv)`; unknown commands are named."""
 
 import ast
+import importlib
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from conftest import REPO
 from transformers import AutoTokenizer
 
 from train import cli
+from train.run import run_folder
 
 
 def modules_with_main() -> set[str]:
@@ -125,3 +127,22 @@ def test_unknown_commands_are_named():
         cli.main(["finetune"])
     with pytest.raises(SystemExit, match="'train_translation' is a training script: lineage train translation"):
         cli.main(["train_translation"])
+
+
+def test_a_refused_input_is_its_message_not_a_traceback(tmp_path, monkeypatch):
+    """`lineage <command>` prints a refusal of the input (here a folder of the user's files) as one message with exit
+    status 1; LINEAGE_TRACEBACK=1 raises it with its traceback; a bug (any other error) keeps its traceback."""
+    (tmp_path / "report.md").write_text("mine")
+    monkeypatch.delenv("LINEAGE_TRACEBACK", raising=False)
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["experiment", "--output_dir", str(tmp_path)])
+    message = str(refused.value)
+    assert message.startswith("lineage experiment: error: --output_dir") and "report.md" in message
+    monkeypatch.setenv("LINEAGE_TRACEBACK", "1")
+    with pytest.raises(run_folder.OutputDirError):
+        cli.main(["experiment", "--output_dir", str(tmp_path)])
+    monkeypatch.delenv("LINEAGE_TRACEBACK")
+    monkeypatch.setattr(importlib.import_module("train.lineage_experiment"), "main", lambda argv: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["experiment"])
+    assert (tmp_path / "report.md").read_text() == "mine"
