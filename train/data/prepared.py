@@ -28,7 +28,8 @@ Preparation shards the rows into `num_proc` contiguous parts (`datasets.Dataset.
 usable core, `process_count`), each tokenized by its own process into its own part files; the parts are then joined
 in order. Everything is written into a staging folder that is renamed into place at the end, so a stopped preparation
 leaves no store behind, and the staging folder of a process that no longer runs is deleted by the next preparation.
-Under several launched processes the main one prepares and the others open its store (`main_process_first`).
+Under several launched processes the first of each machine prepares and the others open its store; a lock beside
+the store (`staging.exclusive`) lets one process prepare it where machines share the cache.
 
 The user's view and `lineage prepare`: docs/training.md, "Pretraining corpora: prepared once"; figures:
 docs/performance.md.
