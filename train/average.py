@@ -44,6 +44,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = CommandParser(description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="checkpoint folders (step-N) or model folders")
     parser.add_argument("--output_dir", required=True, help="folder to write (new, empty, or an earlier average)")
+    parser.add_switch("--overwrite_output_dir", help="replace an earlier output of this command (nothing else)")
     args = parser.parse_args(argv)
     if len(args.inputs) < 2:
         parser.error(f"INPUT: give two or more checkpoints or model folders to average, got {len(args.inputs)}")
@@ -105,7 +106,7 @@ def card(model, names: list[str], folder: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> Path:
     """Run the command; returns the written folder."""
     args = parse_args(argv)
-    folder = check_writer_output(args.output_dir, COMMAND)
+    folder = check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir)
     for name in args.inputs:
         path = Path(name).resolve()
         if folder == path or path in folder.parents:

@@ -112,6 +112,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compare", default=None, help="an earlier lineage evaluate --output_dir: its figures are "
                                                         "drawn beside these")
     parser.add_switch("--write_card", help="add the scores to the model folder's card (README.md)")
+    parser.add_switch("--overwrite_output_dir", help="replace an earlier output of this command (nothing else)")
     return parser.parse_args(argv)
 
 
@@ -166,7 +167,7 @@ def check_lengths(args: argparse.Namespace, config: dict[str, Any]) -> None:
 
 def check_arguments(args: argparse.Namespace, kind: str) -> Path:
     """Refuse, before a model or data is loaded, what cannot run for this kind of model; the output folder."""
-    folder = check_writer_output(args.output_dir, COMMAND)
+    folder = check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir)
     model = Path(args.model).resolve() if Path(args.model).exists() else None
     if model is not None and (folder == model or model in folder.parents):
         raise OutputDirError(f"--output_dir {folder} lies in --model's folder, which lineage evaluate never changes "

@@ -22,9 +22,11 @@ from conftest import preset
 import modeling
 from train import (
     attention_maps,
+    average,
     benchmark,
     convert,
     corpus_benchmark,
+    evaluate,
     export,
     finetune,
     lineage_experiment,
@@ -71,6 +73,12 @@ def valued(flags: tuple[str, ...]) -> list[str]:
     return [word for flag in flags for word in ([flag, "true"] if flag == "--overwrite_output_dir" else [flag])]
 
 
+def evaluate_masked_lm(out: Path, model: Path, *extra: str) -> None:
+    text = model.parent / "held-out.txt"  # beside the module's model, outside the folders compared
+    text.write_text("the cat sat on the mat .\nthe dog ran over the hill .\n")
+    evaluate.main(["--model", str(model), "--text_file", str(text), "--output_dir", str(out), *extra])
+
+
 def corpus_bench(out: Path, *extra: str, work: Path | None = None) -> None:
     corpus_benchmark.main(["--family", "gpt", "--size_mb", "0.02", "--unique_mb", "0.01", "--stages", "run",
                            "--work", str(work or out.parent.parent / "work"), "--json", str(out), *extra])
@@ -91,6 +99,10 @@ COMMANDS = {
     "attention-maps": (lambda out, m, *x: attention_maps.main(["--model", str(m), "--text", "the cat sat",
                                                                "--output_dir", str(out), *x]),
                        "tokens.json", "tokens.json", "--overwrite_output_dir", None),
+    "average": (lambda out, m, *x: average.main([str(m), str(m), "--output_dir", str(out), *x]), "model.safetensors",
+                "model.safetensors", "--overwrite_output_dir", None),
+    "evaluate": (lambda out, m, *x: evaluate_masked_lm(out, m, *x), "results.json", "results.json",
+                 "--overwrite_output_dir", None),
     "experiment": (lambda out, m, *x: lineage_experiment.main(["--quick", "--arms", "rnn-none", "--output_dir",
                                                                str(out), *x]),
                    "report.md", "report.md", "--overwrite_output_dir", None),
