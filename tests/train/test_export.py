@@ -63,11 +63,11 @@ def test_gpt_decoder_with_and_without_cache(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(programs["decoder"](prefix, prefix_mask), model(prefix, prefix_mask).logits, **TOL)
         cache = DynamicCache(config=model.config)
-        model(prefix, prefix_mask, past_key_values=cache, use_cache=True)
+        model(prefix, prefix_mask, cache=cache, use_cache=True)
         past_keys = torch.stack([layer.keys for layer in cache.layers])  # (L, B, H, P, D)
         past_values = torch.stack([layer.values for layer in cache.layers])
         mask = torch.cat([prefix_mask, new_mask], dim=1)
-        expected = model(new, mask, past_key_values=cache, use_cache=True)
+        expected = model(new, mask, cache=cache, use_cache=True)
         logits, keys, values = programs["decoder_with_cache"](new, mask, past_keys, past_values)
     torch.testing.assert_close(logits, expected.logits, **TOL)
     torch.testing.assert_close(keys, torch.stack([layer.keys for layer in cache.layers]), **TOL)
