@@ -41,13 +41,9 @@ from modeling.conversion import to_transformers
 from train.analysis import throughput
 from train.cli import CommandParser
 from train.run.compilation import compile_model, compiler_error
-from train.run.recipes import (
-    available_presets,
-    check_model_overrides,
-    load_model_config,
-)
 from train.run.run_folder import OutputDirError, check_writer_file, write_output_json
 from train.setup import models
+from train.setup.presets import available_presets, check_model_overrides, load_model_config
 
 REFERENCE_FAMILIES = ("lineage-gpt", "lineage-bert", "lineage-transformer")
 OLD_FLAGS = {"--revision": "--model_revision", "--sparse-prediction": "--sparse_prediction",

@@ -22,7 +22,8 @@ from train import export, pretrain_gpt
 from train.data.files import load_text_dataset
 from train.data.tokenization import check_tokenizer_matches_model, train_tokenizer
 from train.run import checkpoints
-from train.run.recipes import RecipeError, load_model_config, recipe_from_dict
+from train.run.recipes import RecipeError, recipe_from_dict
+from train.setup.presets import load_model_config
 
 
 @functools.cache

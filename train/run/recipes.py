@@ -3,8 +3,7 @@
 `load_recipe(path, overrides)` reads a recipe (by name from the shipped ones, `bundled`, or by path), applies
 `--key value` overrides (parsed as YAML) and checks every key and type before anything is built (`RecipeError` names
 the key); `parse_args` is every command's command line; `Recipe.data_source` is the one place that decides what a run
-reads (the command's own data declared once with `Recipe.reading`); `load_model_config` resolves a preset.
-docs/training.md ("Recipes").
+reads (the command's own data declared once with `Recipe.reading`). docs/training.md ("Recipes").
 """
 
 
@@ -12,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
-import json
 import re
 import types
 import typing
@@ -441,41 +438,6 @@ def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,
     return recipe
 
 
-def available_presets() -> list[str]:
-    return list(bundled("models"))
-
-
-def load_model_config(name_or_path: str, **overrides):
-    """The config of a preset name (`lineage configs models`), a config.json path, or a model folder."""
-    from transformers import AutoConfig
-
-    import modeling  # noqa: F401  (registers the Lineage families)
-
-    path = Path(name_or_path)
-    if path.is_dir() and (path / "config.json").is_file():
-        return AutoConfig.from_pretrained(str(path), **overrides)
-    candidate = path if path.suffix == ".json" else bundled("models").get(name_or_path)
-    if candidate is not None and candidate.is_file():
-        fields = json.loads(candidate.read_text())
-        if "model_type" not in fields:
-            raise RecipeError(f"model config {name_or_path} has no 'model_type'")
-        return AutoConfig.for_model(fields.pop("model_type"), **{**fields, **overrides})
-    raise FileNotFoundError(f"model preset {name_or_path!r} does not exist: it is neither a preset name "
-                            f"({', '.join(available_presets())}), a config.json file nor a saved model folder")
-
-
-def check_model_overrides(overrides: dict[str, Any], config) -> None:
-    """Refuse a `model_overrides` key that is no field of `config`'s class: transformers would keep a misspelt
-    key as a stray attribute and build the model without it."""
-    fields = set(config.to_dict()) | set(inspect.signature(type(config).__init__).parameters)
-    fields |= {"num_labels", "attn_implementation"}  # taken by PreTrainedConfig / from_pretrained, not listed above
-    unknown = sorted(set(overrides) - fields - {"self", "kwargs"})
-    if unknown:
-        raise RecipeError(f"recipe key 'model_overrides': {', '.join(map(repr, unknown))} is no field of "
-                          f"{config.model_type} configs; valid fields: "
-                          f"{', '.join(sorted(fields - {'self', 'kwargs'}))}")
-
-
 def check_stream(max_steps: int, dataloader_num_workers: int) -> None:
     """Refuse what a streamed run cannot do: size itself by epochs (a stream has no length), or read in loader worker
     processes (which read ahead of training, so the stream's position a checkpoint saves would be past the trained
@@ -490,6 +452,6 @@ def check_stream(max_steps: int, dataloader_num_workers: int) -> None:
                           f"that of the trained batches (workers read ahead); set dataloader_num_workers to 0")
 
 
-__all__ = ["BUNDLED", "COMMAND_KEYS", "COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "available_presets",
-           "bundled", "check_model_overrides", "check_stream", "load_model_config", "load_recipe", "parse_args",
-           "parse_overrides", "recipe_from_dict", "trackers", "valid_keys"]
+__all__ = ["BUNDLED", "COMMAND_KEYS", "COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "bundled",
+           "check_stream", "load_recipe", "parse_args", "parse_overrides", "recipe_from_dict", "trackers",
+           "valid_keys"]

@@ -31,15 +31,9 @@ import modeling
 from modeling.conversion import CONVERSIONS, from_transformers, to_transformers
 from train.data.tokenization import config_kwargs_from_tokenizer
 from train.run import checkpoints, distributed, publish, run_folder
-from train.run.recipes import (
-    Recipe,
-    RecipeError,
-    available_presets,
-    check_model_overrides,
-    load_model_config,
-    trackers,
-)
+from train.run.recipes import Recipe, RecipeError, trackers
 from train.run.run_log import check_tracker_login
+from train.setup.presets import available_presets, check_model_overrides, load_model_config
 
 CONVERSION_TOLERANCE = 1e-4  # largest |logit difference| accepted between a checkpoint and its conversion (fp32)
 

@@ -278,7 +278,7 @@ def streamed_run(out: Path, tokenizer_folder: str, rows: int = TEXTS, eval_datas
     from train.data.tokenization import config_kwargs_from_tokenizer, load_tokenizer
     from train.run.distributed import token_mean
     from train.run.engine import seed_everything
-    from train.run.recipes import load_model_config
+    from train.setup.presets import load_model_config
 
     recipe = _recipe(out, **keys)
     tokenizer = load_tokenizer(tokenizer_folder, "bert")

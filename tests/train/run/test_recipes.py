@@ -8,14 +8,13 @@ from train.run.recipes import (
     BUNDLED,
     Recipe,
     RecipeError,
-    available_presets,
     bundled,
-    load_model_config,
     load_recipe,
     parse_args,
     parse_overrides,
     valid_keys,
 )
+from train.setup.presets import available_presets
 
 CONFIGS = Path(__file__).resolve().parents[3] / "train" / "configs"
 RECIPES = sorted((CONFIGS / "recipes").glob("*.yaml"))
@@ -80,13 +79,10 @@ def test_a_file_given_by_path_wins_over_a_recipe_of_the_same_name(tmp_path, monk
     assert load_recipe("bert-pretrain-tiny").max_steps == 7
 
 
-def test_missing_recipe_and_preset():
+def test_missing_recipe():
     with pytest.raises(FileNotFoundError, match="recipe 'nope' is neither a file nor a recipe name; recipe names: "
                                                 ".*bert-pretrain-tiny"):
         load_recipe("nope")
-    with pytest.raises(FileNotFoundError, match="bert-huge.*bert-tiny"):
-        load_model_config("bert-huge")
-    assert load_model_config("bert-tiny", vocab_size=50).vocab_size == 50
 
 
 def test_recipe_round_trips_through_yaml(tmp_path):
