@@ -357,6 +357,8 @@ def recipe_from_dict(fields: dict[str, Any], source: str = "recipe", user_keys: 
             values[key] = str(Path(values[key]).expanduser())
     recipe = Recipe(**values)
     _check_choices(recipe)
+    if recipe.streaming:
+        check_stream(recipe.max_steps, recipe.dataloader_num_workers)
     recipe.set_by_user = frozenset(fields if user_keys is None else user_keys)
     return recipe
 
@@ -439,9 +441,9 @@ def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,
 
 
 def check_stream(max_steps: int, dataloader_num_workers: int) -> None:
-    """Refuse what a streamed run cannot do: size itself by epochs (a stream has no length), or read in loader worker
-    processes (which read ahead of training, so the stream's position a checkpoint saves would be past the trained
-    batches)."""
+    """Refuse what a streamed run cannot do (checked when a recipe with `streaming` is built, and by the engine for a
+    stream it is given): size itself by epochs (a stream has no length), or read in loader worker processes (which
+    read ahead of training, so the stream's position a checkpoint saves would be past the trained batches)."""
     if max_steps <= 0:
         raise RecipeError(f"recipe key 'streaming' is true but 'max_steps' is {max_steps}: a stream has no length, so "
                           f"'num_train_epochs' cannot size the run; set max_steps > 0 (the stream is read again from "

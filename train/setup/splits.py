@@ -14,7 +14,7 @@ import datasets
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
 from train.data.files import Columns, UnknownColumnError, load_text_dataset
-from train.run.recipes import Recipe, RecipeError, check_stream
+from train.run.recipes import Recipe, RecipeError
 
 COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_column and label_column, or rename it"
 
@@ -27,10 +27,10 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
     cut, or a size left unapplied, is printed with both counts. A column the data lacks is refused with
     `column_advice` (which keys of the command name the columns).
 
-    With `streaming`, the training split is a `datasets.IterableDataset` read as training goes (a recipe that cannot
-    train from one is refused first: `batching.check_stream`), cut by `.take(n)`; the validation split is read whole
-    as without it, except a Hub dataset's, which is streamed into memory (so that no split of a Hub corpus is
-    downloaded whole)."""
+    With `streaming`, the training split is a `datasets.IterableDataset` read as training goes (a recipe that
+    cannot train from one was refused when it was built: `recipes.check_stream`), cut by `.take(n)`; the validation
+    split is read whole as without it, except a Hub dataset's, which is streamed into memory (so that no split of a
+    Hub corpus is downloaded whole)."""
     key = "train_size" if split == "train" else "eval_size"
     size, file = getattr(recipe, key), recipe.train_file if split == "train" else recipe.validation_file
     source = recipe.data_source(split, default_dataset)
@@ -41,8 +41,6 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
         recipe.eval_size = None  # local training files and no validation file: no evaluation, no size applied
         return None
     streamed = recipe.streaming and (split == "train" or (file is None and not embedded))
-    if recipe.streaming and split == "train":
-        check_stream(recipe.max_steps, recipe.dataloader_num_workers)
     kwargs = ({"size": size, "seed": recipe.seed} if embedded
               else {"dataset_config": recipe.dataset_config, "text_sample_by": recipe.text_sample_by,
                     "num_proc": recipe.num_proc})

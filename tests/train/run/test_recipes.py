@@ -12,6 +12,7 @@ from train.run.recipes import (
     load_recipe,
     parse_args,
     parse_overrides,
+    recipe_from_dict,
     valid_keys,
 )
 from train.setup.presets import available_presets
@@ -101,3 +102,12 @@ def test_mixed_precision_no_is_the_word_not_a_boolean(tmp_path):
                       "x").mixed_precision == "no"
     with pytest.raises(RecipeError, match="recipe key 'mixed_precision' expects str, got bool True"):
         parse_args(["--recipe", "gpt-pretrain-tiny", "--mixed_precision", "yes"], "gpt-pretrain-tiny", "x")
+
+
+@pytest.mark.parametrize(("keys", "named"), [({"max_steps": -1, "num_train_epochs": 1}, "'max_steps' is -1"),
+                                             ({"max_steps": 2, "dataloader_num_workers": 1},
+                                              "'dataloader_num_workers' is 1")])
+def test_a_streamed_recipe_that_cannot_train_from_a_stream_is_refused_when_built(keys, named):
+    recipe_from_dict(keys)  # the same keys without streaming make a recipe
+    with pytest.raises(RecipeError, match=f"recipe key 'streaming' is true but {named}"):
+        recipe_from_dict({**keys, "streaming": True})
