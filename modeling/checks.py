@@ -85,7 +85,7 @@ def check_sequence_length(length: int, max_positions: int, name: str = "input_id
         )
 
 
-def check_generation_length(prompt_length: int, max_length: int, max_positions: int, name: str = "input_ids",
+def check_generation_length(prompt_length: int, max_length: int, max_positions: int, *, name: str = "input_ids",
                             prompt: str = "prompt", window: str = "the context window") -> None:
     """`generate()`'s sequence (the prompt and every new token, `max_length` in all) inside the position table of
     `max_positions`, checked before the first decoding step: transformers only warns, and the model would fail
@@ -111,7 +111,7 @@ def check_mask_shape(mask: torch.Tensor | None, shape: torch.Size, name: str = "
         raise ValueError(f"`{name}` must have the shape of `{against}` {tuple(shape)}, got {tuple(mask.shape)}.")
 
 
-def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_length: int | torch.Tensor,
+def check_cached_mask(mask: torch.Tensor | None, batch: int, length: int, past_length: int | torch.Tensor, *,
                       name: str = "attention_mask", against: str = "input_ids") -> None:
     """A causal model's mask: (B, cached + new) over tokens, or a 4D mask that transformers prepared (a static
     cache's `generate()` builds one per step) of shape (B or 1, 1, new, >= cached + new). `past_length` is a 0-d
@@ -141,7 +141,7 @@ def check_position_ids(position_ids: torch.Tensor, shape: torch.Size, limit: int
     check_token_ids(position_ids, limit, "position_ids", "max_position_embeddings")
 
 
-def check_inputs(config, device: torch.device, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
+def check_inputs(config, device: torch.device, *, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,
                  attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                  past_length: int | torch.Tensor = 0, token_type_ids: torch.Tensor | None = None,
                  encoder_hidden_states: torch.Tensor | None = None,

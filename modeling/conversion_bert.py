@@ -94,8 +94,9 @@ def _bert_state_to_reference(state: StateDict) -> StateDict:
 
 def _bert(reference_name: str, lineage_class: type[nn.Module]) -> Conversion:
     return Conversion(
-        getattr(transformers, reference_name), lineage_class, _bert_config_to_lineage, _bert_config_to_reference,
-        _bert_state_to_lineage, _bert_state_to_reference,
+        reference_class=getattr(transformers, reference_name), lineage_class=lineage_class,
+        config_to_lineage=_bert_config_to_lineage, config_to_reference=_bert_config_to_reference,
+        state_to_lineage=_bert_state_to_lineage, state_to_reference=_bert_state_to_reference,
     )
 
 

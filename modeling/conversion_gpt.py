@@ -162,8 +162,10 @@ _GPT_REFERENCES = {
 def _gpt(reference_name: str, lineage_class: type[nn.Module], norm_position: str) -> Conversion:
     config_to_lineage, config_to_reference, pairs = _GPT_REFERENCES[norm_position]
     return Conversion(
-        getattr(transformers, reference_name), lineage_class, config_to_lineage, config_to_reference,
-        partial(_gpt_state_to_lineage, pairs=pairs), partial(_gpt_state_to_reference, pairs=pairs),
+        reference_class=getattr(transformers, reference_name), lineage_class=lineage_class,
+        config_to_lineage=config_to_lineage, config_to_reference=config_to_reference,
+        state_to_lineage=partial(_gpt_state_to_lineage, pairs=pairs),
+        state_to_reference=partial(_gpt_state_to_reference, pairs=pairs),
         takes_lineage_config=lambda config: config.norm_position == norm_position,
     )
 

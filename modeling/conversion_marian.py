@@ -129,8 +129,9 @@ def _marian_state_to_reference(state: StateDict) -> StateDict:
 def _marian(reference_name: str, lineage_class: type[nn.Module]) -> Conversion:
     prefix = "model." if reference_name == "MarianMTModel" else ""
     return Conversion(
-        getattr(transformers, reference_name), lineage_class, _marian_config_to_lineage, _marian_config_to_reference,
-        _marian_state_to_lineage, _marian_state_to_reference,
+        reference_class=getattr(transformers, reference_name), lineage_class=lineage_class,
+        config_to_lineage=_marian_config_to_lineage, config_to_reference=_marian_config_to_reference,
+        state_to_lineage=_marian_state_to_lineage, state_to_reference=_marian_state_to_reference,
         reference_computed_keys=tuple(f"{prefix}{stack}.embed_positions.weight" for stack in ("encoder", "decoder")),
     )
 

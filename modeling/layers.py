@@ -322,12 +322,12 @@ def final_norm(config) -> nn.LayerNorm | None:
 
 
 def run_blocks(blocks: nn.ModuleList, norm: nn.LayerNorm | None, hidden_states: torch.Tensor,
-               *masks_and_memory: torch.Tensor | None, **kwargs) -> torch.Tensor:
-    """`h = block(h, mask, ...)` through every block, then the stack's `final_norm`. `masks_and_memory`: the
-    self-attention mask, then for cross attention the encoder states and their mask (tensors that carry gradients go
-    positionally, as gradient checkpointing requires); `kwargs`: the cache and the attention kernel's keywords."""
+               attention_mask: torch.Tensor | None, memory: tuple = (), **kwargs) -> torch.Tensor:
+    """`h = block(h, mask, ...)` through every block, then the stack's `final_norm`. `memory`: for cross attention
+    the encoder states and their mask, handed on positionally (tensors that carry gradients must be, as gradient
+    checkpointing requires); `kwargs`: the cache and the attention kernel's keywords."""
     for block in blocks:
-        hidden_states = block(hidden_states, *masks_and_memory, **kwargs)[0]
+        hidden_states = block(hidden_states, attention_mask, *memory, **kwargs)[0]
     return norm(hidden_states) if norm is not None else hidden_states
 
 

@@ -48,7 +48,7 @@ class LineageLinear(nn.Linear):
             and not torch.is_autocast_enabled("cpu")
             and not torch.compiler.is_compiling()
         ):
-            return _ONEDNN_LINEAR(input, self.weight, self.bias, "none", [], "")
+            return _ONEDNN_LINEAR(input, self.weight, self.bias, attr="none", scalars=[], algorithm="")
         return super().forward(input)
 
 

@@ -191,14 +191,15 @@ def lm_head_loss(
         chunk_size = max(1, LM_LOSS_CHUNK_ELEMENTS // weight.shape[0])
     elif isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"`chunk_size` must be a positive integer (tokens per chunk), got {chunk_size!r}.")
-    total = _summed_loss(hidden, weight, bias, labels, vocab_size, label_smoothing, chunk_size, dense)
+    total = _summed_loss(hidden, weight, bias, labels, vocab_size=vocab_size, label_smoothing=label_smoothing,
+                         chunk_size=chunk_size, dense=dense)
     if num_items_in_batch is not None:
         return total / torch.as_tensor(num_items_in_batch, device=total.device)
     count = (labels != -100).sum()
     return torch.where(count > 0, total / count.clamp(min=1), torch.nan)  # no token: NaN with zero gradients, as dense
 
 
-def _summed_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
+def _summed_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor, *,
                  vocab_size: int, label_smoothing: float, chunk_size: int, dense: bool) -> torch.Tensor:
     """The summed loss of (N, C) `hidden` against (N,) `labels`: the dense logits (`dense`), Liger Kernel's fused
     kernel where `lm_loss_backend` says so (it has no padded columns to skip, so it gets the first `vocab_size` rows of
@@ -220,6 +221,7 @@ def _summed_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 def lm_output(
     model: nn.Module,
     hidden_states: torch.Tensor,
+    *,
     labels: torch.Tensor | None,
     output_layer: nn.Module,
     skip_logits: bool,
@@ -254,8 +256,9 @@ def lm_output(
         hidden_states = transform(hidden_states)
     if skip_logits:
         bias = logits_bias[0] if logits_bias is not None else output_layer.bias
-        return None, lm_head_loss(hidden_states, output_layer.weight, bias, labels, vocab_size, label_smoothing,
-                                  loss_kwargs.get("num_items_in_batch"), shift=shift,
+        return None, lm_head_loss(hidden_states, output_layer.weight, bias, labels, vocab_size=vocab_size,
+                                  label_smoothing=label_smoothing,
+                                  num_items_in_batch=loss_kwargs.get("num_items_in_batch"), shift=shift,
                                   dense=sparse_prediction and torch.compiler.is_compiling(), check_labels=False)
     logits = output_layer(hidden_states)  # (B, T', V') or (N, V')
     logits = vocab_logits(logits + logits_bias if logits_bias is not None else logits, vocab_size)

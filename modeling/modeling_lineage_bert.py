@@ -126,9 +126,10 @@ class LineageBertEncoder(nn.Module):
         )
         self.final_norm = final_norm(config)
 
-    def forward(self, hidden_states: torch.Tensor, *masks_and_memory: torch.Tensor | None, **kwargs) -> torch.Tensor:
-        """`masks_and_memory`: the self-attention mask, then for a decoder `encoder_hidden_states` and their mask."""
-        return run_blocks(self.layers, self.final_norm, hidden_states, *masks_and_memory, **kwargs)
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, memory: tuple = (),
+                **kwargs) -> torch.Tensor:
+        """`memory`: for a decoder with cross attention, `encoder_hidden_states` and their mask."""
+        return run_blocks(self.layers, self.final_norm, hidden_states, attention_mask, memory, **kwargs)
 
 
 class LineageBertPooler(nn.Module):
@@ -229,14 +230,17 @@ class LineageBertModel(LineageBertPreTrainedModel):
         config = self.config
         cache, use_cache = (cache, use_cache) if config.is_decoder else (None, False)  # an encoder never caches
         past_length = cache.get_seq_length() if cache is not None else 0
-        batch, _ = check_inputs(config, self.embeddings.word_embeddings.weight.device, input_ids, inputs_embeds,
-                                attention_mask, position_ids, past_length, token_type_ids, encoder_hidden_states,
-                                encoder_attention_mask)
-        documents = packed_rows(config, batch, attention_mask, position_ids, packed_sequences, None, cache, use_cache)
+        batch, _ = check_inputs(config, self.embeddings.word_embeddings.weight.device, input_ids=input_ids,
+                                inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
+                                past_length=past_length, token_type_ids=token_type_ids,
+                                encoder_hidden_states=encoder_hidden_states,
+                                encoder_attention_mask=encoder_attention_mask)
+        documents = packed_rows(config, batch, attention_mask=attention_mask, position_ids=position_ids,
+                                sequences=packed_sequences, cache=cache, use_cache=use_cache)
         new_cache = partial(encoder_decoder_cache, config) if encoder_hidden_states is not None else None
         cache, use_cache = model_cache(self, cache, use_cache, new_cache, packed=documents is not None)
-        unpadded = Unpadded.of(config, attention_mask, packed_sequences, unpad_inputs,
-                               encoder_hidden_states is not None, kwargs)
+        unpadded = Unpadded.of(config, attention_mask, sequences=packed_sequences, unpad_inputs=unpad_inputs,
+                               cross_attention=encoder_hidden_states is not None, kwargs=kwargs)
         if unpadded is not None:  # MosaicBERT: the real tokens end to end in one (1, N) row
             positions, ids, types, embeds = unpadded.gather(position_ids, input_ids, token_type_ids, inputs_embeds)
             hidden_states = self.encoder(self.embeddings(ids, types, positions, embeds), None, **unpadded.keywords,
@@ -245,12 +249,14 @@ class LineageBertModel(LineageBertPreTrainedModel):
         else:
             hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
             mask, attention = self_attention_inputs(
-                config, hidden_states, attention_mask, position_ids, documents, packed_sequences, cache,
-                config.is_decoder, encoder_hidden_states is None, kwargs.get("output_attentions"))
+                config, hidden_states, attention_mask=attention_mask, position_ids=position_ids, documents=documents,
+                sequences=packed_sequences, cache=cache, is_causal=config.is_decoder,
+                varlen=encoder_hidden_states is None, output_attentions=kwargs.get("output_attentions"))
             memory = () if encoder_hidden_states is None else (encoder_hidden_states, cross_attention_mask(
-                config, hidden_states, encoder_hidden_states, encoder_attention_mask))
+                config, hidden_states, encoder_hidden_states=encoder_hidden_states,
+                encoder_attention_mask=encoder_attention_mask))
             relative = relative_attention_inputs(config, hidden_states, position_ids, past_length, attention_mask)
-            hidden_states = self.encoder(hidden_states, mask, *memory, **cache_keyword(cache), **attention,
+            hidden_states = self.encoder(hidden_states, mask, memory, **cache_keyword(cache), **attention,
                                          **relative, **kwargs)
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=hidden_states,
@@ -318,11 +324,13 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size)
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
-            return_dict=True, **kwargs
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, unpad_inputs=unpad_inputs, return_dict=True,
+            **kwargs
         )
-        prediction_logits, mlm_loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head.decoder,
-                                                skip_logits, self.lm_head.transform,
+        prediction_logits, mlm_loss = lm_output(self, outputs.last_hidden_state, labels=labels,
+                                                output_layer=self.lm_head.decoder, skip_logits=skip_logits,
+                                                transform=self.lm_head.transform,
                                                 sparse_prediction=sparse_prediction, **kwargs)
         seq_relationship_logits = self.nsp_head(outputs.pooler_output)
         nsp_loss = _classification_loss(seq_relationship_logits, next_sentence_label, "next_sentence_label",
@@ -371,11 +379,13 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size)
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
-            return_dict=True, **kwargs
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, unpad_inputs=unpad_inputs, return_dict=True,
+            **kwargs
         )
-        logits, loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head.decoder, skip_logits,
-                                 self.lm_head.transform, sparse_prediction=sparse_prediction, **kwargs)
+        logits, loss = lm_output(self, outputs.last_hidden_state, labels=labels, output_layer=self.lm_head.decoder,
+                                 skip_logits=skip_logits, transform=self.lm_head.transform,
+                                 sparse_prediction=sparse_prediction, **kwargs)
         return MaskedLMOutput(
             loss=loss,
             logits=logits,
@@ -428,12 +438,14 @@ class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
         if labels is not None:
             use_cache = False
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, encoder_hidden_states,
-            encoder_attention_mask, cache, use_cache, return_dict=True, **kwargs,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask, cache=cache, use_cache=use_cache, return_dict=True,
+            **kwargs,
         )
-        logits, loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head.decoder, skip_logits,
-                                 self.lm_head.transform, shift=True, logits_to_keep=logits_to_keep,
-                                 shift_labels=shift_labels, **kwargs)
+        logits, loss = lm_output(self, outputs.last_hidden_state, labels=labels, output_layer=self.lm_head.decoder,
+                                 skip_logits=skip_logits, transform=self.lm_head.transform, shift=True,
+                                 logits_to_keep=logits_to_keep, shift_labels=shift_labels, **kwargs)
         return CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,
@@ -469,8 +481,9 @@ class LineageBertForNextSentencePrediction(LineageBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> NextSentencePredictorOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
-            return_dict=True, **kwargs
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, unpad_inputs=unpad_inputs, return_dict=True,
+            **kwargs
         )
         logits = self.nsp_head(outputs.pooler_output)
         return NextSentencePredictorOutput(
@@ -509,11 +522,11 @@ class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
-            return_dict=True, **kwargs
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, unpad_inputs=unpad_inputs, return_dict=True,
+            **kwargs
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
-        loss = None
         check_sequence_labels(labels, logits.shape[0], self.num_labels, self.config.problem_type)
         loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         return SequenceClassifierOutput(
@@ -546,8 +559,9 @@ class LineageBertForTokenClassification(LineageBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> TokenClassifierOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
-            return_dict=True, **kwargs
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, unpad_inputs=unpad_inputs, return_dict=True,
+            **kwargs
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
@@ -587,8 +601,9 @@ class LineageBertForQuestionAnswering(LineageBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
         outputs = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, unpad_inputs=unpad_inputs,
-            return_dict=True, **kwargs
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, inputs_embeds=inputs_embeds, unpad_inputs=unpad_inputs, return_dict=True,
+            **kwargs
         )
         start_logits, end_logits = self.qa_outputs(outputs.last_hidden_state).unbind(dim=-1)  # 2 x (B, T)
         start_logits, end_logits = start_logits.contiguous(), end_logits.contiguous()
@@ -629,9 +644,10 @@ class LineageBertForMultipleChoice(LineageBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> MultipleChoiceModelOutput:
         _, num_choices = check_choice_inputs(input_ids, inputs_embeds)
-        flat = [x.flatten(0, 1) if x is not None else None
-                for x in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)]
-        outputs = self.bert(*flat, unpad_inputs=unpad_inputs, return_dict=True, **kwargs)
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
+                  "position_ids": position_ids, "inputs_embeds": inputs_embeds}
+        flat = {name: x.flatten(0, 1) if x is not None else None for name, x in inputs.items()}
+        outputs = self.bert(**flat, unpad_inputs=unpad_inputs, return_dict=True, **kwargs)
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)  # (B, num_choices)
         return MultipleChoiceModelOutput(
             loss=_classification_loss(logits, labels, limit_name="num_choices"),

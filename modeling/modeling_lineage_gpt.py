@@ -137,11 +137,12 @@ class LineageGptModel(LineageGptPreTrainedModel):
         the sequences lie (`packing.py`), so that the forward reads nothing back; they change no output."""
         config = self.config
         past_length = cache.get_seq_length() if cache is not None else 0
-        batch, length = check_inputs(config, self.embed_tokens.weight.device, input_ids, inputs_embeds,
-                                     attention_mask, position_ids, past_length)
+        batch, length = check_inputs(config, self.embed_tokens.weight.device, input_ids=input_ids,
+                                     inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                                     position_ids=position_ids, past_length=past_length)
         boundaries = {key: kwargs.pop(key) for key in VARLEN_KEYWORDS if key in kwargs}
-        documents = packed_rows(config, batch, attention_mask, position_ids, packed_sequences, boundaries, cache,
-                                use_cache)
+        documents = packed_rows(config, batch, attention_mask=attention_mask, position_ids=position_ids,
+                                sequences=packed_sequences, boundaries=boundaries, cache=cache, use_cache=use_cache)
         cache, use_cache = model_cache(self, cache, use_cache, packed=documents is not None)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, C)
@@ -151,8 +152,9 @@ class LineageGptModel(LineageGptPreTrainedModel):
         if self.embed_positions is not None:
             inputs_embeds = inputs_embeds + self.embed_positions(positions)
         hidden_states = self.dropout(inputs_embeds)
-        mask, attention = self_attention_inputs(config, hidden_states, attention_mask, position_ids, documents,
-                                                packed_sequences, cache, is_causal=True,
+        mask, attention = self_attention_inputs(config, hidden_states, attention_mask=attention_mask,
+                                                position_ids=position_ids, documents=documents,
+                                                sequences=packed_sequences, cache=cache, is_causal=True,
                                                 output_attentions=kwargs.get("output_attentions"))
         relative = relative_attention_inputs(config, hidden_states, positions, past_length, attention_mask)
         hidden_states = run_blocks(self.layers, self.final_norm, hidden_states, mask, **cache_keyword(cache),
@@ -200,10 +202,11 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
         skip_logits = skips_logits(self, self.lm_head, labels, return_logits)
         check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size, shift_labels)
         outputs = self.transformer(
-            input_ids, attention_mask, position_ids, cache, inputs_embeds, use_cache=use_cache,
-            return_dict=True, **kwargs,
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+            inputs_embeds=inputs_embeds, use_cache=use_cache, return_dict=True, **kwargs,
         )
-        logits, loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head, skip_logits, shift=True,
+        logits, loss = lm_output(self, outputs.last_hidden_state, labels=labels, output_layer=self.lm_head,
+                                 skip_logits=skip_logits, shift=True,
                                  logits_to_keep=logits_to_keep, shift_labels=shift_labels, **kwargs)
         return CausalLMOutputWithPast(
             loss=loss,
@@ -284,7 +287,8 @@ class _LineageGptClassifier(LineageGptPreTrainedModel):
                 **kwargs: Unpack[TransformersKwargs]) -> tuple[torch.Tensor, BaseModelOutputWithPast]:
         """Run the backbone on (N, T) rows masked by `real` (see `_real_tokens`); the (N, num_outputs) scores."""
         outputs = self.transformer(
-            input_ids, real, position_ids, None, inputs_embeds, use_cache=False, return_dict=True, **kwargs
+            input_ids=input_ids, attention_mask=real, position_ids=position_ids, inputs_embeds=inputs_embeds,
+            use_cache=False, return_dict=True, **kwargs
         )
         return self.score(self.dropout(_at_extract(outputs.last_hidden_state, real))), outputs
 

@@ -139,8 +139,8 @@ class LineageRnnCache(Cache):
 
 
 def require(condition: torch.Tensor, message: str) -> None:
-    """A check of input values: a `ValueError`, or inside a compiled graph an assertion op with the same message
-    (a `RuntimeError` when it fails), since reading a tensor's value in Python would break the graph; skipped inside
+    """A check of input values: inside a compiled graph an assertion op with the message (a `RuntimeError` when it
+    fails; reading a tensor's value in Python would break the graph), always; eagerly a `ValueError`, skipped inside
     `value_checks(False)` (a training loop whose collator built the mask)."""
     if torch.compiler.is_compiling():
         torch._assert_async(condition, message)
@@ -392,7 +392,7 @@ class LineageRnnDecoder(nn.Module):
         self.rnn = make_rnn(config, config.embedding_size + extra_input, config.hidden_size, config.num_decoder_layers)
         self.attention = SCORES[config.attention](config.hidden_size) if config.attention != "none" else None
 
-    def forward(self, embedded: torch.Tensor, annotations: torch.Tensor, keys: torch.Tensor | None,
+    def forward(self, embedded: torch.Tensor, annotations: torch.Tensor, *, keys: torch.Tensor | None,
                 source_mask: torch.Tensor, state: State, feed: torch.Tensor | None) -> tuple:
         outputs, state = run_rnn(self.rnn, embedded, state)  # (B, T, C)
         return outputs, None, state, feed
@@ -413,7 +413,7 @@ class BahdanauDecoder(LineageRnnDecoder):
         super().__init__(config, extra_input=config.hidden_size)
         self.readout = nn.Linear(2 * config.hidden_size + config.embedding_size, 2 * config.hidden_size)
 
-    def forward(self, embedded: torch.Tensor, annotations: torch.Tensor, keys: torch.Tensor | None,
+    def forward(self, embedded: torch.Tensor, annotations: torch.Tensor, *, keys: torch.Tensor | None,
                 source_mask: torch.Tensor, state: State, feed: torch.Tensor | None) -> tuple:
         steps, contexts, alignments = [], [], []
         for t in range(embedded.shape[1]):
@@ -441,7 +441,7 @@ class LuongDecoder(LineageRnnDecoder):
         context, weights = self.attend(hidden, annotations, keys, source_mask)
         return torch.tanh(self.attention_out(torch.cat([context, hidden], dim=-1))), weights  # (B, T, C)
 
-    def forward(self, embedded: torch.Tensor, annotations: torch.Tensor, keys: torch.Tensor | None,
+    def forward(self, embedded: torch.Tensor, annotations: torch.Tensor, *, keys: torch.Tensor | None,
                 source_mask: torch.Tensor, state: State, feed: torch.Tensor | None) -> tuple:
         if not self.config.input_feeding:
             hidden, state = run_rnn(self.rnn, embedded, state)  # (B, T, C)
@@ -535,7 +535,7 @@ class LineageRnnModel(Seq2SeqBase, LineageRnnPreTrainedModel):
     ) -> LineageRnnEncoderOutput:
         """Run the encoder once over the (right-padded) source: (B, S) ids -> (B, S, C) annotations (`kwargs`: the
         encoder's `output_hidden_states`, `packed_sequences`)."""
-        return self.encoder(input_ids, attention_mask, inputs_embeds, **kwargs)
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
 
     @forward_arguments
     def decode(
@@ -549,10 +549,10 @@ class LineageRnnModel(Seq2SeqBase, LineageRnnPreTrainedModel):
     ) -> ModelOutput:
         """(B, T) target ids -> (B, T, C) output states, continuing from `cache` when it holds a state
         (then T counts the new tokens only) and storing the state reached there."""
-        self._check_target(decoder_input_ids, decoder_inputs_embeds, None, cache,
-                           encoder_outputs.last_hidden_state.shape[:2], attention_mask)
-        return self._decode(decoder_input_ids, decoder_inputs_embeds, encoder_outputs, attention_mask, None, cache,
-                            **kwargs)
+        self._check_target(decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask=None, cache=cache,
+                           source_shape=encoder_outputs.last_hidden_state.shape[:2], attention_mask=attention_mask)
+        return self._decode(decoder_input_ids, decoder_inputs_embeds, encoder_outputs=encoder_outputs,
+                            attention_mask=attention_mask, decoder_attention_mask=None, cache=cache, **kwargs)
 
     @staticmethod
     def as_encoder_outputs(encoder_outputs) -> LineageRnnEncoderOutput | None:
@@ -574,6 +574,7 @@ class LineageRnnModel(Seq2SeqBase, LineageRnnPreTrainedModel):
         self,
         decoder_input_ids: torch.Tensor | None,
         decoder_inputs_embeds: torch.Tensor | None,
+        *,
         decoder_attention_mask: torch.Tensor | None,
         cache: Cache | None,
         source_shape: torch.Size,
@@ -598,6 +599,7 @@ class LineageRnnModel(Seq2SeqBase, LineageRnnPreTrainedModel):
         self,
         decoder_input_ids: torch.Tensor | None,
         decoder_inputs_embeds: torch.Tensor | None,
+        *,
         encoder_outputs: LineageRnnEncoderOutput,
         attention_mask: torch.Tensor | None,
         decoder_attention_mask: torch.Tensor | None,
@@ -620,7 +622,8 @@ class LineageRnnModel(Seq2SeqBase, LineageRnnPreTrainedModel):
         else:
             state, feed = self.bridge(encoder_outputs), None
             keys = self.decoder.attention.project(annotations) if self.decoder.attention is not None else None
-        outputs, weights, state, feed = self.decoder(embedded, annotations, keys, source_mask, state, feed)
+        outputs, weights, state, feed = self.decoder(embedded, annotations, keys=keys, source_mask=source_mask,
+                                                     state=state, feed=feed)
         if cache is not None:
             cache.store(state, feed, keys, embedded.shape[1])
         config = self.config

@@ -148,11 +148,13 @@ class LineageTransformerEncoder(LineageTransformerStack):
         """`packed_sequences`: the collate's account of the source rows' padding (`packing.mask_inputs`), so that
         the mask is made without reading `attention_mask` back; it changes no output."""
         config = self.config
-        check_inputs(config, self.embed_tokens.weight.device, input_ids, inputs_embeds, attention_mask)
+        check_inputs(config, self.embed_tokens.weight.device, input_ids=input_ids, inputs_embeds=inputs_embeds,
+                     attention_mask=attention_mask)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, C)
         hidden_states = self.embed(inputs_embeds)
-        mask, _ = self_attention_inputs(config, hidden_states, attention_mask, None, None, packed_sequences)
+        mask, _ = self_attention_inputs(config, hidden_states, attention_mask=attention_mask,
+                                        sequences=packed_sequences)
         relative = relative_attention_inputs(config, hidden_states)
         return BaseModelOutput(last_hidden_state=run_blocks(self.layers, self.final_norm, hidden_states, mask,
                                                             **relative, **kwargs))
@@ -185,13 +187,14 @@ class LineageTransformerDecoder(LineageTransformerStack):
         """`encoder_packed_sequences`: the collate's account of the source rows' padding, as the encoder's."""
         offset = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embed(inputs_embeds, offset)
-        causal_mask, _ = self_attention_inputs(self.config, hidden_states, attention_mask, None, None, None, cache,
+        causal_mask, _ = self_attention_inputs(self.config, hidden_states, attention_mask=attention_mask, cache=cache,
                                                is_causal=True)
-        cross_mask = cross_attention_mask(self.config, hidden_states, encoder_hidden_states, encoder_attention_mask,
-                                          encoder_packed_sequences)
+        cross_mask = cross_attention_mask(self.config, hidden_states, encoder_hidden_states=encoder_hidden_states,
+                                          encoder_attention_mask=encoder_attention_mask,
+                                          sequences=encoder_packed_sequences)
         relative = relative_attention_inputs(self.config, hidden_states, past_length=offset)  # consecutive positions
         hidden_states = run_blocks(
-            self.layers, self.final_norm, hidden_states, causal_mask, encoder_hidden_states, cross_mask,
+            self.layers, self.final_norm, hidden_states, causal_mask, memory=(encoder_hidden_states, cross_mask),
             **cache_keyword(cache), **relative, **kwargs,
         )
         return BaseModelOutputWithPastAndCrossAttentions(
@@ -200,9 +203,10 @@ class LineageTransformerDecoder(LineageTransformerStack):
 
 
 class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
-    """The bare encoder-decoder: decoder hidden states (and the encoder's), without the output projection
-    (`seq2seq.Seq2SeqBase.forward`); encoder and decoder capture their own hidden states and attentions
-    (`@capture_outputs`).
+    """The bare encoder-decoder: decoder hidden states (and the encoder's), without the output projection;
+    encoder and decoder capture their own hidden states and attentions (`@capture_outputs`). The forward is
+    `seq2seq.Seq2SeqBase.forward`, which calls this class's hooks in this order: `as_encoder_outputs`,
+    `_check_target`, `encode` (unless given `encoder_outputs`), `_new_cache`, `_decode`.
     """
 
     def __init__(self, config: LineageTransformerConfig):
@@ -226,7 +230,8 @@ class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         """Run the encoder once over the source: (B, S) ids -> (B, S, C) memory."""
-        return self.encoder(input_ids, attention_mask, inputs_embeds, packed_sequences, return_dict=True, **kwargs)
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                            packed_sequences=packed_sequences, return_dict=True, **kwargs)
 
     @forward_arguments
     def decode(
@@ -244,12 +249,13 @@ class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
         (and the collate's `packed_sequences` of the source rows); with a cache, T is the number of new tokens and
         earlier keys/values come from the cache."""
         self._check_target(
-            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, cache,
-            encoder_hidden_states.shape[:2], attention_mask,
+            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask=decoder_attention_mask, cache=cache,
+            source_shape=encoder_hidden_states.shape[:2], attention_mask=attention_mask,
         )
         return self._decode(
-            decoder_input_ids, decoder_inputs_embeds, BaseModelOutput(last_hidden_state=encoder_hidden_states),
-            attention_mask, decoder_attention_mask, cache, packed_sequences, **kwargs,
+            decoder_input_ids, decoder_inputs_embeds,
+            encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden_states), attention_mask=attention_mask,
+            decoder_attention_mask=decoder_attention_mask, cache=cache, packed_sequences=packed_sequences, **kwargs,
         )
 
     @staticmethod
@@ -266,6 +272,7 @@ class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
         self,
         decoder_input_ids: torch.Tensor | None,
         decoder_inputs_embeds: torch.Tensor | None,
+        *,
         decoder_attention_mask: torch.Tensor | None,
         cache: Cache | None,
         source_shape: torch.Size,
@@ -280,13 +287,14 @@ class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
             )
         past = cache.get_seq_length() if cache is not None else 0
         check_sequence_length(shape[1], self.config.max_position_embeddings, "decoder_input_ids", past)
-        check_cached_mask(decoder_attention_mask, shape[0], shape[1], past, "decoder_attention_mask",
-                          "decoder_input_ids")
+        check_cached_mask(decoder_attention_mask, shape[0], shape[1], past, name="decoder_attention_mask",
+                          against="decoder_input_ids")
 
     def _decode(
         self,
         decoder_input_ids: torch.Tensor | None,
         decoder_inputs_embeds: torch.Tensor | None,
+        *,
         encoder_outputs: BaseModelOutput,
         attention_mask: torch.Tensor | None,
         decoder_attention_mask: torch.Tensor | None,
@@ -297,8 +305,9 @@ class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
         if decoder_inputs_embeds is None:
             decoder_inputs_embeds = self.get_input_embeddings()(decoder_input_ids)  # (B, T, C)
         return self.decoder(
-            decoder_inputs_embeds, encoder_outputs.last_hidden_state, decoder_attention_mask, attention_mask, cache,
-            packed_sequences, return_dict=True, **kwargs,
+            decoder_inputs_embeds, encoder_outputs.last_hidden_state, attention_mask=decoder_attention_mask,
+            encoder_attention_mask=attention_mask, cache=cache, encoder_packed_sequences=packed_sequences,
+            return_dict=True, **kwargs,
         )
 
 
@@ -328,7 +337,8 @@ class LineageTransformerForConditionalGeneration(Seq2SeqLMBase, LineageTransform
         """Refuse, before the first decoding step, a decoder prompt or a total length past the decoder's positions
         (the source was checked against the encoder's when the encoder ran)."""
         check_generation_length(input_ids_length, generation_config.max_length, self.config.max_position_embeddings,
-                                "decoder_input_ids", "decoder prompt", "the decoder's context window")
+                                name="decoder_input_ids", prompt="decoder prompt",
+                                window="the decoder's context window")
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
 
     def lm_head_inputs(self) -> dict:

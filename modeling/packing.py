@@ -315,7 +315,7 @@ def varlen_attention_inputs(config, sequences: PackedSequences | None, output_at
     return sequences.attention_inputs(config)
 
 
-def packed_rows(config, batch: int, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
+def packed_rows(config, batch: int, *, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
                 sequences: PackedSequences | None = None, boundaries: dict | None = None, cache=None,
                 use_cache: bool | None = None) -> PackedSequences | None:
     """The one detection of packed rows in a forward: `position_ids` (B or 1, T) restarting within a row and no
@@ -348,9 +348,9 @@ def document_ids(documents: PackedSequences, batch: int, length: int) -> torch.T
     return starts.cumsum(0).view(batch, length)
 
 
-def self_attention_inputs(config, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                          position_ids: torch.Tensor | None, documents: PackedSequences | None,
-                          sequences: PackedSequences | None, cache=None, is_causal: bool = False,
+def self_attention_inputs(config, hidden_states: torch.Tensor, *, attention_mask: torch.Tensor | None,
+                          position_ids: torch.Tensor | None = None, documents: PackedSequences | None = None,
+                          sequences: PackedSequences | None = None, cache=None, is_causal: bool = False,
                           varlen: bool = True, output_attentions: bool | None = None
                           ) -> tuple[torch.Tensor | None, dict]:
     """The blocks' self-attention mask and keywords for (B, T, C) `hidden_states`: packed rows' `documents` (from
@@ -383,7 +383,7 @@ def self_attention_inputs(config, hidden_states: torch.Tensor, attention_mask: t
     return mask, {}
 
 
-def cross_attention_mask(config, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor,
+def cross_attention_mask(config, hidden_states: torch.Tensor, *, encoder_hidden_states: torch.Tensor,
                          encoder_attention_mask: torch.Tensor | None, sequences: PackedSequences | None = None):
     """The blocks' cross-attention mask of (B, T, C) `hidden_states` over the encoder states' padding; the collate's
     `sequences` of the source rows answer on the host whether they hold any (`mask_inputs`)."""
@@ -401,7 +401,7 @@ class Unpadded:
         self.sequences, self.keywords, self.shape = sequences, keywords, shape
 
     @classmethod
-    def of(cls, config, attention_mask: torch.Tensor | None, sequences: PackedSequences | None, unpad_inputs: bool,
+    def of(cls, config, attention_mask: torch.Tensor | None, *, sequences: PackedSequences | None, unpad_inputs: bool,
            cross_attention: bool, kwargs: dict) -> "Unpadded | None":
         """The unpadded rows of an encoder call (`unpad_inputs`, a 2D `attention_mask`), or None for the padded path:
         a decoder or cross attention, hidden states or attention weights requested, no varlen kernel, or under

@@ -96,14 +96,15 @@ class Seq2SeqBase:
         encoder_outputs = self.as_encoder_outputs(encoder_outputs)
         source_shape = (encoder_outputs.last_hidden_state.shape[:2] if encoder_outputs is not None
                         else check_ids_or_embeds(input_ids, inputs_embeds))
-        self._check_target(decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, cache, source_shape,
-                           attention_mask)
+        self._check_target(decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask=decoder_attention_mask,
+                           cache=cache, source_shape=source_shape, attention_mask=attention_mask)
         if encoder_outputs is None:
-            encoder_outputs = self.encode(input_ids, attention_mask, inputs_embeds, packed_sequences=packed_sequences,
-                                          **kwargs)
+            encoder_outputs = self.encode(input_ids=input_ids, attention_mask=attention_mask,
+                                          inputs_embeds=inputs_embeds, packed_sequences=packed_sequences, **kwargs)
         cache, _ = model_cache(self, cache, use_cache, self._new_cache)
-        decoded = self._decode(decoder_input_ids, decoder_inputs_embeds, encoder_outputs, attention_mask,
-                               decoder_attention_mask, cache, packed_sequences, **kwargs)
+        decoded = self._decode(decoder_input_ids, decoder_inputs_embeds, encoder_outputs=encoder_outputs,
+                               attention_mask=attention_mask, decoder_attention_mask=decoder_attention_mask,
+                               cache=cache, packed_sequences=packed_sequences, **kwargs)
         return Seq2SeqModelOutput(
             last_hidden_state=decoded.last_hidden_state,
             **cache_keyword(output_cache(decoded)),
@@ -165,10 +166,13 @@ class Seq2SeqLMBase:
         if labels is not None:
             use_cache = False
         outputs = self.model(
-            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, cache,
-            inputs_embeds, decoder_inputs_embeds, use_cache, return_dict=True, **kwargs,
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs, cache=cache,
+            inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache,
+            return_dict=True, **kwargs,
         )
-        logits, loss = lm_output(self, outputs.last_hidden_state, labels, self.lm_head, skip_logits,
+        logits, loss = lm_output(self, outputs.last_hidden_state, labels=labels, output_layer=self.lm_head,
+                                 skip_logits=skip_logits,
                                  sparse_prediction=sparse_prediction, label_smoothing=self.config.label_smoothing,
                                  num_items_in_batch=num_items_in_batch, **self.lm_head_inputs())
         return Seq2SeqLMOutput(

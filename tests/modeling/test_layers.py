@@ -48,9 +48,9 @@ def onednn_calls(monkeypatch) -> list[tuple[int, ...]]:
     """Records the input shape of every call that took the oneDNN kernel; small test layers qualify."""
     calls, kernel = [], linear._ONEDNN_LINEAR
 
-    def spy(input, *args):
+    def spy(input, *args, **kwargs):
         calls.append(tuple(input.shape))
-        return kernel(input, *args)
+        return kernel(input, *args, **kwargs)
 
     monkeypatch.setattr(linear, "_ONEDNN_LINEAR", spy)
     monkeypatch.setattr(linear, "_ONEDNN_MIN_WEIGHTS", 0)
