@@ -65,7 +65,8 @@ from .layers import (
 )
 from .linear import LineageLinear
 from .losses import lm_output, skips_logits
-from .packing import PackedSequences, Unpadded, cross_attention_mask, packed_rows, self_attention_inputs
+from .masks import cross_attention_mask, self_attention_inputs
+from .packing import PackedSequences, Unpadded, packed_rows
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 

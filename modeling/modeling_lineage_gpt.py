@@ -58,7 +58,8 @@ from .configuration_lineage_gpt import LineageGptConfig
 from .layers import LearnedPositionalEmbedding, LineageBlock, classifier_dropout, final_norm, run_blocks
 from .linear import LineageLinear
 from .losses import lm_head_loss, lm_output, skips_logits
-from .packing import VARLEN_KEYWORDS, PackedSequences, packed_rows, self_attention_inputs
+from .masks import self_attention_inputs
+from .packing import VARLEN_KEYWORDS, PackedSequences, packed_rows
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 

@@ -53,7 +53,8 @@ from .layers import (
     run_blocks,
 )
 from .linear import LineageLinear
-from .packing import PackedSequences, cross_attention_mask, self_attention_inputs
+from .masks import cross_attention_mask, self_attention_inputs
+from .packing import PackedSequences
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 from .seq2seq import Seq2SeqBase, Seq2SeqLMBase, check_decoder_inputs, shift_tokens_right
@@ -145,7 +146,7 @@ class LineageTransformerEncoder(LineageTransformerStack):
         packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        """`packed_sequences`: the collate's account of the source rows' padding (`packing.mask_inputs`), so that
+        """`packed_sequences`: the collate's account of the source rows' padding (`masks.mask_inputs`), so that
         the mask is made without reading `attention_mask` back; it changes no output."""
         config = self.config
         check_inputs(config, self.embed_tokens.weight.device, input_ids=input_ids, inputs_embeds=inputs_embeds,

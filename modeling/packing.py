@@ -7,11 +7,11 @@ Where the sequences of a batch lie is known on the CPU when the batch is collate
 model as `packed_sequences`, which moves to the device with the batch (`PackedSequences.to`, which Accelerate's
 `send_to_device` calls). A forward handed it reads nothing back from the device: neither the documents of packed rows,
 nor the real tokens that unpadding gathers, nor whether padded rows hold padding at all, which transformers' mask
-functions would otherwise test on the device to drop an all-ones mask (`mask_inputs`). A forward called without it
+functions would otherwise test on the device to drop an all-ones mask (`masks.mask_inputs`). A forward called without it
 (a user's call, `generate()`, an evaluation pipeline) finds the same sequences from its tensors, reading them back.
 
 A base model's forward finds packed rows once (`packed_rows`, which also refuses a cache and kernels that cannot keep
-documents apart), builds its blocks' attention inputs from them (`self_attention_inputs`: boundaries for a varlen
+documents apart), builds its blocks' attention inputs from them (`masks.self_attention_inputs`: boundaries for a varlen
 kernel, else transformers' mask kept within each document) and runs BERT's unpadded path through `Unpadded`.
 
 Dimension legend as in `layers.py`; L is the length of a flattened stream of tokens.
@@ -23,13 +23,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
-from transformers.cache_utils import EncoderDecoderCache
-from transformers.masking_utils import (
-    create_bidirectional_mask,
-    create_causal_mask,
-    find_packed_sequence_indices,
-    packed_sequence_mask_function,
-)
 
 from .arguments import CACHE_NAME
 
@@ -269,28 +262,6 @@ def unpadded_sequences(attention_mask: torch.Tensor, sequences: PackedSequences 
     return PackedSequences.from_padding_mask(attention_mask)
 
 
-def mask_inputs(attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
-                sequences: PackedSequences | None, batch: int) -> tuple[torch.Tensor | None, torch.Tensor | None, bool]:
-    """What to hand transformers' mask functions (`create_causal_mask`, `create_bidirectional_mask`, and the packed
-    rows' `find_packed_sequence_indices`): the 2D `attention_mask`, the `position_ids` whose restarts split rows (read
-    only when no mask is given), and whether they may test the mask for padding (their `allow_is_causal_skip` /
-    `allow_is_bidirectional_skip`: under sdpa they read it back from the device to drop an all-ones mask).
-
-    The collate's `sequences` answer on the host instead: padded rows without padding get no mask (what the test
-    finds), with padding the mask, untested (the test would keep it); rows of documents none of which restarts
-    (N == B) need no positions to split them. Without `sequences`, or under `torch.compile` (which traces the reads
-    away), the arguments are handed on as they came."""
-    if torch.compiler.is_compiling() or sequences is None:
-        return attention_mask, position_ids, True
-    if sequences.tokens is not None and attention_mask is not None and attention_mask.dim() == 2:
-        sequences.check_batch(*attention_mask.shape, name="attention_mask")
-        return (attention_mask, None, False) if sequences.padding else (None, None, True)
-    if sequences.tokens is None and attention_mask is None and position_ids is not None:  # (batch rows)
-        sequences.check_batch(batch, position_ids.shape[-1])
-        return None, position_ids if sequences.count > batch else None, True
-    return attention_mask, position_ids, True
-
-
 def host_lengths(attention_mask: torch.Tensor | None, sequences: PackedSequences | None) -> torch.Tensor | None:
     """The (B,) real-token counts of padded rows as a CPU tensor (cuDNN's packed sequences take them on the host),
     from the collate's `sequences` of the same rows; None without them."""
@@ -323,7 +294,7 @@ def packed_rows(config, batch: int, *, attention_mask: torch.Tensor | None, posi
     `packed_documents` says (the collate's `sequences`, transformers' varlen `boundaries`, else read from the
     positions); None for unpacked rows. A configuration that cannot keep attention within documents, and a key/value
     cache (it would hold the keys of every document of the row), are refused. Under `torch.compile` the documents are
-    left to transformers' mask, which reads the same restarts (`self_attention_inputs`)."""
+    left to transformers' mask, which reads the same restarts (`masks.self_attention_inputs`)."""
     if boundaries and (position_ids is None or attention_mask is not None):
         raise ValueError(f"{', '.join(boundaries)} delimit packed rows, which take `position_ids` restarting at "
                          "each sequence and no `attention_mask`.")
@@ -339,57 +310,6 @@ def packed_rows(config, batch: int, *, attention_mask: torch.Tensor | None, posi
         raise ValueError("Packed rows (`position_ids` restarting within a row) cannot use a key/value cache: "
                          f"pass `use_cache=False` and no `{CACHE_NAME}`, or one sequence per row.")
     return documents
-
-
-def document_ids(documents: PackedSequences, batch: int, length: int) -> torch.Tensor:
-    """(B, T) the document of each token of packed rows, from the boundaries alone (nothing is read back)."""
-    starts = torch.zeros(batch * length, dtype=torch.long, device=documents.cu_seqlens.device)
-    starts[documents.cu_seqlens[1:-1].long()] = 1  # every document after the first starts with a 1
-    return starts.cumsum(0).view(batch, length)
-
-
-def self_attention_inputs(config, hidden_states: torch.Tensor, *, attention_mask: torch.Tensor | None,
-                          position_ids: torch.Tensor | None = None, documents: PackedSequences | None = None,
-                          sequences: PackedSequences | None = None, cache=None, is_causal: bool = False,
-                          varlen: bool = True, output_attentions: bool | None = None
-                          ) -> tuple[torch.Tensor | None, dict]:
-    """The blocks' self-attention mask and keywords for (B, T, C) `hidden_states`: packed rows' `documents` (from
-    `packed_rows`) through a kernel that takes their boundaries (`varlen_attention_inputs`; `varlen` False where
-    the blocks also cross-attend), else transformers' causal or bidirectional mask over the padding, kept within
-    each document. The collate's `sequences` answer on the host what the mask functions would read back
-    (`mask_inputs`); under `torch.compile` transformers finds the documents from the restarting `position_ids`.
-    `output_attentions` (None: the config's) needs a mask."""
-    output_attentions = config.output_attentions if output_attentions is None else output_attentions
-    keywords = varlen_attention_inputs(config, documents, output_attentions) if varlen else None
-    if keywords:
-        return None, keywords
-    batch, length = hidden_states.shape[:2]
-    padding, restarts, test = mask_inputs(attention_mask, position_ids, sequences, batch)
-    if not torch.compiler.is_compiling() or padding is not None:
-        restarts = None  # (the documents were found once, by `packed_rows`)
-    same_document = None
-    if documents is not None:
-        same_document = packed_sequence_mask_function(document_ids(documents, batch, length))
-    elif restarts is not None and not is_causal:
-        same_document = packed_sequence_mask_function(find_packed_sequence_indices(restarts.expand(batch, -1)))
-    if is_causal:
-        if isinstance(cache, EncoderDecoderCache):
-            cache = cache.self_attention_cache
-        mask = create_causal_mask(config, hidden_states, padding, cache, restarts, allow_is_causal_skip=test,
-                                  and_mask_function=same_document)
-    else:
-        mask = create_bidirectional_mask(config, hidden_states, padding, allow_is_bidirectional_skip=test,
-                                         and_mask_function=same_document)
-    return mask, {}
-
-
-def cross_attention_mask(config, hidden_states: torch.Tensor, *, encoder_hidden_states: torch.Tensor,
-                         encoder_attention_mask: torch.Tensor | None, sequences: PackedSequences | None = None):
-    """The blocks' cross-attention mask of (B, T, C) `hidden_states` over the encoder states' padding; the collate's
-    `sequences` of the source rows answer on the host whether they hold any (`mask_inputs`)."""
-    padding, _, test = mask_inputs(encoder_attention_mask, None, sequences, encoder_hidden_states.shape[0])
-    return create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=padding,
-                                     encoder_hidden_states=encoder_hidden_states, allow_is_bidirectional_skip=test)
 
 
 class Unpadded:
@@ -451,6 +371,5 @@ def varlen_sdpa_forward(
 
 
 __all__ = ["DOCUMENT_MASKING_IMPLEMENTATIONS", "FLASH_IMPLEMENTATIONS", "VARLEN_KEYWORDS", "PackedSequences",
-           "Unpadded", "cross_attention_mask", "document_ids", "document_lengths", "document_masking_error",
-           "host_lengths", "mask_inputs", "packed_documents", "packed_rows", "self_attention_inputs",
+           "Unpadded", "document_lengths", "document_masking_error", "host_lengths", "packed_documents", "packed_rows",
            "unpadded_sequences", "varlen_attention_inputs", "varlen_kernel", "varlen_sdpa_forward"]

@@ -8,6 +8,7 @@ import transformers
 from conftest import preset
 from transformers import masking_utils
 
+import modeling.masks as masks
 import modeling.packing as packing
 from modeling import (
     LineageBertForMaskedLM,
@@ -108,7 +109,7 @@ def test_packed_rows_are_found_once_per_forward(family, implementation, monkeypa
         return find_indices(*args)
 
     monkeypatch.setattr(packing, "document_lengths", counted_lengths)
-    monkeypatch.setattr(packing, "find_packed_sequence_indices", counted_indices)
+    monkeypatch.setattr(masks, "find_packed_sequence_indices", counted_indices)
     monkeypatch.setattr(masking_utils, "find_packed_sequence_indices", counted_indices)
     input_ids = torch.randint(5, 99, (1, 9))
     position_ids = torch.tensor([[0, 1, 2, 3, 0, 1, 0, 1, 2]])

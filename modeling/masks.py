@@ -1,0 +1,91 @@
+"""The blocks' attention masks: transformers' causal or bidirectional mask over the padding, kept within each packed
+document, or a varlen kernel's keywords instead (`packing.py` finds the sequences). The collate's `PackedSequences`
+answer on the host what the mask functions would read back from the device.
+"""
+
+import torch
+from transformers.cache_utils import EncoderDecoderCache
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_causal_mask,
+    find_packed_sequence_indices,
+    packed_sequence_mask_function,
+)
+
+from .packing import PackedSequences, varlen_attention_inputs
+
+
+def mask_inputs(attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
+                sequences: PackedSequences | None, batch: int) -> tuple[torch.Tensor | None, torch.Tensor | None, bool]:
+    """What to hand transformers' mask functions (`create_causal_mask`, `create_bidirectional_mask`, and the packed
+    rows' `find_packed_sequence_indices`): the 2D `attention_mask`, the `position_ids` whose restarts split rows (read
+    only when no mask is given), and whether they may test the mask for padding (their `allow_is_causal_skip` /
+    `allow_is_bidirectional_skip`: under sdpa they read it back from the device to drop an all-ones mask).
+
+    The collate's `sequences` answer on the host instead: padded rows without padding get no mask (what the test
+    finds), with padding the mask, untested (the test would keep it); rows of documents none of which restarts
+    (N == B) need no positions to split them. Without `sequences`, or under `torch.compile` (which traces the reads
+    away), the arguments are handed on as they came."""
+    if torch.compiler.is_compiling() or sequences is None:
+        return attention_mask, position_ids, True
+    if sequences.tokens is not None and attention_mask is not None and attention_mask.dim() == 2:
+        sequences.check_batch(*attention_mask.shape, name="attention_mask")
+        return (attention_mask, None, False) if sequences.padding else (None, None, True)
+    if sequences.tokens is None and attention_mask is None and position_ids is not None:  # (batch rows)
+        sequences.check_batch(batch, position_ids.shape[-1])
+        return None, position_ids if sequences.count > batch else None, True
+    return attention_mask, position_ids, True
+
+
+def document_ids(documents: PackedSequences, batch: int, length: int) -> torch.Tensor:
+    """(B, T) the document of each token of packed rows, from the boundaries alone (nothing is read back)."""
+    starts = torch.zeros(batch * length, dtype=torch.long, device=documents.cu_seqlens.device)
+    starts[documents.cu_seqlens[1:-1].long()] = 1  # every document after the first starts with a 1
+    return starts.cumsum(0).view(batch, length)
+
+
+def self_attention_inputs(config, hidden_states: torch.Tensor, *, attention_mask: torch.Tensor | None,
+                          position_ids: torch.Tensor | None = None, documents: PackedSequences | None = None,
+                          sequences: PackedSequences | None = None, cache=None, is_causal: bool = False,
+                          varlen: bool = True, output_attentions: bool | None = None
+                          ) -> tuple[torch.Tensor | None, dict]:
+    """The blocks' self-attention mask and keywords for (B, T, C) `hidden_states`: packed rows' `documents` (from
+    `packing.packed_rows`) through a kernel that takes their boundaries (`packing.varlen_attention_inputs`; `varlen`
+    False where the blocks also cross-attend), else transformers' causal or bidirectional mask over the padding,
+    kept within each document. The collate's `sequences` answer on the host what the mask functions would read
+    back (`mask_inputs`); under `torch.compile` transformers finds the documents from the restarting `position_ids`.
+    `output_attentions` (None: the config's) needs a mask."""
+    output_attentions = config.output_attentions if output_attentions is None else output_attentions
+    keywords = varlen_attention_inputs(config, documents, output_attentions) if varlen else None
+    if keywords:
+        return None, keywords
+    batch, length = hidden_states.shape[:2]
+    padding, restarts, test = mask_inputs(attention_mask, position_ids, sequences, batch)
+    if not torch.compiler.is_compiling() or padding is not None:
+        restarts = None  # (the documents were found once, by `packing.packed_rows`)
+    same_document = None
+    if documents is not None:
+        same_document = packed_sequence_mask_function(document_ids(documents, batch, length))
+    elif restarts is not None and not is_causal:
+        same_document = packed_sequence_mask_function(find_packed_sequence_indices(restarts.expand(batch, -1)))
+    if is_causal:
+        if isinstance(cache, EncoderDecoderCache):
+            cache = cache.self_attention_cache
+        mask = create_causal_mask(config, hidden_states, padding, cache, restarts, allow_is_causal_skip=test,
+                                  and_mask_function=same_document)
+    else:
+        mask = create_bidirectional_mask(config, hidden_states, padding, allow_is_bidirectional_skip=test,
+                                         and_mask_function=same_document)
+    return mask, {}
+
+
+def cross_attention_mask(config, hidden_states: torch.Tensor, *, encoder_hidden_states: torch.Tensor,
+                         encoder_attention_mask: torch.Tensor | None, sequences: PackedSequences | None = None):
+    """The blocks' cross-attention mask of (B, T, C) `hidden_states` over the encoder states' padding; the collate's
+    `sequences` of the source rows answer on the host whether they hold any (`mask_inputs`)."""
+    padding, _, test = mask_inputs(encoder_attention_mask, None, sequences, encoder_hidden_states.shape[0])
+    return create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=padding,
+                                     encoder_hidden_states=encoder_hidden_states, allow_is_bidirectional_skip=test)
+
+
+__all__ = ["cross_attention_mask", "document_ids", "mask_inputs", "self_attention_inputs"]
