@@ -15,17 +15,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from train import pretrain_bert, pretrain_gpt
 from train.data.preparation import check_documents
 from train.data.prepared import data_key
 from train.run.engine import seed_everything
-from train.run.recipes import COMMAND_KEYS, RecipeError, parse_args
+from train.run.recipes import RecipeError, check_command_keys, parse_args
 from train.setup.models import model_source
+from train.setup.pretraining import COMMANDS, pretraining_data
 from train.setup.splits import column_texts, load_splits
 from train.setup.tokenizers import corpus_tokenizer
 
-COMMANDS = {"gpt": pretrain_gpt, "bert": pretrain_bert}
-EXAMPLE_RECIPES = (pretrain_gpt.DEFAULT_RECIPE, pretrain_bert.DEFAULT_RECIPE)  # what the error names
+EXAMPLE_RECIPES = ("gpt-pretrain-tiny", "bert-pretrain-tiny")  # what the error names
 
 
 def require_recipe(argv: list[str]) -> None:
@@ -49,17 +48,15 @@ def main(argv: list[str] | None = None):
                           "drop streaming to prepare the corpus")
     seed_everything(recipe.seed)
     source = model_source(recipe, "prepare", tuple(COMMANDS))
-    command = f"pretrain_{source.family}"
-    unread = sorted(k for k in recipe.set_by_user if command not in COMMAND_KEYS.get(k, (command,)))
-    if unread:
-        raise RecipeError(f"recipe key {unread[0]!r} is read by {' and '.join(COMMAND_KEYS[unread[0]])} only; this "
-                          f"recipe prepares for {command} ({recipe.model!r} is a {source.family} model): drop it")
+    command = COMMANDS[source.family]
+    check_command_keys(recipe, command, f"; this recipe prepares for {command} ({recipe.model!r} is a "
+                                        f"{source.family} model): drop it")
     train_docs, eval_docs = load_splits(recipe, [("text", "text")])
     if source.family == "bert":
         check_documents(train_docs, recipe.data_source("train"))
     tokenizer = corpus_tokenizer(recipe, source.family, lambda: column_texts(train_docs), source,
                                  templates=source.family == "bert", data_key=data_key(train_docs, ["text"]))
-    return COMMANDS[source.family].training_data(recipe, tokenizer, train_docs, eval_docs)
+    return pretraining_data(recipe, source.family, tokenizer, train_docs, eval_docs)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
     accelerate launch -m train.pretrain_bert --recipe ... (one GPU, DDP, FSDP, several CPU processes)
     python -m train.pretrain_bert --recipe bert-pretrain-tiny --model google-bert/bert-base-uncased --train_file a.txt
 
-Documents -> sentence pairs (`train.data.preparation.prepare_nsp_dataset`) -> dynamic masking (`MaskedLMCollator`);
+Documents -> sentence pairs (`train.setup.pretraining`) -> dynamic masking (`MaskedLMCollator`);
 with `nsp: false` the model is `...ForMaskedLM`. The engine trains with `sparse_prediction` (and `unpad_inputs` on a
 GPU) and the MLM term as a token mean across processes; evaluation sees full logits. docs/training.md ("Commands",
 "Pretraining corpora: prepared once").
@@ -15,13 +15,13 @@ from __future__ import annotations
 import torch
 
 from train.data.collators import MaskedLMCollator
-from train.data.preparation import check_documents, prepare_nsp_dataset
+from train.data.preparation import check_documents
 from train.data.prepared import data_key
 from train.metrics import load_metric
-from train.run.distributed import one_process_first
 from train.run.engine import Engine, TokenMean, start_run
 from train.run.recipes import parse_args
 from train.setup.models import build_model, model_source
+from train.setup.pretraining import pretraining_data
 from train.setup.splits import check_sequence_room, column_texts, load_splits
 from train.setup.tokenizers import get_tokenizer
 
@@ -48,21 +48,6 @@ def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str,
     return out
 
 
-def training_data(recipe, tokenizer, train_docs, eval_docs):
-    """`(train, validation)` sentence pairs of the recipe's documents (validation None without documents); one
-    process of each machine prepares a corpus's store (once, where machines share the cache), the others then open
-    it."""
-    with one_process_first(local=True):
-        train = prepare_nsp_dataset(train_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed,
-                                    next_sentence=recipe.nsp, num_proc=recipe.num_proc,
-                                    source=recipe.data_source("train"))
-        validation = (prepare_nsp_dataset(eval_docs, tokenizer, recipe.max_seq_length, seed=recipe.seed + 1,
-                                          next_sentence=recipe.nsp, num_proc=recipe.num_proc,
-                                          source=recipe.split_name("validation"))
-                      if eval_docs else None)
-    return train, validation
-
-
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_bert").reading(DATA)
     source = model_source(recipe, "pretrain_bert", ("bert",))
@@ -76,7 +61,7 @@ def main(argv: list[str] | None = None):
         check_sequence_room(recipe, tokenizer, 2, "BERT pretraining's sentence pairs")
         model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer,
                             "bert", source)
-        train_data, eval_data = training_data(recipe, tokenizer, train_docs, eval_docs)
+        train_data, eval_data = pretraining_data(recipe, "bert", tokenizer, train_docs, eval_docs)
         collate = MaskedLMCollator(tokenizer, mlm_probability=recipe.mlm_probability,
                                    pad_to_multiple_of=recipe.pad_to_multiple_of)
         loss = TokenMean(term="mlm_loss", plus=("nsp_loss",)) if recipe.nsp else TokenMean()

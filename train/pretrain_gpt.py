@@ -3,7 +3,7 @@
     python -m train.pretrain_gpt --recipe gpt-pretrain-tiny [--key value ...]
     python -m train.pretrain_gpt --recipe gpt-pretrain-tiny --model openai-community/gpt2 --train_file corpus.txt
 
-Documents joined and cut into `max_seq_length` blocks (`train.data.preparation.prepare_causal_lm_dataset`; with
+Documents joined and cut into `max_seq_length` blocks (`train.setup.pretraining`; with
 `pack_documents` attention keeps within each document); the loss is a token mean across processes (the engine's
 `TokenMean`); evaluation reports perplexity; `sample_prompts` are continued at the end and kept by the finish step.
 docs/training.md ("Commands", "Pretraining corpora: prepared once").
@@ -15,13 +15,12 @@ import torch
 
 from modeling.packing import document_masking_error
 from train.data.collators import CausalLMCollator
-from train.data.preparation import prepare_causal_lm_dataset
 from train.data.prepared import data_key
 from train.metrics import load_metric
-from train.run.distributed import one_process_first
 from train.run.engine import Engine, TokenMean, start_run
 from train.run.recipes import RecipeError, parse_args
 from train.setup.models import build_model, model_source
+from train.setup.pretraining import pretraining_data
 from train.setup.splits import check_sequence_room, column_texts, load_splits
 from train.setup.tokenizers import get_tokenizer
 
@@ -69,20 +68,6 @@ def check_document_packing(model) -> None:
                           "train on blocks whose documents attend to each other")
 
 
-def training_data(recipe, tokenizer, train_docs, eval_docs):
-    """`(train, validation)` blocks of the recipe's documents (validation None without documents); one process of
-    each machine prepares a corpus's store (once, where machines share the cache), the others then open it."""
-    with one_process_first(local=True):
-        train = prepare_causal_lm_dataset(train_docs, tokenizer, recipe.max_seq_length,
-                                          pack_documents=recipe.pack_documents, num_proc=recipe.num_proc,
-                                          source=recipe.data_source("train"))
-        validation = (prepare_causal_lm_dataset(eval_docs, tokenizer, recipe.max_seq_length,
-                                                pack_documents=recipe.pack_documents, num_proc=recipe.num_proc,
-                                                source=recipe.split_name("validation"))
-                      if eval_docs else None)
-    return train, validation
-
-
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_gpt").reading(DATA)
     source = model_source(recipe, "pretrain_gpt", ("gpt",), generates=True)
@@ -96,7 +81,7 @@ def main(argv: list[str] | None = None):
         check_sample_room(recipe, tokenizer, prompts, model.config.max_position_embeddings)
         if recipe.pack_documents:
             check_document_packing(model)
-        train_data, eval_data = training_data(recipe, tokenizer, train_docs, eval_docs)
+        train_data, eval_data = pretraining_data(recipe, "gpt", tokenizer, train_docs, eval_docs)
         # the mean leaves each row's first label out: packed rows predict no document's first token
         engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=TokenMean(first_label=1),

@@ -432,12 +432,19 @@ def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,
                         help="a recipe name (lineage configs recipes) or a YAML file")
     args, rest = parser.parse_known_args(argv)
     recipe = load_recipe(args.recipe, parse_overrides(rest))
-    unread = sorted(k for k in recipe.set_by_user if command and command not in COMMAND_KEYS.get(k, (command,)))
+    if command:
+        check_command_keys(recipe, command, f": {command} would ignore it, and its recipe.yaml and model card would "
+                                            f"show it as used; drop it")
+    return recipe
+
+
+def check_command_keys(recipe: Recipe, command: str, consequence: str) -> None:
+    """Refuse the keys the user set that `command` does not read (`COMMAND_KEYS`), each named with the commands
+    that do, then `consequence`."""
+    unread = sorted(k for k in recipe.set_by_user if command not in COMMAND_KEYS.get(k, (command,)))
     if unread:
         raise RecipeError("; ".join(f"recipe key {k!r} is read by {' and '.join(COMMAND_KEYS[k])} only" for k in unread)
-                          + f": {command} would ignore it, and its recipe.yaml and model card would show it as used; "
-                          f"drop it")
-    return recipe
+                          + consequence)
 
 
 def check_stream(max_steps: int, dataloader_num_workers: int) -> None:
@@ -455,5 +462,5 @@ def check_stream(max_steps: int, dataloader_num_workers: int) -> None:
 
 
 __all__ = ["BUNDLED", "COMMAND_KEYS", "COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "bundled",
-           "check_stream", "load_recipe", "parse_args", "parse_overrides", "recipe_from_dict", "trackers",
-           "valid_keys"]
+           "check_command_keys", "check_stream", "load_recipe", "parse_args", "parse_overrides", "recipe_from_dict",
+           "trackers", "valid_keys"]

@@ -1,0 +1,32 @@
+"""The data of a pretraining run, built the same way by the run and by `lineage prepare`: the documents as causal-LM
+blocks (GPT, `pretrain_gpt`) or sentence pairs (BERT, `pretrain_bert`), whose store one process of each machine
+prepares (once, where machines share the cache) while the others wait and then open it. docs/training.md
+("Pretraining corpora: prepared once").
+"""
+
+from __future__ import annotations
+
+from train.data.preparation import prepare_causal_lm_dataset, prepare_nsp_dataset
+from train.run.distributed import one_process_first
+from train.run.recipes import Recipe
+
+COMMANDS = {"gpt": "pretrain_gpt", "bert": "pretrain_bert"}  # family -> the command that pretrains it
+
+
+def _prepare(recipe: Recipe, family: str, tokenizer, documents, source: str, seed: int):
+    if family == "gpt":
+        return prepare_causal_lm_dataset(documents, tokenizer, recipe.max_seq_length,
+                                         pack_documents=recipe.pack_documents, num_proc=recipe.num_proc, source=source)
+    return prepare_nsp_dataset(documents, tokenizer, recipe.max_seq_length, seed=seed, next_sentence=recipe.nsp,
+                               num_proc=recipe.num_proc, source=source)
+
+
+def pretraining_data(recipe: Recipe, family: str, tokenizer, train_docs, eval_docs):
+    """`(train, validation)` examples of the recipe's documents for `family` (validation None without documents)."""
+    if family not in COMMANDS:
+        raise ValueError(f"family {family!r} has no pretraining data; families: {', '.join(COMMANDS)}")
+    with one_process_first(local=True):
+        train = _prepare(recipe, family, tokenizer, train_docs, recipe.data_source("train"), recipe.seed)
+        validation = (_prepare(recipe, family, tokenizer, eval_docs, recipe.split_name("validation"), recipe.seed + 1)
+                      if eval_docs else None)
+    return train, validation
