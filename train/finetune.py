@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import datasets
 import torch
 
 from train.data.collators import PaddingCollator
-from train.data.labels import class_labels
+from train.data.labels import class_labels, streamed_class_labels
 from train.data.preparation import tokenize_dataset
 from train.metrics import load_metric
 from train.run.engine import Engine, start_run
@@ -70,33 +69,6 @@ def _label_fields(names: list[str] | None) -> dict:
             "label2id": {n: i for i, n in enumerate(names)}}
 
 
-def streamed_labels(train: datasets.IterableDataset, validation: datasets.Dataset | None, column: str,
-                    files: tuple[str, str], skip_unlabeled: bool):
-    """`(names, train, validation)` for a streamed training split (module docstring); with `skip_unlabeled` rows
-    labelled -1 are left out of both as they are read."""
-    def declared(dataset) -> list[str] | None:
-        feature = (dataset.features or {}).get(column)
-        feature = getattr(feature, "feature", feature)  # the tags of a list column
-        return list(feature.names) if isinstance(feature, datasets.ClassLabel) else None
-
-    names = declared(train)
-    if names is None:
-        raise RecipeError(f"recipe key 'streaming' is true, but {files[0]} declares no classes for column {column!r} "
-                          f"(no datasets ClassLabel feature): finetune would have to read the whole stream to collect "
-                          f"them before training; set streaming: false")
-    if validation is not None and declared(validation) != names:
-        raise RecipeError(f"recipe key 'streaming' is true: the classes of column {column!r} come from the training "
-                          f"stream's features ({names}), but {files[1]} declares {declared(validation)}; give "
-                          f"validation data with the same ClassLabel feature, or set streaming: false")
-    if skip_unlabeled:
-        def labelled(value) -> bool:
-            return -1 not in (value if isinstance(value, list) else [value])
-
-        train = train.filter(labelled, input_columns=column)
-        validation = validation.filter(labelled, input_columns=column) if validation is not None else None
-    return names, train, validation
-
-
 def task_columns(recipe, task: str) -> tuple[str | None, str | None, str | None]:
     """The text, second text and label columns of `task` (the recipe's keys name others), each its own."""
     text, pair, label = TASKS[task][1]
@@ -123,7 +95,7 @@ def load_rows(recipe, encode_task: str, text: str, pair: str | None, label: str 
         return None, train_rows, eval_rows
     files = (recipe.split_name("train"), recipe.split_name("validation"))
     if recipe.streaming:
-        return streamed_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
+        return streamed_class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
     return class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, recipe.allow_single_class)
 
 

@@ -19,7 +19,8 @@ class ids:
   and cut by `train_size` keeps one class). An error about a split that was cut (it holds fewer rows than it was read
   with) says so: "sorted.csv (its first 200 rows: train_size)".
 
-The user's view: docs/training.md, "Labels and sequence lengths".
+A streamed training split (`streamed_class_labels`) takes the classes its features declare, which the validation
+split must declare alike. The user's view: docs/training.md, "Labels and sequence lengths".
 """
 
 from __future__ import annotations
@@ -151,4 +152,31 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
     return names, train, validation
 
 
-__all__ = ["LabelError", "class_labels"]
+def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.Dataset | None, column: str,
+                          sources: tuple[str, str], skip_unlabeled: bool = False):
+    """`(names, train, validation)` for a streamed training split, whose classes are those its features declare (a
+    stream is not read ahead to collect them); with `skip_unlabeled` rows labelled -1 are left out of both as they
+    are read."""
+    def declared(dataset) -> list[str] | None:
+        feature = _class_feature((dataset.features or {}).get(column))
+        return list(feature.names) if feature is not None else None
+
+    names = declared(train)
+    if names is None:
+        raise LabelError(f"recipe key 'streaming' is true, but {sources[0]} declares no classes for column {column!r} "
+                         f"(no datasets ClassLabel feature): finetune would have to read the whole stream to collect "
+                         f"them before training; set streaming: false")
+    if validation is not None and declared(validation) != names:
+        raise LabelError(f"recipe key 'streaming' is true: the classes of column {column!r} come from the training "
+                         f"stream's features ({names}), but {sources[1]} declares {declared(validation)}; give "
+                         f"validation data with the same ClassLabel feature, or set streaming: false")
+    if skip_unlabeled:
+        def labelled(value) -> bool:
+            return -1 not in (value if isinstance(value, list) else [value])
+
+        train = train.filter(labelled, input_columns=column)
+        validation = validation.filter(labelled, input_columns=column) if validation is not None else None
+    return names, train, validation
+
+
+__all__ = ["LabelError", "class_labels", "streamed_class_labels"]

@@ -34,6 +34,7 @@ from train.data.batching import (  # noqa: E402  (after the path insert above)
     stream_lanes,
     stream_resume_problem,
 )
+from train.data.labels import LabelError  # noqa: E402
 from train.run import checkpoints  # noqa: E402
 from train.run.engine import Engine  # noqa: E402
 from train.run.recipes import RecipeError, recipe_from_dict  # noqa: E402
@@ -423,7 +424,7 @@ def test_finetune_streams_with_the_classes_its_features_declare_and_refuses_data
     assert results["steps"] == 2 and "eval_accuracy" in results
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps({"text": f"row {i}", "label": i % 2}) + "\n" for i in range(10)))
-    with pytest.raises(RecipeError, match="declares no classes for column 'label'.*set streaming: false"):
+    with pytest.raises(LabelError, match="declares no classes for column 'label'.*set streaming: false"):
         finetune([*base[:4], "--max_steps", "2", "--task", "sequence-classification", "--train_file", str(path),
                   "--output_dir", str(tmp_path / "file")])
 
