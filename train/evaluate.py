@@ -262,7 +262,8 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str):
     task = args.task or TASK_OF_HEAD[next(s for s in TASK_OF_HEAD if architecture.endswith(s))]
     if task not in finetune.TASKS:
         raise EvaluateError(f"--task must be one of {', '.join(finetune.TASKS)}, got {task!r}")
-    default_data, _, encode_task, auto_class = finetune.TASKS[task]
+    default_data, encode_task, auto_class = (finetune.TASKS[task].default_data, finetune.TASKS[task].encoding,
+                                             finetune.TASKS[task].auto_class)
     if family == "gpt" and encode_task != "classification":
         raise EvaluateError(f"--task {task!r} needs a BERT model; a GPT model serves sequence-classification and nli")
     text, pair, label = finetune.task_columns(SimpleNamespace(**{k: getattr(args, k) for k in (

@@ -16,6 +16,7 @@ Tasks (`task`): `sequence-classification`, `nli` (BERT and GPT; GPT adds the aux
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -31,14 +32,23 @@ from train.setup.splits import check_sequence_room, load_splits, row_texts
 from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "bert-finetune-nli-tiny"
-# task -> (default data, columns text / pair / label, data.tokenize_dataset task, Auto class)
+
+
+class Task(NamedTuple):
+    default_data: str  # what it reads when the recipe names no data
+    columns: tuple[str | None, str | None, str | None]  # the text, second text and label columns it reads by default
+    encoding: str  # the task of data.tokenize_dataset
+    auto_class: str
+
+
 TASKS = {
-    "sequence-classification": ("embedded:sentiment", ("text", None, "label"), "classification",
-                                "AutoModelForSequenceClassification"),
-    "nli": ("embedded:nli", ("premise", "hypothesis", "label"), "classification", "AutoModelForSequenceClassification"),
-    "token-classification": ("embedded:ner", ("tokens", None, "ner_tags"), "token_classification",
-                             "AutoModelForTokenClassification"),
-    "question-answering": ("embedded:qa", ("question", "context", None), "qa", "AutoModelForQuestionAnswering"),
+    "sequence-classification": Task("embedded:sentiment", ("text", None, "label"), "classification",
+                                    "AutoModelForSequenceClassification"),
+    "nli": Task("embedded:nli", ("premise", "hypothesis", "label"), "classification",
+                "AutoModelForSequenceClassification"),
+    "token-classification": Task("embedded:ner", ("tokens", None, "ner_tags"), "token_classification",
+                                 "AutoModelForTokenClassification"),
+    "question-answering": Task("embedded:qa", ("question", "context", None), "qa", "AutoModelForQuestionAnswering"),
 }
 # data.tokenize_dataset task -> the kinds (train.data.files.KINDS) of its text and label columns
 COLUMN_KINDS = {"classification": ("text", "label"), "token_classification": ("words", "tags"), "qa": ("text", None)}
@@ -71,7 +81,7 @@ def _label_fields(names: list[str] | None) -> dict:
 
 def task_columns(recipe, task: str) -> tuple[str | None, str | None, str | None]:
     """The text, second text and label columns of `task` (the recipe's keys name others), each its own."""
-    text, pair, label = TASKS[task][1]
+    text, pair, label = TASKS[task].columns
     text, pair, label = recipe.text_column or text, recipe.text_pair_column or pair, recipe.label_column or label
     named = {key: column for key, column in (("text_column", text), ("text_pair_column", pair),
                                                ("label_column", label)) if column}
@@ -113,8 +123,9 @@ def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "finetune")
     if recipe.task not in TASKS:
         raise RecipeError(f"recipe key 'task' must be one of {', '.join(TASKS)}, got {recipe.task!r}")
-    default_data, _, encode_task, auto_class = TASKS[recipe.task]
-    recipe = recipe.reading(default_data)
+    task = TASKS[recipe.task]
+    encode_task, auto_class = task.encoding, task.auto_class
+    recipe = recipe.reading(task.default_data)
     source = model_source(recipe, "finetune", ("bert", "gpt"))
     family = source.family
     if family == "gpt" and encode_task != "classification":

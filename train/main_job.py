@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import transformers
@@ -37,22 +39,34 @@ from train.run import run_folder
 
 COMMAND = "main_job"
 TOKENIZERS = {"bert": 2000, "gpt": 2000, "seq2seq": 1000}
-# name, script, recipe, tokenizer family (None: the pretrained folder's), folder to start from, figures to report
+
+
+class Stage(NamedTuple):
+    name: str  # its folder under the job's output_dir, and its row of the table
+    script: Callable  # the command's main
+    recipe: str
+    tokenizer: str | None  # the family of the job's tokenizer it trains with; None: its starting folder's
+    parent: str | None  # the stage whose model it starts from
+    figures: tuple[str, ...]  # the results it reports
+
+
 STAGES = [
-    ("bert-pretrain", pretrain_bert.main, "main-bert-pretrain", "bert", None,
-     ("eval_mlm_accuracy", "eval_nsp_accuracy")),
-    ("bert-nli", finetune.main, "main-bert-nli", None, "bert-pretrain", ("eval_accuracy", "eval_f1")),
-    ("gpt-pretrain", pretrain_gpt.main, "main-gpt-pretrain", "gpt", None, ("eval_perplexity", "sample_0")),
-    ("gpt-nli", finetune.main, "main-gpt-nli", None, "gpt-pretrain", ("eval_accuracy", "eval_f1")),
-    ("translation", train_translation.main, "main-translation", "seq2seq", None,
-     ("eval_bleu", "eval_exact_match", "sample_0")),
-    ("rnn-translation", train_translation.main, "main-rnn-translation", "seq2seq", None,
-     ("eval_bleu", "eval_exact_match", "sample_0")),
+    Stage("bert-pretrain", pretrain_bert.main, "main-bert-pretrain", "bert", None,
+          ("eval_mlm_accuracy", "eval_nsp_accuracy")),
+    Stage("bert-nli", finetune.main, "main-bert-nli", None, "bert-pretrain", ("eval_accuracy", "eval_f1")),
+    Stage("gpt-pretrain", pretrain_gpt.main, "main-gpt-pretrain", "gpt", None, ("eval_perplexity", "sample_0")),
+    Stage("gpt-nli", finetune.main, "main-gpt-nli", None, "gpt-pretrain", ("eval_accuracy", "eval_f1")),
+    Stage("translation", train_translation.main, "main-translation", "seq2seq", None,
+          ("eval_bleu", "eval_exact_match", "sample_0")),
+    Stage("rnn-translation", train_translation.main, "main-rnn-translation", "seq2seq", None,
+          ("eval_bleu", "eval_exact_match", "sample_0")),
 ]
-QUICK = ["--max_steps", "8", "--train_size", "120", "--eval_size", "24", "--save_steps", "0", "--logging_steps", "4",
-         "--warmup_steps", "2", "--model_overrides", "{hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, "
-         "intermediate_size: 64, max_position_embeddings: 128}"]
-# the quick model of a stage whose family has other config fields than those QUICK sets
+QUICK_RUN = ["--max_steps", "8", "--train_size", "120", "--eval_size", "24", "--save_steps", "0", "--logging_steps",
+             "4", "--warmup_steps", "2"]
+# the quick model of a stage that builds one (a fine-tuning stage keeps its pretrained architecture)
+QUICK_MODEL = ["--model_overrides", "{hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, "
+                                    "intermediate_size: 64, max_position_embeddings: 128}"]
+# the quick model of a stage whose family has other config fields than those QUICK_MODEL sets
 QUICK_MODELS = {"rnn-translation": "{hidden_size: 32, embedding_size: 16, num_encoder_layers: 1, "
                                    "num_decoder_layers: 1, attention: bahdanau}"}
 
@@ -126,18 +140,20 @@ def run_job(args: argparse.Namespace) -> list[dict]:
     tokenizers = train_tokenizers(root / "tokenizers", args.quick)
     print(f"tokenizers trained in {time.perf_counter() - start:.1f}s: {', '.join(map(str, tokenizers.values()))}")
     rows = []
-    for name, script, recipe, family, parent, figures in STAGES:
-        argv_stage = ["--recipe", recipe, "--output_dir", str(root / name), "--progress_bar", args.progress_bar]
-        argv_stage += ["--tokenizer", str(tokenizers[family])] if family else ["--model", str(root / parent / "model")]
+    for stage in STAGES:
+        name = stage.name
+        argv_stage = ["--recipe", stage.recipe, "--output_dir", str(root / name), "--progress_bar", args.progress_bar]
+        argv_stage += (["--tokenizer", str(tokenizers[stage.tokenizer])] if stage.tokenizer
+                       else ["--model", str(root / stage.parent / "model")])
         if args.quick:
-            argv_stage += QUICK if family else QUICK[:-2]  # fine-tuning keeps the pretrained architecture
+            argv_stage += QUICK_RUN + (QUICK_MODEL if stage.tokenizer else [])
             argv_stage += ["--model_overrides", QUICK_MODELS[name]] if name in QUICK_MODELS else []
         t0, cpu0 = time.perf_counter(), time.process_time()
-        results, folder = script(argv_stage)
+        results, folder = stage.script(argv_stage)
         seconds = time.perf_counter() - t0
         rows.append({"name": name, "seconds": seconds, "cpu_seconds": time.process_time() - cpu0,
                      "folder": str(folder), "loads_as": check_loads(folder),
-                     "figures": {k.removeprefix("eval_"): results[k] for k in figures if k in results},
+                     "figures": {k.removeprefix("eval_"): results[k] for k in stage.figures if k in results},
                      "results": {k: v for k, v in results.items() if isinstance(v, (int, float, str))}})
         print(f"== {name}: {seconds:.0f}s, " + ", ".join(f"{k}={_format(v)}" for k, v in rows[-1]["figures"].items()))
     attention = attention_map_row(root, "translation")
