@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None):
                           "whose heads serve the tasks sequence-classification and nli")
     text, pair, label = task_columns(recipe, recipe.task)
     names, train_rows, eval_rows = load_rows(recipe, encode_task, text, pair, label)
-    with start_run(recipe):
-        tokenizer = get_tokenizer(recipe, family, lambda: row_texts(train_rows, (text, pair)), source)
+    with start_run(recipe) as run:
+        tokenizer = get_tokenizer(recipe, family, lambda: row_texts(train_rows, (text, pair)), source, run=run)
         check_sequence_room(recipe, tokenizer, 2 if pair else 1, f"{recipe.task} with a {family} template")
         fields = _label_fields(names)
         if family == "gpt":
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None):
             model = apply_lora(model, recipe.lora)
         train_data = encoded(recipe, tokenizer, encode_task, train_rows, text, pair, label)
         eval_data = encoded(recipe, tokenizer, encode_task, eval_rows, text, pair, label) if eval_rows else None
-        engine = Engine(recipe, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
+        engine = Engine(run, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, unpad_inputs=True, predict_fn=predict,
                         metrics_fn=metrics)
         results = engine.train()

@@ -139,21 +139,21 @@ def shared_data(recipe: Recipe, out: Path):
     if eval_rows is None or len(eval_rows) == 0:
         raise ExperimentError("the data has no validation split: give --validation_file (BLEU is measured on it)")
     shared = recipe.replace(tokenizer=None, output_dir=str(out), resume_from_checkpoint=None)
-    with start_run(shared):  # the report folder, claimed before the tokenizer is written into it
-        get_tokenizer(shared, "seq2seq", lambda: row_texts(train_rows, ("source", "target")))
-    run_folder.release(shared)
+    with start_run(shared) as run:  # the report folder, claimed before the tokenizer is written into it
+        get_tokenizer(shared, "seq2seq", lambda: row_texts(train_rows, ("source", "target")), run=run)
+    run.release()
     return train_rows, eval_rows
 
 
 def train_arm(recipe: Recipe, train_rows, eval_rows):
     """Train one arm to its budget; returns the trained model (eval mode), the tokenizer and the run summary."""
     source = model_source(recipe, "lineage_experiment", ("seq2seq",), generates=True)
-    with start_run(recipe):
+    with start_run(recipe) as run:
         tokenizer = get_tokenizer(recipe, "seq2seq", list, source)  # the shared one, from recipe.tokenizer
         model = build_model(recipe, "AutoModelForSeq2SeqLM", tokenizer, "seq2seq", source,
                             label_smoothing=recipe.label_smoothing)
         lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
-        engine = Engine(recipe, model, tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths),
+        engine = Engine(run, model, tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths),
                         Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of), tokenizer=tokenizer,
                         eval_dataset=tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths),
                         sparse_prediction=True)

@@ -55,9 +55,9 @@ def main(argv: list[str] | None = None):
     check_documents(train_docs, recipe.data_source("train"))
     if eval_docs:
         check_documents(eval_docs, recipe.split_name("validation"))
-    with start_run(recipe):
+    with start_run(recipe) as run:
         tokenizer = get_tokenizer(recipe, "bert", lambda: column_texts(train_docs), source=source,
-                                  data_key=data_key(train_docs, ["text"]))
+                                  data_key=data_key(train_docs, ["text"]), run=run)
         check_sequence_room(recipe, tokenizer, 2, "BERT pretraining's sentence pairs")
         model = build_model(recipe, "AutoModelForPreTraining" if recipe.nsp else "AutoModelForMaskedLM", tokenizer,
                             "bert", source)
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None):
         collate = MaskedLMCollator(tokenizer, mlm_probability=recipe.mlm_probability,
                                    pad_to_multiple_of=recipe.pad_to_multiple_of)
         loss = TokenMean(term="mlm_loss", plus=("nsp_loss",)) if recipe.nsp else TokenMean()
-        engine = Engine(recipe, model, train_data, collate, tokenizer=tokenizer, eval_dataset=eval_data,
+        engine = Engine(run, model, train_data, collate, tokenizer=tokenizer, eval_dataset=eval_data,
                         token_mean=loss, sparse_prediction=True, unpad_inputs=True, predict_fn=predict,
                         metrics_fn=metrics)
         results = engine.train()

@@ -72,9 +72,9 @@ def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_gpt").reading(DATA)
     source = model_source(recipe, "pretrain_gpt", ("gpt",), generates=True)
     train_docs, eval_docs = load_splits(recipe, [("text", "text")])
-    with start_run(recipe):
+    with start_run(recipe) as run:
         tokenizer = get_tokenizer(recipe, "gpt", lambda: column_texts(train_docs), source=source, templates=False,
-                                  data_key=data_key(train_docs, ["text"]))
+                                  data_key=data_key(train_docs, ["text"]), run=run)
         check_sequence_room(recipe, tokenizer, 1, "causal-LM blocks (a token and the next one it predicts)", minimum=2)
         model = build_model(recipe, "AutoModelForCausalLM", tokenizer, "gpt", source)
         prompts = recipe.sample_prompts or DEFAULT_PROMPTS
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None):
             check_document_packing(model)
         train_data, eval_data = pretraining_data(recipe, "gpt", tokenizer, train_docs, eval_docs)
         # the mean leaves each row's first label out: packed rows predict no document's first token
-        engine = Engine(recipe, model, train_data, CausalLMCollator(tokenizer, recipe.pad_to_multiple_of),
+        engine = Engine(run, model, train_data, CausalLMCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=TokenMean(first_label=1),
                         metrics_fn=metrics)
         results = engine.train()

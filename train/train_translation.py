@@ -77,8 +77,9 @@ def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "train_translation").reading(DATA)
     source = model_source(recipe, "train_translation", ("seq2seq",), generates=True)
     train_rows, eval_rows = load_splits(recipe, COLUMNS, column_advice=COLUMN_ADVICE)
-    with start_run(recipe):
-        tokenizer = get_tokenizer(recipe, "seq2seq", lambda: row_texts(train_rows, ("source", "target")), source=source)
+    with start_run(recipe) as run:
+        tokenizer = get_tokenizer(recipe, "seq2seq", lambda: row_texts(train_rows, ("source", "target")), source=source,
+                                  run=run)
         check_sequence_room(recipe, tokenizer, 1, "a seq2seq source or target (text </s>)")
         fields = {}
         if recipe.label_smoothing is not None:
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None):
         lengths = {"max_source_length": recipe.max_seq_length, "max_target_length": recipe.max_seq_length}
         train_data = tokenize_dataset(train_rows, tokenizer, "seq2seq", **lengths)
         eval_data = tokenize_dataset(eval_rows, tokenizer, "seq2seq", **lengths) if eval_rows else None
-        engine = Engine(recipe, model, train_data, Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of),
+        engine = Engine(run, model, train_data, Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=TokenMean(), sparse_prediction=True,
                         predict_fn=make_predict_fn(recipe), metrics_fn=make_metrics_fn(tokenizer))
         results = {**engine.train(), "num_beams": recipe.num_beams, "length_penalty": recipe.length_penalty}

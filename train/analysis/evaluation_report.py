@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import yaml
 
 from train.analysis.experiment import plot_bleu_vs_length
 from train.run.publish import read_card_metadata
-from train.run.run_folder import RECORD, record_written
+from train.run.run_folder import RECORD, record_files
 
 BEGIN, END = "<!-- lineage evaluate -->", "<!-- /lineage evaluate -->"
 SOURCE = "lineage evaluate"
@@ -144,7 +143,7 @@ def write_card(folder: Path, scores: dict[str, dict[str, float]], task_type: str
     record = folder.parent / RECORD
     if folder.name == "model" and record.is_file() and "model/README.md" in json.loads(record.read_text()).get("wrote",
                                                                                                                {}):
-        record_written(SimpleNamespace(output_dir=str(folder.parent)), "model")  # the run's card, rewritten
+        record_files(folder.parent, "model")  # the run's card, rewritten
     return card
 
 

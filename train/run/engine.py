@@ -1,13 +1,14 @@
-"""The one path of a training run: `start_run` (claim the output folder, seed), the `Engine` (the loop over
-Accelerate), `Engine.finish` (results, model card, samples, the published folder).
+"""The one path of a training run: `start_run` (claim the output folder, decide the resume, seed: the `Run`), the
+`Engine` (the loop over Accelerate), `Engine.finish` (results, model card, samples, the published folder).
 
-    with start_run(recipe):                        # nothing is written into output_dir before this
-        ...                                        # tokenizer (kept in output_dir), model, data
-        engine = Engine(recipe, model, train_data, collate, sparse_prediction=True, token_mean=TokenMean())
+    with start_run(recipe) as run:                 # nothing is written into output_dir before this
+        tokenizer = get_tokenizer(recipe, ..., run=run)  # kept in the run's folder
+        ...                                        # model, data
+        engine = Engine(run, model, train_data, collate, sparse_prediction=True, token_mean=TokenMean())
         engine.finish(engine.train(), description="...", source=source)
 
-`Engine(...)` builds and checks (tokenizer against model, data, resume checkpoint against the recipe) and writes
-nothing; `train()` opens the run's log and runs the loop; the training forward alone gets the options the command
+`Engine(...)` builds and checks (tokenizer against model, data, the run's resume checkpoint against the recipe) and
+writes nothing; `train()` opens the run's log and runs the loop; the training forward alone gets the options the command
 declared (`training_options`) and the loss normalisation (`TokenMean`), so evaluation sees the model as a user does.
 The loop, its records, checkpoints and resume: docs/training.md ("The engine", "Logging", "Checkpoints and resume").
 """
@@ -50,6 +51,7 @@ from train.run.compilation import check_bounded_shapes, compile_model
 from train.run.evaluation import evaluate
 from train.run.optimization import build_optimizer
 from train.run.recipes import Recipe, RecipeError, check_stream, trackers
+from train.run.run_folder import Run
 from train.run.run_log import RunLog
 
 
@@ -114,7 +116,7 @@ def training_options(model: torch.nn.Module, device: torch.device, *, sparse_pre
 
 
 class Engine:
-    """Train `model` on `train_dataset` as `recipe` says.
+    """Train `model` on `train_dataset` as the recipe of `run` (`start_run`) says, into its folder.
 
     Args:
         train_dataset: a `datasets.Dataset` (or any sequence of examples), or a stream: a `datasets.IterableDataset`
@@ -123,54 +125,53 @@ class Engine:
         eval_dataset: a `datasets.Dataset` (or any sequence), not a stream.
         collate_fn: turns a list of examples into a padded batch of tensors (`train.data.collators`); called
             with `seeds=` (one per example) when it takes them.
-        loss_fn: `(outputs, batch, engine) -> loss`; default `token_mean`'s loss, else `outputs.loss`.
-        token_mean: the training loss is a mean over labelled tokens (`TokenMean`), normalised across processes.
+        token_mean: the training loss is a mean over labelled tokens (`TokenMean`), normalised across processes;
+            None: `outputs.loss`.
         sparse_prediction, unpad_inputs: options of the training forward (`training_options`).
         predict_fn: `(model, batch, outputs) -> {name: tensor [B, ...]}` at evaluation; the tensors are
             gathered across processes (`gather_for_metrics`) and handed to `metrics_fn`.
         metrics_fn: `(predictions: {name: tensor [N, ...]}, eval_loss: float) -> {metric: value}`.
-        d_model: width for the inverse-square-root schedule (default `model.config.hidden_size`).
     """
 
-    def __init__(self, recipe: Recipe, model: torch.nn.Module, train_dataset, collate_fn: Callable, *,
-                 tokenizer=None, eval_dataset=None, loss_fn: Callable | None = None,
-                 token_mean: TokenMean | None = None, sparse_prediction: bool = False, unpad_inputs: bool = False,
-                 predict_fn: Callable | None = None, metrics_fn: Callable | None = None, d_model: int | None = None):
-        self.recipe, self.tokenizer = recipe, tokenizer
-        self.loss_fn, self.token_mean, self.predict_fn, self.metrics_fn = loss_fn, token_mean, predict_fn, metrics_fn
-        self.output_dir = Path(recipe.output_dir)
+    def __init__(self, run: Run, model: torch.nn.Module, train_dataset, collate_fn: Callable, *,
+                 tokenizer=None, eval_dataset=None, token_mean: TokenMean | None = None,
+                 sparse_prediction: bool = False, unpad_inputs: bool = False,
+                 predict_fn: Callable | None = None, metrics_fn: Callable | None = None):
+        self.run, self.recipe, self.tokenizer = run, run.recipe, tokenizer
+        recipe = run.recipe
+        self.token_mean, self.predict_fn, self.metrics_fn = token_mean, predict_fn, metrics_fn
+        self.output_dir = run.folder
         self.checkpoint_root = self.output_dir / "checkpoints"
         self.streamed = is_stream(train_dataset)
-        self.resume_from, position = self._check_inputs(model, tokenizer, train_dataset, eval_dataset)
+        position = self._check_inputs(model, tokenizer, train_dataset, eval_dataset)
         self.accelerator = self._accelerator()
         self.launch = distributed.describe(self.accelerator)
         self.options = training_options(model, self.accelerator.device, sparse_prediction=sparse_prediction,
                                         unpad_inputs=unpad_inputs)
         self._build_loaders(train_dataset, eval_dataset, collate_fn, value_limits(model))
-        self._build_optimization(model, d_model or getattr(model.config, "d_model", None) or model.config.hidden_size)
+        self._build_optimization(model, getattr(model.config, "d_model", None) or model.config.hidden_size)
         examples = recipe.per_device_train_batch_size * self.accelerator.num_processes
         self.state, self.clock = checkpoints.TrainState(micro_batch_examples=examples), _Clock()
         self.log = RunLog(self.accelerator, self.output_dir, bool(trackers(recipe.report_to)), recipe.to_dict())
         self.opened = False
-        if self.resume_from is not None:
-            self._resume(self.resume_from, position)
+        if run.resume_from is not None:
+            self._resume(run.resume_from, position)
 
     # ------------------------------------------------------------------ building
 
-    def _check_inputs(self, model, tokenizer, train_dataset, eval_dataset) -> tuple[Path | None, dict | None]:
+    def _check_inputs(self, model, tokenizer, train_dataset, eval_dataset) -> dict | None:
         """Refuse what cannot train before anything is built: a tokenizer that does not fit the model, data that gives
-        no batch, a checkpoint to resume that is missing or another run's. Returns the checkpoint to resume (None: a
-        new run) and a stream's position in it; sets the run's `identity` and the recipe keys `changed` since."""
-        recipe = self.recipe
+        no batch, a checkpoint to resume (`Run.resume_from`) that is another run's. Returns a stream's position in
+        that checkpoint; sets the run's `identity` and the recipe keys `changed` since."""
+        recipe, resume_from = self.recipe, self.run.resume_from
         if tokenizer is not None:
             check_tokenizer_matches_model(tokenizer, model.config)
         _check_datasets(train_dataset, eval_dataset, recipe)
-        resume_from = checkpoints.resume_path(recipe.resume_from_checkpoint, self.checkpoint_root)
         position = _stream_position(resume_from) if self.streamed and resume_from is not None else None
         examples = "stream" if self.streamed else len(train_dataset)
         self.identity = checkpoints.run_identity(model.config, tokenizer, recipe, examples)
         self.changed = checkpoints.check_resume(resume_from, self.identity) if resume_from is not None else {}
-        return resume_from, position
+        return position
 
     def _accelerator(self):
         """The run's Accelerator (Accelerate's process-wide state was reset by `start_run`, when a command started the
@@ -187,14 +188,11 @@ class Engine:
         )
 
     def _open(self) -> None:
-        """Begin writing the run, once: claim the output folder (done already when a command started the run with
-        `start_run`; an Engine built directly claims here), say how it runs, start the log (kept up to a resumed
-        checkpoint's step) and record the launch and the resume."""
+        """Begin writing the run, once: say how it runs, start the log (kept up to a resumed checkpoint's step) and
+        record the launch and the resume."""
         if self.opened:
             return
-        self.opened, acc, recipe = True, self.accelerator, self.recipe
-        if acc.is_main_process:
-            run_folder.claim(recipe)
+        self.opened, acc = True, self.accelerator
         changes = "".join(f", {k}: {old} -> {new} (changed on resume)" for k, (old, new) in self.changed.items())
         acc.print("run: " + ", ".join(f"{k}={v}" for k, v in self.launch.items()) + changes)
         if self.stream is not None:
@@ -203,10 +201,9 @@ class Engine:
             acc.print(f"note: {stream_resume_problem()}; this run's checkpoints keep its weights")
         self.log.start(self.state.step)
         self.log.record_launch(self.state.step, self.launch, self.changed)
-        if acc.is_main_process:
-            if self.resume_from is not None:
-                run_folder.note_resume(recipe, self.resume_from, self.state.step, self.changed)
-            run_folder.record_written(recipe, "logs")
+        if self.run.resume_from is not None:
+            self.run.note_resume(self.state.step, self.changed)
+        self.run.record("logs")
         acc.wait_for_everyone()
 
     def _build_loaders(self, train_dataset, eval_dataset, collate_fn: Callable, limits: dict) -> None:
@@ -263,8 +260,6 @@ class Engine:
     def _compute_loss(self, batch: dict) -> torch.Tensor:
         """The training forward (with the command's `training_options`) and its loss."""
         outputs = self.model(**batch, **self.options)
-        if self.loss_fn is not None:
-            return self.loss_fn(outputs, batch, self)
         if self.token_mean is not None:
             return self.token_mean.loss(self.accelerator, outputs, batch)
         return outputs.loss
@@ -318,7 +313,7 @@ class Engine:
             bar.close()
         if self.accelerator.is_main_process:
             publish.plot_loss_curve(self.log.history, self.output_dir / "loss_curve.png", self.output_dir.name)
-            run_folder.record_written(self.recipe, "loss_curve.png", "logs")
+            self.run.record("loss_curve.png", "logs")
         return self._summary(start_step, wall, metrics)
 
     def _average_checkpoints(self) -> dict[str, str]:
@@ -454,8 +449,7 @@ class Engine:
         path = checkpoints.save_checkpoint(self.accelerator, self.checkpoint_root, self.state,
                                            self.recipe.save_total_limit, self.launch, self.identity,
                                            self.stream.state_dict() if self.stream is not None else None)
-        if self.accelerator.is_main_process:
-            run_folder.record_written(self.recipe, "checkpoints", "logs")
+        self.run.record("checkpoints", "logs")
         return path
 
     def finish(self, results: dict[str, Any], *, description: str = "", source=None,
@@ -468,7 +462,7 @@ class Engine:
         `source`: where the weights started (a `train.setup.models.ModelSource`: its `report`, `repo_id` and
         `card_text()`); `samples`: texts the trained model produced, or `(input, output)` pairs, printed, kept in
         `results` as `sample_<i>` and listed in the card."""
-        self._open()  # a run finished without training still claims its folder first
+        self._open()  # a run finished without training still starts its log first
         if source is not None:
             results.update(source.report)
             description = f"{description.rstrip()} {source.card_text()}".strip()
@@ -480,9 +474,8 @@ class Engine:
                 "extra": _samples_section(samples) + self._changes_section()}
         folder = publish.save_run(self.accelerator, self.model, self.recipe, self.tokenizer, results, card, extra_files)
         self.accelerator.end_training()
-        if self.accelerator.is_main_process:
-            run_folder.record_written(self.recipe, *run_folder.RUN_FILES)
-            run_folder.release(self.recipe)
+        self.run.record(*run_folder.RUN_FILES)
+        self.run.release()
         distributed.forget_accelerate_state()  # the run is over: the next one in this process starts afresh
         return folder
 
@@ -542,14 +535,13 @@ def seed_everything(seed: int) -> None:
     set_seed(seed)
 
 
-def check_steps_left(recipe: Recipe) -> None:
+def check_steps_left(run: Run) -> None:
     """Refuse a resume that would train nothing, before any work: its checkpoint is past `max_steps`, or at it with
     the model published from that step (it would only evaluate and publish again). A checkpoint at `max_steps` whose
     run stopped before publishing resumes to finish (evaluation, model)."""
-    if not recipe.resume_from_checkpoint or recipe.max_steps <= 0:
+    recipe, path, output = run.recipe, run.resume_from, run.folder
+    if path is None or recipe.max_steps <= 0:
         return
-    output = Path(recipe.output_dir)
-    path = checkpoints.resume_path(recipe.resume_from_checkpoint, output / "checkpoints")
     step = checkpoints.verify_checkpoint(path)["state"]["step"]
     try:
         published = json.loads((output / "model" / "results.json").read_text()).get("steps")
@@ -563,25 +555,23 @@ def check_steps_left(recipe: Recipe) -> None:
 
 
 @contextmanager
-def start_run(recipe: Recipe) -> Iterator[Path]:
+def start_run(recipe: Recipe) -> Iterator[Run]:
     """Start a run of `recipe`, before anything is written into its output folder: Accelerate's process-wide state
     is forgotten (a process may run several runs: the main job, the tests), a launch whose processes formed no group is
-    refused (`distributed.check_launch`), the main process claims the folder
-    (`run_folder.claim`: checked, locked, recorded) before the others go on, every process is seeded, and a resume
+    refused (`distributed.check_launch`), the main process claims the folder (`run_folder.claim`: checked, locked,
+    recorded, the resume checkpoint decided) before the others `join` it, every process is seeded, and a resume
     with nothing left to train is refused (`check_steps_left`). A run refused inside the block before it wrote
-    anything withdraws its claim (`run_folder.withdraw`), leaving no file behind. Yields the output folder."""
+    anything withdraws its claim (`Run.withdraw`), leaving no file behind. Yields the `Run`."""
     distributed.forget_accelerate_state()
     distributed.check_launch()
     with distributed.one_process_first() as main:
-        if main:
-            run_folder.claim(recipe)
+        run = run_folder.claim(recipe) if main else run_folder.join(recipe)
     seed_everything(recipe.seed)
     try:
-        check_steps_left(recipe)
-        yield Path(recipe.output_dir)
+        check_steps_left(run)
+        yield run
     except BaseException:
-        if main:
-            run_folder.withdraw(recipe)
+        run.withdraw()
         raise
 
 

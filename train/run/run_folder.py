@@ -1,13 +1,13 @@
 """Who owns an output folder: one run at a time, and a run deletes only what it wrote itself.
 
 `claim` (the main process, from `train.run.engine.start_run`) checks the folder (`check_output_dir`), takes its
-`.lock` and starts `run.json`, whose manifest (`record_written`) lists every file the run writes as it writes it;
-what a later run may delete or resume into is decided by that manifest alone; `overwrite_output_dir` sets an
-earlier run's files aside and deletes them only once the new run has a checkpoint or its model. `withdraw` undoes the
-claim of a run refused before that (putting set-aside files back); `release` gives the lock back. The other commands
-own their output the same way: a folder (`check_writer_output`, then `staged_output`, or `output_in_place` for one
-that holds runs) or a JSON file (`check_writer_file`, `write_output_json`). docs/training.md ("Run folders"),
-docs/reliability.md ("What a command may write").
+`.lock`, starts `run.json` and returns the `Run`, whose manifest (`Run.record`) lists every file the run writes as it
+writes it; what a later run may delete or resume into is decided by that manifest alone; `overwrite_output_dir` sets
+an earlier run's files aside and deletes them only once the new run has a checkpoint or its model. `Run.withdraw`
+undoes the claim of a run refused before that (putting set-aside files back); `Run.release` gives the lock back.
+The other commands own their output the same way: a folder (`check_writer_output`, then `staged_output`, or
+`output_in_place` for one that holds runs) or a JSON file (`check_writer_file`, `write_output_json`).
+docs/training.md ("Run folders"), docs/reliability.md ("What a command may write").
 """
 
 from __future__ import annotations
@@ -23,13 +23,15 @@ import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from train.data.staging import process_alive, staged
 from train.data.tokenization import cache_folder
-from train.run.checkpoints import CHECKPOINT_PREFIX, DELETING, OLD, TMP
+from train.run.checkpoints import CHECKPOINT_PREFIX, DELETING, OLD, TMP, resume_path
 
 RECORD, LOCK, OUTPUT_RECORD = "run.json", ".lock", ".lineage-output.json"
 RUN_FILES = ("checkpoints", "logs", "tokenizer", "model", "adapter", "loss_curve.png")  # what a run writes
@@ -37,9 +39,6 @@ WORK = ("checkpoints", "logs", "model", "adapter")  # a run that left none of th
 KEPT = ("checkpoints", "model", "adapter")  # a run that wrote one of these can be resumed or is published
 APPENDED = ("logs",)  # written to as the run goes: recorded by size, which only grows
 _SAMPLE = 1 << 20  # bytes hashed from each end of a file: a fingerprint, not a full read of a multi-GB checkpoint
-_claims: dict[Path, object] = {}  # folder -> the recipe object of the run in this process that claimed it
-_fresh: dict[Path, bool] = {}  # folder -> whether its claim wrote a new record into it (True) or a new folder (None)
-_set_aside: dict[Path, Path] = {}  # folder -> where its claim moved an earlier run's files (overwrite_output_dir)
 ASIDE = ".overwritten-"  # + the claiming process's id: an earlier run's files, kept until the new run writes
 
 
@@ -178,62 +177,109 @@ def _delete(path: Path, why: str) -> None:
 
 # ----------------------------------------------------------------------------- runs
 
-def claim(recipe) -> Path:
-    """Check `recipe.output_dir` (module docstring), take its lock and start the run record; idempotent for one run
-    (the same recipe object). A refusal deletes nothing and leaves no file behind. Returns the folder."""
-    if claimed(recipe):
-        return Path(recipe.output_dir).resolve()
+@dataclass(eq=False)
+class Run:
+    """A training run's hold on its output folder (`claim`; the run's other processes `join` it and own nothing).
+    `resume_from`: the verified checkpoint the run resumes (None: a new run), decided once, after the claim put back
+    what an earlier run had set aside. Only the owner writes: `record`, `note_resume`, `withdraw`, `release`."""
+
+    recipe: Any
+    folder: Path
+    owner: bool = False
+    resume_from: Path | None = None
+    fresh: bool | None = False  # the claim wrote a new record into an existing folder (True) or a new folder (None)
+    aside: Path | None = None  # an earlier run's files set aside by the claim, until this run has a checkpoint
+    held: bool = False  # the owner holds the lock
+
+    def record(self, *names: str) -> None:
+        """Record in the manifest every file now at or under `<folder>/<name>` (the parts `names` of `RUN_FILES`
+        the run has just written); an earlier run's files set aside go once the run has a checkpoint or model."""
+        if self.owner and _kept(record_files(self.folder, *names)):
+            self._drop_aside()
+
+    def note_resume(self, step: int, changed: dict) -> None:
+        """Add the accepted resume (its checkpoint, step, command and the recipe keys changed since:
+        {key: [before, now]}) to the record."""
+        if not self.owner:
+            return
+        record = _read_json(self.folder / RECORD) or {}
+        record.setdefault("resumes", []).append({"checkpoint": str(self.resume_from), "step": step, "changed": changed,
+                                                 "time": _now(), "pid": os.getpid(), "command": command_line()})
+        _write_json(self.folder / RECORD, record)
+
+    def withdraw(self) -> None:
+        """Undo the claim of a run that stopped before writing anything (refused after `claim`): the record it
+        started and the lock go, and the folder when the claim created it, so the refusal leaves no file behind. A
+        run that wrote something, or resumed into a record it did not start, keeps its record and lock (its files are
+        its own). A run whose claim set an earlier run's files aside and that has no checkpoint yet deletes what it
+        wrote and puts them back."""
+        if not self.held:
+            return
+        record = _read_json(self.folder / RECORD) or {}
+        if self.aside is not None:  # still set aside: no checkpoint yet
+            _undo(self.folder, self.aside)
+            self.aside = None
+            self.release()
+            return
+        if self.fresh is False or record.get("wrote") or record.get("resumes"):
+            return
+        (self.folder / RECORD).unlink(missing_ok=True)
+        self.release()
+        if self.fresh is None and not any(self.folder.iterdir()):
+            self.folder.rmdir()
+
+    def release(self) -> None:
+        """Give the folder's lock back (the run has published its model)."""
+        if self.held:
+            self._drop_aside()
+            self.held = False
+            _release_lock(self.folder)
+
+    def _drop_aside(self) -> None:
+        """The run has a checkpoint (or has published): the earlier run's files its claim set aside are deleted."""
+        if self.aside is not None and self.aside.exists():
+            _delete(self.aside, "overwrite_output_dir")
+        self.aside = None
+
+
+def claim(recipe) -> Run:
+    """Check `recipe.output_dir` (module docstring), take its lock, start the run record and decide the resume
+    (`join`). A refusal deletes nothing and leaves no file behind."""
     folder = check_output_dir(recipe.output_dir, run_inputs(recipe))
     existed = folder.is_dir()
     _take_lock(folder)
     try:
         _recover_set_aside(folder)
         record = _read_json(folder / RECORD) if existed else None
+        aside = None
         if recipe.resume_from_checkpoint:
             if record is None:
                 _write_record(folder, recipe)  # a folder without a record: the resume starts one
             else:
                 _refuse_foreign(folder, record)  # a resume must not adopt files it did not write
         else:
-            _clear_for_new_run(folder, record, recipe.overwrite_output_dir)
+            aside = _clear_for_new_run(folder, record, recipe.overwrite_output_dir)
             _write_record(folder, recipe)
     except BaseException:
         _release_lock(folder)
         if not existed:
             shutil.rmtree(folder, ignore_errors=True)
         raise
-    _claims[folder] = recipe
-    _fresh[folder] = None if not existed else record is None or not recipe.resume_from_checkpoint
-    return folder
+    fresh = None if not existed else record is None or not recipe.resume_from_checkpoint
+    run = Run(recipe, folder, owner=True, fresh=fresh, aside=aside, held=True)
+    try:
+        run.resume_from = join(recipe).resume_from
+    except BaseException:
+        run.withdraw()
+        raise
+    return run
 
 
-def claimed(recipe) -> bool:
-    """Whether this process holds the claim of `recipe` (the same recipe object) on its output folder."""
-    return bool(recipe.output_dir) and _claims.get(Path(recipe.output_dir).resolve()) is recipe
-
-
-def withdraw(recipe) -> None:
-    """Undo the claim of a run that stopped before writing anything (refused after `claim`): the record it started
-    and the lock go, and the folder when the claim created it, so the refusal leaves no file behind. A run that wrote
-    something, or resumed into a record it did not start, keeps its record and lock (its files are its own). A run
-    whose claim set an earlier run's files aside and that has no checkpoint yet deletes what it wrote and puts them
-    back."""
-    if not claimed(recipe):
-        return
+def join(recipe) -> Run:
+    """The run of `recipe` as a process that does not own its folder sees it (after the owner's `claim`): its
+    folder and the checkpoint it resumes (`resume_from_checkpoint`: `latest` under `<output_dir>/checkpoints`)."""
     folder = Path(recipe.output_dir).resolve()
-    record = _read_json(folder / RECORD) or {}
-    aside = _set_aside.pop(folder, None)  # still set aside: no checkpoint yet (`record_written` drops them)
-    if aside is not None:
-        _undo(folder, aside)
-        release(recipe)
-        return
-    fresh = _fresh.get(folder)
-    if fresh is False or record.get("wrote") or record.get("resumes"):
-        return
-    (folder / RECORD).unlink(missing_ok=True)
-    release(recipe)
-    if fresh is None and not any(folder.iterdir()):
-        folder.rmdir()
+    return Run(recipe, folder, resume_from=resume_path(recipe.resume_from_checkpoint, folder / "checkpoints"))
 
 
 def _refuse_foreign(folder: Path, record: dict | None) -> list[str]:
@@ -253,8 +299,9 @@ def _refuse_foreign(folder: Path, record: dict | None) -> list[str]:
     return present
 
 
-def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> None:
-    """Delete what an earlier run recorded writing here, when it may be (module docstring); refuse otherwise."""
+def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> Path | None:
+    """Delete what an earlier run recorded writing here, when it may be (module docstring), or set it aside (returns
+    where: `overwrite`); refuse otherwise."""
     present = _refuse_foreign(folder, record)
     if any(name in WORK for name in present) and not overwrite:
         raise OutputDirError(
@@ -270,10 +317,10 @@ def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> No
         print(f"overwrite_output_dir: set aside {', '.join(present)} of {folder} in {aside.name}, deleted once this "
               f"run writes its first checkpoint or its model, put back if it stops before (if it is killed first, by "
               f"the next run into {folder})", flush=True)
-        _set_aside[folder] = aside
-        return
+        return aside
     for name in present:
         _delete(folder / name, "a run that stopped before training (no checkpoint, log or model)")
+    return None
 
 
 def _kept(record: dict) -> bool:
@@ -299,13 +346,6 @@ def _undo(folder: Path, aside: Path) -> None:
           f"checkpoint", flush=True)
 
 
-def _drop_set_aside(folder: Path) -> None:
-    """The run has a checkpoint (or has published): the earlier run's files its claim set aside are deleted now."""
-    aside = _set_aside.pop(folder, None)
-    if aside is not None and aside.exists():
-        _delete(aside, "overwrite_output_dir")
-
-
 def _dead_set_aside(folder: Path) -> list[Path]:
     """The folders of files set aside in `folder` by claims whose process is gone."""
     return [aside for aside in folder.glob(f"{ASIDE}*")
@@ -322,22 +362,10 @@ def _recover_set_aside(folder: Path) -> None:
             _undo(folder, aside)
 
 
-def resume_root(output_dir: str | Path) -> Path:
-    """Where `resume_from_checkpoint: latest` finds the run's checkpoints once the folder is claimed:
-    `<output_dir>/checkpoints`, or those of an earlier run set aside by an overwriting run killed before its first
-    checkpoint, which the claim puts back (`_recover_set_aside`)."""
-    folder = Path(output_dir).resolve()
-    if not _kept(_read_json(folder / RECORD) or {}):
-        for aside in _dead_set_aside(folder) if folder.is_dir() else ():
-            if (aside / "checkpoints").is_dir():
-                return aside / "checkpoints"
-    return folder / "checkpoints"
-
-
-def record_written(recipe, *names: str) -> None:
-    """Record in the run's manifest every file now at or under `<output_dir>/<name>` (the parts `names` of
-    `RUN_FILES` that the run has just written), replacing what was recorded for them; main process only."""
-    folder = Path(recipe.output_dir).resolve()
+def record_files(folder: Path, *names: str) -> dict:
+    """Record in `folder`'s run manifest every file now at or under `folder/<name>` (the parts `names` of
+    `RUN_FILES`), replacing what was recorded for them (`Run.record`, or a later writer of a finished run's part);
+    returns the record."""
     record = _read_json(folder / RECORD) or {}
     wrote = {k: v for k, v in record.get("wrote", {}).items() if not any(_under(k, name) for name in names)}
     for name in names:
@@ -345,27 +373,7 @@ def record_written(recipe, *names: str) -> None:
             wrote.update(_listing(folder, name))
     record["wrote"] = dict(sorted(wrote.items()))
     _write_json(folder / RECORD, record)
-    if _kept(record):
-        _drop_set_aside(folder)
-
-
-def note_resume(recipe, checkpoint: Path, step: int, changed: dict) -> None:
-    """Add an accepted resume (its checkpoint, step, command and the recipe keys changed since:
-    {key: [before, now]}) to the record."""
-    path = Path(recipe.output_dir).resolve() / RECORD
-    record = _read_json(path) or {}
-    record.setdefault("resumes", []).append({"checkpoint": str(checkpoint), "step": step, "changed": changed,
-                                             "time": _now(), "pid": os.getpid(), "command": command_line()})
-    _write_json(path, record)
-
-
-def release(recipe) -> None:
-    """Give the folder's lock back (the run has published its model)."""
-    folder = Path(recipe.output_dir).resolve()
-    _drop_set_aside(folder)
-    _claims.pop(folder, None)
-    _fresh.pop(folder, None)
-    _release_lock(folder)
+    return record
 
 
 def _now() -> str:
@@ -556,6 +564,6 @@ def _release_lock(folder: Path) -> None:
         lock.unlink(missing_ok=True)
 
 
-__all__ = ["LOCK", "OUTPUT_RECORD", "OutputDirError", "RECORD", "RUN_FILES", "check_output_dir", "check_writer_file",
-           "check_writer_output", "claim", "claimed", "command_line", "note_resume", "output_in_place", "recipe_hash",
-           "record_written", "release", "resume_root", "run_inputs", "staged_output", "withdraw", "write_output_json"]
+__all__ = ["LOCK", "OUTPUT_RECORD", "OutputDirError", "RECORD", "RUN_FILES", "Run", "check_output_dir",
+           "check_writer_file", "check_writer_output", "claim", "command_line", "join", "output_in_place",
+           "recipe_hash", "record_files", "run_inputs", "staged_output", "write_output_json"]

@@ -30,7 +30,7 @@ from safetensors import SafetensorError, safe_open
 import modeling
 from modeling.conversion import CONVERSIONS, from_transformers, to_transformers
 from train.data.tokenization import config_kwargs_from_tokenizer
-from train.run import checkpoints, distributed, publish, run_folder
+from train.run import distributed, publish
 from train.run.recipes import Recipe, RecipeError, trackers
 from train.run.run_log import check_tracker_login
 from train.setup.presets import available_presets, check_model_overrides, load_model_config
@@ -447,7 +447,6 @@ def model_source(recipe: Recipe, command: str, families: tuple[str, ...], genera
 def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
     """Refuse what the recipe and the model's config alone show will fail, before a tokenizer is trained or a file
     written: `max_seq_length`, `pad_to_multiple_of` and (`generates`) `max_new_tokens` against the model's positions,
-    a checkpoint to resume from that does not exist,
     a precision this machine cannot run (`distributed.resolve_mixed_precision`), a hosted tracker without a login
     (`run_log.check_tracker_login`) and a Hub upload that cannot succeed (`publish.check_push`)."""
     positions = recipe.model_overrides.get("max_position_embeddings",
@@ -467,7 +466,6 @@ def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
                           f"positions, one of them at least for the prompt (or the decoder's start token): "
                           f"max_new_tokens must be in [1, {positions - 1}]")
     distributed.resolve_mixed_precision(recipe.mixed_precision)
-    checkpoints.resume_path(recipe.resume_from_checkpoint, run_folder.resume_root(recipe.output_dir))
     check_tracker_login(trackers(recipe.report_to))
     if recipe.push_to_hub:
         publish.check_push(recipe.push_to_hub)

@@ -1,9 +1,9 @@
-"""The tokenizer of a run: `get_tokenizer(recipe, family, texts, source)`.
+"""The tokenizer of a run: `get_tokenizer(recipe, family, texts, source, run=run)`.
 
 A pretrained source's own tokenizer (or `recipe.tokenizer`, checked against it), completed with the tokens Lineage's
 templates need (`pretrained_tokenizer`); else `recipe.tokenizer`, or one trained on the data (or reused from the
-tokenizer cache: `corpus_tokenizer`), which is kept in the run's claimed `<output_dir>/tokenizer` and reused on
-resume. A pretrained model is never paired with a freshly trained vocabulary. docs/training.md ("Tokenizers"),
+tokenizer cache: `corpus_tokenizer`), which is kept in the run's `<output_dir>/tokenizer` and reused on resume. A
+pretrained model is never paired with a freshly trained vocabulary. docs/training.md ("Tokenizers"),
 docs/pretrained.md ("The checkpoint's own tokenizer").
 """
 
@@ -23,9 +23,9 @@ from train.data.tokenization import (
     only_special_tokens,
     reused_or_trained,
 )
-from train.run import run_folder
 from train.run.distributed import one_process_first
 from train.run.recipes import Recipe
+from train.run.run_folder import Run
 from train.setup.models import ModelSource, ModelSourceError, resolve_model
 
 
@@ -133,21 +133,25 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "voca
 
 
 def get_tokenizer(recipe: Recipe, family: str, texts: Callable[[], Iterable[str]],
-                  source: ModelSource | None = None, templates: bool = True, data_key: str | None = None):
-    """The run's tokenizer (`corpus_tokenizer`). One trained here is kept in `<output_dir>/tokenizer`, which the run
-    has claimed before (`train.run.engine.start_run`), and reused on resume (training is reproducible, but the data a
-    resumed run reads could have changed since)."""
+                  source: ModelSource | None = None, templates: bool = True, data_key: str | None = None, *,
+                  run: Run | None = None):
+    """The run's tokenizer (`corpus_tokenizer`). One trained here is kept in the folder of `run`
+    (`train.run.engine.start_run`: needed unless the tokenizer is a pretrained source's or `recipe.tokenizer`), and
+    reused on resume (training is reproducible, but the data a resumed run reads could have changed since)."""
     source = source or resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
     if source.pretrained or recipe.tokenizer:
         return corpus_tokenizer(recipe, family, texts, source, templates)
-    trained = Path(recipe.output_dir) / "tokenizer"
-    if recipe.resume_from_checkpoint and (trained / "tokenizer.json").is_file():
+    if run is None:
+        raise TypeError("get_tokenizer trains a tokenizer for the run and keeps it in its folder: pass run= (the Run "
+                        "that train.run.engine.start_run yields)")
+    trained = run.folder / "tokenizer"
+    if run.resume_from is not None and (trained / "tokenizer.json").is_file():
         return load_tokenizer(trained, family)
     with one_process_first() as main:  # one process trains, the others load its vocabulary
         if main:
             tokenizer = corpus_tokenizer(recipe, family, texts, source, templates, data_key)
             tokenizer.save_pretrained(trained)
-            run_folder.record_written(recipe, "tokenizer")
+            run.record("tokenizer")
         else:
             tokenizer = load_tokenizer(trained, family)
     return tokenizer

@@ -277,20 +277,18 @@ def streamed_run(out: Path, tokenizer_folder: str, rows: int = TEXTS, eval_datas
 
     from train.data.collators import MaskedLMCollator
     from train.data.tokenization import config_kwargs_from_tokenizer, load_tokenizer
-    from train.run.distributed import token_mean
-    from train.run.engine import seed_everything
+    from train.run.engine import TokenMean, start_run
     from train.setup.presets import load_model_config
 
     recipe = _recipe(out, **keys)
     tokenizer = load_tokenizer(tokenizer_folder, "bert")
-    seed_everything(recipe.seed)
-    config = load_model_config("bert-tiny", **config_kwargs_from_tokenizer(tokenizer, "bert"), hidden_dropout_prob=0.0,
-                               attention_probs_dropout_prob=0.0)
-    model = AutoModelForMaskedLM.from_config(config)
-    engine = Engine(recipe, model, _stream(tokenizer, rows, shards), MaskedLMCollator(tokenizer), tokenizer=tokenizer,
-                    eval_dataset=eval_dataset,
-                    loss_fn=lambda outputs, batch, e: token_mean(e.accelerator, outputs.loss, batch["labels"]))
-    engine.train()
+    with start_run(recipe) as run:  # seeds
+        config = load_model_config("bert-tiny", **config_kwargs_from_tokenizer(tokenizer, "bert"),
+                                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        model = AutoModelForMaskedLM.from_config(config)
+        engine = Engine(run, model, _stream(tokenizer, rows, shards), MaskedLMCollator(tokenizer), tokenizer=tokenizer,
+                        eval_dataset=eval_dataset, token_mean=TokenMean())
+        engine.train()
     return engine
 
 

@@ -160,11 +160,13 @@ def _stack(features: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def test_engine_builds_without_writing_and_only_the_training_forward_gets_the_options(tmp_path):
-    """Engine() writes nothing (no folder, no log, no tracker file); `sparse_prediction` reaches the training forward
-    only: evaluation and `predict_fn` get the full (B, T, V) logits, as a user's call does."""
+    """Engine() writes nothing (the claimed folder holds its record and lock alone: no log, no tracker file);
+    `sparse_prediction` reaches the training forward only: evaluation and `predict_fn` get the full (B, T, V) logits,
+    as a user's call does."""
     from conftest import preset
     from transformers import AutoModelForMaskedLM
 
+    from train.run import run_folder
     from train.run.engine import TokenMean
     from train.run.recipes import recipe_from_dict
 
@@ -182,9 +184,10 @@ def test_engine_builds_without_writing_and_only_the_training_forward_gets_the_op
         return {"predictions": outputs.logits.argmax(-1)}
 
     rows = _mlm_rows()
-    engine = Engine(recipe, model, rows, _stack, eval_dataset=rows[:4], token_mean=TokenMean(),
+    engine = Engine(run_folder.claim(recipe), model, rows, _stack, eval_dataset=rows[:4], token_mean=TokenMean(),
                     sparse_prediction=True, unpad_inputs=True, predict_fn=predict)
-    assert not out.exists() and not engine.opened  # built and checked, nothing written
+    assert sorted(p.name for p in out.iterdir()) == sorted([run_folder.LOCK, run_folder.RECORD])
+    assert not engine.opened  # built and checked, nothing written
     assert engine.options == {"sparse_prediction": True}  # unpad_inputs: on a CUDA device only
     engine.train()
     assert (out / "logs" / "metrics.jsonl").is_file() and (out / "run.json").is_file()

@@ -26,6 +26,7 @@ from train.pretrain_bert import main as pretrain_bert
 from train.pretrain_gpt import main as pretrain_gpt
 from train.run.checkpoints import complete_checkpoints
 from train.run.engine import Engine, NonFiniteLossError
+from train.run.run_folder import claim
 from train.train_translation import main as train_translation
 
 # (file, function) of the reads the eager forwards still make: torch's `RNNBase.check_forward_args` reads
@@ -225,8 +226,8 @@ def test_the_engine_refuses_an_out_of_range_token_in_the_collate_before_the_mode
     rows = [{"input_ids": [5, 6, 7, 8]}, {"input_ids": [5, vocab, 7, 8]}]
     forwards = []
     monkeypatch.setattr(Engine, "_compute_loss", lambda self, batch: forwards.append(batch))
-    engine = Engine(Recipe(model="gpt-tiny", max_steps=1, per_device_train_batch_size=2, report_to="none",
-                           progress_bar=False, output_dir=str(tmp_path)), model, rows,
+    engine = Engine(claim(Recipe(model="gpt-tiny", max_steps=1, per_device_train_batch_size=2, report_to="none",
+                                 progress_bar=False, output_dir=str(tmp_path))), model, rows,
                     CausalLMCollator(type("Tokenizer", (), {"pad_token_id": 0})()))
     with pytest.raises(ValueError, match=rf"`input_ids` must be in \[0, {vocab}\) \(vocab_size={vocab}\), got {vocab}"):
         engine.train()

@@ -124,8 +124,7 @@ def test_an_overwriting_run_stopped_before_it_trains_puts_the_first_runs_files_b
     for name in ("model", run_folder.RECORD):
         (finished / name).rename(killed / name)
     (finished / run_folder.RECORD).write_text(json.dumps({"wrote": {}}))
-    run_folder.claim(recipe := recipe_from_dict({"output_dir": str(finished), "resume_from_checkpoint": "latest"}))
-    run_folder.release(recipe)
+    run_folder.claim(recipe_from_dict({"output_dir": str(finished), "resume_from_checkpoint": "latest"})).release()
     assert {k: v for k, v in files(finished).items() if k != run_folder.RECORD} == {
         k: v for k, v in before.items() if k != run_folder.RECORD}
 
@@ -141,11 +140,11 @@ from pathlib import Path
 from train.run import run_folder
 from train.run.recipes import recipe_from_dict
 recipe = recipe_from_dict({{"output_dir": {str(finished)!r}, "overwrite_output_dir": True}})
-run_folder.claim(recipe)
+run = run_folder.claim(recipe)
 for name in ("logs/metrics.jsonl", "tokenizer/tokenizer.json"):
     (Path({str(finished)!r}) / name).parent.mkdir()
     (Path({str(finished)!r}) / name).write_text("{{}}")
-run_folder.record_written(recipe, "logs", "tokenizer")
+run.record("logs", "tokenizer")
 os._exit(9)
 """], capture_output=True, text=True)
     assert killed.returncode == 9 and len(list(finished.glob(f"{run_folder.ASIDE}*"))) == 1
@@ -258,13 +257,13 @@ def test_a_run_refused_after_its_start_leaves_no_file_behind(tmp_path):
         raise RecipeError("refused")
     assert [p.name for p in existing.iterdir()] == ["notes.txt"]
     wrote = recipe_from_dict({"output_dir": str(tmp_path / "wrote")})
-    with pytest.raises(RecipeError), start_run(wrote):
+    with pytest.raises(RecipeError), start_run(wrote) as run:
         (tmp_path / "wrote" / "tokenizer").mkdir()
         (tmp_path / "wrote" / "tokenizer" / "tokenizer.json").write_text("{}")
-        run_folder.record_written(wrote, "tokenizer")
+        run.record("tokenizer")
         raise RecipeError("refused after writing")
     assert "tokenizer/tokenizer.json" in json.loads((tmp_path / "wrote" / run_folder.RECORD).read_text())["wrote"]
-    run_folder.release(wrote)
+    run.release()
 
 
 def test_a_live_runs_lock_keeps_a_second_run_out_and_a_dead_ones_is_taken_over(tmp_path, capsys):
@@ -279,11 +278,10 @@ def test_a_live_runs_lock_keeps_a_second_run_out_and_a_dead_ones_is_taken_over(t
     finally:
         other.kill()
         other.wait()
-    recipe = recipe_from_dict({"output_dir": str(out)})
-    run_folder.claim(recipe)
+    run = run_folder.claim(recipe_from_dict({"output_dir": str(out)}))
     assert f"removing the stale lock of process {other.pid}" in capsys.readouterr().out
     assert json.loads((out / run_folder.LOCK).read_text())["pid"] == __import__("os").getpid()
-    run_folder.release(recipe)
+    run.release()
     assert not (out / run_folder.LOCK).exists()
 
 

@@ -22,6 +22,7 @@ from train.pretrain_bert import main as pretrain_bert
 from train.run.compilation import check_bounded_shapes, check_compiler
 from train.run.engine import Engine, TokenMean
 from train.run.recipes import Recipe, RecipeError
+from train.run.run_folder import claim
 from train.train_translation import main as train_translation
 
 QUIET = ["--progress_bar", "false", "--report_to", "none", "--save_steps", "0"]
@@ -61,7 +62,7 @@ def test_packed_gpt_blocks_train_compiled_without_recompiling_or_reading_back(tm
     blocks = packed_blocks(8, 32, model.config.eos_token_id, model.config.vocab_size)  # 2 batches an epoch
     recipe = Recipe(model="gpt-tiny", compile=True, max_steps=6, logging_steps=3, per_device_train_batch_size=4,
                     learning_rate=1e-3, save_steps=0, report_to="none", progress_bar=False, output_dir=str(tmp_path))
-    engine = Engine(recipe, model, blocks, CausalLMCollator(_Tokenizer()), token_mean=TokenMean(first_label=1))
+    engine = Engine(claim(recipe), model, blocks, CausalLMCollator(_Tokenizer()), token_mean=TokenMean(first_label=1))
     micro_step, counter, graphs = Engine._micro_step, HostReads(), []
 
     def after_warm_up(self, *args):
@@ -137,7 +138,7 @@ def test_bucketed_bert_compiles_one_graph_per_length_at_most(tmp_path, monkeypat
                     save_steps=0, report_to="none", progress_bar=False, output_dir=str(tmp_path))
     seen = batch_shapes(monkeypatch)
     with torch._dynamo.config.patch(automatic_dynamic_shapes=False, cache_size_limit=64):
-        Engine(recipe, model, rows, MaskedLMCollator(tokenizer, pad_to_multiple_of=16)).train()
+        Engine(claim(recipe), model, rows, MaskedLMCollator(tokenizer, pad_to_multiple_of=16)).train()
     batch_lengths = {batch["input_ids"][1] for batch in seen}
     assert len(seen) == 8 and batch_lengths <= {16, 32, 48, 64}
     assert counters["stats"]["unique_graphs"] <= len(batch_lengths)

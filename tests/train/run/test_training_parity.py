@@ -33,6 +33,7 @@ from modeling.conversion import from_transformers
 from train.run.engine import Engine
 from train.run.optimization import schedule_lambda
 from train.run.recipes import recipe_from_dict
+from train.run.run_folder import claim
 
 STEPS, BATCH, EXAMPLES, LENGTH = 8, 4, 16, 12
 HYPER = {"learning_rate": 3e-3, "weight_decay": 0.01, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-8,
@@ -68,7 +69,7 @@ def train_with_engine(model, rows: list[dict], tmp_path) -> tuple[list[float], l
     recipe = recipe_from_dict({**HYPER, "output_dir": str(tmp_path / "engine"), "max_steps": STEPS,
                                "per_device_train_batch_size": BATCH, "lr_scheduler": "linear", "logging_steps": 1,
                                "report_to": "none", "progress_bar": False, "mixed_precision": "no"})
-    engine = Engine(recipe, model, rows, collate)
+    engine = Engine(claim(recipe), model, rows, collate)
     engine.train()
     return [record["loss"] for record in engine.log.history if "loss" in record], order
 
