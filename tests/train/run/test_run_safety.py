@@ -266,6 +266,31 @@ def test_a_run_refused_after_its_start_leaves_no_file_behind(tmp_path):
     run.release()
 
 
+def test_each_run_holds_its_own_claim_and_only_its_owner_writes(tmp_path):
+    """A claim lives in its `Run`, not in module state: withdrawing one run (refused before it wrote) removes its new
+    folder and leaves another run's record and lock; a released run gives its lock back once and withdraws nothing;
+    a process that joined a run records nothing; a tokenizer trained for a run needs the run to keep it."""
+    from train.setup.tokenizers import get_tokenizer
+
+    first = run_folder.claim(recipe_from_dict({"output_dir": str(tmp_path / "a")}))
+    second = run_folder.claim(recipe_from_dict({"output_dir": str(tmp_path / "b")}))
+    first.withdraw()
+    assert not (tmp_path / "a").exists()
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == sorted([run_folder.LOCK, run_folder.RECORD])
+    record = (tmp_path / "b" / run_folder.RECORD).read_bytes()
+    (tmp_path / "b" / "logs").mkdir()
+    (tmp_path / "b" / "logs" / "metrics.jsonl").write_text("{}")
+    run_folder.join(second.recipe).record("logs")
+    assert (tmp_path / "b" / run_folder.RECORD).read_bytes() == record
+    second.release()
+    second.release()
+    second.withdraw()
+    assert not (tmp_path / "b" / run_folder.LOCK).exists() and (tmp_path / "b" / run_folder.RECORD).is_file()
+    with pytest.raises(TypeError, match="pass run="):
+        get_tokenizer(recipe_from_dict({"model": "bert-tiny", "output_dir": str(tmp_path / "c")}), "bert", list)
+    assert not (tmp_path / "c").exists()
+
+
 def test_a_live_runs_lock_keeps_a_second_run_out_and_a_dead_ones_is_taken_over(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
