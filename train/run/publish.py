@@ -36,7 +36,6 @@ PIPELINE_TAGS = {
     "ForMultipleChoice": "multiple-choice",
     "ForConditionalGeneration": "translation",
 }
-_METRIC_KEYS = ("accuracy", "f1", "bleu", "chrf", "perplexity", "exact_match", "nsp_accuracy", "mlm_accuracy")
 
 
 def _suffix(class_name: str) -> str:
@@ -86,8 +85,10 @@ def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> 
     class_name = type(model).__name__
     suffix = _suffix(class_name)
     pipeline_tag = PIPELINE_TAGS.get(suffix, "feature-extraction")
+    # the figures of the command's metrics_fn, as `evaluation.evaluate` names them: `eval_<metric>` (its signatures,
+    # text, aside), not the loss
     figures = {k.removeprefix("eval_"): v for k, v in results.items()
-               if k.removeprefix("eval_") in _METRIC_KEYS and isinstance(v, (int, float))}
+               if k.startswith("eval_") and k != "eval_loss" and isinstance(v, (int, float))}
     metadata = {
         "library_name": "transformers",
         "pipeline_tag": pipeline_tag,
