@@ -2,8 +2,7 @@
 `Engine` (the loop over Accelerate), `Engine.finish` (results, model card, samples, the published folder).
 
     with start_run(recipe) as run:                 # nothing is written into output_dir before this
-        tokenizer = get_tokenizer(recipe, ..., run=run)  # kept in the run's folder
-        ...                                        # model, data
+        tokenizer = get_tokenizer(recipe, ..., run=run)  # kept in the run's folder; then the model, the data
         engine = Engine(run, model, train_data, collate, sparse_prediction=True, token_mean=TokenMean())
         engine.finish(engine.train(), description="...", source=source)
 
