@@ -32,8 +32,8 @@ from train.analysis.attention import (
     collect,
     encode_text,
     is_seq2seq,
-    load_model,
-    load_tokenizer,
+    load_attention_model,
+    load_attention_tokenizer,
     select,
     target_ids,
     tokens,
@@ -99,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
     """Run the command; returns the written files by kind (`png`, `npy`, `json`, `html`), at their final paths."""
     args = parse_args(argv)
     check_arguments(args)
-    model, tokenizer = load_model(args.model, args.model_revision), load_tokenizer(args.model, args.model_revision)
+    model = load_attention_model(args.model, args.model_revision)
+    tokenizer = load_attention_tokenizer(args.model, args.model_revision)
     check_task(model, args)
     inputs = encode_text(model, tokenizer, args.text, args.text_pair)
     decoder_ids, generated = None, False

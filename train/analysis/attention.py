@@ -1,6 +1,6 @@
 """The attention weights of one input, from any Lineage model or a supported transformers reference model.
 
-- `load_model(name)`: a saved Lineage folder or Hub id (the class named in its config's `architectures`), or a
+- `load_attention_model(name)`: a saved Lineage folder or Hub id (the class named in its config's `architectures`), or a
   transformers reference model that `modeling.conversion` supports, converted and checked on load
   (`train.setup.models`); switched to the eager attention kernel, the one that returns weights
   (`output_attentions=True`; sdpa and flash do not).
@@ -49,7 +49,7 @@ class AttentionMap:
     heads: list[int]
 
 
-def load_model(name: str, revision: str | None = None) -> torch.nn.Module:
+def load_attention_model(name: str, revision: str | None = None) -> torch.nn.Module:
     """The model of a folder or Hub id (`train.setup.models`: Lineage, or a reference checkpoint converted and
     checked on load; `revision` a Hub branch, tag or commit), in eval mode, on the eager attention kernel."""
     try:
@@ -68,7 +68,7 @@ def load_model(name: str, revision: str | None = None) -> torch.nn.Module:
     return model.eval()
 
 
-def load_tokenizer(name: str, revision: str | None = None):
+def load_attention_tokenizer(name: str, revision: str | None = None):
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(
             models.resolve_model(name, revision, revision_argument="--model_revision").folder)
@@ -202,8 +202,8 @@ __all__ = [
     "collect",
     "encode_text",
     "is_seq2seq",
-    "load_model",
-    "load_tokenizer",
+    "load_attention_model",
+    "load_attention_tokenizer",
     "max_positions",
     "select",
     "target_ids",

@@ -284,15 +284,15 @@ def test_attention_maps_and_benchmark_take_a_hub_revision(tmp_path, monkeypatch,
     local = save_reference(tmp_path / "gpt2", "GPT2LMHeadModel")
     put_in_hub_cache(local, cache, "someone/gpt2-tiny")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    model = attention.load_model("someone/gpt2-tiny", "main")
+    model = attention.load_attention_model("someone/gpt2-tiny", "main")
     assert type(model).__name__ == "LineageGptForCausalLM"
-    assert attention.load_tokenizer("someone/gpt2-tiny", "main").vocab_size > 0
+    assert attention.load_attention_tokenizer("someone/gpt2-tiny", "main").vocab_size > 0
     args = benchmark.parse_args(["--model", "someone/gpt2-tiny", "--model_revision", "main", "--task", "causal-lm",
                                  "--seq_length", "8"])
     assert args.config.model_type == "lineage-gpt" and args.config.vocab_size == model.config.vocab_size
     with pytest.raises(attention.AttentionInputError, match=r"--model_revision \('main'\) selects a version of a Hub "
                                                             r"repo; --model .* is a local file, folder or preset"):
-        attention.load_model(str(local), "main")
+        attention.load_attention_model(str(local), "main")
     with pytest.raises(SystemExit):
         benchmark.parse_args(["--model", "gpt-tiny", "--model_revision", "main", "--task", "causal-lm"])
     assert "--model_revision ('main') selects a version of a Hub repo; --model 'gpt-tiny'" in capsys.readouterr().err
