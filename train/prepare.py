@@ -6,7 +6,7 @@
 
 It takes the recipe of the pretraining run it prepares for (the model's family says which: `pretrain_gpt` or
 `pretrain_bert`), resolves the run's tokenizer as the run will, and writes the splits' stores
-(`train.data.prepared`) into the cache; nothing is written into `output_dir`. docs/training.md ("Pretraining
+(`train.data.token_store`) into the cache; nothing is written into `output_dir`. docs/training.md ("Pretraining
 corpora: prepared once").
 """
 
@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from train.data.preparation import check_documents
-from train.data.prepared import data_key
+from train.data.token_store import data_key
 from train.run.engine import seed_everything
 from train.run.recipes import RecipeError, check_command_keys, parse_args
 from train.setup.models import model_source

@@ -16,7 +16,7 @@ import torch
 
 from train.data.collators import MaskedLMCollator
 from train.data.preparation import check_documents
-from train.data.prepared import data_key
+from train.data.token_store import data_key
 from train.metrics import load_metric
 from train.run.engine import Engine, TokenMean, start_run
 from train.run.recipes import parse_args

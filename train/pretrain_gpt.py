@@ -15,7 +15,7 @@ import torch
 
 from modeling.packing import document_masking_error
 from train.data.collators import CausalLMCollator
-from train.data.prepared import data_key
+from train.data.token_store import data_key
 from train.metrics import load_metric
 from train.run.engine import Engine, TokenMean, start_run
 from train.run.recipes import RecipeError, parse_args

@@ -4,7 +4,7 @@
 import datasets
 import numpy as np
 
-from train.data.prepared import usable_cores
+from train.data.token_store import usable_cores
 from train.prepare import main as prepare
 
 

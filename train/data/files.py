@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from train.data import corpus
 from train.data.fingerprints import file_fingerprint, files_digest
-from train.data.prepared import process_count
+from train.data.token_store import process_count
 from train.data.tokenization import cache_folder
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",

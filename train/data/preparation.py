@@ -4,7 +4,7 @@
 second run with the same tokenizer and arguments loads the cache), in `num_proc` processes when asked, lazily for
 streams; columns other than the model inputs are removed, so batches go straight to a collator.
 `prepare_causal_lm_dataset` packs documents into causal-LM blocks and `prepare_nsp_dataset` builds BERT's sentence
-pairs, from a prepared store (`train.data.prepared`) or, for a stream, a thousand documents at a time;
+pairs, from a prepared store (`train.data.token_store`) or, for a stream, a thousand documents at a time;
 `check_documents` counts documents and sentences and refuses data that gives no pair. How a pretraining corpus is
 prepared: docs/training.md, "Pretraining corpora: prepared once".
 """
@@ -18,7 +18,7 @@ import zlib
 import datasets
 from transformers import PreTrainedTokenizerBase
 
-from train.data import examples, prepared
+from train.data import examples, token_store
 from train.data.examples import split_sentences, tokenize_documents
 from train.data.files import TASKS, AnyDataset, DataError
 from train.data.tokenization import MissingSpecialTokenError
@@ -46,7 +46,8 @@ def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, ta
     kwargs = {"batched": True, "batch_size": batch_size, "remove_columns": input_columns(dataset),
               "with_indices": task in ("qa", "token_classification")}
     if isinstance(dataset, datasets.Dataset):
-        processes = None if num_proc is None else prepared.process_count(num_proc, len(dataset), f"tokenizing ({task})")
+        processes = (None if num_proc is None
+                     else token_store.process_count(num_proc, len(dataset), f"tokenizing ({task})"))
         kwargs.update(num_proc=processes, load_from_cache_file=load_from_cache_file, desc=f"tokenizing ({task})")
     return dataset.map(_call_with_indices(function) if kwargs["with_indices"] else function, **kwargs)
 
@@ -75,25 +76,26 @@ def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenize
     (``tokenizer.eos_token``): rows of ``input_ids``, and with ``pack_documents`` ``position_ids`` restarting at each
     document (``examples.pack_documents``).
 
-    A ``Dataset`` is prepared once into a store of its tokens (``train.data.prepared``: ``num_proc`` processes, reused
-    by every later run on the same data and tokenizer) and its blocks are slices of it (``prepared.CausalBlocks``);
+    A ``Dataset`` is prepared once into a store of its tokens (``train.data.token_store``: ``num_proc`` processes,
+    reused by every later run on the same data and tokenizer) and its blocks are slices of it
+    (``token_store.CausalBlocks``);
     one shorter than a block (``source`` names it in the error) is refused with both numbers. A stream is packed
-    lazily, ``prepared.ROWS_PER_BATCH`` documents at a time (``datasets.IterableDataset.map``, so its position can be
+    lazily, ``token_store.ROWS_PER_BATCH`` documents at a time (``datasets.IterableDataset.map``, so its position can be
     saved and restored): the tail of each group of documents that fills no block is dropped, as transformers'
     ``run_clm.py`` drops it."""
     if tokenizer.eos_token_id is None:
         raise MissingSpecialTokenError("causal-LM packing needs an end-of-text token (eos_token)")
     if isinstance(dataset, datasets.IterableDataset):
-        return dataset.map(_packed_blocks, batched=True, batch_size=prepared.ROWS_PER_BATCH,
+        return dataset.map(_packed_blocks, batched=True, batch_size=token_store.ROWS_PER_BATCH,
                            remove_columns=input_columns(dataset), fn_kwargs={
                                "tokenizer": tokenizer, "column": text_column, "block_size": block_size,
                                "drop_last": drop_last, "pack_documents": pack_documents})
-    store = prepared.prepared_store(dataset, tokenizer, "documents", column=text_column, num_proc=num_proc,
+    store = token_store.prepared_store(dataset, tokenizer, "documents", column=text_column, num_proc=num_proc,
                                     source=source)
     if drop_last and store.info["tokens"] < block_size:
         raise DataError(f"{source}: the text yields {store.info['tokens']} tokens (end-of-text tokens included), fewer "
                         f"than one block of {block_size} (max_seq_length): give more text or a smaller max_seq_length")
-    return prepared.CausalBlocks(store, block_size, pack_documents, drop_last=drop_last)
+    return token_store.CausalBlocks(store, block_size, pack_documents, drop_last=drop_last)
 
 
 def _packed_blocks(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, block_size: int, drop_last: bool,
@@ -111,12 +113,12 @@ def check_documents(dataset: AnyDataset, source: str, sentences_column: str | No
     """Refuse ``source`` when it gives no sentence pair (rows read as ``prepare_nsp_dataset`` reads them): fewer than
     two documents, or no document of two sentences (a ``.txt`` file read line by line). The rows are read only until
     both are found, which for a usable corpus is its first rows; a refusal gives the counts of the whole corpus.
-    A stream is checked on its first ``prepared.ROWS_PER_BATCH`` rows (a group its pairs are drawn within)."""
+    A stream is checked on its first ``token_store.ROWS_PER_BATCH`` rows (a group its pairs are drawn within)."""
     use_sentences = sentences_column is not None and sentences_column in input_columns(dataset)
-    rows = dataset.take(prepared.ROWS_PER_BATCH) if isinstance(dataset, datasets.IterableDataset) else dataset
+    rows = dataset.take(token_store.ROWS_PER_BATCH) if isinstance(dataset, datasets.IterableDataset) else dataset
     documents = sentences = 0
     paired = False
-    for batch in rows.iter(batch_size=prepared.ROWS_PER_BATCH):
+    for batch in rows.iter(batch_size=token_store.ROWS_PER_BATCH):
         for doc in (batch[sentences_column] if use_sentences else map(split_sentences, batch[text_column])):
             count = sum(1 for s in doc if s.strip())
             documents, sentences, paired = documents + (count > 0), sentences + count, paired or count >= 2
@@ -138,25 +140,25 @@ def prepare_nsp_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase,
     for MLM + NSP (``examples.nsp_pair_index``). Documents are rows: a list of sentences in ``sentences_column`` when
     the dataset has it, otherwise ``text_column`` split by ``split_sentences``.
 
-    A ``Dataset`` is prepared once into a store of its sentences' tokens (``train.data.prepared``, reused by later
+    A ``Dataset`` is prepared once into a store of its sentences' tokens (``train.data.token_store``, reused by later
     runs; its document and sentence counts printed) and the pairs are an index of token ranges built once per
-    ``max_length``, ``seed``, ``short_seq_prob`` and ``dupe_factor`` (``prepared.SentencePairs``): memory does not
-    grow with the corpus. A stream is paired lazily, ``prepared.ROWS_PER_BATCH`` documents at a time, the random next
+    ``max_length``, ``seed``, ``short_seq_prob`` and ``dupe_factor`` (``token_store.SentencePairs``): memory does not
+    grow with the corpus. A stream is paired lazily, ``token_store.ROWS_PER_BATCH`` documents at a time, the random next
     sentences drawn from the other documents of the same group."""
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise MissingSpecialTokenError("next-sentence examples need a tokenizer with [CLS] and [SEP]")
     if isinstance(dataset, datasets.IterableDataset):
         columns = input_columns(dataset)
         use_sentences = sentences_column is not None and sentences_column in columns
-        return dataset.map(_window_pairs, batched=True, batch_size=prepared.ROWS_PER_BATCH,
+        return dataset.map(_window_pairs, batched=True, batch_size=token_store.ROWS_PER_BATCH,
                            remove_columns=columns, fn_kwargs={
                                "tokenizer": tokenizer, "column": sentences_column if use_sentences else text_column,
                                "split": not use_sentences, "max_length": max_length, "short_seq_prob": short_seq_prob,
                                "seed": seed, "dupe_factor": dupe_factor, "next_sentence": next_sentence})
-    store = prepared.prepared_store(dataset, tokenizer, "sentences", column=text_column,
+    store = token_store.prepared_store(dataset, tokenizer, "sentences", column=text_column,
                                     sentences_column=sentences_column, num_proc=num_proc, source=source)
     print(f"{source}: {store.info['documents']} documents, {store.info['sentences']} sentences", flush=True)
-    return prepared.SentencePairs(store, tokenizer, max_length, seed=seed, short_seq_prob=short_seq_prob,
+    return token_store.SentencePairs(store, tokenizer, max_length, seed=seed, short_seq_prob=short_seq_prob,
                                   dupe_factor=dupe_factor, next_sentence=next_sentence)
 
 

@@ -9,7 +9,7 @@ import pytest
 from train.data import tokenization
 from train.data.corpus import default_corpus
 from train.data.files import load_text_dataset
-from train.data.prepared import data_key
+from train.data.token_store import data_key
 from train.data.tokenization import reused_or_trained, train_tokenizer
 from train.pretrain_gpt import main as pretrain_gpt
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from train import corpus_benchmark
-from train.data import prepared
+from train.data import token_store
 from train.data.corpus import tokenizer_training_texts
 from train.data.examples import create_nsp_examples, pack_documents, tokenize_documents
 from train.data.files import load_text_dataset
@@ -46,7 +46,7 @@ def rows(dataset) -> list[dict]:
     return [dataset[i] for i in range(len(dataset))]
 
 
-def files(store: prepared.TokenStore) -> dict[str, bytes]:
+def files(store: token_store.TokenStore) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(store.folder.iterdir()) if p.name != "store.json"}
 
 
@@ -77,7 +77,7 @@ def test_blocks_know_their_lengths_and_the_shape_check_reads_no_block(gpt, docs,
 
     blocks = prepare_causal_lm_dataset(docs, gpt, block_size, pack_documents=True, drop_last=drop_last)
     assert blocks.row_lengths == {len(row["input_ids"]) for row in rows(blocks)}
-    monkeypatch.setattr(prepared.CausalBlocks, "__getitem__", lambda *a: pytest.fail("a block was read"))
+    monkeypatch.setattr(token_store.CausalBlocks, "__getitem__", lambda *a: pytest.fail("a block was read"))
     collator = CausalLMCollator(gpt)
     if len(blocks.row_lengths) == 1:
         check_bounded_shapes("reduce-overhead", collator, blocks)
@@ -86,31 +86,31 @@ def test_blocks_know_their_lengths_and_the_shape_check_reads_no_block(gpt, docs,
             check_bounded_shapes("reduce-overhead", collator, blocks)
 
 
-@pytest.mark.parametrize("layout", prepared.LAYOUTS)
+@pytest.mark.parametrize("layout", token_store.LAYOUTS)
 def test_the_store_is_the_same_with_several_processes(gpt, bert, docs, fresh_cache, monkeypatch, layout):
     tokenizer = gpt if layout == "documents" else bert
-    one = files(prepared.prepared_store(docs, tokenizer, layout, num_proc=1))
+    one = files(token_store.prepared_store(docs, tokenizer, layout, num_proc=1))
     for store in fresh_cache.iterdir():
         store.rename(store.with_name("one-" + store.name))
-    monkeypatch.setattr(prepared, "ROWS_PER_PROCESS", 10)
-    monkeypatch.setattr(prepared, "usable_cores", lambda: 3)  # three parts on any machine (num_proc is capped at it)
-    two = prepared.prepared_store(docs, tokenizer, layout, num_proc=3)
+    monkeypatch.setattr(token_store, "ROWS_PER_PROCESS", 10)
+    monkeypatch.setattr(token_store, "usable_cores", lambda: 3)  # three parts on any machine (num_proc is capped at it)
+    two = token_store.prepared_store(docs, tokenizer, layout, num_proc=3)
     assert two.info["processes"] == 3 and files(two) == one
 
 
 def test_a_prepared_corpus_is_reused_and_keyed_by_its_data_and_tokenizer(gpt, tmp_path, fresh_cache, capsys):
     path = tmp_path / "corpus.txt"
     path.write_text("".join(f"Document {i} says something about the number {i * 7}.\n" for i in range(300)))
-    first = prepared.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
+    first = token_store.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
     written = os.stat(first.folder / "tokens.bin").st_mtime_ns
-    again = prepared.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
+    again = token_store.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
     assert again.folder == first.folder and os.stat(again.folder / "tokens.bin").st_mtime_ns == written
     assert "prepared corpus reused from" in capsys.readouterr().out
     smaller = train_tokenizer("gpt", tokenizer_training_texts(size=300), 600)
-    other_tokenizer = prepared.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), smaller,
+    other_tokenizer = token_store.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), smaller,
                                               "documents")
     path.write_text(path.read_text() + "One more line.\n")
-    changed = prepared.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
+    changed = token_store.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
     assert len({first.folder, other_tokenizer.folder, changed.folder}) == 3
     assert changed.info["documents"] == 301
 
@@ -120,21 +120,21 @@ def test_a_stopped_preparation_leaves_nothing_behind(gpt, docs, fresh_cache, mon
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(prepared, "_join_parts", stop)
+        patch.setattr(token_store, "_join_parts", stop)
         with pytest.raises(KeyboardInterrupt):
-            prepared.prepared_store(docs, gpt, "documents")
+            token_store.prepared_store(docs, gpt, "documents")
     assert list(fresh_cache.iterdir()) == []
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     killed = fresh_cache / f".abc.tmp-{int(gone.stdout)}-x1"  # the staging folder of a process killed mid-way
     killed.mkdir()
     (killed / "part-0.tokens").write_bytes(b"\0" * 10)
-    store = prepared.prepared_store(docs, gpt, "documents")
+    store = token_store.prepared_store(docs, gpt, "documents")
     assert [p.name for p in fresh_cache.iterdir()] == [store.folder.name]
 
 
 def test_ids_above_65535_are_stored_in_four_bytes():
-    assert prepared.token_dtype([0] * 2**16) == "uint16"
-    assert prepared.token_dtype([0] * (2**16 + 1)) == "uint32"
+    assert token_store.token_dtype([0] * 2**16) == "uint16"
+    assert token_store.token_dtype([0] * (2**16 + 1)) == "uint32"
 
 
 def test_sentence_pairs_are_those_of_the_documents_and_their_index_is_kept(bert, docs, fresh_cache):
@@ -168,7 +168,7 @@ def test_the_pair_index_matches_pairs_built_from_token_lists(bert):
 
 
 def test_a_stream_is_packed_and_paired_lazily_and_resumes_where_it_stopped(gpt, bert, docs, monkeypatch):
-    monkeypatch.setattr(prepared, "ROWS_PER_BATCH", 40)
+    monkeypatch.setattr(token_store, "ROWS_PER_BATCH", 40)
     stream = docs.to_iterable_dataset(num_shards=3)
     for lazy in (prepare_causal_lm_dataset(stream, gpt, 32, pack_documents=True),
                  prepare_nsp_dataset(stream, bert, max_length=32, seed=3)):
@@ -212,7 +212,8 @@ def test_prepare_refuses_a_stream_and_keys_of_the_other_pretraining(tmp_path):
 def test_data_made_in_memory_is_keyed_by_its_texts(gpt, fresh_cache):
     a = datasets.Dataset.from_dict({"text": ["one two", "three"]})
     b = datasets.Dataset.from_dict({"text": ["one two", "three"]})  # the same texts, another random fingerprint
-    assert prepared.prepared_store(a, gpt, "documents").folder == prepared.prepared_store(b, gpt, "documents").folder
+    assert (token_store.prepared_store(a, gpt, "documents").folder
+            == token_store.prepared_store(b, gpt, "documents").folder)
 
 
 def test_the_corpus_benchmark_prepares_runs_and_streams_a_corpus_of_the_size_asked(tmp_path):
@@ -300,12 +301,12 @@ def test_an_edit_keeping_size_and_mtime_is_read_and_prepared_again(gpt, tmp_path
     path = tmp_path / f"corpus{suffix}"
     path.write_text(("text\n" if suffix == ".csv" else "") + "".join(
         row.format(f"Document {i} says something about the number {i * 7}.") for i in range(300)))
-    first = prepared.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
+    first = token_store.prepared_store(load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")), gpt, "documents")
     keep_size_and_mtime(path, lambda text: text.replace("Document 3 says", "Document 3 SAYS"))
     edited = load_text_dataset(str(path), cache_dir=str(tmp_path / "hf"))
     assert edited[3]["text"].startswith("Document 3 SAYS")
     capsys.readouterr()
-    again = prepared.prepared_store(edited, gpt, "documents")
+    again = token_store.prepared_store(edited, gpt, "documents")
     assert again.folder != first.folder and "prepared 300 documents" in capsys.readouterr().out
 
 
@@ -329,14 +330,14 @@ DAMAGES = {  # what is done to a store -> what the line that prepares it again s
 
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_damaged_or_partial_store_is_prepared_again_saying_why(gpt, docs, fresh_cache, capsys, damage):
-    store = prepared.prepared_store(docs, gpt, "documents")
+    store = token_store.prepared_store(docs, gpt, "documents")
     whole = files(store)
     harm, said = DAMAGES[damage]
     harm(store.folder)
-    with pytest.raises(prepared.DamagedStoreError, match=said):
-        prepared.TokenStore(store.folder)
+    with pytest.raises(token_store.DamagedStoreError, match=said):
+        token_store.TokenStore(store.folder)
     capsys.readouterr()
-    again = prepared.prepared_store(docs, gpt, "documents")
+    again = token_store.prepared_store(docs, gpt, "documents")
     out = capsys.readouterr().out
     assert re.search(f"the prepared corpus in {re.escape(str(store.folder))} is damaged or partial: {said}"
                      r"[^\n]*; preparing it again", out)
