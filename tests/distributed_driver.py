@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from train.data import examples
+from train.data import encoders
 from train.run.engine import Engine
 
 
@@ -52,7 +52,7 @@ def main() -> None:
     fail_rank, fail_step = (int(failure[0]), int(failure[2])) if failure else (None, None)
     args, record_to = _option(args, "--record_to")
     args, resume_to = _option(args, "--resume_to")
-    train, compute_loss, encode = Engine.train, Engine._compute_loss, examples.encode_causal_lm
+    train, compute_loss, encode = Engine.train, Engine._compute_loss, encoders.encode_causal_lm
     tokenized = []
 
     def inspecting_train(engine: Engine):
@@ -70,7 +70,7 @@ def main() -> None:
         return encode(rows, tokenizer, text_column)
 
     Engine.train, Engine._compute_loss = inspecting_train, failing_compute_loss
-    examples.encode_causal_lm = counting_encode
+    encoders.encode_causal_lm = counting_encode
     importlib.import_module(module).main(args)
     if resume_to:
         importlib.import_module(module).main([*args, "--max_steps", resume_to[0], "--resume_from_checkpoint", "latest"])

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from train.cli import CommandParser
 from train.data.corpus import generate_records
-from train.data.examples import split_sentences
+from train.data.encoders import split_sentences
 from train.run.run_folder import OUTPUT_RECORD, OutputDirError, check_writer_file, write_output_json
 
 COMMAND = "corpus-benchmark"

@@ -219,7 +219,7 @@ def test_a_block_longer_than_the_position_table_is_refused_before_training(tmp_p
 def test_collated_packed_blocks_train_each_document_alone():
     """`pack_documents` blocks through `CausalLMCollator` (no attention_mask, -100 at position 0) give the
     token-weighted mean of each document's own loss, documents cut by a block boundary included."""
-    from train.data.examples import pack_documents
+    from train.data.encoders import pack_documents
 
     tokenizer = train_tokenizer("gpt", ["alpha beta gamma delta"] * 10, 300, model_max_length=64)
     assert tokenizer.pad_token_id == 0

@@ -1,4 +1,4 @@
-"""Batch collators for every Lineage family: a list of examples (``train.data.examples``) in, one padded batch
+"""Batch collators for every Lineage family: a list of examples (``train.data.encoders``) in, one padded batch
 of tensors out. Padding happens here and nowhere else.
 
 Collators are dataclasses: ``collator(features: list[dict], seeds: list[int] | None = None) -> dict``. All pad
@@ -15,7 +15,7 @@ says (learned absolute positions then start at 0 in training). Labels are -100 w
   Masks are drawn anew for every batch (dynamic masking, as RoBERTa; BERT masked once per
   ``dupe_factor`` copy offline). Passes ``token_type_ids`` and ``next_sentence_label`` through.
 - ``CausalLMCollator``: ``labels`` = ``input_ids`` (the model shifts), -100 on padding. Packed blocks
-  (``train.data.examples.pack_documents``) carry ``position_ids`` restarting at each document: they get no
+  (``train.data.encoders.pack_documents``) carry ``position_ids`` restarting at each document: they get no
   ``attention_mask`` (the model reads documents from the restarts), padding takes position 0 (so each pad
   token is a sequence of its own), and labels are -100 at every position 0, so no document's first token is
   predicted from the end of the previous one (nor any padding). They also get the documents' boundaries as
@@ -53,7 +53,7 @@ from transformers import PreTrainedTokenizerBase
 
 from modeling.checks import check_label_ids, check_token_ids, value_checks
 from modeling.packing import VARLEN_KEYWORDS, PackedSequences
-from train.data.examples import IGNORE_INDEX
+from train.data.encoders import IGNORE_INDEX
 from train.data.tokenization import MissingSpecialTokenError
 
 _SEQUENCE_PAD = {"attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1, "position_ids": 0,

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 import datasets
 
-from train.data.examples import IGNORE_INDEX
+from train.data.encoders import IGNORE_INDEX
 from train.data.files import DataError, row_location
 
 

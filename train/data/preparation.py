@@ -1,4 +1,4 @@
-"""Tokenizing loaded data for a task: `Dataset.map` over the batch encoders of `train.data.examples`.
+"""Tokenizing loaded data for a task: `Dataset.map` over the batch encoders of `train.data.encoders`.
 
 `tokenize_dataset(dataset, tokenizer, task)` runs the task's encoder batched, cached next to file-backed datasets (a
 second run with the same tokenizer and arguments loads the cache), in `num_proc` processes when asked, lazily for
@@ -18,20 +18,20 @@ import zlib
 import datasets
 from transformers import PreTrainedTokenizerBase
 
-from train.data import examples, token_store
-from train.data.examples import split_sentences, tokenize_documents
+from train.data import encoders, token_store
+from train.data.encoders import split_sentences, tokenize_documents
 from train.data.files import TASKS, AnyDataset, DataError
 from train.data.tokenization import MissingSpecialTokenError
 
-_ENCODERS = {"causal_lm": examples.encode_causal_lm, "mlm": examples.encode_classification,
-             "classification": examples.encode_classification, "seq2seq": examples.encode_seq2seq,
-             "token_classification": examples.encode_token_classification, "qa": examples.encode_qa}
+_ENCODERS = {"causal_lm": encoders.encode_causal_lm, "mlm": encoders.encode_classification,
+             "classification": encoders.encode_classification, "seq2seq": encoders.encode_seq2seq,
+             "token_classification": encoders.encode_token_classification, "qa": encoders.encode_qa}
 
 
 def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, task: str, *,
                      num_proc: int | None = None, batch_size: int = 1000, load_from_cache_file: bool = True,
                      **encoder_kwargs) -> AnyDataset:
-    """``dataset.map`` of the task's batch encoder (``train.data.examples.encode_*``), batched.
+    """``dataset.map`` of the task's batch encoder (``train.data.encoders.encode_*``), batched.
 
     ``encoder_kwargs`` go to the encoder: column names (``text_column``, ``text_pair_column``,
     ``label_column``, ``source_column``, ``target_column``, ``tokens_column``, ``tags_column``) and
@@ -74,7 +74,7 @@ def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenize
                               num_proc: int | None = None, source: str = "the corpus"):
     """Documents tokenized without templates and packed into ``block_size`` blocks joined by the end-of-text token
     (``tokenizer.eos_token``): rows of ``input_ids``, and with ``pack_documents`` ``position_ids`` restarting at each
-    document (``examples.pack_documents``).
+    document (``encoders.pack_documents``).
 
     A ``Dataset`` is prepared once into a store of its tokens (``train.data.token_store``: ``num_proc`` processes,
     reused by every later run on the same data and tokenizer) and its blocks are slices of it
@@ -101,11 +101,11 @@ def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenize
 def _packed_blocks(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, block_size: int, drop_last: bool,
                    pack_documents: bool) -> dict[str, list]:
     """One group of a stream's documents as packed blocks (``prepare_causal_lm_dataset``)."""
-    ids = examples.encode_causal_lm(rows, tokenizer, column)["input_ids"]
+    ids = encoders.encode_causal_lm(rows, tokenizer, column)["input_ids"]
     if pack_documents:
-        blocks = list(examples.pack_documents(ids, block_size, tokenizer.eos_token_id, drop_last))
+        blocks = list(encoders.pack_documents(ids, block_size, tokenizer.eos_token_id, drop_last))
         return {"input_ids": [b["input_ids"] for b in blocks], "position_ids": [b["position_ids"] for b in blocks]}
-    return {"input_ids": list(examples.pack_sequences(ids, block_size, tokenizer.eos_token_id, drop_last))}
+    return {"input_ids": list(encoders.pack_sequences(ids, block_size, tokenizer.eos_token_id, drop_last))}
 
 
 def check_documents(dataset: AnyDataset, source: str, sentences_column: str | None = "sentences",
@@ -137,7 +137,7 @@ def prepare_nsp_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase,
                         short_seq_prob: float = 0.1, seed: int = 0, dupe_factor: int = 1, next_sentence: bool = True,
                         num_proc: int | None = None, source: str = "the corpus"):
     """BERT's sentence pairs (``input_ids``, ``token_type_ids`` and, with ``next_sentence``, ``next_sentence_label``)
-    for MLM + NSP (``examples.nsp_pair_index``). Documents are rows: a list of sentences in ``sentences_column`` when
+    for MLM + NSP (``encoders.nsp_pair_index``). Documents are rows: a list of sentences in ``sentences_column`` when
     the dataset has it, otherwise ``text_column`` split by ``split_sentences``.
 
     A ``Dataset`` is prepared once into a store of its sentences' tokens (``train.data.token_store``, reused by later
@@ -170,7 +170,7 @@ def _window_pairs(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, s
     columns = ("input_ids", "token_type_ids", "next_sentence_label")[:3 if next_sentence else 2]
     if sum(1 for doc in tokenized if doc) < 2:
         return {c: [] for c in columns}
-    pairs = examples.create_nsp_examples(tokenized, tokenizer, max_length, short_seq_prob,
+    pairs = encoders.create_nsp_examples(tokenized, tokenizer, max_length, short_seq_prob,
                                          group_seed(seed, rows[column][0]), dupe_factor)
     return {c: [p[c] for p in pairs] for c in columns}
 

@@ -8,12 +8,12 @@ and the column. Nothing rereads the corpus once it is prepared: sizes come from 
 
 Two layouts:
 
-- `documents` (GPT): every row's tokens followed by the end-of-text token, end to end, as `examples.pack_sequences`
+- `documents` (GPT): every row's tokens followed by the end-of-text token, end to end, as `encoders.pack_sequences`
   lays them; causal-LM blocks are plain slices of it (`CausalBlocks`), and with `pack_documents` their positions
   restart at the documents' starts, which the store keeps (`items.npy`). No block, no position is stored per token.
 - `sentences` (BERT): every sentence of every document (a `sentences` column, or the text cut by
-  `examples.split_sentences`), sentences without tokens and documents without sentences left out, as
-  `examples.create_nsp_examples` reads them; BERT's sentence pairs are then an index of token ranges
+  `encoders.split_sentences`), sentences without tokens and documents without sentences left out, as
+  `encoders.create_nsp_examples` reads them; BERT's sentence pairs are then an index of token ranges
   (`SentencePairs`), built once per pairing recipe and kept in the store beside the tokens.
 
 On disk: `tokens.bin` (the ids, uint16 where the vocabulary fits in 65,536, else uint32, read memory-mapped),
@@ -53,7 +53,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
-from train.data.examples import nsp_features, nsp_pair_index, tokenize_documents
+from train.data.encoders import nsp_features, nsp_pair_index, tokenize_documents
 from train.data.staging import exclusive, staged, staging_name, sweep_stale
 from train.data.tokenization import MissingSpecialTokenError, cache_folder
 
@@ -305,7 +305,7 @@ class CausalBlocks(torch.utils.data.Dataset):
     """The store's token stream (`documents` layout) cut into `block_size` blocks, the last partial block dropped:
     row `i` is `{"input_ids": tokens[i * block_size:(i + 1) * block_size]}`, and with `pack_documents`
     `position_ids` restarting at every document start and at the block's first token, exactly as
-    `examples.pack_documents` gives them."""
+    `encoders.pack_documents` gives them."""
 
     def __init__(self, store: TokenStore, block_size: int, pack_documents: bool, drop_last: bool = True):
         self.store, self.block_size, self.pack_documents = store, block_size, pack_documents

@@ -19,7 +19,7 @@ from train.data.collators import (
     pad_sequences,
 )
 from train.data.corpus import generate_records, tokenizer_training_texts
-from train.data.examples import encode_classification, encode_seq2seq
+from train.data.encoders import encode_classification, encode_seq2seq
 from train.data.tokenization import (
     MissingSpecialTokenError,
     config_kwargs_from_tokenizer,

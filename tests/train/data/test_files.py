@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from train.data.corpus import tokenizer_training_texts
-from train.data.examples import QAAnswerSpanError, split_sentences
+from train.data.encoders import QAAnswerSpanError, split_sentences
 from train.data.files import (
     DataError,
     DataFileNotFoundError,

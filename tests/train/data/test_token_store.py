@@ -17,7 +17,7 @@ import pytest
 from train import corpus_benchmark
 from train.data import token_store
 from train.data.corpus import tokenizer_training_texts
-from train.data.examples import create_nsp_examples, pack_documents, tokenize_documents
+from train.data.encoders import create_nsp_examples, pack_documents, tokenize_documents
 from train.data.files import load_text_dataset
 from train.data.preparation import prepare_causal_lm_dataset, prepare_nsp_dataset
 from train.data.tokenization import cache_folder, train_tokenizer
@@ -252,17 +252,17 @@ def test_the_corpus_benchmark_reads_its_documents_from_a_text_file(tmp_path):
 
 def test_the_pair_order_is_pythons_shuffle_and_blocks_of_documents_change_no_pair(bert, docs, fresh_cache,
                                                                                   monkeypatch):
-    from train.data import examples
+    from train.data import encoders
 
     for count in (0, 1, 2, 9, 500):
         listed, drawn = list(range(count)), random.Random(count)
         random.Random(count).shuffle(listed)
-        assert examples.shuffled_order(count, drawn).tolist() == listed
+        assert encoders.shuffled_order(count, drawn).tolist() == listed
     whole = rows(prepare_nsp_dataset(docs, bert, max_length=40, seed=9))
     for store in fresh_cache.iterdir():
         for index in store.glob("pairs-*.npy"):
             index.unlink()
-    monkeypatch.setattr(examples, "_BLOCK", 7)  # documents read, and the index reordered, seven at a time
+    monkeypatch.setattr(encoders, "_BLOCK", 7)  # documents read, and the index reordered, seven at a time
     assert rows(prepare_nsp_dataset(docs, bert, max_length=40, seed=9)) == whole
     assert not [p for store in fresh_cache.iterdir() for p in store.iterdir() if p.name.startswith(".")]
 

@@ -17,7 +17,7 @@ from torch._dynamo.utils import counters
 from modeling.modeling_lineage_bert import LineageBertForPreTraining
 from modeling.modeling_lineage_gpt import LineageGptForCausalLM
 from train.data.collators import CausalLMCollator, MaskedLMCollator
-from train.data.examples import pack_documents
+from train.data.encoders import pack_documents
 from train.pretrain_bert import main as pretrain_bert
 from train.run.compilation import check_bounded_shapes, check_compiler
 from train.run.engine import Engine, TokenMean

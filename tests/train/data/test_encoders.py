@@ -8,7 +8,7 @@ import pytest
 
 from train.data.collators import PaddingCollator
 from train.data.corpus import generate_records, tokenizer_training_texts
-from train.data.examples import (
+from train.data.encoders import (
     IGNORE_INDEX,
     LabelAlignmentError,
     QAAnswerSpanError,
