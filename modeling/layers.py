@@ -71,6 +71,7 @@ def apply_attention_mask(scores: torch.Tensor, attention_mask: torch.Tensor | No
         return scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
     return scores + attention_mask
 
+
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -253,6 +254,7 @@ def classifier_dropout(config) -> nn.Dropout:
     rate = config.classifier_dropout
     return nn.Dropout(rate if rate is not None else config.hidden_dropout_prob)
 
+
 class ResidualSublayer(nn.Module):
     """Residual connection around `sublayer` with dropout on its output and LayerNorm placed by config.
 
@@ -372,7 +374,6 @@ class SinusoidalPositionalEmbedding(nn.Module):
 
 class LearnedPositionalEmbedding(nn.Embedding):
     """Learned absolute positions (BERT, GPT), indexed by `position_ids`."""
-
 
 
 __all__ = [

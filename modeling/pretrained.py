@@ -101,5 +101,4 @@ class LineagePreTrainedModel(PreTrainedModel):
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 
-
 __all__ = ["LineagePreTrainedModel"]

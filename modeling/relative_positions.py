@@ -68,7 +68,6 @@ def relative_value_term(probs: torch.Tensor, index: torch.Tensor, table: torch.T
     return torch.matmul(buckets, table)
 
 
-
 __all__ = [
     "key_positions",
     "relative_attention_inputs",

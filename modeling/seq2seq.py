@@ -66,7 +66,6 @@ def teacher_forcing_inputs(
     return decoder_input_ids
 
 
-
 class Seq2SeqBase:
     """The forward of an encoder-decoder base model, mixed into a family's `PreTrainedModel`: decoder hidden states
     (and the encoder's) without the output layer. `output_hidden_states` / `output_attentions` given as keyword

@@ -14,6 +14,7 @@ READS = {torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__int__, torch.T
          torch.Tensor.__index__}
 TORCH_DIR = os.path.dirname(torch.__file__)
 
+
 class HostReads(TorchFunctionMode):
     """Counts reads by (step, origin); `step` is the optimizer step whose micro-batches and record are running, or
     ("after", step) between steps (evaluation, checkpoints). Paused while a batch is loaded."""

@@ -69,6 +69,7 @@ def _config_only(tmp):
     preset("gpt-tiny").save_pretrained(tmp / "model")
     return tmp / "model"
 
+
 # id, call (given a temporary folder), error type, the argument it names, what it says is allowed
 CATALOGUE = [
     # model configs

@@ -38,9 +38,7 @@ from train.setup.presets import available_presets, check_model_overrides, load_m
 CONVERSION_TOLERANCE = 1e-4  # largest |logit difference| accepted between a checkpoint and its conversion (fp32)
 
 
-
 CHECK_TOKENS = 8  # tokens of the conversion check
-
 
 
 LINEAGE_MODEL_TYPES = {c.model_type: family for c, family in (
@@ -48,43 +46,34 @@ LINEAGE_MODEL_TYPES = {c.model_type: family for c, family in (
     (modeling.LineageTransformerConfig, "seq2seq"), (modeling.LineageRnnConfig, "seq2seq"))}
 
 
-
 REFERENCE_CLASSES = {c.reference_class.__name__: c for c in CONVERSIONS}
-
 
 
 # the class a checkpoint of another head of a supported family loads as (its head left out)
 BASE_CLASSES = {"bert": "BertModel", "openai-gpt": "OpenAIGPTModel", "gpt2": "GPT2Model", "marian": "MarianMTModel"}
 
 
-
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
-
 
 
 # what is fetched from a Hub repo: configs, safetensors weights, tokenizer files (never code or pickles)
 HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.spm", "README.md"]
 
 
-
 class ModelSourceError(RecipeError):
     """`--model` (or the recipe key `model`) names nothing this installation can start from."""
-
 
 
 class ModelNotFoundError(ModelSourceError, FileNotFoundError):
     """`--model` is no preset, file, folder or Hub repo id."""
 
 
-
 class UnsupportedCheckpointError(ModelSourceError):
     """A checkpoint of an architecture that `modeling.conversion` does not convert."""
 
 
-
 class ConversionCheckError(ModelSourceError):
     """A converted checkpoint's outputs differ from the reference's by more than `CONVERSION_TOLERANCE`."""
-
 
 
 @dataclass
@@ -130,13 +119,11 @@ class ModelSource:
         return text
 
 
-
 def lineage_version() -> str:
     try:
         return importlib.metadata.version("lineage")
     except importlib.metadata.PackageNotFoundError:
         return "unknown (not installed)"
-
 
 
 def resolve_model(name: str, revision: str | None = None, argument: str = "--model",
@@ -162,7 +149,6 @@ def resolve_model(name: str, revision: str | None = None, argument: str = "--mod
         return source
     raise ModelNotFoundError(f"{argument} {name!r} is neither a preset ({', '.join(available_presets())}), a "
                              "config.json file, a model folder nor a Hub repo id (org/name)")
-
 
 
 def _download(repo_id: str, revision: str | None, argument: str) -> tuple[Path, str]:
@@ -193,7 +179,6 @@ def _download(repo_id: str, revision: str | None, argument: str) -> tuple[Path, 
         raise ModelSourceError(f"{argument} {repo_id!r} is no Hub repo you can read (a private repo needs "
                                "`hf auth login`)") from None
     return folder, folder.name
-
 
 
 def _read_folder(name: str, folder: Path, argument: str) -> ModelSource:
@@ -230,7 +215,6 @@ def _read_folder(name: str, folder: Path, argument: str) -> ModelSource:
     return ModelSource(name, "reference", config, folder, reference_class=architecture)
 
 
-
 def _read_config(name: str, config_file: Path, argument: str) -> dict[str, Any]:
     """The fields of a config.json, refused naming the file (and json's line and column) unless it is UTF-8 JSON
     holding an object."""
@@ -249,9 +233,7 @@ def _read_config(name: str, config_file: Path, argument: str) -> dict[str, Any]:
     return fields
 
 
-
 _JSON_TYPES = {list: "list", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
-
 
 
 def _check_weights(name: str, folder: Path, argument: str) -> None:
@@ -274,7 +256,6 @@ def _check_weights(name: str, folder: Path, argument: str) -> None:
                 "(save_pretrained) or download it again") from None
 
 
-
 @contextmanager
 def _exact_kernels(model: torch.nn.Module):
     """Lineage's linear layers on `F.linear`, the reference's kernel (their `fast_cpu_inference` switch off), so the
@@ -291,7 +272,6 @@ def _exact_kernels(model: torch.nn.Module):
                 c.fast_cpu_inference = own[c]
             else:
                 del c.fast_cpu_inference
-
 
 
 def conversion_difference(reference: torch.nn.Module, converted: torch.nn.Module) -> float:
@@ -312,7 +292,6 @@ def conversion_difference(reference: torch.nn.Module, converted: torch.nn.Module
     return (outputs[0][key] - outputs[1][key]).abs().max().item()
 
 
-
 def convert_checked(source: ModelSource, argument: str = "--model") -> tuple[torch.nn.Module, float]:
     """The converted Lineage model of a reference checkpoint and the check's difference; `ConversionCheckError`
     above the tolerance."""
@@ -329,7 +308,6 @@ def convert_checked(source: ModelSource, argument: str = "--model") -> tuple[tor
             f"{source.reference_class} by {difference:.3g} (largest |logit difference| on {CHECK_TOKENS} tokens, "
             f"fp32; the limit is {CONVERSION_TOLERANCE:g}): {why}. Nothing was trained or written")
     return converted, difference
-
 
 
 def load_backbone(auto, folder: str, overrides: dict[str, Any]):
@@ -355,11 +333,9 @@ def load_backbone(auto, folder: str, overrides: dict[str, Any]):
     return model
 
 
-
 class _DropLoadReport(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return "LOAD REPORT" not in record.getMessage()
-
 
 
 def load_model(source: ModelSource, auto_class: str | None = None, overrides: dict[str, Any] | None = None,
@@ -391,12 +367,10 @@ def load_model(source: ModelSource, auto_class: str | None = None, overrides: di
         return load_backbone(getattr(transformers, auto_class), staging, overrides)
 
 
-
 def reference_of(model: torch.nn.Module) -> tuple[torch.nn.Module, float]:
     """The transformers reference model of a Lineage model and the largest output difference between them."""
     reference = to_transformers(model)
     return reference, conversion_difference(reference, model)
-
 
 
 def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
@@ -431,7 +405,6 @@ def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
     return report
 
 
-
 def model_source(recipe: Recipe, command: str, families: tuple[str, ...], generates: bool = False) -> ModelSource:
     """`recipe.model` resolved, refused unless its family (`bert`, `gpt`, `seq2seq`) is one of `families`; then every
     check that needs no data (`check_before_start`; `generates`: the command generates text after training)."""
@@ -441,7 +414,6 @@ def model_source(recipe: Recipe, command: str, families: tuple[str, ...], genera
                           f"{source.config.model_type} model")
     check_before_start(recipe, source.config, generates)
     return source
-
 
 
 def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
@@ -471,7 +443,6 @@ def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
         publish.check_push(recipe.push_to_hub)
 
 
-
 def build_model(recipe: Recipe, auto_class: str, tokenizer, family: str, source: ModelSource | None = None,
                 **fields: Any):
     """The model to train: a pretrained source's weights with a (possibly new) head, or a fresh one from a preset."""
@@ -487,7 +458,6 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, family: str, source:
         token_fields = {} if "vocab_size" in recipe.model_overrides else config_kwargs_from_tokenizer(tokenizer, family)
         model = auto.from_config(load_model_config(recipe.model, **{**token_fields, **overrides}))
     return model
-
 
 
 def check_keeps_weights(source: ModelSource, overrides: dict[str, Any]) -> None:
