@@ -1,7 +1,7 @@
 """Local `evaluate` metric modules (accuracy, f1, bleu, chrf, perplexity) that load offline:
 `evaluate.load(metric_path("bleu"))`, or `load_metric("bleu")`. A bare `evaluate.load("bleu")` would fetch
-the module from the Hub; these files carry the same interface and need no network. Imports nothing of `train`: the
-commands load the metrics and hand the engine a `metrics_fn` (docs/design.md, "Layers")."""
+the module from the Hub; these files carry the same interface and need no network. Imports nothing of `train` but
+itself: the commands load the metrics and hand the engine a `metrics_fn` (docs/design.md, "Layers")."""
 
 from importlib.resources import files
 

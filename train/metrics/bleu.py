@@ -5,6 +5,8 @@ import datasets
 import evaluate
 from sacrebleu.metrics import BLEU
 
+from train.metrics.references import reference_streams
+
 
 class Bleu(evaluate.Metric):
     def _info(self):
@@ -17,16 +19,7 @@ class Bleu(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, tokenize="13a", lowercase=False):
-        if not predictions:
-            raise ValueError("bleu: predictions and references are empty; BLEU needs at least one prediction")
-        widths = sorted({len(r) for r in references})
-        if widths[0] == 0:
-            raise ValueError("bleu: references holds an empty list; every prediction needs at least one reference")
-        if len(widths) > 1:
-            raise ValueError(f"bleu: references holds lists of {', '.join(map(str, widths))} references; every "
-                             "prediction needs the same number (sacrebleu's reference streams)")
-        width = widths[0]
-        streams = [[r[i] for r in references] for i in range(width)]
+        streams = reference_streams("bleu", predictions, references)
         metric = BLEU(tokenize=tokenize, lowercase=lowercase)
         result = metric.corpus_score(predictions, streams)
         exact = sum(int(p.strip() == r[0].strip()) for p, r in zip(predictions, references)) / len(predictions)

@@ -8,6 +8,8 @@ import datasets
 import evaluate
 from sacrebleu.metrics import CHRF
 
+from train.metrics.references import reference_streams
+
 
 class Chrf(evaluate.Metric):
     def _info(self):
@@ -20,15 +22,7 @@ class Chrf(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, char_order=6, word_order=0, beta=2, lowercase=False):
-        if not predictions:
-            raise ValueError("chrf: predictions and references are empty; chrF needs at least one prediction")
-        widths = sorted({len(r) for r in references})
-        if widths[0] == 0:
-            raise ValueError("chrf: references holds an empty list; every prediction needs at least one reference")
-        if len(widths) > 1:
-            raise ValueError(f"chrf: references holds lists of {', '.join(map(str, widths))} references; every "
-                             "prediction needs the same number (sacrebleu's reference streams)")
-        streams = [[r[i] for r in references] for i in range(widths[0])]
+        streams = reference_streams("chrf", predictions, references)
         metric = CHRF(char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase)
         result = metric.corpus_score(predictions, streams)
         return {"chrf": result.score, "signature": str(metric.get_signature())}
