@@ -28,12 +28,11 @@ from train.run.averaging import (
     average_weights,
     check_same_run,
     checkpoint_member,
-    config_identity,
     is_checkpoint,
     load_averaged,
-    vocabulary_identity,
 )
-from train.run.publish import PIPELINE_TAGS
+from train.run.checkpoints import config_identity, vocabulary_identity
+from train.run.publish import pipeline_tag
 from train.run.run_folder import OutputDirError, check_writer_output, staged_output
 from train.setup import models, tokenizers
 
@@ -84,14 +83,15 @@ def read_inputs(names: list[str]) -> tuple[list[Member], models.ModelSource]:
                 "and tokenizer from; add a model folder of the run to the inputs, or let the run finish")
         member, template = folder_member(published, str(published))
         check_same_run([*members, member])
+    else:
+        check_same_run(members)
     return members, template
 
 
 def card(model, names: list[str], folder: Path) -> str:
     """The output's model card: Hub metadata, the inputs and how to load it."""
     name = type(model).__name__
-    tag = next((t for suffix, t in PIPELINE_TAGS.items() if name.endswith(suffix)), "feature-extraction")
-    metadata = {"library_name": "transformers", "pipeline_tag": tag,
+    metadata = {"library_name": "transformers", "pipeline_tag": pipeline_tag(name),
                 "tags": ["lineage", model.config.model_type, "custom_code", "checkpoint-averaging"]}
     inputs = "\n".join(f"- `{name}`" for name in names)
     auto = type(model).auto_class_name()
@@ -113,7 +113,6 @@ def main(argv: Sequence[str] | None = None) -> Path:
             raise OutputDirError(f"--output_dir {folder} lies in INPUT {name!r}: write the average elsewhere, so "
                                  "that no input changes")
     members, template = read_inputs(args.inputs)
-    check_same_run(members)
     weights = average_weights(members)
     model = models.load_model(template, argument=f"INPUT {template.name!r}")
     load_averaged(model, weights, args.output_dir)

@@ -218,6 +218,11 @@ def _rows(args: argparse.Namespace, source: str, columns: list) -> Any:
     return rows
 
 
+def model_batch_size(args: argparse.Namespace) -> int:
+    """`--batch_size` where Lineage batches the model itself: a number, or 32 for the harness's `auto`."""
+    return args.batch_size if isinstance(args.batch_size, int) else 32
+
+
 def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
     """A seq2seq model's translations of `--dataset` (default: the embedded corpus's test split)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -226,7 +231,7 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
     rows = _rows(args, source, [("source", "text"), ("target", "text")])
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, revision=args.model_revision, trust_remote_code=True)
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
-    batch = args.batch_size if isinstance(args.batch_size, int) else 32
+    batch = model_batch_size(args)
     scored = score_translator(model.to(device_of(args)), tokenizer, rows, num_beams=args.num_beams,
                               length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens,
                               batch_size=batch)
@@ -297,7 +302,7 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     if names is not None:
         rows = _model_label_ids(rows, names, label, model.config, source)
     data = finetune.encoded(args, tokenizer, encode_task, rows, text, pair, label)
-    batch = args.batch_size if isinstance(args.batch_size, int) else 32
+    batch = model_batch_size(args)
     accelerator = Accelerator(cpu=device_of(args) == "cpu")
     loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer))
     model, loader = accelerator.prepare(model, loader)
@@ -316,7 +321,7 @@ def evaluate_masked_lm(args: argparse.Namespace) -> dict[str, Any]:
     texts = texts[:args.eval_size] if args.eval_size else texts
     model = AutoModelForMaskedLM.from_pretrained(args.model, revision=args.model_revision, trust_remote_code=True)
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
-    batch = args.batch_size if isinstance(args.batch_size, int) else 32
+    batch = model_batch_size(args)
     figures = pseudo_perplexity(model.to(device_of(args)), tokenizer, texts, max_length=args.max_seq_length,
                                 batch_size=batch)
     return {"scores": {"pseudo_perplexity": figures}, "data": {"text_file": args.text_file, "texts": len(texts)}}

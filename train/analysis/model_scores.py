@@ -43,15 +43,14 @@ def _masked_copies(ids: torch.Tensor, positions: list[int], mask_id: int) -> tor
 def pseudo_perplexity(model, tokenizer, texts: list[str], *, max_length: int, batch_size: int) -> dict[str, float]:
     """`{pseudo_perplexity, pseudo_log_likelihood, tokens}` of `texts` under a masked LM (module docstring)."""
     model.eval()
-    total, count = 0.0, 0
+    total, count, special = 0.0, 0, set(tokenizer.all_special_ids)
     for text in texts:
         encoded = tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
         ids = encoded["input_ids"][0]
-        special = set(tokenizer.all_special_ids)
         positions = [i for i, token in enumerate(ids.tolist()) if token not in special]
         for start in range(0, len(positions), batch_size):
             chunk = positions[start:start + batch_size]
-            inputs = {k: v.repeat(len(chunk), 1).to(model.device) for k, v in encoded.items()}
+            inputs = {k: v.repeat(len(chunk), 1).to(model.device) for k, v in encoded.items() if k != "input_ids"}
             inputs["input_ids"] = _masked_copies(ids, chunk, tokenizer.mask_token_id).to(model.device)
             with torch.no_grad():
                 logits = model(**inputs).logits  # (P, T, V)

@@ -10,8 +10,6 @@ engine). docs/training.md ("Checkpoint averaging"), docs/evaluation.md ("Averagi
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from accelerate import Accelerator
 from safetensors import safe_open
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-from train.run.checkpoints import _RUNTIME_CONFIG, STATE_FILE, CheckpointError, complete_checkpoints, verify_checkpoint
+from train.run.checkpoints import STATE_FILE, CheckpointError, complete_checkpoints, verify_checkpoint
 
 
 class AveragingError(ValueError):
@@ -36,18 +34,6 @@ class Member:
     files: list[Path]
     config: dict | None
     vocabulary: dict | None
-
-
-def vocabulary_identity(tokenizer) -> dict:
-    """What a checkpoint records of its tokenizer (`checkpoints.run_identity`): token count and vocabulary hash."""
-    vocab = json.dumps(sorted(tokenizer.get_vocab().items())).encode()
-    return {"tokens": len(tokenizer), "vocabulary_sha256": hashlib.sha256(vocab).hexdigest()[:16]}
-
-
-def config_identity(config) -> dict:
-    """A model config's fields as a checkpoint records them (`checkpoints.run_identity`)."""
-    fields = json.loads(json.dumps(config.to_dict(), default=str))
-    return {k: v for k, v in sorted(fields.items()) if k not in _RUNTIME_CONFIG}
 
 
 def checkpoint_member(path: Path, name: str) -> Member:
@@ -158,4 +144,4 @@ def average_into(accelerator: Accelerator, model: torch.nn.Module, root: Path, c
 
 
 __all__ = ["AveragingError", "Member", "average_into", "average_weights", "check_same_run", "checkpoint_member",
-           "config_identity", "is_checkpoint", "load_averaged", "vocabulary_identity"]
+           "is_checkpoint", "load_averaged"]

@@ -130,9 +130,8 @@ def resume_path(spec: str | None, root: Path) -> Path | None:
 def run_identity(config, tokenizer, recipe, examples: int | str) -> dict:
     """What a checkpoint must share with the run that resumes it, and the recipe's changeable keys. `examples`: the
     number of training examples, or `"stream"` for a stream (whose length is unknown)."""
-    fields = json.loads(json.dumps(config.to_dict(), default=str))
     # the data as the recipe names it, without the command's default: what identities have always recorded
-    identity = {"model_config": {k: v for k, v in sorted(fields.items()) if k not in _RUNTIME_CONFIG},
+    identity = {"model_config": config_identity(config),
                 "dataset": {"source": recipe.data_source("train", ""), "dataset_config": recipe.dataset_config,
                             "examples": examples},
                 "hyperparameters": recipe.training_dict()}
@@ -141,9 +140,20 @@ def run_identity(config, tokenizer, recipe, examples: int | str) -> dict:
     if fingerprint is not None:
         identity["dataset"]["fingerprint"] = fingerprint
     if tokenizer is not None:
-        vocab = json.dumps(sorted(tokenizer.get_vocab().items())).encode()
-        identity["tokenizer"] = {"tokens": len(tokenizer), "vocabulary_sha256": hashlib.sha256(vocab).hexdigest()[:16]}
+        identity["tokenizer"] = vocabulary_identity(tokenizer)
     return identity
+
+
+def config_identity(config) -> dict:
+    """A model config's fields as a checkpoint records them: without the keys that say how a model is run."""
+    fields = json.loads(json.dumps(config.to_dict(), default=str))
+    return {k: v for k, v in sorted(fields.items()) if k not in _RUNTIME_CONFIG}
+
+
+def vocabulary_identity(tokenizer) -> dict:
+    """What a checkpoint records of its tokenizer: its token count and a hash of its vocabulary."""
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items())).encode()
+    return {"tokens": len(tokenizer), "vocabulary_sha256": hashlib.sha256(vocab).hexdigest()[:16]}
 
 
 def data_fingerprint(source: str, dataset_config: str | None) -> dict[str, str] | None:
@@ -426,6 +436,6 @@ def _move_into_place(tmp: Path, final: Path) -> None:
 
 
 __all__ = ["CHECKPOINT_PREFIX", "STATE_FILE", "STREAM_STATE", "CheckpointError", "DataChangedError",
-           "ResumeMismatchError", "TrainState", "check_resume", "complete_checkpoints", "data_fingerprint",
-           "load_checkpoint", "load_stream_state", "resume_path", "run_identity", "save_checkpoint",
-           "verify_checkpoint"]
+           "ResumeMismatchError", "TrainState", "check_resume", "complete_checkpoints", "config_identity",
+           "data_fingerprint", "load_checkpoint", "load_stream_state", "resume_path", "run_identity", "save_checkpoint",
+           "verify_checkpoint", "vocabulary_identity"]

@@ -42,6 +42,11 @@ def _suffix(class_name: str) -> str:
     return next((s for s in PIPELINE_TAGS if class_name.endswith(s)), "")
 
 
+def pipeline_tag(class_name: str) -> str:
+    """The Hub pipeline tag of a head class (`PIPELINE_TAGS` by its name's suffix), `feature-extraction` otherwise."""
+    return PIPELINE_TAGS.get(_suffix(class_name), "feature-extraction")
+
+
 def public_name(value: str | None) -> str | None:
     """A recipe value as the card names it: a local file or folder by its name (its full path, which says where the
     user keeps their files, stays in `run.json`), anything else (a Hub id, `embedded:<task>`, a preset) as it is."""
@@ -83,22 +88,21 @@ def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> 
     """The card's Hub metadata; the figures are named as measured on the validation file when the recipe gives
     one, else on `dataset_name`'s validation split."""
     class_name = type(model).__name__
-    suffix = _suffix(class_name)
-    pipeline_tag = PIPELINE_TAGS.get(suffix, "feature-extraction")
+    tag = pipeline_tag(class_name)
     # the figures of the command's metrics_fn, as `evaluation.evaluate` names them: `eval_<metric>` (its signatures,
     # text, aside), not the loss
     figures = {k.removeprefix("eval_"): v for k, v in results.items()
                if k.startswith("eval_") and k != "eval_loss" and isinstance(v, (int, float))}
     metadata = {
         "library_name": "transformers",
-        "pipeline_tag": pipeline_tag,
+        "pipeline_tag": tag,
         "tags": ["lineage", model.config.model_type, "custom_code"],
         "datasets": [dataset_name],
         "metrics": sorted(figures) or ["loss"],
         "model-index": [{
             "name": Path(recipe.output_dir).name,
             "results": [{
-                "task": {"type": pipeline_tag},
+                "task": {"type": tag},
                 "dataset": ({"name": public_name(recipe.validation_file),
                              "type": public_name(recipe.validation_file)} if recipe.validation_file else
                             {"name": dataset_name, "type": dataset_name, "split": "validation"}),
