@@ -34,7 +34,7 @@ from train.run.averaging import (
 from train.run.checkpoints import config_identity, vocabulary_identity
 from train.run.publish import pipeline_tag
 from train.run.run_folder import OutputDirError, check_writer_output, staged_output
-from train.setup import models, tokenizers
+from train.setup import models, run_tokenizer
 
 COMMAND = "average"
 
@@ -56,7 +56,7 @@ def folder_member(path: Path, name: str) -> tuple[Member, models.ModelSource]:
     if source.kind != "lineage":
         raise AveragingError(f"INPUT {name!r} is a transformers {source.reference_class}, not a Lineage model: "
                              "convert it first (lineage convert ... --to lineage)")
-    tokenizer = tokenizers.own_tokenizer(path)
+    tokenizer = run_tokenizer.own_tokenizer(path)
     vocabulary = vocabulary_identity(tokenizer) if tokenizer is not None else None
     member = Member(name, sorted(path.glob("*.safetensors")), config_identity(source.config), vocabulary)
     return member, source
@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     weights = average_weights(members)
     model = models.load_model(template, argument=f"INPUT {template.name!r}")
     load_averaged(model, weights, args.output_dir)
-    tokenizer = tokenizers.own_tokenizer(template.folder)
+    tokenizer = run_tokenizer.own_tokenizer(template.folder)
     with staged_output(folder, COMMAND) as staging:
         model.save_pretrained(staging)
         if tokenizer is not None:

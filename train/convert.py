@@ -23,7 +23,7 @@ from pathlib import Path
 
 from train.cli import CommandParser
 from train.run.run_folder import check_writer_output, staged_output
-from train.setup import models, tokenizers
+from train.setup import models, run_tokenizer
 
 TARGETS = ("lineage", "transformers")
 OLD_FLAGS = {"--revision": "--model_revision"}  # old spelling -> the flag now
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     model, origin, difference = convert(source, args.to)
     with staged_output(dst, "convert") as staging:
         model.save_pretrained(staging)
-        tokenizer = tokenizers.own_tokenizer(source.folder)
+        tokenizer = run_tokenizer.own_tokenizer(source.folder)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card(source, model, origin, difference))

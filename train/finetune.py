@@ -22,14 +22,15 @@ import torch
 
 from train.data.collators import PaddingCollator
 from train.data.labels import class_labels, streamed_class_labels
-from train.data.preparation import tokenize_dataset
+from train.data.model_inputs import tokenize_dataset
 from train.metrics import load_metric
-from train.run.engine import Engine, start_run
+from train.run.engine import Engine
 from train.run.recipes import RecipeError, parse_args
+from train.run.run_folder import start_run
 from train.setup.lora import apply_lora, merge_lora
 from train.setup.models import build_model, model_source
+from train.setup.run_tokenizer import get_tokenizer
 from train.setup.splits import check_sequence_room, load_splits, row_texts
-from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "bert-finetune-nli-tiny"
 

@@ -6,7 +6,7 @@
 
 Trains every arm on the same data, the same BPE tokenizer (trained once, `<output_dir>/tokenizer`) and the same
 wall-clock budget of training time per arm (`--max_train_seconds`; periodic evaluation does not count, see
-`train.run.engine`), one recipe per arm (`lineage-<arm>`, sizes within 0.7-1.0M
+`train.run.engine`), one recipe per arm (`experiment-<arm>`, sizes within 0.7-1.0M
 parameters):
 
 - `rnn-none`: the RNN encoder-decoder without attention, the fixed-size thought vector (Sutskever et al. 2014);
@@ -45,13 +45,14 @@ from typing import Any
 from train.analysis import experiment
 from train.cli import CommandParser
 from train.data.collators import Seq2SeqCollator
-from train.data.preparation import tokenize_dataset
+from train.data.model_inputs import tokenize_dataset
 from train.run import run_folder
-from train.run.engine import Engine, start_run
+from train.run.engine import Engine
 from train.run.recipes import Recipe, load_recipe
+from train.run.run_folder import start_run
 from train.setup.models import build_model, model_source
+from train.setup.run_tokenizer import get_tokenizer
 from train.setup.splits import load_splits, row_texts
-from train.setup.tokenizers import get_tokenizer
 
 COMMAND = "experiment"
 ARMS = ("rnn-none", "rnn-bahdanau", "rnn-luong", "transformer", "transformer-relative")
@@ -119,7 +120,7 @@ def arm_recipes(args: argparse.Namespace, arms: list[str], budget: float) -> dic
         overrides.update(dataset="", train_file=args.train_file, validation_file=args.validation_file)
     elif args.dataset:
         overrides["dataset"] = args.dataset
-    recipes = {arm: load_recipe(f"lineage-{arm}",
+    recipes = {arm: load_recipe(f"experiment-{arm}",
                                 {**overrides, "output_dir": str(out / "runs" / arm)}) for arm in arms}
     if args.quick:
         recipes = {arm: r.replace(model_overrides={**r.model_overrides, **QUICK_SIZES.get(r.model, {})})
@@ -128,7 +129,7 @@ def arm_recipes(args: argparse.Namespace, arms: list[str], budget: float) -> dic
     for arm, recipe in recipes.items():
         differing = [k for k in DATA_KEYS if getattr(recipe, k) != getattr(first, k)]
         if differing:
-            raise ExperimentError(f"recipe lineage-{arm}.yaml differs from lineage-{arms[0]}.yaml in the shared "
+            raise ExperimentError(f"recipe experiment-{arm}.yaml differs from experiment-{arms[0]}.yaml in the shared "
                                   f"keys {', '.join(differing)}; every arm must see the same data")
     return recipes
 

@@ -15,14 +15,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from train.data.preparation import check_documents
+from accelerate.utils import set_seed
+
+from train.data.model_inputs import check_documents
 from train.data.token_store import data_key
-from train.run.engine import seed_everything
 from train.run.recipes import RecipeError, check_command_keys, parse_args
 from train.setup.models import model_source
 from train.setup.pretraining import COMMANDS, pretraining_data
+from train.setup.run_tokenizer import corpus_tokenizer
 from train.setup.splits import column_texts, load_splits
-from train.setup.tokenizers import corpus_tokenizer
 
 EXAMPLE_RECIPES = ("gpt-pretrain-tiny", "bert-pretrain-tiny")  # what the error names
 
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None):
     if recipe.streaming:
         raise RecipeError("recipe key 'streaming' is true: a stream is read as the run trains, never prepared; "
                           "drop streaming to prepare the corpus")
-    seed_everything(recipe.seed)
+    set_seed(recipe.seed)
     source = model_source(recipe, "prepare", tuple(COMMANDS))
     command = COMMANDS[source.family]
     check_command_keys(recipe, command, f"; this recipe prepares for {command} ({recipe.model!r} is a "

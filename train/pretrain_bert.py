@@ -15,15 +15,16 @@ from __future__ import annotations
 import torch
 
 from train.data.collators import MaskedLMCollator
-from train.data.preparation import check_documents
+from train.data.model_inputs import check_documents
 from train.data.token_store import data_key
 from train.metrics import load_metric
-from train.run.engine import Engine, TokenMean, start_run
+from train.run.engine import Engine, TokenMean
 from train.run.recipes import parse_args
+from train.run.run_folder import start_run
 from train.setup.models import build_model, model_source
 from train.setup.pretraining import pretraining_data
+from train.setup.run_tokenizer import get_tokenizer
 from train.setup.splits import check_sequence_room, column_texts, load_splits
-from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "bert-pretrain-tiny"
 DATA = "embedded:documents"  # when the recipe names no data

@@ -17,12 +17,13 @@ from modeling.packing import document_masking_error
 from train.data.collators import CausalLMCollator
 from train.data.token_store import data_key
 from train.metrics import load_metric
-from train.run.engine import Engine, TokenMean, start_run
+from train.run.engine import Engine, TokenMean
 from train.run.recipes import RecipeError, parse_args
+from train.run.run_folder import start_run
 from train.setup.models import build_model, model_source
 from train.setup.pretraining import pretraining_data
+from train.setup.run_tokenizer import get_tokenizer
 from train.setup.splits import check_sequence_room, column_texts, load_splits
-from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "gpt-pretrain-tiny"
 DATA = "embedded:documents"  # when the recipe names no data

@@ -20,12 +20,13 @@ import torch
 
 from train.analysis.translation_scores import score_translations
 from train.data.collators import Seq2SeqCollator
-from train.data.preparation import tokenize_dataset
-from train.run.engine import Engine, TokenMean, start_run
+from train.data.model_inputs import tokenize_dataset
+from train.run.engine import Engine, TokenMean
 from train.run.recipes import parse_args
+from train.run.run_folder import start_run
 from train.setup.models import build_model, model_source
+from train.setup.run_tokenizer import get_tokenizer
 from train.setup.splits import check_sequence_room, load_splits, row_texts
-from train.setup.tokenizers import get_tokenizer
 
 DEFAULT_RECIPE = "transformer-translation-tiny"
 DATA = "embedded:translation"  # when the recipe names no data

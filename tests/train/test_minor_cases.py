@@ -16,7 +16,7 @@ import pytest
 from train import benchmark, cli, export, prepare, pretrain_gpt, train_tokenizer
 from train.data import token_store
 from train.data.files import load_text_dataset
-from train.data.preparation import tokenize_dataset
+from train.data.model_inputs import tokenize_dataset
 from train.data.tokenization import CacheFolderError, cache_folder, reused_or_trained
 from train.data.tokenization import train_tokenizer as make_tokenizer
 from train.run import recipes

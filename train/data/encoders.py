@@ -1,5 +1,5 @@
 """Building model examples from text: pure functions over a tokenizer, the step between reading data and
-collating batches. ``train.data.preparation`` runs them inside ``Dataset.map`` (batched); they are usable on their
+collating batches. ``train.data.model_inputs`` runs them inside ``Dataset.map`` (batched); they are usable on their
 own:
 
 - ``create_nsp_examples(documents, tokenizer, max_length, ...)``: BERT's sentence-pair instances

@@ -7,7 +7,7 @@ the datasets cache is touched, and every value of a column the task reads (`colu
 of `KINDS`) once loaded, or in a stream as it is read, with the same errors (a stream counts rows as read). Bad
 input raises a `DataError` (a `ValueError`) or `DataFileNotFoundError` (a `FileNotFoundError`) naming the file, the
 line or row as an editor counts it (`row_location`), the column and the problem. Formats, layouts and the checks:
-docs/training.md, "Data". Tokenizing what this reads: `train.data.preparation`.
+docs/training.md, "Data". Tokenizing what this reads: `train.data.model_inputs`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one path of a training run: `start_run` (claim the output folder, decide the resume, seed: the `Run`), the
+"""The one path of a training run: `run_folder.start_run` (claim the folder, decide the resume, seed: the `Run`), the
 `Engine` (the loop over Accelerate), `Engine.finish` (results, model card, samples, the published folder).
 
     with start_run(recipe) as run:                 # nothing is written into output_dir before this
@@ -14,11 +14,9 @@ The loop, its records, checkpoints and resume: docs/training.md ("The engine", "
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,6 @@ from accelerate.utils import (
     DistributedDataParallelKwargs,
     ProjectConfiguration,
     send_to_device,
-    set_seed,
 )
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
@@ -49,7 +46,7 @@ from train.run import averaging, checkpoints, distributed, publish, run_folder
 from train.run.compilation import check_bounded_shapes, compile_model
 from train.run.evaluation import evaluate
 from train.run.optimization import build_optimizer
-from train.run.recipes import Recipe, RecipeError, check_stream, trackers
+from train.run.recipes import Recipe, check_stream, trackers
 from train.run.run_folder import Run
 from train.run.run_log import RunLog
 
@@ -529,50 +526,4 @@ def _short(value) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (before building a model, so every process starts from the same weights)."""
-    set_seed(seed)
-
-
-def check_steps_left(run: Run) -> None:
-    """Refuse a resume that would train nothing, before any work: its checkpoint is past `max_steps`, or at it with
-    the model published from that step (it would only evaluate and publish again). A checkpoint at `max_steps` whose
-    run stopped before publishing resumes to finish (evaluation, model)."""
-    recipe, path, output = run.recipe, run.resume_from, run.folder
-    if path is None or recipe.max_steps <= 0:
-        return
-    step = checkpoints.verify_checkpoint(path)["state"]["step"]
-    try:
-        published = json.loads((output / "model" / "results.json").read_text()).get("steps")
-    except (OSError, ValueError, AttributeError):
-        published = None
-    if step > recipe.max_steps or step == recipe.max_steps == published:
-        done = f"; the run's model (step {published}) is in {output / 'model'}" if published is not None else ""
-        raise RecipeError(f"recipe key 'max_steps' is {recipe.max_steps} but checkpoint {path} is at step {step}: "
-                          f"already past max_steps, so the resume would train nothing{done}; set max_steps above "
-                          f"{step} to train on")
-
-
-@contextmanager
-def start_run(recipe: Recipe) -> Iterator[Run]:
-    """Start a run of `recipe`, before anything is written into its output folder: Accelerate's process-wide state
-    is forgotten (a process may run several runs: the main job, the tests), a launch whose processes formed no group is
-    refused (`distributed.check_launch`), the main process claims the folder (`run_folder.claim`: checked, locked,
-    recorded, the resume checkpoint decided) before the others `join` it, every process is seeded, and a resume
-    with nothing left to train is refused (`check_steps_left`). A run refused inside the block before it wrote
-    anything withdraws its claim (`Run.withdraw`), leaving no file behind. Yields the `Run`."""
-    distributed.forget_accelerate_state()
-    distributed.check_launch()
-    with distributed.one_process_first() as main:
-        run = run_folder.claim(recipe) if main else run_folder.join(recipe)
-    seed_everything(recipe.seed)
-    try:
-        check_steps_left(run)
-        yield run
-    except BaseException:
-        run.withdraw()
-        raise
-
-
-__all__ = ["Engine", "NonFiniteLossError", "TokenMean", "check_steps_left", "seed_everything", "start_run",
-           "training_options"]
+__all__ = ["Engine", "NonFiniteLossError", "TokenMean", "training_options"]

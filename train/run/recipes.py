@@ -14,6 +14,7 @@ import dataclasses
 import re
 import types
 import typing
+import warnings
 from collections.abc import Iterable
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -397,7 +398,7 @@ def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None
     source, user = "recipe", set(overrides or {})
     if path is not None:
         recipes = bundled("recipes")
-        file = Path(path) if Path(path).is_file() else recipes.get(str(path))
+        file = Path(path) if Path(path).is_file() else recipes.get(_renamed(str(path)))
         if file is None:
             raise FileNotFoundError(f"recipe {str(path)!r} is neither a file nor a recipe name; recipe names: "
                                     f"{', '.join(recipes)}")
@@ -408,6 +409,16 @@ def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None
         if Path(path).is_file():  # the user's own recipe file; a shipped recipe's keys are not the user's
             user |= set(fields)
     return recipe_from_dict({**fields, **(overrides or {})}, source, user)
+
+
+def _renamed(name: str) -> str:
+    """The shipped recipe called `name` before it was renamed (`lineage-<arm>`, now `experiment-<arm>`), warning."""
+    old, _, arm = name.partition("-")
+    if old != "lineage" or f"experiment-{arm}" not in bundled("recipes"):
+        return name
+    warnings.warn(f"recipe {name!r} is now called 'experiment-{arm}'; the old name will be removed", FutureWarning,
+                  stacklevel=3)
+    return f"experiment-{arm}"
 
 
 def _yaml(text: str, where: str) -> Any:

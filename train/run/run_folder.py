@@ -1,6 +1,6 @@
 """Who owns an output folder: one run at a time, and a run deletes only what it wrote itself.
 
-`claim` (the main process, from `train.run.engine.start_run`) checks the folder (`check_output_dir`), takes its
+`claim` (the main process, from `start_run`) checks the folder (`check_output_dir`), takes its
 `.lock`, starts `run.json` and returns the `Run`, whose manifest (`Run.record`) lists every file the run writes as it
 writes it; what a later run may delete or resume into is decided by that manifest alone; `overwrite_output_dir` sets
 an earlier run's files aside and deletes them only once the new run has a checkpoint or its model. `Run.withdraw`
@@ -28,10 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from accelerate.utils import set_seed
 
 from train.data.staging import process_alive, staged
 from train.data.tokenization import cache_folder
-from train.run.checkpoints import CHECKPOINT_PREFIX, DELETING, OLD, TMP, resume_path
+from train.run import distributed
+from train.run.checkpoints import CHECKPOINT_PREFIX, DELETING, OLD, TMP, resume_path, verify_checkpoint
+from train.run.recipes import Recipe, RecipeError
 
 RECORD, LOCK, OUTPUT_RECORD = "run.json", ".lock", ".lineage-output.json"
 RUN_FILES = ("checkpoints", "logs", "tokenizer", "model", "adapter", "loss_curve.png")  # what a run writes
@@ -280,6 +283,46 @@ def join(recipe) -> Run:
     folder and the checkpoint it resumes (`resume_from_checkpoint`: `latest` under `<output_dir>/checkpoints`)."""
     folder = Path(recipe.output_dir).resolve()
     return Run(recipe, folder, resume_from=resume_path(recipe.resume_from_checkpoint, folder / "checkpoints"))
+
+
+def check_steps_left(run: Run) -> None:
+    """Refuse a resume that would train nothing, before any work: its checkpoint is past `max_steps`, or at it with
+    the model published from that step (it would only evaluate and publish again). A checkpoint at `max_steps` whose
+    run stopped before publishing resumes to finish (evaluation, model)."""
+    recipe, path, output = run.recipe, run.resume_from, run.folder
+    if path is None or recipe.max_steps <= 0:
+        return
+    step = verify_checkpoint(path)["state"]["step"]
+    try:
+        published = json.loads((output / "model" / "results.json").read_text()).get("steps")
+    except (OSError, ValueError, AttributeError):
+        published = None
+    if step > recipe.max_steps or step == recipe.max_steps == published:
+        done = f"; the run's model (step {published}) is in {output / 'model'}" if published is not None else ""
+        raise RecipeError(f"recipe key 'max_steps' is {recipe.max_steps} but checkpoint {path} is at step {step}: "
+                          f"already past max_steps, so the resume would train nothing{done}; set max_steps above "
+                          f"{step} to train on")
+
+
+@contextmanager
+def start_run(recipe: Recipe) -> Iterator[Run]:
+    """Start a run of `recipe`, before anything is written into its output folder: Accelerate's process-wide state
+    is forgotten (a process may run several runs: the main job, the tests), a launch whose processes formed no group is
+    refused (`distributed.check_launch`), the main process claims the folder (`claim`: checked, locked,
+    recorded, the resume checkpoint decided) before the others `join` it, every process is seeded, and a resume
+    with nothing left to train is refused (`check_steps_left`). A run refused inside the block before it wrote
+    anything withdraws its claim (`Run.withdraw`), leaving no file behind. Yields the `Run`."""
+    distributed.forget_accelerate_state()
+    distributed.check_launch()
+    with distributed.one_process_first() as main:
+        run = claim(recipe) if main else join(recipe)
+    set_seed(recipe.seed)  # python, numpy and torch: every process builds the same weights
+    try:
+        check_steps_left(run)
+        yield run
+    except BaseException:
+        run.withdraw()
+        raise
 
 
 def _refuse_foreign(folder: Path, record: dict | None) -> list[str]:

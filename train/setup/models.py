@@ -135,20 +135,19 @@ def resolve_model(name: str, revision: str | None = None, argument: str = "--mod
     if revision is not None and not hub:
         raise ModelSourceError(f"{revision_argument} ({revision!r}) selects a version of a Hub repo; "
                                f"{argument} {name!r} is a local file, folder or preset: leave it unset")
-    if path.is_file() and path.suffix == ".json":
-        _read_config(name, path, argument)
-        return ModelSource(name, "preset", load_model_config(name))
     if path.is_dir():
         return _read_folder(name, path, argument)
-    if "/" not in name and name in available_presets():
-        return ModelSource(name, "preset", load_model_config(name))
     if hub:
         folder, commit = _download(name, revision, argument)
         source = _read_folder(name, folder, argument)
         source.repo_id, source.revision = name, commit
         return source
-    raise ModelNotFoundError(f"{argument} {name!r} is neither a preset ({', '.join(available_presets())}), a "
-                             "config.json file, a model folder nor a Hub repo id (org/name)")
+    if path.is_file() and path.suffix == ".json":
+        _read_config(name, path, argument)
+    elif "/" in name or name not in available_presets():
+        raise ModelNotFoundError(f"{argument} {name!r} is neither a preset ({', '.join(available_presets())}), a "
+                                 "config.json file, a model folder nor a Hub repo id (org/name)")
+    return ModelSource(name, "preset", load_model_config(name))
 
 
 def _download(repo_id: str, revision: str | None, argument: str) -> tuple[Path, str]:

@@ -6,7 +6,7 @@ prepares (once, where machines share the cache) while the others wait and then o
 
 from __future__ import annotations
 
-from train.data.preparation import prepare_causal_lm_dataset, prepare_nsp_dataset
+from train.data.model_inputs import prepare_causal_lm_dataset, prepare_nsp_dataset
 from train.run.distributed import one_process_first
 from train.run.recipes import Recipe
 

@@ -79,7 +79,7 @@ def test_missing_validation_file_named(tmp_path):
 
 def test_budget_key_is_checked():
     with pytest.raises(RecipeError, match="max_train_seconds"):
-        load_recipe("lineage-transformer", {"max_train_seconds": -1})
+        load_recipe("experiment-transformer", {"max_train_seconds": -1})
 
 
 def test_engine_stops_after_the_step_that_spends_the_budget(tmp_path):
@@ -125,7 +125,7 @@ def test_the_shared_tokenizer_reads_a_stream_only_as_far_as_tokenizer_train_size
     stream = datasets.IterableDataset.from_generator(rows)
     validation = datasets.Dataset.from_dict({"source": ["one"], "target": ["eins"]})
     monkeypatch.setattr(lineage_experiment, "load_splits", lambda *args: (stream, validation))
-    recipe = load_recipe("lineage-transformer", {**lineage_experiment.QUICK, "tokenizer_train_size": 400,
+    recipe = load_recipe("experiment-transformer", {**lineage_experiment.QUICK, "tokenizer_train_size": 400,
                                                  "tokenizer": None, "output_dir": str(tmp_path / "runs" / "arm")})
     train_rows, eval_rows = lineage_experiment.shared_data(recipe, tmp_path)
     assert train_rows is stream and eval_rows is validation

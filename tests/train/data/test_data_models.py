@@ -16,7 +16,7 @@ from train.data.collators import (
 )
 from train.data.corpus import NER_LABELS, NLI_LABELS, tokenizer_training_texts
 from train.data.files import load_text_dataset
-from train.data.preparation import (
+from train.data.model_inputs import (
     prepare_causal_lm_dataset,
     prepare_nsp_dataset,
     tokenize_dataset,

@@ -21,7 +21,7 @@ from train.data.files import (
     MissingColumnError,
     load_text_dataset,
 )
-from train.data.preparation import (
+from train.data.model_inputs import (
     prepare_causal_lm_dataset,
     prepare_nsp_dataset,
     tokenize_dataset,

@@ -277,7 +277,8 @@ def streamed_run(out: Path, tokenizer_folder: str, rows: int = TEXTS, eval_datas
 
     from train.data.collators import MaskedLMCollator
     from train.data.tokenization import config_kwargs_from_tokenizer, load_tokenizer
-    from train.run.engine import TokenMean, start_run
+    from train.run.engine import TokenMean
+    from train.run.run_folder import start_run
     from train.setup.presets import load_model_config
 
     recipe = _recipe(out, **keys)

@@ -19,7 +19,7 @@ from train.data import token_store
 from train.data.corpus import tokenizer_training_texts
 from train.data.encoders import create_nsp_examples, pack_documents, tokenize_documents
 from train.data.files import load_text_dataset
-from train.data.preparation import prepare_causal_lm_dataset, prepare_nsp_dataset
+from train.data.model_inputs import prepare_causal_lm_dataset, prepare_nsp_dataset
 from train.data.tokenization import cache_folder, train_tokenizer
 from train.prepare import main as prepare
 from train.pretrain_gpt import main as pretrain_gpt

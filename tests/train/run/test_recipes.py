@@ -80,6 +80,13 @@ def test_a_file_given_by_path_wins_over_a_recipe_of_the_same_name(tmp_path, monk
     assert load_recipe("bert-pretrain-tiny").max_steps == 7
 
 
+@pytest.mark.parametrize("arm", ["transformer", "transformer-relative", "rnn-none", "rnn-bahdanau", "rnn-luong"])
+def test_an_experiment_recipe_still_loads_by_its_old_name_with_a_warning(arm):
+    with pytest.warns(FutureWarning, match=f"recipe 'lineage-{arm}' is now called 'experiment-{arm}'"):
+        old = load_recipe(f"lineage-{arm}")
+    assert old == load_recipe(f"experiment-{arm}")
+
+
 def test_missing_recipe():
     with pytest.raises(FileNotFoundError, match="recipe 'nope' is neither a file nor a recipe name; recipe names: "
                                                 ".*bert-pretrain-tiny"):

@@ -242,8 +242,8 @@ def test_output_dir_that_is_a_file_is_refused(tmp_path):
 def test_a_run_refused_after_its_start_leaves_no_file_behind(tmp_path):
     """`start_run` claims the folder; a refusal inside the run before it wrote anything withdraws the claim: a new
     folder goes, an existing one keeps only its own files. A run that wrote something keeps its record."""
-    from train.run.engine import start_run
     from train.run.recipes import RecipeError
+    from train.run.run_folder import start_run
 
     new = tmp_path / "new"
     with pytest.raises(RecipeError, match="refused"), start_run(recipe_from_dict({"output_dir": str(new)})):
@@ -270,7 +270,7 @@ def test_each_run_holds_its_own_claim_and_only_its_owner_writes(tmp_path):
     """A claim lives in its `Run`, not in module state: withdrawing one run (refused before it wrote) removes its new
     folder and leaves another run's record and lock; a released run gives its lock back once and withdraws nothing;
     a process that joined a run records nothing; a tokenizer trained for a run needs the run to keep it."""
-    from train.setup.tokenizers import get_tokenizer
+    from train.setup.run_tokenizer import get_tokenizer
 
     first = run_folder.claim(recipe_from_dict({"output_dir": str(tmp_path / "a")}))
     second = run_folder.claim(recipe_from_dict({"output_dir": str(tmp_path / "b")}))
@@ -415,7 +415,7 @@ def test_at_the_minimum_length_truncation_applies(tmp_path):
     import datasets
 
     from train.data.corpus import tokenizer_training_texts
-    from train.data.preparation import tokenize_dataset
+    from train.data.model_inputs import tokenize_dataset
     from train.data.tokenization import train_tokenizer
 
     tokenizer = train_tokenizer("bert", tokenizer_training_texts(size=100), 400)

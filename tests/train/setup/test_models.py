@@ -19,7 +19,7 @@ import modeling
 from train import finetune, pretrain_bert, pretrain_gpt, train_translation
 from train.run.publish import read_card_metadata
 from train.run.recipes import RecipeError
-from train.setup import models, tokenizers
+from train.setup import models, run_tokenizer
 
 QUICK = ["--max_steps", "2", "--train_size", "16", "--eval_size", "8", "--per_device_train_batch_size", "8",
          "--per_device_eval_batch_size", "8", "--max_seq_length", "32", "--report_to", "none", "--progress_bar",
@@ -98,7 +98,7 @@ def test_the_checkpoints_own_tokenizer_gets_lineages_tokens_and_mean_rows(tmp_pa
     folder = save_reference(tmp_path / "gpt2", "GPT2LMHeadModel")
     reference = transformers.GPT2LMHeadModel.from_pretrained(folder)
     source = models.resolve_model(str(folder))
-    tokenizer = tokenizers.pretrained_tokenizer(source)
+    tokenizer = run_tokenizer.pretrained_tokenizer(source)
     old = reference.config.vocab_size
     assert len(tokenizer) == old + 4 and tokenizer.pad_token == "[PAD]"
     ids = tokenizer("a cat", "a dog")["input_ids"]
@@ -112,15 +112,15 @@ def test_the_checkpoints_own_tokenizer_gets_lineages_tokens_and_mean_rows(tmp_pa
     torch.testing.assert_close(rows[old:], reference.transformer.wte.weight.mean(0).expand(4, -1))
     assert model.config.pad_token_id == tokenizer.pad_token_id
     # causal-LM training adds only the pad token; BERT's tokenizer already has everything
-    assert len(tokenizers.pretrained_tokenizer(source, templates=False)) == old + 1
+    assert len(run_tokenizer.pretrained_tokenizer(source, templates=False)) == old + 1
     bert = models.resolve_model(str(save_reference(tmp_path / "bert", "BertForMaskedLM")))
-    bert_tokenizer = tokenizers.pretrained_tokenizer(bert)
+    bert_tokenizer = run_tokenizer.pretrained_tokenizer(bert)
     assert len(bert_tokenizer) == bert.config.vocab_size
     pair = bert_tokenizer("a cat", "a dog")
     assert pair["token_type_ids"][-1] == 1 and bert_tokenizer.convert_ids_to_tokens(pair["input_ids"][0]) == "[CLS]"
     # Marian: the logits bias grows with the vocabulary, its new entries the mean of the old
     marian = models.resolve_model(str(save_reference(tmp_path / "marian", "MarianMTModel")))
-    marian_tokenizer = tokenizers.pretrained_tokenizer(marian)
+    marian_tokenizer = run_tokenizer.pretrained_tokenizer(marian)
     model = models.load_model(marian, "AutoModelForSeq2SeqLM")
     model.final_logits_bias.normal_()
     before = model.final_logits_bias.clone()  # (1, V)

@@ -136,14 +136,14 @@ def get_tokenizer(recipe: Recipe, family: str, texts: Callable[[], Iterable[str]
                   source: ModelSource | None = None, templates: bool = True, data_key: str | None = None, *,
                   run: Run | None = None):
     """The run's tokenizer (`corpus_tokenizer`). One trained here is kept in the folder of `run`
-    (`train.run.engine.start_run`: needed unless the tokenizer is a pretrained source's or `recipe.tokenizer`), and
+    (`train.run.run_folder.start_run`: needed unless the tokenizer is a pretrained source's or `recipe.tokenizer`), and
     reused on resume (training is reproducible, but the data a resumed run reads could have changed since)."""
     source = source or resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
     if source.pretrained or recipe.tokenizer:
         return corpus_tokenizer(recipe, family, texts, source, templates)
     if run is None:
         raise TypeError("get_tokenizer trains a tokenizer for the run and keeps it in its folder: pass run= (the Run "
-                        "that train.run.engine.start_run yields)")
+                        "that train.run.run_folder.start_run yields)")
     trained = run.folder / "tokenizer"
     if run.resume_from is not None and (trained / "tokenizer.json").is_file():
         return load_tokenizer(trained, family)
