@@ -52,8 +52,8 @@ def encoder_decoder_cache(config) -> EncoderDecoderCache:
 
 def model_cache(model, cache, use_cache: bool | None, new_cache: Callable | None = None, packed: bool = False):
     """A forward's cache and whether it returns one: `use_cache` defaults to `config.use_cache` outside training (off
-    for packed rows, `packing.packed_rows`); a new cache (`new_cache()`, by default a `DynamicCache`) when it is on
-    and none was given. A given cache is used either way, as transformers' models do."""
+    for packed rows); a new cache (`new_cache()`, by default a `DynamicCache`) when it is on and none was given. A
+    given cache is used either way, as transformers' models do."""
     if use_cache is None:
         use_cache = model.config.use_cache and not model.training and not packed
     if use_cache and cache is None:

@@ -12,7 +12,7 @@ from transformers.masking_utils import (
     packed_sequence_mask_function,
 )
 
-from .packing import PackedSequences, varlen_attention_inputs
+from .packing import PackedSequences
 
 
 def mask_inputs(attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
@@ -44,25 +44,18 @@ def document_ids(documents: PackedSequences, batch: int, length: int) -> torch.T
     return starts.cumsum(0).view(batch, length)
 
 
-def self_attention_inputs(config, hidden_states: torch.Tensor, *, attention_mask: torch.Tensor | None,
-                          position_ids: torch.Tensor | None = None, documents: PackedSequences | None = None,
-                          sequences: PackedSequences | None = None, cache=None, is_causal: bool = False,
-                          varlen: bool = True, output_attentions: bool | None = None
-                          ) -> tuple[torch.Tensor | None, dict]:
-    """The blocks' self-attention mask and keywords for (B, T, C) `hidden_states`: packed rows' `documents` (from
-    `packing.packed_rows`) through a kernel that takes their boundaries (`packing.varlen_attention_inputs`; `varlen`
-    False where the blocks also cross-attend), else transformers' causal or bidirectional mask over the padding,
-    kept within each document. The collate's `sequences` answer on the host what the mask functions would read
-    back (`mask_inputs`); under `torch.compile` transformers finds the documents from the restarting `position_ids`.
-    `output_attentions` (None: the config's) needs a mask."""
-    output_attentions = config.output_attentions if output_attentions is None else output_attentions
-    keywords = varlen_attention_inputs(config, documents, output_attentions) if varlen else None
-    if keywords:
-        return None, keywords
+def self_attention_mask(config, hidden_states: torch.Tensor, *, attention_mask: torch.Tensor | None,
+                        position_ids: torch.Tensor | None = None, documents: PackedSequences | None = None,
+                        sequences: PackedSequences | None = None, cache=None, is_causal: bool = False
+                        ) -> torch.Tensor | None:
+    """The blocks' self-attention mask for (B, T, C) `hidden_states`: transformers' causal or bidirectional mask over
+    the padding, kept within each of packed rows' `documents`. The collate's `sequences` answer on the host what the
+    mask functions would read back (`mask_inputs`); under `torch.compile` transformers finds the documents from the
+    restarting `position_ids`."""
     batch, length = hidden_states.shape[:2]
     padding, restarts, test = mask_inputs(attention_mask, position_ids, sequences, batch)
     if not torch.compiler.is_compiling() or padding is not None:
-        restarts = None  # (the documents were found once, by `packing.packed_rows`)
+        restarts = None  # (the documents were found once, by `layout.SequenceLayout.of`)
     same_document = None
     if documents is not None:
         same_document = packed_sequence_mask_function(document_ids(documents, batch, length))
@@ -71,12 +64,10 @@ def self_attention_inputs(config, hidden_states: torch.Tensor, *, attention_mask
     if is_causal:
         if isinstance(cache, EncoderDecoderCache):
             cache = cache.self_attention_cache
-        mask = create_causal_mask(config, hidden_states, padding, cache, restarts, allow_is_causal_skip=test,
+        return create_causal_mask(config, hidden_states, padding, cache, restarts, allow_is_causal_skip=test,
                                   and_mask_function=same_document)
-    else:
-        mask = create_bidirectional_mask(config, hidden_states, padding, allow_is_bidirectional_skip=test,
-                                         and_mask_function=same_document)
-    return mask, {}
+    return create_bidirectional_mask(config, hidden_states, padding, allow_is_bidirectional_skip=test,
+                                     and_mask_function=same_document)
 
 
 def cross_attention_mask(config, hidden_states: torch.Tensor, *, encoder_hidden_states: torch.Tensor,
@@ -88,4 +79,4 @@ def cross_attention_mask(config, hidden_states: torch.Tensor, *, encoder_hidden_
                                      encoder_hidden_states=encoder_hidden_states, allow_is_bidirectional_skip=test)
 
 
-__all__ = ["cross_attention_mask", "document_ids", "mask_inputs", "self_attention_inputs"]
+__all__ = ["cross_attention_mask", "document_ids", "mask_inputs", "self_attention_mask"]

@@ -12,12 +12,12 @@ Departures, by config only: `norm_position="pre"` moves each LayerNorm before it
 LayerNorm and adds a final one; `position_embedding_type` `"relative"` / `"relative-keys"` gives relative position
 representations (Shaw et al. 2018) instead of (or, with `absolute_and_relative`, besides) the learned positions.
 Packed rows (`position_ids` restarting within a row, no `attention_mask`) attend within each sequence
-(`packing.packed_rows`), where transformers' BERT lets them see each other.
+(`layout.SequenceLayout`), where transformers' BERT lets them see each other.
 
 Training options, per call (a saved model's outputs never depend on how it was trained): `sparse_prediction=True`
 runs the masked-LM head at labelled positions only (`losses.lm_output`); `unpad_inputs=True` runs an encoder with
 absolute positions under sdpa or flash attention on the real tokens only (MosaicBERT, Portes et al. 2023;
-`packing.Unpadded`), when neither hidden states nor attention weights are requested. Outputs at real positions are
+`layout.SequenceLayout`), when neither hidden states nor attention weights are requested. Outputs at real positions are
 the padded path's; `last_hidden_state` is zero at padded positions, so a left-padded row's pooled output and a loss
 that reads padded positions (question answering's softmax) differ.
 """
@@ -63,10 +63,10 @@ from .layers import (
     final_norm,
     run_blocks,
 )
+from .layout import SequenceLayout
 from .linear import LineageLinear
 from .losses import lm_output, skips_logits
-from .masks import cross_attention_mask, self_attention_inputs
-from .packing import PackedSequences, Unpadded, packed_rows
+from .packing import PackedSequences
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 
@@ -226,8 +226,8 @@ class LineageBertModel(LineageBertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
         """A decoder's `attention_mask` covers cached + new tokens. `unpad_inputs` (a training option) runs an encoder
-        on the real tokens only (`packing.Unpadded`, see the module docstring); the collators' `packed_sequences` say
-        on the host where the real tokens or the packed sequences lie. Neither changes an output at a real position."""
+        on the real tokens only (see the module docstring); the collators' `packed_sequences` say on the host
+        where the real tokens or the packed sequences lie. Neither changes an output at a real position."""
         config = self.config
         cache, use_cache = (cache, use_cache) if config.is_decoder else (None, False)  # an encoder never caches
         past_length = cache.get_seq_length() if cache is not None else 0
@@ -236,26 +236,23 @@ class LineageBertModel(LineageBertPreTrainedModel):
                                 past_length=past_length, token_type_ids=token_type_ids,
                                 encoder_hidden_states=encoder_hidden_states,
                                 encoder_attention_mask=encoder_attention_mask)
-        documents = packed_rows(config, batch, attention_mask=attention_mask, position_ids=position_ids,
-                                sequences=packed_sequences, cache=cache, use_cache=use_cache)
+        layout = SequenceLayout.of(config, batch, attention_mask=attention_mask, position_ids=position_ids,
+                                   packed_sequences=packed_sequences, cache=cache, use_cache=use_cache,
+                                   encoder_attention_mask=encoder_attention_mask)
         new_cache = partial(encoder_decoder_cache, config) if encoder_hidden_states is not None else None
-        cache, use_cache = model_cache(self, cache, use_cache, new_cache, packed=documents is not None)
-        unpadded = Unpadded.of(config, attention_mask, sequences=packed_sequences, unpad_inputs=unpad_inputs,
-                               cross_attention=encoder_hidden_states is not None, kwargs=kwargs)
-        if unpadded is not None:  # MosaicBERT: the real tokens end to end in one (1, N) row
-            positions, ids, types, embeds = unpadded.gather(position_ids, input_ids, token_type_ids, inputs_embeds)
-            hidden_states = self.encoder(self.embeddings(ids, types, positions, embeds), None, **unpadded.keywords,
-                                         **kwargs)
-            hidden_states = unpadded.restore(hidden_states)  # (B, T, C)
+        cache, use_cache = model_cache(self, cache, use_cache, new_cache, packed=layout.packed)
+        if layout.unpad(unpad_inputs=unpad_inputs, cross_attention=encoder_hidden_states is not None, kwargs=kwargs):
+            positions, ids, types, embeds = layout.gather(position_ids, input_ids, token_type_ids, inputs_embeds)
+            hidden_states = self.embeddings(ids, types, positions, embeds)  # (1, N, C): the real tokens end to end
+            _, attention = layout.self_attention(hidden_states)
+            hidden_states = layout.restore(self.encoder(hidden_states, None, **attention, **kwargs))  # (B, T, C)
         else:
             hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
-            mask, attention = self_attention_inputs(
-                config, hidden_states, attention_mask=attention_mask, position_ids=position_ids, documents=documents,
-                sequences=packed_sequences, cache=cache, is_causal=config.is_decoder,
-                varlen=encoder_hidden_states is None, output_attentions=kwargs.get("output_attentions"))
-            memory = () if encoder_hidden_states is None else (encoder_hidden_states, cross_attention_mask(
-                config, hidden_states, encoder_hidden_states=encoder_hidden_states,
-                encoder_attention_mask=encoder_attention_mask))
+            mask, attention = layout.self_attention(hidden_states, cache=cache, is_causal=config.is_decoder,
+                                                    varlen=encoder_hidden_states is None,
+                                                    output_attentions=kwargs.get("output_attentions"))
+            memory = () if encoder_hidden_states is None else (encoder_hidden_states, layout.cross_attention(
+                hidden_states, encoder_hidden_states=encoder_hidden_states))
             relative = relative_attention_inputs(config, hidden_states, position_ids, past_length, attention_mask)
             hidden_states = self.encoder(hidden_states, mask, memory, **cache_keyword(cache), **attention,
                                          **relative, **kwargs)

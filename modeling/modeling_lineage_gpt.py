@@ -21,7 +21,7 @@ Departures from the references:
   of (or besides) the learned positions, with distances between the same positions (`relative_positions.key_positions`).
 
 Packed rows (`position_ids` restarting at each document, no `attention_mask`, as `DataCollatorWithFlattening` makes
-them) attend within each document (`packing.packed_rows`).
+them) attend within each document (`layout.SequenceLayout`).
 """
 
 import math
@@ -56,10 +56,10 @@ from .checks import (
 )
 from .configuration_lineage_gpt import LineageGptConfig
 from .layers import LearnedPositionalEmbedding, LineageBlock, classifier_dropout, final_norm, run_blocks
+from .layout import SequenceLayout
 from .linear import LineageLinear
 from .losses import lm_head_loss, lm_output, skips_logits
-from .masks import self_attention_inputs
-from .packing import VARLEN_KEYWORDS, PackedSequences, packed_rows
+from .packing import VARLEN_KEYWORDS, PackedSequences
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 
@@ -142,9 +142,10 @@ class LineageGptModel(LineageGptPreTrainedModel):
                                      inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                                      position_ids=position_ids, past_length=past_length)
         boundaries = {key: kwargs.pop(key) for key in VARLEN_KEYWORDS if key in kwargs}
-        documents = packed_rows(config, batch, attention_mask=attention_mask, position_ids=position_ids,
-                                sequences=packed_sequences, boundaries=boundaries, cache=cache, use_cache=use_cache)
-        cache, use_cache = model_cache(self, cache, use_cache, packed=documents is not None)
+        layout = SequenceLayout.of(config, batch, attention_mask=attention_mask, position_ids=position_ids,
+                                   packed_sequences=packed_sequences, boundaries=boundaries, cache=cache,
+                                   use_cache=use_cache)
+        cache, use_cache = model_cache(self, cache, use_cache, packed=layout.packed)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, C)
         positions = position_ids
@@ -153,9 +154,7 @@ class LineageGptModel(LineageGptPreTrainedModel):
         if self.embed_positions is not None:
             inputs_embeds = inputs_embeds + self.embed_positions(positions)
         hidden_states = self.dropout(inputs_embeds)
-        mask, attention = self_attention_inputs(config, hidden_states, attention_mask=attention_mask,
-                                                position_ids=position_ids, documents=documents,
-                                                sequences=packed_sequences, cache=cache, is_causal=True,
+        mask, attention = layout.self_attention(hidden_states, cache=cache, is_causal=True,
                                                 output_attentions=kwargs.get("output_attentions"))
         relative = relative_attention_inputs(config, hidden_states, positions, past_length, attention_mask)
         hidden_states = run_blocks(self.layers, self.final_norm, hidden_states, mask, **cache_keyword(cache),

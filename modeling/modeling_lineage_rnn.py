@@ -54,8 +54,9 @@ from transformers.utils import ModelOutput
 from .arguments import CACHE_NAME, cache_keyword, forward_arguments
 from .checks import check_ids_or_embeds, check_mask_shape, value_checks_enabled
 from .configuration_lineage_rnn import LineageRnnConfig
+from .layout import SequenceLayout
 from .linear import LineageLinear
-from .packing import PackedSequences, host_lengths
+from .packing import PackedSequences
 from .pretrained import LineagePreTrainedModel
 from .seq2seq import Seq2SeqBase, Seq2SeqLMBase, check_decoder_inputs
 
@@ -312,8 +313,8 @@ class LineageRnnEncoder(nn.Module):
         packed_sequences: PackedSequences | None = None,
         **kwargs,
     ) -> LineageRnnEncoderOutput:
-        """`packed_sequences`: the collate's source rows, whose lengths it knows on the host (`packing.host_lengths`):
-        the kernel's packed sequences take them as they are, not copied back from the device; no output changes."""
+        """`packed_sequences`: the collate's source rows, whose lengths it knows on the host: the kernel's packed
+        sequences take them as they are (`SequenceLayout.host_lengths`), not copied back from the device."""
         shape = check_ids_or_embeds(input_ids, inputs_embeds, self.config.vocab_size,
                                     width=self.config.embedding_size)
         check_mask_shape(attention_mask, shape)
@@ -328,7 +329,8 @@ class LineageRnnEncoder(nn.Module):
             mask = attention_mask.bool() if attention_mask is not None else None
             annotations, state = cell_rnn(self.rnn, ordered, (zeros,) * (2 if self.config.cell == "lstm" else 1), mask)
         else:
-            on_host = host_lengths(attention_mask, packed_sequences)
+            on_host = SequenceLayout.of(self.config, shape[0], attention_mask=attention_mask,
+                                        packed_sequences=packed_sequences).host_lengths()
             packed = pack_padded_sequence(ordered, lengths.cpu() if on_host is None else on_host, batch_first=True,
                                           enforce_sorted=False)
             outputs, state = self.rnn(packed)

@@ -52,8 +52,8 @@ from .layers import (
     final_norm,
     run_blocks,
 )
+from .layout import SequenceLayout
 from .linear import LineageLinear
-from .masks import cross_attention_mask, self_attention_inputs
 from .packing import PackedSequences
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
@@ -154,8 +154,9 @@ class LineageTransformerEncoder(LineageTransformerStack):
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, C)
         hidden_states = self.embed(inputs_embeds)
-        mask, _ = self_attention_inputs(config, hidden_states, attention_mask=attention_mask,
-                                        sequences=packed_sequences)
+        layout = SequenceLayout.of(config, hidden_states.shape[0], attention_mask=attention_mask,
+                                   packed_sequences=packed_sequences)
+        mask, _ = layout.self_attention(hidden_states)
         relative = relative_attention_inputs(config, hidden_states)
         return BaseModelOutput(last_hidden_state=run_blocks(self.layers, self.final_norm, hidden_states, mask,
                                                             **relative, **kwargs))
@@ -188,11 +189,11 @@ class LineageTransformerDecoder(LineageTransformerStack):
         """`encoder_packed_sequences`: the collate's account of the source rows' padding, as the encoder's."""
         offset = cache.get_seq_length() if cache is not None else 0
         hidden_states = self.embed(inputs_embeds, offset)
-        causal_mask, _ = self_attention_inputs(self.config, hidden_states, attention_mask=attention_mask, cache=cache,
-                                               is_causal=True)
-        cross_mask = cross_attention_mask(self.config, hidden_states, encoder_hidden_states=encoder_hidden_states,
-                                          encoder_attention_mask=encoder_attention_mask,
-                                          sequences=encoder_packed_sequences)
+        layout = SequenceLayout.of(self.config, hidden_states.shape[0], attention_mask=attention_mask,
+                                   encoder_attention_mask=encoder_attention_mask,
+                                   encoder_sequences=encoder_packed_sequences)
+        causal_mask, _ = layout.self_attention(hidden_states, cache=cache, is_causal=True)
+        cross_mask = layout.cross_attention(hidden_states, encoder_hidden_states=encoder_hidden_states)
         relative = relative_attention_inputs(self.config, hidden_states, past_length=offset)  # consecutive positions
         hidden_states = run_blocks(
             self.layers, self.final_norm, hidden_states, causal_mask, memory=(encoder_hidden_states, cross_mask),

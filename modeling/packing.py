@@ -10,9 +10,8 @@ nor the real tokens that unpadding gathers, nor whether padded rows hold padding
 functions would otherwise test on the device to drop an all-ones mask (`masks.mask_inputs`). A forward called without it
 (a user's call, `generate()`, an evaluation pipeline) finds the same sequences from its tensors, reading them back.
 
-A base model's forward finds packed rows once (`packed_rows`, which also refuses a cache and kernels that cannot keep
-documents apart), builds its blocks' attention inputs from them (`masks.self_attention_inputs`: boundaries for a varlen
-kernel, else transformers' mask kept within each document) and runs BERT's unpadded path through `Unpadded`.
+A base model's forward finds its rows' sequences once (`layout.SequenceLayout`) and asks them for its blocks'
+attention inputs: these boundaries for a varlen kernel, else a mask (`masks.py`).
 
 Dimension legend as in `layers.py`; L is the length of a flattened stream of tokens.
 """
@@ -23,8 +22,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
-
-from .arguments import CACHE_NAME
 
 # flash-attn, whose varlen kernel (run by transformers from the `cu_seq_lens_*` keywords) keeps attention inside each
 # sequence of a flattened stream from its boundaries alone, as `varlen_sdpa_forward` does under sdpa.
@@ -229,126 +226,11 @@ def document_lengths(position_ids: torch.Tensor) -> list[int]:
     return boundaries.diff().tolist()
 
 
-def packed_documents(position_ids: torch.Tensor, sequences: PackedSequences | None = None,
-                     boundaries: dict | None = None) -> PackedSequences | None:
-    """The documents of (B, T) packed rows (`position_ids` restarting within a row), None when no row restarts: the
-    collate's `sequences` (built on the CPU: nothing is read back), else transformers' `boundaries` (`cu_seq_lens_*`,
-    `max_length_*`: read back only if SDPA's bucket index needs their lengths), else the restarts of
-    `position_ids` (read back). Each row starts a document, so N == B means that none restarts."""
-    batch, length = position_ids.shape
-    if sequences is not None and sequences.tokens is None:  # (an object of padded rows says nothing of documents)
-        sequences.check_batch(batch, length)
-        return sequences.to(position_ids.device) if sequences.count > batch else None
-    if boundaries:
-        if any(boundaries.get(key) is None for key in VARLEN_KEYWORDS):
-            raise ValueError(f"Packed rows take all of {', '.join(VARLEN_KEYWORDS)} or none of them (as "
-                             "`DataCollatorWithFlattening(return_flash_attn_kwargs=True)` emits them), got "
-                             f"{', '.join(key for key in VARLEN_KEYWORDS if boundaries.get(key) is not None)}.")
-        cu_seqlens, max_length = boundaries["cu_seq_lens_q"], boundaries["max_length_q"]
-        if boundaries["cu_seq_lens_k"].shape != cu_seqlens.shape or boundaries["max_length_k"] != max_length:
-            raise ValueError("Packed rows attend within themselves: `cu_seq_lens_k` / `max_length_k` must be those "
-                             "of the queries (`cu_seq_lens_q` / `max_length_q`).")
-        documents = PackedSequences(cu_seqlens, max_length)
-        return documents if documents.count > batch else None
-    return PackedSequences.from_position_ids(position_ids)
-
-
-def unpadded_sequences(attention_mask: torch.Tensor, sequences: PackedSequences | None = None) -> PackedSequences:
-    """The real tokens of each row of a (B, T) padding mask laid end to end: the collate's `sequences` of the same
-    rows (built on the CPU: nothing is read back), else found from the mask (read back)."""
-    if sequences is not None and sequences.tokens is not None:
-        sequences.check_batch(*attention_mask.shape, name="attention_mask")
-        return sequences.to(attention_mask.device)  # (where a caller moved the tensors of a batch only)
-    return PackedSequences.from_padding_mask(attention_mask)
-
-
-def host_lengths(attention_mask: torch.Tensor | None, sequences: PackedSequences | None) -> torch.Tensor | None:
-    """The (B,) real-token counts of padded rows as a CPU tensor (cuDNN's packed sequences take them on the host),
-    from the collate's `sequences` of the same rows; None without them."""
-    if sequences is None or sequences.tokens is None or attention_mask is None or torch.compiler.is_compiling():
-        return None
-    sequences.check_batch(*attention_mask.shape, name="attention_mask")
-    return torch.tensor(sequences.lengths)
-
-
 def varlen_kernel(config, output_attentions: bool) -> bool:
     """Whether a kernel that takes sequence boundaries instead of a mask serves `config`: not under eager or flex,
     with relative positions, or when attention weights are requested (these need a mask)."""
     return (not output_attentions and config.relative_attention is None
             and config._attn_implementation in ("sdpa", *FLASH_IMPLEMENTATIONS))
-
-
-def varlen_attention_inputs(config, sequences: PackedSequences | None, output_attentions: bool) -> dict | None:
-    """The blocks' keywords for attention within `sequences` without a mask, or None when there are none or no such
-    kernel serves `config` (`varlen_kernel`)."""
-    if sequences is None or not varlen_kernel(config, output_attentions):
-        return None
-    return sequences.attention_inputs(config)
-
-
-def packed_rows(config, batch: int, *, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
-                sequences: PackedSequences | None = None, boundaries: dict | None = None, cache=None,
-                use_cache: bool | None = None) -> PackedSequences | None:
-    """The one detection of packed rows in a forward: `position_ids` (B or 1, T) restarting within a row and no
-    `attention_mask` (transformers' convention, as `DataCollatorWithFlattening` makes them), their documents found as
-    `packed_documents` says (the collate's `sequences`, transformers' varlen `boundaries`, else read from the
-    positions); None for unpacked rows. A configuration that cannot keep attention within documents, and a key/value
-    cache (it would hold the keys of every document of the row), are refused. Under `torch.compile` the documents are
-    left to transformers' mask, which reads the same restarts (`masks.self_attention_inputs`)."""
-    if boundaries and (position_ids is None or attention_mask is not None):
-        raise ValueError(f"{', '.join(boundaries)} delimit packed rows, which take `position_ids` restarting at "
-                         "each sequence and no `attention_mask`.")
-    if position_ids is None or attention_mask is not None or torch.compiler.is_compiling():
-        return None
-    documents = packed_documents(position_ids.expand(batch, -1), sequences, boundaries)
-    if documents is None:
-        return None
-    problem = document_masking_error(config)
-    if problem is not None:
-        raise ValueError(f"Packed rows (`position_ids` restarting within a row): {problem}.")
-    if cache is not None or use_cache:
-        raise ValueError("Packed rows (`position_ids` restarting within a row) cannot use a key/value cache: "
-                         f"pass `use_cache=False` and no `{CACHE_NAME}`, or one sequence per row.")
-    return documents
-
-
-class Unpadded:
-    """The real tokens of padded (B, T) rows laid end to end in one (1, N) row (MosaicBERT, Portes et al. 2023), and
-    the blocks' keywords for attention within each row's tokens: `gather` the inputs, run the model on them,
-    `restore` the (B, T, C) states, zero at padded positions."""
-
-    def __init__(self, sequences: PackedSequences, keywords: dict, shape: torch.Size):
-        self.sequences, self.keywords, self.shape = sequences, keywords, shape
-
-    @classmethod
-    def of(cls, config, attention_mask: torch.Tensor | None, *, sequences: PackedSequences | None, unpad_inputs: bool,
-           cross_attention: bool, kwargs: dict) -> "Unpadded | None":
-        """The unpadded rows of an encoder call (`unpad_inputs`, a 2D `attention_mask`), or None for the padded path:
-        a decoder or cross attention, hidden states or attention weights requested, no varlen kernel, or under
-        `torch.compile`. The collate's `sequences` say where the real tokens lie without a read back."""
-        output_attentions = kwargs.get("output_attentions", config.output_attentions)
-        if (not unpad_inputs or attention_mask is None or attention_mask.dim() != 2 or config.is_decoder
-                or cross_attention or torch.compiler.is_compiling()
-                or kwargs.get("output_hidden_states", config.output_hidden_states)
-                or not varlen_kernel(config, output_attentions)):
-            return None
-        real = unpadded_sequences(attention_mask, sequences)
-        return cls(real, varlen_attention_inputs(config, real, output_attentions), attention_mask.shape)
-
-    def gather(self, position_ids: torch.Tensor | None, *inputs: torch.Tensor | None) -> list[torch.Tensor | None]:
-        """(1, N) positions (those of the padded path, 0..T-1 over each row, by default) and (1, N[, C]) inputs."""
-        batch, length = self.shape
-        if position_ids is None:
-            position_ids = torch.arange(length, device=self.sequences.cu_seqlens.device)[None]
-        real = self.sequences.tokens  # (N,) indices of the real tokens in the B * T grid
-        return [x.flatten(0, 1)[real][None] if x is not None else None
-                for x in (position_ids.expand(batch, length), *inputs)]
-
-    def restore(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """(1, N, C) states of the real tokens -> (B, T, C), zeros at padded positions."""
-        batch, length = self.shape
-        restored = hidden_states.new_zeros(batch * length, hidden_states.shape[-1])
-        return restored.index_copy(0, self.sequences.tokens, hidden_states[0]).view(batch, length, -1)
 
 
 def varlen_sdpa_forward(
@@ -371,5 +253,4 @@ def varlen_sdpa_forward(
 
 
 __all__ = ["DOCUMENT_MASKING_IMPLEMENTATIONS", "FLASH_IMPLEMENTATIONS", "VARLEN_KEYWORDS", "PackedSequences",
-           "Unpadded", "document_lengths", "document_masking_error", "host_lengths", "packed_documents", "packed_rows",
-           "unpadded_sequences", "varlen_attention_inputs", "varlen_kernel", "varlen_sdpa_forward"]
+           "document_lengths", "document_masking_error", "varlen_kernel", "varlen_sdpa_forward"]
