@@ -1,18 +1,9 @@
 """How the engine draws batches: the order of an epoch's examples, and one seed per example for the collator.
 
-Exact resume and process-count independence rest on two facts. The data order of epoch `e` is a permutation
-seeded by `(seed, e)`, the same on every process (`EpochSampler`). Each example's random choices (MLM masking)
-come from a seed drawn from `(seed, epoch, example index)` (`SeededCollate`), so they never depend on which
-other examples share its batch, on prefetching, or on the number of processes.
-
-A stream (a `datasets.IterableDataset`: no length, read as training goes) is drawn by `StreamBatches` instead, in
-one canonical order for any process count: its shards read in lanes side by side (`stream_lanes`), each packed on its
-own, the lanes in turn. Process `rank` of `W` holds positions `rank`, `rank + W`, ... of each micro-batch; when `W`
-divides the shards it reads only its own lanes and the processes agree at each micro-batch whether all can fill it,
-otherwise each reads all. A pass ends for all at the same micro-batch; the position (each lane's `state_dict()` and
-count, none read ahead) resumes exactly from datasets 5.2.0 on (`stream_resume_problem`). docs/scaling.md, "Streams
-divided by shard"; `check_stream` holds what a streamed run needs.
-
+The order of epoch `e` is a permutation seeded by `(seed, e)`, the same on every process (`EpochSampler`); each
+example's random choices come from a seed of `(seed, epoch, example index)` (`SeededCollate`), never from its batch.
+A stream is drawn by `StreamBatches` in one order for any process count (docs/scaling.md, "Streams divided by
+shard"); `recipes.check_stream` holds what a streamed run needs.
 Reproducible and resumed runs: docs/reliability.md, "Reproducible runs"; streams: docs/training.md, "Streaming".
 """
 
@@ -71,11 +62,7 @@ class IndexedDataset(Dataset):
 
 class SeededCollate:
     """Calls the collator once per batch with one seed per example (`example_seed`), then checks the batch's values
-    against `limits` (`train.data.collators.value_limits`) on the CPU.
-
-    A collator that takes no `seeds` argument (one from outside Lineage) runs under the seed of the batch's first
-    example instead: reproducible, but its random choices then depend on the batch's composition.
-    """
+    against `limits` on the CPU. A collator without a `seeds` argument runs under the batch's first example's seed."""
 
     def __init__(self, collate_fn: Callable, seed: int, limits: dict[str, tuple[int, str]] | None = None):
         self.collate_fn, self.seed, self.epoch, self.limits = collate_fn, seed, 0, limits or {}
@@ -131,11 +118,9 @@ def stream_lanes(shards: int, processes: int = 1) -> int:
 
 class StreamBatches:
     """This process's micro-batches of `per_process` examples from `dataset`, a `datasets.IterableDataset` that this
-    object iterates, sets the epoch of and restores (module docstring), collated by `collate` with each example's
-    position in the pass as its index. Process `rank` of `processes` holds positions `rank`, `rank + processes`, ...
-    of every micro-batch of all processes; `peers` (`all(flag)`: whether every process's flag is true; `gather(value)`:
-    every process's value) is needed when `processes` divides the shards and each reads its own. A pass begun from
-    its start that ends before its first micro-batch raises `EmptyStreamError`."""
+    object iterates, sets the epoch of and restores, collated by `collate`. Process `rank` of `processes` holds
+    positions `rank`, `rank + processes`, ... of every micro-batch; `peers` (`all(flag)`, `gather(value)`) is needed
+    when `processes` divides the shards. A pass that ends before its first micro-batch raises `EmptyStreamError`."""
 
     def __init__(self, dataset: datasets.IterableDataset, per_process: int, collate: SeededCollate, rank: int = 0,
                  processes: int = 1, peers=None):

@@ -1,45 +1,12 @@
 """Batch collators for every Lineage family: a list of examples (``train.data.encoders``) in, one padded batch
 of tensors out. Padding happens here and nowhere else.
 
-Collators are dataclasses: ``collator(features: list[dict], seeds: list[int] | None = None) -> dict``. All pad
-dynamically to the longest sequence of the batch, optionally up to a multiple of
-``pad_to_multiple_of`` (8 suits tensor cores), on the right by default whatever ``tokenizer.padding_side``
-says (learned absolute positions then start at 0 in training). Labels are -100 wherever no loss is taken.
-
-- ``PaddingCollator``: classification, NLI, token classification, QA (``start_positions`` /
-  ``end_positions``), multiple choice (features whose ``input_ids`` is a list of choices).
-- ``MaskedLMCollator``: BERT's masking. Per sequence exactly ``round(15% x n)`` of the n non-special,
-  non-padding tokens are selected (BERT's ``num_to_predict``, at least one); each selected token becomes
-  ``[MASK]`` with probability 80%, a random non-special token 10%, itself 10%. Optional whole-word
-  masking selects WordPiece words (a token and its ``##`` continuations) until the budget is met.
-  Masks are drawn anew for every batch (dynamic masking, as RoBERTa; BERT masked once per
-  ``dupe_factor`` copy offline). Passes ``token_type_ids`` and ``next_sentence_label`` through.
-- ``CausalLMCollator``: ``labels`` = ``input_ids`` (the model shifts), -100 on padding. Packed blocks
-  (``train.data.encoders.pack_documents``) carry ``position_ids`` restarting at each document: they get no
-  ``attention_mask`` (the model reads documents from the restarts), padding takes position 0 (so each pad
-  token is a sequence of its own), and labels are -100 at every position 0, so no document's first token is
-  predicted from the end of the previous one (nor any padding). They also get the documents' boundaries as
-  transformers' ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` gives them (``cu_seq_lens_q`` /
-  ``cu_seq_lens_k``, int32 starts of the flattened B * T tokens' documents plus the end; ``max_length_q`` /
-  ``max_length_k``, Python ints), which flash-attn's varlen kernel takes as they are.
-- ``Seq2SeqCollator``: ``input_ids``, ``attention_mask`` and ``labels`` (-100 on padding); the model derives
-  its decoder inputs from the labels (teacher forcing).
-
-Every batch also carries ``packed_sequences`` (``modeling.packing.PackedSequences.for_batch``): where its sequences
-lie, found here on the CPU (the real tokens of padded rows, or the documents of packed ones, with SDPA's bucket
-index), which moves to the device with the batch (Accelerate calls its ``to``), so that the Lineage models' training
-forward reads none of it back from the device (the models find it from their tensors when called without it).
-
-``check_batch_values(batch, value_limits(model))`` checks a collated batch's token ids, token types, positions and LM
-labels against the model's ranges while the batch is still on the CPU, and its sequence boundaries against its
-tokens; the engine runs it on every batch and then turns the model's own value checks (which would read the values
-back from the accelerator) off around its forward (``modeling.checks.value_checks``).
-
-Randomness (masking) comes from torch's global generator unless ``seed`` is given. ``seeds``, one per
-example, makes each example's random choices depend on its seed alone, not on the rest of its batch: the
-engine (``train.data.batching.SeededCollate``) passes them so that masks do not depend on batch
-composition, prefetching or the number of processes; collators without randomness ignore them.
-
+``collator(features: list[dict], seeds: list[int] | None = None) -> dict`` pads to the batch's longest sequence
+(optionally up to ``pad_to_multiple_of``), on the right whatever ``tokenizer.padding_side`` says; labels are -100
+wherever no loss is taken. Every batch also carries ``packed_sequences`` (``modeling.packing.PackedSequences``), found
+here on the CPU so the training forward reads nothing back from the device. ``seeds`` (one per example, from
+``train.data.batching.SeededCollate``) make each example's random choices independent of its batch; without them
+randomness comes from ``seed`` or torch's global generator.
 Padding, packing and the checks on the CPU in a run: docs/training.md, "The engine"; docs/performance.md.
 """
 
@@ -81,7 +48,8 @@ def pad_sequences(sequences: Sequence[Sequence[int]], value: int, multiple_of: i
 
 @dataclass
 class PaddingCollator:
-    """Pads every sequence feature and stacks every scalar one (see the module docstring)."""
+    """Pads every sequence feature and stacks every scalar one: classification, token classification, QA,
+    multiple choice (features whose ``input_ids`` is a list of choices)."""
 
     tokenizer: PreTrainedTokenizerBase
     pad_to_multiple_of: int | None = None
@@ -150,9 +118,8 @@ def value_limits(model) -> dict[str, tuple[int, str]]:
 
 
 def check_batch_values(batch: dict, limits: dict[str, tuple[int, str]]) -> None:
-    """Run the model's own range checks (`modeling.checks`) on a collated batch's values (`value_limits`; `labels` may
-    also be -100), whatever `value_checks` says around the training forward, and check its sequence boundaries
-    (`check_sequence_boundaries`)."""
+    """Run the model's own range checks (`modeling.checks`) on a collated batch's values (`labels` may also be -100)
+    and its sequence boundaries, on the CPU: the engine then turns the model's checks off around its forward."""
     check_sequence_boundaries(batch)
     try:
         with value_checks(True):
@@ -200,7 +167,8 @@ def check_sequence_boundaries(batch: dict) -> None:
 
 @dataclass
 class MaskedLMCollator(PaddingCollator):
-    """BERT's masked-LM corruption on top of dynamic padding (see the module docstring)."""
+    """BERT's masking, drawn anew for every batch: per sequence ``round(mlm_probability x n)`` (at least one) of the n
+    non-special tokens, or whole WordPiece words, become ``[MASK]`` (80%), a random token (10%) or stay (10%)."""
 
     mlm_probability: float = 0.15
     mask_replace_prob: float = 0.8
@@ -296,7 +264,9 @@ class MaskedLMCollator(PaddingCollator):
 
 @dataclass
 class CausalLMCollator(PaddingCollator):
-    """Blocks (or unpacked sequences) for next-token prediction; labels are the inputs."""
+    """Next-token prediction; labels are the inputs (the model shifts), -100 on padding. Packed blocks (with
+    `position_ids` restarting at each document) get no attention mask, labels -100 at every position 0, and
+    transformers' flash-attn boundaries (`cu_seq_lens_q/k`, `max_length_q/k`)."""
 
     def __call__(self, features: list[dict], seeds: Sequence[int] | None = None) -> dict:
         batch = super().__call__(features)

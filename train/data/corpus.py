@@ -2,41 +2,10 @@
 training script runs offline and a small model shows real learning within minutes on a CPU.
 
 ``default_corpus(task, split="train", seed=0, size=None) -> datasets.Dataset`` builds one task;
-``generate_records(...)`` returns the same rows as plain dicts. The same (task, split, seed, size)
-always gives the same rows, on any machine and Python hash seed. Splits are disjoint by construction:
-every candidate row has a key (its text, or the number being translated) whose CRC-32 assigns it to
-exactly one of train (80%), validation (10%) or test (10%), and each split keeps only its own rows.
-
-Tasks (columns; what there is to learn). What small models trained from scratch reached on each, and the
-bag-of-words baselines: docs/training.md, "The embedded corpus".
-
-- ``documents`` (``text``, ``sentences``, ``kind``): multi-sentence documents with a coherent order --
-  biographies told chronologically (birth, studies, work, marriage, later life, death), travel diaries
-  whose every day starts in the city the previous day ended in, and recipes ordered First / Then /
-  Finally. For MLM + NSP and causal LM. The next sentence really follows (years rise, pronouns agree,
-  the destination becomes the next origin), so NSP is learnable.
-- ``translation`` (``source``, ``target``): English number words into German number words, bare
-  ("seventy-two" -> "zweiundsiebzig", "three thousand four hundred five" -> "dreitausendvierhundertfünf")
-  or inside short sentences whose German word order differs ("We saw ... yesterday." -> "Wir haben
-  gestern ... gesehen."). German writes units before tens, so the model must reorder. Numbers below
-  100 are always in train; larger test numbers never occur in train.
-- ``sentiment`` (``text``, ``label`` negative/positive, balanced): reviews whose polarity comes from
-  the adjective, flipped by negation ("was not good", "did not like"), and decided by the clause after
-  "but" in contrast sentences, so a bag of words cannot represent the flips.
-- ``nli`` (``premise``, ``hypothesis``, ``label`` entailment/neutral/contradiction, balanced): the
-  premise states facts about one or two people (city, job, favourite colour, age, birthplace; each has
-  exactly one value). The hypothesis asks about one person and one slot, positively or negated.
-  Entailment / contradiction follow when that fact is stated; neutral when it is not, even if the same
-  value appears elsewhere ("Ben lives in Oslo" says nothing about Anna). The label is drawn first and
-  the hypothesis's slot, polarity and value are independent of it, so neither side alone predicts it.
-- ``ner`` (``tokens``, ``ner_tags`` over O, B-/I-PER, B-/I-LOC, B-/I-ORG): CoNLL-style sentences about
-  people, cities and organisations, with multi-word entities ("Rio de Janeiro") and names that are also
-  cities ("Florence", "Austin", "Sydney", "Victoria"), which only the context disambiguates.
-- ``qa`` (``id``, ``title``, ``context``, ``question``, ``answers`` as in SQuAD 2.0): questions about a
-  biography; about a third are unanswerable because the context omits the fact or names another
-  person (empty ``answers``).
-
-Generation is pure Python, in memory, for the default sizes (``DEFAULT_SIZES``).
+``generate_records(...)`` returns the same rows as plain dicts. The same (task, split, seed, size) always gives the
+same rows, on any machine and Python hash seed. Splits are disjoint: each candidate row's key (its text, or the number
+translated) goes by CRC-32 to exactly one of train (80%), validation (10%) or test (10%).
+The tasks, what there is to learn in each and what small models reached: docs/training.md, "The embedded corpus".
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
 """Building model examples from text: pure functions over a tokenizer, the step between reading data and
 collating batches. ``train.data.model_inputs`` runs them inside ``Dataset.map`` (batched); they are usable on their
-own:
-
-- ``create_nsp_examples(documents, tokenizer, max_length, ...)``: BERT's sentence-pair instances
-  (``create_instances_from_document`` of google-research/bert): chunks of whole sentences up to a target
-  length (10% of documents get a random shorter target), split at a random sentence boundary into A and
-  B; half the time B is replaced by text from another document and the unused sentences are put back;
-  ``truncate_seq_pair`` then trims the longer side, one token at a time, from the front or the back at
-  random. Labels: ``next_sentence_label`` 0 = B follows A, 1 = B is random (transformers' convention).
-  Departures: a chunk always holds at least two sentences when the document has them (BERT forces
-  "random" for a one-sentence chunk, which skews the label rate above 50%), so the label is a fair coin;
-  a document's lone leftover final sentence is skipped; the random document is drawn among the others.
-- ``pack_sequences(token_lists, block_size, separator_id)``: causal-LM packing. Each document is
-  followed by the end-of-text token, the stream is cut into blocks of exactly ``block_size``; every
-  token appears exactly once, in order, with no padding. The final partial block is dropped unless
-  ``drop_last=False`` (it is then shorter and the collator pads it). ``pack_documents`` gives the same
-  blocks with ``position_ids`` restarting at each document, from which the model keeps attention within
-  documents (packing without cross-document attention).
-- ``encode_classification`` (BERT ``[CLS] a [SEP] b [SEP]`` / GPT ``[START] a [DELIM] b [EXTRACT]``,
-  whichever template the tokenizer carries), ``encode_seq2seq`` (``a </s>`` -> labels ``b </s>``),
-  ``encode_causal_lm`` (no template), ``encode_token_classification`` (word labels on the first
-  sub-token, -100 on the others and on special tokens), ``encode_qa`` (answer character spans to
-  start/end token positions through offset mappings; long contexts split into windows with
-  ``doc_stride`` overlapping tokens; answers missing from a window point at position 0, ``[CLS]``).
-
+own: ``create_nsp_examples`` (BERT's sentence pairs, as google-research/bert's ``create_instances_from_document``, with
+the departures in docs/models.md, "Departures from the papers"), ``pack_sequences`` / ``pack_documents`` (causal-LM
+blocks), and the ``encode_*`` functions of the fine-tuning tasks.
 Data formats and columns by task: docs/training.md, "Data".
 """
 

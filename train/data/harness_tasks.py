@@ -1,15 +1,8 @@
 """The data of the lm-evaluation-harness tasks Lineage ships (`train/configs/tasks/`), drawn from the embedded corpus's
 test split (`train.data.corpus`), so they run offline and never overlap what the tiny recipes train on.
 
-Each function is a task's `custom_dataset` (`!function train.data.harness_tasks.<name>` in its YAML): the harness
-calls it with the task's metadata and the model's arguments as keywords, which the data does not depend on, and gets
-a `DatasetDict` with one `test` split.
-
-- `cloze`: the last sentence of a travel diary, "On <day>, <name> returned home to ___", whose answer is the city the
-  trip began in; the choices are every city of the diary (a multiple-choice cloze in the manner of LAMBADA);
-- `translation`: English number phrases and their German translations (a generation task);
-- `documents`: whole documents (biographies, travel diaries, recipes) for rolling-window perplexity.
-
+Each function is a task's `custom_dataset` (`!function train.data.harness_tasks.<name>` in its YAML), called with
+keywords the data does not depend on, returning a `DatasetDict` with one `test` split. The tasks:
 docs/evaluation.md ("The shipped tasks").
 """
 

@@ -3,24 +3,9 @@ every task that has classes: a label per row (sequence classification, NLI) or a
 classification, a list per row).
 
 `class_labels(train, validation, column, sources)` returns the class names and both splits with the label column as
-class ids:
-
-- a `ClassLabel` column (or a list of them) keeps its names;
-- strings (`pos` / `neg`, `B-PER` / `O`) become class ids in sorted order, as `datasets`' `ClassLabel` would number
-  them; the names go into the model config's `id2label` / `label2id`;
-- integers are class ids `0..max` of the training data;
-- a tag of -100 marks a word that the loss and the metrics skip (transformers' ignore index, the value its token
-  classification collator pads labels with), never a class;
-- a float, a negative id, a value of another type than the rest, or a validation label the training data never
-  shows is refused naming the file, the line as an editor counts it (`train.data.files.row_location`), the column,
-  the word for a tag, and the value; `-1` (GLUE's unlabelled test rows) is skipped with a count, the whole row, when
-  the recipe sets `skip_unlabeled`;
-- a training split of a single class is refused unless the recipe sets `allow_single_class` (a file sorted by label
-  and cut by `train_size` keeps one class). An error about a split that was cut (it holds fewer rows than it was read
-  with) says so: "sorted.csv (its first 200 rows: train_size)".
-
-A streamed training split (`streamed_class_labels`) takes the classes its features declare, which the validation
-split must declare alike. The user's view: docs/training.md, "Labels and sequence lengths".
+class ids (strings in sorted order, as `datasets`' `ClassLabel`; -100 marks a word to skip), refusing bad labels with
+the file, line, column and value; `streamed_class_labels` takes a stream's declared classes. The rules:
+docs/training.md, "Labels and sequence lengths".
 """
 
 from __future__ import annotations

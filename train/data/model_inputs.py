@@ -33,11 +33,8 @@ def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, ta
                      **encoder_kwargs) -> AnyDataset:
     """``dataset.map`` of the task's batch encoder (``train.data.encoders.encode_*``), batched.
 
-    ``encoder_kwargs`` go to the encoder: column names (``text_column``, ``text_pair_column``,
-    ``label_column``, ``source_column``, ``target_column``, ``tokens_column``, ``tags_column``) and
-    lengths (``max_length``, ``max_source_length``, ``max_target_length``, ``doc_stride``). Task
-    ``mlm`` encodes single texts with the template and no labels (the collator masks them).
-    """
+    ``encoder_kwargs`` (column names and lengths) go to the encoder. Task ``mlm`` encodes single texts with the
+    template and no labels (the collator masks them)."""
     if task not in _ENCODERS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     if task == "mlm":
@@ -74,15 +71,8 @@ def prepare_causal_lm_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenize
                               num_proc: int | None = None, source: str = "the corpus"):
     """Documents tokenized without templates and packed into ``block_size`` blocks joined by the end-of-text token
     (``tokenizer.eos_token``): rows of ``input_ids``, and with ``pack_documents`` ``position_ids`` restarting at each
-    document (``encoders.pack_documents``).
-
-    A ``Dataset`` is prepared once into a store of its tokens (``train.data.token_store``: ``num_proc`` processes,
-    reused by every later run on the same data and tokenizer) and its blocks are slices of it
-    (``token_store.CausalBlocks``);
-    one shorter than a block (``source`` names it in the error) is refused with both numbers. A stream is packed
-    lazily, ``token_store.ROWS_PER_BATCH`` documents at a time (``datasets.IterableDataset.map``, so its position can be
-    saved and restored): the tail of each group of documents that fills no block is dropped, as transformers'
-    ``run_clm.py`` drops it."""
+    document. A ``Dataset`` shorter than a block is refused; a stream is packed ``token_store.ROWS_PER_BATCH``
+    documents at a time, the tail of each group that fills no block dropped (as transformers' ``run_clm.py``)."""
     if tokenizer.eos_token_id is None:
         raise MissingSpecialTokenError("causal-LM packing needs an end-of-text token (eos_token)")
     if isinstance(dataset, datasets.IterableDataset):
@@ -138,13 +128,8 @@ def prepare_nsp_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase,
                         num_proc: int | None = None, source: str = "the corpus"):
     """BERT's sentence pairs (``input_ids``, ``token_type_ids`` and, with ``next_sentence``, ``next_sentence_label``)
     for MLM + NSP (``encoders.nsp_pair_index``). Documents are rows: a list of sentences in ``sentences_column`` when
-    the dataset has it, otherwise ``text_column`` split by ``split_sentences``.
-
-    A ``Dataset`` is prepared once into a store of its sentences' tokens (``train.data.token_store``, reused by later
-    runs; its document and sentence counts printed) and the pairs are an index of token ranges built once per
-    ``max_length``, ``seed``, ``short_seq_prob`` and ``dupe_factor`` (``token_store.SentencePairs``): memory does not
-    grow with the corpus. A stream is paired lazily, ``token_store.ROWS_PER_BATCH`` documents at a time, the random next
-    sentences drawn from the other documents of the same group."""
+    the dataset has it, otherwise ``text_column`` split by ``split_sentences``. A stream is paired
+    ``token_store.ROWS_PER_BATCH`` documents at a time, the random next sentences drawn from the same group."""
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise MissingSpecialTokenError("next-sentence examples need a tokenizer with [CLS] and [SEP]")
     if isinstance(dataset, datasets.IterableDataset):

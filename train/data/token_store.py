@@ -1,36 +1,11 @@
 """A pretraining corpus tokenized once, in parallel, into a compact store that every later run reuses.
 
-`prepared_store(dataset, tokenizer, layout, column=..., num_proc=...)` returns the `TokenStore` of `dataset`'s
-`column` under `tokenizer`: opened from `cache_folder()/prepared/<key>/` when a run prepared it before (in any output
-folder), else written there first. The key hashes what the tokens depend on: the corpus (a loaded file's or Hub
-dataset's fingerprint, or the texts themselves for data held in memory), the tokenizer's whole definition, the layout
-and the column. Nothing rereads the corpus once it is prepared: sizes come from the store's record.
-
-Two layouts:
-
-- `documents` (GPT): every row's tokens followed by the end-of-text token, end to end, as `encoders.pack_sequences`
-  lays them; causal-LM blocks are plain slices of it (`CausalBlocks`), and with `pack_documents` their positions
-  restart at the documents' starts, which the store keeps (`items.npy`). No block, no position is stored per token.
-- `sentences` (BERT): every sentence of every document (a `sentences` column, or the text cut by
-  `encoders.split_sentences`), sentences without tokens and documents without sentences left out, as
-  `encoders.create_nsp_examples` reads them; BERT's sentence pairs are then an index of token ranges
-  (`SentencePairs`), built once per pairing recipe and kept in the store beside the tokens.
-
-On disk: `tokens.bin` (the ids, uint16 where the vocabulary fits in 65,536, else uint32, read memory-mapped),
-`items.npy` (int64 (n + 1,): where each document, or sentence, starts in `tokens.bin`), for sentences
-`documents.npy` (int64 (d + 1,): each document's first sentence), and `store.json` (the record: layout, counts, what
-it was made from, how long it took, each file's size, and a checksum of itself). About 2 bytes per token plus 8 per
-document or sentence. A store is checked against its record when it is opened: one with a file missing or of
-another size, or whose record does not match its checksum, raises `DamagedStoreError`, and `prepared_store` prints
-why and prepares it again.
-
-Preparation shards the rows into `num_proc` contiguous parts (`datasets.Dataset.shard`; at most one per row and per
-usable core, `process_count`), each tokenized by its own process into its own part files; the parts are then joined
-in order. Everything is written into a staging folder that is renamed into place at the end, so a stopped preparation
-leaves no store behind, and the staging folder of a process that no longer runs is deleted by the next preparation.
-Under several launched processes the first of each machine prepares and the others open its store; a lock beside
-the store (`staging.exclusive`) lets one process prepare it where machines share the cache.
-
+`prepared_store(dataset, tokenizer, layout, ...)` returns the `TokenStore` of `dataset`'s column under `tokenizer`,
+opened from `cache_folder()/prepared/<key>/` when a run prepared it before, else written there first (in parallel,
+through a staging folder renamed into place). Layouts: `documents` (GPT: each document's tokens and the end-of-text
+token, end to end; blocks are slices, `CausalBlocks`) and `sentences` (BERT: every sentence, paired by an index of
+token ranges, `SentencePairs`). A store whose files do not match its record raises `DamagedStoreError` and is
+prepared again.
 The user's view and `lineage prepare`: docs/training.md, "Pretraining corpora: prepared once"; figures:
 docs/performance.md.
 """
@@ -96,9 +71,8 @@ def store_damage(folder: Path) -> str | None:
 
 
 class TokenStore:
-    """A prepared corpus (module docstring): `tokens` (memory-mapped ids), `items` (each item's start, and the end),
-    `documents` (each document's first sentence, `sentences` layout), and its record `info`. Opening it checks its
-    files against its record (`store_damage`; `DamagedStoreError`)."""
+    """A prepared corpus: `tokens` (memory-mapped ids), `items` (each item's start, and the end), `documents` (each
+    document's first sentence, `sentences` layout) and its record `info`; opening it checks its files."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -136,10 +110,8 @@ def tokenizer_digest(tokenizer: PreTrainedTokenizerBase) -> str:
 
 
 def data_key(dataset, columns: list[str]) -> str | None:
-    """What identifies `dataset`'s `columns` without reading them: its fingerprint when it was loaded from files or
-    the Hub (datasets derives it from the data files and every transform since; `files.load_text_dataset` names a
-    file's config by its content fingerprint, so an edit that keeps the size and mtime changes it too); None for data
-    made in memory, whose fingerprint is random, and for a stream."""
+    """What identifies `dataset`'s `columns` without reading them: its fingerprint when loaded from files or the Hub
+    (a file's content fingerprint, `files.load_text_dataset`); None for data made in memory and for a stream."""
     if isinstance(dataset, datasets.Dataset) and dataset.cache_files:
         return hashlib.sha256(f"{dataset._fingerprint} {columns}".encode()).hexdigest()
     return None
