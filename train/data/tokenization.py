@@ -1,38 +1,10 @@
-"""Tokenizers for every Lineage family, trained with the `tokenizers` library and saved in the standard
-files (``tokenizer.json``, ``tokenizer_config.json``) so that ``AutoTokenizer.from_pretrained(folder)``
-loads them with no project code (it returns transformers' generic ``TokenizersBackend``, the v5
-``PreTrainedTokenizerFast``; the templates live in ``tokenizer.json``'s post-processor and survive).
-
-| family (aliases) | model | special tokens (ids in this order) | ``tok(a)`` / ``tok(a, b)`` |
-|---|---|---|---|
-| ``bert`` | WordPiece, uncased by default (BERT's normalizer and pre-tokenizer, ``##`` continuations) | ``[PAD] [UNK] [CLS] [SEP] [MASK]`` | ``[CLS] a [SEP]`` / ``[CLS] a [SEP] b [SEP]``, ``token_type_ids`` 0 / 1 |
-| ``gpt`` | byte-level BPE (GPT-2 style, no unknown token, case kept) | ``[PAD] [START] [DELIM] [EXTRACT] <\\|endoftext\\|>`` | ``[START] a [EXTRACT]`` / ``[START] a [DELIM] b [EXTRACT]`` |
-| ``seq2seq`` (``transformer``, ``rnn``) | BPE over NFKC text with SentencePiece-style ``▁`` word starts, punctuation split off; one vocabulary for source and target | ``<pad> <s> </s> <unk>`` | ``a </s>`` / ``a </s> b </s>`` |
-
-Conventions the models and the engine rely on:
-
-- Pad id 0 for every family. ``config_kwargs_from_tokenizer`` gives what a model config needs
-  (``vocab_size``, ``pad_token_id``, ``bos/eos_token_id``, ``decoder_start_token_id``).
-- GPT pretraining text is tokenized with ``add_special_tokens=False`` and documents are joined by
-  ``<|endoftext|>`` (the tokenizer's ``eos_token`` and ``bos_token``, as in GPT-2); fine-tuning inputs
-  get the ``[START] ... [EXTRACT]`` templates and the head reads the ``[EXTRACT]`` position. The
-  ``text-generation`` pipeline tokenizes with the tokenizer default, so pass it
-  ``add_special_tokens=False`` to prompt a pretrained model with plain text.
-- GPT's ``padding_side`` is ``"left"``: batched ``generate`` needs it, and a classification head that
-  reads the last non-pad position finds ``[EXTRACT]`` either way. The training collators pad on the
-  right whatever the tokenizer says (learned absolute positions then start at 0); see collators.py.
-- Seq2seq sources are ``a </s>``, targets (``tok(text_target=b)``) are labels ``b </s>``; the decoder
-  starts from ``<s>`` (``decoder_start_token_id`` = ``bos_token_id``) and stops at ``</s>``.
-- ``model_max_length`` is saved with the tokenizer (default 512; pass the model's
-  ``max_position_embeddings``).
-
-API: ``train_tokenizer(family, texts, vocab_size, ...)``, ``load_tokenizer(path, family)``,
-``check_special_tokens(tokenizer, family)``, ``config_kwargs_from_tokenizer(tokenizer, family)``,
-``special_token_names(family)``, ``check_not_a_file(path, argument)``, ``reused_or_trained(family, texts, vocab_size,
-...)`` (a tokenizer trained on a bounded sample, kept in ``cache_folder()`` and reused for the same sample). Errors:
-``MissingSpecialTokenError``, ``VocabularySizeError``, ``TokenizerPathError``, ``EmptyVocabularyError`` (special tokens
-only: ``check_vocabulary``), all ``ValueError``.
-"""  # noqa: E501 (the table's rows)
+"""Tokenizers for every Lineage family: trained with the `tokenizers` library (`train_tokenizer`, or
+`reused_or_trained` from `cache_folder()`), loaded and checked (`load_tokenizer`, `check_special_tokens`,
+`check_tokenizer_matches_model`), and a pretrained one completed for the family's tasks (`complete_for_family`).
+Saved in the standard files, they load with `AutoTokenizer.from_pretrained(folder)` and no project code; the
+templates live in tokenizer.json's post-processor (`install_template`). Each family's model, special tokens (pad id 0)
+and templates, and the conventions the models and collators rely on: docs/using.md ("Tokenizers").
+"""
 
 from __future__ import annotations
 
@@ -140,26 +112,63 @@ def _trainer(family: str, vocab_size: int, min_frequency: int, show_progress: bo
     return trainers.BpeTrainer(**common)
 
 
-def _post_processor(family: str, tok: Tokenizer) -> processors.PostProcessor:
-    ids = {t: tok.token_to_id(t) for t in _SPECIALS[family]}
+def install_template(backend: Tokenizer, family: str, cls: str = "[CLS]", sep: str = "[SEP]") -> None:
+    """Set the family's ``tok(a)`` / ``tok(a, b)`` template (module docstring) as ``backend``'s post-processor, after
+    the offsets step of a byte-level BPE; ``save_pretrained`` keeps it in tokenizer.json. ``cls`` / ``sep``: a
+    pretrained BERT vocabulary's own names for them."""
     if family == "bert":
-        return processors.TemplateProcessing(
-            single="[CLS] $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])])
+        single, pair, tokens = f"{cls} $A:0 {sep}:0", f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1", (cls, sep)
+    elif family == "gpt":
+        single, pair, tokens = "[START] $A [EXTRACT]", "[START] $A [DELIM] $B [EXTRACT]", tuple(GPT_SPECIAL_TOKENS[1:4])
+    else:
+        single, pair, tokens = "$A </s>", "$A </s> $B </s>", ("</s>",)
+    template = processors.TemplateProcessing(single=single, pair=pair,
+                                             special_tokens=[(t, backend.token_to_id(t)) for t in tokens])
+    byte_level = type(backend.pre_tokenizer).__name__ == "ByteLevel"
+    backend.post_processor = (processors.Sequence([processors.ByteLevel(trim_offsets=True), template])
+                              if byte_level else template)
+
+
+def complete_for_family(tokenizer, family: str, templates: bool = True) -> list[str]:
+    """Add to a pretrained `tokenizer` the special tokens and template `family`'s tasks need (`templates`: GPT's
+    classification templates); returns the added tokens."""
+    vocab = tokenizer.get_vocab()
+    roles: dict[str, str] = {}
+    extra: list[str] = []
     if family == "gpt":
-        template = processors.TemplateProcessing(
-            single="[START] $A [EXTRACT]", pair="[START] $A [DELIM] $B [EXTRACT]",
-            special_tokens=[(t, ids[t]) for t in ("[START]", "[DELIM]", "[EXTRACT]")])
-        return processors.Sequence([processors.ByteLevel(trim_offsets=True), template])
-    return processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
-                                         special_tokens=[("</s>", ids["</s>"])])
+        if tokenizer.eos_token is None:
+            roles.update(eos_token=END_OF_TEXT, bos_token=END_OF_TEXT)
+        elif tokenizer.bos_token is None:
+            roles["bos_token"] = str(tokenizer.eos_token)
+        if tokenizer.pad_token is None:
+            roles["pad_token"] = GPT_SPECIAL_TOKENS[0]
+        if templates:
+            extra = [t for t in GPT_SPECIAL_TOKENS[1:4] if t not in vocab]
+    elif family == "bert":
+        defaults = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                    "mask_token": "[MASK]"}
+        roles = {role: token for role, token in defaults.items() if getattr(tokenizer, role) is None}
+    else:
+        defaults = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}
+        roles = {role: token for role, token in defaults.items() if getattr(tokenizer, role) is None}
+    new = [t for t in dict.fromkeys([*roles.values(), *extra]) if t not in vocab]
+    if roles or extra:
+        present = [str(t) for t in getattr(tokenizer, "extra_special_tokens", None) or []]
+        tokenizer.add_special_tokens({**roles, "extra_special_tokens": present + extra} if extra else roles)
+    if family == "gpt" and templates:
+        install_template(tokenizer.backend_tokenizer, family)
+    elif family == "bert":
+        install_template(tokenizer.backend_tokenizer, family, str(tokenizer.cls_token), str(tokenizer.sep_token))
+        if "token_type_ids" not in tokenizer.model_input_names:
+            tokenizer.model_input_names = [*tokenizer.model_input_names, "token_type_ids"]
+    return new
 
 
 def wrap_tokenizer(family: str, backend: Tokenizer, model_max_length: int = 512) -> PreTrainedTokenizerFast:
     """Install the family's template on a trained backend and wrap it for transformers."""
     family = canonical_family(family)
     _check_backend_specials(family, backend)
-    backend.post_processor = _post_processor(family, backend)
+    install_template(backend, family)
     extra = [t for t in _SPECIALS[family] if t not in _ROLES[family].values()]
     inputs = ["input_ids", "token_type_ids", "attention_mask"] if family == "bert" else ["input_ids", "attention_mask"]
     return PreTrainedTokenizerFast(
@@ -430,4 +439,4 @@ __all__ = ["FAMILIES", "BERT_SPECIAL_TOKENS", "GPT_SPECIAL_TOKENS", "SEQ2SEQ_SPE
            "minimum_vocab_size", "train_tokenizer", "wrap_tokenizer", "check_special_tokens",
            "load_tokenizer", "config_kwargs_from_tokenizer", "TokenizerMismatchError", "check_tokenizer_matches_model",
            "TokenizerPathError", "check_not_a_file", "EmptyVocabularyError", "check_vocabulary", "only_special_tokens",
-           "CacheFolderError", "cache_folder"]
+           "CacheFolderError", "cache_folder", "install_template", "complete_for_family"]

@@ -14,11 +14,9 @@ from pathlib import Path
 
 import transformers
 from accelerate import PartialState
-from tokenizers import processors
 
 from train.data.tokenization import (
-    END_OF_TEXT,
-    GPT_SPECIAL_TOKENS,
+    complete_for_family,
     load_tokenizer,
     only_special_tokens,
     reused_or_trained,
@@ -47,7 +45,7 @@ def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, temp
     else:
         chosen = own
     before = len(chosen)
-    added = _complete(chosen, source.family, templates)
+    added = complete_for_family(chosen, source.family, templates)
     if added:
         PartialState().print(f"tokenizer: added {' '.join(added)} to the checkpoint's {type(chosen).__name__} "
                              f"({before} -> {len(chosen)} tokens)")
@@ -79,54 +77,6 @@ def _check_same_vocabulary(chosen, own, source: ModelSource, name: str) -> None:
         raise ModelSourceError(
             f"recipe key 'tokenizer': {name!r} has {chosen.vocab_size} tokens but --model {source.name!r} has "
             f"{source.config.vocab_size} embedding rows (vocab_size): it is not this checkpoint's tokenizer")
-
-
-def _complete(tokenizer, family: str, templates: bool) -> list[str]:
-    """Add to `tokenizer` what `family`'s Lineage tasks need and it lacks; returns the added tokens."""
-    vocab = tokenizer.get_vocab()
-    roles: dict[str, str] = {}
-    extra: list[str] = []
-    if family == "gpt":
-        if tokenizer.eos_token is None:
-            roles.update(eos_token=END_OF_TEXT, bos_token=END_OF_TEXT)
-        elif tokenizer.bos_token is None:
-            roles["bos_token"] = str(tokenizer.eos_token)
-        if tokenizer.pad_token is None:
-            roles["pad_token"] = GPT_SPECIAL_TOKENS[0]
-        if templates:
-            extra = [t for t in GPT_SPECIAL_TOKENS[1:4] if t not in vocab]
-    elif family == "bert":
-        defaults = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
-                    "mask_token": "[MASK]"}
-        roles = {role: token for role, token in defaults.items() if getattr(tokenizer, role) is None}
-    else:
-        defaults = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}
-        roles = {role: token for role, token in defaults.items() if getattr(tokenizer, role) is None}
-    new = [t for t in dict.fromkeys([*roles.values(), *extra]) if t not in vocab]
-    if roles or extra:
-        present = [str(t) for t in getattr(tokenizer, "extra_special_tokens", None) or []]
-        tokenizer.add_special_tokens({**roles, "extra_special_tokens": present + extra} if extra else roles)
-    if family == "gpt" and templates:
-        _install_template(tokenizer, "[START] $A [EXTRACT]", "[START] $A [DELIM] $B [EXTRACT]",
-                          ("[START]", "[DELIM]", "[EXTRACT]"))
-    elif family == "bert":
-        _install_template(tokenizer, f"{tokenizer.cls_token} $A:0 {tokenizer.sep_token}:0",
-                          f"{tokenizer.cls_token}:0 $A:0 {tokenizer.sep_token}:0 $B:1 {tokenizer.sep_token}:1",
-                          (str(tokenizer.cls_token), str(tokenizer.sep_token)))
-        if "token_type_ids" not in tokenizer.model_input_names:
-            tokenizer.model_input_names = [*tokenizer.model_input_names, "token_type_ids"]
-    return new
-
-
-def _install_template(tokenizer, single: str, pair: str, tokens: tuple[str, ...]) -> None:
-    """Set the tokenizer's template (kept by `save_pretrained`: it lives in tokenizer.json), after the byte-level
-    offsets step of a byte-level BPE."""
-    backend = tokenizer.backend_tokenizer
-    template = processors.TemplateProcessing(single=single, pair=pair,
-                                             special_tokens=[(t, tokenizer.convert_tokens_to_ids(t)) for t in tokens])
-    byte_level = type(backend.pre_tokenizer).__name__ == "ByteLevel"
-    backend.post_processor = (processors.Sequence([processors.ByteLevel(trim_offsets=True), template])
-                              if byte_level else template)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
