@@ -1,9 +1,5 @@
-"""Lineage: from-scratch, Hugging Face-compatible implementations of the classic attention architectures.
-
-Importing this package registers every family with `AutoConfig` and the matching `AutoModel*` classes, so
-`AutoModelForMaskedLM.from_config(LineageBertConfig())` and `from_pretrained(folder)` work without
-`trust_remote_code` in a process that imported `modeling`; saved folders also carry their code for processes
-that did not.
+"""Lineage: from-scratch, Hugging Face-compatible implementations of the classic attention architectures. Importing it
+registers every family with `AutoConfig` and the `AutoModel*` classes; saved folders also carry their code.
 """
 
 import transformers

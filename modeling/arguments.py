@@ -1,13 +1,6 @@
-"""The keyword contract of every Lineage forward: the cache under the name the installed transformers uses, the old
-name still honoured, and no keyword swallowed.
-
-transformers 5.24 renamed the cache argument of a forward, and the field of its output classes, from
-`past_key_values` to `cache` (`generate()` passes `cache=`). A forward whose `**kwargs` takes whatever it is given
-would drop a renamed argument without a word, so `@forward_arguments` accepts the cache under either name, shows
-the installed name in the signature transformers inspects, and refuses by name every keyword that is neither a
-parameter of the forward nor one that transformers passes to every model (`TRANSFORMERS_KEYWORDS`). Where the
-installed name is `cache`, the old one gives the `FutureWarning` transformers' own forwards give
-(`deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")`), once per call site.
+"""The keyword contract of every Lineage forward: the cache under the name the installed transformers uses
+(`past_key_values` became `cache` in 5.24; the old name still honoured, with transformers' `FutureWarning`), and no
+keyword swallowed: `@forward_arguments` refuses by name a keyword the forward does not take.
 """
 
 import functools

@@ -1,12 +1,8 @@
 """Input checks of the Lineage models: raised before any kernel runs, naming the argument and the allowed range.
 
-Checks that read tensor values (id ranges, a static cache's length) would break a compiled graph
-(`torch.compile(fullgraph=True)` refuses data-dependent branches): they run eagerly, and compiled code is trusted to
-have been run eagerly once. Shape checks read static shapes and run under compile too.
-
-Each value check reads a tensor back to the host, which on an accelerator waits for every queued kernel. A training
-loop whose batches were already checked where they were built (on the CPU) turns them off around its forward with
-`value_checks(False)`; direct calls (inference, user code) keep them.
+Value checks read a tensor back to the host (a sync on an accelerator) and would break a compiled graph: they run
+eagerly only, and a training loop whose batches were checked on the CPU turns them off with `value_checks(False)`.
+Shape checks run under compile too.
 """
 
 from collections.abc import Iterator

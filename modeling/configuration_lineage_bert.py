@@ -11,21 +11,7 @@ from .configuration_lineage_common import LineageConfig
 
 
 class LineageBertConfig(LineageConfig):
-    r"""Configuration of `LineageBertModel` and its heads.
-
-    Args (besides those of `LineageConfig`):
-        type_vocab_size: number of segment ids (`token_type_ids`); 2 for sentence A / sentence B.
-        pad_token_id: id of `[PAD]`; its embedding row is kept at zero and receives no gradient.
-        bos_token_id, eos_token_id: ids that start and end generation (`LineageBertLMHeadModel`), as transformers'
-            `BertConfig` has them.
-        classifier_dropout: dropout before classification heads; `None` uses `hidden_dropout_prob`.
-        tie_word_embeddings: tie the masked-LM decoder to the word embeddings (the paper does).
-        is_decoder: causal self-attention (each token sees only earlier ones), for `LineageBertLMHeadModel` and the
-            decoder of an `EncoderDecoderModel`; positions then continue from the key/value cache.
-        add_cross_attention: add a cross-attention sublayer to every block, attending to `encoder_hidden_states`;
-            requires `is_decoder`.
-        use_cache: return a key/value cache from a decoder's forward passes outside training (generation).
-    """
+    """Configuration of `LineageBertModel` and its heads; its fields: docs/models.md, "Configuration fields"."""
 
     model_type = "lineage-bert"
     weight_token_ids = ("pad_token_id",)  # the word embedding's `padding_idx`

@@ -1,25 +1,9 @@
-"""Configuration fields and checks shared by every Lineage family.
+"""Configuration fields and checks shared by every Lineage family; a bad value fails with a `ValueError` naming the
+field and the allowed values before any weight is allocated.
 
-Each family config (`configuration_lineage_<family>.py`) subclasses `LineageConfig`, overrides the defaults of
-its paper, and adds its own fields. The checks here run when a config is built, so a bad value fails with a
-`ValueError` naming the field and the allowed values before any weight is allocated.
-
-Special-token ids: those that index a weight (`weight_token_ids`: an embedding's `padding_idx`) must lie in
-[0, vocab_size) always. Those that only name a token (`metadata_token_ids`: to start or end generation, to find a
-position) must too when a config is built in code, but a stored config (`from_dict`: a saved folder, a reference
-model being converted) keeps them as they are with a warning, as transformers does: a GPT-2 config with
-`vocab_size=99` keeps GPT-2's `eos_token_id=50256`, and its model runs in transformers and in Lineage alike.
-
-Positions: `position_embedding_type` names a family's absolute encoding (`"absolute"`, the learned table of BERT and
-GPT; the Transformer's `"sinusoidal"` or `"learned"`) or relative position representations (Shaw et al. 2018,
-"Self-Attention with Relative Position Representations"): `"relative"` (learned vectors for the clipped distance
-added to keys and values inside self-attention) or `"relative-keys"` (keys only). Relative models have no absolute
-positions unless `absolute_and_relative` is set.
-
-Names: the attention families take their fields under other names too (`attribute_map`, as T5's and Marian's configs:
-`d_model`, `d_ff`, `num_heads`, `num_layers`; the paper's `d_k` / `d_v` when they agree with the head size), and every
-config refuses a keyword that reads like a size but no field takes, which transformers would keep as an unused
-attribute; a stored config keeps such a keyword with a warning (docs/models.md, "Creating, saving and loading").
+Special-token ids that index a weight (`weight_token_ids`) must lie in [0, vocab_size); those that only name a token
+(`metadata_token_ids`) must too in a config built in code, while a stored config (`from_dict`) keeps them with a
+warning, as transformers does. Fields also go by other names (`attribute_map`: `d_model`, `d_ff`, `num_heads`, ...).
 
 This module imports `transformers` only (never torch): it is copied beside saved models.
 """
@@ -162,39 +146,8 @@ class LineageBaseConfig(PreTrainedConfig):
 
 
 class LineageConfig(LineageBaseConfig):
-    r"""Fields common to all families. Defaults are BERT-base's; families override them.
-
-    Args:
-        vocab_size: number of tokens in the vocabulary.
-        hidden_size: model width (d_model).
-        num_hidden_layers: number of blocks (per stack for encoder-decoders).
-        num_attention_heads: heads per attention layer; must divide `hidden_size`.
-        intermediate_size: inner width of the feed-forward sublayer (d_ff).
-        hidden_act: feed-forward activation, one of `relu`, `gelu` (exact erf), `gelu_new` (tanh
-            approximation, as GPT-2), `silu`.
-        gated_ffn: use the gated feed-forward `down(act(gate(x)) * up(x))` instead of `down(act(up(x)))`.
-        hidden_dropout_prob: dropout on embeddings and on every sublayer output.
-        attention_probs_dropout_prob: dropout on attention probabilities.
-        max_position_embeddings: longest sequence the position table covers.
-        initializer_range: standard deviation of the normal initialisation.
-        layer_norm_eps: LayerNorm epsilon.
-        norm_position: `"post"` (`LayerNorm(x + Sublayer(x))`, the original papers) or `"pre"`
-            (`x + Sublayer(LayerNorm(x))`, as GPT-2, with a final LayerNorm).
-        position_embedding_type: the family's absolute encoding (`absolute_position_types`: `"absolute"` for BERT and
-            GPT), `"relative"` (Shaw et al. 2018: a^K and a^V added to keys and values in every self-attention; never
-            in cross-attention, as in the paper) or `"relative-keys"` (a^K only).
-        max_relative_position: the clipping distance k of the relative models: distances j - i are clipped to
-            [-k, k], so each self-attention layer learns 2k + 1 vectors of head size for keys (and as many for
-            values), shared by its heads. Required (an integer >= 1) with `relative*`, unset otherwise.
-        absolute_and_relative: with `relative*`, keep the absolute position embeddings too (the Transformer's then
-            are sinusoidal, as in the paper's comparison); without it a relative model has no absolute positions.
-        pad_vocab_to_multiple_of: `None` (the default) or a positive integer m: the token embedding and the output
-            layer get `padded_vocab_size` = ceil(vocab_size / m) * m rows (64: GPT-2's 50257 -> 50304), so the
-            output matmul has tensor-core friendly shapes. `vocab_size` stays the tokenizer's size: ids at or past
-            it are refused as inputs and labels, returned logits cover the real vocabulary only (the padded columns
-            are sliced off), so no softmax, loss or `generate()` ever sees a padded id. The padded rows receive no
-            gradient; `to_transformers` drops them.
-    """
+    """Fields common to all families (defaults are BERT-base's; families override them); each field: docs/models.md,
+    "Configuration fields"."""
 
     absolute_position_types = ("absolute",)  # the values of `position_embedding_type` that give absolute positions
     # the papers' and other libraries' names of the fields, read and written through (as T5's and Marian's configs)

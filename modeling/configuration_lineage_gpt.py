@@ -12,21 +12,7 @@ from .configuration_lineage_common import LineageConfig
 
 
 class LineageGptConfig(LineageConfig):
-    r"""Configuration of `LineageGptModel` and its heads.
-
-    Args (besides those of `LineageConfig`):
-        pad_token_id: id of `[PAD]`. Classification heads find the `[EXTRACT]` token (the last non-padding one)
-            from `attention_mask`, else from `input_ids != pad_token_id`; a batch of several rows with neither is
-            refused. `None` when the vocabulary has no padding token.
-        bos_token_id: id that starts generation when no prompt is given (`[START]` or the end-of-text token).
-        eos_token_id: id that ends a generated sequence (the end-of-text token).
-        tie_word_embeddings: tie the LM head to the token embeddings (both papers do).
-        use_cache: return a key/value cache from forward passes outside training (generation).
-        classifier_dropout: dropout before the classification heads; `None` uses `hidden_dropout_prob`.
-        lm_loss_weight: weight of the auxiliary language-modelling loss that the classification heads add to their
-            loss when labels are given (section 3.2: L3 = L2 + lambda * L1). The paper uses 0.5; the default 0.0
-            trains on the classification loss alone, as transformers' sequence-classification heads do.
-    """
+    """Configuration of `LineageGptModel` and its heads; its fields: docs/models.md, "Configuration fields"."""
 
     model_type = "lineage-gpt"
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache output before and from transformers 5.24

@@ -1,27 +1,9 @@
 """Weights to and from the transformers reference models, with identical outputs.
 
-`from_transformers(model)` takes an instance of a supported transformers class (for example a
-`BertForPreTraining` loaded with `from_pretrained("google-bert/bert-base-uncased")`) and returns the matching
-Lineage model; `to_transformers(model)` goes back. Each reference family contributes its `Conversion`s
-(`conversion_bert.py`, `conversion_gpt.py`, `conversion_marian.py`, built from `conversion_base.py`): the pair of
-classes, the config translation both ways and the state-dict translation both ways.
-
-A reference model converts whenever transformers loads it: its config is read as a stored one (`from_dict`), so
-special-token ids that index no weight (GPT-2's `eos_token_id=50256` in a config with a smaller vocabulary) are kept
-with a warning, as transformers keeps them; everything that shapes a weight or an output is checked.
-
-Supported pairs:
-    BertModel, BertForPreTraining, BertForMaskedLM, BertLMHeadModel (decoder, with cross attention),
-    BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering  <->  LineageBert*
-    OpenAIGPTModel, OpenAIGPTLMHeadModel, OpenAIGPTForSequenceClassification  <->  post-norm LineageGpt*
-    GPT2Model, GPT2LMHeadModel, GPT2ForSequenceClassification  <->  pre-norm LineageGpt*
-    MarianModel, MarianMTModel  <->  LineageTransformerModel, LineageTransformerForConditionalGeneration
-
-A padded vocabulary (`pad_vocab_to_multiple_of`) converts: `to_transformers` drops the padding rows of the embedding,
-the output layer and its biases; `from_transformers(model, pad_vocab_to_multiple_of=64)` adds them.
-
-Models with relative position representations (`position_embedding_type="relative"` or `"relative-keys"`) have no
-transformers counterpart: `to_transformers` refuses them.
+`from_transformers(model)` takes an instance of a supported transformers class and returns the matching Lineage
+model; `to_transformers(model)` goes back. Each reference family contributes its `Conversion`s (`conversion_bert.py`,
+`conversion_gpt.py`, `conversion_marian.py`, built from `conversion_base.py`). The supported pairs, padded
+vocabularies and what is refused: docs/models.md, "Converting to and from transformers".
 """
 
 import copy

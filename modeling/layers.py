@@ -1,20 +1,10 @@
 """The shared core of every Lineage family: attention, feed-forward, norms, residual blocks, the block loop, positions.
 
-Follows "Attention Is All You Need" (Vaswani et al. 2017, section 3): scaled dot-product multi-head attention,
-position-wise feed-forward, residual sublayers with LayerNorm, sinusoidal or learned positions. One attention
-module serves bidirectional (BERT, encoder), causal (GPT, decoder) and cross attention; the kernel is chosen
-through transformers' attention interface (`config._attn_implementation`: `eager`, `sdpa`, flash where
-installed). Key/value caching goes through transformers' `Cache` classes (`DynamicCache` for decoder-only
-models, `EncoderDecoderCache` for encoder-decoders).
-
-Departures from the paper, all selected by config: pre-norm (`x + Sublayer(LayerNorm(x))`, as GPT-2) besides
-the paper's post-norm; a gated feed-forward variant; the split sin/cos position layout used by Marian; relative
-position representations in self-attention (Shaw et al. 2018, "Self-Attention with Relative Position
-Representations"; its distance rows and kernels are in `relative_positions.py`, and `LineageAttention` says which
-kernel runs when).
-
-Elsewhere: the output layer and its losses (`losses.py`), the projections' CPU kernel (`linear.py`), packed
-sequences (`packing.py`), the base class of every model (`pretrained.py`).
+Follows "Attention Is All You Need" (Vaswani et al. 2017, section 3). One attention module serves bidirectional,
+causal and cross attention; the kernel is chosen through transformers' attention interface
+(`config._attn_implementation`), the cache through transformers' `Cache` classes. Departures, by config: pre-norm
+(as GPT-2), a gated feed-forward, Marian's split sin|cos positions, relative positions (Shaw et al. 2018,
+`relative_positions.py`).
 
 Dimension legend:
     B  batch size

@@ -1,8 +1,4 @@
-"""`LineageLinear`: `nn.Linear` with oneDNN's matmul for CPU inference (engineering, not a paper's layer).
-
-Every projection of the Lineage families is a `LineageLinear`; its parameters and checkpoint keys are
-`nn.Linear`'s, so weights convert to and from transformers unchanged.
-"""
+"""`LineageLinear`: `nn.Linear` with oneDNN's matmul for CPU inference; its parameters and keys are `nn.Linear`'s."""
 
 import torch
 from torch import nn

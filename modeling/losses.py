@@ -1,9 +1,6 @@
-"""The output layer of every family's language-model head and its losses: `lm_output` (the logits over the real
-vocabulary of a padded output layer, `vocab_logits`, and the loss), the LM loss computed without the (N, V) logits
-(`lm_head_loss`: chunked in PyTorch, or Liger Kernel's fused kernel on CUDA), which the heads use in training
-(`skips_logits`), the labelled positions of sparse prediction and the seq2seq cross-entropy.
-
-Dimension legend as in `layers.py`; V' is the number of rows of a padded output layer (`padded_vocab_size`).
+"""The output layer of every family's language-model head and its losses: `lm_output` (logits over the real vocabulary
+of a padded output layer, and the loss), the LM loss without the (N, V) logits (`lm_head_loss`: chunked, or Liger's
+fused kernel on CUDA), sparse prediction and the seq2seq cross-entropy. Dimension legend as in `layers.py`.
 """
 
 import importlib.util

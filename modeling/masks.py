@@ -1,6 +1,5 @@
 """The blocks' attention masks: transformers' causal or bidirectional mask over the padding, kept within each packed
-document, or a varlen kernel's keywords instead (`packing.py` finds the sequences). The collate's `PackedSequences`
-answer on the host what the mask functions would read back from the device.
+document; the collate's `PackedSequences` answer on the host what the mask functions would read back.
 """
 
 import torch

@@ -1,25 +1,15 @@
 """BERT (Devlin et al. 2018): a bidirectional Transformer encoder pretrained with masked-LM and next-sentence
 prediction (section 3.1), and its fine-tuning heads (section 4).
 
-Follows the paper and the reference implementation: token + segment + learned position embeddings summed and
-normalised, post-norm encoder blocks with exact GELU, a tanh pooler over `[CLS]`, a masked-LM head (dense, GELU,
-LayerNorm, decoder tied to the word embeddings with its own bias) and a two-way NSP classifier. Weights convert to and
-from transformers' `Bert*` models (`conversion_bert.py`) with identical outputs. As in transformers' BERT,
-`is_decoder=True` makes the blocks causal, with a key/value cache, and `add_cross_attention=True` adds cross attention
-to `encoder_hidden_states`: `LineageBertLMHeadModel` is then the decoder of a bert2bert `EncoderDecoderModel`.
+Token + segment + learned position embeddings, post-norm blocks with exact GELU, a tanh pooler over `[CLS]`, a
+masked-LM head tied to the word embeddings and a two-way NSP classifier, convertible to and from transformers'
+`Bert*` (`conversion_bert.py`). As in transformers, `is_decoder=True` makes the blocks causal with a cache and
+`add_cross_attention=True` adds cross attention (the decoder of a bert2bert `EncoderDecoderModel`).
 
-Departures, by config only: `norm_position="pre"` moves each LayerNorm before its sublayer, drops the embedding
-LayerNorm and adds a final one; `position_embedding_type` `"relative"` / `"relative-keys"` gives relative position
-representations (Shaw et al. 2018) instead of (or, with `absolute_and_relative`, besides) the learned positions.
-Packed rows (`position_ids` restarting within a row, no `attention_mask`) attend within each sequence
-(`layout.SequenceLayout`), where transformers' BERT lets them see each other.
-
-Training options, per call (a saved model's outputs never depend on how it was trained): `sparse_prediction=True`
-runs the masked-LM head at labelled positions only (`losses.lm_output`); `unpad_inputs=True` runs an encoder with
-absolute positions under sdpa or flash attention on the real tokens only (MosaicBERT, Portes et al. 2023;
-`layout.SequenceLayout`), when neither hidden states nor attention weights are requested. Outputs at real positions are
-the padded path's; `last_hidden_state` is zero at padded positions, so a left-padded row's pooled output and a loss
-that reads padded positions (question answering's softmax) differ.
+Training options, per call: `sparse_prediction=True` runs the masked-LM head at labelled positions only;
+`unpad_inputs=True` runs an encoder under sdpa or flash on the real tokens only (MosaicBERT, Portes et al. 2023;
+`layout.SequenceLayout`). Outputs at real positions are the padded path's; `last_hidden_state` is zero at padded
+positions. Departures by config (pre-norm, relative positions, packed rows): docs/models.md.
 """
 
 from dataclasses import dataclass

@@ -1,27 +1,12 @@
 """GPT (Radford et al. 2018, "Improving Language Understanding by Generative Pre-Training"): a decoder-only
 Transformer language model and its fine-tuning heads.
 
-Follows the paper and its reference code: token + learned position embeddings, causal post-norm blocks with the
-tanh-approximated GELU, an LM head tied to the token embeddings (section 3.1). Fine-tuning (section 3.2-3.3)
-reads the final hidden state at the `[EXTRACT]` token through a bias-free linear layer W_y, for single texts
-(`[START] text [EXTRACT]`), pairs (`[START] premise [DELIM] hypothesis [EXTRACT]`) and multiple choice (each
-`[START] context [DELIM] answer [EXTRACT]` scored, softmax over the choices), and can add `lm_loss_weight` times
-the LM loss of the same input (L3 = L2 + lambda * L1). `norm_position="pre"` gives GPT-2 (Radford et al. 2019):
-LayerNorm before each sublayer, a final LayerNorm, residual projections initialised with std / sqrt(2 * layers).
-Weights convert to and from transformers' `OpenAIGPT*` (post-norm) and `GPT2*` (pre-norm) (`conversion_gpt.py`).
-
-Departures from the references:
-- positions follow `attention_mask` (cumulative count of real tokens), so a left-padded row gives the outputs of
-  the same row unpadded; transformers' OpenAIGPT numbers positions 0..T-1 regardless of padding;
-- the `[EXTRACT]` position is the last non-padding token, found from `attention_mask` (or `pad_token_id`), not
-  passed as an index (`mc_token_ids`);
-- `generate()` refuses, before any forward pass, a prompt or `max_new_tokens` that would run past the position
-  table, where the references fail part-way through with an index error;
-- by config, relative position representations (Shaw et al. 2018, `position_embedding_type="relative"`) in place
-  of (or besides) the learned positions, with distances between the same positions (`relative_positions.key_positions`).
-
-Packed rows (`position_ids` restarting at each document, no `attention_mask`, as `DataCollatorWithFlattening` makes
-them) attend within each document (`layout.SequenceLayout`).
+Token + learned position embeddings, causal post-norm blocks with tanh-approximated GELU, an LM head tied to the
+token embeddings (section 3.1). Fine-tuning (sections 3.2-3.3) reads the final state at the `[EXTRACT]` token through
+a bias-free W_y, for single texts, pairs and multiple choice, and can add `lm_loss_weight` times the LM loss
+(L3 = L2 + lambda * L1). `norm_position="pre"` gives GPT-2 (Radford et al. 2019). Weights convert to and from
+`OpenAIGPT*` and `GPT2*` (`conversion_gpt.py`). Positions follow `attention_mask`, so a left-padded row gives the
+outputs of the same row unpadded; other departures: docs/models.md.
 """
 
 import math

@@ -1,40 +1,16 @@
 """The RNN encoder-decoder and the attention that came before the Transformer, with `generate()`.
 
-- Sutskever et al. 2014 / Cho et al. 2014 (`attention="none"`): the encoder squeezes the source into its final
-  state, the fixed "thought vector" that initialises the decoder (through `bridge`); `reverse_source` is
-  Sutskever's trick of reading the source backwards.
-- Bahdanau et al. 2014 (`"bahdanau"`, RNNsearch): a bidirectional encoder gives annotations `h_i`; before each
-  step the previous decoder state is scored against every annotation, `e_ti = v^T tanh(W s_{t-1} + U h_i)`, and
-  the context `c_t = sum_i a_ti h_i` enters the recurrent step with the previous target word
-  (`s_t = f(s_{t-1}, y_{t-1}, c_t)`); the deep output is a maxout over `U_o s_t + V_o E y_{t-1} + C_o c_t`
-  (appendix A.2.2, with the new state `s_t` of the main text's `g(y_{t-1}, s_t, c_t)`).
-- Luong et al. 2015 (`"luong-dot" | "luong-general" | "luong-concat"`): the current decoder state `h_t` is scored
-  (`h_t^T h_i`, `h_t^T W_a h_i`, `v^T tanh(W_a [h_t; h_i])`) and the prediction reads the attentional state
-  `h~_t = tanh(W_c [c_t; h_t])`, which input feeding (section 3.3) concatenates to the next step's input.
+- Sutskever et al. 2014 / Cho et al. 2014 (`attention="none"`): the source squeezed into the encoder's final state,
+  which initialises the decoder (`bridge`); `reverse_source` reads the source backwards.
+- Bahdanau et al. 2014 (`"bahdanau"`, RNNsearch): the previous decoder state scored against every annotation,
+  `e_ti = v^T tanh(W s_{t-1} + U h_i)`; the context enters the recurrent step; a maxout deep output (appendix A.2.2).
+- Luong et al. 2015 (`"luong-dot" | "luong-general" | "luong-concat"`): the current state scored, the prediction
+  reads `h~_t = tanh(W_c [c_t; h_t])`, which input feeding (section 3.3) hands to the next step.
 
-Speed: the encoder runs through `nn.GRU` / `nn.LSTM` over packed sequences (cuDNN / oneDNN kernels), packed by the
-source lengths that the collators' `packed_sequences` carry on the host when given. The decoder
-runs the whole target in one call where the architecture allows (`none`, Luong without input feeding); Bahdanau and
-input feeding need one step per position. Every time-independent projection of the annotations (`U h_i`, `W_a h_i`)
-is computed once per source and kept in the cache during generation.
-Under `torch.compile` (which traces neither the fused kernels nor packed sequences) the same recurrences run
-position by position through the cell functions (`cell_rnn`), the encoder's padding handled by a mask, and the
-input checks that read tensor values become assertion ops: the training forward and backward compile in one graph.
-
-Generation goes through transformers' `GenerationMixin`; `LineageRnnCache` carries the recurrent state, the
-input-feeding vector and the projected annotations between steps and reorders them for beam search. Alignments
-(`output_attentions=True`) come back as `cross_attentions`: a tuple with one (B, 1, T, S) tensor, the layout of the
-Transformer family's per-layer (B, H, T, S) tuple with one attention "layer" and one "head"; padding gets weight 0.
-
-Departures: the two encoder directions split `hidden_size` (annotations and decoder states have one width);
-`bridge="linear"` maps both directions' final states (RNNsearch maps the backward one); weights start uniform in
-[-initializer_range, initializer_range] as Sutskever and Luong (RNNsearch drew Gaussian and orthogonal weights).
-`output_hidden_states` gives two tensors per side, the embeddings and the top states (the stacked recurrent kernels
-do not expose the layers between).
-
-The model's and the head's forwards are the encoder-decoders' shared plumbing (`seq2seq.py`), so the RNN's output
-layer is the other families' (`losses.lm_output`): the loss without the logits in training (`return_logits`),
-`sparse_prediction`, and a vocabulary padded by `pad_vocab_to_multiple_of`.
+The encoder runs `nn.GRU` / `nn.LSTM` over packed sequences; the decoder runs the whole target in one call where the
+architecture allows (`none`, Luong without input feeding), else one step per position; under `torch.compile` the
+cells run position by position (`cell_rnn`). `LineageRnnCache` carries the state between generation steps.
+Alignments come back as `cross_attentions`, one (B, 1, T, S) tensor. Departures: docs/models.md.
 
 Shapes: B batch, S source length, T target length (of this call), E embedding size, C hidden size, L layers,
 V vocabulary size.

@@ -1,27 +1,11 @@
 """The encoder-decoder Transformer (Vaswani et al. 2017, "Attention Is All You Need"), with `generate()`.
 
-An encoder of N bidirectional self-attention blocks and a decoder of N blocks with masked self-attention,
-encoder-decoder (cross) attention and feed-forward (section 3.1), both built from the shared `LineageBlock`.
-Source and target tokens share one embedding matrix, multiplied by sqrt(d_model), which is also the pre-softmax
-projection (section 3.4); positions are sinusoidal (section 3.5); dropout acts on the sums of embeddings and
-positions and on every sublayer output (section 5.4); the loss is cross-entropy over the target, label-smoothed
-(section 5.4) when `config.label_smoothing` > 0 (the translation recipes set the paper's 0.1; the default 0.0 is the
-NLL). Following the annotated transformer, `LineageTransformerModel` has separate `encode` and `decode` steps; as
-in transformers' Marian, encoder and decoder are pretrained models of their own, so each collects its hidden states
-and attentions through transformers' output capture (`@capture_outputs`). Generation goes through
-transformers' `GenerationMixin` with an `EncoderDecoderCache` (the encoder runs once, cross-attention keys/values
-are projected once, self-attention keys/values are cached); a `max_new_tokens` (or `max_length`) that would run past
-the decoder's positions is refused before the first decoding step (`checks.check_generation_length`).
-
-Departures, by config only (see `LineageTransformerConfig`): pre-norm (with a final LayerNorm per stack), learned
-positions, Marian's split sin|cos layout, relative position representations (Shaw et al. 2018) in the encoder's and
-the decoder's self-attention instead of (or besides) the sinusoids, an untied output projection and a fixed logits
-bias. Weights convert to and from transformers' `MarianModel` / `MarianMTModel` (`conversion_marian.py`) with
-identical outputs. The model's and the head's forwards are the encoder-decoders' shared plumbing (`seq2seq.py`).
-
-Initialisation, which the paper does not give: token embeddings ~ N(0, d_model^-1/2) (as tensor2tensor and fairseq)
-so that the scaled embeddings have unit variance like the sinusoids they are added to; other weights as the shared
-base class (normal with `initializer_range`).
+An encoder of N bidirectional blocks and a decoder of N blocks with masked self-attention and cross attention
+(section 3.1), both of the shared `LineageBlock`. Source and target share one embedding matrix, scaled by
+sqrt(d_model), which is also the pre-softmax projection (section 3.4); sinusoidal positions (section 3.5); the loss
+label-smoothed when `config.label_smoothing` > 0 (section 5.4). As in transformers' Marian, encoder and decoder are
+pretrained models of their own, each capturing its hidden states and attentions. Weights convert to and from
+`MarianModel` / `MarianMTModel` (`conversion_marian.py`); departures by config: docs/models.md.
 
 Shapes: B batch, S source length, T target length (of this call), C hidden size, V vocabulary size.
 """

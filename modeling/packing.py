@@ -1,19 +1,10 @@
-"""Sequences laid end to end: packed documents (GPT) and unpadded rows (BERT), and the attention that keeps each
-sequence to itself (flash-attn's varlen kernel, or SDPA over length buckets). `LineageAttention`
-(`layers.py`) runs `varlen_sdpa_forward` when a model hands its blocks `packed_sequences`.
+"""Sequences laid end to end, packed documents (GPT) or unpadded rows (BERT), and the attention that keeps each to
+itself: flash-attn's varlen kernel, or SDPA over length buckets (`varlen_sdpa_forward`).
 
-Where the sequences of a batch lie is known on the CPU when the batch is collated: the collators
-(`train.data.collators`) build `PackedSequences.for_batch` there, SDPA's bucket index included, and hand it to the
-model as `packed_sequences`, which moves to the device with the batch (`PackedSequences.to`, which Accelerate's
-`send_to_device` calls). A forward handed it reads nothing back from the device: neither the documents of packed rows,
-nor the real tokens that unpadding gathers, nor whether padded rows hold padding at all, which transformers' mask
-functions would otherwise test on the device to drop an all-ones mask (`masks.mask_inputs`). A forward called without it
-(a user's call, `generate()`, an evaluation pipeline) finds the same sequences from its tensors, reading them back.
-
-A base model's forward finds its rows' sequences once (`layout.SequenceLayout`) and asks them for its blocks'
-attention inputs: these boundaries for a varlen kernel, else a mask (`masks.py`).
-
-Dimension legend as in `layers.py`; L is the length of a flattened stream of tokens.
+The collators build `PackedSequences.for_batch` on the CPU and hand it to the model as `packed_sequences`, so that a
+forward reads nothing back from the device; a forward called without it finds the same sequences from its tensors
+(`layout.SequenceLayout`). Why: docs/performance.md. Dimension legend as in `layers.py`; L is the length of a
+flattened stream of tokens.
 """
 
 import copy

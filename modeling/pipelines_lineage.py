@@ -1,26 +1,10 @@
 """Pipelines that transformers 5 no longer ships, for Lineage models: translation, text2text generation and
 extractive question answering.
 
-transformers 5 removed its `translation`, `text2text-generation` and `question-answering` pipelines. A Lineage
-model folder brings its own through transformers' custom-pipeline mechanism: `save_pretrained`
-(`LineagePreTrainedModel` in pretrained.py) writes a `custom_pipelines` entry for each task its head serves
-(`custom_pipelines_for`) and copies this file beside the model code, so that in any process
-
-    pipeline("translation", model=folder, trust_remote_code=True)
-    pipeline("question-answering", model=folder, trust_remote_code=True)
-
-load the model with its tokenizer and run batched (`batch_size=`), on whatever device the pipeline is given.
-
-Translation and text2text generation call `generate()` on an encoder-decoder (`LineageTransformer...`,
-`LineageRnn...`): `num_beams`, `max_new_tokens` and every other generation parameter are passed through.
-Without a length setting, at most 256 new tokens are generated, fewer if the model has fewer positions.
-
-Question answering follows the SQuAD procedure of BERT (section 4.2) as transformers 4's pipeline did: a
-context longer than `max_seq_len` is cut into windows overlapping by `doc_stride` tokens; in each window the
-start and end probabilities are softmaxes over the context tokens and the first token ([CLS]); a span scores
-p(start) * p(end) with start <= end < start + `max_answer_len`; the `top_k` best spans over all windows are
-returned with character offsets into the context. `handle_impossible_answer=True` adds the empty answer,
-scored p([CLS] start) * p([CLS] end) (the lowest over windows), which wins when it scores higher.
+`save_pretrained` writes a `custom_pipelines` entry for each task a head serves (`custom_pipelines_for`) and copies
+this file beside the model code, so that `pipeline("translation", model=folder, trust_remote_code=True)` works in
+any process. Generation parameters pass through to `generate()` (at most 256 new tokens by default); question
+answering follows BERT's SQuAD procedure (section 4.2) as transformers 4's pipeline did (docs/using.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Relative position representations (Shaw et al. 2018, "Self-Attention with Relative Position Representations"):
-the distance rows `clip(j - i, k) + k` of every query-key pair, and the two kernels that add the relative tables to
-attention without gathering a (T, S, D) tensor of vectors. `layers.eager_attention_forward` and
-`layers.sdpa_relative_keys_forward` use them; a model computes the rows once per forward
-(`relative_attention_inputs`) and hands them to every block.
-
-Dimension legend as in `layers.py`.
+"""Relative position representations (Shaw et al. 2018): the distance rows `clip(j - i, k) + k` of every query-key
+pair, computed once per forward (`relative_attention_inputs`), and the kernels that add the relative tables to
+attention without a (T, S, D) tensor. Dimension legend as in `layers.py`.
 """
 
 import torch

@@ -1,7 +1,6 @@
-"""What the encoder-decoders (the Transformer and the RNN) share around their papers' encoder and decoder: the base
-model's plumbing (`Seq2SeqBase`: check both sides, encode once, cache, decode), the language-model head's
-(`Seq2SeqLMBase`: teacher forcing, the output layer and its loss), and the checks of decoder inputs against their
-source. Each family supplies `encode`, `_decode`, `_check_target`, `as_encoder_outputs` and `_new_cache`.
+"""What the encoder-decoders share: the base model's forward (`Seq2SeqBase`), the LM head's (`Seq2SeqLMBase`: teacher
+forcing, output layer, loss) and the checks of decoder inputs. A family supplies `encode`, `_decode`,
+`_check_target`, `as_encoder_outputs` and `_new_cache`.
 """
 
 from typing import Unpack
