@@ -3,22 +3,12 @@
     python -m train.attention_maps --model outputs/bert-pretrain-tiny/model --text "the cat sat" --output_dir maps/bert
     python -m train.attention_maps --model outputs/bert-nli/model --text "a man sleeps" --text_pair "he is awake" \\
         --layers 0,1 --heads 0,2 --output_dir maps/nli
-    python -m train.attention_maps --model outputs/main-job/translation/model --text "seventy-two" --output_dir maps/mt
     python -m train.attention_maps --model my-marian-as-lineage --text "..." --target "..." --output_dir maps/forced
 
-`--model` is a folder saved by `save_pretrained` (a training run's `<output_dir>/model`, or a model imported
-with `modeling.conversion.from_transformers` and saved), a Hub id, or a folder of a supported transformers
-reference model (converted on load); the tokenizer comes from the same place. The model runs once on the
-eager kernel with `output_attentions=True`. A sequence-to-sequence model reads `--text` as the source and
-forces `--target` through the decoder, or, without `--target`, the tokens it generates itself (greedy, or
-beam search with `--num_beams`). `--layers` / `--heads` select what is drawn and saved (default: all).
-
-Output (`train.analysis.attention_plots` lists the files): PNG heatmaps (layer x head grid, each layer's heads at
-full size, the cross-attention alignment averaged over heads), `<kind>.npy` weights (layers, heads, rows,
-columns) with `tokens.json`, and `attention.html` (plus bertviz's views with the `viz` extra). Everything is
-written to a temporary folder beside `--output_dir` and moved into place at the end: a failed run leaves
-`--output_dir` as it was. `--output_dir` must be new or empty; `--overwrite_output_dir` replaces an earlier output of
-this command, and a folder holding anything else is refused whatever the flag (`train.run.run_folder`).
+`--model` is a saved Lineage folder, a Hub id or a supported transformers reference model (converted on load). A
+sequence-to-sequence model reads `--text` as the source and forces `--target`, or its own output, through the
+decoder. The files written (`train.analysis.attention_plots`) go through a temporary folder, so a failed run leaves
+`--output_dir` as it was. docs/using.md, "Attention maps".
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-"""Average the weights of checkpoints or model folders of one run into a loadable model folder (checkpoint averaging,
-as fairseq's `average_checkpoints.py`, OpenNMT-py and joeynmt do for the last checkpoints of a run).
+"""Average the weights of checkpoints or model folders of one run into a loadable model folder.
 
     lineage average outputs/mt/checkpoints/step-300 outputs/mt/checkpoints/step-400 --output_dir outputs/mt-avg
     lineage average outputs/mt/model outputs/mt/checkpoints/step-300 --output_dir outputs/mt-avg
 
 Each input is a checkpoint folder (`<output_dir>/checkpoints/step-N`) or a saved Lineage model folder; all must share
-the model config and vocabulary (refused otherwise, naming the first difference), and every tensor is averaged
-(`train.run.averaging`). The output takes its class, code and tokenizer from the first model folder among the inputs,
-else from the run's published `model/` beside the checkpoints, with a card naming the inputs. `--output_dir` must be
-new, empty, or an earlier output of this command; it is written beside and moved into place, and no input changes.
-The recipe key `average_last_checkpoints` does the same at the end of training. docs/evaluation.md ("Averaging
+the model config and vocabulary (`train.run.averaging`). The output takes its class, code and tokenizer from the
+first model folder among the inputs, else from the run's published `model/`. docs/evaluation.md ("Averaging
 checkpoints").
 """
 

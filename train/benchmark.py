@@ -1,28 +1,12 @@
 """Time training steps (and greedy generation) of a model preset, alone or against its transformers reference.
 
     python -m train.benchmark --model gpt-117m --task causal-lm --batch_size 8 --seq_length 128 --steps 10 --reference
-    lineage benchmark --model transformer-base --config sinusoidal_layout=split --task seq2seq --batch_size 8 \
-        --seq_length 64 --reference --generate
     lineage benchmark --model gpt-124m-prenorm --task causal-lm --mixed_precision bf16 --compile --json bench.json
 
-`--model` is read as every command reads it (`train.setup.models`): a preset, a config.json, or a folder or Hub id of a
-Lineage model or of a transformers checkpoint (its converted config); the weights are random either way.
-
-A training step is zero_grad, forward with labels, backward and an AdamW step on random tokens of the full length
-(`train.analysis.throughput`). `--warmup` steps run first and are not timed (they include compilation with
-`--compile`); then `--steps` steps are timed one by one and the median is reported as ms/step, tokens/s (B x T per
-step; for seq2seq the target positions, the source having the same length), achieved TFLOP/s (the FLOP formula
-in `train.analysis.throughput`), MFU against the GPU's peak (`--peak_tflops` overrides the table; no MFU column on a
-CPU) and peak memory (CUDA: `max_memory_allocated` during a step; CPU: the process's peak RSS).
-
-`--reference` builds the transformers reference model from the same weights (`modeling.conversion.to_transformers`:
-OpenAIGPT for post-norm GPT presets, GPT-2 for pre-norm ones, BERT, Marian) and times its steps interleaved with
-Lineage's, so machine noise hits both alike; `ratio` = reference ms / Lineage ms (above 1: Lineage is faster).
-`--compile` compiles both (`train.run.compilation`). `--generate` also times greedy generation of
-`--max_new_tokens` tokens from the `--seq_length` prompt (causal LM) or source (seq2seq) with the dynamic cache and
-with the static cache and a compiled forward (for models that declare `_can_compile_fullgraph`). `--json FILE`
-writes the table with its settings into a new file (`--overwrite_json`: or over an earlier benchmark's, which its
-`written_by` names; `train.run.run_folder.check_writer_file`).
+`--model` is read as every command reads it (`train.setup.models`); the weights are random either way. Reports the
+median of `--steps` timed steps after `--warmup` untimed ones (ms/step, tokens/s, TFLOP/s and MFU from
+`train.analysis.throughput`, peak memory); `--reference` times the transformers model of the same weights
+interleaved with Lineage's (`ratio` = reference ms / Lineage ms). docs/performance.md, "`lineage benchmark`".
 """
 
 from __future__ import annotations

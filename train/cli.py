@@ -2,24 +2,12 @@
 
     lineage --help                                  # the commands, from the table COMMANDS
     lineage train pretrain_bert --recipe bert-pretrain-tiny --max_steps 100
-    lineage train finetune --recipe ... --model outputs/bert-pretrain-tiny/model
-    lineage prepare --recipe gpt-pretrain-tiny --train_file corpus.txt --num_proc 8
-    lineage train translation --recipe transformer-translation-tiny
     lineage export --model outputs/bert-finetune-nli-tiny/model --output_dir exported/
-    lineage attention-maps --model ... --text "the cat sat" --output_dir maps/
-    lineage configs accelerate/fsdp                 # the path of a shipped accelerate config
 
-The commands a user sees are the keys of `COMMANDS`, one explicit table: the training scripts are
-`lineage train <script>` (a dash may stand for an underscore), the others `lineage <command>` (an underscore may
-stand for a dash). Every command runs its module's own `main(argv)` with the rest of the command line, exactly as
-`python -m train.<module>` does; `lineage --help` imports none of them. `OLD_COMMANDS` keeps the names a command had
-before it was renamed.
-
-Every command spells its flags as the recipe keys are spelled, with underscores, and calls a thing by the recipe's
-word for it (`--output_dir`, `--overwrite_output_dir`, `--model_revision`, `--num_beams`, `--max_new_tokens`), and a
-switch takes the recipes' `true` / `false` or nothing (`--compile` = `--compile true`). A command parses with
-`CommandParser`, which adds such switches and still reads each renamed flag's old spelling as the new one (both
-spellings with different values are refused).
+The commands are the keys of `COMMANDS` (`lineage train <script>` for the training scripts); each runs its module's
+`main(argv)` as `python -m train.<module>` does, and `lineage --help` imports none of them. `OLD_COMMANDS` keeps
+earlier names. Flags are spelled as recipe keys; `CommandParser` reads renamed flags' old spellings.
+docs/using.md, "The `lineage` command".
 """
 
 from __future__ import annotations

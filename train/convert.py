@@ -4,15 +4,10 @@
     python -m train.convert outputs/gpt-pretrain-tiny/model gpt-as-gpt2/ --to transformers
     lineage convert Helsinki-NLP/opus-mt-en-de opus-en-de-lineage/ --to lineage --model_revision main
 
-`SRC` is read as `--model` is everywhere (`train.setup.models`). `--to lineage` takes a transformers checkpoint of a
-class `modeling.conversion` supports (BERT, OpenAI GPT, GPT-2, Marian and their heads) and writes the Lineage model
-with its code (loadable with `trust_remote_code=True` where Lineage is not installed); `--to transformers` takes a
-Lineage model and writes the reference class (post-norm GPT -> OpenAIGPT*, pre-norm GPT -> GPT2*, BERT, the
-Transformer with Marian's settings -> Marian). The tokenizer is copied unchanged. Both models run on the same
-`CHECK_TOKENS` tokens in fp32 and the largest output difference is printed and written into the model card
-(`README.md`); above 1e-4 nothing is written. `DST` must be new or empty (`--overwrite_output_dir`: or a folder this
-command wrote before; `train.run.run_folder`); it is written in a temporary folder beside it and moved into place at
-the end.
+`SRC` is read as `--model` is everywhere (`train.setup.models`); the classes each way are those of
+`modeling.conversion`. The tokenizer is copied unchanged. Both models run on `CHECK_TOKENS` tokens in fp32: the
+largest output difference is printed and written into the card, and above 1e-4 nothing is written.
+docs/pretrained.md.
 """
 
 from __future__ import annotations

@@ -1,38 +1,13 @@
 """How pretraining scales with the corpus: preparation, time to the first step and memory, at a given corpus size.
 
     lineage corpus-benchmark --family gpt --size_mb 100 --num_proc 2 --json gpt-100mb.json
-    lineage corpus-benchmark --family bert --size_mb 1000 --stages prepare,run,stream
     lineage corpus-benchmark --family gpt --size_mb 100 --stages run --repo ../lineage-old   # another checkout
-    lineage corpus-benchmark --family gpt --size_mb 1000 --text_file english.txt --stages stream,stream_tokenizer
 
-A corpus of `--size_mb` MB of English is written into `--work` (once per size and `--unique_mb`; reused by later calls):
-documents of the embedded generator (`train.data.corpus`, biographies, travel diaries and recipes; a small vocabulary,
-so text tokenizes faster than literary English), `--unique_mb` MB of distinct documents repeated in a new order per
-copy. GPT's file holds one document per line, BERT's is in BERT's own layout (one sentence per line, a blank line
-between documents). `--text_file` takes the distinct documents from a file of your own instead (one document per line,
-real text; BERT's sentences split as a run splits them). A tokenizer is trained once per corpus on its first 20 MB and
-given to every run (`tokenizer`), so no stage but `stream_tokenizer` times tokenizer training. `--work` must be new,
-empty or an earlier call's (it holds only what the benchmark writes: corpora, tokenizers, caches, runs); `--json` a new
-file, or with `--overwrite_json` an earlier call's; `--repo` a checkout (its `train` and `modeling` packages are what
-the stages run; the JSON records it as `repo`). Each stage then runs the real command in a new process; the caches
-(`LINEAGE_CACHE` and the datasets cache, under `--work`) start empty at each call, so a stage finds only what the stages
-before it wrote:
-
-- `prepare` (cold): `lineage prepare` with `--num_proc` processes: seconds and MB of text per second of the whole
-  command (start-up, reading the text into the datasets cache, tokenizing) and of its tokenizing alone (the store's
-  record), the store's size on disk, the bytes per token of its ids and the size of its indexes (document or
-  sentence offsets, BERT's pair index);
-- `run`: the pretraining command on the prepared corpus (`--max_steps 2`): seconds from the launch to the first step's
-  record in `logs/metrics.jsonl`. Run without `prepare` first (or with `--repo` an older checkout), this is a cold
-  first run that prepares its data itself;
-- `stream`: the same command with `streaming: true`, nothing prepared;
-- `stream_tokenizer`: the streamed command without `tokenizer`, so it trains its own on the stream's first
-  `TOKENIZER_SAMPLE` characters (`tokenizer_train_size`) before step 1.
-
-Every stage reports the peak anonymous resident memory (`Pss_Anon` of the process and its children, summed and sampled
-every 0.2 s: the memory the run holds itself, not the pages of memory-mapped files the kernel can drop, and a page a
-forked process shares with its parent counted once). The model is the
-recipe's tiny preset: these figures are about the data path, not the model.
+Writes a corpus of `--size_mb` MB of English into `--work` (once per size; `--text_file`: your own documents), trains
+one tokenizer on it, then runs each stage as the real command in a new process on empty caches: `prepare` (`lineage
+prepare`: seconds, MB/s, the store's size), `run` (pretraining on the prepared corpus: seconds to the first step),
+`stream` (the same, `streaming: true`) and `stream_tokenizer` (streamed, training its own tokenizer). Every stage
+reports its peak anonymous memory (`Pss_Anon`). docs/performance.md, "Pretraining corpora at scale".
 """
 
 from __future__ import annotations

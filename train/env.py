@@ -1,6 +1,4 @@
-"""Print the environment Lineage runs in, for a bug report: Python, torch, transformers, accelerate, datasets and
-tokenizers with the range the package declares for each and whether the installed release is one the test suite
-passed on; the device torch sees.
+"""Print the environment Lineage runs in, for a bug report: library releases against the tested range, the device.
 
     lineage env
 """

@@ -1,21 +1,13 @@
-"""Score a model the standard way: lm-evaluation-harness tasks for causal LMs (and encoder-decoders), sacreBLEU and
-chrF for translation models, a data set for BERT-family classifiers, pseudo-perplexity for masked LMs.
+"""Score a model the standard way: harness tasks, sacreBLEU and chrF, a classifier's data set, pseudo-perplexity.
 
-    lineage evaluate --model outputs/gpt/model --tasks lineage_cloze,lineage_perplexity --output_dir evals/gpt
     lineage evaluate --model outputs/gpt/model --tasks hellaswag,arc_easy --limit 100 --output_dir evals/gpt-std
     lineage evaluate --model outputs/mt/model --dataset pairs.json --output_dir evals/mt --compare evals/mt-before
-    lineage evaluate --model outputs/bert-nli/model --task nli --dataset other-nli.csv --output_dir evals/nli
     lineage evaluate --model outputs/bert/model --text_file held-out.txt --output_dir evals/bert
 
-`--model` is a folder or Hub id, loaded as a Hub user loads it (`trust_remote_code=True`). With `--tasks` (names,
-groups, tags or task YAMLs, comma-separated) the harness's own `hf` model runs them (`train.analysis.harness`: what
-`lm_eval --model hf` reports for the same folder); the shipped offline tasks of `train/configs/tasks` are always
-available. Without `--tasks`: a sequence-to-sequence model translates `--dataset` (`source` / `target` columns), a
-classification, NLI, token-classification or QA model is scored on `--dataset` with finetune's keys, a masked LM gets
-pseudo-perplexity on `--text_file` (`train.analysis.model_scores`). Every argument, task and data set is checked
-before a model is loaded. `<output_dir>` gets `results.json` and `scores.png` (beside `--compare`'s figures), and
-`bleu_by_length.png` for translation; `--write_card true` adds the scores to a local model folder's card (its
-`model-index` and a table), and nothing else in that folder changes. docs/evaluation.md.
+`--model` is a folder or Hub id, loaded as a Hub user loads it. With `--tasks` the harness's own `hf` model runs
+them (`train.analysis.harness`); without, a translation model translates `--dataset`, a classifier is scored on it
+and a masked LM gets pseudo-perplexity on `--text_file` (`train.analysis.model_scores`). Everything is checked
+before a model is loaded. docs/evaluation.md.
 """
 
 from __future__ import annotations

@@ -3,24 +3,12 @@
     python -m train.export --model outputs/bert-finetune-nli-tiny/model --output_dir exported/ [--format torch|onnx]
     python -m train.export --model openai-community/gpt2 --output_dir exported/gpt2   # converted to Lineage on load
 
-`--model` is a Lineage folder or Hub id, or a supported transformers checkpoint (`train.setup.models`).
-
-What is exported, per family (batch and lengths are dynamic):
-
-| model | programs | inputs -> outputs |
-|---|---|---|
-| BERT, any head | `model` | `input_ids`, `attention_mask`, `token_type_ids` -> the head's outputs (`logits`; `start_logits`, `end_logits`; `last_hidden_state`, `pooler_output`; ...) |
-| GPT classifier heads | `model` | `input_ids`, `attention_mask` -> `logits` |
-| GPT causal LM | `decoder`, `decoder_with_cache` | `input_ids`, `attention_mask` -> `logits`; with `past_keys`, `past_values` (L, B, H, P, D) and a mask over past + new tokens -> `logits`, `present_keys`, `present_values` |
-| Transformer | `encoder`, `decoder` | `input_ids`, `attention_mask` -> `encoder_hidden_states`; `decoder_input_ids`, `encoder_hidden_states`, `attention_mask` -> `logits` (a decoder step over the target prefix) |
-
-`--format torch` writes `<program>.pt2` (`torch.export.save`; load with `torch.export.load(path).module()`);
-`--format onnx` writes `<program>.onnx` through the dynamo exporter (the optional extra `onnx`: onnx, onnxscript;
-onnxruntime runs the files). `export.json` lists the files with their input and output names. `--output_dir` must be
-new or empty (`--overwrite_output_dir`: or a folder this command wrote before; `train.run.run_folder`); the files are
-written beside it and moved into place when every program has exported. Export runs the linear layers on `F.linear`
-(`LineageLinear.fast_cpu_inference` off): oneDNN's CPU kernel is not an ONNX operator.
-"""  # noqa: E501 (the table's rows)
+`--model` is a Lineage folder or Hub id, or a supported transformers checkpoint (`train.setup.models`). Batch and
+lengths are dynamic; `--format torch` writes `<program>.pt2` (`torch.export.save`), `--format onnx` `<program>.onnx`
+(the dynamo exporter), and `export.json` lists each program's inputs and outputs. Linear layers run on `F.linear`
+(oneDNN's CPU kernel is not an ONNX operator). The programs of each family: docs/using.md, "Export (torch.export,
+ONNX)".
+"""
 
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
-"""Fine-tune BERT or GPT on a downstream task (the second step of both papers), from pretrained weights or from
-scratch.
+"""Fine-tune BERT or GPT on a downstream task (the second step of both papers), from pretrained weights or scratch.
 
     python -m train.finetune --recipe bert-finetune-nli-tiny [--key value ...]
     python -m train.finetune --recipe ... --model outputs/bert-pretrain/model --task nli
     python -m train.finetune --recipe bert-base-finetune --train_file reviews.csv --text_column review \\
         --label_column stars --output_dir outputs/reviews   # google-bert/bert-base-uncased, converted on load
 
-Tasks (`task`): `sequence-classification`, `nli` (BERT and GPT; GPT adds the auxiliary LM loss, `lm_loss_weight`),
-`token-classification` and `question-answering` (BERT). Columns and labels are checked before anything is written
-(`train.data.labels`; with `streaming` the classes come from the stream's features); BERT trains unpadded on a GPU;
-`lora` trains an adapter (`train.setup.lora`). docs/training.md ("Fine-tuning", "Labels and sequence lengths",
-"Streaming").
+Tasks (`task`): `sequence-classification`, `nli` (BERT and GPT; GPT adds the auxiliary LM loss), `token-classification`
+and `question-answering` (BERT). Columns and labels are checked before anything is written (`train.data.labels`).
+docs/training.md ("Fine-tuning", "Labels and sequence lengths", "Streaming").
 """
 
 from __future__ import annotations

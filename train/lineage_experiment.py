@@ -4,31 +4,10 @@
                                        [--arms a,b,...] [--quick]
                                        [--train_file F --validation_file F | --dataset NAME]
 
-Trains every arm on the same data, the same BPE tokenizer (trained once, `<output_dir>/tokenizer`) and the same
-wall-clock budget of training time per arm (`--max_train_seconds`; periodic evaluation does not count, see
-`train.run.engine`), one recipe per arm (`experiment-<arm>`, sizes within 0.7-1.0M
-parameters):
-
-- `rnn-none`: the RNN encoder-decoder without attention, the fixed-size thought vector (Sutskever et al. 2014);
-- `rnn-bahdanau`: with additive attention (Bahdanau et al. 2014);
-- `rnn-luong`: with Luong attention, general score and input feeding (Luong et al. 2015);
-- `transformer`: the post-norm Transformer (Vaswani et al. 2017);
-- `transformer-relative`: the Transformer with relative position representations (Shaw et al. 2018).
-
-Then each arm translates the validation set (beam search) and the report folder `--output_dir` gets `report.md` (a
-table per arm: BLEU per source-length bucket, BLEU, tokens/s, parameters, training and wall time, steps),
-`loss_vs_time.png`, `bleu_vs_length.png`, `alignment_<arm>.png` (the same sentence through every attention
-arm), `results.json`, and `runs/<arm>/` (each arm's model folder and log). Defaults: the embedded English ->
-German number words, 150 s per arm (750 s of training; the whole run took 888 s on 2 shared CPU cores under a
-load average of 7-11); `--quick` (tests, smoke runs): 200 training pairs, the tiny widths, 1 s per arm, a small
-evaluation. Bad arguments fail before anything is trained. `--output_dir` must be new or empty;
-`--overwrite_output_dir` replaces an earlier experiment's folder (set aside until the new one is written, put back if
-it stops before), and a folder holding anything else is refused (`train.run.run_folder.output_in_place`).
-
-The budget is wall-clock time, so the machine's load decides how many steps each arm gets: on a shared CPU
-machine run it with `OMP_NUM_THREADS=1` (measured under a load average of 7 on 2 cores: a 2-thread `--quick`
-run took 83 s, a 1-thread one 16 s — the threads of an oversubscribed machine spin), and read the `steps`
-column of the report before comparing arms.
+Trains every arm (`rnn-none`, `rnn-bahdanau`, `rnn-luong`, `transformer`, `transformer-relative`; recipes
+`experiment-<arm>`) on the same data, tokenizer and budget of training time, then translates the validation set and
+writes the report into `--output_dir` (`train.run.run_folder.output_in_place`). The budget is wall-clock time: read
+the report's `steps` column before comparing arms. docs/experiments.md, "The lineage experiment".
 """
 
 from __future__ import annotations

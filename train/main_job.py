@@ -4,13 +4,9 @@
     python -m train.main_job --quick         # a smoke run of the same steps (used by the tests)
     python -m train.main_job --output_dir DIR [--overwrite_output_dir true]   # true: replace an earlier job in DIR
 
-Trains the three tokenizers, then pretrains and fine-tunes BERT and GPT, trains a Transformer and an RNN translator
-and draws the Transformer's cross-attention, each stage a command's `main`; ends with a table of the figures reached
-and the folders written (each loaded with the Auto classes), saved as `summary.json` and `summary.md`. `--output_dir`
-must be new or empty; `--overwrite_output_dir true` replaces an earlier main job's folder (set aside until the new one
-is written, put back if it stops before), and a folder holding anything else is refused
-(`train.run.run_folder.output_in_place`).
-docs/training.md ("Commands").
+Trains the three tokenizers, pretrains and fine-tunes BERT and GPT, trains a Transformer and an RNN translator and
+draws the Transformer's cross-attention, each stage a command's `main`; ends with `summary.json` / `summary.md`, the
+figures reached and the folders written (`train.run.run_folder.output_in_place`). docs/training.md ("Commands").
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""The Python reference manual's topic texts (`pydoc_data.topics`, about 430 000 characters shipped with CPython) as
-a causal-LM corpus of real English prose that is not the embedded one: one paragraph per line, every tenth topic
-(by name) held out. The data of the recipe `relative-gpt-python-docs`:
+"""Write the Python reference manual's topic texts as a causal-LM corpus: the data of `relative-gpt-python-docs`.
 
     python -m train.python_docs [folder] [--overwrite_output_dir]   # writes <folder>/train.txt, validation.txt
 
-`folder` must be new or empty; `--overwrite_output_dir` replaces the corpus this command wrote there before, and a
-folder holding anything else is refused (`train.run.run_folder`). The files are written beside it and moved into place.
+The text is `pydoc_data.topics` (shipped with CPython: real English prose that is not the embedded corpus), one
+paragraph per line, every tenth topic (by name) held out. `folder` must be new or empty, or this command's own.
 """
 
 from __future__ import annotations

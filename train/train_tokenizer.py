@@ -5,12 +5,9 @@
     python -m train.train_tokenizer --family seq2seq --vocab_size 1000 --dataset pairs.jsonl \\
         --text_column source --text_column target --output_dir out/tok-mt
 
-``--dataset`` takes what ``train.data.files.load_text_dataset`` takes (a file, a folder, ``embedded:<task>``,
-a Hub name); the default, ``embedded``, is text covering every task of the embedded corpus. Every
-``--text_column`` is read (a translation tokenizer learns one vocabulary from both sides).
-
-``--output_dir`` must be new or empty; ``--overwrite_output_dir`` replaces a tokenizer folder this command wrote before
-(``train.run.run_folder``): a model's folder or another program's files are never written over.
+``--dataset`` takes what ``train.data.files.load_text_dataset`` takes (default ``embedded``: text of every task of the
+embedded corpus); every ``--text_column`` is read (a translation tokenizer learns one vocabulary from both sides).
+docs/training.md ("Tokenizers").
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
-"""Train a sequence-to-sequence model for translation: the encoder-decoder Transformer (Vaswani et al. 2017; its
-recipes use the paper's inverse-square-root schedule with Adam 0.9, 0.98, 1e-9) or the RNN encoder-decoder with
-or without attention (`lineage-rnn`, Bahdanau et al. 2014, Luong et al. 2015); teacher forcing, label-smoothed
-cross-entropy, and corpus sacreBLEU and chrF (with their signatures, on detokenized text) of beam-search
-translations of the evaluation set, with `num_beams` and `length_penalty` recorded beside them.
+"""Train a Transformer or RNN encoder-decoder for translation, scored by sacreBLEU and chrF of beam search.
 
     python -m train.train_translation --recipe transformer-translation-tiny [--key value ...]
     python -m train.train_translation --recipe rnn-translation-tiny
     python -m train.train_translation --recipe transformer-translation-tiny --model Helsinki-NLP/opus-mt-en-de \\
         --train_file pairs.json
 
-Rows with the columns `source` and `target`; the engine trains with `sparse_prediction` and a token-mean loss across
-processes; a few validation sources are translated at the end and kept by the finish step. docs/training.md
-("Commands", "Data").
+Rows with the columns `source` and `target`; teacher forcing and label-smoothed cross-entropy (the Transformer
+recipes use the paper's inverse-square-root schedule). docs/training.md ("Commands", "Data").
 """
 
 from __future__ import annotations

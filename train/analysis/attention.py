@@ -1,21 +1,9 @@
 """The attention weights of one input, from any Lineage model or a supported transformers reference model.
 
-- `load_attention_model(name)`: a saved Lineage folder or Hub id (the class named in its config's `architectures`), or a
-  transformers reference model that `modeling.conversion` supports, converted and checked on load
-  (`train.setup.models`); switched to the eager attention kernel, the one that returns weights
-  (`output_attentions=True`; sdpa and flash do not).
-- `encode_text(...)`: the tokenizer's template for the model's task; text longer than the model's positions is
-  cut with a warning that names its length.
-- `target_ids(...)`: for a sequence-to-sequence model, the `--target` text, or the model's own output (greedy or
-  beam search) when none is given; either is then forced through the decoder.
-- `collect(...)`: one forward pass with `output_attentions=True`, returned as `AttentionMap`s: `self` (BERT,
-  GPT), or `encoder`, `decoder` and `cross` (the Transformer; an attentional RNN returns `cross` only, in the
-  same (layers, batch, heads, target, source) layout). Missing kinds are skipped.
-
-Token axes: rows are query positions, columns key positions. The decoder's rows are labelled with the tokens
-they produce (the target shifted left, as in Bahdanau et al. 2014, figure 3), its columns with the tokens it
-reads (the source for cross attention, the decoder input for self-attention).
-
+`load_attention_model(name)` loads a model on the eager attention kernel (the one that returns weights),
+`encode_text` applies the task's template, `target_ids` forces `--target` or the model's own output through a
+decoder, and `collect` runs one forward into `AttentionMap`s (`self`; or `encoder`, `decoder`, `cross`). Rows are
+query positions, columns keys; decoder rows are labelled with the tokens they produce (the target shifted left).
 The command and its outputs: docs/using.md, "Attention maps".
 """
 

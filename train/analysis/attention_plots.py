@@ -1,23 +1,10 @@
 """Pictures and pages of attention weights: PNG heatmaps, the raw weights, and an interactive HTML view.
 
-For each `AttentionMap` (`train.analysis.attention`) `write_all` writes into a folder:
-
-- `<kind>_grid.png`: every selected layer (rows) x head (columns), small multiples on one colour scale;
-- `<kind>_layer<l>.png`: the heads of layer l at full size, token strings on both axes (for cross attention
-  with a single head, as an RNN's, the mean below is that head and this file is not written);
-- for cross attention `cross_layer<l>_mean.png`: the target x source alignment matrix averaged over heads, the
-  classic translation figure (Bahdanau et al. 2014, figure 3);
-- `<kind>.npy`: the weights (L, H, R, K) as float32, and `tokens.json`: the token strings of every axis, the
-  layer and head index of each entry, and what produced them;
-- `attention.html`: one self-contained page (weights embedded as JSON, a small inline script, no network):
-  pick the kind, layer and head (or their mean), hover a cell or a token to read the weights;
-- with `bertviz` installed (the `viz` extra): `bertviz_head_view.html` and `bertviz_model_view.html`, bertviz's
-  own views (they load d3 and jQuery from a CDN when opened, so they need a network; `attention.html` does not).
-
-Readability: panels grow with the number of tokens (up to 10 inches), the tick-label font fits a label's cell,
-beyond `MAX_TICKS` tokens only every k-th label is drawn, labels are cut to `MAX_LABEL_CHARS` characters, and
-every figure has a colour bar from 0 to its largest weight.
-
+For each `AttentionMap` (`train.analysis.attention`) `write_all` writes into a folder the layer x head grid and
+per-layer heatmaps (PNG; for cross attention the head-averaged alignment), the weights as `.npy` with `tokens.json`,
+a self-contained `attention.html` (no network) and, with `bertviz` installed, bertviz's views. Panels and labels
+scale with the number of tokens (`MAX_TICKS`, `MAX_LABEL_CHARS`); every figure's colour bar runs from 0 to its largest
+weight.
 The command and its outputs: docs/using.md, "Attention maps".
 """
 

@@ -1,20 +1,9 @@
 """The lineage experiment's measurements and report: BLEU by source length, alignments, plots, `report.md`.
 
-`train.lineage_experiment` trains each arm (an RNN without attention, with Bahdanau or Luong attention, the
-Transformer with absolute or relative positions) on the same data, tokenizer and wall-clock budget, then hands
-each trained model to this module:
-
-- `translate(model, tokenizer, sources, ...)`: beam-search translations of the validation sources;
-- `length_buckets(lengths)` / `bleu_by_bucket(...)`: the validation set cut by source length in tokens (edges at
-  quantiles, so every bucket holds sentences) and sacreBLEU (`train.metrics` "bleu") of each bucket — the curve
-  on which a fixed-size thought vector (Sutskever et al. 2014; Cho et al. 2014) loses long sentences and
-  attention (Bahdanau et al. 2014, figure 2) does not;
-- `alignment(model, tokenizer, source, target)`: the cross-attention (target x source, mean over the last
-  decoder layer's heads) with the reference target forced through the decoder (`train.analysis.attention`);
-- `write_report(folder, arms, meta)`: `results.json`, `loss_vs_time.png` (validation loss against training
-  time, which excludes evaluation: see `train.run.engine`), `bleu_vs_length.png` and `report.md`.
-
-The experiment and its findings: docs/experiments.md.
+`train.lineage_experiment` hands each trained arm to `translate` (beam search), `bleu_by_bucket` (sacreBLEU per
+source-length bucket, edges at quantiles: the curve on which a fixed-size thought vector loses long sentences and
+attention does not), `alignment` (the last decoder layer's cross-attention, mean over heads, the reference forced)
+and `write_report`. docs/experiments.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """Training and generation throughput of a model, and of its transformers reference: what `train.benchmark` runs.
 
-FLOPs of a training step (forward + backward), as nanoGPT's `estimate_mfu` and llm.c count them (the PaLM
-appendix B formula), for B sequences of T positions:
-
-    6 * N * B * T  +  12 * A * C * T * B * T
-
-N: parameters that enter a matrix product once per position, i.e. all but the embedding tables read by lookup
-(positions, segments; a token embedding counts when it is tied to the output projection, as that projection);
-A: attention sublayers a position passes (one per block; a seq2seq decoder block has self- and cross-attention);
-C: hidden size. The first term is 2 FLOPs per multiply-add, forward once and backward twice; the second is
-Q K^T and A V over T keys (2 * 2 * C * T per position and layer, times 3 with the backward). Causal masking is not
-discounted (as in nanoGPT). For seq2seq, T is both the source and the target length (the benchmark uses equal
-lengths), and B * T counts the target positions. Norms, softmax, dropout and the RNN family's attention scores
-are left out.
-
-MFU = achieved FLOP/s / peak FLOP/s of the device: `PEAK_TFLOPS` holds dense tensor-core peaks from the vendors'
-data sheets (no structured sparsity); fp32 uses the TF32 peak when `torch.get_float32_matmul_precision()` lets
-matmuls use TF32 and the plain fp32 peak otherwise. There is no MFU on a CPU (no table of CPU peaks).
-
+FLOPs of a training step (forward + backward), as nanoGPT's `estimate_mfu` and llm.c count them (PaLM appendix B),
+for B sequences of T positions: `6 * N * B * T + 12 * A * C * T * B * T`, N the parameters entering a matrix product
+once per position (embedding lookups excluded, a tied output projection included), A the attention sublayers a
+position passes, C the hidden size; causal masking is not discounted; for seq2seq, T is both lengths. MFU divides by
+`PEAK_TFLOPS` (dense tensor-core peaks; TF32 where `torch.get_float32_matmul_precision()` allows it); none on a CPU.
 The command and its figures: docs/performance.md, "`lineage benchmark`".
 """
 
