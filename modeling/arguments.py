@@ -55,13 +55,9 @@ def model_cache(model, cache, use_cache: bool | None, new_cache: Callable | None
 
 
 def forward_arguments(forward: Callable | None = None, *, strict: bool = True, takes: tuple[str, ...] = ()) -> Callable:
-    """Decorate a forward whose cache parameter (if any) is named `cache`: it takes the cache as `cache` or
-    `past_key_values` (both at once are refused), its signature names the cache as the installed transformers does,
-    and (`strict`) a keyword it does not use raises a `TypeError` naming it, its signature then listing exactly the
-    keywords it takes (its own but `UNLISTED_KEYWORDS`, `TRANSFORMERS_KEYWORDS` and `takes`, no `**kwargs`). `takes`
-    names keywords the forward receives in its `**kwargs`: those a head hands on to its base model, or those it reads
-    there itself (transformers' varlen keywords). A layer whose extra keywords are the attention kernel's own sets
-    `strict=False`."""
+    """Decorate a forward whose cache parameter is named `cache`: it takes the cache as `cache` or `past_key_values`,
+    shows the installed transformers' name, and (`strict`) refuses an unused keyword with a `TypeError` naming it.
+    `takes`: keywords it receives in `**kwargs` (those handed on to a base model, or transformers' varlen keywords)."""
     if forward is None:
         return functools.partial(forward_arguments, strict=strict, takes=takes)
     signature = inspect.signature(forward)

@@ -83,11 +83,8 @@ def check_sequence_length(length: int, max_positions: int, name: str = "input_id
 
 def check_generation_length(prompt_length: int, max_length: int, max_positions: int, *, name: str = "input_ids",
                             prompt: str = "prompt", window: str = "the context window") -> None:
-    """`generate()`'s sequence (the prompt and every new token, `max_length` in all) inside the position table of
-    `max_positions`, checked before the first decoding step: transformers only warns, and the model would fail
-    part-way with `check_sequence_length`'s advice to truncate an input that was fine. A decoder-only model's prompt
-    is its `input_ids`; an encoder-decoder's is its `decoder_input_ids` (the start token), counted against the
-    decoder's positions (`prompt`, `window` say which)."""
+    """`generate()`'s `max_length` (prompt and new tokens) inside the table of `max_positions`, checked before the first
+    step (transformers only warns, and the model would fail part-way); `prompt`, `window` name what is counted."""
     if prompt_length > max_positions:
         raise ValueError(
             f"The {prompt} (`{name}`) has {prompt_length} tokens but {window} (`max_position_embeddings`) is "
@@ -142,11 +139,9 @@ def check_inputs(config, device: torch.device, *, input_ids: torch.Tensor | None
                  past_length: int | torch.Tensor = 0, token_type_ids: torch.Tensor | None = None,
                  encoder_hidden_states: torch.Tensor | None = None,
                  encoder_attention_mask: torch.Tensor | None = None) -> torch.Size:
-    """The inputs of a decoder-only or encoder-only base model, as transformers accepts them: on the weights'
-    `device`; ids (in the vocabulary) or embeddings of `hidden_size`; a mask over the `past_length` cached and the new
-    tokens; positions (`check_position_ids`), else the new tokens after the cached ones inside the position table;
-    segment ids (B, T) in `type_vocab_size`; `encoder_hidden_states` only for a model with cross attention. Returns
-    (B, T)."""
+    """The inputs of a decoder-only or encoder-only base model, as transformers accepts them: on `device`; ids or
+    embeddings; a mask over cached and new tokens; positions inside the table; segment ids; `encoder_hidden_states` only
+    with cross attention. Returns (B, T)."""
     check_devices(device, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                   token_type_ids=token_type_ids, position_ids=position_ids, encoder_hidden_states=encoder_hidden_states)
     shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size, width=config.hidden_size)

@@ -35,13 +35,9 @@ def check_vocab_multiple(multiple, name: str = "pad_vocab_to_multiple_of") -> No
 
 
 class LineageBaseConfig(PreTrainedConfig):
-    """The checks every Lineage config runs when it is built, the RNN's included, on the fields a family names in its
-    class attributes: `positive_fields` (positive integers), `probability_fields` (in [0, 1)), `weight_token_ids` and
-    `metadata_token_ids` (special-token ids, see the module docstring); every field annotated `bool` must be a bool,
-    `initializer_range` a number >= 0 and `pad_vocab_to_multiple_of` None or a positive integer (see `LineageConfig`).
-    A family declares the fields (`vocab_size`, `hidden_size`, `hidden_dropout_prob`, `initializer_range`,
-    `pad_vocab_to_multiple_of`, ...) in its own order, which its saved `config.json` keeps.
-    """
+    """The checks every Lineage config runs when built, on the fields its class attributes name: `positive_fields`,
+    `probability_fields` (in [0, 1)), `weight_token_ids` and `metadata_token_ids`; `bool` fields, `initializer_range`
+    and `pad_vocab_to_multiple_of` too. A family declares its fields in the order its `config.json` keeps."""
 
     positive_fields = ("vocab_size", "hidden_size")
     probability_fields = ("hidden_dropout_prob",)

@@ -48,10 +48,8 @@ ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
 
 
 def apply_attention_mask(scores: torch.Tensor, attention_mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
-    """Scores (B, H, T, S) with a mask in either format transformers prepares: eager's additive float mask is added;
-    sdpa's boolean mask (True = attend) sets the masked scores to the dtype's minimum, and sdpa's `None`, which
-    leaves a pure causal pattern to the kernel, is rebuilt as one for causal attention (queries are the last T of
-    S positions)."""
+    """Scores (B, H, T, S) under either mask transformers prepares: eager's additive float mask, or sdpa's boolean one
+    (True = attend; `None` for a pure causal pattern, rebuilt here for causal attention)."""
     if attention_mask is None and is_causal and scores.shape[2] > 1:
         length, total = scores.shape[2], scores.shape[3]
         attention_mask = torch.ones(length, total, dtype=torch.bool, device=scores.device).tril(total - length)
@@ -73,12 +71,8 @@ def eager_attention_forward(
     relative_position_index: torch.Tensor | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q K^T * scaling + mask) V, returning the probabilities too (`output_attentions`).
-
-    With `relative_position_index` (B or 1, T, S) and a module holding relative tables, Shaw et al. (2018) eqs. 4
-    and 3: `e_ij = q_i (k_j + a^K_ij)^T * scaling` and `z_i = sum_j alpha_ij (v_j + a^V_ij)` (the value term only
-    when the module has `relative_values`).
-    """
+    """softmax(Q K^T * scaling + mask) V and the probabilities; with `relative_position_index` (B or 1, T, S), Shaw et
+    al. (2018) eqs. 4 and 3: `e_ij = q_i (k_j + a^K_ij)^T * scaling`, `z_i = sum_j alpha_ij (v_j + a^V_ij)`."""
     scores = torch.matmul(query, key.transpose(2, 3))  # (B, H, T, S)
     index = relative_position_index[:, None] if relative_position_index is not None else None  # (B|1, 1, T, S)
     if index is not None:
@@ -111,25 +105,14 @@ def sdpa_relative_keys_forward(
 
 
 class LineageAttention(nn.Module):
-    """Multi-head attention: self (bidirectional or causal) or cross, with an optional KV cache.
+    """Multi-head attention: self (bidirectional or causal) or cross, with an optional KV cache (cross keys and values
+    projected once per generation under an `EncoderDecoderCache`).
 
-    Cross attention takes its keys and values from `key_value_states` (the encoder output); under an
-    `EncoderDecoderCache` they are projected once per generation and reused at every step.
-
-    With `config.position_embedding_type` `"relative"` or `"relative-keys"`, self-attention (never cross attention,
-    as in Shaw et al. 2018) holds the layer's relative tables, shared by its heads: `relative_keys` (a^K) and, for
-    `"relative"`, `relative_values` (a^V), 2k + 1 vectors of head size each (k = `max_relative_position`), indexed
-    by the `relative_position_index` (B or 1, T, S) its model computes from positions (consecutive positions ending
-    at the last key when none is given). The kernel that runs:
-    - absolute positions: `config._attn_implementation` (sdpa, eager, flash, ...), as always;
-    - `"relative-keys"`: SDPA with the relative term as an additive bias (`sdpa_relative_keys_forward`) for every
-      implementation but eager (flash and flex kernels take no bias); `eager_attention_forward` under eager or
-      when the attention weights are requested;
-    - `"relative"`: `eager_attention_forward`, whatever the implementation: the value term needs the
-      probabilities, which no fused kernel returns;
-    - with `packed_sequences` (sequences laid end to end, absolute positions, sdpa: see `PackedSequences`):
-      `varlen_sdpa_forward`, attention within each sequence and no mask.
-    """
+    With relative positions, self-attention holds the layer's tables `relative_keys` (a^K) and, for `"relative"`,
+    `relative_values` (a^V), 2k + 1 vectors of head size, indexed by `relative_position_index` (B or 1, T, S). Kernels:
+    absolute positions `config._attn_implementation`; `"relative-keys"` SDPA with a bias (`sdpa_relative_keys_forward`)
+    but eager under eager or for attention weights; `"relative"` always eager (the value term needs the probabilities);
+    `packed_sequences` `varlen_sdpa_forward`."""
 
     def __init__(self, config, layer_idx: int, is_causal: bool = False, is_cross_attention: bool = False):
         super().__init__()
@@ -246,12 +229,8 @@ def classifier_dropout(config) -> nn.Dropout:
 
 
 class ResidualSublayer(nn.Module):
-    """Residual connection around `sublayer` with dropout on its output and LayerNorm placed by config.
-
-    post-norm (the papers): `LayerNorm(x + Dropout(Sublayer(x)))`
-    pre-norm (GPT-2):       `x + Dropout(Sublayer(LayerNorm(x)))`
-    A sublayer that returns a tuple (attention: output, weights) has its extra values passed through.
-    """
+    """`LayerNorm(x + Dropout(Sublayer(x)))` (post-norm, the papers) or `x + Dropout(Sublayer(LayerNorm(x)))` (pre-norm,
+    GPT-2); a sublayer's extra outputs (attention weights) pass through."""
 
     def __init__(self, sublayer: nn.Module, config):
         super().__init__()
@@ -273,12 +252,8 @@ class ResidualSublayer(nn.Module):
 
 
 class LineageBlock(GradientCheckpointingLayer):
-    """Self-attention, optional cross attention, feed-forward; each a `ResidualSublayer`.
-
-    BERT and encoders: bidirectional, no cross attention. GPT: causal. Transformer decoder: causal with cross
-    attention. Returns `(hidden_states, self_attention_weights, cross_attention_weights)`, the outputs a model's
-    `_can_record_outputs` records; weights are `None` unless the `eager` implementation computed them.
-    """
+    """Self-attention, optional cross attention, feed-forward, each a `ResidualSublayer`. Returns `(hidden_states,
+    self_attention_weights, cross_attention_weights)`, the weights `None` unless eager computed them."""
 
     def __init__(self, config, layer_idx: int, is_causal: bool = False, has_cross_attention: bool = False):
         super().__init__()
@@ -329,12 +304,9 @@ def run_blocks(blocks: nn.ModuleList, norm: nn.LayerNorm | None, hidden_states: 
 
 
 def sinusoidal_table(num_positions: int, dim: int, interleaved: bool = True) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5), shape (P, C).
-
-    `interleaved=True` puts sin on even and cos on odd dimensions as the paper writes it; `False` puts all sin
-    features in the first half and all cos features in the second (Marian's layout). Computed in float64 and
-    returned in the default dtype, which `from_pretrained(dtype=...)` sets while it builds the model.
-    """
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (section 3.5), shape (P, C): sin on even and cos
+    on odd dimensions (`interleaved`), else all sin then all cos (Marian's); computed in float64, returned in the
+    default dtype."""
     positions = torch.arange(num_positions, dtype=torch.float64)[:, None]  # (P, 1)
     inv_freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (ceil(C/2),)
     angles = positions * inv_freq  # (P, ceil(C/2))

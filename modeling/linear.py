@@ -17,17 +17,10 @@ def _onednn_reads(parameter: torch.Tensor) -> bool:
 
 
 class LineageLinear(nn.Linear):
-    """`nn.Linear` (same parameters, same checkpoint keys) with a faster kernel for CPU inference.
-
-    For a float32 CPU input without autograd, `F.linear` goes to MKL, whose matrix-vector path runs on one
-    thread: decoding one token at a time spends most of its time there. oneDNN's matmul uses every core (the
-    gain is measured in docs/performance.md, "Sparse prediction and the CPU inference kernel"); it serves weights
-    of at least 512 x 512 elements, where that gain exceeds its fixed cost per call. The two kernels round
-    differently (about 1e-6 relative); set
-    `LineageLinear.fast_cpu_inference = False` for results bit-identical to `nn.Linear`. Training, other
-    devices and dtypes, autocast, tensor subclasses, strided weights or biases and `torch.compile` always
-    take `F.linear`.
-    """
+    """`nn.Linear` (same parameters, same keys) with oneDNN's multi-threaded matmul for float32 CPU inference on weights
+    of at least 512 x 512 (MKL's matrix-vector path runs on one thread; docs/performance.md). The kernels round
+    differently (about 1e-6): `LineageLinear.fast_cpu_inference = False` gives `nn.Linear`'s results bit for bit.
+    Training, other devices and dtypes, autocast and `torch.compile` always take `F.linear`."""
 
     fast_cpu_inference: bool = _ONEDNN_LINEAR is not None
 

@@ -41,23 +41,16 @@ def seq2seq_loss(
 
 
 def vocab_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Logits (..., V) of the real vocabulary: an output layer padded by `pad_vocab_to_multiple_of` has extra columns,
-    dropped (a contiguous copy of the real ones, as losses and users `view` logits) so that softmax, losses,
-    `generate()` and pipelines never see a padded id, and the width matches the tokenizer and the transformers
-    reference models. Masking them to -inf instead would keep a width no tokenizer or reference model has."""
+    """Logits (..., V) of the real vocabulary: a padded output layer's extra columns dropped (a contiguous copy), so
+    that nothing downstream sees a padded id and the width matches the tokenizer and the reference models."""
     return logits[..., :vocab_size].contiguous() if logits.shape[-1] != vocab_size else logits
 
 
 def skips_logits(model: nn.Module, head: nn.Module, labels: torch.Tensor | None, return_logits: bool | None) -> bool:
-    """Whether a head computes its loss with `lm_head_loss` and returns `logits=None`.
-
-    `return_logits` None (the default) follows the model's mode, as Liger's transformers integration does: a training
-    forward with `labels` skips the logits (Trainer and the engine read only the loss there); evaluation, Trainer's
-    `predict`, pipelines and `generate()` run in eval mode and get them. True always returns logits (and the loss
-    from them, the dense path); False skips them in eval mode too and needs `labels`. The output layer's weight is
-    read directly, so a head wrapped by another module (a PEFT adapter, a quantised layer) takes the dense path;
-    so must a model whose weights are gathered per module call (DeepSpeed ZeRO-3): pass `return_logits=True`.
-    """
+    """Whether a head computes its loss with `lm_head_loss` and returns `logits=None`. `return_logits` None follows the
+    mode, as Liger's integration does: a training forward with `labels` skips the logits, eval mode gets them; True
+    always returns them; False skips them in eval mode too and needs `labels`. A wrapped output layer (PEFT, quantised)
+    takes the dense path; so must weights gathered per module call (DeepSpeed ZeRO-3): pass `return_logits=True`."""
     if return_logits is False and labels is None:
         raise ValueError("`return_logits=False` skips the logits to compute the loss without them: it needs `labels`.")
     if labels is None or return_logits or (return_logits is None and not model.training):
@@ -97,15 +90,10 @@ def _smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, vocab_si
 
 
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
-    """Summed cross-entropy of `hidden @ weight.T + bias` against `labels`, chunk by chunk over the N tokens.
-
-    Each chunk's float32 (n, V') logits are made, turned into the chunk's losses and the gradient of the logits, and
-    freed; the gradients w.r.t. `hidden` (N, C), `weight` (V', C, accumulated in float32) and `bias` are computed in
-    the forward pass (as Liger does), so neither pass ever holds (N, V') logits and the backward only scales them by
-    the incoming gradient. Matmuls run in autocast's dtype when autocast is on (as the dense head's would), else in
-    the dtype of `hidden`; logits in float32, as transformers' losses upcast them. Gradients are computed only for
-    inputs that require them and only when autograd records the call.
-    """
+    """Summed cross-entropy of `hidden @ weight.T + bias` against `labels`, chunk by chunk over the N tokens: each
+    chunk's float32 logits give its losses and logit gradients and are freed, the gradients of `hidden`, `weight`
+    (float32) and `bias` computed in the forward (as Liger does), so neither pass holds (N, V') logits. Matmuls in
+    autocast's dtype or that of `hidden`."""
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
@@ -159,25 +147,14 @@ def lm_head_loss(
     dense: bool = False,
     check_labels: bool = True,
 ) -> torch.Tensor:
-    """The cross-entropy of the output layer `hidden_states @ weight.T + bias` against `labels`, equal to the loss of
-    the materialised float32 logits (transformers' `ForCausalLMLoss` / `ForMaskedLMLoss`, `F.cross_entropy` with
-    `label_smoothing`) without ever holding the (N, V) logits of all N tokens.
+    """The cross-entropy of the output layer `hidden_states @ weight.T + bias` against `labels`, equal to that of the
+    float32 logits (transformers' `ForCausalLMLoss` / `ForMaskedLMLoss`) without holding the (N, V) logits.
 
-    Args:
-        hidden_states: (..., C) inputs of the output layer; `labels` (...) their targets, -100 left out of the loss.
-        weight, bias: the output layer's (V', C) weight and (V',) bias (or None); V' >= `vocab_size` (rows past it are
-            `pad_vocab_to_multiple_of` padding, outside the softmax).
-        shift: causal LM: position t predicts `labels[..., t + 1]` (labels are the input ids, as in transformers).
-        num_items_in_batch: Trainer's gradient-accumulation contract: the loss is the sum over tokens divided by this
-            count (of all accumulated micro-batches); None gives the mean over this batch's labelled tokens (NaN with
-            zero gradients when there are none, as `F.cross_entropy`).
-        chunk_size: tokens per chunk; by default as many as fit `LM_LOSS_CHUNK_ELEMENTS` float32 logits (128 MiB:
-            667 tokens at 50304 columns); docs/performance.md gives the measurements behind the default.
-        dense: the (N, V) logits at once, for a token count only known at run time under `torch.compile` (the labelled
-            positions of `sparse_prediction`), on which a chunk loop would break the graph.
-        check_labels: range-check `labels` (`checks.check_label_ids`); False for a caller that has checked them (the
-            families' forwards), so the check reads them once per forward.
-    """
+    `hidden_states` (..., C), `labels` (...) with -100 left out; `weight` (V', C), `bias` (V',) or None, rows past
+    `vocab_size` outside the softmax; `shift`: position t predicts label t + 1; `num_items_in_batch`: divide the sum by
+    this count (Trainer's gradient accumulation), else the mean; `chunk_size`: tokens per chunk (by default
+    `LM_LOSS_CHUNK_ELEMENTS` logits, docs/performance.md); `dense`: all logits at once (a run-time token count under
+    `torch.compile`); `check_labels`: False for a caller that checked them."""
     if check_labels:
         check_label_ids(labels, vocab_size)
     if shift:
@@ -231,17 +208,11 @@ def lm_output(
     shift_labels: torch.Tensor | None = None,
     **loss_kwargs,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The (logits, loss) of every family's language-model head over its (B, T, C) `hidden_states`.
-
-    The states are sliced to the last `logits_to_keep` positions (`generate()`), reduced with `labels` and
-    `sparse_prediction` to the N labelled positions (`labelled_positions`), then go through `transform` (BERT's
-    dense-GELU-LayerNorm, the RNN's dropout) into `output_layer`, plus a fixed `logits_bias` (1, V') if given. With
-    `skip_logits` (`skips_logits`: a training forward with labels) the loss alone comes back, from `lm_head_loss`;
-    otherwise the logits of the real vocabulary (`vocab_logits`) and, with labels, `model.loss_function` of them
-    (`loss_kwargs`: Trainer's `num_items_in_batch` and the keywords transformers' losses take); the heads have
-    checked `labels` (`checks.check_lm_labels`). `shift`: position t predicts label t + 1 (causal LM), unless
-    `shift_labels` are given: the targets already aligned with the positions, which the loss is then computed against
-    as they are (transformers' `ForCausalLMLoss`)."""
+    """The (logits, loss) of every family's LM head over its (B, T, C) `hidden_states`: sliced to the last
+    `logits_to_keep` positions, reduced to the labelled ones (`sparse_prediction`), through `transform` into
+    `output_layer` (+ `logits_bias`). With `skip_logits` the loss alone (`lm_head_loss`); else the real vocabulary's
+    logits and, with labels, `model.loss_function` of them. `shift`: position t predicts label t + 1, unless
+    `shift_labels` are given already aligned."""
     vocab_size = model.config.vocab_size
     if shift_labels is not None:
         labels, shift = shift_labels.contiguous(), False  # `ForCausalLMLoss` views them

@@ -16,15 +16,11 @@ from .packing import PackedSequences
 
 def mask_inputs(attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
                 sequences: PackedSequences | None, batch: int) -> tuple[torch.Tensor | None, torch.Tensor | None, bool]:
-    """What to hand transformers' mask functions (`create_causal_mask`, `create_bidirectional_mask`, and the packed
-    rows' `find_packed_sequence_indices`): the 2D `attention_mask`, the `position_ids` whose restarts split rows (read
-    only when no mask is given), and whether they may test the mask for padding (their `allow_is_causal_skip` /
-    `allow_is_bidirectional_skip`: under sdpa they read it back from the device to drop an all-ones mask).
-
-    The collate's `sequences` answer on the host instead: padded rows without padding get no mask (what the test
-    finds), with padding the mask, untested (the test would keep it); rows of documents none of which restarts
-    (N == B) need no positions to split them. Without `sequences`, or under `torch.compile` (which traces the reads
-    away), the arguments are handed on as they came."""
+    """What to hand transformers' mask functions: the 2D `attention_mask`, the `position_ids` whose restarts split rows,
+    and whether they may test the mask for padding (`allow_is_*_skip`, a read back under sdpa). The collate's
+    `sequences` answer on the host instead: no mask for rows without padding, the mask untested for rows with it, no
+    positions for documents none of which restarts; without them, or under `torch.compile`, the arguments pass as they
+    came."""
     if torch.compiler.is_compiling() or sequences is None:
         return attention_mask, position_ids, True
     if sequences.tokens is not None and attention_mask is not None and attention_mask.dim() == 2:

@@ -154,10 +154,9 @@ def make_rnn(config: LineageRnnConfig, input_size: int, hidden_size: int, num_la
 
 
 def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-    """A stacked GRU or LSTM over (B, T, input) from `state`; the state comes back as a tuple either way. Several
-    positions go through the fused kernel (cuDNN / oneDNN); one position, or a compiled graph (TorchDynamo does not
-    trace the fused kernels), through the cell functions with the same weights, since the fused kernel's fixed cost
-    per call dominates a single step (docs/performance.md)."""
+    """A stacked GRU or LSTM over (B, T, input) from `state` (returned as a tuple): the fused kernel over several
+    positions, the cell functions for one position or under compile (the fused kernel's fixed cost dominates a single
+    step)."""
     if inputs.shape[1] == 1 or torch.compiler.is_compiling():
         return cell_rnn(rnn, inputs, state)
     outputs, new_state = rnn(inputs, state if isinstance(rnn, nn.LSTM) else state[0])
@@ -166,10 +165,8 @@ def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, state: State) -> tuple[torch.
 
 def cell_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, state: State,
              mask: torch.Tensor | None = None) -> tuple[torch.Tensor, State]:
-    """What `rnn` computes over (B, T, input) from `state` (each (L * directions, B, C)), one position and layer at
-    a time through `torch.gru_cell` / `torch.lstm_cell`, with its dropout between layers. With a (B, T) bool `mask`
-    of right-padded rows it computes what the kernel does over packed sequences: a row's state stops at its last
-    real position, the backward direction starts there, and the outputs on padding are 0."""
+    """What `rnn` computes over (B, T, input) from `state` ((L * directions, B, C) each), a position and layer at a
+    time; with a (B, T) bool `mask` of right-padded rows, what the kernel does over packed sequences (0 on padding)."""
     directions = 2 if rnn.bidirectional else 1
     layer_input, finals = inputs, []
     for layer in range(rnn.num_layers):
@@ -354,13 +351,9 @@ class LineageRnnBridge(nn.Module):
 
 
 class LineageRnnDecoder(nn.Module):
-    """Target embeddings and the stacked recurrent decoder. The base class is Sutskever's: no attention, the whole
-    target in one kernel call; the attention decoders below override `forward`.
-
-    `forward(embedded (B, T, E), annotations (B, S, C), keys (B, S, K) | None, source_mask (B, S), state, feed)`
-    returns `(outputs (B, T, C), alignments (B, T, S) | None, state, feed)`; `outputs` is what the output
-    projection reads.
-    """
+    """Target embeddings and the stacked recurrent decoder; this base class is Sutskever's (no attention, one kernel
+    call). `forward(embedded (B, T, E), annotations (B, S, C), keys (B, S, K) | None, source_mask (B, S), state, feed)`
+    returns `(outputs (B, T, C), alignments (B, T, S) | None, state, feed)`."""
 
     def __init__(self, config: LineageRnnConfig, extra_input: int = 0):
         super().__init__()

@@ -62,13 +62,9 @@ class LineageTransformerPreTrainedModel(LineagePreTrainedModel):
 
 
 class LineageTransformerStack(LineageTransformerPreTrainedModel):
-    """N blocks over `Dropout(scale * token embeddings + positions)`: the encoder (bidirectional) or the decoder
-    (causal self-attention plus cross attention); a final LayerNorm only under pre-norm.
-
-    Encoder and decoder are pretrained models of their own (as Marian's) so that each `forward` captures its own
-    hidden states and attentions (`@capture_outputs`), also when `generate()` runs the encoder alone; their
-    submodules keep the checkpoint keys `model.encoder.*` and `model.decoder.*`.
-    """
+    """N blocks over `Dropout(scale * token embeddings + positions)`: the encoder or the decoder (plus cross attention);
+    a final LayerNorm only under pre-norm. A pretrained model of its own (as Marian's), so each captures its own
+    outputs."""
 
     def __init__(self, config: LineageTransformerConfig, is_decoder: bool):
         super().__init__(config)
@@ -94,10 +90,9 @@ class LineageTransformerStack(LineageTransformerPreTrainedModel):
         initialising itself as it is built would reorder the random draws, so a seed would give other weights."""
 
     def embed(self, inputs_embeds: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
-        """Positions offset..offset+T-1; `offset` (the cache length) is a 0-d tensor for a static cache, added to the
-        positions rather than branched on, so a compiled decoding step has no data-dependent control flow. As in
-        Marian there is no `position_ids` argument: packing several pairs in a row would also need a cross-attention
-        mask per pair, which the seq2seq interface does not carry; every position of the table is usable."""
+        """Positions offset..offset+T-1, `offset` (the cache length) a 0-d tensor under a static cache, so that a
+        compiled step does not branch on it. No `position_ids`, as in Marian: packed pairs would need a cross mask per
+        pair."""
         embeddings = inputs_embeds * self.embed_scale  # (B, T, C)
         if self.embed_positions is not None:
             positions = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)[None] + offset  # (1, T)
@@ -189,11 +184,9 @@ class LineageTransformerDecoder(LineageTransformerStack):
 
 
 class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
-    """The bare encoder-decoder: decoder hidden states (and the encoder's), without the output projection;
-    encoder and decoder capture their own hidden states and attentions (`@capture_outputs`). The forward is
-    `seq2seq.Seq2SeqBase.forward`, which calls this class's hooks in this order: `as_encoder_outputs`,
-    `_check_target`, `encode` (unless given `encoder_outputs`), `_new_cache`, `_decode`.
-    """
+    """The bare encoder-decoder, without the output projection. Its forward is `seq2seq.Seq2SeqBase.forward`, which
+    calls these hooks in order: `as_encoder_outputs`, `_check_target`, `encode` (unless given `encoder_outputs`),
+    `_new_cache`, `_decode`."""
 
     def __init__(self, config: LineageTransformerConfig):
         super().__init__(config)

@@ -39,21 +39,12 @@ def document_masking_error(config) -> str | None:
 
 
 class PackedSequences:
-    """N sequences laid end to end in a flattened stream of tokens (a packed row's documents, or the real tokens of
-    a padded batch), given by their start offsets `cu_seqlens` (N + 1,) and their longest length `max_length`, and
-    the attention that keeps each sequence to itself.
+    """N sequences laid end to end in a flattened stream of L tokens, given by their starts `cu_seqlens` (N + 1,) and
+    longest length `max_length`; for padded rows `tokens` (L,) are their positions among the `grid` = B * T tokens.
 
-    `attend` runs SDPA on the sequences grouped by length into power-of-two buckets (lengths in (2^(b-1), 2^b]),
-    each bucket right-padded to its longest sequence: at most log2(longest) + 1 kernel calls, padded tokens fewer
-    than real ones, so memory is linear in the stream length and no (T, T) mask is built. Causal attention needs
-    no mask (a real query never reaches the right padding); bidirectional attention masks the padded keys with a
-    (n, 1, 1, width) mask. The index tensors are built once and shared by every layer: with the object when the
-    lengths are known on the host (`from_lengths`, as a collate builds it on the CPU), else on the first `attend`,
-    reading the lengths back (boundaries handed over as a device tensor, as transformers' `cu_seq_lens_q`).
-
-    For padded rows, `tokens` (L,) are the positions of the stream's tokens among the B * T of the batch and `grid`
-    is B * T; the host then knows whether any token is padding (`padding`).
-    """
+    `attend` runs SDPA over power-of-two length buckets, each right-padded to its longest: at most log2(longest) + 1
+    calls, memory linear in L, no (T, T) mask. The bucket index is built once, at once when the lengths are known on the
+    host (`from_lengths`), else on the first `attend`."""
 
     def __init__(self, cu_seqlens: torch.Tensor, max_length: int, tokens: torch.Tensor | None = None,
                  grid: int | None = None, lengths: list[int] | None = None):

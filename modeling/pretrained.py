@@ -13,17 +13,11 @@ from .layers import LineageBlock, SinusoidalPositionalEmbedding
 
 
 class LineagePreTrainedModel(PreTrainedModel):
-    """Weight initialisation, attention-backend flags, output capture and complete `auto_map` saving for all
-    families.
+    """Weight initialisation, attention-backend flags, output capture and complete `auto_map` saving for all families.
 
-    A family's base class sets `config_class`, `base_model_prefix` and `auto_classes` (transformers Auto class
-    name -> Lineage class name); `save_pretrained` then writes an `auto_map` entry for every head, so each
-    head loads from the saved folder with `trust_remote_code=True`. A base model's `forward` decorated with
-    transformers' `@capture_outputs` returns, on `output_hidden_states` / `output_attentions`, what hooks on
-    every `LineageBlock` record: its input (the embedding output, for the first block) and output hidden states,
-    and its self-attention weights; the last hidden state is replaced by the model's `last_hidden_state` (after
-    a final LayerNorm).
-    """
+    A family's base class sets `config_class`, `base_model_prefix` and `auto_classes` (Auto class name -> Lineage class
+    name), so that every head loads from a saved folder with `trust_remote_code=True`. `@capture_outputs` records each
+    `LineageBlock`'s input and output hidden states and its self-attention weights."""
 
     auto_classes: dict[str, str] = {}
     # Trainer passes `num_items_in_batch` to a head that says so (a forward's signature shows no `**kwargs`,
@@ -56,10 +50,9 @@ class LineagePreTrainedModel(PreTrainedModel):
 
     def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
                                 mean_resizing: bool = True) -> nn.Embedding:
-        """transformers' resize, keeping `pad_vocab_to_multiple_of` (`LineageConfig`): the embedding and the output
-        layer get `new_num_tokens` rows rounded up to `pad_to_multiple_of` (default: the config's multiple, which an
-        explicit value replaces), and `config.vocab_size` becomes `new_num_tokens`, the real vocabulary, where
-        transformers would count the padded rows as tokens (and could then generate them)."""
+        """transformers' resize, keeping `pad_vocab_to_multiple_of`: `new_num_tokens` rows rounded up to
+        `pad_to_multiple_of` (default the config's), and `config.vocab_size` the real vocabulary, where transformers
+        would count padded rows."""
         if isinstance(pad_to_multiple_of, int):  # a non-integer is refused by transformers, with its own message
             check_vocab_multiple(pad_to_multiple_of, "pad_to_multiple_of")
         vocab_size = new_num_tokens if new_num_tokens is not None else self.config.vocab_size

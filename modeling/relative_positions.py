@@ -16,13 +16,9 @@ def relative_position_index(query_positions: torch.Tensor, key_positions: torch.
 
 def key_positions(query_positions: torch.Tensor, past_length: int | torch.Tensor = 0,
                   attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Positions (B or 1, past + T) of the keys of self-attention over `past_length` cached tokens and T new ones.
-
-    A new token's key has its query's position (`query_positions`, from `position_ids` or the cache offset). A cached
-    token lies as many positions before the first new token as there are real tokens from it to the end of the
-    cache: counted in a (B, past + T) `attention_mask`, so padding takes no position (GPT's positions count real
-    tokens), or consecutive without one (a 4D mask, a static cache's generate, the Transformer's decoder).
-    """
+    """Positions (B or 1, past + T) of the keys over `past_length` cached and T new tokens: a new key has its query's
+    position; a cached one counts back over the real tokens of a 2D `attention_mask` (padding takes no position), or
+    consecutively without one."""
     past = int(past_length)
     if past == 0:
         return query_positions

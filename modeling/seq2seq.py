@@ -116,10 +116,8 @@ class Seq2SeqBase:
 
 
 class Seq2SeqLMBase:
-    """The forward of an encoder-decoder with its output layer (`lm_head` over `model`), mixed into a family's
-    `PreTrainedModel`: teacher forcing from `labels`, the (label-smoothed) cross-entropy over target tokens, and the
-    training options of every language-model head (`return_logits`, `sparse_prediction`). A family adds to the
-    output layer through `lm_head_inputs` (`losses.lm_output`'s `transform`, `logits_bias`)."""
+    """The forward of an encoder-decoder with its output layer (`lm_head` over `model`): teacher forcing from `labels`,
+    the loss, and the LM heads' training options; a family adds to the output layer through `lm_head_inputs`."""
 
     def lm_head_inputs(self) -> dict:
         return {}
