@@ -17,13 +17,12 @@ import sys
 
 from accelerate.utils import set_seed
 
-from train.data.model_inputs import check_documents
 from train.data.token_store import data_key
 from train.run.recipes import RecipeError, check_command_keys, parse_args
 from train.setup.models import model_source
-from train.setup.pretraining import COMMANDS, pretraining_data
+from train.setup.pretraining import COMMANDS, pretraining_data, pretraining_documents
 from train.setup.run_tokenizer import corpus_tokenizer
-from train.setup.splits import column_texts, load_splits
+from train.setup.splits import column_texts
 
 EXAMPLE_RECIPES = ("gpt-pretrain-tiny", "bert-pretrain-tiny")  # what the error names
 
@@ -52,9 +51,7 @@ def main(argv: list[str] | None = None):
     command = COMMANDS[source.family]
     check_command_keys(recipe, command, f"; this recipe prepares for {command} ({recipe.model!r} is a "
                                         f"{source.family} model): drop it")
-    train_docs, eval_docs = load_splits(recipe, [("text", "text")])
-    if source.family == "bert":
-        check_documents(train_docs, recipe.data_source("train"))
+    train_docs, eval_docs = pretraining_documents(recipe, source.family)
     tokenizer = corpus_tokenizer(recipe, source.family, lambda: column_texts(train_docs), source,
                                  templates=source.family == "bert", data_key=data_key(train_docs, ["text"]))
     return pretraining_data(recipe, source.family, tokenizer, train_docs, eval_docs)

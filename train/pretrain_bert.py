@@ -15,16 +15,15 @@ from __future__ import annotations
 import torch
 
 from train.data.collators import MaskedLMCollator
-from train.data.model_inputs import check_documents
 from train.data.token_store import data_key
 from train.metrics import load_metric
 from train.run.engine import Engine, TokenMean
 from train.run.recipes import parse_args
 from train.run.run_folder import start_run
 from train.setup.models import build_model, model_source
-from train.setup.pretraining import pretraining_data
+from train.setup.pretraining import pretraining_data, pretraining_documents
 from train.setup.run_tokenizer import get_tokenizer
-from train.setup.splits import check_sequence_room, column_texts, load_splits
+from train.setup.splits import check_sequence_room, column_texts
 
 DEFAULT_RECIPE = "bert-pretrain-tiny"
 DATA = "embedded:documents"  # when the recipe names no data
@@ -52,10 +51,7 @@ def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str,
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_bert").reading(DATA)
     source = model_source(recipe, "pretrain_bert", ("bert",))
-    train_docs, eval_docs = load_splits(recipe, [("text", "text")])
-    check_documents(train_docs, recipe.data_source("train"))
-    if eval_docs:
-        check_documents(eval_docs, recipe.split_name("validation"))
+    train_docs, eval_docs = pretraining_documents(recipe, "bert")
     with start_run(recipe) as run:
         tokenizer = get_tokenizer(recipe, "bert", lambda: column_texts(train_docs), source=source,
                                   data_key=data_key(train_docs, ["text"]), run=run)

@@ -21,9 +21,9 @@ from train.run.engine import Engine, TokenMean
 from train.run.recipes import RecipeError, parse_args
 from train.run.run_folder import start_run
 from train.setup.models import build_model, model_source
-from train.setup.pretraining import pretraining_data
+from train.setup.pretraining import pretraining_data, pretraining_documents
 from train.setup.run_tokenizer import get_tokenizer
-from train.setup.splits import check_sequence_room, column_texts, load_splits
+from train.setup.splits import check_sequence_room, column_texts
 
 DEFAULT_RECIPE = "gpt-pretrain-tiny"
 DATA = "embedded:documents"  # when the recipe names no data
@@ -72,7 +72,7 @@ def check_document_packing(model) -> None:
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "pretrain_gpt").reading(DATA)
     source = model_source(recipe, "pretrain_gpt", ("gpt",), generates=True)
-    train_docs, eval_docs = load_splits(recipe, [("text", "text")])
+    train_docs, eval_docs = pretraining_documents(recipe, "gpt")
     with start_run(recipe) as run:
         tokenizer = get_tokenizer(recipe, "gpt", lambda: column_texts(train_docs), source=source, templates=False,
                                   data_key=data_key(train_docs, ["text"]), run=run)

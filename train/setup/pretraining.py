@@ -6,11 +6,23 @@ prepares (once, where machines share the cache) while the others wait and then o
 
 from __future__ import annotations
 
-from train.data.model_inputs import prepare_causal_lm_dataset, prepare_nsp_dataset
+from train.data.model_inputs import check_documents, prepare_causal_lm_dataset, prepare_nsp_dataset
 from train.run.distributed import one_process_first
 from train.run.recipes import Recipe
+from train.setup.splits import load_splits
 
 COMMANDS = {"gpt": "pretrain_gpt", "bert": "pretrain_bert"}  # family -> the command that pretrains it
+
+
+def pretraining_documents(recipe: Recipe, family: str):
+    """`(train, validation)` documents of the recipe (`load_splits`; validation None without), each refused for BERT
+    when it gives no sentence pair (`check_documents`)."""
+    train_docs, eval_docs = load_splits(recipe, [("text", "text")])
+    if family == "bert":
+        check_documents(train_docs, recipe.data_source("train"))
+        if eval_docs:
+            check_documents(eval_docs, recipe.split_name("validation"))
+    return train_docs, eval_docs
 
 
 def _prepare(recipe: Recipe, family: str, tokenizer, documents, source: str, seed: int):
