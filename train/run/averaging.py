@@ -1,11 +1,9 @@
 """Checkpoint averaging: the mean of the weights of several checkpoints (or model folders) of one run, tensor by
 tensor, as fairseq's `average_checkpoints.py`, OpenNMT-py and joeynmt average the last checkpoints of a run.
 
-`Member` reads what one input is (its weights files, model config and vocabulary) without loading its tensors;
-`check_same_run` refuses members of different configs or vocabularies, naming the first difference; `average_weights`
-sums in float64 one member at a time (the mean of identical tensors is exactly them) and casts back; `average_into`
-puts the mean of a run's last N checkpoints into its model (recipe key `average_last_checkpoints`, called by the
-engine). docs/training.md ("Checkpoint averaging"), docs/evaluation.md ("Averaging checkpoints").
+`check_same_run` refuses inputs (`Member`) of different configs or vocabularies; `average_weights` sums in float64 one
+member at a time and casts back; `average_into` averages a run's last N checkpoints into its model. docs/training.md
+("Checkpoint averaging"), docs/evaluation.md ("Averaging checkpoints").
 """
 
 from __future__ import annotations

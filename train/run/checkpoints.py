@@ -1,12 +1,8 @@
 """Checkpoints of a training run: `<output_dir>/checkpoints/step-N`, written atomically, the last K kept.
 
-`save_checkpoint` writes the full (unsharded) weights, the optimizer state keyed by parameter name, the scheduler and
-random states, a stream's position and `lineage_state.json` (the `TrainState`, how the run was distributed, every
-file's size) into a temporary folder renamed into place, so a save killed at any instant leaves the previous one
-whole. `resume_path("latest" | folder)` finds and verifies one before anything is built; `run_identity` /
-`check_resume` refuse another run's checkpoint key by key, and data changed since it was written (each local file's
-content fingerprint, `train.data.fingerprints`; a Hub dataset's revision) unless `allow_data_change`;
-`load_checkpoint` restores it at any number of processes.
+`save_checkpoint` writes the unsharded weights, optimizer, scheduler and random states and `lineage_state.json` into
+a temporary folder renamed into place, so a killed save leaves the previous one whole; `resume_path` finds and
+verifies one, `check_resume` refuses another run's or changed data, `load_checkpoint` restores it at any world size.
 docs/training.md ("Checkpoints and resume"), docs/reliability.md ("kill -9"), docs/scaling.md ("Checkpoints at any
 world size").
 """
@@ -157,10 +153,8 @@ def vocabulary_identity(tokenizer) -> dict:
 
 
 def data_fingerprint(source: str, dataset_config: str | None) -> dict[str, str] | None:
-    """What a checkpoint records of its training data's content: each local file's fingerprint ({path: fingerprint},
-    a folder's data files, or every file of another folder such as `save_to_disk`'s), a Hub dataset's revision as
-    datasets resolves it ({name: revision}); None for the embedded corpus (its source, seed and size say it all) and
-    for a Hub dataset whose revision cannot be had."""
+    """What a checkpoint records of its training data's content: {path: fingerprint} of local files, {name: revision}
+    of a Hub dataset; None for the embedded corpus and a Hub dataset whose revision cannot be had."""
     if not source or source.startswith(EMBEDDED_PREFIX):
         return None
     path = Path(source).expanduser()
@@ -201,8 +195,7 @@ def _refuse_data_change(path: Path, changes: dict[str, list]) -> None:
 def check_resume(path: Path, identity: dict) -> dict[str, list]:
     """Refuse a checkpoint whose model config, tokenizer or data differ from `identity` (naming each key, and each
     changed file: `DataChangedError`, unless the recipe's `allow_data_change`); return the changeable keys that
-    differ, {key: [checkpoint's, this run's]}, with `data <file>` for each changed file. Checkpoints written before
-    the record was kept pass unchecked, and those written before data fingerprints were kept skip that check."""
+    differ, {key: [checkpoint's, this run's]}, with `data <file>` for each changed file."""
     written = verify_checkpoint(path).get("run")
     if not written:
         return {}
@@ -305,9 +298,8 @@ def _recipe_hyperparameters(optimizer, fresh: list[dict], schedulers) -> None:
 
 def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, keep: int, launch: dict | None = None,
                     identity: dict | None = None, stream_state: dict | None = None) -> Path:
-    """Save into a temporary folder, record it (with `launch`, how the run is distributed, and `identity`, what the run
-    is: `run_identity`), rename it into place, keep the last `keep`. `stream_state`: the position in a training
-    stream (the same on every process; the main process writes it)."""
+    """Save into a temporary folder, record it (`launch`, `identity`), rename it into place, keep the last `keep`.
+    `stream_state`: the position in a training stream."""
     final = root / f"{CHECKPOINT_PREFIX}{state.step:08d}"
     tmp = root / f"{TMP}{final.name}"
     if accelerator.is_main_process:

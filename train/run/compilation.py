@@ -53,9 +53,8 @@ def compile_model(model: nn.Module, enabled: bool, mode: str | None = None, devi
 
 def check_bounded_shapes(compile_mode: str | None, collate_fn, dataset) -> None:
     """Raise a `RecipeError` naming `compile_mode` and `pad_to_multiple_of` when CUDA graphs (`reduce-overhead`) would
-    meet a batch length per distinct example length: a padding collator (`train.data.collators`) without
-    `pad_to_multiple_of` over training rows of several lengths. A dataset that knows its rows' lengths without
-    reading them says so (`row_lengths`, as prepared causal-LM blocks do); other rows are read once."""
+    meet a batch length per distinct example length: a padding collator without `pad_to_multiple_of` over training
+    rows of several lengths (read once, unless the dataset gives `row_lengths`)."""
     if compile_mode != "reduce-overhead" or getattr(collate_fn, "pad_to_multiple_of", 0) is not None:
         return
     lengths = getattr(dataset, "row_lengths", None)

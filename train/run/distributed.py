@@ -145,12 +145,9 @@ def enable_gradient_checkpointing(accelerator: Accelerator, model: torch.nn.Modu
 
 
 def token_mean(accelerator: Accelerator, loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """`loss`, a mean over this process's labelled tokens (labels != -100), re-weighted so that its mean over processes
-    (what DDP and FSDP average gradients by, and the engine logs) is the mean over all processes' tokens of this
-    micro-batch: the same loss and gradient as one process with the micro-batches of every process. Under gradient
-    accumulation each micro-batch's mean then counts equally, as in a one-process run with the same accumulation,
-    not weighted by its token count (a mean over all accumulated tokens would need their count before the first
-    micro-batch's backward)."""
+    """`loss`, a mean over this process's labelled tokens, re-weighted so that its mean over processes (what DDP and
+    FSDP average gradients by) is the mean over all processes' tokens of this micro-batch. Under accumulation each
+    micro-batch counts equally, as in a one-process run."""
     count = (labels != -100).sum().float()
     total = accelerator.reduce(count.detach().clone(), "mean")
     return loss * count / total.clamp(min=1.0)
@@ -158,8 +155,7 @@ def token_mean(accelerator: Accelerator, loss: torch.Tensor, labels: torch.Tenso
 
 class CpuPeers:
     """The run's processes as a gloo group beside the training's own, so that asking them reads nothing back from a
-    GPU: whether every process's flag is true (`all`) and every process's value (`gather`, in rank order). A stream
-    read by shard asks at every micro-batch whether every process could fill it (`train.data.batching`)."""
+    GPU: whether every process's flag is true (`all`) and every process's value (`gather`, in rank order)."""
 
     def __init__(self):
         self.group = torch.distributed.new_group(backend="gloo")
@@ -210,8 +206,7 @@ def unsharded(model: torch.nn.Module, state_dict: dict) -> tuple[torch.nn.Module
 def one_process_first(local: bool = False) -> Iterator[bool]:
     """Run the block in the main process first and then in the others (whether this is the main process is
     yielded), before the Accelerator exists: one process writes what the others then read. `local`: the main process
-    of each machine (node) first, for what is written into a machine's own cache (LINEAGE_CACHE): once per machine,
-    or, where the machines share the cache, once under the writer's own file lock (`train.data.staging.exclusive`)."""
+    of each machine first, for what goes into a machine's own cache (LINEAGE_CACHE)."""
     state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # "CPU" as the Accelerator will say
     with state.local_main_process_first() if local else state.main_process_first():
         yield state.is_local_main_process if local else state.is_main_process

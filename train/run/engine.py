@@ -6,10 +6,9 @@
         engine = Engine(run, model, train_data, collate, sparse_prediction=True, token_mean=TokenMean())
         engine.finish(engine.train(), description="...", source=source)
 
-`Engine(...)` builds and checks (tokenizer against model, data, the run's resume checkpoint against the recipe) and
-writes nothing; `train()` opens the run's log and runs the loop; the training forward alone gets the options the command
-declared (`training_options`) and the loss normalisation (`TokenMean`), so evaluation sees the model as a user does.
-The loop, its records, checkpoints and resume: docs/training.md ("The engine", "Logging", "Checkpoints and resume").
+`Engine(...)` builds and checks and writes nothing; `train()` opens the log and runs the loop. Only the training
+forward gets the command's options (`training_options`, `TokenMean`): evaluation sees the model as a user does.
+docs/training.md ("The engine", "Logging", "Checkpoints and resume").
 """
 
 from __future__ import annotations
@@ -81,11 +80,9 @@ class _Clock:
 
 @dataclass(frozen=True)
 class TokenMean:
-    """A training loss that is a mean over labelled tokens (labels != -100), declared by the command: the engine
-    weights it by this process's share of the tokens across processes (`distributed.token_mean`), so that N processes
-    train as one with the whole batch. `term`: the output holding the mean; `first_label`: the first label position
-    the mean counts (a causal LM predicts no row's first token); `plus`: per-sequence terms added unweighted (BERT's
-    `nsp_loss`)."""
+    """A training loss that is a mean over labelled tokens, weighted by this process's share of the tokens across
+    processes (`distributed.token_mean`) so that N processes train as one. `term`: the output holding the mean;
+    `first_label`: the first label position counted; `plus`: per-sequence terms added unweighted (BERT's `nsp_loss`)."""
 
     term: str = "loss"
     first_label: int = 0
@@ -101,10 +98,8 @@ class TokenMean:
 
 def training_options(model: torch.nn.Module, device: torch.device, *, sparse_prediction: bool = False,
                      unpad_inputs: bool = False) -> dict[str, bool]:
-    """The keyword options of the training forward, from what the command declared: `sparse_prediction` (the output
-    head on labelled positions only), and `unpad_inputs` where it serves, a Lineage BERT on a CUDA device (MosaicBERT:
-    no compute on padding). They change how a step computes, never what the model is: no config holds them and no
-    other call gets them."""
+    """The keyword options of the training forward: `sparse_prediction` (the output head on labelled positions only)
+    and, for a Lineage BERT on a CUDA device, `unpad_inputs`. They change how a step computes, never the model."""
     options = {"sparse_prediction": True} if sparse_prediction else {}
     if unpad_inputs and model.config.model_type == "lineage-bert" and device.type == "cuda":
         options["unpad_inputs"] = True
@@ -115,14 +110,11 @@ class Engine:
     """Train `model` on `train_dataset` as the recipe of `run` (`start_run`) says, into its folder.
 
     Args:
-        train_dataset: a `datasets.Dataset` (or any sequence of examples), or a stream: a `datasets.IterableDataset`
-            (trained by `max_steps`; resumable through its `state_dict()` / `load_state_dict()`, as every
-            `datasets` stream is, after `map`, `filter`, `take` and `IterableDataset.from_generator` alike).
+        train_dataset: a `datasets.Dataset` (or any sequence of examples), or a `datasets.IterableDataset` stream
+            (trained by `max_steps`, resumed through its `state_dict()`).
         eval_dataset: a `datasets.Dataset` (or any sequence), not a stream.
-        collate_fn: turns a list of examples into a padded batch of tensors (`train.data.collators`); called
-            with `seeds=` (one per example) when it takes them.
-        token_mean: the training loss is a mean over labelled tokens (`TokenMean`), normalised across processes;
-            None: `outputs.loss`.
+        collate_fn: a list of examples -> a padded batch (`train.data.collators`); given `seeds=` when it takes them.
+        token_mean: the training loss as a `TokenMean`; None: `outputs.loss`.
         sparse_prediction, unpad_inputs: options of the training forward (`training_options`).
         predict_fn: `(model, batch, outputs) -> {name: tensor [B, ...]}` at evaluation; the tensors are
             gathered across processes (`gather_for_metrics`) and handed to `metrics_fn`.
@@ -156,9 +148,8 @@ class Engine:
     # ------------------------------------------------------------------ building
 
     def _check_inputs(self, model, tokenizer, train_dataset, eval_dataset) -> dict | None:
-        """Refuse what cannot train before anything is built: a tokenizer that does not fit the model, data that gives
-        no batch, a checkpoint to resume (`Run.resume_from`) that is another run's. Returns a stream's position in
-        that checkpoint; sets the run's `identity` and the recipe keys `changed` since."""
+        """Refuse a tokenizer that does not fit the model, data that gives no batch, a resume checkpoint that is
+        another run's; returns a stream's position in that checkpoint."""
         recipe, resume_from = self.recipe, self.run.resume_from
         if tokenizer is not None:
             check_tokenizer_matches_model(tokenizer, model.config)
@@ -170,8 +161,7 @@ class Engine:
         return position
 
     def _accelerator(self):
-        """The run's Accelerator (Accelerate's process-wide state was reset by `start_run`, when a command started the
-        run)."""
+        """The run's Accelerator."""
         r = self.recipe
         return distributed.build_accelerator(
             gradient_accumulation_steps=r.gradient_accumulation_steps,
@@ -336,9 +326,8 @@ class Engine:
         return loader
 
     def _micro_step(self, batch: dict, window: _Window, bar) -> bool:
-        """Forward and backward of one micro-batch; on the last one of an accumulation, the optimizer step and, when
-        a record is due (`_records_at`), its log record. Returns whether an optimizer step was completed. Nothing
-        here reads a device value back except that record."""
+        """Forward and backward of one micro-batch, and on the last of an accumulation the optimizer step and any
+        record due; returns whether an optimizer step was completed. Only a record reads a device value back."""
         acc = self.accelerator
         with acc.accumulate(self.model), value_checks(False):  # the collator checked the batch's values on the CPU
             loss = self._compute_loss(batch)
@@ -372,9 +361,7 @@ class Engine:
                 or any(every > 0 and step % every == 0 for every in (r.save_steps, r.eval_steps)))
 
     def _read_back(self, window: _Window) -> dict[str, float]:
-        """Every value the window holds, reduced over processes in one gather and read back in one transfer: the
-        mean loss, the token count, the first non-finite step, the last gradient norm and the slowest process's
-        training time."""
+        """Every value the window holds, reduced over processes in one gather and read back in one transfer."""
         acc = self.accelerator
         grad_norm = window.grad_norm if window.grad_norm is not None else math.nan
         if hasattr(grad_norm, "full_tensor"):  # FSDP2 returns the norm as a DTensor over the shards
@@ -450,14 +437,10 @@ class Engine:
 
     def finish(self, results: dict[str, Any], *, description: str = "", source=None,
                samples: list[str | tuple[str, ...]] = (), extra_files: dict[str, str] | None = None) -> Path:
-        """The run's tail, the same for every command: `results` with what loading the model found and the samples,
-        the model card, and the published folder `<output_dir>/model` (`train.run.publish.save_run`, which names the
-        data as the loader read it: `Recipe.data_source`); then the run ends and its folder is released. Returns the
-        folder.
-
-        `source`: where the weights started (a `train.setup.models.ModelSource`: its `report`, `repo_id` and
-        `card_text()`); `samples`: texts the trained model produced, or `(input, output)` pairs, printed, kept in
-        `results` as `sample_<i>` and listed in the card."""
+        """The run's tail: `results` with the samples, the model card and the published `<output_dir>/model`
+        (`train.run.publish.save_run`); then the folder is released. Returns the published folder. `source`: where
+        the weights started (a `train.setup.models.ModelSource`); `samples`: texts or `(input, output)` pairs the
+        trained model produced, kept in `results` and the card."""
         self._open()  # a run finished without training still starts its log first
         if source is not None:
             results.update(source.report)
@@ -494,7 +477,7 @@ def _samples_section(samples) -> str:
 
 def _check_datasets(train_dataset, eval_dataset, recipe: Recipe) -> None:
     """Refuse, before anything is built, training data that gives no batch, a stream the recipe cannot train from
-    (`batching.check_stream`), and evaluation data that is a stream."""
+    (`recipes.check_stream`), and evaluation data that is a stream."""
     if is_stream(train_dataset):
         check_stream(recipe.max_steps, recipe.dataloader_num_workers)
     elif not hasattr(train_dataset, "__len__"):

@@ -1,7 +1,5 @@
-"""The software a run uses: the installed version of each library Lineage depends on, the range the installed
-`lineage` package declares for it (its metadata, written from `pyproject.toml`) and the releases the test suite
-passed on (`TESTED`: the floor job and the newest job of `.ci/run`). `lineage env` prints them; `results.json` and
-the model card record them (`versions`). docs/using.md ("Supported versions").
+"""The software a run uses: each dependency's installed version, the range the `lineage` package declares for it
+and the releases the test suite passed on (`TESTED`). docs/using.md ("Supported versions").
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Publishing a run: `<output_dir>/model` and what goes in it, and the Hub upload.
 
-`save_run` (called by the engine's finish step) writes the weights with their code, the tokenizer, `recipe.yaml`,
-`results.json` (figures, the data the run read: `Recipe.data_source`, library versions), the loss curve and the model
-card (`write_model_card`: Hub metadata, use, results, software, recipe), staged beside the folder and moved into
-place; then pushes it when the recipe names a repo (`check_push` refuses one that cannot succeed before training).
-The card is written for the Hub: local files by their names (the full paths stay in `run.json`), control characters
-escaped, only the data keys the run read. docs/training.md ("What a run writes").
+`save_run` writes the weights with their code, the tokenizer, `recipe.yaml`, `results.json`, the loss curve and the
+model card (`write_model_card`), staged beside the folder and moved into place, then pushes it when the recipe names
+a repo (`check_push` refuses one that cannot succeed before training). docs/training.md ("What a run writes").
 """
 
 from __future__ import annotations
@@ -228,9 +225,8 @@ def plot_loss_curve(history: list[dict], path: Path, title: str) -> Path:
 
 def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: dict[str, Any] | None = None,
              card: dict[str, Any] | None = None, extra_files: dict[str, str] | None = None) -> Path:
-    """Write `<output_dir>/model` (module docstring) and push it when the recipe names a repo; every process
-    calls this (FSDP and DeepSpeed gather the full weights from all of them onto the main process, which writes an
-    ordinary unsharded folder). Returns the folder."""
+    """Write `<output_dir>/model` and push it when the recipe names a repo; every process calls this (the main
+    process writes an unsharded folder). Returns the folder."""
     output_dir = Path(recipe.output_dir)
     folder = output_dir / "model"
     accelerator.wait_for_everyone()

@@ -189,8 +189,7 @@ class Recipe:
 
     def data_source(self, split: str = "train", default: str | None = None) -> str:
         """What the run reads for `split` (`train` or `validation`): its file when given, else `dataset`, else
-        `default` (None: the command's, `reading`). The one place that decides it: the loader, the checkpoint
-        identity, the card and results.json all read this."""
+        `default` (None: the command's, `reading`). The loader, the checkpoint identity and the card all read this."""
         file = self.train_file if split == "train" else self.validation_file
         return file or self.dataset or (self.default_dataset if default is None else default)
 
@@ -459,9 +458,8 @@ def check_command_keys(recipe: Recipe, command: str, consequence: str) -> None:
 
 
 def check_stream(max_steps: int, dataloader_num_workers: int) -> None:
-    """Refuse what a streamed run cannot do (checked when a recipe with `streaming` is built, and by the engine for a
-    stream it is given): size itself by epochs (a stream has no length), or read in loader worker processes (which
-    read ahead of training, so the stream's position a checkpoint saves would be past the trained batches)."""
+    """Refuse what a streamed run cannot do: size itself by epochs (a stream has no length), or read in loader
+    workers (which read ahead, so a checkpoint's stream position would be past the trained batches)."""
     if max_steps <= 0:
         raise RecipeError(f"recipe key 'streaming' is true but 'max_steps' is {max_steps}: a stream has no length, so "
                           f"'num_train_epochs' cannot size the run; set max_steps > 0 (the stream is read again from "

@@ -1,12 +1,9 @@
 """Who owns an output folder: one run at a time, and a run deletes only what it wrote itself.
 
-`claim` (the main process, from `start_run`) checks the folder (`check_output_dir`), takes its
-`.lock`, starts `run.json` and returns the `Run`, whose manifest (`Run.record`) lists every file the run writes as it
-writes it; what a later run may delete or resume into is decided by that manifest alone; `overwrite_output_dir` sets
-an earlier run's files aside and deletes them only once the new run has a checkpoint or its model. `Run.withdraw`
-undoes the claim of a run refused before that (putting set-aside files back); `Run.release` gives the lock back.
-The other commands own their output the same way: a folder (`check_writer_output`, then `staged_output`, or
-`output_in_place` for one that holds runs) or a JSON file (`check_writer_file`, `write_output_json`).
+`claim` (the main process, from `start_run`) checks the folder, takes its `.lock`, starts `run.json` and returns the
+`Run`, whose manifest (`Run.record`) lists every file the run writes; what a later run may delete or resume into is
+decided by that manifest alone. The other commands own their output the same way: a folder (`check_writer_output`,
+then `staged_output` or `output_in_place`) or a JSON file (`check_writer_file`, `write_output_json`).
 docs/training.md ("Run folders"), docs/reliability.md ("What a command may write").
 """
 
@@ -121,7 +118,7 @@ def _fingerprint(path: Path) -> list:
 
 def _listing(folder: Path, name: str) -> dict[str, list]:
     """Every file at or under `folder/name`, by its path relative to `folder`, with its fingerprint (its size alone
-    for `APPENDED` parts and for checkpoint files, which are owned by their names: `_checkpoint_file`)."""
+    for `APPENDED` parts and checkpoint files)."""
     root = folder / name
     paths = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
     listing = {}
@@ -151,8 +148,7 @@ def _unchanged(folder: Path, name: str, wrote: dict[str, list]) -> bool:
 
 def _checkpoint_file(relative: str) -> bool:
     """A file inside a folder that a checkpoint save names (`step-N`, or its `.tmp-` / `.old-` / `.del-` stages):
-    the run's own even when a kill came between the write and its record. A checkpoint's integrity is its state
-    file's business (`checkpoints.verify_checkpoint`), not the manifest's."""
+    the run's own even when a kill came between the write and its record."""
     parts = relative.split("/")
     return (len(parts) > 2 and parts[0] == "checkpoints"
             and parts[1].startswith((CHECKPOINT_PREFIX, TMP, OLD, DELETING)))
@@ -211,11 +207,9 @@ class Run:
         _write_json(self.folder / RECORD, record)
 
     def withdraw(self) -> None:
-        """Undo the claim of a run that stopped before writing anything (refused after `claim`): the record it
-        started and the lock go, and the folder when the claim created it, so the refusal leaves no file behind. A
-        run that wrote something, or resumed into a record it did not start, keeps its record and lock (its files are
-        its own). A run whose claim set an earlier run's files aside and that has no checkpoint yet deletes what it
-        wrote and puts them back."""
+        """Undo the claim of a run that stopped before writing anything: its record, lock and (if the claim created
+        it) folder go. A run that wrote something keeps them; one that set an earlier run's files aside and has no
+        checkpoint yet deletes what it wrote and puts them back."""
         if not self.held:
             return
         record = _read_json(self.folder / RECORD) or {}
@@ -246,8 +240,8 @@ class Run:
 
 
 def claim(recipe) -> Run:
-    """Check `recipe.output_dir` (module docstring), take its lock, start the run record and decide the resume
-    (`join`). A refusal deletes nothing and leaves no file behind."""
+    """Check `recipe.output_dir`, take its lock, start the run record and decide the resume (`join`). A refusal
+    deletes nothing and leaves no file behind."""
     folder = check_output_dir(recipe.output_dir, run_inputs(recipe))
     existed = folder.is_dir()
     _take_lock(folder)
@@ -306,12 +300,10 @@ def check_steps_left(run: Run) -> None:
 
 @contextmanager
 def start_run(recipe: Recipe) -> Iterator[Run]:
-    """Start a run of `recipe`, before anything is written into its output folder: Accelerate's process-wide state
-    is forgotten (a process may run several runs: the main job, the tests), a launch whose processes formed no group is
-    refused (`distributed.check_launch`), the main process claims the folder (`claim`: checked, locked,
-    recorded, the resume checkpoint decided) before the others `join` it, every process is seeded, and a resume
-    with nothing left to train is refused (`check_steps_left`). A run refused inside the block before it wrote
-    anything withdraws its claim (`Run.withdraw`), leaving no file behind. Yields the `Run`."""
+    """Start a run of `recipe` and yield its `Run`: Accelerate's process-wide state is reset (a process may run
+    several runs), the main process `claim`s the folder before the others `join` it, every process is seeded, and a
+    resume with nothing left to train is refused. A run refused inside the block before it wrote anything withdraws
+    its claim, leaving no file behind."""
     distributed.forget_accelerate_state()
     distributed.check_launch()
     with distributed.one_process_first() as main:
@@ -326,8 +318,8 @@ def start_run(recipe: Recipe) -> Iterator[Run]:
 
 
 def _refuse_foreign(folder: Path, record: dict | None) -> list[str]:
-    """The paths of `RUN_FILES` present in `folder`, or an `OutputDirError` naming those that the record's manifest
-    does not account for (module docstring)."""
+    """The paths of `RUN_FILES` present in `folder`, or an `OutputDirError` naming those the manifest does not
+    account for."""
     present = [name for name in RUN_FILES if (folder / name).exists()]
     wrote = (record or {}).get("wrote")
     wrote = wrote if isinstance(wrote, dict) else None
@@ -343,8 +335,8 @@ def _refuse_foreign(folder: Path, record: dict | None) -> list[str]:
 
 
 def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> Path | None:
-    """Delete what an earlier run recorded writing here, when it may be (module docstring), or set it aside (returns
-    where: `overwrite`); refuse otherwise."""
+    """Delete what an earlier run recorded writing here, when it may be, or set it aside (returns where:
+    `overwrite`); refuse otherwise."""
     present = _refuse_foreign(folder, record)
     if any(name in WORK for name in present) and not overwrite:
         raise OutputDirError(
@@ -406,9 +398,8 @@ def _recover_set_aside(folder: Path) -> None:
 
 
 def record_files(folder: Path, *names: str) -> dict:
-    """Record in `folder`'s run manifest every file now at or under `folder/<name>` (the parts `names` of
-    `RUN_FILES`), replacing what was recorded for them (`Run.record`, or a later writer of a finished run's part);
-    returns the record."""
+    """Record in `folder`'s run manifest every file now at or under `folder/<name>` (parts of `RUN_FILES`),
+    replacing what was recorded for them; returns the record."""
     record = _read_json(folder / RECORD) or {}
     wrote = {k: v for k, v in record.get("wrote", {}).items() if not any(_under(k, name) for name in names)}
     for name in names:
@@ -424,9 +415,8 @@ def _now() -> str:
 
 
 def command_line() -> str:
-    """The command line that started this process, as a shell runs it again: `lineage <command> ...` (`train.cli`
-    puts the command it runs in `sys.argv[0]`), `<python> -m train.<module> ...`, else the interpreter and its
-    arguments."""
+    """The command line that started this process, as a shell runs it again: `lineage <command> ...`,
+    `<python> -m train.<module> ...`, else the interpreter and its arguments."""
     program = Path(sys.argv[0])
     if sys.argv[0].startswith("lineage "):
         words = ["lineage", *sys.argv[1:]]
@@ -477,11 +467,9 @@ def check_writer_output(value: str, command: str, argument: str = "--output_dir"
 
 @contextmanager
 def output_in_place(folder: Path, command: str) -> Iterator[Path]:
-    """`folder` (checked by `check_writer_output`) for a command whose output holds runs and is written where it
-    stays (the experiment, the main job), with its earlier output set aside in `<folder>/.overwritten-<pid>`. When
-    the block completes, what it wrote is recorded as `command`'s output and the earlier output deleted; when it
-    raises, what it wrote is deleted and the earlier output put back, or, with none, what it wrote is recorded (a
-    later run replaces it with --overwrite_output_dir); after a kill, the next check puts the earlier output back."""
+    """`folder` (checked by `check_writer_output`) for a command whose output holds runs and is written in place (the
+    experiment, the main job), its earlier output set aside in `<folder>/.overwritten-<pid>`: deleted when the block
+    completes, put back when it raises (what it wrote is then deleted) or after a kill."""
     folder.mkdir(parents=True, exist_ok=True)
     aside, earlier = folder / f"{ASIDE}{os.getpid()}", sorted(folder.iterdir())
     if earlier:
@@ -556,10 +544,8 @@ def write_output_json(path: Path, command: str, data: dict) -> None:
 
 @contextmanager
 def staged_output(folder: Path, command: str | None = None) -> Iterator[Path]:
-    """A temporary folder beside `folder` to write into; when the block completes it is recorded as `command`'s
-    output (`OUTPUT_RECORD`; None: a run's part, which the run's own manifest records) and moved into place,
-    replacing `folder` (checked by `check_writer_output` or, for a run, `claim`); when it raises, it is removed and
-    `folder` stays as it was."""
+    """A temporary folder beside `folder` to write into, recorded as `command`'s output (None: a run's part) and
+    moved into place when the block completes; removed, `folder` unchanged, when it raises."""
     with staged(folder) as staging:
         yield staging
         if command is not None:

@@ -30,9 +30,9 @@ def linear_layer_names(model) -> list[str]:
 
 
 def check_target_modules(model, targets: list[str] | None) -> None:
-    """Refuse `lora.target_modules` names that match no linear layer by peft's rule (a layer whose dotted path is the
-    name or ends with `.name`): peft skips such a name with a warning when another matches, and fails with its own
-    error when none does."""
+    """Refuse names in the recipe's `lora: {target_modules: [...]}` that match no linear layer by peft's rule (a
+    layer whose dotted path is the name or ends with `.name`): peft skips such a name with only a warning when
+    another matches."""
     if targets is None:
         return
     paths = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]

@@ -310,10 +310,8 @@ def convert_checked(source: ModelSource, argument: str = "--model") -> tuple[tor
 
 
 def load_backbone(auto, folder: str, overrides: dict[str, Any]):
-    """A saved model under a (possibly different) head. transformers logs a LOAD REPORT warning for every head
-    key it leaves out or initializes: when fine-tuning a pretrained folder that is the plan, not a problem, so its
-    report is replaced by one line; a warning remains for what would be a problem, a missing or reshaped
-    backbone weight."""
+    """A saved model under a (possibly different) head. transformers' LOAD REPORT of the head keys it leaves out or
+    initializes is replaced by one line; a missing or reshaped backbone weight still warns."""
     reporter = logging.getLogger("transformers.modeling_utils")
     report_filter = _DropLoadReport()
     reporter.addFilter(report_filter)
@@ -417,9 +415,8 @@ def model_source(recipe: Recipe, command: str, families: tuple[str, ...], genera
 
 def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
     """Refuse what the recipe and the model's config alone show will fail, before a tokenizer is trained or a file
-    written: `max_seq_length`, `pad_to_multiple_of` and (`generates`) `max_new_tokens` against the model's positions,
-    a precision this machine cannot run (`distributed.resolve_mixed_precision`), a hosted tracker without a login
-    (`run_log.check_tracker_login`) and a Hub upload that cannot succeed (`publish.check_push`)."""
+    written: lengths against the model's positions, a precision this machine cannot run, a hosted tracker without a
+    login and a Hub upload that cannot succeed."""
     positions = recipe.model_overrides.get("max_position_embeddings",
                                            getattr(config, "max_position_embeddings", None))  # an RNN has no limit
     length, multiple = recipe.max_seq_length, recipe.pad_to_multiple_of
@@ -461,8 +458,7 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, family: str, source:
 
 def check_keeps_weights(source: ModelSource, overrides: dict[str, Any]) -> None:
     """Refuse `model_overrides` that change the shape or number of a pretrained model's weights: they would be
-    initialized afresh, not loaded, while the card and results say the run started from the model. Compared on
-    the meta device (no memory, no weights)."""
+    initialized afresh while the card says the run started from the model. Compared on the meta device."""
     changed = {k: v for k, v in overrides.items() if getattr(source.config, k, None) != v}
     if not changed:
         return

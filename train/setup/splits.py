@@ -22,15 +22,9 @@ COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_
 def load_split(recipe: Recipe, split: str, columns: Columns = (), default_dataset: str | None = None,
                column_advice: str = COLUMN_ADVICE):
     """One split (`train` or `validation`) of the recipe's data (`Recipe.data_source`), `.txt` files cut into rows as
-    `text_sample_by` says. The embedded corpus is made with `train_size` / `eval_size` rows; a user's file or Hub
-    dataset is cut to them (its first rows) only when the user set the key, not when a shipped recipe did, and a
-    cut, or a size left unapplied, is printed with both counts. A column the data lacks is refused with
-    `column_advice` (which keys of the command name the columns).
-
-    With `streaming`, the training split is a `datasets.IterableDataset` read as training goes (a recipe that
-    cannot train from one was refused when it was built: `recipes.check_stream`), cut by `.take(n)`; the validation
-    split is read whole as without it, except a Hub dataset's, which is streamed into memory (so that no split of a
-    Hub corpus is downloaded whole)."""
+    `text_sample_by` says; a user's data is cut to `train_size` / `eval_size` only when the user set the key. A
+    column the data lacks is refused with `column_advice`. With `streaming`, the training split is a
+    `datasets.IterableDataset` cut by `.take(n)`; a Hub dataset's validation split is streamed into memory."""
     key = "train_size" if split == "train" else "eval_size"
     size, file = getattr(recipe, key), recipe.train_file if split == "train" else recipe.validation_file
     source = recipe.data_source(split, default_dataset)
@@ -66,10 +60,8 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
 
 
 def _sized(recipe: Recipe, key: str, size: int, dataset: datasets.Dataset, source: str) -> datasets.Dataset:
-    """`dataset` cut to its first `size` rows when the user set `key` (a shipped recipe's size is the embedded
-    corpus's), each case printed; `key` in the recipe then holds the rows used, so that `recipe.yaml`, the checkpoint
-    identity and the model card record what ran: the data's own count when it held fewer rows than asked, or when a
-    shipped recipe's size was left unapplied."""
+    """`dataset` cut to its first `size` rows when the user set `key`, printed; `key` in the recipe then holds the
+    rows used, so that `recipe.yaml`, the checkpoint identity and the card record what ran."""
     rows = len(dataset)
     if key in recipe.set_by_user and rows > size:
         print(f"{key} {size}: using the first {size} of the {rows} rows of {source}", flush=True)
