@@ -93,12 +93,10 @@ def create_nsp_examples(documents: Sequence[Sequence[Sequence[int]]], tokenizer:
 
 def nsp_pair_index(items: np.ndarray, documents: np.ndarray, max_length: int = 128, short_seq_prob: float = 0.1,
                    seed: int = 0, dupe_factor: int = 1, path: Path | None = None) -> np.ndarray:
-    """BERT's sentence pairs (module docstring) over sentences given by their token `items` starts (and the end) and
-    `documents`' first sentences (and the count), every sentence and document non-empty, as token ranges: an int64
-    array (pairs, 5) of `[a_start, a_end, b_start, b_end, is_random]`, in the shuffled order. Only lengths are read,
-    a block of documents at a time (`items` and `documents` may be memory-mapped). With `path`, the index is written
-    there as `.npy` as it is found, then reordered on disk, and returned memory-mapped: what stays in memory is 8 bytes
-    a pair (the order), whatever the corpus size."""
+    """BERT's sentence pairs over sentences given by their token `items` starts (and the end) and `documents`' first
+    sentences (and the count): an int64 array (pairs, 5) of `[a_start, a_end, b_start, b_end, is_random]`, shuffled.
+    Only lengths are read. With `path`, the index is written there as `.npy` and returned memory-mapped, so memory
+    holds 8 bytes a pair whatever the corpus size."""
     if len(documents) < 3:
         raise ValueError("next-sentence prediction needs at least two non-empty documents")
     rng = random.Random(seed)
@@ -153,9 +151,7 @@ def _corpus_pairs(items, documents, max_num_tokens: int, short_seq_prob: float,
 
 def _document_pairs(starts: list[int], index: int, items, documents, max_num_tokens: int, short_seq_prob: float,
                     rng: random.Random) -> Iterator[tuple[int, int, int, int, int]]:
-    """`create_instances_from_document` over one document's sentence `starts` (and its end): chunks of whole
-    sentences up to a target length, split into A and B at a random sentence boundary, B replaced by another
-    document's text half the time."""
+    """google-research/bert's `create_instances_from_document` over one document's sentence `starts` (and its end)."""
     count = len(starts) - 1
     target = rng.randint(2, max_num_tokens) if rng.random() < short_seq_prob else max_num_tokens
     chunk_first, chunk, length, i = 0, 0, 0, 0
@@ -223,8 +219,7 @@ def tokenize_documents(rows: Sequence, encode: Callable[[list[str]], list[list[i
                        split: bool) -> tuple[list[list[list[int]]], int]:
     """Documents as lists of tokenized sentences, sentences without tokens dropped, and the characters read: each row
     a text cut by ``split_sentences`` (``split``) or a list of sentences; ``encode`` is a tokenizer or a function
-    from texts to their ids without special tokens. A sentence may be longer than the model (the pairs made of it are
-    truncated), so the tokenizer's length warning is off."""
+    from texts to their ids without special tokens."""
     documents = [split_sentences(t) for t in rows] if split else [[s for s in d if s.strip()] for d in rows]
     flat = [s for doc in documents for s in doc]
     if isinstance(encode, PreTrainedTokenizerBase):

@@ -1,13 +1,9 @@
 """Reading data through `datasets`: local files, the embedded corpus or a Hub dataset, checked before it is used.
 
-`load_text_dataset(source, split, columns=..., streaming=...)` takes a file, a list or folder of files (`.txt`,
-`.jsonl` / `.json`, `.csv` / `.tsv`, `.parquet`, compressed or not), a folder of `save_to_disk`, `"embedded:<task>"`
-(`train.data.corpus`) or a Hub dataset name, the only source that reaches the network. The files are checked before
-the datasets cache is touched, and every value of a column the task reads (`columns`: names, or `(name, kind)` pairs
-of `KINDS`) once loaded, or in a stream as it is read, with the same errors (a stream counts rows as read). Bad
-input raises a `DataError` (a `ValueError`) or `DataFileNotFoundError` (a `FileNotFoundError`) naming the file, the
-line or row as an editor counts it (`row_location`), the column and the problem. Formats, layouts and the checks:
-docs/training.md, "Data". Tokenizing what this reads: `train.data.model_inputs`.
+`load_text_dataset` takes files, a folder, a `save_to_disk` folder, `"embedded:<task>"` or a Hub dataset name (the
+only source that reaches the network), checks the files before the datasets cache is touched and every value of the
+columns the task reads. Bad input raises a `DataError` (a `ValueError`) or `DataFileNotFoundError` naming the file,
+the line as an editor counts it (`row_location`), the column and the problem. docs/training.md, "Data".
 """
 
 from __future__ import annotations
@@ -229,9 +225,8 @@ def _has_paragraphs(path: Path) -> bool:
 
 
 def _once(path: Path, check: str, compute: Callable[[], bool]) -> bool:
-    """``compute()``, a check that reads the whole file, or its answer for the same file unchanged (its path and
-    content fingerprint, ``fingerprints.file_fingerprint``) from an earlier run, kept in ``cache_folder()/checked``: a
-    relaunch on a large corpus does not read it again. A check that raises is not kept."""
+    """``compute()``, a check that reads the whole file, or its answer kept for the same unchanged file (path and
+    content fingerprint) in ``cache_folder()/checked``. A check that raises is not kept."""
     key = hashlib.sha256(f"{path.resolve()} {file_fingerprint(path)} {check}".encode()).hexdigest()[:24]
     record = cache_folder(writing=True) / "checked" / key
     if record.is_file():
@@ -475,9 +470,7 @@ Refuse = Callable[[int, str, object], DataError]  # (row as read, column, value)
 
 
 def _check_values(dataset: datasets.Dataset, kinds: dict[str, str | None], refuse: Refuse, records: bool) -> None:
-    """Refuse the first row whose value is missing (a JSON key left out, an empty CSV field), of another type than
-    its column's kind, or, in a file of records (``records``), an empty or blank string or word list: whatever the
-    format, the same rows are refused."""
+    """Refuse the first row with a value that ``_is_bad``: whatever the format, the same rows are refused."""
     for column, kind in kinds.items():
         found = _first_bad(dataset, column, kind, records)
         if found is not None:
@@ -486,8 +479,7 @@ def _check_values(dataset: datasets.Dataset, kinds: dict[str, str | None], refus
 
 def _check_rows(rows: dict[str, list], indices: list[int], kinds: dict[str, str | None], refuse: Refuse,
                 records: bool) -> list[bool]:
-    """``_check_values`` for one batch of a stream, as it is read (``indices``: the rows' numbers as read): every row
-    is kept, the first bad value raises the same error."""
+    """``_check_values`` for one batch of a stream as it is read (``indices``: the rows' numbers)."""
     for column, kind in kinds.items():
         for index, value in zip(indices, rows.get(column, [None] * len(indices))):
             if _is_bad(value, kind, records):
@@ -496,8 +488,7 @@ def _check_rows(rows: dict[str, list], indices: list[int], kinds: dict[str, str 
 
 
 def _checked(dataset: AnyDataset, kinds: dict[str, str | None], refuse: Refuse, records: bool) -> AnyDataset:
-    """``dataset`` with every value of ``kinds``' columns checked: all at once in memory, each as it is read in a
-    stream (a filter that keeps every row), with the same errors."""
+    """``dataset`` with every value of ``kinds``' columns checked: at once in memory, as read in a stream."""
     if isinstance(dataset, datasets.Dataset):
         _check_values(dataset, kinds, refuse, records)
         return dataset
@@ -563,13 +554,11 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
                       columns: Columns = ("text",), streaming: bool = False, data_format: str | None = None,
                       dataset_config: str | None = None, text_sample_by: str = "auto", cache_dir: str | None = None,
                       seed: int = 0, size: int | None = None, num_proc: int | None = None) -> AnyDataset:
-    """Load one split of a local file set, a saved dataset, the embedded corpus or a Hub dataset (module docstring).
+    """Load one split of a local file set, a saved dataset, the embedded corpus or a Hub dataset.
 
-    ``columns`` (names or ``(name, kind)`` pairs) are required to exist (pass ``()`` to skip the check) and checked
-    row by row: all at once, or in a stream each as it is read. For local files every file forms the one split
-    returned (``split`` only names it); ``seed`` and ``size`` apply to the embedded corpus; ``text_sample_by``
-    (``TEXT_SAMPLE_BY``) to ``.txt`` files; ``num_proc`` processes read several files at once (not streamed).
-    """
+    ``columns`` (names or ``(name, kind)`` pairs of ``KINDS``; ``()``: no check) must exist and are checked row by
+    row. Local files form the one split returned (``split`` only names it); ``seed`` and ``size`` apply to the
+    embedded corpus, ``text_sample_by`` to ``.txt`` files."""
     kinds = _kinds(columns)
     if isinstance(source, str) and source.startswith(EMBEDDED_PREFIX):
         dataset = corpus.default_corpus(source[len(EMBEDDED_PREFIX):], split, seed, size)

@@ -50,9 +50,7 @@ def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, ta
 
 
 def input_columns(dataset: AnyDataset) -> list[str]:
-    """The columns a ``map`` that builds new rows removes: the dataset's own, or, for a stream that does not know them
-    (a ``.txt`` file read without cached features gives ``None``), the keys of its first row (none in an empty
-    stream, which training refuses)."""
+    """The columns a ``map`` that builds new rows removes: the dataset's own, or a stream's first row's keys."""
     if dataset.column_names is not None:
         return list(dataset.column_names)
     return list(next(iter(dataset), {}))
@@ -101,9 +99,8 @@ def _packed_blocks(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, 
 def check_documents(dataset: AnyDataset, source: str, sentences_column: str | None = "sentences",
                     text_column: str = "text") -> None:
     """Refuse ``source`` when it gives no sentence pair (rows read as ``prepare_nsp_dataset`` reads them): fewer than
-    two documents, or no document of two sentences (a ``.txt`` file read line by line). The rows are read only until
-    both are found, which for a usable corpus is its first rows; a refusal gives the counts of the whole corpus.
-    A stream is checked on its first ``token_store.ROWS_PER_BATCH`` rows (a group its pairs are drawn within)."""
+    two documents, or no document of two sentences. Rows are read only until both are found; a stream is checked on
+    its first ``token_store.ROWS_PER_BATCH`` rows."""
     use_sentences = sentences_column is not None and sentences_column in input_columns(dataset)
     rows = dataset.take(token_store.ROWS_PER_BATCH) if isinstance(dataset, datasets.IterableDataset) else dataset
     documents = sentences = 0
@@ -149,8 +146,7 @@ def prepare_nsp_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase,
 
 def _window_pairs(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, split: bool, max_length: int,
                   short_seq_prob: float, seed: int, dupe_factor: int, next_sentence: bool) -> dict[str, list]:
-    """The sentence pairs of one group of a stream's documents, seeded by the run's seed and the group's first
-    document (so the same on any number of processes); a group of fewer than two documents gives none."""
+    """The sentence pairs of one group of a stream's documents (`group_seed`); fewer than two documents give none."""
     tokenized, _ = tokenize_documents(rows[column], tokenizer, split)
     columns = ("input_ids", "token_type_ids", "next_sentence_label")[:3 if next_sentence else 2]
     if sum(1 for doc in tokenized if doc) < 2:
@@ -162,8 +158,7 @@ def _window_pairs(rows: dict, tokenizer: PreTrainedTokenizerBase, column: str, s
 
 def group_seed(seed: int, first_document: str | list[str]) -> int:
     """The seed of the pairs of one group of a stream's documents: the run's ``seed`` and the group's first document
-    (its row as read), so the same on any number of processes; the pairs equal those of the prepared corpus of the
-    same documents seeded with it."""
+    (its row as read), so the same on any number of processes."""
     return zlib.crc32(f"{seed} {json.dumps(first_document)}".encode()) + seed
 
 

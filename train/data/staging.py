@@ -44,9 +44,8 @@ def staging_name(name: str) -> str:
 
 
 def sweep_stale(parent: Path, name: str = "*") -> None:
-    """Delete the staging folders and files of `name` (a glob pattern; default: any name) under `parent` whose
-    process no longer runs (a kill between creating one and moving it into place); another machine's, in a cache
-    that machines share, are left to it."""
+    """Delete the staging folders and files of `name` (a glob pattern) under `parent` whose process on this machine
+    no longer runs."""
     for stale in parent.glob(f".{name}.tmp-*-*"):
         pid, _, host = stale.name.rsplit("-", 2)[-2].partition(".")
         if host in ("", HOST) and pid.isdigit() and not process_alive(int(pid)):
@@ -76,8 +75,7 @@ def honour_umask(folder: Path) -> None:
 @contextmanager
 def staged(folder: Path, sweep: str | None = None) -> Iterator[Path]:
     """A new folder beside `folder` to write into, which replaces `folder` when the block completes and is deleted
-    when it raises, leaving `folder` as it was. `sweep`: the names (a glob pattern) whose stale staging folders are
-    deleted first; by default `folder`'s own, "*" in a cache that is Lineage's alone."""
+    when it raises. `sweep`: the names (a glob pattern) whose stale staging folders are deleted first."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     sweep_stale(folder.parent, folder.name if sweep is None else sweep)
     staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=staging_name(folder.name)))

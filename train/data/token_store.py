@@ -135,9 +135,8 @@ def _sentence_column(dataset: datasets.Dataset, sentences_column: str | None) ->
 def prepared_store(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase, layout: str, *,
                    column: str = "text", sentences_column: str | None = "sentences", num_proc: int | None = None,
                    source: str = "the corpus") -> TokenStore:
-    """The store of `dataset` under `tokenizer` (module docstring), prepared with `num_proc` processes (None: one per
-    CPU core) unless a run prepared it before. `sentences_column` (the `sentences` layout) is read when the dataset has
-    it. Prints what it reused or how long preparing took."""
+    """The store of `dataset` under `tokenizer`, prepared with `num_proc` processes (None: one per core) unless a run
+    prepared it before; prints what it reused or how long preparing took."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if layout == "documents" and tokenizer.eos_token_id is None:
@@ -185,9 +184,8 @@ def usable_cores() -> int:
 
 
 def process_count(num_proc: int | None, rows: int, source: str = "the corpus", unit: str = "rows") -> int:
-    """The processes that work on `rows` rows (or files: `unit`), for the store, `Dataset.map` and reading files
-    alike: `num_proc` capped at the rows and at `usable_cores()` (more would fork processes with nothing to do, or
-    that share a core), a cap said in one printed line; None: one per core, at most one per `ROWS_PER_PROCESS` rows."""
+    """The processes that work on `rows` rows (or files: `unit`): `num_proc` capped, with a printed line, at the rows
+    and at `usable_cores()`; None: one per core, at most one per `ROWS_PER_PROCESS` rows."""
     cores = usable_cores()
     if num_proc is None:
         return max(1, min(cores, rows // ROWS_PER_PROCESS))
@@ -274,10 +272,8 @@ def _join_parts(staging: Path, layout: str, parts: int, dtype: str) -> None:
 # ----------------------------------------------------------------------------- causal-LM blocks
 
 class CausalBlocks(torch.utils.data.Dataset):
-    """The store's token stream (`documents` layout) cut into `block_size` blocks, the last partial block dropped:
-    row `i` is `{"input_ids": tokens[i * block_size:(i + 1) * block_size]}`, and with `pack_documents`
-    `position_ids` restarting at every document start and at the block's first token, exactly as
-    `encoders.pack_documents` gives them."""
+    """The store's token stream (`documents` layout) cut into `block_size` blocks, the last partial block dropped;
+    with `pack_documents`, `position_ids` exactly as `encoders.pack_documents` gives them."""
 
     def __init__(self, store: TokenStore, block_size: int, pack_documents: bool, drop_last: bool = True):
         self.store, self.block_size, self.pack_documents = store, block_size, pack_documents
@@ -326,9 +322,8 @@ def _pair_index(path: Path) -> np.ndarray | None:
 
 
 class SentencePairs(torch.utils.data.Dataset):
-    """BERT's sentence pairs of a `sentences` store: the pair index (`nsp_pair_index`) is built once per pairing
-    recipe and kept in the store as `pairs-<hash>.npy`; each pair's tokens are read from the store when it is
-    drawn. `next_sentence` false drops the label (MLM only)."""
+    """BERT's sentence pairs of a `sentences` store, their index (`nsp_pair_index`) kept in the store once per pairing
+    recipe. `next_sentence` false drops the label (MLM only)."""
 
     def __init__(self, store: TokenStore, tokenizer: PreTrainedTokenizerBase, max_length: int, *, seed: int,
                  short_seq_prob: float = 0.1, dupe_factor: int = 1, next_sentence: bool = True):

@@ -56,8 +56,7 @@ class NonFiniteLossError(RuntimeError):
 
 @dataclass
 class _Window:
-    """What the micro-batches since the last record have accumulated, on the device (no host read until the next
-    record)."""
+    """What the micro-batches since the last record have accumulated, on the device."""
 
     loss: float | torch.Tensor = 0.0  # sum of the micro-batch losses
     micro_batches: int = 0
@@ -174,8 +173,7 @@ class Engine:
         )
 
     def _open(self) -> None:
-        """Begin writing the run, once: say how it runs, start the log (kept up to a resumed checkpoint's step) and
-        record the launch and the resume."""
+        """Begin writing the run, once: say how it runs, start the log and record the launch and the resume."""
         if self.opened:
             return
         self.opened, acc = True, self.accelerator
@@ -313,8 +311,7 @@ class Engine:
         return {"averaged_checkpoints": ", ".join(names)}
 
     def _epoch_batches(self):
-        """This epoch's batches, skipping those a resumed run already consumed (a stream continues from the position
-        its checkpoint saved)."""
+        """This epoch's batches, skipping those a resumed run already consumed."""
         if self.stream is not None:
             acc = self.accelerator
             batches = self.stream.batches(self.state.epoch, self.state.batch_in_epoch)
@@ -354,8 +351,7 @@ class Engine:
 
     def _records_at(self, step: int) -> bool:
         """Whether `step` writes a record (and so reads back): every `logging_steps`, at every checkpoint and
-        evaluation (which must not run on poisoned weights, and whose windows then match a resumed run's), and at
-        the last step."""
+        evaluation (which must not run on poisoned weights), and at the last step."""
         r = self.recipe
         return (step % r.logging_steps == 0 or step >= self.total_steps
                 or any(every > 0 and step % every == 0 for every in (r.save_steps, r.eval_steps)))
@@ -375,8 +371,7 @@ class Engine:
         return {"loss": loss, "tokens": tokens, "first_bad_step": first_bad, "grad_norm": grad, "elapsed": elapsed}
 
     def _step_record(self, window: _Window, lr: float, bar) -> dict:
-        """The record of the current step: the window read back, checked for non-finite losses and the time budget,
-        then emptied."""
+        """The record of the current step: the window read back, checked, then emptied."""
         step, values, now = self.state.step, self._read_back(window), time.perf_counter()
         self._check_finite(values["first_bad_step"])
         if self.recipe.max_train_seconds > 0 and step < self.total_steps and self._budget_spent(values["elapsed"]):

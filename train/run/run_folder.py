@@ -88,8 +88,7 @@ def _check_parents(folder: Path, argument: str) -> None:
 
 def check_output_dir(value: str, inputs: dict[str, str] | None = None,
                      argument: str = "recipe key 'output_dir'") -> Path:
-    """The resolved run folder, or an `OutputDirError` naming why the run may not write there (module docstring);
-    writes nothing."""
+    """The resolved run folder, or an `OutputDirError` naming why the run may not write there; writes nothing."""
     folder = _check_path(value, argument)
     for key, path in (inputs or {}).items():
         resolved = Path(path).resolve()
@@ -135,8 +134,7 @@ def _under(relative: str, name: str) -> bool:
 
 def _unchanged(folder: Path, name: str, wrote: dict[str, list]) -> bool:
     """Whether `folder/name` holds only files that `wrote` records, each as recorded (an `APPENDED` one may have
-    grown), or files of the checkpoint folders a save names itself (`_checkpoint_file`); recorded files may have
-    gone (a checkpoint rotated out)."""
+    grown), or checkpoint files (`_checkpoint_file`); recorded files may have gone."""
     for relative, now in _listing(folder, name).items():
         before = wrote.get(relative)
         if _checkpoint_file(relative):
@@ -191,8 +189,7 @@ class Run:
     held: bool = False  # the owner holds the lock
 
     def record(self, *names: str) -> None:
-        """Record in the manifest every file now at or under `<folder>/<name>` (the parts `names` of `RUN_FILES`
-        the run has just written); an earlier run's files set aside go once the run has a checkpoint or model."""
+        """Record in the manifest every file now at or under `<folder>/<name>` (parts of `RUN_FILES`)."""
         if self.owner and _kept(record_files(self.folder, *names)):
             self._drop_aside()
 
@@ -273,8 +270,7 @@ def claim(recipe) -> Run:
 
 
 def join(recipe) -> Run:
-    """The run of `recipe` as a process that does not own its folder sees it (after the owner's `claim`): its
-    folder and the checkpoint it resumes (`resume_from_checkpoint`: `latest` under `<output_dir>/checkpoints`)."""
+    """The run of `recipe` as a process that does not own its folder sees it, after the owner's `claim`."""
     folder = Path(recipe.output_dir).resolve()
     return Run(recipe, folder, resume_from=resume_path(recipe.resume_from_checkpoint, folder / "checkpoints"))
 
@@ -359,15 +355,13 @@ def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> Pa
 
 
 def _kept(record: dict) -> bool:
-    """Whether a run's manifest lists a checkpoint, model or adapter: a run that can go on or is published, which an
-    earlier run's set-aside files are no longer kept for (a log alone is not enough: nothing resumes from it)."""
+    """Whether a run's manifest lists a checkpoint, model or adapter: then an earlier run's set-aside files go."""
     return any(_under(path, name) for path in record.get("wrote", {}) for name in KEPT)
 
 
 def _undo(folder: Path, aside: Path) -> None:
-    """Delete what a run that never wrote a checkpoint or model wrote (the paths of `RUN_FILES` its manifest lists,
-    and those its claim had set aside, which it wrote again unrecorded when killed) and its record, and put back the
-    earlier run's files."""
+    """Delete what a run that never wrote a checkpoint or model wrote, and its record, and put back the earlier
+    run's files."""
     wrote = (_read_json(folder / RECORD) or {}).get("wrote", {})
     for name in RUN_FILES:
         ours = (aside / name).exists() or any(_under(path, name) for path in wrote)
@@ -388,8 +382,8 @@ def _dead_set_aside(folder: Path) -> list[Path]:
 
 
 def _recover_set_aside(folder: Path) -> None:
-    """Files set aside by a claim whose process is gone (killed before its first checkpoint): put back, or deleted
-    when that run had written a checkpoint or its model (its manifest replaced theirs)."""
+    """Files set aside by a claim whose process is gone: put back, or deleted when that run had written a
+    checkpoint or its model."""
     for aside in _dead_set_aside(folder):
         if _kept(_read_json(folder / RECORD) or {}):
             _delete(aside, "an earlier run's files set aside by an overwriting run that has a checkpoint since")
@@ -499,8 +493,7 @@ def _record_output(folder: Path, command: str, finished: bool = True) -> None:
 
 
 def _put_back(folder: Path, aside: Path, command: str) -> None:
-    """Delete what a run of `command` wrote in `folder` (all but `aside`: its earlier output, everything the folder
-    held when the run began) and put the earlier output back."""
+    """Delete what a run of `command` wrote in `folder` (all but `aside`) and put the earlier output back."""
     for path in sorted(folder.iterdir()):
         if path != aside:
             _delete(path, f"{command} stopped before it finished")

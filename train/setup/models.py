@@ -128,8 +128,7 @@ def lineage_version() -> str:
 
 def resolve_model(name: str, revision: str | None = None, argument: str = "--model",
                   revision_argument: str = "recipe key 'model_revision'") -> ModelSource:
-    """The `ModelSource` of `name` (module docstring); nothing is loaded but configs. `argument` and
-    `revision_argument` name where `name` and `revision` came from, for the errors."""
+    """The `ModelSource` of `name`; nothing is loaded but configs. `argument` names the flag, for the errors."""
     path = Path(name)
     hub = not path.exists() and "/" in name and HUB_ID.fullmatch(name) is not None
     if revision is not None and not hub:
@@ -371,9 +370,8 @@ def reference_of(model: torch.nn.Module) -> tuple[torch.nn.Module, float]:
 
 
 def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
-    """Grow the model's vocabulary to the tokenizer's: new embedding rows (and rows of an untied output layer, its
-    bias and a logits bias) are the mean of the existing ones; the config's pad / bos / eos ids follow the
-    tokenizer. Returns `{"added_embedding_rows": n}` when rows were added."""
+    """Grow the model's vocabulary to the tokenizer's, new rows the mean of the existing ones; the config's special
+    ids follow the tokenizer. Returns `{"added_embedding_rows": n}` when rows were added."""
     embedding = model.get_input_embeddings()
     old, new = embedding.weight.shape[0], len(tokenizer)
     report = {}
@@ -403,8 +401,7 @@ def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
 
 
 def model_source(recipe: Recipe, command: str, families: tuple[str, ...], generates: bool = False) -> ModelSource:
-    """`recipe.model` resolved, refused unless its family (`bert`, `gpt`, `seq2seq`) is one of `families`; then every
-    check that needs no data (`check_before_start`; `generates`: the command generates text after training)."""
+    """`recipe.model` resolved, refused unless its family is one of `families`, and checked (`check_before_start`)."""
     source = resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
     if source.family not in families:
         raise RecipeError(f"recipe key 'model': {command} trains {' or '.join(families)} models; {recipe.model!r} is a "
