@@ -180,8 +180,7 @@ def resolve(argv: Sequence[str]) -> tuple[str, list[str], str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run the command; returns nothing, so that the console script exits with status 0 (a command's own results
-    are written by the command)."""
+    """Run the command; returns nothing, so that the console script exits with status 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help") or argv in (["train"], ["train", "-h"], ["train", "--help"]):
         print(usage())

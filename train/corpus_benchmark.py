@@ -59,8 +59,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def check_repo(repo: Path | None) -> Path:
-    """The folder whose code the stages run: `--repo`, refused unless it is a checkout (its `train` and `modeling`
-    packages would otherwise not be found, and the installed ones would run in their place), else this code's."""
+    """The folder whose code the stages run: `--repo`, refused unless it holds `train` and `modeling`, else this
+    code's."""
     if repo is None:
         return Path(__file__).resolve().parents[1]
     if not all((repo / package / "__init__.py").is_file() for package in ("train", "modeling")):
@@ -250,8 +250,7 @@ def prepared_figures(cache: Path, size_mb: float) -> dict:
 
 
 def stage_keys(stage: str, keys: list[str]) -> list[str]:
-    """The recipe keys of a training stage: the corpus and the benchmark's tokenizer (`run`), streamed (`stream`),
-    streamed training its own tokenizer on the stream's first `TOKENIZER_SAMPLE` characters (`stream_tokenizer`)."""
+    """The recipe keys of a training stage (`run`, `stream`, `stream_tokenizer`)."""
     if stage == "run":
         return keys
     if stage == "stream":

@@ -38,8 +38,7 @@ class AttentionMap:
 
 
 def load_attention_model(name: str, revision: str | None = None) -> torch.nn.Module:
-    """The model of a folder or Hub id (`train.setup.models`: Lineage, or a reference checkpoint converted and
-    checked on load; `revision` a Hub branch, tag or commit), in eval mode, on the eager attention kernel."""
+    """The model of a folder or Hub id (`train.setup.models`), in eval mode, on the eager attention kernel."""
     try:
         source = models.resolve_model(name, revision, revision_argument="--model_revision")
         if not source.pretrained:

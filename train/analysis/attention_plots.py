@@ -78,8 +78,7 @@ def _mosaic(weights: np.ndarray, per_row: int, gaps: tuple[int, int]) -> np.ndar
 def _draw(weights: np.ndarray, per_row: int, gaps: tuple[int, int], panel: tuple[float, float],
           margins: tuple[float, float], title: str):
     """The (N, R, K) blocks of `_mosaic`, each `panel` (width, height) inches, on one colour scale from 0 to the
-    largest weight, with `margins` (left, top) inches for labels and the title and a colour bar on the right.
-    Margins are computed, not found by `bbox_inches="tight"`, which draws every figure twice."""
+    largest weight; `margins` (left, top) are computed, as `bbox_inches="tight"` would draw every figure twice."""
     image = _mosaic(weights, per_row, gaps)
     inches = (image.shape[1] * panel[0] / weights.shape[2], image.shape[0] * panel[1] / weights.shape[1])
     (left, top), right, bottom = margins, 1.1, 0.55

@@ -120,9 +120,8 @@ def interleaved_seconds(runs: dict[str, Callable[[], object]], repeats: int, dev
 
 
 def peak_memory_mib(device: torch.device, run: Callable[[], object]) -> float:
-    """Peak memory of `run()`: on CUDA `torch.cuda.max_memory_allocated` during the call (weights, optimizer state,
-    activations); on a CPU the peak resident set size of the whole process so far (`ru_maxrss`), which holds every
-    model built before."""
+    """Peak memory of `run()` in MiB: on CUDA `max_memory_allocated` during the call; on a CPU the process's peak
+    resident set size so far (`ru_maxrss`, which holds every model built before)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         run()
@@ -145,8 +144,7 @@ def precision(device: torch.device, mixed_precision: str):
 
 @dataclasses.dataclass
 class TrainingStep:
-    """One model's training step: zero the gradients, forward with labels, backward, AdamW step (torch's fused
-    kernel, as the engine and transformers' `Trainer` (`adamw_torch_fused`) use it)."""
+    """One model's training step: zero the gradients, forward with labels, backward, fused AdamW step."""
 
     model: nn.Module
     batch: dict

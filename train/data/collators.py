@@ -137,9 +137,8 @@ def check_batch_values(batch: dict, limits: dict[str, tuple[int, str]]) -> None:
 
 
 def check_sequence_boundaries(batch: dict) -> None:
-    """The model trusts a batch's `packed_sequences` and transformers' `cu_seq_lens_*` / `max_length_*` without reading
-    them back: check on the CPU that they describe the batch's `input_ids` (start 0, end at its B * T tokens, never
-    decrease, the longest length as `max_length_*`, keys as queries, the same sequences as `packed_sequences`)."""
+    """Check on the CPU that a batch's `packed_sequences` and `cu_seq_lens_*` / `max_length_*` describe its
+    `input_ids`: the model trusts them without reading them back."""
     ids, sequences = batch.get("input_ids"), batch.get("packed_sequences")
     if ids is None:
         return

@@ -62,9 +62,8 @@ def pack_sequences(sequences: Iterable[Sequence[int]], block_size: int, separato
 
 def pack_documents(sequences: Iterable[Sequence[int]], block_size: int, separator_id: int,
                    drop_last: bool = True) -> Iterator[dict[str, list[int]]]:
-    """``pack_sequences``' blocks with ``position_ids`` that restart at 0 at every document (its separator ends it)
-    and at every block: a document cut by a block boundary continues in the next block from position 0, as a new
-    document (it could not attend to its first part anyway), so positions stay below ``block_size``."""
+    """``pack_sequences``' blocks with ``position_ids`` that restart at 0 at every document and at every block (a
+    document cut by a block boundary could not attend to its first part anyway)."""
     for ids, starts in _blocks(sequences, block_size, separator_id, drop_last):
         positions, position = [], 0
         for i, start in enumerate(starts):
@@ -297,9 +296,8 @@ def encode_qa(examples: dict, tokenizer: PreTrainedTokenizerBase, max_length: in
               keep_offsets: bool = False, indices: list[int] | None = None) -> dict:
     """SQuAD-style examples to windows with ``start_positions`` / ``end_positions`` (0 = no answer).
 
-    ``keep_offsets`` adds ``example_id`` (the row) and ``offset_mapping`` (None outside the context) for
-    mapping predictions back to text; drop those two columns before collating.
-    """
+    ``keep_offsets`` adds ``example_id`` and ``offset_mapping`` (None outside the context) for mapping predictions
+    back to text; drop them before collating."""
     _check_answers(examples, indices)
     encoded = tokenizer([q.lstrip() for q in examples["question"]], examples["context"],
                         truncation="only_second", max_length=max_length, stride=doc_stride,

@@ -360,9 +360,8 @@ def _json_array_line(text: str, row: int) -> int | None:
 
 
 def row_location(source: str | Path, row: int, column: str | None = None) -> str:
-    """Where row `row` (0-based, as `datasets` counts) of a data file is, as the user's editor counts lines:
-    "a.csv: line 3 (CSV, column 'label')", for a JSON array the line its object starts on; a source that is no local
-    uncompressed CSV, JSON Lines or JSON array file gets "row N"."""
+    """Where row `row` (0-based) of a data file is, as the user's editor counts lines: "a.csv: line 3 (CSV, column
+    'label')"; a source that is no local uncompressed CSV or JSON file gets "row N"."""
     path = Path(source)
     fmt = FORMATS.get(_suffix(path)) if path.is_file() and _compression(path) is None else None
     named = f", column {column!r}" if column else ""

@@ -92,8 +92,7 @@ def _drop_unlabeled(dataset: datasets.Dataset, column: str, source: str) -> data
 
 
 def _cut(dataset: datasets.Dataset, source: str, key: str) -> str:
-    """`source`, with "(its first N rows: key)" when the split holds fewer rows than it was read with (`train_size`
-    / `eval_size` cut it), so that counts are not taken for the whole file's."""
+    """`source`, with "(its first N rows: key)" when `train_size` / `eval_size` cut the split."""
     read = (dataset.info.splits or {}).get(str(dataset.split)) if dataset.split is not None else None
     return f"{source} (its first {len(dataset)} rows: {key})" if read and len(dataset) < read.num_examples else source
 
@@ -139,9 +138,8 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
 
 def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.Dataset | None, column: str,
                           sources: tuple[str, str], skip_unlabeled: bool = False):
-    """`(names, train, validation)` for a streamed training split, whose classes are those its features declare (a
-    stream is not read ahead to collect them); with `skip_unlabeled` rows labelled -1 are left out of both as they
-    are read."""
+    """`(names, train, validation)` for a streamed training split, whose classes are those its features declare;
+    with `skip_unlabeled` rows labelled -1 are left out as they are read."""
     def declared(dataset) -> list[str] | None:
         feature = _class_feature((dataset.features or {}).get(column))
         return list(feature.names) if feature is not None else None

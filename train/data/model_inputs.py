@@ -31,10 +31,8 @@ _ENCODERS = {"causal_lm": encoders.encode_causal_lm, "mlm": encoders.encode_clas
 def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, task: str, *,
                      num_proc: int | None = None, batch_size: int = 1000, load_from_cache_file: bool = True,
                      **encoder_kwargs) -> AnyDataset:
-    """``dataset.map`` of the task's batch encoder (``train.data.encoders.encode_*``), batched.
-
-    ``encoder_kwargs`` (column names and lengths) go to the encoder. Task ``mlm`` encodes single texts with the
-    template and no labels (the collator masks them)."""
+    """``dataset.map`` of the task's batch encoder (``train.data.encoders.encode_*``), given ``encoder_kwargs``. Task
+    ``mlm`` encodes single texts with the template and no labels (the collator masks them)."""
     if task not in _ENCODERS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     if task == "mlm":

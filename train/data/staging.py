@@ -63,9 +63,8 @@ def current_umask() -> int:
 
 
 def honour_umask(folder: Path) -> None:
-    """Give `folder` and everything written under it the modes that mkdir and open give under this process's umask
-    (0755 / 0644 under 022): a private temporary file or folder renamed into place keeps 0600 / 0700 otherwise
-    (`tempfile.mkdtemp`; safetensors from 0.8 writes through such a file, safetensors issue 782)."""
+    """Give `folder` and everything under it the modes this process's umask gives: a private temporary file or
+    folder renamed into place keeps 0600 / 0700 otherwise (safetensors from 0.8 writes through one)."""
     mask = current_umask()
     for path in (folder, *folder.rglob("*")):
         if not path.is_symlink():
@@ -96,9 +95,8 @@ def staged(folder: Path, sweep: str | None = None) -> Iterator[Path]:
 
 @contextmanager
 def exclusive(folder: Path) -> Iterator[None]:
-    """Hold `folder`'s lock (the file `.<name>.lock` beside it, removed when released) for the block: one process at
-    a time writes or checks it, on this machine and, in a cache on a file system with locks (NFS 4, Lustre, GPFS), on
-    any machine. Where the platform has no `fcntl` (Windows) the block runs unlocked."""
+    """Hold `folder`'s lock (`.<name>.lock` beside it) for the block: one process at a time, on any machine where the
+    file system has locks. Without `fcntl` (Windows) the block runs unlocked."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     path = folder.parent / f".{folder.name}.lock"
     while True:

@@ -193,9 +193,8 @@ def _refuse_data_change(path: Path, changes: dict[str, list]) -> None:
 
 
 def check_resume(path: Path, identity: dict) -> dict[str, list]:
-    """Refuse a checkpoint whose model config, tokenizer or data differ from `identity` (naming each key, and each
-    changed file: `DataChangedError`, unless the recipe's `allow_data_change`); return the changeable keys that
-    differ, {key: [checkpoint's, this run's]}, with `data <file>` for each changed file."""
+    """Refuse a checkpoint whose model config, tokenizer or data differ from `identity` (`DataChangedError` unless
+    `allow_data_change`); return the changeable keys that differ, {key: [checkpoint's, this run's]}."""
     written = verify_checkpoint(path).get("run")
     if not written:
         return {}
@@ -268,8 +267,7 @@ def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: 
 
 
 def load_stream_state(path: Path) -> dict:
-    """The position in the training stream saved in checkpoint `path`; a checkpoint without one (written by a run that
-    did not stream) is refused."""
+    """The position in the training stream saved in checkpoint `path`; refused when it has none."""
     verify_checkpoint(path)
     if not (path / STREAM_STATE).is_file():
         raise CheckpointError(f"checkpoint {path} holds no position in a training stream (it was written by a run "
@@ -346,8 +344,7 @@ _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 def _save_portable(accelerator: Accelerator, folder: Path) -> None:
-    """Full weights and optimizer state on the main process (every process takes part in gathering them), the
-    scheduler, and each process's random states."""
+    """Full weights and optimizer state on the main process, the scheduler, and each process's random states."""
     model, optimizer = accelerator._models[0], accelerator._optimizers[0].optimizer
     weights = get_model_state_dict(model, options=_FULL)
     optimizer_state = get_optimizer_state_dict(model, optimizer, options=_FULL)

@@ -52,9 +52,8 @@ def compile_model(model: nn.Module, enabled: bool, mode: str | None = None, devi
 
 
 def check_bounded_shapes(compile_mode: str | None, collate_fn, dataset) -> None:
-    """Raise a `RecipeError` naming `compile_mode` and `pad_to_multiple_of` when CUDA graphs (`reduce-overhead`) would
-    meet a batch length per distinct example length: a padding collator without `pad_to_multiple_of` over training
-    rows of several lengths (read once, unless the dataset gives `row_lengths`)."""
+    """Raise a `RecipeError` when CUDA graphs (`reduce-overhead`) would meet a batch length per distinct example length:
+    a padding collator without `pad_to_multiple_of` over training rows of several lengths."""
     if compile_mode != "reduce-overhead" or getattr(collate_fn, "pad_to_multiple_of", 0) is not None:
         return
     lengths = getattr(dataset, "row_lengths", None)

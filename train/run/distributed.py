@@ -131,9 +131,8 @@ def describe(accelerator: Accelerator) -> dict:
 
 
 def enable_gradient_checkpointing(accelerator: Accelerator, model: torch.nn.Module) -> None:
-    """Recompute each block's activations in the backward (transformers' API, non-reentrant: dropout replays the
-    same masks), before the model is wrapped. Refused next to FSDP's own activation checkpointing, which would wrap
-    the same blocks a second time."""
+    """Recompute each block's activations in the backward (non-reentrant), before the model is wrapped; refused next
+    to FSDP's own activation checkpointing."""
     plugin = accelerator.state.fsdp_plugin if accelerator.distributed_type is DistributedType.FSDP else None
     if plugin is not None and plugin.activation_checkpointing:
         raise DistributedSetupError("recipe key 'gradient_checkpointing' and the accelerate config's "
@@ -172,8 +171,7 @@ class CpuPeers:
 
 
 def forget_accelerate_state() -> None:
-    """Reset Accelerate's process-wide state (the mixed precision, plugins and gradient-accumulation state of the last
-    Accelerator; not the process group), so that the next run in this process builds its Accelerator afresh."""
+    """Reset Accelerate's process-wide state (not the process group), so the next run builds its Accelerator afresh."""
     AcceleratorState._reset_state()
     GradientState._reset_state()
 
@@ -187,8 +185,7 @@ def report_failure(accelerator: Accelerator, where: str, error: BaseException) -
 
 def unsharded(model: torch.nn.Module, state_dict: dict) -> tuple[torch.nn.Module, dict]:
     """`model` as its own class, with the state dict to save: FSDP2 turns a model's class into `FSDP<Name>`, whose code
-    transformers cannot copy into the folder, so such a model is rebuilt unsharded from its gathered `state_dict`
-    (its own state dict then holds a tied head as the embedding's tensor, which `save_pretrained` leaves out)."""
+    transformers cannot copy into the folder, so such a model is rebuilt unsharded from its gathered `state_dict`."""
     from torch.distributed.fsdp import FSDPModule
 
     if not isinstance(model, FSDPModule):

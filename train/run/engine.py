@@ -115,8 +115,7 @@ class Engine:
         collate_fn: a list of examples -> a padded batch (`train.data.collators`); given `seeds=` when it takes them.
         token_mean: the training loss as a `TokenMean`; None: `outputs.loss`.
         sparse_prediction, unpad_inputs: options of the training forward (`training_options`).
-        predict_fn: `(model, batch, outputs) -> {name: tensor [B, ...]}` at evaluation; the tensors are
-            gathered across processes (`gather_for_metrics`) and handed to `metrics_fn`.
+        predict_fn: `(model, batch, outputs) -> {name: tensor [B, ...]}` at evaluation, gathered for `metrics_fn`.
         metrics_fn: `(predictions: {name: tensor [N, ...]}, eval_loss: float) -> {metric: value}`.
     """
 
@@ -432,10 +431,8 @@ class Engine:
 
     def finish(self, results: dict[str, Any], *, description: str = "", source=None,
                samples: list[str | tuple[str, ...]] = (), extra_files: dict[str, str] | None = None) -> Path:
-        """The run's tail: `results` with the samples, the model card and the published `<output_dir>/model`
-        (`train.run.publish.save_run`); then the folder is released. Returns the published folder. `source`: where
-        the weights started (a `train.setup.models.ModelSource`); `samples`: texts or `(input, output)` pairs the
-        trained model produced, kept in `results` and the card."""
+        """Write `results`, the model card and `<output_dir>/model` (`publish.save_run`), release the folder and
+        return the published one. `source`: a `train.setup.models.ModelSource`; `samples`: texts or pairs produced."""
         self._open()  # a run finished without training still starts its log first
         if source is not None:
             results.update(source.report)

@@ -161,9 +161,8 @@ Trained with {releases}.
 def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
                      software: dict[str, str | None], *, description: str = "", extra: str = "",
                      base_model: str | None = None) -> Path:
-    """Write `folder/README.md` and return its path; `software` is the releases the run used
-    (`environment.versions`); the data is the recipe's (`Recipe.data_source`); `base_model` (a Hub id the run
-    started from) goes in the metadata, where the Hub links the two models."""
+    """Write `folder/README.md` and return its path; `base_model` (a Hub id the run started from) goes in the
+    metadata, where the Hub links the two models."""
     folder = Path(folder)
     dataset_name = public_name(recipe.data_source("train")) or "custom"
     metadata = card_metadata(model, recipe, results, dataset_name)

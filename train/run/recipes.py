@@ -181,8 +181,7 @@ class Recipe:
         return copy
 
     def reading(self, default_dataset: str) -> Recipe:
-        """A copy whose `data_source` falls back to `default_dataset`, the command's own data (`embedded:<task>`):
-        declared once by the command, then read by the loader, the card and results.json alike."""
+        """A copy whose `data_source` falls back to `default_dataset`, the command's own data (`embedded:<task>`)."""
         copy = self.replace()
         copy.default_dataset = default_dataset
         return copy
@@ -285,8 +284,7 @@ def _check_averaging(recipe: Recipe) -> None:
 
 def trackers(report_to: str | list) -> list[str]:
     """The Accelerate trackers `report_to` names ([]: none; "all": every installed one), or a `RecipeError` for an
-    unknown name or a tracker whose package is not installed, before anything is trained: Accelerate itself would
-    drop such a tracker without a word."""
+    unknown or uninstalled one (Accelerate would drop it without a word)."""
     from accelerate.tracking import LOGGER_TYPE_TO_CLASS, get_available_trackers
 
     names = [n.strip() for n in report_to.split(",")] if isinstance(report_to, str) else list(report_to)

@@ -176,9 +176,8 @@ def _delete(path: Path, why: str) -> None:
 
 @dataclass(eq=False)
 class Run:
-    """A training run's hold on its output folder (`claim`; the run's other processes `join` it and own nothing).
-    `resume_from`: the verified checkpoint the run resumes (None: a new run), decided once, after the claim put back
-    what an earlier run had set aside. Only the owner writes: `record`, `note_resume`, `withdraw`, `release`."""
+    """A training run's hold on its output folder (`claim`; the other processes `join` it and own nothing).
+    `resume_from`: the verified checkpoint the run resumes (None: a new run). Only the owner writes."""
 
     recipe: Any
     folder: Path
@@ -205,8 +204,7 @@ class Run:
 
     def withdraw(self) -> None:
         """Undo the claim of a run that stopped before writing anything: its record, lock and (if the claim created
-        it) folder go. A run that wrote something keeps them; one that set an earlier run's files aside and has no
-        checkpoint yet deletes what it wrote and puts them back."""
+        it) folder go, and an earlier run's set-aside files come back."""
         if not self.held:
             return
         record = _read_json(self.folder / RECORD) or {}
@@ -276,9 +274,8 @@ def join(recipe) -> Run:
 
 
 def check_steps_left(run: Run) -> None:
-    """Refuse a resume that would train nothing, before any work: its checkpoint is past `max_steps`, or at it with
-    the model published from that step (it would only evaluate and publish again). A checkpoint at `max_steps` whose
-    run stopped before publishing resumes to finish (evaluation, model)."""
+    """Refuse a resume that would train nothing: its checkpoint is past `max_steps`, or at it with the model published
+    from that step. One at `max_steps` whose run stopped before publishing resumes to finish."""
     recipe, path, output = run.recipe, run.resume_from, run.folder
     if path is None or recipe.max_steps <= 0:
         return
@@ -432,9 +429,8 @@ def _write_record(folder: Path, recipe) -> None:
 # ----------------------------------------------------------------------------- other commands' folders
 
 def check_writer_output(value: str, command: str, argument: str = "--output_dir", overwrite: bool = False) -> Path:
-    """The resolved folder that `command` may write: new, empty, or (with `overwrite`: `--overwrite_output_dir`)
-    holding only what its own manifest records, unchanged; else an `OutputDirError` naming what is in the way. Puts
-    back first an earlier output set aside by a run of `command` that was killed (`output_in_place`)."""
+    """The resolved folder that `command` may write: new, empty, or (with `overwrite`) holding only what its own
+    manifest records, unchanged; else an `OutputDirError` naming what is in the way."""
     folder = _check_path(value, argument)
     if not folder.is_dir():
         return folder
