@@ -109,10 +109,9 @@ def get_tokenizer(recipe: Recipe, family: str, texts: Callable[[], Iterable[str]
 
 def corpus_tokenizer(recipe: Recipe, family: str, texts: Callable[[], Iterable[str]], source: ModelSource,
                      templates: bool = True, data_key: str | None = None):
-    """The tokenizer a run of `recipe` on its data uses, written nowhere but the tokenizer cache: a pretrained
-    source's own (`pretrained_tokenizer`), `recipe.tokenizer`, or one trained on `texts()` (or reused from
-    the cache: `tokenization.reused_or_trained`, found by `data_key` when the data has one:
-    `prepared.data_key`)."""
+    """The tokenizer a run of `recipe` uses, written nowhere but the tokenizer cache: a pretrained source's own,
+    `recipe.tokenizer`, or one trained on `texts()` or reused from the cache (`tokenization.reused_or_trained`,
+    keyed by `data_key` when the data has one: `token_store.data_key`)."""
     if source.pretrained:
         return pretrained_tokenizer(source, recipe.tokenizer, templates=templates)
     if recipe.tokenizer:
