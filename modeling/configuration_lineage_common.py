@@ -54,9 +54,8 @@ class LineageBaseConfig(PreTrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
-        """A stored config (`from_pretrained`, or a reference model's in `conversion.py`): special-token ids that index
-        no weight keep their values, with a warning, where a config built in code refuses them; a field stored beside
-        one of its other names (`attribute_map`, which an earlier release ignored) keeps the field's value."""
+        """A stored config: special-token ids that index no weight kept with a warning; a field stored beside one of its
+        other names (`attribute_map`) keeps the field's value."""
         stored = dict(config_dict)
         for alias, field in cls.attribute_map.items():
             if alias in stored and field in stored and stored.pop(alias) != stored[field]:
@@ -66,9 +65,8 @@ class LineageBaseConfig(PreTrainedConfig):
         return super().from_dict({**stored, "_stored_config": True}, **kwargs)
 
     def check_size_keywords(self, keywords: dict, strict: bool = True) -> None:
-        """A keyword no field takes that reads like a size (`num_*`, `n_*`, `d_*`, `*_size`, `*_dim`) would be kept as
-        an attribute the model never reads: refused naming it and the sizes the config has (kept with a warning in a
-        stored config, which earlier releases wrote with it)."""
+        """Refuse a keyword no field takes that reads like a size (`num_*`, `n_*`, `d_*`, `*_size`, `*_dim`), which
+        would be kept unread (a stored config keeps it with a warning)."""
         unknown = [key for key in keywords if SIZE_KEYWORD.search(key) and key not in self.attribute_map
                    and key not in keywords_not_sizes()]
         if not unknown:

@@ -61,9 +61,8 @@ def _build(target_class: type[nn.Module], config, state: StateDict, source: nn.M
 
 
 def from_transformers(model: nn.Module, pad_vocab_to_multiple_of: int | None = None) -> nn.Module:
-    """The Lineage model with the same weights (and the same outputs) as a transformers reference model;
-    `pad_vocab_to_multiple_of` (see `LineageConfig`) pads its embedding and output layer with freshly initialised
-    rows that no output ever shows."""
+    """The Lineage model with the same weights and outputs as a transformers reference model; `pad_vocab_to_multiple_of`
+    pads its embedding and output layer with rows no output shows."""
     check_vocab_multiple(pad_vocab_to_multiple_of)
     conversion = _find(model, "reference_class")
     config = conversion.config_to_lineage(model.config)

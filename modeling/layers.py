@@ -290,9 +290,8 @@ def final_norm(config) -> nn.LayerNorm | None:
 
 def run_blocks(blocks: nn.ModuleList, norm: nn.LayerNorm | None, hidden_states: torch.Tensor,
                attention_mask: torch.Tensor | None, memory: tuple = (), **kwargs) -> torch.Tensor:
-    """`h = block(h, mask, ...)` through every block, then the stack's `final_norm`. `memory`: for cross attention
-    the encoder states and their mask, handed on positionally (tensors that carry gradients must be, as gradient
-    checkpointing requires); `kwargs`: the cache and the attention kernel's keywords."""
+    """Every block, then `final_norm`. `memory` (the encoder states and their mask) is handed on positionally, as
+    gradient checkpointing requires of tensors with gradients; `kwargs`: the cache and the kernel's keywords."""
     for block in blocks:
         hidden_states = block(hidden_states, attention_mask, *memory, **kwargs)[0]
     return norm(hidden_states) if norm is not None else hidden_states

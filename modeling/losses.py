@@ -28,9 +28,8 @@ def seq2seq_loss(
     label_smoothing: float,
     num_items_in_batch: torch.Tensor | int | None = None,
 ) -> torch.Tensor:
-    """Cross-entropy over target tokens (label-smoothed when `label_smoothing` > 0), ignoring -100; a mean over
-    tokens, or a sum divided by `num_items_in_batch` (the token count of all accumulated micro-batches) when the
-    Trainer gives it."""
+    """Cross-entropy over target tokens (label-smoothed when `label_smoothing` > 0), ignoring -100; the mean, or the sum
+    over `num_items_in_batch`."""
     loss = nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1).to(logits.device), ignore_index=-100,
         label_smoothing=label_smoothing, reduction="mean" if num_items_in_batch is None else "sum",

@@ -1,15 +1,11 @@
 """BERT (Devlin et al. 2018): a bidirectional Transformer encoder pretrained with masked-LM and next-sentence
-prediction (section 3.1), and its fine-tuning heads (section 4).
+prediction (section 3.1), and its fine-tuning heads (section 4), convertible to and from transformers' `Bert*`.
 
-Token + segment + learned position embeddings, post-norm blocks with exact GELU, a tanh pooler over `[CLS]`, a
-masked-LM head tied to the word embeddings and a two-way NSP classifier, convertible to and from transformers'
-`Bert*` (`conversion_bert.py`). As in transformers, `is_decoder=True` makes the blocks causal with a cache and
-`add_cross_attention=True` adds cross attention (the decoder of a bert2bert `EncoderDecoderModel`).
-
-Training options, per call: `sparse_prediction=True` runs the masked-LM head at labelled positions only;
-`unpad_inputs=True` runs an encoder under sdpa or flash on the real tokens only (MosaicBERT, Portes et al. 2023;
-`layout.SequenceLayout`). Outputs at real positions are the padded path's; `last_hidden_state` is zero at padded
-positions. Departures by config (pre-norm, relative positions, packed rows): docs/models.md.
+Token + segment + learned position embeddings, post-norm blocks with exact GELU, a tanh pooler over `[CLS]`, a tied
+masked-LM head and a two-way NSP classifier; `is_decoder=True` makes the blocks causal, `add_cross_attention=True`
+adds cross attention, as in transformers. Training options, per call: `sparse_prediction=True` runs the masked-LM
+head at labelled positions only; `unpad_inputs=True` runs an encoder on the real tokens only (MosaicBERT, Portes et
+al. 2023), `last_hidden_state` then zero at padded positions. Departures: docs/models.md.
 """
 
 from dataclasses import dataclass
@@ -306,9 +302,8 @@ class LineageBertForPreTraining(LineageBertPreTrainedModel):
         unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> LineageBertForPreTrainingOutput:
-        """A training forward with `labels` returns `prediction_logits=None` (`return_logits`: see
-        `losses.skips_logits`). `sparse_prediction` (a training option): with `labels`, the MLM logits are the (N, V)
-        ones of the N labelled positions only (`_masked_lm`)."""
+        """A training forward with `labels` returns `prediction_logits=None` (`losses.skips_logits`);
+        `sparse_prediction`: with `labels`, the (N, V) MLM logits of the N labelled positions only."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size)
         outputs = self.bert(
@@ -361,9 +356,8 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
-        """A training forward with `labels` returns `logits=None` (`return_logits`: `losses.skips_logits`).
-        `sparse_prediction` (a training option): with `labels`, the logits are the (N, V) ones of the N labelled
-        positions only (`_masked_lm`)."""
+        """A training forward with `labels` returns `logits=None` (`losses.skips_logits`); `sparse_prediction`:
+        with `labels`, the (N, V) logits of the N labelled positions only."""
         skip_logits = skips_logits(self, self.lm_head.decoder, labels, return_logits)
         check_lm_labels(labels, input_ids, inputs_embeds, self.config.vocab_size)
         outputs = self.bert(
@@ -383,9 +377,8 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
 
 
 class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
-    """BERT as a left-to-right language model (`is_decoder=True`): the masked-LM head over causal blocks, predicting
-    the next token, with `generate()`. With `add_cross_attention=True` it attends to `encoder_hidden_states`: the
-    decoder of a bert2bert `EncoderDecoderModel` (`AutoModelForCausalLM` builds it from a Lineage BERT config)."""
+    """BERT as a left-to-right language model (`is_decoder=True`) with `generate()`; with `add_cross_attention=True` the
+    decoder of a bert2bert `EncoderDecoderModel`."""
 
     _tied_weights_keys = {"lm_head.decoder.weight": "bert.embeddings.word_embeddings.weight"}
 

@@ -296,9 +296,8 @@ class _LineageGptClassifier(LineageGptPreTrainedModel):
 
 
 class LineageGptForSequenceClassification(_LineageGptClassifier):
-    """Single texts (`[START] text [EXTRACT]`) or pairs such as NLI (`[START] premise [DELIM] hypothesis [EXTRACT]`)
-    classified from the `[EXTRACT]` state; regression (MSE) when `num_labels == 1`, multi-label (BCE) by
-    `problem_type`."""
+    """Single texts or pairs classified from the `[EXTRACT]` state; regression (MSE) when `num_labels == 1`, multi-label
+    (BCE) by `problem_type`."""
 
     def __init__(self, config: LineageGptConfig):
         super().__init__(config, config.num_labels)

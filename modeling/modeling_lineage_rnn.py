@@ -7,13 +7,9 @@
 - Luong et al. 2015 (`"luong-dot" | "luong-general" | "luong-concat"`): the current state scored, the prediction
   reads `h~_t = tanh(W_c [c_t; h_t])`, which input feeding (section 3.3) hands to the next step.
 
-The encoder runs `nn.GRU` / `nn.LSTM` over packed sequences; the decoder runs the whole target in one call where the
-architecture allows (`none`, Luong without input feeding), else one step per position; under `torch.compile` the
-cells run position by position (`cell_rnn`). `LineageRnnCache` carries the state between generation steps.
-Alignments come back as `cross_attentions`, one (B, 1, T, S) tensor. Departures: docs/models.md.
-
-Shapes: B batch, S source length, T target length (of this call), E embedding size, C hidden size, L layers,
-V vocabulary size.
+The encoder runs `nn.GRU` / `nn.LSTM` over packed sequences, the decoder the whole target in one call where the
+architecture allows, else one step per position; under `torch.compile` the cells run position by position. Shapes:
+B batch, S source length, T target length (of this call), E embedding size, C hidden size, L layers, V vocabulary.
 """
 
 from dataclasses import dataclass
@@ -116,9 +112,8 @@ class LineageRnnCache(Cache):
 
 
 def require(condition: torch.Tensor, message: str) -> None:
-    """A check of input values: inside a compiled graph an assertion op with the message (a `RuntimeError` when it
-    fails; reading a tensor's value in Python would break the graph), always; eagerly a `ValueError`, skipped inside
-    `value_checks(False)` (a training loop whose collator built the mask)."""
+    """A check of input values: an assertion op inside a compiled graph; eagerly a `ValueError`, skipped inside
+    `value_checks(False)`."""
     if torch.compiler.is_compiling():
         torch._assert_async(condition, message)
     elif value_checks_enabled() and not bool(condition):
@@ -479,9 +474,8 @@ class LineageRnnPreTrainedModel(LineagePreTrainedModel):
 
 
 class LineageRnnModel(Seq2SeqBase, LineageRnnPreTrainedModel):
-    """The bare encoder-decoder: `encode` the source once, `decode` target tokens from the bridged (or cached)
-    state; `last_hidden_state` is what the output projection reads (the top state, Bahdanau's deep output or
-    Luong's attentional state)."""
+    """The bare encoder-decoder: `encode` the source once, `decode` from the bridged (or cached) state;
+    `last_hidden_state` is what the output projection reads."""
 
     def __init__(self, config: LineageRnnConfig):
         super().__init__(config)
@@ -609,8 +603,7 @@ class LineageRnnModel(Seq2SeqBase, LineageRnnPreTrainedModel):
 
 
 class LineageRnnForConditionalGeneration(Seq2SeqLMBase, LineageRnnPreTrainedModel, GenerationMixin):
-    """Sequence-to-sequence model with the output projection (optionally tied to the target embedding), the
-    (label-smoothed) cross-entropy loss and `generate()`: greedy, sampling and beam search over a
+    """Sequence-to-sequence model with the output projection, the (label-smoothed) loss and `generate()` over a
     `LineageRnnCache`."""
 
     _tied_weights_keys = {"lm_head.weight": "model.decoder.embed_tokens.weight"}

@@ -224,9 +224,7 @@ class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
         packed_sequences: PackedSequences | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        """One decoder pass over (B, T) target ids given the (B, S, C) encoder memory and its (B, S) padding mask
-        (and the collate's `packed_sequences` of the source rows); with a cache, T is the number of new tokens and
-        earlier keys/values come from the cache."""
+        """One decoder pass over (B, T) target ids given the (B, S, C) encoder memory and its (B, S) mask."""
         self._check_target(
             decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask=decoder_attention_mask, cache=cache,
             source_shape=encoder_hidden_states.shape[:2], attention_mask=attention_mask,
@@ -291,9 +289,8 @@ class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
 
 
 class LineageTransformerForConditionalGeneration(Seq2SeqLMBase, LineageTransformerPreTrainedModel, GenerationMixin):
-    """Sequence-to-sequence model with the pre-softmax projection (tied to the shared embedding by default), a
-    cross-entropy loss (label-smoothed by `config.label_smoothing`) and `generate()`: greedy, beam search (the paper:
-    `num_beams=4, length_penalty=0.6`) and sampling."""
+    """Sequence-to-sequence model with the pre-softmax projection, the (label-smoothed) loss and `generate()` (the
+    paper's decoding: `num_beams=4, length_penalty=0.6`)."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
 

@@ -1,10 +1,7 @@
 """Sequences laid end to end, packed documents (GPT) or unpadded rows (BERT), and the attention that keeps each to
-itself: flash-attn's varlen kernel, or SDPA over length buckets (`varlen_sdpa_forward`).
-
-The collators build `PackedSequences.for_batch` on the CPU and hand it to the model as `packed_sequences`, so that a
-forward reads nothing back from the device; a forward called without it finds the same sequences from its tensors
-(`layout.SequenceLayout`). Why: docs/performance.md. Dimension legend as in `layers.py`; L is the length of a
-flattened stream of tokens.
+itself: flash-attn's varlen kernel, or SDPA over length buckets (`varlen_sdpa_forward`). The collators build them
+on the CPU (`PackedSequences.for_batch`) so that a forward reads nothing back (docs/performance.md). Dimension
+legend as in `layers.py`; L is the length of a flattened stream of tokens.
 """
 
 import copy
@@ -88,9 +85,8 @@ class PackedSequences:
     @classmethod
     def for_batch(cls, attention_mask: torch.Tensor | None = None,
                   position_ids: torch.Tensor | None = None) -> "PackedSequences | None":
-        """What a collate knows on the CPU about its (B, T) rows: their real tokens when they carry an
-        `attention_mask`, else their documents when they carry `position_ids` (each row at least one document, so
-        N == B says that no row restarts); None for neither."""
+        """What a collate knows on the CPU of its (B, T) rows: their real tokens (an `attention_mask`), else their
+        documents (`position_ids`; N == B: no row restarts), else None."""
         if attention_mask is not None:
             return cls.from_padding_mask(attention_mask)
         if position_ids is not None:

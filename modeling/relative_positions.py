@@ -34,9 +34,8 @@ def key_positions(query_positions: torch.Tensor, past_length: int | torch.Tensor
 def relative_attention_inputs(config, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None,
                               past_length: int | torch.Tensor = 0,
                               attention_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """The keyword a model hands its blocks for relative self-attention, `relative_position_index` (computed once per
-    forward for every layer), or nothing when `config` has absolute positions only. The (B, T, C) `hidden_states`
-    are at `position_ids` (B or 1, T), by default past_length..past_length+T-1."""
+    """The blocks' `relative_position_index` for (B, T, C) `hidden_states` at `position_ids` (by default after
+    `past_length`), computed once per forward; nothing for absolute positions only."""
     if config.relative_attention is None:
         return {}
     if position_ids is None:

@@ -49,9 +49,7 @@ def teacher_forcing_inputs(
     labels: torch.Tensor | None, decoder_input_ids: torch.Tensor | None, decoder_inputs_embeds: torch.Tensor | None,
     config,
 ) -> torch.Tensor | None:
-    """The decoder input ids of a seq2seq forward: the given ones, else with `labels` the labels shifted right
-    (`shift_tokens_right`); checks that `labels` are (B, T) like the decoder inputs, and that the decoder has an
-    input."""
+    """The decoder input ids: the given ones, else `labels` shifted right; `labels` checked against them."""
     if labels is None:
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError(
@@ -66,9 +64,7 @@ def teacher_forcing_inputs(
 
 
 class Seq2SeqBase:
-    """The forward of an encoder-decoder base model, mixed into a family's `PreTrainedModel`: decoder hidden states
-    (and the encoder's) without the output layer. `output_hidden_states` / `output_attentions` given as keyword
-    arguments reach the encoder and the decoder."""
+    """The forward of an encoder-decoder base model: decoder (and encoder) hidden states, no output layer."""
 
     @forward_arguments
     @can_return_tuple

@@ -1,4 +1,4 @@
-"""The parts the families share (`losses.lm_output`, `seq2seq.Seq2SeqBase` / `Seq2SeqLMBase`, `packing.packed_rows`,
+"""The parts the families share (`losses.lm_output`, `seq2seq.Seq2SeqBase` / `Seq2SeqLMBase`, `layout.SequenceLayout`,
 `checks.check_inputs`, `configuration_lineage_common.LineageBaseConfig`): what each family gains from them, checked
 on the tiny presets."""
 
