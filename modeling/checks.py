@@ -32,6 +32,15 @@ def value_checks_enabled() -> bool:
     return _value_checks and not torch.compiler.is_compiling()
 
 
+def require(condition: torch.Tensor, message: str) -> None:
+    """A check of input values: an assertion op inside a compiled graph; eagerly a `ValueError`, skipped inside
+    `value_checks(False)`."""
+    if torch.compiler.is_compiling():
+        torch._assert_async(condition, message)
+    elif value_checks_enabled() and not bool(condition):
+        raise ValueError(message)
+
+
 def check_token_ids(ids: torch.Tensor, upper: int, name: str, upper_name: str) -> None:
     """Require every id in `[0, upper)`."""
     if not value_checks_enabled() or ids.numel() == 0:
@@ -250,5 +259,5 @@ def check_generation_config(generation_config) -> None:
 __all__ = ["check_cached_mask", "check_choice_inputs", "check_class_labels", "check_devices",
            "check_generation_config", "check_generation_length", "check_ids_or_embeds", "check_inputs",
            "check_label_ids", "check_labels_shape", "check_lm_labels", "check_mask_shape", "check_position_ids",
-           "check_sequence_labels", "check_sequence_length", "check_token_ids",
+           "check_sequence_labels", "check_sequence_length", "check_token_ids", "require",
            "value_checks", "value_checks_enabled"]

@@ -24,7 +24,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttenti
 from transformers.utils import ModelOutput
 
 from .arguments import CACHE_NAME, cache_keyword, forward_arguments
-from .checks import check_ids_or_embeds, check_mask_shape, value_checks_enabled
+from .checks import check_ids_or_embeds, check_mask_shape, require
 from .configuration_lineage_rnn import LineageRnnConfig
 from .layout import SequenceLayout
 from .linear import LineageLinear
@@ -109,15 +109,6 @@ class LineageRnnCache(Cache):
 
     def crop(self, tokens_to_remove: int) -> None:
         raise ValueError("A recurrent state cannot be cropped: it summarises every token seen so far.")
-
-
-def require(condition: torch.Tensor, message: str) -> None:
-    """A check of input values: an assertion op inside a compiled graph; eagerly a `ValueError`, skipped inside
-    `value_checks(False)`."""
-    if torch.compiler.is_compiling():
-        torch._assert_async(condition, message)
-    elif value_checks_enabled() and not bool(condition):
-        raise ValueError(message)
 
 
 def right_padded_lengths(mask: torch.Tensor | None, shape: torch.Size, name: str) -> torch.Tensor:
