@@ -48,15 +48,23 @@ def record_checksum(info: dict) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def store_damage(folder: Path) -> str | None:
-    """What is wrong with the store in `folder` (its record unreadable, without file sizes or not matching its
-    checksum; a file missing or of another size than recorded), or None when it is whole."""
+def checked_record(folder: Path) -> dict:
+    """The record (store.json) of the store in `folder`, read once; `DamagedStoreError` when it is unreadable, lacks
+    file sizes or its checksum, or a file is missing or of another size than recorded."""
     try:
         info = json.loads((folder / "store.json").read_text())
     except FileNotFoundError:
-        return "store.json is missing"
+        info, damage = None, "store.json is missing"
     except (OSError, ValueError) as err:
-        return f"store.json cannot be read ({err})"
+        info, damage = None, f"store.json cannot be read ({err})"
+    else:
+        damage = _damage(folder, info)
+    if damage is not None:
+        raise DamagedStoreError(f"the prepared corpus in {folder} is damaged or partial: {damage}")
+    return info
+
+
+def _damage(folder: Path, info) -> str | None:
     if not isinstance(info, dict) or not isinstance(info.get("files"), dict) or "checksum" not in info:
         return "store.json lists no file sizes or no checksum (an earlier release's store, or a damaged record)"
     if info["checksum"] != record_checksum(info):
@@ -76,10 +84,7 @@ class TokenStore:
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
-        damage = store_damage(self.folder)
-        if damage is not None:
-            raise DamagedStoreError(f"the prepared corpus in {self.folder} is damaged or partial: {damage}")
-        self.info = json.loads((self.folder / "store.json").read_text())
+        self.info = checked_record(self.folder)
         self.tokens = np.memmap(self.folder / "tokens.bin", dtype=self.info["dtype"], mode="r",
                                 shape=(self.info["tokens"],))
         self.items = np.load(self.folder / "items.npy", mmap_mode="r")
@@ -359,5 +364,5 @@ class SentencePairs(torch.utils.data.Dataset):
 
 
 __all__ = ["LAYOUTS", "CausalBlocks", "DamagedStoreError", "SentencePairs", "TokenStore", "corpus_digest", "data_key",
-           "prepared_store", "process_count", "record_checksum", "store_damage", "token_dtype", "tokenizer_digest",
+           "prepared_store", "process_count", "record_checksum", "checked_record", "token_dtype", "tokenizer_digest",
            "usable_cores"]

@@ -328,6 +328,15 @@ DAMAGES = {  # what is done to a store -> what the line that prepares it again s
 }
 
 
+def test_opening_a_store_reads_its_record_once(gpt, docs, fresh_cache, monkeypatch):
+    folder = token_store.prepared_store(docs, gpt, "documents").folder
+    reads, read_text = [], type(folder).read_text
+    monkeypatch.setattr(type(folder), "read_text",
+                        lambda path, *args, **kw: reads.append(path.name) or read_text(path, *args, **kw))
+    assert token_store.TokenStore(folder).info["documents"] == 120
+    assert reads == ["store.json"]
+
+
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_damaged_or_partial_store_is_prepared_again_saying_why(gpt, docs, fresh_cache, capsys, damage):
     store = token_store.prepared_store(docs, gpt, "documents")
