@@ -13,14 +13,29 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 SPAN = 1 << 20  # bytes hashed at each end of a file
+SETTLED_NS = 2 * 10**9  # a file changed more recently is read again: an edit in the same ctime tick keeps the key
+_SEEN: dict[tuple, str] = {}  # this process's fingerprints by file identity and stat
 
 
 def file_fingerprint(path: str | Path) -> str:
-    """`<size>:<sha256 of the size, the first and the last SPAN bytes>` (the whole file up to 2 x SPAN)."""
+    """`<size>:<sha256 of the size, the first and the last SPAN bytes>` (the whole file up to 2 x SPAN), read once
+    per process while the file's path, inode, size, mtime and ctime stay and its ctime is older than `SETTLED_NS`."""
+    stat = os.stat(path)
+    key = (SPAN, str(Path(path).resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if key in _SEEN:
+        return _SEEN[key]
+    fingerprint = _read_fingerprint(path)
+    if time.time_ns() - stat.st_ctime_ns > SETTLED_NS:  # a later edit cannot share its ctime tick
+        _SEEN[key] = fingerprint
+    return fingerprint
+
+
+def _read_fingerprint(path: str | Path) -> str:
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         digest = hashlib.sha256(f"{size}\n".encode())

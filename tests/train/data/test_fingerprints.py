@@ -44,3 +44,32 @@ def test_the_fingerprint_is_of_the_bytes_alone_and_a_digest_follows_every_file(t
     before = files_digest([a, b])
     b.write_text("the same text!\n")
     assert files_digest([a, b]) != before
+
+
+def test_a_process_reads_a_settled_file_once_and_again_once_it_is_rewritten_with_its_size_and_mtime(tmp_path,
+                                                                                                  monkeypatch):
+    monkeypatch.setattr(fingerprints, "_SEEN", {})
+    monkeypatch.setattr(fingerprints, "SETTLED_NS", -1)  # every file counts as settled, as a corpus written earlier
+    reads = mock.Mock(wraps=fingerprints._read_fingerprint)
+    monkeypatch.setattr(fingerprints, "_read_fingerprint", reads)
+    path = tmp_path / "corpus.txt"
+    path.write_text("the text\n")
+    kept = os.stat(path)
+    before = file_fingerprint(path)
+    assert file_fingerprint(tmp_path / "." / "corpus.txt") == before and files_digest([path]) == files_digest([path])
+    assert reads.call_count == 1
+    path.write_text("the TEXT\n")
+    while os.stat(path).st_ctime_ns == kept.st_ctime_ns:  # the rewrite's ctime tick is past the first write's
+        os.utime(path, ns=(kept.st_atime_ns, kept.st_mtime_ns + 1))
+    os.utime(path, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+    assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (kept.st_size, kept.st_mtime_ns)
+    assert file_fingerprint(path) != before and reads.call_count == 2
+
+
+def test_a_file_changed_within_the_settled_time_is_read_at_every_call(tmp_path, monkeypatch):
+    monkeypatch.setattr(fingerprints, "_SEEN", {})
+    reads = mock.Mock(wraps=fingerprints._read_fingerprint)
+    monkeypatch.setattr(fingerprints, "_read_fingerprint", reads)
+    path = tmp_path / "corpus.txt"
+    path.write_text("the text\n")
+    assert file_fingerprint(path) == file_fingerprint(path) and reads.call_count == 2

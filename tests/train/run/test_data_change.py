@@ -10,6 +10,7 @@ from pathlib import Path
 import datasets
 import pytest
 
+from train.data import fingerprints
 from train.pretrain_gpt import main as pretrain_gpt
 from train.run import checkpoints
 from train.run.checkpoints import DataChangedError, check_resume, data_fingerprint
@@ -52,6 +53,23 @@ def test_a_resume_on_changed_data_is_refused_naming_the_file_unless_allowed(tmp_
     assert results["steps"] == 3
     assert f"data {path}: {recorded[str(path)]} -> " in capsys.readouterr().out  # the run line says what changed
     pretrain_gpt([*keys, "--max_steps", "4", "--resume_from_checkpoint", "latest"])  # its checkpoint has the new data
+
+
+def test_a_launch_reads_each_data_file_once_for_its_fingerprint_and_the_next_launch_sees_an_edit(tmp_path,
+                                                                                                 monkeypatch):
+    monkeypatch.setattr(fingerprints, "_SEEN", {})
+    monkeypatch.setattr(fingerprints, "SETTLED_NS", -1)  # every file counts as settled, as a corpus written earlier
+    reads, read = [], fingerprints._read_fingerprint
+    monkeypatch.setattr(fingerprints, "_read_fingerprint", lambda f: reads.append(Path(f).resolve()) or read(f))
+    path, valid, out = tmp_path / "corpus.txt", tmp_path / "valid.txt", tmp_path / "run"
+    path.write_text("".join(f"Document {i} says something about the number {i * 7}.\n" for i in range(300)))
+    valid.write_text("".join(f"Document {i} says little.\n" for i in range(40)))
+    keys = [*RUN, "--train_file", str(path), "--validation_file", str(valid), "--output_dir", str(out)]
+    pretrain_gpt([*keys, "--max_steps", "2"])
+    assert sorted(reads) == sorted([path.resolve(), valid.resolve()])  # the file checks, datasets' cache, the record
+    edit_keeping_size_and_mtime(path)
+    with pytest.raises(DataChangedError):
+        pretrain_gpt([*keys, "--max_steps", "3", "--resume_from_checkpoint", "latest"])
 
 
 def test_a_checkpoint_of_the_previous_release_without_a_fingerprint_still_resumes(tmp_path):
