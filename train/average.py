@@ -29,7 +29,7 @@ from train.run.averaging import (
 )
 from train.run.checkpoints import config_identity, vocabulary_identity
 from train.run.publish import pipeline_tag
-from train.run.run_folder import OutputDirError, check_writer_output, staged_output
+from train.run.run_folder import check_writer_output, staged_output
 from train.setup import models, run_tokenizer
 
 COMMAND = "average"
@@ -102,12 +102,8 @@ def card(model, names: list[str], folder: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> Path:
     """Run the command; returns the written folder."""
     args = parse_args(argv)
-    folder = check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir)
-    for name in args.inputs:
-        path = Path(name).resolve()
-        if folder == path or path in folder.parents:
-            raise OutputDirError(f"--output_dir {folder} lies in INPUT {name!r}: write the average elsewhere, so "
-                                 "that no input changes")
+    folder = check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir,
+                                 inputs={f"INPUT {name!r}": name for name in args.inputs})
     members, template = read_inputs(args.inputs)
     weights = average_weights(members)
     model = models.load_model(template, argument=f"INPUT {template.name!r}")

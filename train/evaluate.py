@@ -25,7 +25,7 @@ from train.analysis import evaluation_report, harness
 from train.analysis.model_scores import pseudo_perplexity, score_translator
 from train.cli import CommandParser
 from train.run.environment import versions
-from train.run.run_folder import OutputDirError, check_writer_output, staged_output
+from train.run.run_folder import check_writer_output, staged_output
 from train.setup.models import HUB_ID
 
 COMMAND = "evaluate"
@@ -159,12 +159,10 @@ def check_lengths(args: argparse.Namespace, config: dict[str, Any]) -> None:
 
 def check_arguments(args: argparse.Namespace, kind: str) -> Path:
     """Refuse, before a model or data is loaded, what cannot run for this kind of model; the output folder."""
-    folder = check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir)
-    model = Path(args.model).resolve() if Path(args.model).exists() else None
-    if model is not None and (folder == model or model in folder.parents):
-        raise OutputDirError(f"--output_dir {folder} lies in --model's folder, which lineage evaluate never changes "
-                             "(only --write_card true rewrites its README.md): choose another folder")
-    if args.write_card and model is None:
+    local = Path(args.model).exists()
+    folder = check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir,
+                                 inputs={"--model": args.model} if local else None)
+    if args.write_card and not local:
         raise EvaluateError(f"--write_card true writes into a local model folder; --model {args.model!r} is a Hub "
                             "id: download it, or push a card yourself")
     if args.tasks is not None and kind not in ("causal", "seq2seq"):

@@ -113,7 +113,7 @@ def test_bad_inputs_are_refused_by_name_before_anything_is_written(run, tmp_path
     assert "INPUT: give two or more" in capsys.readouterr().err
     with pytest.raises(AveragingError, match="INPUT 'nowhere' is no folder"):
         average.main([str(checkpoint(run, 4)), "nowhere", "--output_dir", str(tmp_path / "avg")])
-    with pytest.raises(OutputDirError, match="lies in INPUT"):
+    with pytest.raises(OutputDirError, match=r"avg lies in an input of lineage average \(INPUT '.*model': "):
         average.main([str(checkpoint(run, 4)), str(run / "model"), "--output_dir", str(run / "model" / "avg")])
     lone = tmp_path / "lone" / "checkpoints" / "step-00000004"
     shutil.copytree(checkpoint(run, 4), lone)

@@ -27,6 +27,7 @@ from train.analysis.translation_scores import score_translations
 from train.data.corpus import generate_records, tokenizer_training_texts
 from train.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from train.run.publish import read_card_metadata
+from train.run.run_folder import OutputDirError
 
 lm_eval = pytest.importorskip("lm_eval", reason="needs the eval extra (lm-evaluation-harness)")
 TASKS = "lineage_cloze,lineage_translation,lineage_perplexity"
@@ -143,7 +144,9 @@ def test_bad_arguments_are_refused_by_name_before_a_model_is_loaded(gpt, tmp_pat
         evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--max_seq_length", "129", *out])
     with pytest.raises(evaluate.EvaluateError, match="--tasks is required for a causal LM"):
         evaluate.main(["--model", str(gpt), *out])
-    assert not (tmp_path / "out").exists()
+    with pytest.raises(OutputDirError, match=r"--output_dir .*inside lies in an input of lineage evaluate \(--model: "):
+        evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--output_dir", str(gpt / "inside")])
+    assert not (tmp_path / "out").exists() and not (gpt / "inside").exists()
 
 
 def test_without_lm_eval_the_message_names_the_extra(gpt, tmp_path, monkeypatch):

@@ -90,16 +90,22 @@ def check_output_dir(value: str, inputs: dict[str, str] | None = None,
                      argument: str = "recipe key 'output_dir'") -> Path:
     """The resolved run folder, or an `OutputDirError` naming why the run may not write there; writes nothing."""
     folder = _check_path(value, argument)
-    for key, path in (inputs or {}).items():
-        resolved = Path(path).resolve()
-        if resolved == folder or folder in resolved.parents:
-            raise OutputDirError(f"{argument} {folder} holds an input of this run (recipe key {key!r}: {path}); the "
-                                 f"output folder must lie outside every input, so that nothing the run reads is "
-                                 f"ever replaced or deleted: choose another folder")
+    _check_apart(folder, {f"recipe key {key!r}": path for key, path in (inputs or {}).items()}, argument, "this run")
     if (folder / "config.json").is_file():
         raise OutputDirError(f"{argument} {folder} is a saved model folder (it holds config.json); a run publishes its "
                              f"own model into <output_dir>/model and never writes over a model: choose a new folder")
     return folder
+
+
+def _check_apart(folder: Path, inputs: dict[str, str], argument: str, reader: str) -> None:
+    """Refuse a `folder` that is, holds or lies in one of `inputs` ({how `reader` names the input: its path})."""
+    for name, path in inputs.items():
+        resolved = Path(path).resolve()
+        if resolved == folder or folder in resolved.parents or resolved in folder.parents:
+            where = "is" if resolved == folder else "holds" if folder in resolved.parents else "lies in"
+            raise OutputDirError(f"{argument} {folder} {where} an input of {reader} ({name}: {path}); the output "
+                                 f"folder must lie outside every input, so that nothing {reader} reads is ever "
+                                 f"replaced, deleted or added to: choose another folder")
 
 
 # ----------------------------------------------------------------------------- manifests
@@ -428,10 +434,12 @@ def _write_record(folder: Path, recipe) -> None:
 
 # ----------------------------------------------------------------------------- other commands' folders
 
-def check_writer_output(value: str, command: str, argument: str = "--output_dir", overwrite: bool = False) -> Path:
-    """The resolved folder that `command` may write: new, empty, or (with `overwrite`) holding only what its own
-    manifest records, unchanged; else an `OutputDirError` naming what is in the way."""
+def check_writer_output(value: str, command: str, argument: str = "--output_dir", overwrite: bool = False, *,
+                        inputs: dict[str, str] | None = None) -> Path:
+    """The resolved folder that `command` may write: apart from its `inputs` ({argument naming one: path}), new,
+    empty, or (with `overwrite`) holding only what its own manifest records, unchanged; else an `OutputDirError`."""
     folder = _check_path(value, argument)
+    _check_apart(folder, inputs or {}, argument, f"lineage {command}")
     if not folder.is_dir():
         return folder
     _recover_in_place(folder, command)

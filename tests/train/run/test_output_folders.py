@@ -55,6 +55,14 @@ def test_a_folder_above_the_tokenizer_it_was_told_to_use_is_refused_and_kept(tmp
     assert digest(exp) == before
 
 
+def test_a_folder_inside_an_input_is_refused_and_the_input_kept(tmp_path):
+    tokenizer(tmp_path / "tokenizer")
+    before = digest(tmp_path)
+    with pytest.raises(OutputDirError, match=r"run lies in an input of this run \(recipe key 'tokenizer'"):
+        gpt(tmp_path / "tokenizer" / "run", "--tokenizer", str(tmp_path / "tokenizer"))
+    assert digest(tmp_path) == before and not (tmp_path / "tokenizer" / "run").exists()
+
+
 def test_an_empty_output_dir_and_the_working_folder_are_refused_and_nothing_is_deleted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     tokenizer(tmp_path / "tokenizer")
