@@ -415,6 +415,18 @@ class TokenizerMismatchError(ValueError):
 
 # ----------------------------------------------------------------------------- checks and building blocks
 
+def vocabulary_mismatch(chosen, own, vocab_size: int) -> str | None:
+    """Why `chosen` is not the tokenizer of a checkpoint whose own tokenizer is `own` (None: it has none) and whose
+    embedding has `vocab_size` rows: a token of `own` with another id or missing, or more tokens than rows."""
+    if own is None:
+        return (f"{chosen.vocab_size} tokens for {vocab_size} embedding rows (vocab_size)"
+                if chosen.vocab_size > vocab_size else None)
+    theirs, ours = own.get_vocab(), chosen.get_vocab()
+    differ = [t for t, i in theirs.items() if ours.get(t) != i]
+    return (f"{len(differ)} of its {len(theirs)} tokens have another id or are missing (e.g. "
+            f"{', '.join(map(repr, differ[:3]))})" if differ else None)
+
+
 def check_tokenizer_matches_model(tokenizer, config) -> None:
     """Raise `TokenizerMismatchError` if any id the tokenizer can produce is outside the model's vocabulary."""
     vocab = len(tokenizer)
@@ -439,4 +451,5 @@ __all__ = ["FAMILIES", "BERT_SPECIAL_TOKENS", "GPT_SPECIAL_TOKENS", "SEQ2SEQ_SPE
            "minimum_vocab_size", "train_tokenizer", "wrap_tokenizer", "check_special_tokens",
            "load_tokenizer", "config_kwargs_from_tokenizer", "TokenizerMismatchError", "check_tokenizer_matches_model",
            "TokenizerPathError", "check_not_a_file", "EmptyVocabularyError", "check_vocabulary", "only_special_tokens",
-           "CacheFolderError", "cache_folder", "install_template", "complete_for_family"]
+           "CacheFolderError", "cache_folder", "install_template", "complete_for_family",
+           "vocabulary_mismatch"]

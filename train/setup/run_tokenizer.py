@@ -20,6 +20,7 @@ from train.data.tokenization import (
     load_tokenizer,
     only_special_tokens,
     reused_or_trained,
+    vocabulary_mismatch,
 )
 from train.run.distributed import one_process_first
 from train.run.recipes import Recipe
@@ -36,7 +37,12 @@ def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, temp
         if not Path(tokenizer).exists():
             raise ModelSourceError(f"recipe key 'tokenizer': folder {tokenizer!r} does not exist")
         chosen = load_tokenizer(tokenizer, argument="recipe key 'tokenizer'")
-        _check_same_vocabulary(chosen, own, source, tokenizer)
+        mismatch = vocabulary_mismatch(chosen, own, source.config.vocab_size)
+        if mismatch is not None:
+            remedy = ("leave 'tokenizer' unset to use the checkpoint's own" if own is not None
+                      else "it is not this checkpoint's")
+            raise ModelSourceError(f"recipe key 'tokenizer': {tokenizer!r} does not match the vocabulary of --model "
+                                   f"{source.name!r}: {mismatch}; {remedy}")
     elif own is None:
         raise ModelSourceError(
             f"--model {source.name!r} has no tokenizer files (tokenizer.json, vocab.txt, ...) with a vocabulary "
@@ -60,23 +66,6 @@ def own_tokenizer(folder: Path):
     except (OSError, ValueError, TypeError):
         return None
     return None if only_special_tokens(tokenizer) else tokenizer
-
-
-def _check_same_vocabulary(chosen, own, source: ModelSource, name: str) -> None:
-    """A `--tokenizer` must give every token the id the checkpoint's embedding rows were trained with."""
-    if own is not None:
-        theirs = own.get_vocab()
-        ours = chosen.get_vocab()
-        differ = [t for t, i in theirs.items() if ours.get(t) != i]
-        if differ:
-            raise ModelSourceError(
-                f"recipe key 'tokenizer': {name!r} does not match the vocabulary of --model {source.name!r}: "
-                f"{len(differ)} of its {len(theirs)} tokens have another id or are missing (e.g. "
-                f"{', '.join(map(repr, differ[:3]))}); leave 'tokenizer' unset to use the checkpoint's own")
-    elif chosen.vocab_size > source.config.vocab_size:
-        raise ModelSourceError(
-            f"recipe key 'tokenizer': {name!r} has {chosen.vocab_size} tokens but --model {source.name!r} has "
-            f"{source.config.vocab_size} embedding rows (vocab_size): it is not this checkpoint's tokenizer")
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")

@@ -1,6 +1,7 @@
 """Tokenizer training, templates, the clean-process AutoTokenizer reload, bad input, the CLI."""
 
 import json
+import re
 
 import pytest
 from conftest import run_clean_process
@@ -17,6 +18,7 @@ from train.data.tokenization import (
     load_tokenizer,
     special_token_names,
     train_tokenizer,
+    vocabulary_mismatch,
 )
 
 
@@ -108,6 +110,17 @@ def test_clean_process_autotokenizer_reload(saved, tmp_path):
     assert loaded["bert"]["specials"]["mask"] == "[MASK]" and "token_type_ids" in loaded["bert"]["pair"]
     assert loaded["gpt"]["specials"]["pad"] == "[PAD]" and loaded["gpt"]["specials"]["eos"] == "<|endoftext|>"
     assert loaded["seq2seq"]["specials"]["eos"] == "</s>" and loaded["seq2seq"]["specials"]["bos"] == "<s>"
+
+
+def test_a_tokenizer_matches_a_checkpoint_when_every_token_keeps_its_id(saved, texts):
+    bert, _ = saved["bert"]
+    assert vocabulary_mismatch(bert, bert, len(bert)) is None
+    other = train_tokenizer("bert", texts[: len(texts) // 5], 1000, model_max_length=256)
+    differ = [t for t, i in bert.get_vocab().items() if other.get_vocab().get(t) != i]
+    assert differ and re.fullmatch(f"{len(differ)} of its {len(bert)} tokens have another id or are missing "
+                                   r"\(e\.g\. '[^']+', '[^']+', '[^']+'\)", vocabulary_mismatch(other, bert, len(bert)))
+    assert vocabulary_mismatch(bert, None, bert.vocab_size) is None  # no tokenizer of its own: the rows decide
+    assert vocabulary_mismatch(bert, None, 10) == f"{bert.vocab_size} tokens for 10 embedding rows (vocab_size)"
 
 
 def test_load_tokenizer_checks_the_family(saved):
