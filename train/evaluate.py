@@ -25,6 +25,7 @@ from train.analysis import evaluation_report, harness
 from train.analysis.model_scores import pseudo_perplexity, score_translator
 from train.cli import CommandParser
 from train.run.environment import versions
+from train.run.publish import pipeline_tag
 from train.run.run_folder import check_writer_output, staged_output
 from train.setup.models import HUB_ID
 
@@ -36,7 +37,6 @@ KINDS = {"ForCausalLM": "causal", "LMHeadModel": "causal", "ForConditionalGenera
          "ForQuestionAnswering": "classifier"}
 TASK_OF_HEAD = {"ForSequenceClassification": "sequence-classification", "ForTokenClassification":
                 "token-classification", "ForQuestionAnswering": "question-answering"}
-CARD_TASK_TYPES = {"causal": "text-generation", "seq2seq": "translation", "masked-lm": "fill-mask"}
 
 
 class EvaluateError(ValueError):
@@ -360,8 +360,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
               "versions": versions(), "command": ["lineage", COMMAND, *(sys.argv[1:] if argv is None else argv)]}
     write_outputs(folder, report, baseline)
     if args.write_card:
-        task_type = CARD_TASK_TYPES.get(kind, "text-classification")
-        card = evaluation_report.write_card(Path(args.model), report["scores"], task_type, card_settings(args, report))
+        card = evaluation_report.write_card(Path(args.model), report["scores"], pipeline_tag(architecture),
+                                            card_settings(args, report))
         print(f"model card: {card}")
     for task, figures in report["scores"].items():
         print(f"{task}: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"

@@ -16,7 +16,9 @@ from conftest import preset
 
 from modeling import (
     LineageBertForMaskedLM,
+    LineageBertForQuestionAnswering,
     LineageBertForSequenceClassification,
+    LineageBertForTokenClassification,
     LineageGptForCausalLM,
     LineageTransformerForConditionalGeneration,
 )
@@ -26,7 +28,7 @@ from train.analysis.experiment import translate
 from train.analysis.translation_scores import score_translations
 from train.data.corpus import generate_records, tokenizer_training_texts
 from train.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
-from train.run.publish import read_card_metadata
+from train.run.publish import pipeline_tag, read_card_metadata
 from train.run.run_folder import OutputDirError
 
 lm_eval = pytest.importorskip("lm_eval", reason="needs the eval extra (lm-evaluation-harness)")
@@ -94,6 +96,21 @@ def test_write_card_changes_only_the_card_and_compare_draws_the_baseline(gpt, tm
     assert [r["dataset"]["type"] for r in results] == ["lineage_cloze"]
     assert {m["type"]: m["value"] for m in results[0]["metrics"]} == {k: round(v, 4) for k, v in
                                                                       scores["lineage_cloze"].items()}
+
+
+@pytest.mark.parametrize(("head", "tag"), [(LineageBertForSequenceClassification, "text-classification"),
+                                           (LineageBertForTokenClassification, "token-classification"),
+                                           (LineageBertForQuestionAnswering, "question-answering")])
+def test_the_card_names_the_task_of_the_models_head(tmp_path, monkeypatch, head, tag):
+    folder = model_folder(tmp_path, "bert", head, 400)
+    monkeypatch.setattr(evaluate, "score", lambda *args: {"scores": {"held-out": {"accuracy": 0.5}}})
+    evaluate.main(["--model", str(folder), "--output_dir", str(tmp_path / "eval"), "--write_card", "true"])
+    results = read_card_metadata(folder / "README.md")["model-index"][0]["results"]
+    assert [r["task"]["type"] for r in results] == [tag]
+
+
+def test_every_head_evaluate_scores_has_a_hub_task():
+    assert all(pipeline_tag(f"Some{suffix}") != "feature-extraction" for suffix in evaluate.KINDS)
 
 
 def test_a_rewritten_card_keeps_other_entries_and_one_table(tmp_path):

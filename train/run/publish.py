@@ -27,11 +27,14 @@ PIPELINE_TAGS = {
     "ForPreTraining": "fill-mask",
     "ForMaskedLM": "fill-mask",
     "ForCausalLM": "text-generation",
+    "LMHeadModel": "text-generation",
     "ForSequenceClassification": "text-classification",
     "ForTokenClassification": "token-classification",
     "ForQuestionAnswering": "question-answering",
     "ForMultipleChoice": "multiple-choice",
     "ForConditionalGeneration": "translation",
+    "ForSeq2SeqLM": "translation",
+    "MTModel": "translation",
 }
 
 
