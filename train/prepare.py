@@ -12,9 +12,6 @@ corpora: prepared once").
 
 from __future__ import annotations
 
-import argparse
-import sys
-
 from accelerate.utils import set_seed
 
 from train.data.token_store import data_key
@@ -27,22 +24,15 @@ from train.setup.splits import column_texts
 EXAMPLE_RECIPES = ("gpt-pretrain-tiny", "bert-pretrain-tiny")  # what the error names
 
 
-def require_recipe(argv: list[str]) -> None:
-    """Refuse a command line without `--recipe` (`--help` aside): the store is the one a pretraining run opens, so
-    it is prepared from that run's recipe; the bare defaults (bert-tiny's 64 positions, max_seq_length 128) are no
-    run's."""
-    named = argparse.ArgumentParser(add_help=False)
-    named.add_argument("--recipe")
-    if named.parse_known_args(argv)[0].recipe is None and not {"-h", "--help"} & set(argv):
-        raise RecipeError("lineage prepare needs --recipe: the recipe of the pretraining run it prepares for (a "
-                          f"shipped one, {' or '.join(EXAMPLE_RECIPES)}, every one listed by `lineage configs "
-                          "recipes`, or your YAML file) with the same keys, so that the run opens the store it writes")
+# the store is the one a pretraining run opens, so it is prepared from that run's recipe; the bare defaults
+# (bert-tiny's 64 positions, max_seq_length 128) are no run's
+NO_RECIPE = ("lineage prepare needs --recipe: the recipe of the pretraining run it prepares for (a shipped one, "
+             f"{' or '.join(EXAMPLE_RECIPES)}, every one listed by `lineage configs recipes`, or your YAML file) with "
+             "the same keys, so that the run opens the store it writes")
 
 
 def main(argv: list[str] | None = None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    require_recipe(argv)
-    recipe = parse_args(argv, None, __doc__.splitlines()[0]).reading("embedded:documents")
+    recipe = parse_args(argv, None, __doc__.splitlines()[0], recipe_required=NO_RECIPE).reading("embedded:documents")
     if recipe.streaming:
         raise RecipeError("recipe key 'streaming' is true: a stream is read as the run trains, never prepared; "
                           "drop streaming to prepare the corpus")

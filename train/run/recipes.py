@@ -431,14 +431,17 @@ def _yaml(text: str, where: str) -> Any:
 
 
 def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,
-               description: str = "", command: str | None = None) -> Recipe:
+               description: str = "", command: str | None = None, *, recipe_required: str | None = None) -> Recipe:
     """Command line of every entry script: `--recipe PATH` plus field overrides; keys the user set that `command`
-    does not read (`COMMAND_KEYS`) are refused."""
+    does not read (`COMMAND_KEYS`) are refused. `recipe_required`: the refusal of a command line without `--recipe`
+    (None: the defaults stand in)."""
     parser = argparse.ArgumentParser(description=description, add_help=True,
                                      epilog=f"Recipe keys (override with --key value): {', '.join(valid_keys())}")
     parser.add_argument("--recipe", default=default_recipe,
                         help="a recipe name (lineage configs recipes) or a YAML file")
     args, rest = parser.parse_known_args(argv)
+    if args.recipe is None and recipe_required:
+        raise RecipeError(recipe_required)
     recipe = load_recipe(args.recipe, parse_overrides(rest))
     if command:
         check_command_keys(recipe, command, f": {command} would ignore it, and its recipe.yaml and model card would "
