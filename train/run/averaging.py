@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
 from safetensors import safe_open
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
@@ -126,19 +127,30 @@ def load_averaged(model: torch.nn.Module, weights: dict[str, torch.Tensor], name
 
 def average_into(accelerator: Accelerator, model: torch.nn.Module, root: Path, count: int) -> list[str]:
     """Replace the weights of a run's prepared `model` (every process) with the mean of its last `count` complete
-    checkpoints under `root`; returns their names (fewer when fewer were written)."""
-    paths = complete_checkpoints(root)[-count:]
-    members = [checkpoint_member(path, str(path)) for path in paths]
-    check_same_run(members)
-    weights = average_weights(members)
+    checkpoints under `root`, read and averaged by the main process and broadcast; returns their names."""
+    weights, outcome = {}, [None]
+    if accelerator.is_main_process:
+        try:
+            paths = complete_checkpoints(root)[-count:]
+            members = [checkpoint_member(path, str(path)) for path in paths]
+            check_same_run(members)
+            weights, outcome = average_weights(members), [[path.name for path in paths]]
+        except Exception as error:  # the others raise it too, rather than wait for weights that will not come
+            outcome = [error]
+    if accelerator.num_processes > 1:
+        outcome = broadcast_object_list(outcome)
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
     unwrapped = accelerator.unwrap_model(model)
     first = {id(p): n for n, p in unwrapped.named_parameters()}
     for name, param in unwrapped.named_parameters(remove_duplicate=False):  # tied names, left out when saved
         if name not in weights and first[id(param)] in weights:
             weights[name] = weights[first[id(param)]]
-    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
-    accelerator.print(f"average_last_checkpoints: the model is the mean of {', '.join(p.name for p in paths)}")
-    return [path.name for path in paths]
+    # DDP, FSDP2 (each process's shard sliced from the broadcast tensor) and FSDP1 (full tensors) alike
+    broadcast = accelerator.num_processes > 1
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=broadcast))
+    accelerator.print(f"average_last_checkpoints: the model is the mean of {', '.join(outcome[0])}")
+    return outcome[0]
 
 
 __all__ = ["AveragingError", "Member", "average_into", "average_weights", "check_same_run", "checkpoint_member",
