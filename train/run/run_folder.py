@@ -343,11 +343,7 @@ def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> Pa
             f"pass --resume_from_checkpoint latest, to delete its files and start over pass --overwrite_output_dir "
             f"true, or choose another --output_dir")
     if any(name in WORK for name in present):  # deleted once the new run has a checkpoint, put back if it stops first
-        aside = folder / f"{ASIDE}{os.getpid()}"
-        aside.mkdir()
-        for name in [RECORD, *present]:
-            if (folder / name).exists():
-                (folder / name).rename(aside / name)
+        aside = _set_aside(folder, [RECORD, *present])
         print(f"overwrite_output_dir: set aside {', '.join(present)} of {folder} in {aside.name}, deleted once this "
               f"run writes its first checkpoint or its model, put back if it stops before (if it is killed first, by "
               f"the next run into {folder})", flush=True)
@@ -362,18 +358,32 @@ def _kept(record: dict) -> bool:
     return any(_under(path, name) for path in record.get("wrote", {}) for name in KEPT)
 
 
+def _set_aside(folder: Path, names: list[str]) -> Path:
+    """Move `names` of `folder` into `<folder>/.overwritten-<pid>` (`_put_back` undoes it); returns that folder."""
+    aside = folder / f"{ASIDE}{os.getpid()}"
+    aside.mkdir()
+    for name in names:
+        if (folder / name).exists():
+            (folder / name).rename(aside / name)
+    return aside
+
+
+def _put_back(folder: Path, aside: Path, ours: list[Path], why: str) -> None:
+    """Delete `ours` (what a stopped run wrote in `folder`), then move the files `_set_aside` kept back."""
+    for path in ours:
+        if path.exists():
+            _delete(path, why)
+    for path in aside.iterdir():
+        path.rename(folder / path.name)
+    aside.rmdir()
+
+
 def _undo(folder: Path, aside: Path) -> None:
     """Delete what a run that never wrote a checkpoint or model wrote, and its record, and put back the earlier
     run's files."""
     wrote = (_read_json(folder / RECORD) or {}).get("wrote", {})
-    for name in RUN_FILES:
-        ours = (aside / name).exists() or any(_under(path, name) for path in wrote)
-        if ours and (folder / name).exists():
-            _delete(folder / name, "a run stopped before its first checkpoint")
-    (folder / RECORD).unlink(missing_ok=True)
-    for path in aside.iterdir():
-        path.rename(folder / path.name)
-    aside.rmdir()
+    ours = [folder / name for name in RUN_FILES if (aside / name).exists() or any(_under(p, name) for p in wrote)]
+    _put_back(folder, aside, [*ours, folder / RECORD], "a run stopped before its first checkpoint")
     print(f"output_dir {folder}: put back the earlier run's files, as the overwriting run stopped before its first "
           f"checkpoint", flush=True)
 
@@ -469,11 +479,9 @@ def output_in_place(folder: Path, command: str) -> Iterator[Path]:
     experiment, the main job), its earlier output set aside in `<folder>/.overwritten-<pid>`: deleted when the block
     completes, put back when it raises (what it wrote is then deleted) or after a kill."""
     folder.mkdir(parents=True, exist_ok=True)
-    aside, earlier = folder / f"{ASIDE}{os.getpid()}", sorted(folder.iterdir())
+    earlier = sorted(p.name for p in folder.iterdir())
     if earlier:
-        aside.mkdir()
-        for path in earlier:
-            path.rename(aside / path.name)
+        aside = _set_aside(folder, earlier)
         print(f"{command}: set aside its earlier output in {aside}, deleted once this one is written, put back if it "
               f"stops before (if it is killed first, by the next {command} into {folder})", flush=True)
     _write_json(folder / OUTPUT_RECORD, {"command": command, "pid": os.getpid()})  # no manifest: not finished
@@ -481,7 +489,7 @@ def output_in_place(folder: Path, command: str) -> Iterator[Path]:
         yield folder
     except BaseException:
         if earlier:
-            _put_back(folder, aside, command)
+            _restore_output(folder, aside, command)
         else:
             _record_output(folder, command, finished=False)
         raise
@@ -496,14 +504,10 @@ def _record_output(folder: Path, command: str, finished: bool = True) -> None:
     _write_json(folder / OUTPUT_RECORD, {"command": command, "finished": finished, "wrote": wrote})
 
 
-def _put_back(folder: Path, aside: Path, command: str) -> None:
+def _restore_output(folder: Path, aside: Path, command: str) -> None:
     """Delete what a run of `command` wrote in `folder` (all but `aside`) and put the earlier output back."""
-    for path in sorted(folder.iterdir()):
-        if path != aside:
-            _delete(path, f"{command} stopped before it finished")
-    for path in aside.iterdir():
-        path.rename(folder / path.name)
-    aside.rmdir()
+    ours = [path for path in sorted(folder.iterdir()) if path != aside]
+    _put_back(folder, aside, ours, f"{command} stopped before it finished")
     print(f"{command}: put back its earlier output in {folder}", flush=True)
 
 
@@ -512,7 +516,7 @@ def _recover_in_place(folder: Path, command: str) -> None:
     own = _read_json(folder / OUTPUT_RECORD) or {}
     for aside in _dead_set_aside(folder):
         if own.get("command") == command and "wrote" not in own and aside.name == f"{ASIDE}{own.get('pid')}":
-            _put_back(folder, aside, command)
+            _restore_output(folder, aside, command)
 
 
 def check_writer_file(value: str, command: str, argument: str = "--json", overwrite: bool = False) -> Path:
