@@ -14,7 +14,7 @@ import datasets
 import pytest
 
 from train import benchmark, cli, export, prepare, pretrain_gpt, train_tokenizer
-from train.data import token_store
+from train.data import token_store, workers
 from train.data.files import load_text_dataset
 from train.data.model_inputs import tokenize_dataset
 from train.data.tokenization import CacheFolderError, cache_folder, reused_or_trained
@@ -49,36 +49,36 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int, bytes]]:
 
 @pytest.mark.parametrize("cores", [1, 2, 16])
 def test_num_proc_is_capped_at_the_rows_and_the_cores_in_one_line(cores, monkeypatch, capsys):
-    monkeypatch.setattr(token_store, "usable_cores", lambda: cores)
+    monkeypatch.setattr(workers, "usable_cores", lambda: cores)
     for asked, rows in itertools.product([1, 2, 3, 24, 100_000], [1, 5, 24, 30_000]):
-        used = token_store.process_count(asked, rows, "docs.txt")
+        used = workers.process_count(asked, rows, "docs.txt")
         assert used == max(1, min(asked, rows, cores))
         said = capsys.readouterr().out.splitlines()
         assert len(said) == (used < asked)
         if said:
             assert said[0] == (f"docs.txt: num_proc {asked} capped at {used} process{'es' if used > 1 else ''} "
                                f"({rows:,} rows, {cores} CPU cores usable)")
-    assert (token_store.process_count(None, 50_000, "docs.txt")
-            == max(1, min(cores, 50_000 // token_store.ROWS_PER_PROCESS)))
+    assert (workers.process_count(None, 50_000, "docs.txt")
+            == max(1, min(cores, 50_000 // workers.ROWS_PER_PROCESS)))
 
 
 def test_the_usable_cores_are_this_process_s_affinity():
     expected = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert token_store.usable_cores() == expected
+    assert workers.usable_cores() == expected
 
 
 def test_the_prepared_store_forks_no_more_processes_than_rows_or_cores(gpt, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LINEAGE_CACHE", str(tmp_path / "cache"))
     docs = datasets.Dataset.from_dict({"text": TEXTS[:24]})
     store = token_store.prepared_store(docs, gpt, "documents", num_proc=100_000, source="docs")
-    cap = min(24, token_store.usable_cores())
+    cap = min(24, workers.usable_cores())
     assert store.info["processes"] == cap
     assert f"docs: num_proc 100000 capped at {cap} process" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("asked", [None, 1, 3, 100_000])
 def test_tokenize_dataset_hands_map_the_capped_count(asked, gpt, monkeypatch):
-    monkeypatch.setattr(token_store, "usable_cores", lambda: 2)
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
     handed = {}
     monkeypatch.setattr(datasets.Dataset, "map", lambda self, function, **kwargs: handed.update(kwargs))
     rows = datasets.Dataset.from_dict({"text": TEXTS[:5], "label": [0, 1, 0, 1, 0]})
@@ -87,7 +87,7 @@ def test_tokenize_dataset_hands_map_the_capped_count(asked, gpt, monkeypatch):
 
 
 def test_reading_files_in_parallel_uses_no_more_processes_than_files_or_cores(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(token_store, "usable_cores", lambda: 2)
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
     for i in range(3):
         (tmp_path / f"part-{i}.txt").write_text("\n".join(TEXTS[i::3]) + "\n")
     handed, load = {}, datasets.load_dataset

@@ -5,7 +5,7 @@ import datasets
 import numpy as np
 import pytest
 
-from train.data.token_store import usable_cores
+from train.data.workers import usable_cores
 from train.prepare import main as prepare
 
 

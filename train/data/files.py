@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 
 from train.data import corpus
 from train.data.fingerprints import file_fingerprint, files_digest
-from train.data.token_store import process_count
 from train.data.tokenization import cache_folder
+from train.data.workers import process_count
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
            ".parquet": "parquet"}

@@ -22,6 +22,7 @@ from train.data import encoders, token_store
 from train.data.encoders import split_sentences, tokenize_documents
 from train.data.files import TASKS, AnyDataset, DataError
 from train.data.tokenization import MissingSpecialTokenError
+from train.data.workers import process_count
 
 _ENCODERS = {"causal_lm": encoders.encode_causal_lm, "mlm": encoders.encode_classification,
              "classification": encoders.encode_classification, "seq2seq": encoders.encode_seq2seq,
@@ -42,7 +43,7 @@ def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, ta
               "with_indices": task in ("qa", "token_classification")}
     if isinstance(dataset, datasets.Dataset):
         processes = (None if num_proc is None
-                     else token_store.process_count(num_proc, len(dataset), f"tokenizing ({task})"))
+                     else process_count(num_proc, len(dataset), f"tokenizing ({task})"))
         kwargs.update(num_proc=processes, load_from_cache_file=load_from_cache_file, desc=f"tokenizing ({task})")
     return dataset.map(_call_with_indices(function) if kwargs["with_indices"] else function, **kwargs)
 

@@ -31,11 +31,11 @@ from transformers import PreTrainedTokenizerBase
 from train.data.encoders import nsp_features, nsp_pair_index, tokenize_documents
 from train.data.staging import exclusive, staged, staging_name, sweep_stale
 from train.data.tokenization import MissingSpecialTokenError, cache_folder
+from train.data.workers import process_count
 
 STORE_VERSION = 1
 LAYOUTS = ("documents", "sentences")
 ROWS_PER_BATCH = 1000
-ROWS_PER_PROCESS = 20_000  # a corpus of fewer rows is tokenized in this process: starting others would cost more
 
 
 class DamagedStoreError(OSError):
@@ -181,24 +181,6 @@ def prepared_store(dataset: datasets.Dataset, tokenizer: PreTrainedTokenizerBase
           f"process{'es' if processes > 1 else ''} "
           f"({rate:.2f} MB of text per second), kept in {folder} for the next run on the same data", flush=True)
     return store
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity, where the system keeps one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def process_count(num_proc: int | None, rows: int, source: str = "the corpus", unit: str = "rows") -> int:
-    """The processes that work on `rows` rows (or files: `unit`): `num_proc` capped, with a printed line, at the rows
-    and at `usable_cores()`; None: one per core, at most one per `ROWS_PER_PROCESS` rows."""
-    cores = usable_cores()
-    if num_proc is None:
-        return max(1, min(cores, rows // ROWS_PER_PROCESS))
-    used = max(1, min(num_proc, rows, cores))
-    if used < num_proc:
-        print(f"{source}: num_proc {num_proc} capped at {used} process{'es' if used > 1 else ''} ({rows:,} {unit}, "
-              f"{cores} CPU cores usable)", flush=True)
-    return used
 
 
 def _write_parts(dataset, tokenizer, layout: str, column: str, has_sentences: bool, staging: Path,
@@ -364,5 +346,4 @@ class SentencePairs(torch.utils.data.Dataset):
 
 
 __all__ = ["LAYOUTS", "CausalBlocks", "DamagedStoreError", "SentencePairs", "TokenStore", "corpus_digest", "data_key",
-           "prepared_store", "process_count", "record_checksum", "checked_record", "token_dtype", "tokenizer_digest",
-           "usable_cores"]
+           "prepared_store", "record_checksum", "checked_record", "token_dtype", "tokenizer_digest"]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from train import corpus_benchmark
-from train.data import token_store
+from train.data import token_store, workers
 from train.data.corpus import tokenizer_training_texts
 from train.data.encoders import create_nsp_examples, pack_documents, tokenize_documents
 from train.data.files import load_text_dataset
@@ -92,8 +92,8 @@ def test_the_store_is_the_same_with_several_processes(gpt, bert, docs, fresh_cac
     one = files(token_store.prepared_store(docs, tokenizer, layout, num_proc=1))
     for store in fresh_cache.iterdir():
         store.rename(store.with_name("one-" + store.name))
-    monkeypatch.setattr(token_store, "ROWS_PER_PROCESS", 10)
-    monkeypatch.setattr(token_store, "usable_cores", lambda: 3)  # three parts on any machine (num_proc is capped at it)
+    monkeypatch.setattr(workers, "ROWS_PER_PROCESS", 10)
+    monkeypatch.setattr(workers, "usable_cores", lambda: 3)  # three parts on any machine (num_proc is capped at it)
     two = token_store.prepared_store(docs, tokenizer, layout, num_proc=3)
     assert two.info["processes"] == 3 and files(two) == one
 
