@@ -120,10 +120,11 @@ class StreamBatches:
     """This process's micro-batches of `per_process` examples from `dataset`, a `datasets.IterableDataset` that this
     object iterates, sets the epoch of and restores, collated by `collate`. Process `rank` of `processes` holds
     positions `rank`, `rank + processes`, ... of every micro-batch; `peers` (`all(flag)`, `gather(value)`) is needed
-    when `processes` divides the shards. A pass that ends before its first micro-batch raises `EmptyStreamError`."""
+    when `processes` divides the shards; `position` (a `state_dict()`) is where a resumed run continues. A pass that
+    ends before its first micro-batch raises `EmptyStreamError`."""
 
     def __init__(self, dataset: datasets.IterableDataset, per_process: int, collate: SeededCollate, rank: int = 0,
-                 processes: int = 1, peers=None):
+                 processes: int = 1, peers=None, position: dict | None = None):
         self.per_process, self.collate, self.rank, self.processes, self.peers = (per_process, collate, rank,
                                                                                  processes, peers)
         self.shards = dataset.n_shards
@@ -133,6 +134,8 @@ class StreamBatches:
         lanes = stream_lanes(self.shards, processes)
         self.lanes = [dataset.shard(lanes, i, contiguous=False) for i in range(lanes)] if lanes > 1 else [dataset]
         self.epoch, self.taken, self.positions, self.reading, self.ended = 0, [0] * lanes, [None] * lanes, {}, set()
+        if position is not None:
+            self.load_state_dict(position)
 
     def describe(self) -> str:
         """How this stream is divided between the processes, and why (the run's log line)."""

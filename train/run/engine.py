@@ -40,7 +40,6 @@ from train.data.batching import (
     stream_resume_problem,
 )
 from train.data.collators import value_limits
-from train.data.tokenization import check_tokenizer_matches_model
 from train.run import averaging, checkpoints, distributed, publish, run_folder
 from train.run.compilation import check_bounded_shapes, compile_model
 from train.run.evaluation import evaluate
@@ -134,23 +133,21 @@ class Engine:
         self.launch = distributed.describe(self.accelerator)
         self.options = training_options(model, self.accelerator.device, sparse_prediction=sparse_prediction,
                                         unpad_inputs=unpad_inputs)
-        self._build_loaders(train_dataset, eval_dataset, collate_fn, value_limits(model))
-        self._build_optimization(model, getattr(model.config, "d_model", None) or model.config.hidden_size)
+        self._build_loaders(train_dataset, eval_dataset, collate_fn, value_limits(model), position)
+        self._build_model(model, collate_fn, train_dataset)
         examples = recipe.per_device_train_batch_size * self.accelerator.num_processes
         self.state, self.clock = checkpoints.TrainState(micro_batch_examples=examples), _Clock()
         self.log = RunLog(self.accelerator, self.output_dir, bool(trackers(recipe.report_to)), recipe.to_dict())
         self.opened = False
         if run.resume_from is not None:
-            self._resume(run.resume_from, position)
+            self._resume(run.resume_from)
 
     # ------------------------------------------------------------------ building
 
     def _check_inputs(self, model, tokenizer, train_dataset, eval_dataset) -> dict | None:
-        """Refuse a tokenizer that does not fit the model, data that gives no batch, a resume checkpoint that is
-        another run's; returns a stream's position in that checkpoint."""
+        """Refuse data that gives no batch and a resume checkpoint that is another run's; returns a stream's position
+        in that checkpoint."""
         recipe, resume_from = self.recipe, self.run.resume_from
-        if tokenizer is not None:
-            check_tokenizer_matches_model(tokenizer, model.config)
         _check_datasets(train_dataset, eval_dataset, recipe)
         position = _stream_position(resume_from) if self.streamed and resume_from is not None else None
         examples = "stream" if self.streamed else len(train_dataset)
@@ -189,17 +186,20 @@ class Engine:
         self.run.record("logs")
         acc.wait_for_everyone()
 
-    def _build_loaders(self, train_dataset, eval_dataset, collate_fn: Callable, limits: dict) -> None:
+    def _build_loaders(self, train_dataset, eval_dataset, collate_fn: Callable, limits: dict,
+                       position: dict | None) -> None:
+        """The training batches (a stream's begin at `position`, the resume checkpoint's) and the evaluation ones."""
         r = self.recipe
-        if r.compile:  # a stream's first thousand rows stand for it (read only if the check needs rows)
-            check_bounded_shapes(r.compile_mode, collate_fn,
-                                 train_dataset.take(1000) if self.streamed else train_dataset)
         self.collate = SeededCollate(collate_fn, r.seed, limits)  # checks every batch's values on the CPU
         self.stream = self.train_dl = None
         if self.streamed:
             acc = self.accelerator
-            self.stream = StreamBatches(train_dataset, r.per_device_train_batch_size, self.collate, acc.process_index,
-                                        acc.num_processes, distributed.CpuPeers() if acc.num_processes > 1 else None)
+            try:
+                self.stream = StreamBatches(train_dataset, r.per_device_train_batch_size, self.collate,
+                                            acc.process_index, acc.num_processes,
+                                            distributed.CpuPeers() if acc.num_processes > 1 else None, position)
+            except ValueError as err:  # the position was read in other lanes
+                raise checkpoints.CheckpointError(f"checkpoint {self.run.resume_from}: {err}") from None
         else:
             self.train_dl = self.accelerator.prepare(DataLoader(
                 IndexedDataset(train_dataset), batch_size=r.per_device_train_batch_size,
@@ -214,7 +214,9 @@ class Engine:
                 sampler=EpochSampler(len(eval_dataset), r.seed, shuffle=False), collate_fn=eval_collate,
                 generator=_own_generator(r.seed)))
 
-    def _build_optimization(self, model: torch.nn.Module, d_model: int) -> None:
+    def _build_model(self, model: torch.nn.Module, collate_fn: Callable, train_dataset) -> None:
+        """The model made ready to train (gradient checkpointing; compiled once its batch shapes are checked), its
+        optimizer and schedule, prepared by Accelerate."""
         r = self.recipe
         self.steps_per_epoch = (None if self.streamed  # a stream's length is unknown
                                 else max(1, math.ceil(len(self.train_dl) / r.gradient_accumulation_steps)))
@@ -222,18 +224,17 @@ class Engine:
                             else max(1, math.ceil(r.num_train_epochs * self.steps_per_epoch)))
         if r.gradient_checkpointing:
             distributed.enable_gradient_checkpointing(self.accelerator, model)
-        optimizer, scheduler = build_optimizer(model, r, self.total_steps, d_model)
+        if r.compile:  # a stream's first thousand rows stand for it (read only if the check needs rows)
+            check_bounded_shapes(r.compile_mode, collate_fn,
+                                 train_dataset.take(1000) if self.streamed else train_dataset)
         compile_model(model, r.compile, r.compile_mode, self.accelerator.device.type)  # in place: same keys
+        d_model = getattr(model.config, "d_model", None) or model.config.hidden_size
+        optimizer, scheduler = build_optimizer(model, r, self.total_steps, d_model)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
         distributed.mark_sharded_for_generate(self.accelerator, self.model)
 
-    def _resume(self, path: Path, position: dict | None) -> None:
-        """Restore the checkpoint at `path` (and a stream's `position` in it, read before anything was built)."""
-        if position is not None:
-            try:
-                self.stream.load_state_dict(position)
-            except ValueError as err:  # read in other lanes
-                raise checkpoints.CheckpointError(f"checkpoint {path}: {err}") from None
+    def _resume(self, path: Path) -> None:
+        """Restore the checkpoint at `path` (a stream's position in it was restored with the stream)."""
         self.state = checkpoints.load_checkpoint(self.accelerator, path, self.state.micro_batch_examples)
         self.accelerator.print(f"resumed from {path} at step {self.state.step} (epoch {self.state.epoch}, "
                                f"batch {self.state.batch_in_epoch})")

@@ -29,7 +29,7 @@ from safetensors import SafetensorError, safe_open
 
 import modeling
 from modeling.conversion import CONVERSIONS, from_transformers, to_transformers
-from train.data.tokenization import config_kwargs_from_tokenizer
+from train.data.tokenization import check_tokenizer_matches_model, config_kwargs_from_tokenizer
 from train.run import distributed, publish
 from train.run.recipes import Recipe, RecipeError, trackers
 from train.run.run_log import check_tracker_login
@@ -438,7 +438,8 @@ def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
 
 def build_model(recipe: Recipe, auto_class: str, tokenizer, family: str, source: ModelSource | None = None,
                 **fields: Any):
-    """The model to train: a pretrained source's weights with a (possibly new) head, or a fresh one from a preset."""
+    """The model to train: a pretrained source's weights with a (possibly new) head, or a fresh one from a preset;
+    refused (`TokenizerMismatchError`) when `tokenizer` can produce an id it has no embedding for."""
     source = source or resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
     check_model_overrides(recipe.model_overrides, source.config)
     overrides = {**fields, **recipe.model_overrides}
@@ -450,6 +451,7 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, family: str, source:
         auto = getattr(transformers, auto_class)
         token_fields = {} if "vocab_size" in recipe.model_overrides else config_kwargs_from_tokenizer(tokenizer, family)
         model = auto.from_config(load_model_config(recipe.model, **{**token_fields, **overrides}))
+    check_tokenizer_matches_model(tokenizer, model.config)
     return model
 
 

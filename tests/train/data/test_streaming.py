@@ -203,6 +203,8 @@ def test_state_after_a_micro_batch_resumes_with_the_next_one_and_again_after_a_r
     again = StreamBatches(stream, 4, _recording_collate([]))  # a second resume, from the resumed run's position
     again.load_state_dict(json.loads(json.dumps(resumed.state_dict())))
     assert head + [middle] + _pass(again.batches(epoch=1, start=4)) == straight
+    built_there = StreamBatches(stream, 4, _recording_collate([]), position=state)  # as the engine resumes
+    assert head + _pass(built_there.batches(epoch=1, start=3)) == straight
 
 
 @exact_resume
@@ -246,6 +248,8 @@ def test_lanes_divide_the_shards_and_a_state_read_in_other_lanes_is_refused():
             StreamBatches(stream, 1, _recording_collate([])).state_dict())
     with pytest.raises(ValueError, match="saved as one stream, by an earlier release"):
         StreamBatches(stream, 1, _recording_collate([])).load_state_dict({"epoch": 0, "examples_iterable": {}})
+    with pytest.raises(ValueError, match="saved as one stream, by an earlier release"):
+        StreamBatches(stream, 1, _recording_collate([]), position={"epoch": 0, "examples_iterable": {}})
 
 
 # ----------------------------------------------------------------------------- the engine
