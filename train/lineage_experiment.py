@@ -114,15 +114,17 @@ def arm_recipes(args: argparse.Namespace, arms: list[str], budget: float) -> dic
 
 
 def shared_data(recipe: Recipe, out: Path):
-    """The training and validation pairs, and the BPE tokenizer trained once on the training pairs."""
+    """The training and validation pairs, and the BPE tokenizer trained once on the training pairs (kept in `out`)."""
     train_rows, eval_rows = load_splits(recipe, COLUMNS, "embedded:translation")
     if eval_rows is None or len(eval_rows) == 0:
         raise ExperimentError("the data has no validation split: give --validation_file (BLEU is measured on it)")
     shared = recipe.replace(tokenizer=None, output_dir=str(out), resume_from_checkpoint=None)
+    source = model_source(shared, "lineage_experiment", ("seq2seq",), generates=True)
     with start_run(shared) as run:  # the report folder, claimed before the tokenizer is written into it
-        get_tokenizer(shared, "seq2seq", lambda: row_texts(train_rows, ("source", "target")), run=run)
+        tokenizer = get_tokenizer(shared, "seq2seq", lambda: row_texts(train_rows, ("source", "target")), source,
+                                  run=run)
     run.release()
-    return train_rows, eval_rows
+    return train_rows, eval_rows, tokenizer
 
 
 def train_arm(recipe: Recipe, train_rows, eval_rows):
@@ -187,10 +189,9 @@ def run_experiment(args: argparse.Namespace, arms: list[str], budget: float, rec
     """The experiment into `args.output_dir` (owned by `main`); returns the report's paths."""
     out = Path(args.output_dir)
     first, began = recipes[arms[0]], time.perf_counter()
-    train_rows, eval_rows = shared_data(first, out)
+    train_rows, eval_rows, tokenizer = shared_data(first, out)
     # every arm records the sizes that loading the data applied (`load_split`), as the first arm's recipe does
     recipes = {arm: r.replace(train_size=first.train_size, eval_size=first.eval_size) for arm, r in recipes.items()}
-    tokenizer = get_tokenizer(first, "seq2seq", list)
     lengths = experiment.source_lengths(tokenizer, list(eval_rows["source"]))
     buckets, machine_at_start = experiment.length_buckets(lengths), machine()
     results = {}

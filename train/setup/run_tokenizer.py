@@ -1,4 +1,4 @@
-"""The tokenizer of a run: `get_tokenizer(recipe, family, texts, source, run=run)`.
+"""The tokenizer of a run: `get_tokenizer(recipe, family, texts, source, run=run)`, for the model the command resolved.
 
 A pretrained source's own tokenizer (or `recipe.tokenizer`, checked against it), completed with the tokens Lineage's
 templates need (`pretrained_tokenizer`); else `recipe.tokenizer`, or one trained on the data (or reused from the
@@ -25,7 +25,7 @@ from train.data.tokenization import (
 from train.run.distributed import one_process_first
 from train.run.recipes import Recipe
 from train.run.run_folder import Run
-from train.setup.models import ModelSource, ModelSourceError, resolve_model
+from train.setup.models import ModelSource, ModelSourceError
 
 
 def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, templates: bool = True):
@@ -71,13 +71,12 @@ def own_tokenizer(folder: Path):
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model")
 
 
-def get_tokenizer(recipe: Recipe, family: str, texts: Callable[[], Iterable[str]],
-                  source: ModelSource | None = None, templates: bool = True, data_key: str | None = None, *,
-                  run: Run | None = None):
-    """The run's tokenizer (`corpus_tokenizer`). One trained here is kept in the folder of `run`
-    (`train.run.run_folder.start_run`: needed unless the tokenizer is a pretrained source's or `recipe.tokenizer`), and
-    reused on resume (training is reproducible, but the data a resumed run reads could have changed since)."""
-    source = source or resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
+def get_tokenizer(recipe: Recipe, family: str, texts: Callable[[], Iterable[str]], source: ModelSource,
+                  templates: bool = True, data_key: str | None = None, *, run: Run | None = None):
+    """The run's tokenizer for the model `source` (the command's `models.model_source`; `corpus_tokenizer`). One
+    trained here is kept in the folder of `run` (`train.run.run_folder.start_run`: needed unless the tokenizer is a
+    pretrained source's or `recipe.tokenizer`), and reused on resume (training is reproducible, but the data a resumed
+    run reads could have changed since)."""
     if source.pretrained or recipe.tokenizer:
         return corpus_tokenizer(recipe, family, texts, source, templates)
     if run is None:

@@ -8,6 +8,7 @@ from itertools import pairwise
 
 import pytest
 from PIL import Image
+from transformers import AutoTokenizer
 
 from train import lineage_experiment
 from train.analysis.experiment import bleu_by_bucket, length_buckets
@@ -127,6 +128,6 @@ def test_the_shared_tokenizer_reads_a_stream_only_as_far_as_tokenizer_train_size
     monkeypatch.setattr(lineage_experiment, "load_splits", lambda *args: (stream, validation))
     recipe = load_recipe("experiment-transformer", {**lineage_experiment.QUICK, "tokenizer_train_size": 400,
                                                  "tokenizer": None, "output_dir": str(tmp_path / "runs" / "arm")})
-    train_rows, eval_rows = lineage_experiment.shared_data(recipe, tmp_path)
+    train_rows, eval_rows, tokenizer = lineage_experiment.shared_data(recipe, tmp_path)
     assert train_rows is stream and eval_rows is validation
-    assert (tmp_path / "tokenizer" / "tokenizer.json").is_file()
+    assert AutoTokenizer.from_pretrained(tmp_path / "tokenizer").get_vocab() == tokenizer.get_vocab()

@@ -270,6 +270,7 @@ def test_each_run_holds_its_own_claim_and_only_its_owner_writes(tmp_path):
     """A claim lives in its `Run`, not in module state: withdrawing one run (refused before it wrote) removes its new
     folder and leaves another run's record and lock; a released run gives its lock back once and withdraws nothing;
     a process that joined a run records nothing; a tokenizer trained for a run needs the run to keep it."""
+    from train.setup.models import resolve_model
     from train.setup.run_tokenizer import get_tokenizer
 
     first = run_folder.claim(recipe_from_dict({"output_dir": str(tmp_path / "a")}))
@@ -287,7 +288,8 @@ def test_each_run_holds_its_own_claim_and_only_its_owner_writes(tmp_path):
     second.withdraw()
     assert not (tmp_path / "b" / run_folder.LOCK).exists() and (tmp_path / "b" / run_folder.RECORD).is_file()
     with pytest.raises(TypeError, match="pass run="):
-        get_tokenizer(recipe_from_dict({"model": "bert-tiny", "output_dir": str(tmp_path / "c")}), "bert", list)
+        get_tokenizer(recipe_from_dict({"model": "bert-tiny", "output_dir": str(tmp_path / "c")}), "bert", list,
+                      resolve_model("bert-tiny"))
     assert not (tmp_path / "c").exists()
 
 
