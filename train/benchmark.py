@@ -4,8 +4,8 @@
     lineage benchmark --model gpt-124m-prenorm --task causal-lm --mixed_precision bf16 --compile --json bench.json
 
 `--model` is read as every command reads it (`train.setup.models`); the weights are random either way. Reports the
-median of `--steps` timed steps after `--warmup` untimed ones (ms/step, tokens/s, TFLOP/s and MFU from
-`train.analysis.throughput`, peak memory); `--reference` times the transformers model of the same weights
+median of `--steps` timed steps after `--warmup` untimed ones (ms/step, tokens/s, TFLOP/s and MFU by
+`train.run.flops`, peak memory); `--reference` times the transformers model of the same weights
 interleaved with Lineage's (`ratio` = reference ms / Lineage ms). docs/performance.md, "`lineage benchmark`".
 """
 
@@ -24,6 +24,7 @@ from transformers import CompileConfig
 from modeling.conversion import to_transformers
 from train.analysis import throughput
 from train.cli import CommandParser
+from train.run import flops
 from train.run.compilation import compile_model, compiler_error
 from train.run.run_folder import OutputDirError, check_writer_file, write_output_json
 from train.setup import models
@@ -66,7 +67,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_new_tokens", type=int, default=32,
                         help="tokens each generate call makes (min_new_tokens = max_new_tokens)")
     parser.add_argument("--peak_tflops", type=float, default=None, help="the GPU's peak TFLOP/s for MFU (default: "
-                                                                         "the table in train.analysis.throughput)")
+                                                                         "the table in train.run.flops)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here (a new file)")
     parser.add_switch("--overwrite_json", help="replace the --json file of an earlier benchmark (nothing else)")
     parser.add_argument("--seed", type=int, default=0)
@@ -164,9 +165,8 @@ def build_models(args: argparse.Namespace, target: torch.device) -> dict[str, to
 
 def benchmark_training(args: argparse.Namespace, models: dict, target: torch.device, peak: float | None) -> dict:
     batch = throughput.training_batch(args.config, args.task, args.batch_size, args.seq_length, target, args.seed)
-    flops = throughput.training_flops(throughput.matmul_parameters(models["lineage"]),
-                                      throughput.attention_layers(args.config), args.config.hidden_size,
-                                      args.batch_size, args.seq_length)
+    step_flops = flops.training_flops(flops.matmul_parameters(models["lineage"]), flops.attention_layers(args.config),
+                                      args.config.hidden_size, args.batch_size, args.seq_length)
     options = {key: True for key in ("sparse_prediction", "unpad_inputs") if getattr(args, key)}
     steps = {name: throughput.TrainingStep(model, batch, target, args.mixed_precision,
                                            options if name == "lineage" else {})
@@ -180,8 +180,8 @@ def benchmark_training(args: argparse.Namespace, models: dict, target: torch.dev
             step()
     seconds = throughput.interleaved_seconds(steps, args.steps, target)
     tokens = args.batch_size * args.seq_length
-    rows = {name: throughput.summarize(seconds[name], tokens, flops, peak, memory[name]) for name in steps}
-    return {"flops_per_step": flops, **rows, **ratio(rows)}
+    rows = {name: throughput.summarize(seconds[name], tokens, step_flops, peak, memory[name]) for name in steps}
+    return {"flops_per_step": step_flops, **rows, **ratio(rows)}
 
 
 def ratio(rows: dict) -> dict:
@@ -240,7 +240,7 @@ def _generate_call(model, prompt: torch.Tensor, kwargs: dict, target: torch.devi
 
 def run(args: argparse.Namespace, models: dict[str, torch.nn.Module]) -> dict:
     target = device()
-    peak = args.peak_tflops if args.peak_tflops is not None else throughput.peak_tflops(target, args.mixed_precision)
+    peak = flops.peak_tflops(target, args.mixed_precision, args.peak_tflops)
     result = {
         "model": args.model, "task": args.task, "batch_size": args.batch_size, "seq_length": args.seq_length,
         "steps": args.steps, "warmup": args.warmup, "mixed_precision": args.mixed_precision, "compile": args.compile,

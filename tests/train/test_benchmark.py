@@ -1,15 +1,13 @@
 """`python -m train.benchmark` (train/benchmark.py over train/analysis/throughput.py): the command on tiny presets for
-each task, with the reference, generation and the JSON table; its bad inputs; the FLOP formula against a hand count
-and the GPU peak table. (Timings are not asserted: the machine is shared.)"""
+each task, with the reference, generation and the JSON table; its bad inputs; MFU in the table. The FLOP formula and
+the GPU peak table: tests/train/run/test_flops.py. (Timings are not asserted: the machine is shared.)"""
 
 import json
 import re
 from pathlib import Path
 
 import pytest
-import torch
-import transformers
-from conftest import PRESETS, preset
+from conftest import PRESETS
 
 from train import benchmark
 from train.analysis import throughput
@@ -151,48 +149,6 @@ def test_settings_the_model_cannot_take_are_refused(model, task, extra, message,
     with pytest.raises(SystemExit):
         benchmark.main(["--model", model, "--task", task, "--seq_length", "8", "--steps", "1", *extra])
     assert re.search(message, capsys.readouterr().err)
-
-
-def test_training_flops_match_a_hand_count():
-    config = preset("gpt-tiny")
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    d, i, v, layers = config.hidden_size, config.intermediate_size, config.vocab_size, config.num_hidden_layers
-    block = 4 * (d * d + d) + (d * i + i) + (i * d + d) + 2 * 2 * d  # q k v o, up and down, two LayerNorms
-    parameters = v * d + layers * block  # the tied token embedding counts once, as the output projection
-    assert throughput.matmul_parameters(model) == parameters  # the learned positions (64 x 32) are a lookup
-    batch, length = 3, 10
-    attention = layers * 3 * 2 * 2 * d * length  # per position: QK^T and AV, 2 FLOPs a multiply-add, x3 backward
-    assert throughput.training_flops(parameters, throughput.attention_layers(config), d, batch, length) == (
-        6 * parameters * batch * length + attention * batch * length)
-    assert throughput.attention_layers(preset("transformer-tiny")) == 3 * 2  # encoder self, decoder self + cross
-    assert throughput.attention_layers(preset("rnn-tiny")) == 0
-
-
-def test_reference_model_has_the_same_matmul_parameters():
-    lineage = transformers.AutoModelForMaskedLM.from_config(preset("bert-tiny"))
-    from modeling.conversion import to_transformers
-
-    assert throughput.matmul_parameters(to_transformers(lineage)) == throughput.matmul_parameters(lineage)
-
-
-@pytest.mark.parametrize("name, mixed_precision, precision, peak", [
-    ("NVIDIA H100 80GB HBM3", "bf16", "highest", 989.4),
-    ("NVIDIA H100 PCIe", "bf16", "highest", 756.0),
-    ("NVIDIA H200", "no", "highest", 66.9),
-    ("NVIDIA H200", "no", "high", 494.7),  # TF32 matmuls allowed
-    ("NVIDIA A100-SXM4-80GB", "bf16", "highest", 312.0),
-    ("NVIDIA L40S", "bf16", "highest", 362.1),
-    ("Some Future GPU", "bf16", "highest", None),
-])
-def test_peak_table(monkeypatch, name, mixed_precision, precision, peak):
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
-    previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(precision)
-    try:
-        assert throughput.peak_tflops(torch.device("cuda"), mixed_precision) == peak
-    finally:
-        torch.set_float32_matmul_precision(previous)
-    assert throughput.peak_tflops(torch.device("cpu"), mixed_precision) is None
 
 
 def test_mfu_is_achieved_over_peak_and_shown_only_with_a_peak():

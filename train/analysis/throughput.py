@@ -1,11 +1,8 @@
 """Training and generation throughput of a model, and of its transformers reference: what `train.benchmark` runs.
 
-FLOPs of a training step (forward + backward), as nanoGPT's `estimate_mfu` and llm.c count them (PaLM appendix B),
-for B sequences of T positions: `6 * N * B * T + 12 * A * C * T * B * T`, N the parameters entering a matrix product
-once per position (embedding lookups excluded, a tied output projection included), A the attention sublayers a
-position passes, C the hidden size; causal masking is not discounted; for seq2seq, T is both lengths. MFU divides by
-`PEAK_TFLOPS` (dense tensor-core peaks; TF32 where `torch.get_float32_matmul_precision()` allows it); none on a CPU.
-The command and its figures: docs/performance.md, "`lineage benchmark`".
+Inputs, interleaved timing, peak memory and the table row; the FLOPs of a step and the GPU peaks come from
+`train.run.flops`, as the training log's MFU does. The command and its figures: docs/performance.md,
+"`lineage benchmark`".
 """
 
 from __future__ import annotations
@@ -20,57 +17,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-# (substring of torch.cuda.get_device_name(), dense peak TFLOP/s); the first match wins, so variants come first
-PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
-    ("H100 NVL", {"bf16": 835.0, "tf32": 417.5, "fp32": 60.0}),
-    ("H100 PCIe", {"bf16": 756.0, "tf32": 378.0, "fp32": 51.2}),
-    ("H100", {"bf16": 989.4, "tf32": 494.7, "fp32": 66.9}),  # SXM
-    ("H200", {"bf16": 989.4, "tf32": 494.7, "fp32": 66.9}),
-    ("A100", {"bf16": 312.0, "tf32": 156.0, "fp32": 19.5}),
-    ("L40S", {"bf16": 362.1, "tf32": 183.0, "fp32": 91.6}),
-    ("L4", {"bf16": 121.0, "tf32": 60.0, "fp32": 30.3}),
-)
+from train.run.flops import mfu
 
 TASKS = {"causal-lm": "AutoModelForCausalLM", "mlm": "AutoModelForMaskedLM", "seq2seq": "AutoModelForSeq2SeqLM"}
 TASK_FAMILIES = {"causal-lm": ("lineage-gpt",), "mlm": ("lineage-bert",),
                  "seq2seq": ("lineage-transformer", "lineage-rnn")}
-
-
-# ------------------------------------------------------------------------------------------------ FLOPs and peaks
-
-
-def matmul_parameters(model: nn.Module) -> int:
-    """N: the parameters used in a matrix product once per position (all but lookup-only embedding tables)."""
-    output = model.get_output_embeddings()
-    tied = {id(output.weight)} if output is not None else set()
-    lookups = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)} - tied
-    return sum(p.numel() for p in model.parameters() if id(p) not in lookups)
-
-
-def attention_layers(config) -> int:
-    """A: attention sublayers a position passes (an encoder-decoder block pair has three: encoder self-attention,
-    decoder self- and cross-attention); 0 for the RNN family, whose additive scores are not counted."""
-    if config.model_type == "lineage-rnn":
-        return 0
-    return config.num_hidden_layers * (3 if config.is_encoder_decoder else 1)
-
-
-def training_flops(parameters: int, attention: int, hidden_size: int, batch: int, length: int) -> int:
-    """FLOPs of one forward + backward over `batch` x `length` positions (the module docstring's formula)."""
-    return 6 * parameters * batch * length + 12 * attention * hidden_size * length * batch * length
-
-
-def peak_tflops(device: torch.device, mixed_precision: str) -> float | None:
-    """The device's dense peak TFLOP/s under `mixed_precision` ("bf16", or "no": fp32), or None (a CPU or a GPU not
-    in the table)."""
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    if mixed_precision == "bf16":
-        column = "bf16"
-    else:
-        column = "fp32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
-    return next((peaks[column] for pattern, peaks in PEAK_TFLOPS if pattern in name), None)
 
 
 # ------------------------------------------------------------------------------------------------ inputs
@@ -172,10 +123,9 @@ def summarize(seconds: list[float], tokens: int, flops: int | None, peak: float 
     if flops is not None:
         row["tflops"] = flops / median / 1e12
         if peak is not None:
-            row["mfu"] = row["tflops"] / peak
+            row["mfu"] = mfu(row["tokens_per_s"], flops / tokens, peak)
     return row
 
 
-__all__ = ["PEAK_TFLOPS", "TASKS", "TASK_FAMILIES", "TrainingStep", "attention_layers", "interleaved_seconds",
-           "matmul_parameters", "memory_measure", "peak_memory_mib", "peak_tflops", "precision", "summarize",
-           "synchronize", "training_batch", "training_flops"]
+__all__ = ["TASKS", "TASK_FAMILIES", "TrainingStep", "interleaved_seconds", "memory_measure", "peak_memory_mib",
+           "precision", "summarize", "synchronize", "training_batch"]

@@ -22,6 +22,7 @@ from train.run.environment import versions
 from train.run.recipes import PATH_KEYS, RecipeError
 from train.run.run_folder import staged_output
 
+THROUGHPUT_KEYS = ("tokens_per_s", "mfu")  # results.json's medians, on the card's throughput line (`throughput_line`)
 # class-name suffix -> (Hub pipeline tag, task type in model-index)
 PIPELINE_TAGS = {
     "ForPreTraining": "fill-mask",
@@ -148,7 +149,7 @@ transformers asks because it reads this folder's `config.json` first.
 | figure | value |
 |---|---|
 {rows}
-
+{throughput}
 {curve}
 ## Software
 
@@ -159,6 +160,15 @@ Trained with {releases}.
 ```yaml
 {recipe_yaml}```
 {extra}"""
+
+
+def throughput_line(results: dict[str, Any]) -> str:
+    """The card's line on training speed: the run's median tokens/s and, when results hold it, its median MFU."""
+    speed, share = results.get("tokens_per_s"), results.get("mfu")
+    if not isinstance(speed, (int, float)):
+        return ""
+    mfu = f", {share:.1%} MFU" if isinstance(share, (int, float)) else ""
+    return f"\nTraining throughput, the median over the logged steps: {speed:,.0f} tokens/s{mfu}.\n"
 
 
 def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
@@ -172,7 +182,7 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
     if base_model:
         metadata["base_model"] = base_model
     rows = "\n".join(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {_cell(v)} |"
-                     for k, v in results.items() if v is not None)
+                     for k, v in results.items() if v is not None and k not in THROUGHPUT_KEYS)
     recipe_yaml = yaml.safe_dump(card_recipe(recipe), sort_keys=False)
     for key in PATH_KEYS:  # a local path the description names (`where the weights started`), by its name
         value = getattr(recipe, key)
@@ -183,6 +193,7 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
         model_type=model.config.model_type, parameters=sum(p.numel() for p in model.parameters()),
         dataset_name=dataset_name, description=description,
         auto=type(model).auto_class_name(), pipelines=_pipeline_use(model), rows=rows,
+        throughput=throughput_line(results),
         curve="![loss curve](loss_curve.png)\n" if (folder / "loss_curve.png").is_file() else "",
         releases=", ".join(f"{name} {version}" for name, version in software.items() if version),
         recipe_yaml=recipe_yaml, extra=extra)
@@ -289,5 +300,5 @@ def push_folder(folder: Path, repo_id: str) -> None:
                            f"{folder}") from error
 
 
-__all__ = ["PIPELINE_TAGS", "card_metadata", "check_push", "plot_loss_curve", "push_folder", "read_card_metadata",
-           "save_run", "write_model_card"]
+__all__ = ["PIPELINE_TAGS", "THROUGHPUT_KEYS", "card_metadata", "check_push", "plot_loss_curve", "push_folder",
+           "read_card_metadata", "save_run", "throughput_line", "write_model_card"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -47,6 +48,7 @@ RANGES = {
     "num_proc": (1, None, True, False),
     "pad_to_multiple_of": (1, None, True, False),
     "seed": (0, 2**32 - 1, True, True),
+    "peak_tflops": (0, None, False, False),
 }
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 # recipe keys only some commands read -> those commands: set by the user for another command, a key is refused (it
@@ -77,7 +79,8 @@ def bundled(kind: str) -> dict[str, Traversable]:
 
 
 # the keys that say where a run writes and how it is watched, not what it trains (`Recipe.training_dict`)
-_OUTPUT_KEYS = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "progress_bar", "push_to_hub")
+_OUTPUT_KEYS = ("output_dir", "resume_from_checkpoint", "overwrite_output_dir", "progress_bar", "push_to_hub",
+                "peak_tflops")
 
 
 @dataclasses.dataclass
@@ -143,6 +146,7 @@ class Recipe:
     # evaluation, logging, checkpoints, outputs
     eval_steps: int = 0  # 0: evaluate at the end only
     logging_steps: int = 10
+    peak_tflops: float | None = None  # the device's dense peak TFLOP/s for the log's MFU (None: train.run.flops' table)
     save_steps: int = 0  # 0: checkpoint at the end only
     save_total_limit: int = 2
     average_last_checkpoints: int = 0  # >= 2: the published model is the mean of the last N checkpoints (0: off)
@@ -310,7 +314,8 @@ def _check_range(key: str, value, low, high, low_in: bool, high_in: bool) -> Non
     """A `RecipeError` naming the key and its interval unless `value` (None: the key is unset) lies in it."""
     if value is None:
         return
-    if (value >= low if low_in else value > low) and (high is None or (value <= high if high_in else value < high)):
+    top = math.inf if high is None else high  # unbounded above: any finite value
+    if (value >= low if low_in else value > low) and (value <= top if high_in else value < top):
         return
     interval = f"{'[' if low_in else '('}{low}, {'inf' if high is None else high}{']' if high_in else ')'}"
     raise RecipeError(f"recipe key {key!r} must be in {interval}, got {value!r}")
