@@ -14,6 +14,7 @@ docs/training.md ("The engine", "Logging", "Checkpoints and resume").
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from train.data.batching import (
     stream_resume_problem,
 )
 from train.data.collators import value_limits
-from train.run import averaging, checkpoints, distributed, publish, run_folder
+from train.run import averaging, checkpoints, distributed, flops, publish, run_folder
 from train.run.compilation import check_bounded_shapes, compile_model
 from train.run.evaluation import evaluate
 from train.run.optimization import build_optimizer
@@ -131,6 +132,9 @@ class Engine:
         position = self._check_inputs(model, tokenizer, train_dataset, eval_dataset)
         self.accelerator = self._accelerator()
         self.launch = distributed.describe(self.accelerator)
+        self.flops_per_token = flops.flops_per_token(model, recipe.max_seq_length)  # before any sharding
+        self.peak_tflops = flops.peak_tflops(self.accelerator.device, self.accelerator.mixed_precision,
+                                             recipe.peak_tflops)
         self.options = training_options(model, self.accelerator.device, sparse_prediction=sparse_prediction,
                                         unpad_inputs=unpad_inputs)
         self._build_loaders(train_dataset, eval_dataset, collate_fn, value_limits(model), position)
@@ -382,6 +386,9 @@ class Engine:
         if window.grad_norm is not None:
             record["grad_norm"] = values["grad_norm"]
         record["tokens_per_s"] = values["tokens"] / max(now - window.since, 1e-9)
+        if self.peak_tflops is not None:  # per device: the tokens are every process's
+            record["mfu"] = flops.mfu(record["tokens_per_s"] / self.accelerator.num_processes, self.flops_per_token,
+                                      self.peak_tflops)
         bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
         window.loss, window.micro_batches, window.tokens, window.grad_norm = 0.0, 0, 0, None
         window.since = now
@@ -403,10 +410,13 @@ class Engine:
         return slowest_elapsed >= self.recipe.max_train_seconds
 
     def _summary(self, start_step: int, wall: float, metrics: dict[str, Any]) -> dict[str, Any]:
-        train_losses, throughput = self.log.values("loss"), self.log.values("tokens_per_s")
+        """results.json's figures: the last training loss, the speed (medians of the records' throughput) and
+        `metrics`."""
+        train_losses = self.log.values("loss")
+        speed = {key: statistics.median(values) for key in ("tokens_per_s", "mfu") if (values := self.log.values(key))}
         return {"steps": self.state.step, "train_loss": train_losses[-1] if train_losses else None,
                 "train_seconds": wall, "steps_per_s": (self.state.step - start_step) / max(wall, 1e-9),
-                "tokens_per_s": sum(throughput) / len(throughput) if throughput else None, **self.launch, **metrics}
+                "tokens_per_s": None, **speed, **self.launch, **metrics}
 
     def evaluate(self) -> dict[str, Any]:
         """Loss (and `metrics_fn` figures) over the evaluation set, gathered from every process; logged."""

@@ -218,3 +218,27 @@ def test_the_output_folder_is_claimed_before_the_tokenizer_is_written(tmp_path, 
     run(out, "--train_size", "30", "--max_steps", "1")
     assert seen == [(True, True)]
     assert any(k.startswith("tokenizer/") for k in json.loads((out / run_folder.RECORD).read_text())["wrote"])
+
+
+def test_every_record_carries_its_throughput_and_mfu_against_the_given_peak(tmp_path, bert_tokenizer):
+    """`tokens_per_s` in every record; `mfu` = tokens/s x the model's FLOPs per token / the peak (`peak_tflops`, as
+    no table knows a CPU); results.json keeps their medians; without a peak, a CPU run records no `mfu`."""
+    import statistics
+
+    from transformers import AutoModelForPreTraining
+
+    from train.run.flops import flops_per_token
+    from train.run.recipes import load_recipe
+
+    common = ("--train_size", "30", "--max_steps", "4", "--logging_steps", "1", "--tokenizer", bert_tokenizer)
+    results, folder = run(tmp_path / "peak", *common, "--peak_tflops", "0.5")
+    records = [r for r in map(json.loads, (tmp_path / "peak" / "logs" / "metrics.jsonl").read_text().splitlines())
+               if "loss" in r]
+    per_token = flops_per_token(AutoModelForPreTraining.from_pretrained(folder), load_recipe(RECIPE).max_seq_length)
+    assert len(records) == 4 and all(r["tokens_per_s"] > 0 for r in records)
+    for r in records:
+        assert r["mfu"] == pytest.approx(r["tokens_per_s"] * per_token / 0.5e12, rel=1e-12)
+    assert results["tokens_per_s"] == statistics.median(r["tokens_per_s"] for r in records)
+    assert results["mfu"] == statistics.median(r["mfu"] for r in records)
+    results, _ = run(tmp_path / "no-peak", *common)
+    assert results["tokens_per_s"] > 0 and "mfu" not in results

@@ -56,7 +56,7 @@ train_tokenizer.main(["--family", "bert", "--vocab_size", "300", "--max_texts", 
 """
 STAGES = ("bert-pretrain", "bert-nli", "gpt-pretrain", "gpt-nli", "translation", "ner", "qa")
 PROGRESS_BAR = re.compile(r"(it|examples)/s\]\s*$")  # tqdm's trailer: "100/100 [00:00<00:00, 5.0 it/s]"
-TIMINGS = ("tokens_per_s", "steps_per_s", "train_seconds", "seconds", "cpu_seconds", "wall_seconds")
+TIMINGS = ("tokens_per_s", "mfu", "steps_per_s", "train_seconds", "seconds", "cpu_seconds", "wall_seconds")
 
 
 @pytest.fixture(scope="module")
