@@ -43,6 +43,8 @@ COMMANDS: dict[str, Command] = {
     "convert": Command("convert", "convert a model between Lineage and transformers (a folder or Hub id in, a folder "
                                   "out), with its tokenizer and the parity figure"),
     "configs": Command("list_configs", "list the shipped presets, recipes and accelerate configs, or print one's path"),
+    "gpu-check": Command("gpu_check", "the GPU proof: GPU tests, benchmarks, every training command and a short "
+                                      "pretraining, bounded, into one report (--dry_run true: on the CPU)"),
     "env": Command("env", "print the versions of Python, torch, transformers, accelerate, datasets and tokenizers, "
                           "whether each is a tested release, and the device"),
     "export": Command("export", "export a saved model with torch.export, as ExportedPrograms or as ONNX"),
