@@ -1,6 +1,7 @@
-"""The run package of the GPU check (tools/gpu_wheels.sh, tools/wheel_list.py, tools/gpu_run.sh), offline: what is
-downloaded leaves out the GPU machine's own torch and what is built here, the parts fit the device's carry limit, the
-wheels folder is git-ignored, and the run script never installs torch."""
+"""The run package of the GPU check (tools/gpu_wheels.sh, tools/wheel_list.py, tools/gpu_image.txt,
+tools/gpu_run.sh), offline: what is downloaded leaves out what the GPU machine's image holds at a version the project
+accepts, and never torch; the resolution is pinned to the image's versions the project accepts; the wheels folder is
+git-ignored, and the run script pins the machine's own torch."""
 
 import importlib.util
 import subprocess
@@ -9,34 +10,66 @@ import pytest
 from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from packaging.requirements import Requirement
 
 spec = importlib.util.spec_from_file_location("wheel_list", REPO / "tools" / "wheel_list.py")
 wheel_list = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(wheel_list)
 
-
-def test_the_list_leaves_out_torch_and_its_own_and_what_is_built_here():
-    names = ["Transformers", "torch", "nvidia-cublas", "triton", "Jinja2", "lineage", "deepspeed", "py_cpuinfo",
-             "typing_extensions"]
-    report = {"install": [{"metadata": {"name": name, "version": "1.0"}} for name in names]}
-    assert wheel_list.requirements(report) == ["py-cpuinfo==1.0", "transformers==1.0"]
+IMAGE = wheel_list.read_image(REPO / "tools" / "gpu_image.txt")
+names = st.sampled_from(["torch", "triton", "nvidia-cublas-cu12", "cuda-bindings", "lineage", "deepspeed",
+                         "transformers", "datasets", "dill", "fsspec", "pyarrow", "peft", "pydantic"])
+versions = st.sampled_from(["1.0", "2.0", "3.0"])
 
 
-@settings(max_examples=50, deadline=None, derandomize=True)
-@given(st.dictionaries(st.text("abc", min_size=1, max_size=4), st.integers(1, 100), max_size=12),
-       st.integers(10, 120))
-def test_the_parts_hold_every_wheel_once_within_the_limit(sizes, limit):
-    parts = wheel_list.split(sizes, limit)
-    assert sorted(name for part in parts for name in part) == sorted(sizes)
-    assert all(sum(sizes[n] for n in part) <= limit or len(part) == 1 for part in parts)
+def _report(packages: dict[str, str], requires: list[str]) -> dict:
+    items = [{"metadata": {"name": name, "version": version, "requires_dist": requires if i == 0 else []}}
+             for i, (name, version) in enumerate(packages.items())]
+    return {"install": items, "environment": {}}
 
 
-def test_the_wheels_folder_is_ignored_and_the_run_script_never_installs_torch():
-    ignored = subprocess.run(["git", "check-ignore", "-q", "gpu-wheels/part-1/x.whl"], cwd=REPO)
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.dictionaries(names, st.none() | versions), st.dictionaries(names, versions, min_size=1),
+       st.lists(st.tuples(names, st.sampled_from(["", ">=1.0", "<=2.0", "==1.0"])), max_size=3))
+def test_the_list_holds_what_the_image_lacks_and_never_torch(image, resolved, requires):
+    requires = [name + specifier for name, specifier in requires]
+    listed = dict(line.split("==") for line in wheel_list.carry(image, [_report(resolved, requires)]))
+    caps = {Requirement(r).name for r in requires if any(op in r for op in ("<", "=="))}
+    for name, version in resolved.items():
+        own = name in ("torch", "triton", "lineage", "deepspeed") or name.startswith(("nvidia-", "cuda-"))
+        lacks = name not in image or image[name] not in (None, version) or (image[name] is None and name in caps)
+        assert (listed.get(name) == version) == (lacks and not own), (name, version, image.get(name))
+    assert set(listed) <= set(resolved)
+
+
+def test_each_version_of_several_resolutions_travels_once():
+    reports = [_report({"datasets": "5.2", "dill": "0.4.1"}, []), _report({"datasets": "4.8", "dill": "0.4.1"}, [])]
+    assert wheel_list.carry({}, reports) == ["datasets==4.8", "datasets==5.2", "dill==0.4.1"]
+
+
+def test_the_pins_are_the_image_versions_the_project_accepts():
+    requirements = wheel_list.project_requirements(REPO / "pyproject.toml", ["peft", "pytest"])
+    pinned = dict(line.split("==") for line in wheel_list.pins(IMAGE, requirements))
+    assert IMAGE["torch"] and pinned["torch"] == IMAGE["torch"]
+    for name, version in IMAGE.items():
+        accepted = all(r.specifier.contains(version, prereleases=True) for r in requirements
+                       if version and wheel_list.canonical(r.name) == name)
+        assert pinned.get(name, "not pinned") == (version if version and accepted else "not pinned"), name
+
+
+def test_a_bad_image_line_is_refused_naming_its_line(tmp_path):
+    (tmp_path / "image.txt").write_text("# packages\ntorch==2.11.0\nnumpy==\n")
+    with pytest.raises(ValueError, match=r"image.txt:3: .*'numpy=='"):
+        wheel_list.read_image(tmp_path / "image.txt")
+
+
+def test_the_wheels_folder_is_ignored_and_the_run_script_pins_the_machines_torch():
+    ignored = subprocess.run(["git", "check-ignore", "-q", "gpu-wheels/x.whl"], cwd=REPO)
     if ignored.returncode == 128:
         pytest.skip("not a git checkout")
     assert ignored.returncode == 0
     run = (REPO / "tools" / "gpu_run.sh").read_text()
-    assert "--no-index" in run and "torch-*.whl" in run and "train.gpu_check --output_dir" in run
+    assert "--no-index" in run and 'torch=={torch.__version__}' in run and '-c "$constraints"' in run
+    assert "torch-*.whl" in run and "train.gpu_check --output_dir" in run
     for script in ("gpu_wheels.sh", "gpu_run.sh"):
         assert subprocess.run(["bash", "-n", str(REPO / "tools" / script)]).returncode == 0

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# On the GPU machine (no network), from this checkout: install the wheels tools/gpu_wheels.sh downloaded (never torch:
-# the machine's own CUDA torch stays), every part-N of FOLDER, then run `lineage gpu-check` from this checkout, its
+# On the GPU machine (no network), from this checkout: install offline what tools/gpu_wheels.sh put in FOLDER (pip
+# resolves its top-level requirements against what is installed and picks among the candidates; a constraint pins the
+# machine's own CUDA torch, so it is never replaced), `pip check`, then `lineage gpu-check` from this checkout, its
 # tests included; arguments after the first two go to the check (e.g. --budget_seconds 500).
 #
 #     bash tools/gpu_run.sh [FOLDER] [OUTPUT]   # defaults: gpu-wheels, $OUT/gpu-check (else outputs/gpu-check)
+#
+# One device call carries FOLDER (it is git-ignored) and runs this; docs/performance.md ("GPU figures").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wheels=${1:-gpu-wheels}
 out=${2:-${OUT:-outputs}/gpu-check}
-if ls "$wheels"/part-*/torch-*.whl >/dev/null 2>&1; then
+python=${PYTHON:-python3}
+if ls "$wheels"/torch-*.whl >/dev/null 2>&1; then
     echo "gpu_run: $wheels holds a torch wheel; remove it (the machine's own CUDA torch is used)" >&2
     exit 2
 fi
-PIP_BREAK_SYSTEM_PACKAGES=1 python -m pip install --no-deps --no-index --quiet "$wheels"/part-*/*.whl
-python -m pip check || echo "gpu_run: pip check found the mismatches above; the check runs anyway" >&2
-python -m train.gpu_check --output_dir "$out" "${@:3}"
+constraints=$(mktemp)
+trap 'rm -f "$constraints"' EXIT
+"$python" -c 'import torch; print(f"torch=={torch.__version__}")' > "$constraints"
+PIP_BREAK_SYSTEM_PACKAGES=1 "$python" -m pip install --no-index --find-links "$wheels" --no-compile --quiet \
+    -c "$constraints" -r "$wheels/top-level.txt"
+"$python" -m pip check || echo "gpu_run: pip check found the mismatches above; the check runs anyway" >&2
+echo "gpu_run: installed in $SECONDS s"
+"$python" -m train.gpu_check --output_dir "$out" "${@:3}"
