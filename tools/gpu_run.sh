@@ -2,7 +2,8 @@
 # On the GPU machine (no network), from this checkout: install offline what tools/gpu_wheels.sh put in FOLDER (pip
 # resolves its top-level requirements against what is installed and picks among the candidates; a constraint pins the
 # machine's own CUDA torch, so it is never replaced), `pip check`, then `lineage gpu-check` from this checkout, its
-# tests included; arguments after the first two go to the check (e.g. --budget_seconds 500).
+# tests included, with what is left of 570 s as its --budget_seconds (GPU_RUN_SECONDS), so that the whole command ends
+# inside one device call's 600 s; arguments after the first two go to the check (e.g. --parts benchmark).
 #
 #     bash tools/gpu_run.sh [FOLDER] [OUTPUT]   # defaults: gpu-wheels, $OUT/gpu-check (else outputs/gpu-check)
 #
@@ -22,5 +23,6 @@ trap 'rm -f "$constraints"' EXIT
 PIP_BREAK_SYSTEM_PACKAGES=1 "$python" -m pip install --no-index --find-links "$wheels" --no-compile --quiet \
     -c "$constraints" -r "$wheels/top-level.txt"
 "$python" -m pip check || echo "gpu_run: pip check found the mismatches above; the check runs anyway" >&2
-echo "gpu_run: installed in $SECONDS s"
-"$python" -m train.gpu_check --output_dir "$out" "${@:3}"
+budget=$(( ${GPU_RUN_SECONDS:-570} - SECONDS ))
+echo "gpu_run: installed in $SECONDS s; the check gets $budget s"
+"$python" -m train.gpu_check --output_dir "$out" --budget_seconds "$budget" "${@:3}"

@@ -4,11 +4,11 @@
     lineage gpu-check --output_dir gpu-check --dry_run true         # the same plan on the CPU at tiny sizes (CI)
     lineage gpu-check --output_dir gpu-check --parts env,benchmark --budget_seconds 300
 
-The plan is `PARTS`, each a list of steps that run as `python -m ...` in their own process group; a part gets its
-share of `--budget_seconds` (time a part leaves goes to the next) and a step its weight of what its part has left. A
-step past its time is killed and recorded as timed out; the steps after it are recorded as not run. Writes
-`report.json` and `report.md` into `--output_dir` (`train.run.run_folder.output_in_place`). docs/performance.md
-("GPU figures").
+The plan is `STAGES` of `PARTS` of steps, each `python -m ...` in its own process group; the parts of a stage run
+side by side (they check), those that time run alone. A stage gets its share of `--budget_seconds`, a step its
+estimate's share of what its part has left, or up to SLACK x its estimate; one past its time is killed (timed out),
+those left when its part's time is spent are not run. Writes `report.json` and `report.md` into `--output_dir`
+(`train.run.run_folder.output_in_place`). docs/performance.md ("GPU figures").
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,14 +45,13 @@ TAIL = 3000  # characters of a step's output kept in the report
 class Step(NamedTuple):
     name: str  # its row in the report, and its folder under its part's
     argv: tuple[str, ...]  # what follows `python -m`
-    weight: float = 1.0  # its share of the time its part has left, against the steps not yet run
+    weight: float = 10.0  # its estimated seconds on one H100: its share of the time its part has left
     figures: Callable[[Path, str], dict] | None = None  # (its folder, its output) -> what it measured
     kill_at_checkpoint: bool = False  # SIGKILL it once its run's folder holds a complete checkpoint
 
 
 class Part(NamedTuple):
     name: str
-    share: float  # its fraction of --budget_seconds, against the other parts asked
     steps: Callable[[Path, bool, float], list[Step]]  # (its folder, dry run, its seconds) -> its steps
     dry_run: str  # how the dry run shrinks or skips it
 
@@ -145,49 +145,58 @@ def pytest_steps(folder: Path, dry: bool, seconds: float) -> list[Step]:
     return [Step("pytest -m gpu", (*argv, "--collect-only") if dry else argv, figures=pytest_figures)]
 
 
-# the benchmark rows of docs/performance.md's GPU table: (name, its flags on a GPU, its tiny flags in a dry run)
+# The benchmark rows of docs/performance.md's GPU table, the issue's targets first: (name, its flags on a GPU, its
+# tiny flags in a dry run, its compiled row's estimated seconds on one H100). The estimates: process start (torch,
+# transformers) ~6 s; both models built, 2 warm-up and 5 timed steps ~5 s; an inductor cold compile of a ~110-124M
+# model's forward and backward ~30-45 s on 16 cores, and a compiled --reference row compiles two models (Lineage's and
+# the reference's): 11 + 2 x 35 (GPT), 11 + 2 x 30 (BERT at 128 tokens), 11 + 2 x 37 (encoder and decoder).
 BENCHMARKS = (
     ("gpt-124m", "--model gpt-124m-prenorm --task causal-lm --batch_size 16 --seq_length 1024",
-     "--model gpt-tiny --task causal-lm"),
-    ("gpt-117m", "--model gpt-117m --task causal-lm --batch_size 16 --seq_length 1024",
-     "--model gpt-tiny --task causal-lm"),
+     "--model gpt-tiny --task causal-lm", 80),
     ("bert-base-unpadded", "--model bert-base --task mlm --batch_size 64 --seq_length 128 --sparse_prediction "
-                           "--unpad_inputs", "--model bert-tiny --task mlm --sparse_prediction --unpad_inputs"),
+                           "--unpad_inputs", "--model bert-tiny --task mlm --sparse_prediction --unpad_inputs", 70),
     ("transformer-base", "--model transformer-base --config sinusoidal_layout=split --task seq2seq --batch_size 32 "
                          "--seq_length 128 --sparse_prediction",
-     "--model transformer-tiny --config sinusoidal_layout=split --task seq2seq --sparse_prediction"),
+     "--model transformer-tiny --config sinusoidal_layout=split --task seq2seq --sparse_prediction", 85),
+    ("gpt-117m", "--model gpt-117m --task causal-lm --batch_size 16 --seq_length 1024",
+     "--model gpt-tiny --task causal-lm", 80),  # not a target: after the targets' eager rows
 )
+TARGETS = 3  # the first rows of BENCHMARKS; a dry run leaves out the rest (gpt-117m: the same gpt-tiny as gpt-124m)
+EAGER_SECONDS = 12  # an eager row: start ~6 s, models and steps ~6 s
 GENERATION = ("--model gpt-124m-prenorm --task causal-lm --batch_size 8 --seq_length 32 --max_new_tokens 128 "
               "--generate", "--model gpt-tiny --task causal-lm --max_new_tokens 4 --generate")
+GENERATION_SECONDS = 55  # 11 s, the static cache's compiled decoding forward ~20 s a model, 4 x 128 decoding steps
 BENCHMARK_RUN = ("--mixed_precision bf16 --reference --steps 5 --warmup 2",  # on the GPU
                  "--mixed_precision no --reference --steps 1 --warmup 1 --batch_size 2 --seq_length 16")  # dry run
 TINY_GPT = "--config intermediate_size=128"  # the reference GPTs' feed-forward is 4 x hidden_size
-COMPILED_WEIGHT = 3.0  # a compiled row's time against an eager one's (two models compile in its warm-up)
 
 
-def _benchmark(folder: Path, name: str, flags: str, run: str, weight: float = 1.0) -> Step:
+def _benchmark(folder: Path, name: str, flags: str, run: str, weight: float = EAGER_SECONDS) -> Step:
     out = folder / _slug(name)
     argv = ("train.benchmark", *shlex.split(flags), *shlex.split(run), "--json", str(out / "benchmark.json"))
     return Step(name, argv, weight, benchmark_figures)
 
 
 def benchmark_steps(folder: Path, dry: bool, seconds: float) -> list[Step]:
-    """Each row compiled, then each eager (the compiled rows are the targets), then generation with the dynamic and
-    the static cache (the static cache compiles its forward itself); a dry run: tiny presets, eager only."""
+    """The targets compiled, generation with the dynamic and the static cache (which compiles its forward itself),
+    then, while time lasts, the targets eager and the other rows compiled and eager; a dry run: the targets' tiny
+    presets, eager only, and generation."""
     run = BENCHMARK_RUN[dry]
     if dry:
         rows = [_benchmark(folder, f"{name} eager", f"{tiny} {TINY_GPT}" if "gpt" in tiny else tiny, run)
-                for name, _, tiny in BENCHMARKS]
+                for name, _, tiny, _ in BENCHMARKS[:TARGETS]]
         return rows + [_benchmark(folder, "generation", f"{GENERATION[1]} {TINY_GPT}", run)]
-    compiled = [_benchmark(folder, f"{name} compiled", flags, f"{run} --compile", COMPILED_WEIGHT)
-                for name, flags, _ in BENCHMARKS]
-    eager = [_benchmark(folder, f"{name} eager", flags, run) for name, flags, _ in BENCHMARKS]
-    return [*compiled, *eager, _benchmark(folder, "generation", GENERATION[0], run, 1.5)]
+    compiled = [_benchmark(folder, f"{name} compiled", flags, f"{run} --compile", estimate)
+                for name, flags, _, estimate in BENCHMARKS]
+    eager = [_benchmark(folder, f"{name} eager", flags, run, EAGER_SECONDS) for name, flags, _, _ in BENCHMARKS]
+    generation = _benchmark(folder, "generation", GENERATION[0], run, GENERATION_SECONDS)
+    return [*compiled[:TARGETS], generation, *eager[:TARGETS], *[row for pair in zip(compiled[TARGETS:],
+                                                                                     eager[TARGETS:]) for row in pair]]
 
 
 TRAIN_RUN = (("--mixed_precision", "bf16"), ("--mixed_precision", "no", "--max_steps", "2", "--eval_size", "8"))
 QUIET = ("--progress_bar", "false", "--report_to", "none")
-KILLED_RUN = (("--max_steps", "400", "--save_steps", "5"), ("--max_steps", "10", "--save_steps", "2"))
+KILLED_RUN = (("--max_steps", "400", "--save_steps", "5"), ("--max_steps", "4", "--save_steps", "2"))
 
 
 def _run(folder: Path, name: str, script: str, recipe: str, dry: bool, *keys: str, figures=run_figures,
@@ -223,7 +232,9 @@ def training_steps(folder: Path, dry: bool, seconds: float) -> list[Step]:
     ]
 
 
-PRETRAINING_OVERHEAD = 60  # seconds of a pretraining run outside its training steps: start, tokenizer, compile, eval
+# seconds of the pretraining run outside its training steps: start ~6 s, an 8000-token tokenizer ~8 s, tokenizing
+# and packing ~5 s, the inductor cold compile ~40 s, evaluation and save ~7 s (the corpus, where written here, ~4 s)
+PRETRAINING_OVERHEAD = 70
 PRETRAINING = (("--model", "gpt-124m-prenorm", "--max_seq_length", "1024", "--per_device_train_batch_size", "16",
                 "--tokenizer_vocab_size", "8000", "--compile", "true", "--mixed_precision", "bf16",
                 "--max_steps", "300", "--warmup_steps", "20", "--learning_rate", "6e-4", "--logging_steps", "10"),
@@ -232,28 +243,52 @@ PRETRAINING = (("--model", "gpt-124m-prenorm", "--max_seq_length", "1024", "--pe
 
 
 def pretraining_steps(folder: Path, dry: bool, seconds: float) -> list[Step]:
-    """GPT-124M (pre-norm) pretrained on real text (the Python manual), packed, compiled, bf16, until its steps or
-    its share of the budget are spent; a dry run: the tiny preset, 4 steps, not compiled."""
-    corpus = ("--train_file", str(folder / "corpus" / "train.txt"), "--validation_file",
-              str(folder / "corpus" / "validation.txt"))
+    """GPT-124M (pre-norm) pretrained on real text (the Python manual: the training part's corpus where it wrote
+    one, else its own), packed, compiled, bf16, until its steps or its share of the budget are spent; a dry run: the
+    tiny preset, 4 steps, not compiled."""
+    texts = folder.parent / "training" / "corpus"
+    written = all((texts / name).is_file() for name in ("train.txt", "validation.txt"))
+    texts = texts if written else folder / "corpus"
+    corpus = ("--train_file", str(texts / "train.txt"), "--validation_file", str(texts / "validation.txt"))
     budget = ("--max_train_seconds", str(max(10, round(seconds - PRETRAINING_OVERHEAD))))
     argv = ("train.pretrain_gpt", "--recipe", "gpt-pretrain-tiny", "--output_dir", str(folder / "gpt-124m"), *QUIET,
             *corpus, "--pack_documents", "true", "--save_steps", "0", *PRETRAINING[dry], *budget)
-    return [Step("python-docs", ("train.python_docs", str(folder / "corpus"))),
-            Step("gpt-124m", argv, figures=curve_figures)]
+    own = [] if written else [Step("python-docs", ("train.python_docs", str(texts)), 4)]
+    return [*own, Step("gpt-124m", argv, PRETRAINING_OVERHEAD, figures=curve_figures)]
 
 
 PARTS = [
-    Part("env", 0.02, env_steps, "run as on the GPU"),
-    Part("pytest", 0.28, pytest_steps, "collected only (--collect-only): the GPU tests are counted, not run"),
-    Part("benchmark", 0.35, benchmark_steps, "tiny presets (gpt-tiny with a 4 x hidden feed-forward, bert-tiny, "
-                                             "transformer-tiny), batch 2 x 16 tokens, 1 step after 1 warm-up, fp32; "
-                                             "the compiled rows are skipped"),
-    Part("training", 0.22, training_steps, "on the CPU, no mixed precision, 2 steps each (the killed run 10, a "
-                                           "checkpoint every 2)"),
-    Part("pretraining", 0.13, pretraining_steps, "gpt-tiny instead of gpt-124m-prenorm, 64 tokens, 4 steps, not "
-                                                 "compiled, fp32"),
+    Part("env", env_steps, "run as on the GPU"),
+    Part("pytest", pytest_steps, "collected only (--collect-only): the GPU tests are counted, not run"),
+    Part("training", training_steps, "on the CPU, no mixed precision, 2 steps each (the killed run 4, a checkpoint "
+                                     "every 2)"),
+    Part("benchmark", benchmark_steps, "tiny presets (gpt-tiny with a 4 x hidden feed-forward, bert-tiny, "
+                                       "transformer-tiny), batch 2 x 16 tokens, 1 step after 1 warm-up, fp32; the "
+                                       "compiled rows are skipped, and gpt-117m (its tiny preset is gpt-124m's)"),
+    Part("pretraining", pretraining_steps, "gpt-tiny instead of gpt-124m-prenorm, 64 tokens, 4 steps, not compiled, "
+                                           "fp32"),
 ]
+PART = {part.name: part for part in PARTS}
+
+
+class Stage(NamedTuple):
+    parts: tuple[str, ...]  # run side by side (they check correctness; timing parts run alone)
+    seconds: float  # of the default 540; another --budget_seconds scales every stage alike
+
+
+# Estimates on one H100 with 16 cores; a stage's time left over goes to the next.
+STAGES = (
+    Stage(("env",), 10),  # `lineage env`: start ~6 s
+    # pytest: start ~6 s, collecting tests/ ~20 s, ~25 GPU tests ~60 s (the two at 16,384 tokens ~10 s each), the two
+    # DeepSpeed launches ~30 s each: ~150 s; training: 13 steps of ~10-15 s (start ~6 s, a tiny recipe's 6 steps,
+    # evaluation, save), the resumed run 400 steps: ~150 s. Side by side (16 cores, 80 GB): ~150 s, not ~300.
+    Stage(("pytest", "training"), 150),
+    # the targets compiled 80 + 70 + 85 (BENCHMARKS) and generation 55; the other rows only with time left over
+    Stage(("benchmark",), 290),
+    # PRETRAINING_OVERHEAD 70 s, then ~20 s of steps: 300 steps of 16 x 1024 tokens at ~30 ms (45% MFU) take ~9 s
+    Stage(("pretraining",), 90),
+)
+SLACK = 1.5  # a step may take up to SLACK x its estimate where its share of its part's time is less
 
 
 # ----------------------------------------------------------------------------- running the plan
@@ -331,7 +366,8 @@ def run_part(part: Part, out: Path, dry: bool, deadline: float, env: dict[str, s
             rows += [{"step": s.name, "command": shlex.join(["python", "-m", *s.argv]), "status": "not run (out of "
                       "time)", "figures": {}} for s in steps[i:]]
             break
-        rows.append(run_step(step, folder, left * step.weight / sum(s.weight for s in steps[i:]), env))
+        share = left * step.weight / sum(s.weight for s in steps[i:])
+        rows.append(run_step(step, folder, max(share, min(left, SLACK * step.weight)), env))
         print(f"{part.name} / {step.name}: {rows[-1]['status']} in {rows[-1]['seconds']} s", flush=True)
         if part.name == "env":
             print(rows[-1]["tail"], flush=True)
@@ -341,6 +377,19 @@ def run_part(part: Part, out: Path, dry: bool, deadline: float, env: dict[str, s
     if not steps:
         status = "skipped: no tests folder beside the code (an installed package)"
     return {"part": part.name, "status": status, "dry_run": part.dry_run if dry else None, "steps": rows}
+
+
+def run_stage(stage: Planned, out: Path, dry: bool, deadline: float, env: dict[str, str], start: float) -> list[dict]:
+    """The parts of `stage` side by side, a thread each (their steps still one at a time, each its own process),
+    within `deadline`; each part's result with its stage, when it began (seconds after `start`) and its seconds."""
+    def timed(part: Part) -> dict:
+        began = time.monotonic()
+        result = run_part(part, out, dry, deadline, env)
+        return {**result, "stage": stage.name, "began": round(began - start, 1),
+                "seconds": round(time.monotonic() - began, 1)}
+
+    with ThreadPoolExecutor(max_workers=len(stage.parts)) as pool:
+        return list(pool.map(timed, stage.parts))
 
 
 # ----------------------------------------------------------------------------- the report
@@ -364,7 +413,7 @@ def header(args: argparse.Namespace, parts: list[Planned]) -> dict:
             "device": device(), "torch": torch.__version__, "cuda": torch.version.cuda, **driver(),
             "python": platform.python_version(), "packages": {**versions(), **{p: installed(p) for p in PACKAGES}},
             "dry_run": args.dry_run, "budget_seconds": args.budget_seconds,
-            "plan": {part.name: round(part.budget, 1) for part in parts}}
+            "plan": {stage.name: round(stage.budget, 1) for stage in parts}}
 
 
 def _cell(value) -> str:
@@ -379,7 +428,8 @@ def render(report: dict) -> str:
     lines = ["# lineage gpu-check", "", *[f"- {k}: {_cell(v)}" for k, v in head.items()],
              "- packages: " + ", ".join(f"{k} {v or '-'}" for k, v in report["packages"].items()), ""]
     for part in report["parts"]:
-        lines += [f"## {part['part']}: {part['status']}", ""]
+        lines += [f"## {part['part']}: {part['status']}", "",
+                  f"Stage {part['stage']}: began {part['began']} s into the check, took {part['seconds']} s.", ""]
         if part["dry_run"]:
             lines += [f"Dry run: {part['dry_run']}.", ""]
         lines += ["| step | status | seconds (limit) | command | figures |", "|---|---|---|---|---|"]
@@ -413,22 +463,24 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 class Planned(NamedTuple):
-    name: str
+    name: str  # its parts' names joined by " + "
     budget: float  # seconds
-    part: Part
+    parts: tuple[Part, ...]
 
 
 def plan(parts: str, budget: float) -> list[Planned]:
-    """The parts `parts` names, in the plan's order, each with its seconds; a ValueError naming a bad value."""
+    """The stages of the parts `parts` names (those parts alone), in the plan's order, each with its share of
+    `budget`; a ValueError naming a bad value."""
     names = [name.strip() for name in parts.split(",") if name.strip()]
     unknown = [name for name in names if name not in {p.name for p in PARTS}]
     if unknown or not names:
         raise ValueError(f"--parts: unknown part {unknown[0]!r}" if unknown else "--parts: name at least one part")
     if not budget > 0:
         raise ValueError(f"--budget_seconds must be > 0, got {budget:g}")
-    chosen = [p for p in PARTS if p.name in names]
-    total = sum(p.share for p in chosen)
-    return [Planned(p.name, budget * p.share / total, p) for p in chosen]
+    chosen = [(tuple(PART[name] for name in stage.parts if name in names), stage.seconds) for stage in STAGES]
+    total = sum(seconds for stage, seconds in chosen if stage)
+    return [Planned(" + ".join(p.name for p in stage), budget * seconds / total, stage) for stage, seconds in chosen
+            if stage]
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[Planned]]:
@@ -453,9 +505,9 @@ def main(argv: list[str] | None = None) -> dict:
         report = header(args, parts)
         env, began, deadline = step_env(folder, args.dry_run), time.monotonic(), time.monotonic()
         report["parts"] = []
-        for planned in parts:
-            deadline += planned.budget
-            report["parts"].append(run_part(planned.part, folder, args.dry_run, deadline, env))
+        for stage in parts:
+            deadline += stage.budget
+            report["parts"] += run_stage(stage, folder, args.dry_run, deadline, env, began)
         report["seconds"] = round(time.monotonic() - began, 1)
         (folder / "report.json").write_text(json.dumps(report, indent=1))
         (folder / "report.md").write_text(render(report))

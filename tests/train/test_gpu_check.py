@@ -1,9 +1,10 @@
-"""`lineage gpu-check` (issue 37): its dry run runs every part of the plan on the CPU and reports each step with its
-command, status and figures; without CUDA and without --dry_run it refuses before any work, as it does a bad --parts;
-a step past its time is killed and the steps after it are recorded as not run."""
+"""`lineage gpu-check` (issue 37): its dry run runs every part of the plan on the CPU, the parts of a stage side by
+side, and reports each step with its command, status and figures; without CUDA and without --dry_run it refuses before
+any work, as it does a bad --parts; a step past its time is killed and the steps after it are recorded as not run."""
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,9 +22,11 @@ def dry_run(tmp_path_factory):
 def test_the_dry_run_runs_every_part_and_reports_each_step_with_its_command(dry_run):
     folder, report = dry_run
     assert json.loads((folder / "report.json").read_text()) == json.loads(json.dumps(report))
-    assert [part["part"] for part in report["parts"]] == [part.name for part in gpu_check.PARTS]
+    assert [part["part"] for part in report["parts"]] == [name for stage in gpu_check.STAGES for name in stage.parts]
+    assert sorted(part["part"] for part in report["parts"]) == sorted(part.name for part in gpu_check.PARTS)
     markdown = (folder / "report.md").read_text()
-    for part, planned in zip(report["parts"], gpu_check.PARTS):
+    for part in report["parts"]:
+        planned = gpu_check.PART[part["part"]]
         assert part["status"] == "passed", (part["part"], [(s["step"], s["status"], s.get("tail")) for s in
                                                            part["steps"]])
         assert part["dry_run"] == planned.dry_run and part["dry_run"] in markdown
@@ -34,12 +37,23 @@ def test_the_dry_run_runs_every_part_and_reports_each_step_with_its_command(dry_
     assert sum(report["plan"].values()) == pytest.approx(report["budget_seconds"], abs=0.5)
 
 
+def test_the_parts_of_a_stage_run_side_by_side_and_the_stages_one_after_another(dry_run):
+    _, report = dry_run
+    parts = {part["part"]: part for part in report["parts"]}
+    for stage, following in zip(gpu_check.STAGES, gpu_check.STAGES[1:]):
+        ends = max(parts[name]["began"] + parts[name]["seconds"] for name in stage.parts)
+        assert all(parts[name]["began"] >= ends - 0.2 for name in following.parts)
+    for stage in gpu_check.STAGES:
+        spans = [(parts[name]["began"], parts[name]["began"] + parts[name]["seconds"]) for name in stage.parts]
+        assert max(began for began, _ in spans) < min(end for _, end in spans)  # every part running at one moment
+
+
 def test_the_dry_run_reads_the_figures_of_each_part(dry_run):
     _, report = dry_run
     steps = {(part["part"], s["step"]): s["figures"] for part in report["parts"] for s in part["steps"]}
     assert steps["pytest", "pytest -m gpu"]["tests collected"] >= 1
     benchmarks = [figures for (part, _), figures in steps.items() if part == "benchmark"]
-    assert len(benchmarks) == len(gpu_check.BENCHMARKS) + 1
+    assert len(benchmarks) == gpu_check.TARGETS + 1
     assert all(f["train ratio"] > 0 and f["train lineage tokens_per_s"] > 0 for f in benchmarks)
     assert "generate dynamic ratio" in steps["benchmark", "generation"]
     assert steps["training", "prepared_run"]["prepared_store_reused"] is True
@@ -71,19 +85,30 @@ def test_a_folder_of_other_files_is_refused(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
-@pytest.mark.parametrize("names", [["env"], ["benchmark", "pretraining"], [p.name for p in gpu_check.PARTS]])
-def test_the_parts_asked_share_the_whole_budget_in_the_plan_order(names):
+@pytest.mark.parametrize("names", [["env"], ["training", "benchmark"], ["pytest", "training", "pretraining"],
+                                   [p.name for p in gpu_check.PARTS]])
+def test_the_stages_of_the_parts_asked_share_the_whole_budget_in_the_plan_order(names):
     planned = gpu_check.plan(",".join(reversed(names)), 300)
-    assert [p.name for p in planned] == names
-    assert sum(p.budget for p in planned) == pytest.approx(300)
-    shares = {p.name: p.share for p in gpu_check.PARTS}
-    assert all(p.budget / 300 == pytest.approx(shares[p.name] / sum(shares[n] for n in names)) for p in planned)
+    stages = [(stage, [n for n in stage.parts if n in names]) for stage in gpu_check.STAGES]
+    stages = [(stage, asked) for stage, asked in stages if asked]
+    assert [[p.name for p in s.parts] for s in planned] == [asked for _, asked in stages]
+    assert sum(s.budget for s in planned) == pytest.approx(300)
+    total = sum(stage.seconds for stage, _ in stages)
+    assert all(s.budget == pytest.approx(300 * stage.seconds / total) for s, (stage, _) in zip(planned, stages))
+
+
+def test_the_default_stages_fit_the_default_budget_and_the_targets_come_first():
+    assert sum(stage.seconds for stage in gpu_check.STAGES) == gpu_check.make_parser().get_default("budget_seconds")
+    assert sorted(name for stage in gpu_check.STAGES for name in stage.parts) == sorted(gpu_check.PART)
+    rows = [step.name for step in gpu_check.benchmark_steps(Path("b"), False, 290)]
+    targets = [f"{name} compiled" for name, *_ in gpu_check.BENCHMARKS[:gpu_check.TARGETS]] + ["generation"]
+    assert rows[:len(targets)] == targets and len(rows) == 2 * len(gpu_check.BENCHMARKS) + 1
 
 
 def test_a_step_past_its_time_is_killed_and_the_rest_is_not_run(tmp_path):
     sleeper = ("timeit", "-n", "1", "-r", "1", "import time; time.sleep(60)")
-    part = gpu_check.Part("sleep", 1.0, lambda folder, dry, seconds: [gpu_check.Step("first", sleeper, 10),
-                                                                      gpu_check.Step("second", sleeper)], "")
+    part = gpu_check.Part("sleep", lambda folder, dry, seconds: [gpu_check.Step("first", sleeper, 10),
+                                                                 gpu_check.Step("second", sleeper)], "")
     began = time.monotonic()
     result = gpu_check.run_part(part, tmp_path, True, time.monotonic() + 3, gpu_check.step_env(tmp_path, True))
     assert time.monotonic() - began < 30
