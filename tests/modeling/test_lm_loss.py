@@ -209,6 +209,7 @@ def test_liger_gets_the_real_vocabulary_rows_and_the_reduction(monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("backend", ["liger", "chunked"])
 def test_cuda_backends_match_the_dense_loss(backend, monkeypatch):
     if backend == "liger":

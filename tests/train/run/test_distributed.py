@@ -32,9 +32,10 @@ def _losses(out: Path) -> dict[int, float]:
 
 
 def launch_two_processes(*args: str, module: str = "train.pretrain_bert", config: str | None = None,
-                         cpu: bool = True, driver: bool = False, succeed: bool = True) -> subprocess.CompletedProcess:
-    """`accelerate launch` of two processes: gloo DDP, or the distribution of an accelerate `config`; `cpu` sets
-    ACCELERATE_USE_CPU; `driver` runs the module through tests/distributed_driver.py."""
+                         cpu: bool = True, driver: bool = False, succeed: bool = True,
+                         processes: int = 2) -> subprocess.CompletedProcess:
+    """`accelerate launch` of two processes (or `processes`): gloo DDP, or the distribution of an accelerate `config`;
+    `cpu` sets ACCELERATE_USE_CPU; `driver` runs the module through tests/distributed_driver.py."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
     env.pop("ACCELERATE_USE_CPU", None)
@@ -44,7 +45,7 @@ def launch_two_processes(*args: str, module: str = "train.pretrain_bert", config
     how = (["--config_file", config] if config else
            ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"])
     what = [str(REPO / "tests" / "distributed_driver.py"), module] if driver else ["-m", module]
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *how, "--num_processes", "2",
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *how, "--num_processes", str(processes),
            "--main_process_port", str(_free_port()), *what, *args]
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if succeed:

@@ -194,6 +194,23 @@ def test_deepspeed_configs_are_read_by_accelerate_and_build_the_plugin(name, sta
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["fsdp.yaml", "deepspeed_zero2.yaml", "deepspeed_zero3.yaml"])
+def test_one_gpu_through_each_sharding_config_gives_the_plain_first_loss(name, tmp_path):
+    """One process on one GPU through a shipped sharding config (FSDP2, ZeRO-2, ZeRO-3) starts where a plain bf16 run
+    starts: the same first-step loss within bf16's tolerance (DeepSpeed runs the weights in bf16 where plain runs
+    autocast over fp32 weights), and the run records the distribution it ran under."""
+    plain = one_process("gpt", tmp_path / "plain", "--mixed_precision", "bf16", per_device=4)
+    out = tmp_path / "sharded"
+    launch_two_processes(*_args("gpt", out, 4, "--mixed_precision", "bf16"), module="train.pretrain_gpt",
+                         config=f"train/configs/accelerate/{name}", cpu=False, processes=1)
+    launch = json.loads((out / "logs" / "metrics.jsonl").read_text().splitlines()[0])["launch"]
+    assert launch["distributed_type"] == ("FSDP" if name.startswith("fsdp") else "DEEPSPEED")
+    assert _losses(out)[1] == pytest.approx(_losses(plain)[1], rel=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs")
 @pytest.mark.parametrize("name", ["deepspeed_zero2.yaml", "deepspeed_zero3.yaml"])
 def test_deepspeed_trains_and_saves_an_ordinary_folder(name, tmp_path):
     """On two GPUs with deepspeed installed: the run trains, records DeepSpeed and its ZeRO stage, and its final
