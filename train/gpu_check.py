@@ -103,9 +103,12 @@ def resumed_figures(run: Path, output: str) -> dict:
 
 
 def pytest_figures(folder: Path, output: str) -> dict:
-    """The counts of pytest's last line (passed, failed, skipped, errors, tests collected)."""
+    """The counts of pytest's last line (passed, failed, skipped, errors, tests collected) and the tests that failed
+    (read from its verbose lines, so a run killed halfway still names them)."""
     counts = re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?|tests? collected|xfailed|xpassed)", output)
-    return {word.rstrip("s") if word.startswith("error") else word: int(n) for n, word in counts}
+    figures = {word.rstrip("s") if word.startswith("error") else word: int(n) for n, word in counts}
+    failed = sorted(set(re.findall(r"^(\S+::\S+) (?:FAILED|ERROR)", output, flags=re.MULTILINE)))
+    return {**figures, **({"failed_tests": ", ".join(failed)} if failed else {})}
 
 
 def benchmark_figures(folder: Path, output: str) -> dict:
@@ -136,13 +139,21 @@ def env_steps(folder: Path, dry: bool, seconds: float) -> list[Step]:
     return [Step("lineage env", ("train.env",), figures=env_figures)]
 
 
+SHARDING_TESTS = "tests/train/run/test_distributed_fsdp.py"  # the GPU tests that launch processes (FSDP2, ZeRO)
+
+
 def pytest_steps(folder: Path, dry: bool, seconds: float) -> list[Step]:
-    """Every GPU-marked test (a dry run collects them); a module whose imports are missing is reported, not fatal."""
+    """Every GPU-marked test (a dry run collects them) in two steps, so that a step past its time loses only its own
+    tests: those in one process (~6 s start, ~20 s collecting, ~25 tests ~60 s), then the sharding configs (a plain
+    run and three `accelerate launch`es of one process, ~20 s each); a module whose imports are missing is reported."""
     if not (ROOT / "tests").is_dir():
         return []
-    argv = ("pytest", "-m", "gpu", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-            "--continue-on-collection-errors", "--rootdir", str(ROOT), str(ROOT / "tests"))
-    return [Step("pytest -m gpu", (*argv, "--collect-only") if dry else argv, figures=pytest_figures)]
+    argv = ("pytest", "-m", "gpu", "-v", "-p", "no:randomly", "-p", "no:cacheprovider",
+            "--continue-on-collection-errors", "--rootdir", str(ROOT))
+    steps = [Step("pytest -m gpu", (*argv, "--ignore", str(ROOT / SHARDING_TESTS), str(ROOT / "tests")), 85,
+                  pytest_figures),
+             Step("pytest -m gpu (sharding)", (*argv, str(ROOT / SHARDING_TESTS)), 80, pytest_figures)]
+    return [step._replace(argv=(*step.argv, "--collect-only")) for step in steps] if dry else steps
 
 
 # The benchmark rows of docs/performance.md's GPU table, the issue's targets first: (name, its flags on a GPU, its
@@ -279,12 +290,13 @@ class Stage(NamedTuple):
 # Estimates on one H100 with 16 cores; a stage's time left over goes to the next.
 STAGES = (
     Stage(("env",), 10),  # `lineage env`: start ~6 s
-    # pytest: start ~6 s, collecting tests/ ~20 s, ~25 GPU tests ~60 s (the two at 16,384 tokens ~10 s each), the two
-    # DeepSpeed launches ~30 s each: ~150 s; training: 13 steps of ~10-15 s (start ~6 s, a tiny recipe's 6 steps,
-    # evaluation, save), the resumed run 400 steps: ~150 s. Side by side (16 cores, 80 GB): ~150 s, not ~300.
-    Stage(("pytest", "training"), 150),
-    # the targets compiled 80 + 70 + 85 (BENCHMARKS) and generation 55; the other rows only with time left over
-    Stage(("benchmark",), 290),
+    # pytest (pytest_steps): ~85 s in one process, then ~80 s for the sharding configs' launches; training: 13 steps
+    # of ~10-15 s (start ~6 s, a tiny recipe's 6 steps, evaluation, save), the resumed run 400 steps: ~150 s. Side by
+    # side (16 cores, 80 GB): ~165 s, not ~315.
+    Stage(("pytest", "training"), 165),
+    # the targets compiled 80 + 70 + 85 (BENCHMARKS) and generation 55: generation takes what the stage has left;
+    # the other rows only with time left over
+    Stage(("benchmark",), 275),
     # PRETRAINING_OVERHEAD 70 s, then ~20 s of steps: 300 steps of 16 x 1024 tokens at ~30 ms (45% MFU) take ~9 s
     Stage(("pretraining",), 90),
 )

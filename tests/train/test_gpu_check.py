@@ -52,6 +52,7 @@ def test_the_dry_run_reads_the_figures_of_each_part(dry_run):
     _, report = dry_run
     steps = {(part["part"], s["step"]): s["figures"] for part in report["parts"] for s in part["steps"]}
     assert steps["pytest", "pytest -m gpu"]["tests collected"] >= 1
+    assert steps["pytest", "pytest -m gpu (sharding)"]["tests collected"] >= 3  # FSDP2, ZeRO-2, ZeRO-3 on one GPU
     benchmarks = [figures for (part, _), figures in steps.items() if part == "benchmark"]
     assert len(benchmarks) == gpu_check.TARGETS + 1
     assert all(f["train ratio"] > 0 and f["train lineage tokens_per_s"] > 0 for f in benchmarks)
