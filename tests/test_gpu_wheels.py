@@ -78,3 +78,50 @@ def test_the_wheels_folder_is_ignored_and_the_run_script_pins_the_machines_torch
     assert "torch-*.whl" in run and "train.gpu_check --output_dir" in run
     for script in ("gpu_wheels.sh", "gpu_run.sh"):
         assert subprocess.run(["bash", "-n", str(REPO / "tools" / script)]).returncode == 0
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# stands for the GPU machine's python: records each call; the install fails when FAIL_INSTALL is set
+echo "$*" >> "$CALLS"
+if [ "$1" = -c ]; then echo "torch==2.11.0+cu130"; exit 0; fi
+if [ "$2" = pip ] && [ "$3" = install ]; then
+    for arg in "$@"; do case "$prev" in -c) cp "$arg" "$CALLS.constraints";; esac; prev=$arg; done
+    [ -z "${FAIL_INSTALL:-}" ]; exit $?
+fi
+if [ "$2" = train.gpu_check ]; then
+    mkdir -p "$4/benchmark/logs" "$4/training/killed_run/logs" "$4/cache"
+    echo report > "$4/report.md"; echo {} > "$4/report.json"; echo log > "$4/benchmark/logs/gpt.log"
+    echo {} > "$4/training/killed_run/logs/metrics.jsonl"; echo weights > "$4/cache/model.safetensors"
+    exit 3
+fi
+exit 0
+"""
+
+
+@pytest.mark.parametrize("install_fails", [False, True])
+def test_the_run_script_pins_torch_runs_the_check_and_brings_back_its_report_and_logs(tmp_path, install_fails):
+    """gpu_run.sh with a stand-in python: the install pins the machine's torch; the check runs (also after a failed
+    install) with what is left of the seconds; $OUT gets report.md, report.json and the logs' archive, not the
+    check's large files; the script exits with the check's status."""
+    import tarfile
+
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    wheels, out, calls = tmp_path / "wheels", tmp_path / "OUT", tmp_path / "calls"
+    wheels.mkdir()
+    out.mkdir()
+    (wheels / "top-level.txt").write_text("lineage\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake), "OUT": str(out), "CALLS": str(calls),
+           **({"FAIL_INSTALL": "1"} if install_fails else {})}
+    result = subprocess.run(["bash", str(REPO / "tools" / "gpu_run.sh"), str(wheels), str(tmp_path / "check")],
+                            env=env, capture_output=True, text=True)
+    assert result.returncode == 3, result.stderr
+    assert (calls.parent / "calls.constraints").read_text().strip() == "torch==2.11.0+cu130"
+    check = next(line for line in calls.read_text().splitlines() if "train.gpu_check" in line).split()
+    assert check[check.index("--output_dir") + 1] == str(tmp_path / "check")
+    assert 0 < int(check[check.index("--budget_seconds") + 1]) <= 570
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-check-logs.tar.gz", "report.json", "report.md"]
+    with tarfile.open(out / "gpu-check-logs.tar.gz") as archive:
+        assert sorted(archive.getnames()) == ["./benchmark/logs/gpt.log", "./training/killed_run/logs/metrics.jsonl"]
+    assert ("the offline install failed" in result.stderr) == install_fails
