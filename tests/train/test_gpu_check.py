@@ -115,3 +115,33 @@ def test_a_step_past_its_time_is_killed_and_the_rest_is_not_run(tmp_path):
     assert time.monotonic() - began < 30
     assert result["status"] == "timed out"
     assert [s["status"] for s in result["steps"]] == ["timed out", "not run (out of time)"]
+
+
+def test_every_command_of_the_gpu_plan_parses_and_passes_its_argument_checks(tmp_path, monkeypatch):
+    """The plan's own command lines (not the dry run's) read by each command's parser and checks, so that a flag the
+    GPU run would refuse (an unknown key, a length past a preset's positions) is found here, not in the GPU's minutes.
+    The benchmark's device checks see a GPU."""
+    from train import benchmark, train_tokenizer
+    from train.run import recipes
+
+    monkeypatch.setattr(benchmark, "device", lambda: torch.device("cuda"))
+    monkeypatch.setattr(benchmark, "compiler_error", lambda device_type="cpu": None)
+    scripts = {"pretrain_bert", "pretrain_gpt", "finetune", "train_translation"}
+    checked = set()
+    for stage in gpu_check.STAGES:
+        for name in stage.parts:
+            for step in gpu_check.PART[name].steps(tmp_path / name, False, 300):
+                module, argv = step.argv[0], list(step.argv[1:])
+                if module == "train.benchmark":
+                    benchmark.parse_args(argv)
+                elif module.removeprefix("train.") in scripts:
+                    recipes.parse_args(argv, None, "", module.removeprefix("train."))
+                elif module == "train.prepare":
+                    recipes.parse_args(argv, None, "")
+                elif module == "train.train_tokenizer":
+                    train_tokenizer.parse_args(argv)
+                else:
+                    continue
+                checked.add(module)
+    assert checked == {"train.benchmark", "train.pretrain_bert", "train.pretrain_gpt", "train.finetune",
+                       "train.train_translation", "train.prepare", "train.train_tokenizer"}
