@@ -10,7 +10,6 @@ import pytest
 from conftest import REPO
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from packaging.requirements import Requirement
 
 spec = importlib.util.spec_from_file_location("wheel_list", REPO / "tools" / "wheel_list.py")
 wheel_list = importlib.util.module_from_spec(spec)
@@ -18,37 +17,53 @@ spec.loader.exec_module(wheel_list)
 
 IMAGE = wheel_list.read_image(REPO / "tools" / "gpu_image.txt")
 names = st.sampled_from(["torch", "triton", "nvidia-cublas-cu12", "cuda-bindings", "lineage", "deepspeed",
-                         "transformers", "datasets", "dill", "fsspec", "pyarrow", "peft", "pydantic"])
+                         "transformers", "datasets", "dill", "fsspec", "pyarrow", "matplotlib", "peft", "pydantic"])
 versions = st.sampled_from(["1.0", "2.0", "3.0"])
+OWN = ("torch", "triton", "lineage", "deepspeed")
 
 
-def _report(packages: dict[str, str], requires: list[str]) -> dict:
-    items = [{"metadata": {"name": name, "version": version, "requires_dist": requires if i == 0 else []}}
-             for i, (name, version) in enumerate(packages.items())]
-    return {"install": items, "environment": {}}
+def _report(packages: dict[str, str], requires: dict[str, list[str]], requested: set[str] = frozenset()) -> dict:
+    return {"install": [{"metadata": {"name": name, "version": version, "requires_dist": requires.get(name, [])},
+                         "requested": name in requested} for name, version in packages.items()], "environment": {}}
 
 
-@settings(max_examples=100, deadline=None, derandomize=True)
+@settings(max_examples=150, deadline=None, derandomize=True)
 @given(st.dictionaries(names, st.none() | versions), st.dictionaries(names, versions, min_size=1),
-       st.lists(st.tuples(names, st.sampled_from(["", ">=2.0", "<=2.0", "==1.0"])), max_size=3))
-def test_the_list_holds_what_the_image_lacks_and_never_torch(image, resolved, requires):
-    requires = [Requirement(name + specifier) for name, specifier in requires]
-    listed = dict(line.split("==") for line in wheel_list.carry(image, [_report(resolved, list(map(str, requires)))]))
-    for name, version in resolved.items():
-        own = name in ("torch", "triton", "lineage", "deepspeed") or name.startswith(("nvidia-", "cuda-"))
-        on_it = [r.specifier for r in requires if r.name == name]
-        if name not in image:
-            lacks = True
-        elif image[name] is None:  # unknown: it travels where something caps it
-            lacks = any(str(spec)[0] in "<=" for spec in on_it if str(spec))
-        else:
-            lacks = not all(spec.contains(image[name]) for spec in on_it)
-        assert (listed.get(name) == version) == (lacks and not own), (name, version, image.get(name), on_it)
-    assert set(listed) <= set(resolved)
+       st.lists(st.tuples(names, names, st.sampled_from(["", ">=2.0", "<=2.0", "==1.0"])), max_size=6),
+       st.sets(names, max_size=3))
+def test_what_travels_is_what_the_asked_for_packages_need_and_the_image_lacks(image, resolved, edges, roots):
+    """Never torch, its CUDA libraries or what is built here; each listed package is asked for (a root the image
+    lacks) or needed by one that travels; whatever a travelling package needs and the image lacks entirely travels."""
+    requires: dict[str, list[str]] = {}
+    for parent, child, specifier in edges:
+        requires.setdefault(parent, []).append(child + specifier)
+    listed = dict(line.split("==") for line in wheel_list.carry(image, [_report(resolved, requires, roots)]))
+    going = set(listed) | {name for name in roots & set(resolved) if name in ("lineage", "deepspeed")}
+    for name, version in listed.items():
+        assert name not in OWN and not name.startswith(("nvidia-", "cuda-")) and version == resolved[name]
+        assert (name in roots and name not in image) or any(p in going for p, c, _ in edges if c == name), name
+    for parent, child, _ in edges:
+        if parent in going and child in resolved and child not in image and child not in OWN \
+                and not child.startswith(("nvidia-", "cuda-")):
+            assert child in listed, (parent, child)
+
+
+def test_a_package_travels_for_what_a_travelling_one_asks_not_for_what_the_image_holds():
+    """transformers too old on the image travels, and so does the regex it floors (version unknown there); sympy,
+    asked only by the image's torch, stays; matplotlib's and pyarrow's floors are trusted (TRUSTED_FLOORS)."""
+    image = {"torch": "2.11.0", "transformers": "5.17.0", "regex": None, "sympy": None, "matplotlib": None,
+             "pyarrow": None}
+    packages = {"lineage": "0.1", "torch": "2.11.0", "transformers": "5.24.0", "regex": "2026.1", "sympy": "1.14",
+                "matplotlib": "3.10", "datasets": "5.2", "pyarrow": "24.0"}
+    requires = {"lineage": ["torch>=2.4", "transformers>=5.23", "matplotlib>=3.7", "datasets>=4.3"],
+                "transformers": ["regex>=2025.10.22"], "torch": ["sympy>=1.13.3"], "datasets": ["pyarrow>=24.0.0"]}
+    assert wheel_list.carry(image, [_report(packages, requires, {"lineage"})]) == [
+        "datasets==5.2", "regex==2026.1", "transformers==5.24.0"]
 
 
 def test_each_version_of_several_resolutions_travels_once():
-    reports = [_report({"datasets": "5.2", "dill": "0.4.1"}, []), _report({"datasets": "4.8", "dill": "0.4.1"}, [])]
+    reports = [_report({"datasets": version, "dill": "0.4.1"}, {"datasets": ["dill"]}, {"datasets"})
+               for version in ("5.2", "4.8")]
     assert wheel_list.carry({}, reports) == ["datasets==4.8", "datasets==5.2", "dill==0.4.1"]
 
 

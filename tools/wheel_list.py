@@ -4,8 +4,10 @@ the machine's image (tools/gpu_image.txt) lacks or holds at another version, one
     python tools/wheel_list.py ceilings tools/gpu_image.txt pyproject.toml peft ...  # the resolution's constraints
     python tools/wheel_list.py carry tools/gpu_image.txt resolved.json ...           # for `pip download --no-deps`
 
-An image package travels when a resolved package rejects its version, or caps it (`<`, `<=`, `==`, `~=`) where its
-version is unknown; pip on the machine keeps the installed one wherever it fits. docs/performance.md ("GPU figures").
+An image package travels when a resolved package rejects its version, or, where its version is unknown, asks
+anything of it (a cap, or a floor such as transformers' `regex>=2025.10.22`), but for the large packages of
+`TRUSTED_FLOORS`, which travel only when capped; pip on the machine keeps the installed one wherever it fits.
+docs/performance.md ("GPU figures").
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ TORCH_OWN = ("torch", "triton")  # the machine's CUDA torch: never carried, what
 TORCH_CUDA = ("nvidia-", "cuda-")  # the CUDA libraries of torch's build: the machine's own, named by its CUDA version
 BUILT_HERE = ("lineage", "deepspeed")  # wheels gpu_wheels.sh builds (`pip wheel`), not downloads
 CAPS = ("<", "<=", "==", "===", "~=")
+# over 5 MB each, and an image of 2026-11 holds a release above every floor the project's packages set (pyarrow's,
+# datasets 5.2's >=24, is why gpu_wheels.sh also resolves the newest datasets 4.x, which asks >=21): only a cap on
+# one of these makes it travel where the image's version is unknown
+TRUSTED_FLOORS = ("pyarrow", "pandas", "matplotlib", "tensorboard", "scipy", "grpcio", "pillow", "scikit-learn")
 TARGET = {"python_version": "3.12", "python_full_version": "3.12.3", "extra": ""}  # the machine's python3
 
 
@@ -58,39 +64,54 @@ def ceilings(image: dict[str, str | None], requirements: list[Requirement]) -> l
     return [f"{name}<={version}" for name, version in sorted(image.items()) if version and accepted(name, version)]
 
 
-def specifiers(report: dict) -> dict[str, list[SpecifierSet]]:
-    """name -> what the resolved packages require of it (markers read for the machine's python)."""
+def requirements_of(report: dict) -> dict[str, list[Requirement]]:
+    """name -> the requirements of that resolved package (markers read for the machine's python)."""
     environment = {**report.get("environment", {}), **TARGET}
-    found: dict[str, list[SpecifierSet]] = {}
-    for item in report["install"]:
-        for requirement in map(Requirement, item["metadata"].get("requires_dist", [])):
-            if requirement.marker is None or requirement.marker.evaluate(environment):
-                found.setdefault(canonical(requirement.name), []).append(requirement.specifier)
-    return found
+    return {canonical(item["metadata"]["name"]): [r for r in map(Requirement, item["metadata"].get("requires_dist", []))
+                                                  if r.marker is None or r.marker.evaluate(environment)]
+            for item in report["install"]}
 
 
 def lacks(image: dict[str, str | None], name: str, required: list[SpecifierSet]) -> bool:
     """Whether the machine lacks what `required` asks of `name`: not in the image, in it at a version one of them
-    rejects, or in it at an unknown version one of them caps."""
+    rejects, or in it at an unknown version one of them constrains (caps only, for `TRUSTED_FLOORS`)."""
     if name not in image:
         return True
     if image[name] is None:
-        return any(spec.operator in CAPS for specifier in required for spec in specifier)
+        asked = [spec for specifier in required for spec in specifier]
+        return any(spec.operator in CAPS for spec in asked) if name in TRUSTED_FLOORS else bool(asked)
     return not all(specifier.contains(image[name], prereleases=True) for specifier in required)
 
 
+def travelling(image: dict[str, str | None], report: dict) -> set[str]:
+    """The packages of one resolution that go to the machine: what was asked for (`requested`) and the image lacks,
+    what is built here, then, until nothing changes, what those ask for that the image lacks (`lacks`). The
+    requirements of a package that stays (torch, or anything the image holds) are its own installation's business."""
+    requires, versions = requirements_of(report), {canonical(i["metadata"]["name"]) for i in report["install"]}
+    movable = {name for name in versions if not name.startswith(TORCH_CUDA) and name not in TORCH_OWN}
+    going = {canonical(i["metadata"]["name"]) for i in report["install"] if i.get("requested")} & movable
+    going = {name for name in going if name in BUILT_HERE or lacks(image, name, [])}
+    while True:
+        asked: dict[str, list[SpecifierSet]] = {}
+        for parent in going:
+            for requirement in requires.get(parent, []):
+                asked.setdefault(canonical(requirement.name), []).append(requirement.specifier)
+        more = {name for name, wanted in asked.items()
+                if name in movable and name not in going and lacks(image, name, wanted)}
+        if not more:
+            return going
+        going |= more
+
+
 def carry(image: dict[str, str | None], reports: list[dict]) -> list[str]:
-    """`name==version` of each package the reports install that the machine lacks (`lacks`); never torch, its CUDA
-    libraries nor what is built here. Sorted, each version once."""
+    """`name==version` of each package of the reports that travels (`travelling`), but what is built here: sorted,
+    each version once."""
     found = set()
     for report in reports:
-        required = specifiers(report)
-        for item in report["install"]:
-            name, version = canonical(item["metadata"]["name"]), item["metadata"]["version"]
-            own = name.startswith(TORCH_CUDA) or name in TORCH_OWN + BUILT_HERE
-            if not own and lacks(image, name, required.get(name, [])):
-                found.add((name, version))
-    return [f"{name}=={version}" for name, version in sorted(found)]
+        going = travelling(image, report)
+        found |= {(canonical(item["metadata"]["name"]), item["metadata"]["version"]) for item in report["install"]
+                  if canonical(item["metadata"]["name"]) in going}
+    return [f"{name}=={version}" for name, version in sorted(found) if name not in BUILT_HERE]
 
 
 if __name__ == "__main__":
