@@ -22,7 +22,6 @@ import re
 import shlex
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -63,22 +62,16 @@ def _records(run: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
 
 
-def _median(records: list[dict], *keys: str) -> float | None:
-    values = [r[key] for r in records for key in keys if isinstance(r.get(key), (int, float))]
-    return statistics.median(values) if values else None
+RUN_FIGURES = ("steps", "train_loss", "tokens_per_s", "mfu")  # results.json's (the medians: `Engine._summary`)
 
 
 def run_figures(run: Path, output: str = "") -> dict:
-    """A training run's last loss, median tokens/s and MFU (where its log has them) and its evaluation."""
-    records = _records(run)
-    losses = [(r["step"], r["loss"]) for r in records if "loss" in r]
+    """A training run's steps, last loss, median tokens/s and MFU (where it has them) and its evaluation, as its
+    `results.json` holds them."""
     results = run / "model" / "results.json"
-    evaluation = json.loads(results.read_text()) if results.is_file() else {}
-    figures = {"steps": losses[-1][0] if losses else 0, "last_loss": losses[-1][1] if losses else None,
-               "tokens_per_second": _median(records, "tokens_per_second", "tokens_per_s"),
-               "mfu": _median(records, "mfu"),
-               **{k: v for k, v in evaluation.items() if k.startswith("eval_") and isinstance(v, (int, float))}}
-    return {k: v for k, v in figures.items() if v is not None}
+    figures = json.loads(results.read_text()) if results.is_file() else {}
+    return {k: v for k, v in figures.items()
+            if (k in RUN_FIGURES or k.startswith("eval_")) and isinstance(v, (int, float))}
 
 
 def curve_figures(run: Path, output: str = "") -> dict:

@@ -59,6 +59,7 @@ def test_the_dry_run_reads_the_figures_of_each_part(dry_run):
     assert "generate dynamic ratio" in steps["benchmark", "generation"]
     assert steps["training", "prepared_run"]["prepared_store_reused"] is True
     assert steps["training", "resumed_run"]["resumes"] == 1
+    assert steps["training", "pretrain_gpt"]["tokens_per_s"] > 0 and steps["training", "pretrain_gpt"]["steps"] == 2
     curve = steps["pretraining", "gpt-124m"]["loss_curve"]
     assert [step for step, _ in curve] == sorted({step for step, _ in curve}) and len(curve) >= 2
 
