@@ -182,13 +182,24 @@ def _summed_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         return nn.functional.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=label_smoothing,
                                            reduction="sum")
     if lm_loss_backend(hidden.device) == "liger":
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
-
-        loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
-        return loss_fn(weight[:vocab_size], hidden, labels, bias[:vocab_size] if bias is not None else None)
+        return _liger_summed_loss(hidden, weight[:vocab_size], bias[:vocab_size] if bias is not None else None, labels,
+                                  label_smoothing)
     grads = tuple(torch.is_grad_enabled() and x is not None and x.requires_grad for x in (hidden, weight, bias))
     return ChunkedLinearCrossEntropy.apply(hidden, weight, bias, labels, vocab_size, label_smoothing, chunk_size,
                                            grads)
+
+
+@torch.compiler.disable
+def _liger_summed_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
+                       label_smoothing: float) -> torch.Tensor:
+    """Liger Kernel's fused linear cross-entropy, summed, always run eagerly: under `torch.compile` the graph breaks
+    around it, since Dynamo cannot trace its forward (torch 2.11, liger-kernel 0.8.5: `torch.addmm(..., out_dtype=)`
+    fails on fake tensors, found on an H200 by `lineage gpu-check`); the Triton kernels it launches are compiled
+    already."""
+    from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+    loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
+    return loss_fn(weight, hidden, labels, bias)
 
 
 def lm_output(
