@@ -58,8 +58,9 @@ def requested_type() -> DistributedType | None:
     return None
 
 
-def build_accelerator(**kwargs) -> Accelerator:
-    """An Accelerator that runs as the launch asked, or a `DistributedSetupError` before anything is built on it."""
+def build_accelerator(micro_batch_size: int, **kwargs) -> Accelerator:
+    """An Accelerator that runs as the launch asked, or a `DistributedSetupError` before anything is built on it;
+    `micro_batch_size`: examples per process and step, which DeepSpeed is told (`set_micro_batch_size`)."""
     asked = requested_type()
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     plugin = FullyShardedDataParallelPlugin() if asked is DistributedType.FSDP else None
@@ -74,7 +75,17 @@ def build_accelerator(**kwargs) -> Accelerator:
                else "FSDP needs several processes in one group (GPUs, or CPU processes with ACCELERATE_USE_CPU=true)")
         raise DistributedSetupError(f"the accelerate config asks for {asked.name}, but this machine would run it as "
                                     f"DistributedType.{got.name}: {why}")
+    if got is DistributedType.DEEPSPEED:
+        set_micro_batch_size(accelerator.state.deepspeed_plugin, micro_batch_size)
     return accelerator
+
+
+def set_micro_batch_size(plugin, micro_batch_size: int) -> None:
+    """DeepSpeed's `train_micro_batch_size_per_gpu`, where the config leaves it "auto" (the shipped ones do): Accelerate
+    reads it from a data loader prepared with the model, but the engine prepares its loaders apart (a stream has
+    none), and `prepare(model, ...)` alone would refuse (found on an H200 by `lineage gpu-check`)."""
+    if plugin.is_auto("train_micro_batch_size_per_gpu"):
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = micro_batch_size
 
 
 def check_launch() -> None:
@@ -211,4 +222,5 @@ def one_process_first(local: bool = False) -> Iterator[bool]:
 
 __all__ = ["CpuPeers", "DistributedSetupError", "build_accelerator", "check_launch", "describe",
            "enable_gradient_checkpointing", "forget_accelerate_state", "mark_sharded_for_generate", "one_process_first",
-           "report_failure", "requested_type", "resolve_mixed_precision", "token_mean", "unsharded"]
+           "report_failure", "requested_type", "resolve_mixed_precision", "set_micro_batch_size", "token_mean",
+           "unsharded"]

@@ -163,6 +163,7 @@ class Engine:
         """The run's Accelerator."""
         r = self.recipe
         return distributed.build_accelerator(
+            r.per_device_train_batch_size,
             gradient_accumulation_steps=r.gradient_accumulation_steps,
             mixed_precision=distributed.resolve_mixed_precision(r.mixed_precision),
             log_with=trackers(r.report_to) or None,

@@ -66,7 +66,7 @@ def main(argv: list[str]) -> None:
     from train.run import distributed
 
     run, broken, out = map(Path, argv)
-    accelerator = distributed.build_accelerator()
+    accelerator = distributed.build_accelerator(1)
     model = AutoModelForCausalLM.from_pretrained(run / "model")
     model, _ = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.0))  # FSDP2 takes both at once
     opened, safe_open = [], averaging.safe_open

@@ -18,6 +18,8 @@ import pytest
 import torch
 from test_distributed import NO_DROPOUT, REPO, _losses, launch_two_processes
 
+from train.run import distributed
+
 TOL = 1e-5
 FSDP_CPU = "train/configs/accelerate/fsdp_cpu.yaml"
 FAMILIES = {  # entry script, recipe, Auto class of the final folder
@@ -162,11 +164,9 @@ def test_fsdp_with_gradient_checkpointing_matches_one_process_without(runs, tmp_
     assert_same_losses(fsdp, runs("transformer", "one"), [1, 2, 3, 4])
 
 
-@pytest.mark.parametrize("name, stage", [("deepspeed_zero2.yaml", 2), ("deepspeed_zero3.yaml", 3)])
-def test_deepspeed_configs_are_read_by_accelerate_and_build_the_plugin(name, stage, monkeypatch):
-    """What `accelerate launch` does with the config up to starting the processes (parse, turn into their
-    environment), then the plugin each process builds from it. Not checked here: DeepSpeed's own validation of the
-    resulting config (`deepspeed.initialize`, GPU-only) — test_deepspeed_trains_and_saves_an_ordinary_folder."""
+def deepspeed_plugin(name: str, monkeypatch):
+    """What `accelerate launch` does with the shipped config `name` up to starting the processes (parse, turn into
+    their environment), then the plugin each process builds from it."""
     from accelerate.commands.launch import (
         _validate_launch_command,
         launch_command_parser,
@@ -185,12 +185,33 @@ def test_deepspeed_configs_are_read_by_accelerate_and_build_the_plugin(name, sta
     for key, value in env.items():
         if key.startswith("ACCELERATE_"):
             monkeypatch.setenv(key, value)
-    plugin = DeepSpeedPlugin()
+    return DeepSpeedPlugin()
+
+
+@pytest.mark.parametrize("name, stage", [("deepspeed_zero2.yaml", 2), ("deepspeed_zero3.yaml", 3)])
+def test_deepspeed_configs_are_read_by_accelerate_and_build_the_plugin(name, stage, monkeypatch):
+    """The plugin each process builds from a shipped config. Not checked here: DeepSpeed's own validation of the
+    resulting config (`deepspeed.initialize`, GPU-only) — test_deepspeed_trains_and_saves_an_ordinary_folder."""
+    plugin = deepspeed_plugin(name, monkeypatch)
     zero = plugin.deepspeed_config["zero_optimization"]
     assert plugin.zero_stage == zero["stage"] == stage
     assert zero["offload_optimizer"]["device"] == zero["offload_param"]["device"] == "none"
     assert plugin.hf_ds_config.is_zero3() == (stage == 3)
     assert zero["stage3_gather_16bit_weights_on_model_save"] == (stage == 3)  # ZeRO-3 saves a normal folder
+
+
+@pytest.mark.parametrize("name", ["deepspeed_zero2.yaml", "deepspeed_zero3.yaml"])
+def test_deepspeed_is_told_the_micro_batch_the_engine_prepares_apart(name, monkeypatch):
+    """The shipped configs leave `train_micro_batch_size_per_gpu` to Accelerate, which reads it from a data loader
+    prepared with the model; the engine prepares its loaders apart (a stream has none), so `prepare(model, ...)` alone
+    refused on the GPU until `build_accelerator` told the plugin the recipe's batch. A value the config sets stays."""
+    plugin = deepspeed_plugin(name, monkeypatch)
+    assert plugin.is_auto("train_micro_batch_size_per_gpu")  # what made Accelerate refuse
+    distributed.set_micro_batch_size(plugin, 4)
+    assert not plugin.is_auto("train_micro_batch_size_per_gpu")
+    assert plugin.get_value("train_micro_batch_size_per_gpu") == 4
+    distributed.set_micro_batch_size(plugin, 8)
+    assert plugin.get_value("train_micro_batch_size_per_gpu") == 4
 
 
 @pytest.mark.gpu
