@@ -21,7 +21,7 @@ if ls "$wheels"/torch-*.whl >/dev/null 2>&1; then
 fi
 constraints=$(mktemp)
 trap 'rm -f "$constraints"' EXIT
-"$python" -c 'import torch; print(f"torch=={torch.__version__}")' > "$constraints"
+"$python" -c 'from importlib.metadata import version; print("torch==" + version("torch"))' > "$constraints"
 PIP_BREAK_SYSTEM_PACKAGES=1 "$python" -m pip install --no-index --find-links "$wheels" --no-compile --quiet \
     -c "$constraints" -r "$wheels/top-level.txt" \
     || echo "gpu_run: the offline install failed (above); the check runs with what is installed" >&2
