@@ -152,8 +152,9 @@ def lm_head_loss(
     `hidden_states` (..., C), `labels` (...) with -100 left out; `weight` (V', C), `bias` (V',) or None, rows past
     `vocab_size` outside the softmax; `shift`: position t predicts label t + 1; `num_items_in_batch`: divide the sum by
     this count (Trainer's gradient accumulation), else the mean; `chunk_size`: tokens per chunk (by default
-    `LM_LOSS_CHUNK_ELEMENTS` logits, docs/performance.md); `dense`: all logits at once (a run-time token count under
-    `torch.compile`); `check_labels`: False for a caller that checked them."""
+    `LM_LOSS_CHUNK_ELEMENTS` logits, docs/performance.md); `dense`: all logits at once (`lm_output` under
+    `torch.compile`, where Inductor fuses them with the cross-entropy); `check_labels`: False for a caller that checked
+    them."""
     if check_labels:
         check_label_ids(labels, vocab_size)
     if shift:
@@ -182,24 +183,13 @@ def _summed_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         return nn.functional.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=label_smoothing,
                                            reduction="sum")
     if lm_loss_backend(hidden.device) == "liger":
-        return _liger_summed_loss(hidden, weight[:vocab_size], bias[:vocab_size] if bias is not None else None, labels,
-                                  label_smoothing)
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+        loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
+        return loss_fn(weight[:vocab_size], hidden, labels, bias[:vocab_size] if bias is not None else None)
     grads = tuple(torch.is_grad_enabled() and x is not None and x.requires_grad for x in (hidden, weight, bias))
     return ChunkedLinearCrossEntropy.apply(hidden, weight, bias, labels, vocab_size, label_smoothing, chunk_size,
                                            grads)
-
-
-@torch.compiler.disable
-def _liger_summed_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
-                       label_smoothing: float) -> torch.Tensor:
-    """Liger Kernel's fused linear cross-entropy, summed, always run eagerly: under `torch.compile` the graph breaks
-    around it, since Dynamo cannot trace its forward (torch 2.11, liger-kernel 0.8.5: `torch.addmm(..., out_dtype=)`
-    fails on fake tensors, found on an H200 by `lineage gpu-check`); the Triton kernels it launches are compiled
-    already."""
-    from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
-
-    loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
-    return loss_fn(weight, hidden, labels, bias)
 
 
 def lm_output(
@@ -222,7 +212,10 @@ def lm_output(
     `logits_to_keep` positions, reduced to the labelled ones (`sparse_prediction`), through `transform` into
     `output_layer` (+ `logits_bias`). With `skip_logits` the loss alone (`lm_head_loss`); else the real vocabulary's
     logits and, with labels, `model.loss_function` of them. `shift`: position t predicts label t + 1, unless
-    `shift_labels` are given already aligned."""
+    `shift_labels` are given already aligned. Under `torch.compile` the loss without logits takes the dense logits:
+    Inductor fuses their float32 cast and the cross-entropy into the model's graph, as for the transformers models
+    (Dynamo failed inside Liger's kernel on an H200; run apart from the graph it made the step 0.55x
+    `GPT2LMHeadModel`'s: docs/performance.md, "GPU figures")."""
     vocab_size = model.config.vocab_size
     if shift_labels is not None:
         labels, shift = shift_labels.contiguous(), False  # `ForCausalLMLoss` views them
@@ -237,7 +230,7 @@ def lm_output(
         return None, lm_head_loss(hidden_states, output_layer.weight, bias, labels, vocab_size=vocab_size,
                                   label_smoothing=label_smoothing,
                                   num_items_in_batch=loss_kwargs.get("num_items_in_batch"), shift=shift,
-                                  dense=sparse_prediction and torch.compiler.is_compiling(), check_labels=False)
+                                  dense=torch.compiler.is_compiling(), check_labels=False)
     logits = output_layer(hidden_states)  # (B, T', V') or (N, V')
     logits = vocab_logits(logits + logits_bias if logits_bias is not None else logits, vocab_size)
     if labels is None:
