@@ -4,7 +4,10 @@ accepts, and never torch; the resolution is capped at the image's versions the p
 git-ignored, and the run script pins the machine's own torch."""
 
 import importlib.util
+import os
+import shlex
 import subprocess
+import sys
 
 import pytest
 from conftest import REPO
@@ -89,10 +92,30 @@ def test_the_wheels_folder_is_ignored_and_the_run_script_pins_the_machines_torch
         pytest.skip("not a git checkout")
     assert ignored.returncode == 0
     run = (REPO / "tools" / "gpu_run.sh").read_text()
-    assert "--no-index" in run and 'torch=={torch.__version__}' in run and '-c "$constraints"' in run
+    assert "--no-index" in run and '-c "$constraints"' in run
     assert "torch-*.whl" in run and "train.gpu_check --output_dir" in run
     for script in ("gpu_wheels.sh", "gpu_run.sh"):
         assert subprocess.run(["bash", "-n", str(REPO / "tools" / script)]).returncode == 0
+
+
+def test_the_run_scripts_torch_constraint_admits_the_installed_torch(tmp_path):
+    """The constraint the run script writes, run here where the imported torch says another version than its
+    distribution: it must admit the installed distribution (on the GPU image `torch.__version__` said 2.11.0+cu130
+    while the distribution is 2.11.0, and a pin at the former refused every install)."""
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    run = (REPO / "tools" / "gpu_run.sh").read_text()
+    line = next(line for line in run.splitlines() if line.endswith('> "$constraints"'))
+    program = shlex.split(line.split(">")[0])[2]  # "$python" -c '<program>'
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text('__version__ = "0.0.1+elsewhere"\n')
+    written = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": str(tmp_path)}).stdout
+    requirement = Requirement(written.strip())
+    assert requirement.name == "torch"
+    assert requirement.specifier.contains(version("torch"), prereleases=True)
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash
