@@ -1,14 +1,14 @@
 """The GPU proof (issue 37): every GPU path of Lineage run once, each part timed and bounded, into one report.
 
-    lineage gpu-check --output_dir gpu-check                        # on one CUDA GPU: the whole plan, --budget_seconds
+    lineage gpu-check --output_dir gpu-check                        # on one CUDA GPU: the whole plan, ~630 s
     lineage gpu-check --output_dir gpu-check --dry_run true         # the same plan on the CPU at tiny sizes (CI)
     lineage gpu-check --output_dir gpu-check --parts env,benchmark --budget_seconds 300
 
 The plan is `STAGES` of `PARTS` of steps, each `python -m ...` in its own process group; the parts of a stage run
-side by side (they check), those that time run alone. A stage gets its share of `--budget_seconds`, a step its
-estimate's share of what its part has left, or up to SLACK x its estimate; one past its time is killed (timed out),
-those left when its part's time is spent are not run. Writes `report.json` and `report.md` into `--output_dir`
-(`train.run.run_folder.output_in_place`). docs/performance.md ("GPU figures").
+side by side (they check), those that time run alone, and a part's lanes of steps side by side. A stage gets its share
+of `--budget_seconds`, a step its estimate's share of what its lane has left, or up to SLACK x its estimate; one past
+its time is killed (timed out), those left when its part's time is spent are not run. Writes `report.json` and
+`report.md` into `--output_dir` (`train.run.run_folder.output_in_place`). docs/performance.md ("GPU figures").
 """
 
 from __future__ import annotations
@@ -44,9 +44,10 @@ TAIL = 3000  # characters of a step's output kept in the report
 class Step(NamedTuple):
     name: str  # its row in the report, and its folder under its part's
     argv: tuple[str, ...]  # what follows `python -m`
-    weight: float = 10.0  # its estimated seconds on one H100: its share of the time its part has left
+    weight: float = 10.0  # its estimated seconds on one GPU: its share of the time its lane has left
     figures: Callable[[Path, str], dict] | None = None  # (its folder, its output) -> what it measured
     kill_at_checkpoint: bool = False  # SIGKILL it once its run's folder holds a complete checkpoint
+    lane: str = ""  # the steps of a part's lanes run side by side, those of one lane in turn
 
 
 class Part(NamedTuple):
@@ -136,40 +137,41 @@ SHARDING_TESTS = "tests/train/run/test_distributed_fsdp.py"  # the GPU tests tha
 
 
 def pytest_steps(folder: Path, dry: bool, seconds: float) -> list[Step]:
-    """Every GPU-marked test (a dry run collects them) in two steps, so that a step past its time loses only its own
-    tests: those in one process (~6 s start, ~20 s collecting, ~25 tests ~60 s), then the sharding configs (a plain
-    run and three `accelerate launch`es of one process, ~20 s each); a module whose imports are missing is reported."""
+    """Every GPU-marked test (a dry run collects them) in two steps side by side, so that a step past its time loses
+    only its own tests: those in one process (53 s on an H200), and the sharding configs (a plain run and three
+    `accelerate launch`es of one process: 101 s with two failing early, ~130 s passing); a module whose imports are
+    missing is reported."""
     if not (ROOT / "tests").is_dir():
         return []
     argv = ("pytest", "-m", "gpu", "-v", "-p", "no:randomly", "-p", "no:cacheprovider",
             "--continue-on-collection-errors", "--rootdir", str(ROOT))
-    steps = [Step("pytest -m gpu", (*argv, "--ignore", str(ROOT / SHARDING_TESTS), str(ROOT / "tests")), 85,
-                  pytest_figures),
-             Step("pytest -m gpu (sharding)", (*argv, str(ROOT / SHARDING_TESTS)), 80, pytest_figures)]
+    steps = [Step("pytest -m gpu", (*argv, "--ignore", str(ROOT / SHARDING_TESTS), str(ROOT / "tests")), 70,
+                  pytest_figures, lane="in one process"),
+             Step("pytest -m gpu (sharding)", (*argv, str(ROOT / SHARDING_TESTS)), 130, pytest_figures,
+                  lane="launches")]
     return [step._replace(argv=(*step.argv, "--collect-only")) for step in steps] if dry else steps
 
 
 # The benchmark rows of docs/performance.md's GPU table, the issue's targets first: (name, its flags on a GPU, its
-# tiny flags in a dry run, its compiled row's estimated seconds on one H100). The estimates: process start (torch,
-# transformers) ~6 s; both models built, 2 warm-up and 5 timed steps ~5 s; an inductor cold compile of a ~110-124M
-# model's forward and backward ~30-45 s on 16 cores, and a compiled --reference row compiles two models (Lineage's and
-# the reference's): 11 + 2 x 35 (GPT), 11 + 2 x 30 (BERT at 128 tokens), 11 + 2 x 37 (encoder and decoder).
+# tiny flags in a dry run, its compiled row's estimated seconds on one GPU). Measured on one H200 with 16 cores
+# (2026-11-27): BERT 104 s, the Transformer 113 s (a compiled --reference row compiles two models, Lineage's and the
+# reference's, ~45 s each after a ~12 s start); GPT-124M's under 125 s.
 BENCHMARKS = (
     ("gpt-124m", "--model gpt-124m-prenorm --task causal-lm --batch_size 16 --seq_length 1024",
-     "--model gpt-tiny --task causal-lm", 80),
+     "--model gpt-tiny --task causal-lm", 110),
     ("bert-base-unpadded", "--model bert-base --task mlm --batch_size 64 --seq_length 128 --sparse_prediction "
-                           "--unpad_inputs", "--model bert-tiny --task mlm --sparse_prediction --unpad_inputs", 70),
+                           "--unpad_inputs", "--model bert-tiny --task mlm --sparse_prediction --unpad_inputs", 105),
     ("transformer-base", "--model transformer-base --config sinusoidal_layout=split --task seq2seq --batch_size 32 "
                          "--seq_length 128 --sparse_prediction",
-     "--model transformer-tiny --config sinusoidal_layout=split --task seq2seq --sparse_prediction", 85),
+     "--model transformer-tiny --config sinusoidal_layout=split --task seq2seq --sparse_prediction", 115),
     ("gpt-117m", "--model gpt-117m --task causal-lm --batch_size 32 --seq_length 512",  # its 512 positions
-     "--model gpt-tiny --task causal-lm", 80),  # not a target: after the targets' eager rows
+     "--model gpt-tiny --task causal-lm", 110),  # not a target: after the targets' eager rows
 )
 TARGETS = 3  # the first rows of BENCHMARKS; a dry run leaves out the rest (gpt-117m: the same gpt-tiny as gpt-124m)
-EAGER_SECONDS = 12  # an eager row: start ~6 s, models and steps ~6 s
+EAGER_SECONDS = 20  # an eager row: start ~12 s, models and steps ~8 s
 GENERATION = ("--model gpt-124m-prenorm --task causal-lm --batch_size 8 --seq_length 32 --max_new_tokens 128 "
               "--generate", "--model gpt-tiny --task causal-lm --max_new_tokens 4 --generate")
-GENERATION_SECONDS = 55  # 11 s, the static cache's compiled decoding forward ~20 s a model, 4 x 128 decoding steps
+GENERATION_SECONDS = 60  # start ~12 s, the static cache's compiled decoding forward ~20 s a model, 4 x 128 steps
 BENCHMARK_RUN = ("--mixed_precision bf16 --reference --steps 5 --warmup 2",  # on the GPU
                  "--mixed_precision no --reference --steps 1 --warmup 1 --batch_size 2 --seq_length 16")  # dry run
 TINY_GPT = "--config intermediate_size=128"  # the reference GPTs' feed-forward is 4 x hidden_size
@@ -200,7 +202,8 @@ def benchmark_steps(folder: Path, dry: bool, seconds: float) -> list[Step]:
 
 TRAIN_RUN = (("--mixed_precision", "bf16"), ("--mixed_precision", "no", "--max_steps", "2", "--eval_size", "8"))
 QUIET = ("--progress_bar", "false", "--report_to", "none")
-KILLED_RUN = (("--max_steps", "400", "--save_steps", "5"), ("--max_steps", "4", "--save_steps", "2"))
+KILLED_RUN = (("--max_steps", "40", "--save_steps", "5"), ("--max_steps", "4", "--save_steps", "2"))  # killed at 5
+TINY_RUN_SECONDS = 25  # a tiny recipe's run on one H200 (16 cores, beside the tests): start ~12 s, 6 steps, save
 
 
 def _run(folder: Path, name: str, script: str, recipe: str, dry: bool, *keys: str, figures=run_figures,
@@ -211,28 +214,35 @@ def _run(folder: Path, name: str, script: str, recipe: str, dry: bool, *keys: st
 
 def training_steps(folder: Path, dry: bool, seconds: float) -> list[Step]:
     """Every training command at its tiny recipe with bf16 (a dry run: no mixed precision, 2 steps), fine-tuning from
-    the pretrained runs; `prepare` and a run from its store; a streamed run; a run killed at a checkpoint, resumed."""
+    the pretrained runs; `prepare` and a run from its store; a streamed run; a run killed at a checkpoint, resumed. In
+    four lanes side by side (each step waits only for those it reads): BERT, GPT, the corpus, the resumed run."""
     corpus = ("--train_file", str(folder / "corpus" / "train.txt"), "--validation_file",
               str(folder / "corpus" / "validation.txt"))
     killed = ("--logging_steps", "1", "--save_total_limit", "2", *KILLED_RUN[dry])
+    tiny = {"weight": TINY_RUN_SECONDS}
     return [
-        Step("tokenizer", ("train.train_tokenizer", "--family", "gpt", "--vocab_size", "300", "--max_texts", "200",
-                           "--output_dir", str(folder / "tokenizer"))),
-        _run(folder, "pretrain_bert", "pretrain_bert", "bert-pretrain-tiny", dry),
-        _run(folder, "pretrain_gpt", "pretrain_gpt", "gpt-pretrain-tiny", dry),
+        _run(folder, "pretrain_bert", "pretrain_bert", "bert-pretrain-tiny", dry, lane="bert", **tiny),
         _run(folder, "finetune_bert", "finetune", "bert-finetune-nli-tiny", dry,
-             "--model", str(folder / "pretrain_bert" / "model")),
+             "--model", str(folder / "pretrain_bert" / "model"), lane="bert", **tiny),
+        _run(folder, "translation_transformer", "train_translation", "transformer-translation-tiny", dry, lane="bert",
+             **tiny),
+        _run(folder, "pretrain_gpt", "pretrain_gpt", "gpt-pretrain-tiny", dry, lane="gpt", **tiny),
         _run(folder, "finetune_gpt", "finetune", "gpt-finetune-nli-tiny", dry,
-             "--model", str(folder / "pretrain_gpt" / "model")),
-        _run(folder, "translation_transformer", "train_translation", "transformer-translation-tiny", dry),
-        _run(folder, "translation_rnn", "train_translation", "rnn-translation-tiny", dry),
-        Step("python-docs", ("train.python_docs", str(folder / "corpus"))),
-        Step("prepare", ("train.prepare", "--recipe", "gpt-pretrain-tiny", *corpus, "--num_proc", "2")),
-        _run(folder, "prepared_run", "pretrain_gpt", "gpt-pretrain-tiny", dry, *corpus, figures=prepared_figures),
-        _run(folder, "streamed_run", "pretrain_gpt", "gpt-pretrain-tiny", dry, *corpus, "--streaming", "true"),
-        _run(folder, "killed_run", "pretrain_gpt", "gpt-pretrain-tiny", dry, *killed, kill_at_checkpoint=True),
+             "--model", str(folder / "pretrain_gpt" / "model"), lane="gpt", **tiny),
+        _run(folder, "translation_rnn", "train_translation", "rnn-translation-tiny", dry, lane="gpt", **tiny),
+        Step("tokenizer", ("train.train_tokenizer", "--family", "gpt", "--vocab_size", "300", "--max_texts", "200",
+                           "--output_dir", str(folder / "tokenizer")), 15, lane="gpt"),
+        Step("python-docs", ("train.python_docs", str(folder / "corpus")), 15, lane="corpus"),
+        Step("prepare", ("train.prepare", "--recipe", "gpt-pretrain-tiny", *corpus, "--num_proc", "2"), 15,
+             lane="corpus"),
+        _run(folder, "prepared_run", "pretrain_gpt", "gpt-pretrain-tiny", dry, *corpus, figures=prepared_figures,
+             lane="corpus", **tiny),
+        _run(folder, "streamed_run", "pretrain_gpt", "gpt-pretrain-tiny", dry, *corpus, "--streaming", "true",
+             lane="corpus", **tiny),
+        _run(folder, "killed_run", "pretrain_gpt", "gpt-pretrain-tiny", dry, *killed, kill_at_checkpoint=True,
+             lane="resume", **tiny),
         _run(folder, "killed_run", "pretrain_gpt", "gpt-pretrain-tiny", dry, *killed, "--resume_from_checkpoint",
-             "latest", figures=resumed_figures)._replace(name="resumed_run"),
+             "latest", figures=resumed_figures, lane="resume", **tiny)._replace(name="resumed_run"),
     ]
 
 
@@ -277,19 +287,20 @@ PART = {part.name: part for part in PARTS}
 
 class Stage(NamedTuple):
     parts: tuple[str, ...]  # run side by side (they check correctness; timing parts run alone)
-    seconds: float  # of the default 540; another --budget_seconds scales every stage alike
+    seconds: float  # of the default 630; another --budget_seconds scales every stage alike
 
 
-# Estimates on one H100 with 16 cores; a stage's time left over goes to the next.
+# Estimates from the first run on one H200 with 16 cores (2026-11-27); a stage's time left over goes to the next. The
+# whole plan needs ~630 s, more than one device call's 600: on a lent GPU it runs as two calls, the benchmark alone in
+# the second (docs/performance.md, "GPU figures").
 STAGES = (
-    Stage(("env",), 10),  # `lineage env`: start ~6 s
-    # pytest (pytest_steps): ~85 s in one process, then ~80 s for the sharding configs' launches; training: 13 steps
-    # of ~10-15 s (start ~6 s, a tiny recipe's 6 steps, evaluation, save), the resumed run 400 steps: ~150 s. Side by
-    # side (16 cores, 80 GB): ~165 s, not ~315.
-    Stage(("pytest", "training"), 165),
-    # the targets compiled 80 + 70 + 85 (BENCHMARKS) and generation 55: generation takes what the stage has left;
+    Stage(("env",), 10),  # `lineage env`: 5 s
+    # pytest (pytest_steps): its two lanes, 70 and ~130 s; training (training_steps): four lanes of ~40-90 s (a tiny
+    # run ~25 s, most of it the process start). Side by side (16 cores): ~140 s.
+    Stage(("pytest", "training"), 140),
+    # the targets compiled 110 + 105 + 115 (BENCHMARKS) and generation 60: generation takes what the stage has left;
     # the other rows only with time left over
-    Stage(("benchmark",), 275),
+    Stage(("benchmark",), 390),
     # PRETRAINING_OVERHEAD 70 s, then ~20 s of steps: 300 steps of 16 x 1024 tokens at ~30 ms (45% MFU) take ~9 s
     Stage(("pretraining",), 90),
 )
@@ -360,22 +371,35 @@ def run_step(step: Step, folder: Path, seconds: float, env: dict[str, str]) -> d
     return row
 
 
-def run_part(part: Part, out: Path, dry: bool, deadline: float, env: dict[str, str]) -> dict:
-    """Each step of `part` in turn, within `deadline` (monotonic seconds); once it is passed, the rest not run."""
-    folder = out / part.name
-    steps = part.steps(folder, dry, deadline - time.monotonic())
+def run_lane(part: str, steps: list[tuple[int, Step]], folder: Path, deadline: float,
+             env: dict[str, str]) -> list[tuple[int, dict]]:
+    """The (plan index, step) `steps` of one lane in turn, within `deadline` (monotonic seconds); once it is passed,
+    the rest not run. Each row with its step's index."""
     rows = []
-    for i, step in enumerate(steps):
+    for i, (index, step) in enumerate(steps):
         left = deadline - time.monotonic()
         if left <= 1:
-            rows += [{"step": s.name, "command": shlex.join(["python", "-m", *s.argv]), "status": "not run (out of "
-                      "time)", "figures": {}} for s in steps[i:]]
+            rows += [(j, {"step": s.name, "command": shlex.join(["python", "-m", *s.argv]),
+                          "status": "not run (out of time)", "figures": {}}) for j, s in steps[i:]]
             break
-        share = left * step.weight / sum(s.weight for s in steps[i:])
-        rows.append(run_step(step, folder, max(share, min(left, SLACK * step.weight)), env))
-        print(f"{part.name} / {step.name}: {rows[-1]['status']} in {rows[-1]['seconds']} s", flush=True)
-        if part.name == "env":
-            print(rows[-1]["tail"], flush=True)
+        share = left * step.weight / sum(s.weight for _, s in steps[i:])
+        rows.append((index, run_step(step, folder, max(share, min(left, SLACK * step.weight)), env)))
+        print(f"{part} / {step.name}: {rows[-1][1]['status']} in {rows[-1][1]['seconds']} s", flush=True)
+        if part == "env":
+            print(rows[-1][1]["tail"], flush=True)
+    return rows
+
+
+def run_part(part: Part, out: Path, dry: bool, deadline: float, env: dict[str, str]) -> dict:
+    """The lanes of `part` side by side (`run_lane`), each within `deadline`; its rows in the plan's order."""
+    folder = out / part.name
+    steps = part.steps(folder, dry, deadline - time.monotonic())
+    lanes: dict[str, list[tuple[int, Step]]] = {}
+    for index, step in enumerate(steps):
+        lanes.setdefault(step.lane, []).append((index, step))
+    with ThreadPoolExecutor(max_workers=max(1, len(lanes))) as pool:
+        done = pool.map(lambda lane: run_lane(part.name, lane, folder, deadline, env), lanes.values())
+        rows = [row for _, row in sorted((row for lane in done for row in lane), key=lambda pair: pair[0])]
     statuses = {row["status"] for row in rows}
     status = "passed" if statuses <= {"passed", "killed at a checkpoint"} and rows else (
         "failed" if "failed" in statuses or not rows else "timed out")
@@ -462,7 +486,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_switch("--dry_run", help="the same plan on the CPU at tiny sizes, in a minute or two")
     parser.add_argument("--parts", default=",".join(p.name for p in PARTS),
                         help=f"comma-separated, run in the plan's order: {', '.join(p.name for p in PARTS)}")
-    parser.add_argument("--budget_seconds", type=float, default=540.0,
+    parser.add_argument("--budget_seconds", type=float, default=630.0,
                         help="wall seconds for the whole plan, shared among the parts asked")
     return parser
 

@@ -118,6 +118,28 @@ def test_a_step_past_its_time_is_killed_and_the_rest_is_not_run(tmp_path):
     assert [s["status"] for s in result["steps"]] == ["timed out", "not run (out of time)"]
 
 
+def test_the_lanes_of_a_part_run_side_by_side_and_its_rows_keep_the_plan_order(tmp_path):
+    """Two lanes of a 4 s and a 0 s step each: the part takes less than both 4 s steps in turn; a lane's steps in turn;
+    a lane out of time leaves its own steps not run, not the other lane's."""
+    def sleep(seconds):
+        return ("timeit", "-n", "1", "-r", "1", f"import time; time.sleep({seconds})")
+
+    steps = [gpu_check.Step("a1", sleep(4), lane="a"), gpu_check.Step("b1", sleep(4), lane="b"),
+             gpu_check.Step("a2", sleep(0), lane="a"), gpu_check.Step("b2", sleep(0), lane="b")]
+    part = gpu_check.Part("lanes", lambda folder, dry, seconds: steps, "")
+    began = time.monotonic()
+    result = gpu_check.run_part(part, tmp_path, True, time.monotonic() + 60, gpu_check.step_env(tmp_path, True))
+    assert time.monotonic() - began < 2 * 4  # the two 4 s steps at once
+    assert [s["step"] for s in result["steps"]] == ["a1", "b1", "a2", "b2"]
+    assert result["status"] == "passed"
+    slow = [gpu_check.Step("a1", sleep(60), lane="a"), gpu_check.Step("a2", sleep(0), lane="a"),
+            gpu_check.Step("b1", sleep(0), lane="b")]
+    part = gpu_check.Part("lanes", lambda folder, dry, seconds: slow, "")
+    result = gpu_check.run_part(part, tmp_path, True, time.monotonic() + 5, gpu_check.step_env(tmp_path, True))
+    assert [(s["step"], s["status"]) for s in result["steps"]] == [
+        ("a1", "timed out"), ("a2", "not run (out of time)"), ("b1", "passed")]
+
+
 def test_every_command_of_the_gpu_plan_parses_and_passes_its_argument_checks(tmp_path, monkeypatch):
     """The plan's own command lines (not the dry run's) read by each command's parser and checks, so that a flag the
     GPU run would refuse (an unknown key, a length past a preset's positions) is found here, not in the GPU's minutes.
