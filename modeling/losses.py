@@ -1,9 +1,8 @@
 """The output layer of every family's language-model head and its losses: `lm_output` (logits over the real vocabulary
-of a padded output layer, and the loss), the LM loss without the (N, V) logits (`lm_head_loss`: chunked, or Liger's
-fused kernel on CUDA), sparse prediction and the seq2seq cross-entropy. Dimension legend as in `layers.py`.
+of a padded output layer, and the loss), the LM loss without the (N, V) logits (`lm_head_loss`, in chunks), sparse
+prediction and the seq2seq cross-entropy. Dimension legend as in `layers.py`.
 """
 
-import importlib.util
 from collections.abc import Callable
 
 import torch
@@ -60,16 +59,6 @@ def skips_logits(model: nn.Module, head: nn.Module, labels: torch.Tensor | None,
 LM_LOSS_CHUNK_ELEMENTS = 2**25  # float32 logits per chunk of `lm_head_loss` (128 MiB)
 
 
-def _liger_installed() -> bool:
-    return importlib.util.find_spec("liger_kernel") is not None
-
-
-def lm_loss_backend(device: torch.device) -> str:
-    """`"liger"` (Liger Kernel's fused linear cross-entropy, Triton) when `liger_kernel` is installed and the hidden
-    states are on CUDA, else `"chunked"` (`ChunkedLinearCrossEntropy`, plain PyTorch, any device)."""
-    return "liger" if device.type == "cuda" and _liger_installed() else "chunked"
-
-
 def _smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int,
                             label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row losses (n,) and their gradient w.r.t. `logits` (n, V'), which it overwrites. Columns past `vocab_size`
@@ -91,8 +80,9 @@ def _smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, vocab_si
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     """Summed cross-entropy of `hidden @ weight.T + bias` against `labels`, chunk by chunk over the N tokens: each
     chunk's float32 logits give its losses and logit gradients and are freed, the gradients of `hidden`, `weight`
-    (float32) and `bias` computed in the forward (as Liger does), so neither pass holds (N, V') logits. Matmuls in
-    autocast's dtype or that of `hidden`."""
+    (summed in float32) and `bias` computed in the forward (as Liger Kernel does), so neither pass holds (N, V')
+    logits. Matmuls in autocast's dtype or that of `hidden`, as the dense head's; the weight cast once a call, and no
+    value read back to the host."""
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor,
@@ -115,12 +105,16 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 logits[:, vocab_size:] = float("-inf")
                 losses, grad = _smoothed_cross_entropy(logits, labels[rows], vocab_size, label_smoothing)
                 total += losses.sum()
-                if grad_hidden is not None:
-                    grad_hidden[rows] = grad.to(dtype) @ w
-                if grad_weight is not None:
-                    grad_weight.addmm_(grad.T, h.float())
                 if grad_bias is not None:
                     grad_bias += grad.sum(0)
+                grad = grad.to(dtype)  # (n, V'): a no-op in float32
+                if grad_hidden is not None:
+                    grad_hidden[rows] = grad @ w
+                if grad_weight is not None:  # float32 sums of the chunks' products in `dtype`
+                    if grad.dtype == grad_weight.dtype:
+                        grad_weight.addmm_(grad.T, h)
+                    else:
+                        grad_weight.add_(grad.T @ h)
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
         return total
@@ -175,18 +169,12 @@ def lm_head_loss(
 
 def _summed_loss(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor, *,
                  vocab_size: int, label_smoothing: float, chunk_size: int, dense: bool) -> torch.Tensor:
-    """The summed loss of (N, C) `hidden` against (N,) `labels`: the dense logits (`dense`), Liger Kernel's fused
-    kernel where `lm_loss_backend` says so (it has no padded columns to skip, so it gets the first `vocab_size` rows of
-    the weight), else `ChunkedLinearCrossEntropy`."""
+    """The summed loss of (N, C) `hidden` against (N,) `labels`: the dense logits (`dense`), else
+    `ChunkedLinearCrossEntropy`."""
     if dense:
         logits = vocab_logits(nn.functional.linear(hidden, weight, bias), vocab_size).float()  # (N, V)
         return nn.functional.cross_entropy(logits, labels, ignore_index=-100, label_smoothing=label_smoothing,
                                            reduction="sum")
-    if lm_loss_backend(hidden.device) == "liger":
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
-
-        loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=-100, label_smoothing=label_smoothing, reduction="sum")
-        return loss_fn(weight[:vocab_size], hidden, labels, bias[:vocab_size] if bias is not None else None)
     grads = tuple(torch.is_grad_enabled() and x is not None and x.requires_grad for x in (hidden, weight, bias))
     return ChunkedLinearCrossEntropy.apply(hidden, weight, bias, labels, vocab_size, label_smoothing, chunk_size,
                                            grads)
@@ -214,8 +202,7 @@ def lm_output(
     logits and, with labels, `model.loss_function` of them. `shift`: position t predicts label t + 1, unless
     `shift_labels` are given already aligned. Under `torch.compile` the loss without logits takes the dense logits:
     Inductor fuses their float32 cast and the cross-entropy into the model's graph, as for the transformers models
-    (Dynamo failed inside Liger's kernel on an H200; run apart from the graph it made the step 0.55x
-    `GPT2LMHeadModel`'s: docs/performance.md, "GPU figures")."""
+    (docs/performance.md, "GPU figures")."""
     vocab_size = model.config.vocab_size
     if shift_labels is not None:
         labels, shift = shift_labels.contiguous(), False  # `ForCausalLMLoss` views them
@@ -245,7 +232,6 @@ __all__ = [
     "LM_LOSS_CHUNK_ELEMENTS",
     "labelled_positions",
     "lm_head_loss",
-    "lm_loss_backend",
     "lm_output",
     "seq2seq_loss",
     "skips_logits",

@@ -17,7 +17,7 @@ dest=${1:-gpu-wheels}
 limit_mib=55
 target=(--python-version 3.12 --implementation cp --abi cp312 --platform manylinux2014_x86_64
         --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --only-binary=:all:)
-top=(peft deepspeed liger-kernel pytest pytest-timeout hypothesis)  # besides lineage: the GPU tests' and the check's
+top=(peft deepspeed pytest pytest-timeout hypothesis)  # besides lineage: the GPU tests' and the check's
 candidates=("" "datasets<5")  # a constraint each: the newest datasets, then the newest 4.x
 
 if [ -n "$(ls -A "$dest" 2>/dev/null)" ]; then
