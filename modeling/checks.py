@@ -45,7 +45,7 @@ def check_token_ids(ids: torch.Tensor, upper: int, name: str, upper_name: str) -
     """Require every id in `[0, upper)`."""
     if not value_checks_enabled() or ids.numel() == 0:
         return
-    low, high = int(ids.min()), int(ids.max())
+    low, high = torch.stack(torch.aminmax(ids)).tolist()  # one read back (two with `min` and `max`)
     if low < 0 or high >= upper:
         bad = low if low < 0 else high
         raise ValueError(f"`{name}` must be in [0, {upper}) ({upper_name}={upper}), got {bad}.")

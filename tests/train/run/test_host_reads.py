@@ -193,13 +193,16 @@ def test_value_checks_off_skips_the_value_reads_and_direct_calls_keep_their_erro
         model(input_ids=ids, labels=bad)
 
 
-def test_the_lm_label_check_reads_once_per_forward():
+def test_the_lm_label_and_token_checks_read_once_each_per_forward():
+    """Outside the engine (a Trainer, a plain loop) the checks run on the device's tensors: one read back each."""
     model = LineageGptForCausalLM(preset("gpt-tiny")).train()
     ids = torch.randint(1, model.config.vocab_size, (2, 6))
     counter = HostReads()
     with counter:
         model(input_ids=ids, labels=ids).loss.backward()
-    assert counter.reads["setup"][(os.path.join("modeling", "checks.py"), "check_label_ids")] == 1
+    checks = {name: count for (where, name), count in counter.reads["setup"].items()
+              if where == os.path.join("modeling", "checks.py")}
+    assert checks == {"check_label_ids": 1, "check_token_ids": 1}
     labels = ids.clone()
     check_label_ids(labels, model.config.vocab_size)
     labels[0, 0] = -7  # changed in place after the check: checked again
