@@ -63,6 +63,9 @@ def make_parser() -> argparse.ArgumentParser:
                         type=lambda word: OLD_PRECISION.get(word, word),
                         help="bf16: autocast mixed precision, as the recipes' mixed_precision: bf16")
     parser.add_switch("--reference", help="also time the transformers reference model")
+    parser.add_switch("--profile", help="after the timed steps, one training step of each model under torch.profiler: "
+                                        "its kernel launches, GPU-busy against wall milliseconds and top kernels "
+                                        "(on a CPU its aten operators), in the table's notes and the JSON")
     parser.add_switch("--generate", help="also time greedy generation (dynamic and static cache)")
     parser.add_argument("--max_new_tokens", type=int, default=32,
                         help="tokens each generate call makes (min_new_tokens = max_new_tokens)")
@@ -181,6 +184,9 @@ def benchmark_training(args: argparse.Namespace, models: dict, target: torch.dev
     seconds = throughput.interleaved_seconds(steps, args.steps, target)
     tokens = args.batch_size * args.seq_length
     rows = {name: throughput.summarize(seconds[name], tokens, step_flops, peak, memory[name]) for name in steps}
+    if args.profile:
+        for name, step in steps.items():
+            rows[name]["profile"] = throughput.profile_step(step, target)
     return {"flops_per_step": step_flops, **rows, **ratio(rows)}
 
 
@@ -280,7 +286,21 @@ def table(result: dict, with_mfu: bool) -> str:
             cells += [f"{row['peak_memory_mib']:.0f}", ratio]
             lines.append(cells)
     widths = [max(len(line[i]) for line in lines if i < len(line)) for i in range(len(header))]
-    return "\n".join(["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines] + notes)
+    return "\n".join(["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines] + notes +
+                     profile_lines(result))
+
+
+def profile_lines(result: dict, top: int = 5) -> list[str]:
+    """A line per profiled model: launches, busy against wall milliseconds, its `top` kernels or operators."""
+    lines = []
+    for name in ("lineage", "reference"):
+        profile = result["training"].get(name, {}).get("profile")
+        if profile is not None:
+            model = result["reference_class"] if name == "reference" else "lineage"
+            ranked = "; ".join(f"{kernel[:60]} x{calls} {ms:.2f} ms" for kernel, calls, ms in profile["top"][:top])
+            lines.append(f"profiled step, {model}: {profile['launches']} launches, busy {profile['busy_ms']:.1f} of "
+                         f"{profile['wall_ms']:.1f} ms; top: {ranked}")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> dict:

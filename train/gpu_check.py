@@ -106,7 +106,8 @@ def pytest_figures(folder: Path, output: str) -> dict:
 
 
 def benchmark_figures(folder: Path, output: str) -> dict:
-    """Tokens/s, MFU, peak memory and the ratio of each model and measurement of a benchmark's JSON."""
+    """Tokens/s, MFU, peak memory and the ratio of each model and measurement of a benchmark's JSON, and of a profiled
+    training step its launches, busy and wall milliseconds (its top kernels: the JSON and the log)."""
     result = json.loads((folder / "benchmark.json").read_text())
     sections = {"train": result["training"], **{f"generate {cache}": rows
                                                 for cache, rows in result.get("generation", {}).items()}}
@@ -117,6 +118,9 @@ def benchmark_figures(folder: Path, output: str) -> dict:
             for key in ("tokens_per_s", "mfu", "peak_memory_mib"):
                 if key in row:
                     figures[f"{label} {name} {key}"] = row[key]
+            for key in ("launches", "busy_ms", "wall_ms"):
+                if key in row.get("profile", {}):
+                    figures[f"{label} {name} profiled {key}"] = row["profile"][key]
         if "ratio" in rows:
             figures[f"{label} ratio"] = rows["ratio"]
     return figures
@@ -172,8 +176,8 @@ EAGER_SECONDS = 20  # an eager row: start ~12 s, models and steps ~8 s
 GENERATION = ("--model gpt-124m-prenorm --task causal-lm --batch_size 8 --seq_length 32 --max_new_tokens 128 "
               "--generate", "--model gpt-tiny --task causal-lm --max_new_tokens 4 --generate")
 GENERATION_SECONDS = 60  # start ~12 s, the static cache's compiled decoding forward ~20 s a model, 4 x 128 steps
-BENCHMARK_RUN = ("--mixed_precision bf16 --reference --steps 5 --warmup 2",  # on the GPU
-                 "--mixed_precision no --reference --steps 1 --warmup 1 --batch_size 2 --seq_length 16")  # dry run
+BENCHMARK_RUN = ("--mixed_precision bf16 --reference --steps 5 --warmup 2 --profile",  # on the GPU
+                 "--mixed_precision no --reference --steps 1 --warmup 1 --batch_size 2 --seq_length 16 --profile")
 TINY_GPT = "--config intermediate_size=128"  # the reference GPTs' feed-forward is 4 x hidden_size
 
 

@@ -66,6 +66,24 @@ def test_masked_lm_with_reference(tmp_path):
     check_training(result, reference=True)
 
 
+def test_profile_lists_each_models_operators_by_time(tmp_path, capsys):
+    """`--profile`: one more step of each model under torch.profiler; on a CPU its aten operators (on a GPU its
+    kernels), launches, busy and wall milliseconds, the top ones by time, in the JSON and the printed notes."""
+    result, _ = run(tmp_path, "bert-tiny", "mlm", "--reference", "--profile")
+    printed = capsys.readouterr().out
+    for name, shown in (("lineage", "lineage"), ("reference", "BertForMaskedLM")):
+        assert set(result["training"][name]) == ROW_FIELDS | {"tflops", "profile"}
+        profile = result["training"][name]["profile"]
+        assert set(profile) == {"wall_ms", "launches", "busy_ms", "top"}
+        assert profile["wall_ms"] > 0 and profile["busy_ms"] > 0
+        assert 0 < len(profile["top"]) <= throughput.PROFILE_TOP
+        assert all(op.startswith("aten::") and calls >= 1 for op, calls, _ in profile["top"])
+        times = [ms for *_, ms in profile["top"]]
+        assert times == sorted(times, reverse=True)
+        assert profile["launches"] >= sum(calls for _, calls, _ in profile["top"])
+        assert f"profiled step, {shown}: {profile['launches']} launches" in printed
+
+
 @pytest.mark.parametrize("flag, option", [("--sparse_prediction", "sparse_prediction"),
                                           ("--unpad_inputs", "unpad_inputs")])
 def test_forward_options_reach_lineage_training_forward_only(tmp_path, monkeypatch, flag, option):

@@ -56,6 +56,7 @@ def test_the_dry_run_reads_the_figures_of_each_part(dry_run):
     benchmarks = [figures for (part, _), figures in steps.items() if part == "benchmark"]
     assert len(benchmarks) == gpu_check.TARGETS + 1
     assert all(f["train ratio"] > 0 and f["train lineage tokens_per_s"] > 0 for f in benchmarks)
+    assert all(f[f"train {name} profiled launches"] > 0 for f in benchmarks for name in ("lineage", "reference"))
     assert "generate dynamic ratio" in steps["benchmark", "generation"]
     assert steps["training", "prepared_run"]["prepared_store_reused"] is True
     assert steps["training", "resumed_run"]["resumes"] == 1

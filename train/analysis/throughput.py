@@ -1,7 +1,7 @@
 """Training and generation throughput of a model, and of its transformers reference: what `train.benchmark` runs.
 
-Inputs, interleaved timing, peak memory and the table row; the FLOPs of a step and the GPU peaks come from
-`train.run.flops`, as the training log's MFU does. The command and its figures: docs/performance.md,
+Inputs, interleaved timing, peak memory, a profiled step and the table row; the FLOPs of a step and the GPU peaks
+come from `train.run.flops`, as the training log's MFU does. The command and its figures: docs/performance.md,
 "`lineage benchmark`".
 """
 
@@ -82,6 +82,36 @@ def peak_memory_mib(device: torch.device, run: Callable[[], object]) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux
 
 
+PROFILE_TOP = 12  # kernels (CUDA) or operators (CPU) a profile lists
+
+
+def profile_step(run: Callable[[], object], device: torch.device, top: int = PROFILE_TOP) -> dict:
+    """One more call of `run` (warm: compiled already) under torch.profiler. On CUDA: its kernel launches, the
+    milliseconds the GPU ran them against the call's wall milliseconds (profiled: a little slower than timed; the rest
+    is the GPU waiting for the host) and the `top` kernels by time; on a CPU the same of its aten operators by self
+    time. Each listed as [name, calls, milliseconds]."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    synchronize(device)
+    with profile(activities=activities) as profiler:
+        start = time.perf_counter()
+        run()
+        synchronize(device)
+        wall = time.perf_counter() - start
+    if cuda:
+        events = [e for e in profiler.key_averages() if e.device_type == DeviceType.CUDA]
+        micros = [e.self_device_time_total for e in events]
+    else:
+        events = [e for e in profiler.key_averages() if e.key.startswith("aten::")]
+        micros = [e.self_cpu_time_total for e in events]
+    ranked = sorted(zip(events, micros), key=lambda pair: -pair[1])
+    return {"wall_ms": wall * 1e3, "launches": sum(e.count for e in events), "busy_ms": sum(micros) / 1e3,
+            "top": [[e.key, e.count, round(us / 1e3, 3)] for e, us in ranked[:top]]}
+
+
 def memory_measure(device: torch.device) -> str:
     return "cuda max_memory_allocated" if device.type == "cuda" else "process peak RSS"
 
@@ -127,5 +157,5 @@ def summarize(seconds: list[float], tokens: int, flops: int | None, peak: float 
     return row
 
 
-__all__ = ["TASKS", "TASK_FAMILIES", "TrainingStep", "interleaved_seconds", "memory_measure", "peak_memory_mib",
-           "precision", "summarize", "synchronize", "training_batch"]
+__all__ = ["PROFILE_TOP", "TASKS", "TASK_FAMILIES", "TrainingStep", "interleaved_seconds", "memory_measure",
+           "peak_memory_mib", "precision", "profile_step", "summarize", "synchronize", "training_batch"]
