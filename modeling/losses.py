@@ -48,12 +48,13 @@ def skips_logits(model: nn.Module, head: nn.Module, labels: torch.Tensor | None,
     """Whether a head computes its loss with `lm_head_loss` and returns `logits=None`. `return_logits` None follows the
     mode, as Liger's integration does: a training forward with `labels` skips the logits, eval mode gets them; True
     always returns them; False skips them in eval mode too and needs `labels`. A wrapped output layer (PEFT, quantised)
-    takes the dense path; so must weights gathered per module call (DeepSpeed ZeRO-3): pass `return_logits=True`."""
+    takes the dense path, and so does one whose weight DeepSpeed ZeRO-3 partitions (its `ds_id`): only a call of the
+    layer gathers it."""
     if return_logits is False and labels is None:
         raise ValueError("`return_logits=False` skips the logits to compute the loss without them: it needs `labels`.")
     if labels is None or return_logits or (return_logits is None and not model.training):
         return False
-    return type(head) in (nn.Linear, LineageLinear)
+    return type(head) in (nn.Linear, LineageLinear) and not hasattr(head.weight, "ds_id")
 
 
 LM_LOSS_CHUNK_ELEMENTS = 2**25  # float32 logits per chunk of `lm_head_loss` (128 MiB)

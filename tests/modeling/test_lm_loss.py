@@ -345,6 +345,21 @@ def test_a_wrapped_head_takes_the_dense_path():
     assert not torch.allclose(wrapped.loss, plain)
 
 
+def test_a_head_whose_weight_zero3_partitions_is_called_as_a_module(monkeypatch):
+    """Under DeepSpeed ZeRO-3 a weight is gathered only by a call of its layer (its pre-forward hook), so reading it
+    directly would meet an empty partition: such a head (its weight carries DeepSpeed's `ds_id`) takes the dense
+    path through the layer's call, for the same loss."""
+    model = LineageGptForCausalLM(preset("gpt-tiny", **NO_DROPOUT)).train()
+    batch = causal_batch()
+    fused = model(**batch)
+    calls = []
+    model.lm_head.register_forward_pre_hook(lambda module, args: calls.append(module))  # where ZeRO-3 gathers
+    model.lm_head.weight.ds_id = 7
+    dense = model(**batch)
+    assert calls == [model.lm_head] and fused.logits is None and dense.logits.shape == (3, 11, V)
+    torch.testing.assert_close(dense.loss, fused.loss, **EXACT)
+
+
 # ---------------------------------------------------------------------------------------------- padded vocabulary
 
 
