@@ -213,7 +213,7 @@ TINY_RUN_SECONDS = 25  # a tiny recipe's run on one H200 (16 cores, beside the t
 def _run(folder: Path, name: str, script: str, recipe: str, dry: bool, *keys: str, figures=run_figures,
          **options) -> Step:
     argv = (f"train.{script}", "--recipe", recipe, "--output_dir", str(folder / name), *QUIET, *TRAIN_RUN[dry], *keys)
-    return Step(name, argv, figures=figures, **options)
+    return Step(name, argv, TINY_RUN_SECONDS, figures=figures, **options)
 
 
 def training_steps(folder: Path, dry: bool, seconds: float) -> list[Step]:
@@ -223,30 +223,28 @@ def training_steps(folder: Path, dry: bool, seconds: float) -> list[Step]:
     corpus = ("--train_file", str(folder / "corpus" / "train.txt"), "--validation_file",
               str(folder / "corpus" / "validation.txt"))
     killed = ("--logging_steps", "1", "--save_total_limit", "2", *KILLED_RUN[dry])
-    tiny = {"weight": TINY_RUN_SECONDS}
     return [
-        _run(folder, "pretrain_bert", "pretrain_bert", "bert-pretrain-tiny", dry, lane="bert", **tiny),
+        _run(folder, "pretrain_bert", "pretrain_bert", "bert-pretrain-tiny", dry, lane="bert"),
         _run(folder, "finetune_bert", "finetune", "bert-finetune-nli-tiny", dry,
-             "--model", str(folder / "pretrain_bert" / "model"), lane="bert", **tiny),
-        _run(folder, "translation_transformer", "train_translation", "transformer-translation-tiny", dry, lane="bert",
-             **tiny),
-        _run(folder, "pretrain_gpt", "pretrain_gpt", "gpt-pretrain-tiny", dry, lane="gpt", **tiny),
+             "--model", str(folder / "pretrain_bert" / "model"), lane="bert"),
+        _run(folder, "translation_transformer", "train_translation", "transformer-translation-tiny", dry, lane="bert"),
+        _run(folder, "pretrain_gpt", "pretrain_gpt", "gpt-pretrain-tiny", dry, lane="gpt"),
         _run(folder, "finetune_gpt", "finetune", "gpt-finetune-nli-tiny", dry,
-             "--model", str(folder / "pretrain_gpt" / "model"), lane="gpt", **tiny),
-        _run(folder, "translation_rnn", "train_translation", "rnn-translation-tiny", dry, lane="gpt", **tiny),
+             "--model", str(folder / "pretrain_gpt" / "model"), lane="gpt"),
+        _run(folder, "translation_rnn", "train_translation", "rnn-translation-tiny", dry, lane="gpt"),
         Step("tokenizer", ("train.train_tokenizer", "--family", "gpt", "--vocab_size", "300", "--max_texts", "200",
                            "--output_dir", str(folder / "tokenizer")), 15, lane="gpt"),
         Step("python-docs", ("train.python_docs", str(folder / "corpus")), 15, lane="corpus"),
         Step("prepare", ("train.prepare", "--recipe", "gpt-pretrain-tiny", *corpus, "--num_proc", "2"), 15,
              lane="corpus"),
         _run(folder, "prepared_run", "pretrain_gpt", "gpt-pretrain-tiny", dry, *corpus, figures=prepared_figures,
-             lane="corpus", **tiny),
+             lane="corpus"),
         _run(folder, "streamed_run", "pretrain_gpt", "gpt-pretrain-tiny", dry, *corpus, "--streaming", "true",
-             lane="corpus", **tiny),
+             lane="corpus"),
         _run(folder, "killed_run", "pretrain_gpt", "gpt-pretrain-tiny", dry, *killed, kill_at_checkpoint=True,
-             lane="resume", **tiny),
+             lane="resume"),
         _run(folder, "killed_run", "pretrain_gpt", "gpt-pretrain-tiny", dry, *killed, "--resume_from_checkpoint",
-             "latest", figures=resumed_figures, lane="resume", **tiny)._replace(name="resumed_run"),
+             "latest", figures=resumed_figures, lane="resume")._replace(name="resumed_run"),
     ]
 
 
