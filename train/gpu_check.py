@@ -306,7 +306,7 @@ STAGES = (
     # PRETRAINING_OVERHEAD 70 s, then ~20 s of steps: 300 steps of 16 x 1024 tokens at ~30 ms (45% MFU) take ~9 s
     Stage(("pretraining",), 90),
 )
-SLACK = 1.5  # a step may take up to SLACK x its estimate where its share of its part's time is less
+SLACK = 1.5  # a step may take up to SLACK x its estimate where its share of its lane's time is less
 
 
 # ----------------------------------------------------------------------------- running the plan
@@ -411,8 +411,8 @@ def run_part(part: Part, out: Path, dry: bool, deadline: float, env: dict[str, s
 
 
 def run_stage(stage: Planned, out: Path, dry: bool, deadline: float, env: dict[str, str], start: float) -> list[dict]:
-    """The parts of `stage` side by side, a thread each (their steps still one at a time, each its own process),
-    within `deadline`; each part's result with its stage, when it began (seconds after `start`) and its seconds."""
+    """The parts of `stage` side by side, a thread each (their lanes a thread each, a step its own process), within
+    `deadline`; each part's result with its stage, when it began (seconds after `start`) and its seconds."""
     def timed(part: Part) -> dict:
         began = time.monotonic()
         result = run_part(part, out, dry, deadline, env)
