@@ -37,10 +37,12 @@ def output_cache(outputs):
     return getattr(outputs, CACHE_NAME, None)
 
 
-def encoder_decoder_cache(config) -> EncoderDecoderCache:
+def encoder_decoder_cache() -> EncoderDecoderCache:
     """A new cache of a decoder with cross attention: self-attention keys/values, and those of the encoder states,
-    projected once per generation."""
-    return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+    projected once per generation. Its layers are made as they are filled (every layer attends to all positions), not
+    from the config: `DynamicCache(config=)` deep-copies an encoder-decoder config for its decoder half, which
+    Dynamo before torch 2.13 cannot trace, so a compiled forward with a cache would break its graph there."""
+    return EncoderDecoderCache(DynamicCache(), DynamicCache())
 
 
 def model_cache(model, cache, use_cache: bool | None, new_cache: Callable | None = None, packed: bool = False):

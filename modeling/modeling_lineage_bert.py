@@ -9,7 +9,6 @@ al. 2023), `last_hidden_state` then zero at padded positions. Departures: docs/m
 """
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Unpack
 
 import torch
@@ -51,7 +50,7 @@ from .layers import (
 )
 from .layout import SequenceLayout
 from .linear import LineageLinear
-from .losses import lm_output, skips_logits
+from .losses import lm_output, sequence_classification_loss, skips_logits
 from .packing import PackedSequences
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
@@ -225,7 +224,7 @@ class LineageBertModel(LineageBertPreTrainedModel):
         layout = SequenceLayout.of(config, batch, attention_mask=attention_mask, position_ids=position_ids,
                                    packed_sequences=packed_sequences, cache=cache, use_cache=use_cache,
                                    encoder_attention_mask=encoder_attention_mask)
-        new_cache = partial(encoder_decoder_cache, config) if encoder_hidden_states is not None else None
+        new_cache = encoder_decoder_cache if encoder_hidden_states is not None else None
         cache, use_cache = model_cache(self, cache, use_cache, new_cache, packed=layout.packed)
         if layout.unpad(unpad_inputs=unpad_inputs, cross_attention=encoder_hidden_states is not None, kwargs=kwargs):
             positions, ids, types, embeds = layout.gather(position_ids, input_ids, token_type_ids, inputs_embeds)
@@ -509,7 +508,7 @@ class LineageBertForSequenceClassification(LineageBertPreTrainedModel):
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
         check_sequence_labels(labels, logits.shape[0], self.num_labels, self.config.problem_type)
-        loss = self.loss_function(labels, logits, self.config) if labels is not None else None
+        loss = sequence_classification_loss(self, labels, logits)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -243,7 +243,7 @@ class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
         return encoder_outputs
 
     def _new_cache(self) -> EncoderDecoderCache:
-        return encoder_decoder_cache(self.config)
+        return encoder_decoder_cache()
 
     def _check_target(
         self,
