@@ -57,6 +57,20 @@ def skips_logits(model: nn.Module, head: nn.Module, labels: torch.Tensor | None,
     return type(head) in (nn.Linear, LineageLinear) and not hasattr(head.weight, "ds_id")
 
 
+def sequence_classification_loss(model: nn.Module, labels: torch.Tensor | None,
+                                 logits: torch.Tensor) -> torch.Tensor | None:
+    """transformers' loss of a sequence classifier (`model.loss_function`: regression when `num_labels` is 1, single-
+    or multi-label classification otherwise), with whole-number regression targets (the class 0 of a single-class
+    training set, integer scores) in the logits' dtype, as the mean squared error takes them: torch before 2.13 refuses
+    int64 targets in its backward ("Found dtype Long but expected Float"). None without labels."""
+    if labels is None:
+        return None
+    if model.config.num_labels == 1 and model.config.problem_type in (None, "regression") and \
+            not labels.is_floating_point():
+        labels = labels.to(logits.dtype)
+    return model.loss_function(labels, logits, model.config)
+
+
 LM_LOSS_CHUNK_ELEMENTS = 2**25  # float32 logits per chunk of `lm_head_loss` (128 MiB)
 
 
@@ -235,6 +249,7 @@ __all__ = [
     "lm_head_loss",
     "lm_output",
     "seq2seq_loss",
+    "sequence_classification_loss",
     "skips_logits",
     "vocab_logits",
 ]

@@ -43,7 +43,7 @@ from .configuration_lineage_gpt import LineageGptConfig
 from .layers import LearnedPositionalEmbedding, LineageBlock, classifier_dropout, final_norm, run_blocks
 from .layout import SequenceLayout
 from .linear import LineageLinear
-from .losses import lm_head_loss, lm_output, skips_logits
+from .losses import lm_head_loss, lm_output, sequence_classification_loss, skips_logits
 from .packing import VARLEN_KEYWORDS, PackedSequences
 from .pretrained import LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
@@ -318,7 +318,7 @@ class LineageGptForSequenceClassification(_LineageGptClassifier):
         real = _real_tokens(input_ids, inputs_embeds, attention_mask, self.config.pad_token_id)  # (B, T)
         check_sequence_labels(labels, real.shape[0], self.num_labels, self.config.problem_type)
         logits, outputs = self._scores(input_ids, real, position_ids, inputs_embeds, **kwargs)
-        classification_loss = self.loss_function(labels, logits, self.config) if labels is not None else None
+        classification_loss = sequence_classification_loss(self, labels, logits)
         return self._output(logits, classification_loss, input_ids, real, outputs)
 
 

@@ -12,13 +12,43 @@ import modeling.masks as masks
 import modeling.packing as packing
 from modeling import (
     LineageBertForMaskedLM,
+    LineageBertForSequenceClassification,
     LineageBertModel,
     LineageGptForCausalLM,
+    LineageGptForSequenceClassification,
     LineageRnnConfig,
     LineageRnnForConditionalGeneration,
     LineageTransformerForConditionalGeneration,
 )
 from modeling.losses import seq2seq_loss
+
+
+@pytest.mark.parametrize("family, name", [(LineageBertForSequenceClassification, "bert-tiny"),
+                                          (LineageGptForSequenceClassification, "gpt-tiny")])
+def test_whole_number_regression_targets_reach_the_loss_as_floats_with_the_same_loss_and_gradients(family, name,
+                                                                                                   monkeypatch):
+    """`losses.sequence_classification_loss`: a regression head (num_labels 1) given int64 targets, as a single-class
+    training set's class 0 or integer scores are, trains as with their float values; torch before 2.13 refuses int64
+    targets in the mean squared error's backward, so the loss function must receive floats."""
+    model = family(preset(name, num_labels=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                          pad_token_id=0)).train()
+    input_ids = torch.randint(5, model.config.vocab_size, (4, 6))
+    targets = torch.tensor([0, 3, 1, 2])
+    seen = []
+    loss_function = type(model).loss_function.fget(model)
+    monkeypatch.setattr(type(model), "loss_function", property(lambda self: lambda labels, *rest: (
+        seen.append(labels.dtype), loss_function(labels, *rest))[1]))
+    losses, grads = [], []
+    for labels in (targets, targets.float()):
+        model.zero_grad()
+        loss = model(input_ids=input_ids, labels=labels).loss
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    assert seen == [torch.float32, torch.float32] and model.config.problem_type == "regression"
+    torch.testing.assert_close(losses[0], losses[1], rtol=0, atol=0)
+    for first, second in zip(*grads, strict=True):
+        torch.testing.assert_close(first, second, rtol=0, atol=0)
 
 
 def _seq2seq_batch(vocab: int = 99):
