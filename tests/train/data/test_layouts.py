@@ -16,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import exact_resume
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -348,6 +349,7 @@ def test_a_value_refused_in_one_lane_of_shards_names_its_file_and_line(lanes, tm
         list(stream.shard(lanes, lanes - 1, contiguous=False))
 
 
+@exact_resume
 def test_a_resumed_stream_still_names_the_line_of_a_bad_value(tmp_path, fresh_cache):
     """The stream's check counts rows from its start through a saved and restored position (a resumed run)."""
     rows = [{"text": f"Sentence number {i} of the stream."} for i in range(2500)]

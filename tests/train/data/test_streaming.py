@@ -22,17 +22,17 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO))  # run as a script under accelerate launch
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # run as a script under accelerate launch: the project, conftest
 
-from train.data.batching import (  # noqa: E402  (after the path insert above)
-    EXACT_STREAM_RESUME,
+from conftest import exact_resume  # noqa: E402  (after the path insert above)
+
+from train.data.batching import (  # noqa: E402
     MAX_LANES,
     EmptyStreamError,
     SeededCollate,
     StreamBatches,
     example_seed,
     stream_lanes,
-    stream_resume_problem,
 )
 from train.data.labels import LabelError  # noqa: E402
 from train.run import checkpoints  # noqa: E402
@@ -40,8 +40,6 @@ from train.run.engine import Engine  # noqa: E402
 from train.run.recipes import RecipeError, recipe_from_dict  # noqa: E402
 
 torch.set_num_threads(1)
-exact_resume = pytest.mark.skipif(stream_resume_problem() is not None,
-                                  reason=f"datasets < {EXACT_STREAM_RESUME} restores a stream's position inexactly")
 TEXTS = 44  # rows of the test stream: 5 micro-batches of 8, and 4 rows a pass leaves out
 
 

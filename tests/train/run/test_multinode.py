@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import exact_resume
 
 from train.pretrain_gpt import main as pretrain_gpt
 
@@ -115,6 +116,7 @@ def test_two_torchrun_nodes_prepare_once_train_as_one_process_and_resume(tmp_pat
     _node_one_adds_only_its_random_states(nodes, tmp_path / "one")
 
 
+@exact_resume
 def test_two_accelerate_machines_stream_a_folder_each_reading_its_own_shards_and_resume(tmp_path, corpus):
     """Streamed: each machine's process tokenizes the documents of its own 2 of the 4 shards and no other (counted),
     every document once; the losses equal one process's, and a second launch resumes the stream at step 2."""
