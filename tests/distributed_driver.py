@@ -1,7 +1,8 @@
 """Runs an entry script inside `accelerate launch` (or `torchrun`) for tests/train/run/test_distributed*.py and
 test_multinode.py, and records what each process's model looked like once prepared: `prepared-rank<R>.json` in the
 output folder, or in `--record_to DIR` (which parameters are DTensors, their local and full shapes, whether the tied
-embedding and head are still one parameter with one storage, how many tensors the optimizer updates).
+embedding and head are still one parameter with one storage, how many tensors the optimizer updates; under DeepSpeed
+which parameters ZeRO-3 partitioned, with the elements this process holds and their full count, and the tie).
 
     accelerate launch ... tests/distributed_driver.py train.pretrain_gpt [--fail_on_rank R --fail_at_step S]
         [--record_to DIR] [--resume_to N] ARGS
@@ -27,6 +28,10 @@ def _inspect(engine: Engine) -> dict:
     model = engine.accelerator.unwrap_model(engine.model)
     params = dict(model.named_parameters())
     source, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    if engine.accelerator.distributed_type.name == "DEEPSPEED":  # ZeRO-3 partitions a parameter into its `ds_tensor`
+        return {"partitioned": {n: [p.ds_tensor.numel(), p.ds_numel] for n, p in params.items()
+                                if hasattr(p, "ds_tensor")},
+                "plain": [n for n, p in params.items() if not hasattr(p, "ds_tensor")], "tied": head is source}
     local = (lambda p: p.to_local()) if isinstance(source, DTensor) else (lambda p: p)
     updated = [p for group in engine.optimizer.param_groups for p in group["params"]]
     return {

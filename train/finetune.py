@@ -21,7 +21,7 @@ from train.data.collators import PaddingCollator
 from train.data.labels import class_labels, streamed_class_labels
 from train.data.model_inputs import tokenize_dataset
 from train.metrics import load_metric
-from train.run.engine import Engine
+from train.run.engine import Engine, TokenMean
 from train.run.recipes import RecipeError, parse_args
 from train.run.run_folder import start_run
 from train.setup.lora import apply_lora, merge_lora
@@ -117,6 +117,15 @@ def encoded(recipe, tokenizer, encode_task: str, rows, text: str, pair: str | No
     return tokenize_dataset(rows, tokenizer, encode_task, **encode)
 
 
+def _auxiliary_lm(recipe, family: str) -> TokenMean | None:
+    """GPT's training loss with the auxiliary LM loss, L2 + lambda * L1: L1 is a mean over the tokens that follow each
+    row's first, weighted by this process's share of them so that N processes train as one (`TokenMean`)."""
+    if family != "gpt" or not recipe.lm_loss_weight:
+        return None
+    return TokenMean(term="lm_loss", first_label=1, counted="attention_mask", weight=recipe.lm_loss_weight,
+                     plus=("classification_loss",))
+
+
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "finetune")
     if recipe.task not in TASKS:
@@ -143,8 +152,8 @@ def main(argv: list[str] | None = None):
         train_data = encoded(recipe, tokenizer, encode_task, train_rows, text, pair, label)
         eval_data = encoded(recipe, tokenizer, encode_task, eval_rows, text, pair, label) if eval_rows else None
         engine = Engine(run, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
-                        tokenizer=tokenizer, eval_dataset=eval_data, unpad_inputs=True, predict_fn=predict,
-                        metrics_fn=metrics)
+                        tokenizer=tokenizer, eval_dataset=eval_data, token_mean=_auxiliary_lm(recipe, family),
+                        unpad_inputs=True, predict_fn=predict, metrics_fn=metrics)
         results = engine.train()
         if recipe.lora is not None:
             merge_lora(engine, Path(recipe.output_dir) / "adapter")

@@ -1,10 +1,10 @@
 """How a run is spread over processes: the Accelerator that `accelerate launch` asked for, or a clear error.
 
 `build_accelerator` refuses a launch Accelerate would quietly run otherwise (processes that form no group, DeepSpeed
-on CPU processes) and runs FSDP on gloo CPU processes; `describe` is how the run ran (first log record,
-`results.json`); `token_mean` weights a per-token loss so that N processes train as one; `one_process_first` lets one
-process (of the run, or of each machine) write what the others read before the Accelerator exists; `CpuPeers` lets the
-processes agree on the CPU (a stream read by shard). docs/scaling.md.
+under ACCELERATE_USE_CPU) and runs FSDP and DeepSpeed on gloo CPU processes; `describe` is how the run ran (first log
+record, `results.json`); `token_mean` weights a per-token loss so that N processes train as one; `one_process_first`
+lets one process (of the run, or of each machine) write what the others read before the Accelerator exists;
+`CpuPeers` lets the processes agree on the CPU (a stream read by shard). docs/scaling.md.
 """
 
 
@@ -21,6 +21,7 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 from accelerate.utils import (
     DistributedType,
     FullyShardedDataParallelPlugin,
+    InitProcessGroupKwargs,
     parse_flag_from_env,
 )
 
@@ -36,10 +37,28 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "false").lower() in ("true", "1", "yes")
 
 
+def _deepspeed_on_cpu() -> bool:
+    """A launcher started this process for DeepSpeed on a machine without CUDA: DeepSpeed's CPU accelerator runs it on
+    gloo, which Accelerate starts only when told the backend (it would otherwise make each process a world of one)."""
+    launched = os.environ.get("LOCAL_RANK", "-1") != "-1"
+    return launched and requested_type() is DistributedType.DEEPSPEED and not torch.cuda.is_available()
+
+
+def process_state() -> PartialState:
+    """Accelerate's process-wide state as the run's Accelerator will build it: CPU processes where ACCELERATE_USE_CPU
+    says so, DeepSpeed's on gloo where there is no GPU. Whichever is built first joins the process group. On a machine
+    with no accelerator DeepSpeed, which Accelerate imports wherever it is installed, is told the CPU it would pick
+    (DS_ACCELERATOR), so that it does not warn in every run that it picked it."""
+    if not torch.accelerator.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    backend = {"backend": "gloo"} if _deepspeed_on_cpu() else {}
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"), **backend)
+
+
 def resolve_mixed_precision(value: str) -> str:
     """The recipe's `mixed_precision`; `auto`: bf16 (fp16 where bf16 is unsupported) on a GPU, none on a CPU. fp16
     on a CPU is refused: Accelerate has no fp16 autocast there and would train in fp32 while recording fp16."""
-    if value == "fp16" and PartialState(cpu=_flag("ACCELERATE_USE_CPU")).device.type == "cpu":
+    if value == "fp16" and process_state().device.type == "cpu":
         raise RecipeError("recipe key 'mixed_precision' is fp16, which a CPU does not run (the run would train in "
                           "fp32 and be recorded as fp16): use bf16 (autocast on the CPU), no, or auto")
     if value != "auto":
@@ -64,13 +83,16 @@ def build_accelerator(micro_batch_size: int, **kwargs) -> Accelerator:
     asked = requested_type()
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     plugin = FullyShardedDataParallelPlugin() if asked is DistributedType.FSDP else None
+    if _deepspeed_on_cpu():
+        kwargs["kwargs_handlers"] = [*kwargs.get("kwargs_handlers", ()), InitProcessGroupKwargs(backend="gloo")]
     accelerator = Accelerator(fsdp_plugin=plugin, **kwargs)
     if plugin is not None and accelerator.distributed_type is DistributedType.MULTI_CPU:
         _fsdp_on_cpu(accelerator, plugin)
     got = accelerator.distributed_type
     _check_group(launched, accelerator.num_processes, got)
     if asked is not None and got is not asked:
-        why = ("DeepSpeed runs on GPUs only; Accelerate would run CPU processes as DDP"
+        why = ("ACCELERATE_USE_CPU=true makes Accelerate run the processes as DDP; unset it (without a GPU, "
+               "DeepSpeed runs its processes on gloo by itself)"
                if asked is DistributedType.DEEPSPEED
                else "FSDP needs several processes in one group (GPUs, or CPU processes with ACCELERATE_USE_CPU=true)")
         raise DistributedSetupError(f"the accelerate config asks for {asked.name}, but this machine would run it as "
@@ -91,7 +113,7 @@ def set_micro_batch_size(plugin, micro_batch_size: int) -> None:
 def check_launch() -> None:
     """Refuse, before a run writes anything, processes that `accelerate launch` started but that formed no process
     group (each would claim the output folder and train alone); `build_accelerator` refuses the rest."""
-    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # "CPU" as the Accelerator will say
+    state = process_state()
     _check_group(int(os.environ.get("WORLD_SIZE", "1")), state.num_processes, state.distributed_type)
 
 
@@ -154,11 +176,11 @@ def enable_gradient_checkpointing(accelerator: Accelerator, model: torch.nn.Modu
     model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
 
 
-def token_mean(accelerator: Accelerator, loss: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """`loss`, a mean over this process's labelled tokens, re-weighted so that its mean over processes (what DDP and
-    FSDP average gradients by) is the mean over all processes' tokens of this micro-batch. Under accumulation each
-    micro-batch counts equally, as in a one-process run."""
-    count = (labels != -100).sum().float()
+def token_mean(accelerator: Accelerator, loss: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """`loss`, a mean over this process's `tokens` (a boolean mask of those it counts), re-weighted so that its mean
+    over processes (what DDP, FSDP and DeepSpeed average gradients by) is the mean over all processes' tokens of this
+    micro-batch. Under accumulation each micro-batch counts equally, as in a one-process run."""
+    count = tokens.sum().float()
     total = accelerator.reduce(count.detach().clone(), "mean")
     return loss * count / total.clamp(min=1.0)
 
@@ -196,10 +218,17 @@ def report_failure(accelerator: Accelerator, where: str, error: BaseException) -
 
 def unsharded(model: torch.nn.Module, state_dict: dict) -> tuple[torch.nn.Module, dict]:
     """`model` as its own class, with the state dict to save: FSDP2 turns a model's class into `FSDP<Name>`, whose code
-    transformers cannot copy into the folder, so such a model is rebuilt unsharded from its gathered `state_dict`."""
+    transformers cannot copy into the folder, so such a model is rebuilt unsharded from its gathered `state_dict`;
+    DeepSpeed ZeRO-2 gives each entry its own copy, so a tied parameter's names share one tensor again (transformers
+    saves a tie once by finding the names that share one)."""
     from torch.distributed.fsdp import FSDPModule
 
     if not isinstance(model, FSDPModule):
+        first: dict[int, str] = {}
+        for name, param in model.named_parameters(remove_duplicate=False):
+            tied = first.setdefault(id(param), name)
+            if tied != name and tied in state_dict and name in state_dict:
+                state_dict[name] = state_dict[tied]
         return model, state_dict
     cls = next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
     with torch.random.fork_rng(devices=[]):
@@ -215,7 +244,7 @@ def one_process_first(local: bool = False) -> Iterator[bool]:
     """Run the block in the main process first and then in the others (whether this is the main process is
     yielded), before the Accelerator exists: one process writes what the others then read. `local`: the main process
     of each machine first, for what goes into a machine's own cache (LINEAGE_CACHE)."""
-    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # "CPU" as the Accelerator will say
+    state = process_state()
     with state.local_main_process_first() if local else state.main_process_first():
         yield state.is_local_main_process if local else state.is_main_process
 

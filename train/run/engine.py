@@ -81,15 +81,20 @@ class _Clock:
 class TokenMean:
     """A training loss that is a mean over labelled tokens, weighted by this process's share of the tokens across
     processes (`distributed.token_mean`) so that N processes train as one. `term`: the output holding the mean;
-    `first_label`: the first label position counted; `plus`: per-sequence terms added unweighted (BERT's `nsp_loss`)."""
+    `counted`: the batch entry that marks its tokens, `labels` (those not -100) or `attention_mask` (its ones: GPT's
+    auxiliary LM loss, whose labels are the input ids); `first_label`: the first position counted; `weight`: times
+    the mean; `plus`: per-sequence terms added unweighted (BERT's `nsp_loss`, GPT's `classification_loss`)."""
 
     term: str = "loss"
     first_label: int = 0
     plus: tuple[str, ...] = ()
+    counted: str = "labels"
+    weight: float = 1.0
 
     def loss(self, accelerator, outputs, batch: dict) -> torch.Tensor:
-        labels = batch["labels"][:, self.first_label:] if self.first_label else batch["labels"]
-        loss = distributed.token_mean(accelerator, getattr(outputs, self.term), labels)
+        marks = batch[self.counted][:, self.first_label:]
+        tokens = marks != -100 if self.counted == "labels" else marks.bool()
+        loss = self.weight * distributed.token_mean(accelerator, getattr(outputs, self.term), tokens)
         for name in self.plus:
             loss = loss + getattr(outputs, name)
         return loss

@@ -1,0 +1,108 @@
+"""DeepSpeed ZeRO-2 and ZeRO-3 on two CPU processes through `accelerate launch` with the shipped configs: DeepSpeed's
+CPU accelerator on gloo, which `distributed.build_accelerator` asks Accelerate for where there is no GPU.
+
+Each run records DeepSpeed and its stage; under ZeRO-3 every parameter is partitioned (each process holds half of its
+elements) and the tied head is still the embedding. The per-step losses equal a one-process run with the same global
+batch (dropout off, abs 1e-5), and the final folder (ZeRO-3: gathered on the main process) is an ordinary
+`save_pretrained` folder that computes what the one-process folder computes. ZeRO-3 for each family with tied
+embeddings (GPT fine-tuning with the auxiliary LM loss, which reads the tied embedding outside the embedding's own
+forward: test_distributed.py). A ZeRO checkpoint resumes in as many processes as wrote it,
+on the same curve, and is refused in another number. The GPU runs: test_distributed_fsdp.py (`gpu`-marked).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from test_distributed import launch_two_processes
+from test_distributed_fsdp import (
+    FAMILIES,
+    _args,
+    assert_same_losses,
+    check_final_folder,
+    one_process,
+    resumed_from,
+)
+
+pytest.importorskip("deepspeed", reason="the DeepSpeed runs need `pip install deepspeed` (in the test extra)")
+
+CONFIG = "train/configs/accelerate/deepspeed_zero{}.yaml"
+
+
+def zero_processes(family: str, stage: int, out: Path, *extra: str, processes: int = 2, succeed: bool = True):
+    """`family`'s entry script in `processes` CPU processes under the shipped ZeRO-`stage` config (no
+    ACCELERATE_USE_CPU: DeepSpeed runs them on gloo), through tests/distributed_driver.py."""
+    return launch_two_processes(*_args(family, out, 4, *extra), module=FAMILIES[family][0],
+                                config=CONFIG.format(stage), cpu=False, driver=True, succeed=succeed,
+                                processes=processes)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Runs made once per module, on first use: `runs("gpt", "one")`, `runs("gpt", 3)` (ZeRO-3)."""
+    made: dict[tuple, Path] = {}
+
+    def get(family: str, kind) -> Path:
+        if (family, kind) not in made:
+            out = tmp_path_factory.mktemp(f"{family}-{kind}")
+            made[family, kind] = one_process(family, out) if kind == "one" else out
+            if kind != "one":
+                zero_processes(family, kind, out)
+        return made[family, kind]
+    return get
+
+
+def check_zero_run(family: str, stage: int, run: Path, one: Path) -> None:
+    launch = json.loads((run / "logs" / "metrics.jsonl").read_text().splitlines()[0])["launch"]
+    assert launch == {"distributed_type": "DEEPSPEED", "num_processes": 2, "mixed_precision": "no",
+                      "deepspeed_zero_stage": stage}
+    results = json.loads((run / "model" / "results.json").read_text())
+    assert {k: results[k] for k in launch} == launch
+    for rank in (0, 1):
+        record = json.loads((run / f"prepared-rank{rank}.json").read_text())
+        assert record["tied"]
+        if stage == 3:  # the parameters themselves are partitioned, half of each on each process
+            assert record["plain"] == [] and record["partitioned"]
+            for name, (local, full) in record["partitioned"].items():
+                assert local == -(-full // 2), name
+        else:  # ZeRO-2 partitions gradients and optimizer state only
+            assert record["partitioned"] == {}
+    assert_same_losses(run, one, [1, 2, 3, 4])
+    check_final_folder(family, run / "model", one / "model")
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_gpt_matches_one_process_and_saves_an_ordinary_folder(runs, stage):
+    check_zero_run("gpt", stage, runs("gpt", stage), runs("gpt", "one"))
+
+
+@pytest.mark.parametrize("family", ["bert", "transformer"])
+def test_zero3_keeps_each_family_tie_and_matches_one_process(runs, family):
+    check_zero_run(family, 3, runs(family, 3), runs(family, "one"))
+
+
+def test_zero3_checkpoint_resumes_in_as_many_processes_on_the_same_curve(runs, tmp_path):
+    zero = runs("gpt", 3)
+    out = resumed_from(zero / "checkpoints" / "step-00000002", tmp_path / "run")
+    zero_processes("gpt", 3, out, "--resume_from_checkpoint", "latest")
+    assert_same_losses(out, zero, [3, 4])
+    check_final_folder("gpt", out / "model", runs("gpt", "one") / "model")
+
+
+def test_zero3_checkpoint_is_refused_in_another_number_of_processes(runs, tmp_path):
+    out = resumed_from(runs("gpt", 3) / "checkpoints" / "step-00000002", tmp_path / "run")
+    result = zero_processes("gpt", 3, out, "--resume_from_checkpoint", "latest", "--per_device_train_batch_size",
+                            "8", processes=1, succeed=False)
+    assert result.returncode != 0
+    assert "is DeepSpeed's own format, written by 2 processes; it resumes with 2 processes only (this run has 1)" \
+        in result.stderr
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002"]  # nothing written
+
+
+def test_deepspeed_under_accelerate_use_cpu_is_refused_before_anything_is_written(tmp_path):
+    result = launch_two_processes(*_args("gpt", tmp_path / "run", 4), module="train.pretrain_gpt",
+                                  config=CONFIG.format(2), cpu=True, succeed=False)
+    assert result.returncode != 0
+    assert ("the accelerate config asks for DEEPSPEED, but this machine would run it as DistributedType.MULTI_CPU: "
+            "ACCELERATE_USE_CPU=true makes Accelerate run the processes as DDP") in result.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
