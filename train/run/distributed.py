@@ -21,6 +21,7 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 from accelerate.utils import (
     DistributedType,
     FullyShardedDataParallelPlugin,
+    GradientAccumulationPlugin,
     InitProcessGroupKwargs,
     parse_flag_from_env,
 )
@@ -77,15 +78,19 @@ def requested_type() -> DistributedType | None:
     return None
 
 
-def build_accelerator(micro_batch_size: int, **kwargs) -> Accelerator:
-    """An Accelerator that runs as the launch asked, or a `DistributedSetupError` before anything is built on it;
-    `micro_batch_size`: examples per process and step, which DeepSpeed is told (`set_micro_batch_size`)."""
+def build_accelerator(micro_batch_size: int, gradient_accumulation_steps: int = 1, max_grad_norm: float = 0.0,
+                      **kwargs) -> Accelerator:
+    """An Accelerator that runs as the launch asked, or a `DistributedSetupError` before anything is built on it.
+    `micro_batch_size` (examples per process and step), `gradient_accumulation_steps` and `max_grad_norm` (0: no
+    clipping) are the recipe's: they govern whatever the accelerate config says (`follow_recipe`)."""
     asked = requested_type()
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     plugin = FullyShardedDataParallelPlugin() if asked is DistributedType.FSDP else None
     if _deepspeed_on_cpu():
         kwargs["kwargs_handlers"] = [*kwargs.get("kwargs_handlers", ()), InitProcessGroupKwargs(backend="gloo")]
-    accelerator = Accelerator(fsdp_plugin=plugin, **kwargs)
+    # a plugin, not `gradient_accumulation_steps=`, which the launch's ACCELERATE_GRADIENT_ACCUMULATION_STEPS overrides
+    accumulation = GradientAccumulationPlugin(num_steps=gradient_accumulation_steps)
+    accelerator = Accelerator(fsdp_plugin=plugin, gradient_accumulation_plugin=accumulation, **kwargs)
     if plugin is not None and accelerator.distributed_type is DistributedType.MULTI_CPU:
         _fsdp_on_cpu(accelerator, plugin)
     got = accelerator.distributed_type
@@ -98,16 +103,33 @@ def build_accelerator(micro_batch_size: int, **kwargs) -> Accelerator:
         raise DistributedSetupError(f"the accelerate config asks for {asked.name}, but this machine would run it as "
                                     f"DistributedType.{got.name}: {why}")
     if got is DistributedType.DEEPSPEED:
-        set_micro_batch_size(accelerator.state.deepspeed_plugin, micro_batch_size)
+        changed = follow_recipe(accelerator.state.deepspeed_plugin, micro_batch_size, gradient_accumulation_steps,
+                                max_grad_norm)
+        if changed:
+            said = ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changed.items())
+            accelerator.print(f"deepspeed config: {said} (the recipe's)")
     return accelerator
 
 
-def set_micro_batch_size(plugin, micro_batch_size: int) -> None:
-    """DeepSpeed's `train_micro_batch_size_per_gpu`, where the config leaves it "auto" (the shipped ones do): Accelerate
-    reads it from a data loader prepared with the model, but the engine prepares its loaders apart (a stream has
-    none), and `prepare(model, ...)` alone would refuse (found on an H200 by `lineage gpu-check`)."""
+def follow_recipe(plugin, micro_batch_size: int, gradient_accumulation_steps: int,
+                  max_grad_norm: float) -> dict[str, tuple]:
+    """Give DeepSpeed the recipe's batch, accumulation and clipping; returns {key: (config's, recipe's)} for the values
+    the config set otherwise. `train_micro_batch_size_per_gpu` where the config leaves it "auto" (the shipped ones do):
+    Accelerate reads it from a data loader prepared with the model, but the engine prepares its loaders apart (a
+    stream has none), and `prepare(model, ...)` alone would refuse (found on an H200 by `lineage gpu-check`).
+    `gradient_accumulation_steps` and `gradient_clipping` whatever the config says (`accelerate config` always writes
+    them): DeepSpeed accumulates and clips by its own config, and with the config's 1 and 1.0 a recipe's 4 micro-batches
+    per step trained as 1, and its clipping norm was ignored, while the run recorded the recipe's."""
+    config = plugin.deepspeed_config
     if plugin.is_auto("train_micro_batch_size_per_gpu"):
-        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = micro_batch_size
+        config["train_micro_batch_size_per_gpu"] = micro_batch_size
+    changed = {}
+    for key, value in (("gradient_accumulation_steps", gradient_accumulation_steps),
+                       ("gradient_clipping", float(max_grad_norm))):
+        if config.get(key, "auto") not in ("auto", value):
+            changed[key] = (config[key], value)
+        config[key] = value
+    return changed
 
 
 def check_launch() -> None:
@@ -251,5 +273,5 @@ def one_process_first(local: bool = False) -> Iterator[bool]:
 
 __all__ = ["CpuPeers", "DistributedSetupError", "build_accelerator", "check_launch", "describe",
            "enable_gradient_checkpointing", "forget_accelerate_state", "mark_sharded_for_generate", "one_process_first",
-           "report_failure", "requested_type", "resolve_mixed_precision", "set_micro_batch_size", "token_mean",
+           "report_failure", "requested_type", "resolve_mixed_precision", "follow_recipe", "token_mean",
            "unsharded"]

@@ -170,6 +170,7 @@ class Engine:
         return distributed.build_accelerator(
             r.per_device_train_batch_size,
             gradient_accumulation_steps=r.gradient_accumulation_steps,
+            max_grad_norm=r.max_grad_norm,
             mixed_precision=distributed.resolve_mixed_precision(r.mixed_precision),
             log_with=trackers(r.report_to) or None,
             project_config=ProjectConfiguration(project_dir=str(self.output_dir),

@@ -36,15 +36,18 @@ def _losses(out: Path) -> dict[int, float]:
 
 
 def launch_two_processes(*args: str, module: str = "train.pretrain_bert", config: str | None = None,
-                         cpu: bool = True, driver: bool = False, succeed: bool = True,
+                         cpu: bool | str = True, driver: bool = False, succeed: bool = True,
                          processes: int = 2) -> subprocess.CompletedProcess:
     """`accelerate launch` of two processes (or `processes`): gloo DDP, or the distribution of an accelerate `config`;
-    `cpu` sets ACCELERATE_USE_CPU; `driver` runs the module through tests/distributed_driver.py."""
+    `cpu` sets ACCELERATE_USE_CPU, `cpu="deepspeed"` hides the GPUs instead (DeepSpeed then runs on gloo: with
+    ACCELERATE_USE_CPU Accelerate drops it); `driver` runs the module through tests/distributed_driver.py."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
     env.pop("ACCELERATE_USE_CPU", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # for the driver
-    if cpu:
+    if cpu == "deepspeed":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif cpu:
         env["ACCELERATE_USE_CPU"] = "true"
     how = (["--config_file", config] if config else
            ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"])
@@ -198,7 +201,7 @@ def test_gpt_fine_tuning_with_the_auxiliary_lm_loss_in_two_processes_matches_one
     two, one = tmp_path / how, tmp_path / "one"
     config = "train/configs/accelerate/deepspeed_zero3.yaml" if how == "zero3" else None
     launch_two_processes(*args, "--per_device_train_batch_size", "4", "--output_dir", str(two), module="train.finetune",
-                         config=config, cpu=how == "ddp")
+                         config=config, cpu=True if how == "ddp" else "deepspeed")
     finetune([*args, "--per_device_train_batch_size", "8", "--output_dir", str(one)])
     launch = json.loads((two / "logs" / "metrics.jsonl").read_text().splitlines()[0])["launch"]
     assert launch["distributed_type"] == ("DEEPSPEED" if how == "zero3" else "MULTI_CPU")

@@ -6,8 +6,9 @@ elements) and the tied head is still the embedding. The per-step losses equal a 
 batch (dropout off, abs 1e-5), and the final folder (ZeRO-3: gathered on the main process) is an ordinary
 `save_pretrained` folder that computes what the one-process folder computes. ZeRO-3 for each family with tied
 embeddings (GPT fine-tuning with the auxiliary LM loss, which reads the tied embedding outside the embedding's own
-forward: test_distributed.py). A ZeRO checkpoint resumes in as many processes as wrote it,
-on the same curve, and is refused in another number. The GPU runs: test_distributed_fsdp.py (`gpu`-marked).
+forward: test_distributed.py). DeepSpeed accumulates and clips as the recipe says. A ZeRO checkpoint resumes in as
+many processes as wrote it, on the same curve, and is refused in another number. The GPU runs:
+test_distributed_fsdp.py (`gpu`-marked).
 """
 
 import json
@@ -30,10 +31,10 @@ CONFIG = "train/configs/accelerate/deepspeed_zero{}.yaml"
 
 
 def zero_processes(family: str, stage: int, out: Path, *extra: str, processes: int = 2, succeed: bool = True):
-    """`family`'s entry script in `processes` CPU processes under the shipped ZeRO-`stage` config (no
+    """`family`'s entry script in `processes` CPU processes under the shipped ZeRO-`stage` config (GPUs hidden, no
     ACCELERATE_USE_CPU: DeepSpeed runs them on gloo), through tests/distributed_driver.py."""
     return launch_two_processes(*_args(family, out, 4, *extra), module=FAMILIES[family][0],
-                                config=CONFIG.format(stage), cpu=False, driver=True, succeed=succeed,
+                                config=CONFIG.format(stage), cpu="deepspeed", driver=True, succeed=succeed,
                                 processes=processes)
 
 
@@ -79,6 +80,17 @@ def test_zero_gpt_matches_one_process_and_saves_an_ordinary_folder(runs, stage):
 @pytest.mark.parametrize("family", ["bert", "transformer"])
 def test_zero3_keeps_each_family_tie_and_matches_one_process(runs, family):
     check_zero_run(family, 3, runs(family, 3), runs(family, "one"))
+
+
+def test_zero_accumulates_and_clips_as_the_recipe_says(tmp_path):
+    """The shipped configs say 1 micro-batch per step and a clipping norm of 1.0, which DeepSpeed obeys: a recipe's 2
+    and 0.5 are given to it (and said), so the run trains as one process does with the same recipe."""
+    extra = ("--gradient_accumulation_steps", "2", "--max_grad_norm", "0.5")
+    one = one_process("gpt", tmp_path / "one", *extra)
+    result = zero_processes("gpt", 2, tmp_path / "zero", *extra)
+    assert "deepspeed config: gradient_accumulation_steps 1 -> 2, gradient_clipping 1.0 -> 0.5 (the recipe's)" \
+        in result.stdout
+    assert_same_losses(tmp_path / "zero", one, [1, 2, 3, 4])
 
 
 def test_zero3_checkpoint_resumes_in_as_many_processes_on_the_same_curve(runs, tmp_path):

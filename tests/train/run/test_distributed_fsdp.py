@@ -201,17 +201,20 @@ def test_deepspeed_configs_are_read_by_accelerate_and_build_the_plugin(name, sta
 
 
 @pytest.mark.parametrize("name", ["deepspeed_zero2.yaml", "deepspeed_zero3.yaml"])
-def test_deepspeed_is_told_the_micro_batch_the_engine_prepares_apart(name, monkeypatch):
+def test_deepspeed_follows_the_recipe_batch_accumulation_and_clipping(name, monkeypatch):
     """The shipped configs leave `train_micro_batch_size_per_gpu` to Accelerate, which reads it from a data loader
     prepared with the model; the engine prepares its loaders apart (a stream has none), so `prepare(model, ...)` alone
-    refused on the GPU until `build_accelerator` told the plugin the recipe's batch. A value the config sets stays."""
+    refused on the GPU until `build_accelerator` told the plugin the recipe's batch (a value the config sets stays).
+    Accumulation and clipping are the recipe's whatever the config says, and a value changed is reported."""
     plugin = deepspeed_plugin(name, monkeypatch)
     assert plugin.is_auto("train_micro_batch_size_per_gpu")  # what made Accelerate refuse
-    distributed.set_micro_batch_size(plugin, 4)
-    assert not plugin.is_auto("train_micro_batch_size_per_gpu")
+    assert (plugin.get_value("gradient_accumulation_steps"), plugin.get_value("gradient_clipping")) == (1, 1.0)
+    assert distributed.follow_recipe(plugin, 4, 1, 1.0) == {}  # the recipe's defaults: nothing to report
     assert plugin.get_value("train_micro_batch_size_per_gpu") == 4
-    distributed.set_micro_batch_size(plugin, 8)
+    assert distributed.follow_recipe(plugin, 8, 4, 0) == {"gradient_accumulation_steps": (1, 4),
+                                                          "gradient_clipping": (1.0, 0.0)}
     assert plugin.get_value("train_micro_batch_size_per_gpu") == 4
+    assert (plugin.get_value("gradient_accumulation_steps"), plugin.get_value("gradient_clipping")) == (4, 0.0)
 
 
 @pytest.mark.gpu
