@@ -27,6 +27,7 @@ from accelerate.utils import (
 )
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
+from train.run.environment import installed
 from train.run.recipes import RecipeError
 
 
@@ -182,6 +183,7 @@ def describe(accelerator: Accelerator) -> dict:
         record["fsdp_activation_checkpointing"] = bool(plugin.activation_checkpointing)
     elif kind is DistributedType.DEEPSPEED:
         record["deepspeed_zero_stage"] = accelerator.state.deepspeed_plugin.zero_stage
+        record["deepspeed_version"] = installed("deepspeed")  # not among `versions()`: a dependency of this run only
     return record
 
 

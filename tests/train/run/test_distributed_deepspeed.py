@@ -12,6 +12,7 @@ test_distributed_fsdp.py (`gpu`-marked).
 """
 
 import json
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def runs(tmp_path_factory):
 def check_zero_run(family: str, stage: int, run: Path, one: Path) -> None:
     launch = json.loads((run / "logs" / "metrics.jsonl").read_text().splitlines()[0])["launch"]
     assert launch == {"distributed_type": "DEEPSPEED", "num_processes": 2, "mixed_precision": "no",
-                      "deepspeed_zero_stage": stage}
+                      "deepspeed_zero_stage": stage, "deepspeed_version": metadata.version("deepspeed")}
     results = json.loads((run / "model" / "results.json").read_text())
     assert {k: results[k] for k in launch} == launch
     for rank in (0, 1):
