@@ -191,7 +191,8 @@ def deepspeed_plugin(name: str, monkeypatch):
 @pytest.mark.parametrize("name, stage", [("deepspeed_zero2.yaml", 2), ("deepspeed_zero3.yaml", 3)])
 def test_deepspeed_configs_are_read_by_accelerate_and_build_the_plugin(name, stage, monkeypatch):
     """The plugin each process builds from a shipped config. Not checked here: DeepSpeed's own validation of the
-    resulting config (`deepspeed.initialize`, GPU-only) — test_deepspeed_trains_and_saves_an_ordinary_folder."""
+    resulting config (`deepspeed.initialize`): test_distributed_deepspeed.py on CPU processes, and on GPUs
+    test_deepspeed_trains_and_saves_an_ordinary_folder."""
     plugin = deepspeed_plugin(name, monkeypatch)
     zero = plugin.deepspeed_config["zero_optimization"]
     assert plugin.zero_stage == zero["stage"] == stage
