@@ -13,6 +13,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ import datasets
 import torch
 from accelerate import Accelerator
 from accelerate.checkpointing import load_accelerator_state, save_accelerator_state
-from accelerate.utils import DistributedType, extract_model_from_parallel
+from accelerate.utils import MODEL_NAME, DistributedType, extract_model_from_parallel
 from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -231,9 +233,11 @@ def check_resume(path: Path, identity: dict) -> dict[str, list]:
     return changed
 
 
-def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: int) -> TrainState:
+def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: int, root: Path) -> TrainState:
     """Restore model, optimizer, scheduler and random states; return the run's position. `micro_batch_examples`:
-    this run's per-process batch times its process count, which must equal the checkpoint's."""
+    this run's per-process batch times its process count, which must equal the checkpoint's. `root`: this run's
+    checkpoints folder, where a DeepSpeed checkpoint written by another number of processes is converted
+    (`plan_resume`)."""
     record = verify_checkpoint(path)
     state = TrainState(**record["state"])
     if state.micro_batch_examples and micro_batch_examples != state.micro_batch_examples:
@@ -242,18 +246,18 @@ def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: 
             f"processes, this run has {micro_batch_examples} (per_device_train_batch_size x processes): the data "
             f"position would not continue; set per_device_train_batch_size so that the product is "
             f"{state.micro_batch_examples}")
-    deepspeed = accelerator.distributed_type is DistributedType.DEEPSPEED
     written = record.get("launch", {}).get("num_processes", accelerator.num_processes)
-    if deepspeed and written != accelerator.num_processes:
-        raise CheckpointError(f"checkpoint {path} is DeepSpeed's own format, written by {written} processes; it "
-                              f"resumes with {written} processes only (this run has {accelerator.num_processes})")
     optimizer = accelerator._optimizers[0].optimizer
     fresh = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     try:
-        if deepspeed:
+        if _needs_universal(accelerator, record.get("launch", {})):
+            _load_universal(accelerator, path, root)
+        elif accelerator.distributed_type is DistributedType.DEEPSPEED:
             accelerator.load_state(str(path))
         else:
             _load_portable(accelerator, path)
+    except CheckpointError:
+        raise
     except Exception as err:  # a truncated or foreign file; nothing was written anywhere
         raise CheckpointError(f"checkpoint {path} is corrupt or was written by another model: loading it failed "
                               f"({type(err).__name__}: {err})") from err
@@ -264,6 +268,80 @@ def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: 
                           f"random states of processes it did not have start from the seed")
     state.micro_batch_examples = micro_batch_examples
     return state
+
+
+def plan_resume(accelerator: Accelerator, path: Path) -> None:
+    """What resuming `path` asks of the run before `accelerator.prepare`. A DeepSpeed checkpoint (DeepSpeed's own
+    format, partitioned) resumes under DeepSpeed at the ZeRO stage that wrote it, in any number of processes: in
+    another number it loads through DeepSpeed's universal format (`_load_universal`), which DeepSpeed must be told of
+    before it starts. A portable checkpoint (one process, DDP, FSDP) resumes in any of those, not under DeepSpeed."""
+    launch = verify_checkpoint(path).get("launch", {})
+    written = launch.get("distributed_type", DistributedType.NO.value)
+    now = accelerator.distributed_type
+    deepspeed = now is DistributedType.DEEPSPEED
+    if deepspeed != (written == DistributedType.DEEPSPEED.value):
+        how = ("under DeepSpeed, in any number of processes" if not deepspeed
+               else "in one process, or under DDP or FSDP, in any number of processes")
+        raise CheckpointError(f"checkpoint {path} was written by a run with distributed_type={written}, and this run "
+                              f"has distributed_type={now.value}: it resumes {how}; its run's final folder (or --model "
+                              f"<that folder> in a new run) starts any other")
+    if not deepspeed:
+        return
+    stage = accelerator.state.deepspeed_plugin.zero_stage
+    if launch.get("deepspeed_zero_stage", stage) != stage:
+        raise CheckpointError(f"checkpoint {path} was written under ZeRO stage {launch['deepspeed_zero_stage']} and "
+                              f"this run is ZeRO stage {stage}: a DeepSpeed checkpoint resumes at the stage that "
+                              f"wrote it (in any number of processes); launch with that stage's config")
+    if _needs_universal(accelerator, launch):
+        accelerator.state.deepspeed_plugin.deepspeed_config.setdefault("checkpoint", {})["load_universal"] = True
+
+
+def _needs_universal(accelerator: Accelerator, launch: dict) -> bool:
+    """A DeepSpeed run resuming a DeepSpeed checkpoint written by another number of processes (its `launch`)."""
+    return (accelerator.distributed_type is DistributedType.DEEPSPEED
+            and launch.get("num_processes", accelerator.num_processes) != accelerator.num_processes)
+
+
+def _own_steps(optimizer) -> None:
+    """Give each partition of a DeepSpeed optimizer its own Adam step count. DeepSpeed 0.19's ZeRO-3 universal loading
+    gives every partition one shared step tensor, which each partition's update then advances in place: with two
+    parameter groups the count grew by 2 per step, and the bias correction (so the losses after the first resumed
+    step) went off by 3e-4."""
+    for state in optimizer.optimizer.state.values():
+        if torch.is_tensor(state.get("step")):
+            state["step"] = state["step"].clone()
+
+
+def _load_universal(accelerator: Accelerator, path: Path, root: Path) -> None:
+    """Load DeepSpeed checkpoint `path`, written by another number of processes, through DeepSpeed's universal format:
+    full fp32 weights and Adam moments per parameter, which any number of processes loads. `ds_to_universal` writes it
+    into a temporary folder of this run (`root`), beside the checkpoint's scheduler and random states, deleted once
+    loaded (or by the next save, if the run is killed first)."""
+    folder = root / f"{TMP}universal-{path.name}"
+    if accelerator.is_main_process:
+        accelerator.print(f"converting checkpoint {path.name} to DeepSpeed's universal format, which any number of "
+                          f"processes loads")
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        command = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
+                   str(path / MODEL_NAME), "--output_folder", str(folder / MODEL_NAME), "--inject_missing_state"]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise CheckpointError(f"checkpoint {path} could not be converted to DeepSpeed's universal format, which "
+                                  f"resuming it in another number of processes needs:\n"
+                                  f"{(result.stdout + result.stderr)[-2000:]}")
+        for file in path.iterdir():
+            if file.is_file() and file.name != STATE_FILE:
+                shutil.copy2(file, folder / file.name)
+    accelerator.wait_for_everyone()
+    try:
+        accelerator.load_state(str(folder))
+    finally:
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            shutil.rmtree(folder, ignore_errors=True)
+    _own_steps(accelerator._optimizers[0].optimizer)
 
 
 def load_stream_state(path: Path) -> dict:
@@ -426,5 +504,5 @@ def _move_into_place(tmp: Path, final: Path) -> None:
 
 __all__ = ["CHECKPOINT_PREFIX", "STATE_FILE", "STREAM_STATE", "CheckpointError", "DataChangedError",
            "ResumeMismatchError", "TrainState", "check_resume", "complete_checkpoints", "config_identity",
-           "data_fingerprint", "load_checkpoint", "load_stream_state", "resume_path", "run_identity", "save_checkpoint",
-           "verify_checkpoint", "vocabulary_identity"]
+           "data_fingerprint", "load_checkpoint", "load_stream_state", "plan_resume", "resume_path", "run_identity",
+           "save_checkpoint", "verify_checkpoint", "vocabulary_identity"]

@@ -136,6 +136,8 @@ class Engine:
         self.streamed = is_stream(train_dataset)
         position = self._check_inputs(model, tokenizer, train_dataset, eval_dataset)
         self.accelerator = self._accelerator()
+        if run.resume_from is not None:
+            checkpoints.plan_resume(self.accelerator, run.resume_from)
         self.launch = distributed.describe(self.accelerator)
         self.flops_per_token = flops.flops_per_token(model, recipe.max_seq_length)  # before any sharding
         self.peak_tflops = flops.peak_tflops(self.accelerator.device, self.accelerator.mixed_precision,
@@ -246,7 +248,8 @@ class Engine:
 
     def _resume(self, path: Path) -> None:
         """Restore the checkpoint at `path` (a stream's position in it was restored with the stream)."""
-        self.state = checkpoints.load_checkpoint(self.accelerator, path, self.state.micro_batch_examples)
+        self.state = checkpoints.load_checkpoint(self.accelerator, path, self.state.micro_batch_examples,
+                                                 self.checkpoint_root)
         self.accelerator.print(f"resumed from {path} at step {self.state.step} (epoch {self.state.epoch}, "
                                f"batch {self.state.batch_in_epoch})")
 

@@ -6,8 +6,9 @@ elements) and the tied head is still the embedding. The per-step losses equal a 
 batch (dropout off, abs 1e-5), and the final folder (ZeRO-3: gathered on the main process) is an ordinary
 `save_pretrained` folder that computes what the one-process folder computes. ZeRO-3 for each family with tied
 embeddings (GPT fine-tuning with the auxiliary LM loss, which reads the tied embedding outside the embedding's own
-forward: test_distributed.py). DeepSpeed accumulates and clips as the recipe says. A ZeRO checkpoint resumes in as
-many processes as wrote it, on the same curve, and is refused in another number. The GPU runs:
+forward: test_distributed.py). DeepSpeed accumulates and clips as the recipe says. A ZeRO checkpoint resumes on the
+same curve in as many processes as wrote it and in another number (through DeepSpeed's universal format); another
+stage, or a launch without DeepSpeed, is refused. The GPU runs:
 test_distributed_fsdp.py (`gpu`-marked).
 """
 
@@ -102,14 +103,53 @@ def test_zero3_checkpoint_resumes_in_as_many_processes_on_the_same_curve(runs, t
     check_final_folder("gpt", out / "model", runs("gpt", "one") / "model")
 
 
-def test_zero3_checkpoint_is_refused_in_another_number_of_processes(runs, tmp_path):
+@pytest.mark.parametrize("stage,written,resumed", [(2, 2, 1), (3, 2, 1), (3, 1, 2)])
+def test_zero_checkpoint_resumes_in_another_number_of_processes_on_the_same_curve(runs, tmp_path, stage, written,
+                                                                                  resumed):
+    """Through DeepSpeed's universal format, converted into a temporary folder of the run and deleted once loaded;
+    the ZeRO-3 case also checks that each partition keeps its own Adam step count (`checkpoints._own_steps`: shared,
+    the second resumed step was 3e-4 off)."""
+    if written == 2:
+        zero = runs("gpt", stage)
+    else:
+        zero = tmp_path / "written"
+        zero_processes("gpt", stage, zero, "--per_device_train_batch_size", "8", processes=1)
+        assert_same_losses(zero, runs("gpt", "one"), [1, 2, 3, 4])
+    out = resumed_from(zero / "checkpoints" / "step-00000002", tmp_path / "run")
+    result = zero_processes("gpt", stage, out, "--resume_from_checkpoint", "latest", "--per_device_train_batch_size",
+                            str(8 // resumed), processes=resumed)
+    assert "converting checkpoint step-00000002 to DeepSpeed's universal format" in result.stdout
+    assert f"was written by {written} processes and resumes in {resumed}" in result.stdout
+    assert_same_losses(out, zero, [3, 4])
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]
+    check_final_folder("gpt", out / "model", runs("gpt", "one") / "model")
+
+
+def test_zero_checkpoint_is_refused_at_another_stage_before_anything_is_written(runs, tmp_path):
     out = resumed_from(runs("gpt", 3) / "checkpoints" / "step-00000002", tmp_path / "run")
-    result = zero_processes("gpt", 3, out, "--resume_from_checkpoint", "latest", "--per_device_train_batch_size",
-                            "8", processes=1, succeed=False)
+    result = zero_processes("gpt", 2, out, "--resume_from_checkpoint", "latest", succeed=False)
     assert result.returncode != 0
-    assert "is DeepSpeed's own format, written by 2 processes; it resumes with 2 processes only (this run has 1)" \
-        in result.stderr
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002"]  # nothing written
+    assert "was written under ZeRO stage 3 and this run is ZeRO stage 2: a DeepSpeed checkpoint resumes at the " \
+           "stage that wrote it" in result.stderr
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002"]
+    assert not (out / "logs").exists()
+
+
+def test_checkpoints_of_deepspeed_and_of_other_launches_are_refused_by_each_other(runs, tmp_path):
+    """A DeepSpeed checkpoint holds partitions, a portable one full weights: each kind resumes in its own launches."""
+    from train.run.checkpoints import CheckpointError
+
+    out = resumed_from(runs("gpt", 2) / "checkpoints" / "step-00000002", tmp_path / "plain")
+    with pytest.raises(CheckpointError, match="with distributed_type=DEEPSPEED, and this run has distributed_type=NO: "
+                                              "it resumes under DeepSpeed, in any number of processes"):
+        one_process("gpt", out, "--resume_from_checkpoint", "latest")
+    assert not (out / "logs").exists()
+    out = resumed_from(runs("gpt", "one") / "checkpoints" / "step-00000002", tmp_path / "zero")
+    result = zero_processes("gpt", 3, out, "--resume_from_checkpoint", "latest", succeed=False)
+    assert result.returncode != 0
+    assert ("was written by a run with distributed_type=NO, and this run has distributed_type=DEEPSPEED: it resumes "
+            "in one process, or under DDP or FSDP") in result.stderr
+    assert not (out / "logs").exists()
 
 
 def test_deepspeed_under_accelerate_use_cpu_is_refused_before_anything_is_written(tmp_path):
