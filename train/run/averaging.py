@@ -8,12 +8,14 @@ member at a time and casts back; `average_into` averages a run's last N checkpoi
 
 from __future__ import annotations
 
+import contextlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import broadcast_object_list
+from accelerate.utils import MODEL_NAME, DistributedType, broadcast_object_list
 from safetensors import safe_open
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
@@ -26,8 +28,9 @@ class AveragingError(ValueError):
 
 @dataclass
 class Member:
-    """One input of an average: its name as given, its safetensors files, model config fields (without the keys
-    that say how a model is run) and vocabulary ({tokens, vocabulary_sha256}; None when unrecorded)."""
+    """One input of an average: its name as given, its safetensors files (or the folder of a DeepSpeed checkpoint's
+    partitions), model config fields (without the keys that say how a model is run) and vocabulary ({tokens,
+    vocabulary_sha256}; None when unrecorded)."""
 
     name: str
     files: list[Path]
@@ -41,11 +44,12 @@ def checkpoint_member(path: Path, name: str) -> Member:
         record = verify_checkpoint(path)
     except CheckpointError as error:
         raise AveragingError(f"{name}: {error}") from None
-    if not (path / "model.safetensors").is_file():
-        raise AveragingError(f"{name}: this checkpoint holds no model.safetensors (a DeepSpeed checkpoint keeps its "
-                             "own format): average the model folders of runs saved without DeepSpeed")
+    weights = next((p for p in (path / "model.safetensors", path / MODEL_NAME) if p.exists()), None)
+    if weights is None:
+        raise AveragingError(f"{name}: this checkpoint holds neither model.safetensors nor DeepSpeed's partitions "
+                             f"({MODEL_NAME}/)")
     run = record.get("run") or {}
-    return Member(name, [path / "model.safetensors"], run.get("model_config"), run.get("tokenizer"))
+    return Member(name, [weights], run.get("model_config"), run.get("tokenizer"))
 
 
 def is_checkpoint(path: Path) -> bool:
@@ -77,8 +81,28 @@ def check_same_run(members: list[Member]) -> None:
 def _read(member: Member) -> dict[str, torch.Tensor]:
     weights = {}
     for file in member.files:
+        if file.is_dir():
+            weights.update(_deepspeed_weights(file, member.name))
+            continue
         with safe_open(file, "pt") as handle:
             weights.update({key: handle.get_tensor(key) for key in handle.keys()})
+    return weights
+
+
+def _deepspeed_weights(folder: Path, name: str) -> dict[str, torch.Tensor]:
+    """The full fp32 weights of a DeepSpeed checkpoint's partitions (`folder`: its `pytorch_model/`), merged by
+    DeepSpeed's `zero_to_fp32`; a tied parameter under its first name only, as saved weights have it."""
+    try:
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    except ImportError:
+        raise AveragingError(f"{name}: a DeepSpeed checkpoint is read with deepspeed: pip install deepspeed") from None
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # its progress bars
+        merged = get_fp32_state_dict_from_zero_checkpoint(str(folder.parent), tag=folder.name)
+    weights, seen = {}, set()
+    for key, tensor in merged.items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            weights[key] = tensor
     return weights
 
 
@@ -146,11 +170,28 @@ def average_into(accelerator: Accelerator, model: torch.nn.Module, root: Path, c
     for name, param in unwrapped.named_parameters(remove_duplicate=False):  # tied names, left out when saved
         if name not in weights and first[id(param)] in weights:
             weights[name] = weights[first[id(param)]]
-    # DDP, FSDP2 (each process's shard sliced from the broadcast tensor) and FSDP1 (full tensors) alike
     broadcast = accelerator.num_processes > 1
-    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=broadcast))
+    if accelerator.distributed_type is DistributedType.DEEPSPEED:
+        _set_deepspeed(unwrapped, weights, accelerator.is_main_process, broadcast)
+    else:  # DDP, FSDP2 (each process's shard sliced from the broadcast tensor) and FSDP1 (full tensors) alike
+        set_model_state_dict(model, weights,
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=broadcast))
     accelerator.print(f"average_last_checkpoints: the model is the mean of {', '.join(outcome[0])}")
     return outcome[0]
+
+
+def _set_deepspeed(model: torch.nn.Module, weights: dict[str, torch.Tensor], main: bool, broadcast: bool) -> None:
+    """Put the main process's `weights` into a DeepSpeed engine's module on every process: a ZeRO-3 parameter
+    gathered, set on the main process and partitioned again from it; a whole one (ZeRO-1/2) set and broadcast. The
+    optimizer's fp32 copies keep the trained values: averaging comes after the last step."""
+    import deepspeed
+
+    for name, param in model.named_parameters():
+        with deepspeed.zero.GatheredParameters([param], modifier_rank=0):
+            if main:
+                param.data.copy_(weights[name])
+        if broadcast and not hasattr(param, "ds_id"):
+            torch.distributed.broadcast(param.data, src=0)
 
 
 __all__ = ["AveragingError", "Member", "average_into", "average_weights", "check_same_run", "checkpoint_member",

@@ -8,7 +8,8 @@ batch (dropout off, abs 1e-5), and the final folder (ZeRO-3: gathered on the mai
 embeddings (GPT fine-tuning with the auxiliary LM loss, which reads the tied embedding outside the embedding's own
 forward: test_distributed.py). DeepSpeed accumulates and clips as the recipe says. A ZeRO checkpoint resumes on the
 same curve in as many processes as wrote it and in another number (through DeepSpeed's universal format); another
-stage, or a launch without DeepSpeed, is refused. The GPU runs:
+stage, or a launch without DeepSpeed, is refused. ZeRO checkpoints average as portable ones do, at the end of a run
+(`average_last_checkpoints`) and with `lineage average`. The GPU runs:
 test_distributed_fsdp.py (`gpu`-marked).
 """
 
@@ -150,6 +151,36 @@ def test_checkpoints_of_deepspeed_and_of_other_launches_are_refused_by_each_othe
     assert ("was written by a run with distributed_type=NO, and this run has distributed_type=DEEPSPEED: it resumes "
             "in one process, or under DDP or FSDP") in result.stderr
     assert not (out / "logs").exists()
+
+
+def _largest_difference(first: Path, second: Path) -> float:
+    from safetensors.torch import load_file
+
+    a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
+    assert sorted(a) == sorted(b)
+    return max((a[key].float() - b[key].float()).abs().max().item() for key in a)
+
+
+def test_zero3_run_averages_its_last_checkpoints_as_one_process_does(runs, tmp_path):
+    """`average_last_checkpoints` reads the DeepSpeed checkpoints' partitions (DeepSpeed's `zero_to_fp32`) and sets the
+    partitioned parameters from the main process (it failed after training: 'holds no model.safetensors')."""
+    extra = ("--average_last_checkpoints", "2")
+    one = one_process("gpt", tmp_path / "one", *extra)
+    result = zero_processes("gpt", 3, tmp_path / "zero", *extra)
+    assert "average_last_checkpoints: the model is the mean of step-00000002, step-00000004" in result.stdout
+    assert _largest_difference(tmp_path / "zero" / "model", runs("gpt", 3) / "model") > 1e-4  # not the last step's
+    check_final_folder("gpt", tmp_path / "zero" / "model", one / "model")
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_lineage_average_reads_zero_checkpoints_as_portable_ones(runs, tmp_path, stage):
+    from train import average
+
+    folders = [average.main([*(str(run / "checkpoints" / f"step-0000000{step}") for step in (2, 4)),
+                             "--output_dir", str(tmp_path / kind)]) for kind, run in (("zero", runs("gpt", stage)),
+                                                                                      ("one", runs("gpt", "one")))]
+    assert _largest_difference(*folders) < 1e-5
+    assert _largest_difference(folders[0], runs("gpt", stage) / "model") > 1e-4
 
 
 def test_deepspeed_under_accelerate_use_cpu_is_refused_before_anything_is_written(tmp_path):
