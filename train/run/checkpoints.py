@@ -9,6 +9,7 @@ world size").
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -250,10 +251,18 @@ def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: 
     optimizer = accelerator._optimizers[0].optimizer
     fresh = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     try:
-        if _needs_universal(accelerator, record.get("launch", {})):
-            _load_universal(accelerator, path, root)
+        launch = record.get("launch", {})
+        if _needs_universal(accelerator, launch):
+            with _universal(accelerator, path, root) as folder:
+                accelerator.load_state(str(folder))
+            _own_steps(optimizer)
         elif accelerator.distributed_type is DistributedType.DEEPSPEED:
             accelerator.load_state(str(path))
+        elif launch.get("distributed_type") == DistributedType.DEEPSPEED.value:
+            with _universal(accelerator, path, root) as folder:
+                _load_universal_portably(accelerator, folder / MODEL_NAME)
+            load_accelerator_state(str(path), [], [], accelerator._schedulers, [], accelerator.process_index,
+                                   accelerator.scaler)
         else:
             _load_portable(accelerator, path)
     except CheckpointError:
@@ -272,26 +281,25 @@ def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: 
 
 def plan_resume(accelerator: Accelerator, path: Path) -> None:
     """What resuming `path` asks of the run before `accelerator.prepare`. A DeepSpeed checkpoint (DeepSpeed's own
-    format, partitioned) resumes under DeepSpeed at the ZeRO stage that wrote it, in any number of processes: in
-    another number it loads through DeepSpeed's universal format (`_load_universal`), which DeepSpeed must be told of
-    before it starts. A portable checkpoint (one process, DDP, FSDP) resumes in any of those, not under DeepSpeed."""
+    format, partitioned) resumes in any number of processes: under DeepSpeed at the ZeRO stage that wrote it (in
+    another number through DeepSpeed's universal format, which DeepSpeed must be told of before it starts), and in a
+    run without DeepSpeed from that universal format too (`_universal`). A portable checkpoint (one process, DDP,
+    FSDP) resumes in any of those, not under DeepSpeed."""
     launch = verify_checkpoint(path).get("launch", {})
-    written = launch.get("distributed_type", DistributedType.NO.value)
-    now = accelerator.distributed_type
-    deepspeed = now is DistributedType.DEEPSPEED
-    if deepspeed != (written == DistributedType.DEEPSPEED.value):
-        how = ("under DeepSpeed, in any number of processes" if not deepspeed
-               else "in one process, or under DDP or FSDP, in any number of processes")
-        raise CheckpointError(f"checkpoint {path} was written by a run with distributed_type={written}, and this run "
-                              f"has distributed_type={now.value}: it resumes {how}; its run's final folder (or --model "
-                              f"<that folder> in a new run) starts any other")
-    if not deepspeed:
+    if accelerator.distributed_type is not DistributedType.DEEPSPEED:
         return
+    written = launch.get("distributed_type", DistributedType.NO.value)
+    if written != DistributedType.DEEPSPEED.value:
+        raise CheckpointError(f"checkpoint {path} was written by a run with distributed_type={written}, and this run "
+                              f"has distributed_type=DEEPSPEED: it resumes in one process, or under DDP or FSDP, in "
+                              f"any number of processes; its run's final folder (or --model <that folder> in a new "
+                              f"run) starts a DeepSpeed run")
     stage = accelerator.state.deepspeed_plugin.zero_stage
     if launch.get("deepspeed_zero_stage", stage) != stage:
         raise CheckpointError(f"checkpoint {path} was written under ZeRO stage {launch['deepspeed_zero_stage']} and "
                               f"this run is ZeRO stage {stage}: a DeepSpeed checkpoint resumes at the stage that "
-                              f"wrote it (in any number of processes); launch with that stage's config")
+                              f"wrote it (in any number of processes), or without DeepSpeed; launch with that stage's "
+                              f"config")
     if _needs_universal(accelerator, launch):
         accelerator.state.deepspeed_plugin.deepspeed_config.setdefault("checkpoint", {})["load_universal"] = True
 
@@ -312,11 +320,12 @@ def _own_steps(optimizer) -> None:
             state["step"] = state["step"].clone()
 
 
-def _load_universal(accelerator: Accelerator, path: Path, root: Path) -> None:
-    """Load DeepSpeed checkpoint `path`, written by another number of processes, through DeepSpeed's universal format:
-    full fp32 weights and Adam moments per parameter, which any number of processes loads. `ds_to_universal` writes it
-    into a temporary folder of this run (`root`), beside the checkpoint's scheduler and random states, deleted once
-    loaded (or by the next save, if the run is killed first)."""
+@contextlib.contextmanager
+def _universal(accelerator: Accelerator, path: Path, root: Path):
+    """DeepSpeed checkpoint `path` in DeepSpeed's universal format (full fp32 weights and Adam moments per parameter,
+    which any number of processes loads), written by `ds_to_universal` into a temporary folder of this run (`root`)
+    beside the checkpoint's scheduler and random states; yields the folder, deleted once every process has read it
+    (or by the next save, if the run is killed first)."""
     folder = root / f"{TMP}universal-{path.name}"
     if accelerator.is_main_process:
         accelerator.print(f"converting checkpoint {path.name} to DeepSpeed's universal format, which any number of "
@@ -329,19 +338,49 @@ def _load_universal(accelerator: Accelerator, path: Path, root: Path) -> None:
         if result.returncode != 0:
             shutil.rmtree(folder, ignore_errors=True)
             raise CheckpointError(f"checkpoint {path} could not be converted to DeepSpeed's universal format, which "
-                                  f"resuming it in another number of processes needs:\n"
-                                  f"{(result.stdout + result.stderr)[-2000:]}")
+                                  f"resuming it in another number of processes or without DeepSpeed needs (is "
+                                  f"deepspeed installed?):\n{(result.stdout + result.stderr)[-2000:]}")
         for file in path.iterdir():
             if file.is_file() and file.name != STATE_FILE:
                 shutil.copy2(file, folder / file.name)
     accelerator.wait_for_everyone()
     try:
-        accelerator.load_state(str(folder))
+        yield folder
     finally:
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             shutil.rmtree(folder, ignore_errors=True)
-    _own_steps(accelerator._optimizers[0].optimizer)
+
+
+def _load_universal_portably(accelerator: Accelerator, folder: Path) -> None:
+    """Load a universal checkpoint's weights and Adam state (`folder`: its `pytorch_model/`) into a run without
+    DeepSpeed, as `_load_portable` loads a portable checkpoint's."""
+    model, optimizer = accelerator._models[0], accelerator._optimizers[0].optimizer
+    unwrapped = extract_model_from_parallel(model)
+    params = dict(unwrapped.named_parameters())
+    names = {id(param): name for name, param in params.items()}
+    zero = folder / "zero"
+
+    def read(name: str, key: str) -> torch.Tensor:  # ZeRO-3 keeps each tensor flat
+        value = torch.load(zero / name / f"{key}.pt", map_location="cpu", weights_only=False)
+        return (value["param"] if isinstance(value, dict) else value).detach().reshape(params[name].shape)
+
+    weights = {name: read(name, "fp32") for name in params}
+    first = next(iter(params))
+    if (zero / first / "step.pt").is_file():  # ZeRO-1/2 keep the step beside each parameter, ZeRO-3 apart
+        step = torch.load(zero / first / "step.pt", map_location="cpu", weights_only=False)
+    else:
+        step = torch.load(zero / "optimizer_state.pt", map_location="cpu",
+                          weights_only=False)["optimizer_state_dict"]["state"][0]["step"]
+    state = {name: {"step": torch.as_tensor(step, dtype=torch.float32).clone(), "exp_avg": read(name, "exp_avg"),
+                    "exp_avg_sq": read(name, "exp_avg_sq")} for name in params}
+    groups = [{**{k: v for k, v in group.items() if k != "params"}, "params": [names[id(p)] for p in group["params"]]}
+              for group in optimizer.param_groups]
+    for alias, name in _aliases(unwrapped).items():
+        weights[alias] = weights[name]
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
+    set_optimizer_state_dict(model, optimizer, {"state": state, "param_groups": groups},
+                             options=StateDictOptions(full_state_dict=True))
 
 
 def load_stream_state(path: Path) -> dict:

@@ -8,7 +8,8 @@ batch (dropout off, abs 1e-5), and the final folder (ZeRO-3: gathered on the mai
 embeddings (GPT fine-tuning with the auxiliary LM loss, which reads the tied embedding outside the embedding's own
 forward: test_distributed.py). DeepSpeed accumulates and clips as the recipe says. A ZeRO checkpoint resumes on the
 same curve in as many processes as wrote it and in another number (through DeepSpeed's universal format); another
-stage, or a launch without DeepSpeed, is refused. ZeRO checkpoints average as portable ones do, at the end of a run
+stage is refused; without DeepSpeed it resumes from the universal format, and a portable checkpoint is refused
+under DeepSpeed. ZeRO checkpoints average as portable ones do, at the end of a run
 (`average_last_checkpoints`) and with `lineage average`. The GPU runs:
 test_distributed_fsdp.py (`gpu`-marked).
 """
@@ -136,15 +137,20 @@ def test_zero_checkpoint_is_refused_at_another_stage_before_anything_is_written(
     assert not (out / "logs").exists()
 
 
-def test_checkpoints_of_deepspeed_and_of_other_launches_are_refused_by_each_other(runs, tmp_path):
-    """A DeepSpeed checkpoint holds partitions, a portable one full weights: each kind resumes in its own launches."""
-    from train.run.checkpoints import CheckpointError
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_checkpoint_resumes_without_deepspeed_on_the_same_curve(runs, tmp_path, stage):
+    """From the universal format: its weights and Adam moments loaded as a portable checkpoint's are."""
+    zero = runs("gpt", stage)
+    out = resumed_from(zero / "checkpoints" / "step-00000002", tmp_path / "run")
+    one_process("gpt", out, "--resume_from_checkpoint", "latest")
+    assert_same_losses(out, zero, [3, 4])
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002", "step-00000004"]
+    check_final_folder("gpt", out / "model", runs("gpt", "one") / "model")
 
-    out = resumed_from(runs("gpt", 2) / "checkpoints" / "step-00000002", tmp_path / "plain")
-    with pytest.raises(CheckpointError, match="with distributed_type=DEEPSPEED, and this run has distributed_type=NO: "
-                                              "it resumes under DeepSpeed, in any number of processes"):
-        one_process("gpt", out, "--resume_from_checkpoint", "latest")
-    assert not (out / "logs").exists()
+
+def test_portable_checkpoint_is_refused_under_deepspeed_before_anything_is_written(runs, tmp_path):
+    """DeepSpeed initializes its partitions' optimizer state only at the first step: there is nothing to load a
+    portable checkpoint's into."""
     out = resumed_from(runs("gpt", "one") / "checkpoints" / "step-00000002", tmp_path / "zero")
     result = zero_processes("gpt", 3, out, "--resume_from_checkpoint", "latest", succeed=False)
     assert result.returncode != 0
