@@ -237,8 +237,8 @@ def check_resume(path: Path, identity: dict) -> dict[str, list]:
 def load_checkpoint(accelerator: Accelerator, path: Path, micro_batch_examples: int, root: Path) -> TrainState:
     """Restore model, optimizer, scheduler and random states; return the run's position. `micro_batch_examples`:
     this run's per-process batch times its process count, which must equal the checkpoint's. `root`: this run's
-    checkpoints folder, where a DeepSpeed checkpoint written by another number of processes is converted
-    (`plan_resume`)."""
+    checkpoints folder, where a DeepSpeed checkpoint resumed in another number of processes or without DeepSpeed is
+    converted (`plan_resume`)."""
     record = verify_checkpoint(path)
     state = TrainState(**record["state"])
     if state.micro_batch_examples and micro_batch_examples != state.micro_batch_examples:
@@ -376,11 +376,7 @@ def _load_universal_portably(accelerator: Accelerator, folder: Path) -> None:
                     "exp_avg_sq": read(name, "exp_avg_sq")} for name in params}
     groups = [{**{k: v for k, v in group.items() if k != "params"}, "params": [names[id(p)] for p in group["params"]]}
               for group in optimizer.param_groups]
-    for alias, name in _aliases(unwrapped).items():
-        weights[alias] = weights[name]
-    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
-    set_optimizer_state_dict(model, optimizer, {"state": state, "param_groups": groups},
-                             options=StateDictOptions(full_state_dict=True))
+    _set_full_state(model, optimizer, weights, {"state": state, "param_groups": groups})
 
 
 def load_stream_state(path: Path) -> dict:
@@ -478,14 +474,19 @@ def _save_portable(accelerator: Accelerator, folder: Path) -> None:
 def _load_portable(accelerator: Accelerator, folder: Path) -> None:
     """Every process reads the full state and keeps its own part (its shard under FSDP)."""
     model, optimizer = accelerator._models[0], accelerator._optimizers[0].optimizer
-    weights = load_file(folder / "model.safetensors")
+    _set_full_state(model, optimizer, load_file(folder / "model.safetensors"),
+                    torch.load(folder / "optimizer.bin", map_location="cpu", weights_only=True))
+    load_accelerator_state(str(folder), [], [], accelerator._schedulers, [], accelerator.process_index,
+                           accelerator.scaler)
+
+
+def _set_full_state(model, optimizer, weights: dict[str, torch.Tensor], optimizer_state: dict) -> None:
+    """Give every process its part (its shard under FSDP) of full `weights` (tied copies left out) and of a full
+    optimizer state keyed by parameter name."""
     for alias, name in _aliases(extract_model_from_parallel(model)).items():
         weights[alias] = weights[name]
     set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
-    optimizer_state = torch.load(folder / "optimizer.bin", map_location="cpu", weights_only=True)
     set_optimizer_state_dict(model, optimizer, optimizer_state, options=StateDictOptions(full_state_dict=True))
-    load_accelerator_state(str(folder), [], [], accelerator._schedulers, [], accelerator.process_index,
-                           accelerator.scaler)
 
 
 def _aliases(model) -> dict[str, str]:
