@@ -10,7 +10,6 @@ trains one streamed run per process group: what the two-process test launches.
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -24,7 +23,8 @@ from hypothesis import strategies as st
 REPO = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]  # run as a script under accelerate launch: the project, conftest
 
-from conftest import exact_resume  # noqa: E402  (after the path insert above)
+from conftest import exact_resume  # noqa: E402
+from launching import run_launch  # noqa: E402  (after the path insert above)
 
 from train.data.batching import (  # noqa: E402
     MAX_LANES,
@@ -452,7 +452,7 @@ def _launch_two(out: Path, tokenizer_folder: str, *keys: str) -> str:
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", "--num_processes", "2", "--main_process_port",
            str(port), __file__, str(out), tokenizer_folder, *keys]
-    result = subprocess.run(cmd, check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    result = run_launch(cmd, env)
     assert result.returncode == 0, result.stderr[-12000:]
     return result.stdout
 

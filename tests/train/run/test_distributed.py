@@ -2,11 +2,9 @@
 never break DDP, and the per-step losses equal a one-process run with the same global batch; a launch that cannot
 be honoured is refused, and a failing process fails the whole run. FSDP: tests/train/run/test_distributed_fsdp.py."""
 
-import contextlib
 import importlib.util
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -14,9 +12,9 @@ import time
 from pathlib import Path
 
 import accelerate
-import psutil
 import pytest
 import torch
+from launching import run_launch
 from packaging.version import Version
 
 from train.finetune import main as finetune
@@ -24,7 +22,6 @@ from train.pretrain_bert import main as pretrain_bert
 
 torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[3]
-LAUNCH_TIMEOUT = 600  # seconds
 NO_DROPOUT = "{hidden_dropout_prob: 0.0, attention_probs_dropout_prob: 0.0}"
 
 
@@ -46,9 +43,10 @@ def launch_two_processes(*args: str, module: str = "train.pretrain_bert", config
     `cpu` sets ACCELERATE_USE_CPU, `cpu="deepspeed"` hides the GPUs instead (DeepSpeed then runs on gloo: with
     ACCELERATE_USE_CPU Accelerate drops it); `driver` runs the module through tests/distributed_driver.py."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "PYTHONFAULTHANDLER": "1"}
+           "TRANSFORMERS_OFFLINE": "1"}
     env.pop("ACCELERATE_USE_CPU", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # for the driver
+    paths = [str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH")]  # the driver's imports, and `launching`
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     if cpu == "deepspeed":
         env["CUDA_VISIBLE_DEVICES"] = ""
     elif cpu:
@@ -58,34 +56,10 @@ def launch_two_processes(*args: str, module: str = "train.pretrain_bert", config
     what = [str(REPO / "tests" / "distributed_driver.py"), module] if driver else ["-m", module]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *how, "--num_processes", str(processes),
            "--main_process_port", str(_free_port()), *what, *args]
-    result = _run_launch(cmd, env)
+    result = run_launch(cmd, env)
     if succeed:
         assert result.returncode == 0, result.stderr[-12000:]
     return result
-
-
-def _run_launch(cmd: list[str], env: dict) -> subprocess.CompletedProcess:
-    """Run a launch; past LAUNCH_TIMEOUT its worker processes (the launcher starts them in sessions of their own) are
-    sent SIGABRT, on which Python's fault handler (PYTHONFAULTHANDLER) writes each one's stacks to the output, then
-    every process of the launch is killed and the test fails with that output: a hang says where it hung and leaves
-    no process behind to slow the tests after it."""
-    with subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as launch:
-        try:
-            stdout, stderr = launch.communicate(timeout=LAUNCH_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            launcher = psutil.Process(launch.pid)
-            processes = launcher.children(recursive=True)
-            for process in processes:
-                process.send_signal(signal.SIGABRT)
-            psutil.wait_procs(processes, timeout=10)
-            for process in [*processes, launcher]:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    process.kill()
-            stdout, stderr = launch.communicate()
-            pytest.fail(f"the launch ran past {LAUNCH_TIMEOUT} s and was stopped: {' '.join(cmd)}\n"
-                        f"stdout:\n{stdout[-6000:]}\nstderr:\n{stderr[-20000:]}")
-    return subprocess.CompletedProcess(cmd, launch.returncode, stdout, stderr)
 
 
 @pytest.fixture(scope="module")
