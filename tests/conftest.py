@@ -64,4 +64,3 @@ def run_clean_process(code: str, cwd: Path, python: str = sys.executable) -> str
     )
     assert result.returncode == 0, f"clean process failed:\n{result.stderr[-4000:]}"
     return result.stdout
-

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 REPO = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]  # run as a script under accelerate launch: the project, conftest
 
-from conftest import exact_resume  # noqa: E402
-from launching import run_launch  # noqa: E402  (after the path insert above)
+from conftest import exact_resume  # noqa: E402  (after the path insert above)
+from launching import run_launch  # noqa: E402
 
 from train.data.batching import (  # noqa: E402
     MAX_LANES,
