@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import exact_resume
+from launching import LAUNCH_TIMEOUT, stop, with_stacks
 
 from train.pretrain_gpt import main as pretrain_gpt
 
@@ -45,9 +46,16 @@ def launch_nodes(launcher: str, what: list[str], caches: list[Path], hf_cache: P
                "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LINEAGE_CACHE": str(caches[rank]),
                "HF_DATASETS_CACHE": str(hf_cache),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-        nodes.append(subprocess.Popen([sys.executable, *how, *what], cwd=REPO, env=env, text=True,
+        nodes.append(subprocess.Popen([sys.executable, *how, *what], cwd=REPO, env=with_stacks(env), text=True,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    logs = [node.communicate(timeout=600)[0] for node in nodes]
+    try:
+        logs = [node.communicate(timeout=LAUNCH_TIMEOUT)[0] for node in nodes]
+    except subprocess.TimeoutExpired:
+        for node in nodes:
+            stop(node)
+        logs = [node.communicate()[0] for node in nodes]
+        pytest.fail(f"the nodes ran past {LAUNCH_TIMEOUT} s and were stopped:\n" +
+                    "\n".join(f"node {rank}:\n{log[-8000:]}" for rank, log in enumerate(logs)))
     for rank, (node, log) in enumerate(zip(nodes, logs)):
         assert node.returncode == 0, f"node {rank} exited {node.returncode}:\n{log[-8000:]}"
     return logs
