@@ -35,6 +35,7 @@ from train.run.environment import installed
 from train.run.recipes import RecipeError
 
 EXIT_GRACE_SECONDS = 0.2  # how long a process of a group lets its communication threads finish at exit
+STALE_BUILD_LOCK_SECONDS = 600  # a lock of torch's JIT build this old is left by a killed build (one takes ~30 s)
 
 
 class DistributedSetupError(RuntimeError):
@@ -60,6 +61,8 @@ def process_state() -> PartialState:
     if not torch.accelerator.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     backend = {"backend": "gloo"} if _deepspeed_on_cpu() else {}
+    if backend:
+        check_op_build_lock()
     state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"), **backend)
     _grace_at_exit()
     return state
@@ -83,6 +86,26 @@ def _grace_at_exit() -> None:
 @functools.cache
 def _register_grace() -> None:
     atexit.register(time.sleep, EXIT_GRACE_SECONDS)
+
+
+def check_op_build_lock(op: str = "deepspeed_shm_comm") -> None:
+    """Refuse to start DeepSpeed on the CPU while a killed build's lock would stop it forever. DeepSpeed loads its CPU
+    communication op `op` through torch's JIT build, which holds a `lock` file in the op's build folder while it checks
+    or builds it, and waits for another process's lock with no time limit and no message. A process killed meanwhile
+    (the launcher stops the others with SIGTERM when one fails, and on Ctrl-C) leaves the file behind, and every later
+    run waited on it silently. A lock older than STALE_BUILD_LOCK_SECONDS is taken for such a one."""
+    from torch.utils.cpp_extension import _get_build_directory  # the folder torch's JIT build uses for `op`
+
+    lock = os.path.join(_get_build_directory(op, verbose=False), "lock")
+    try:
+        age = time.time() - os.stat(lock).st_mtime
+    except FileNotFoundError:
+        return
+    if age > STALE_BUILD_LOCK_SECONDS:
+        raise DistributedSetupError(
+            f"DeepSpeed's CPU communication op {op} is locked by {lock}, written {age / 60:.0f} minutes ago by a build "
+            f"that was killed (a build takes under a minute); torch would wait on it forever. Delete that file if no "
+            f"other run is building the op now, then launch again")
 
 
 def resolve_mixed_precision(value: str) -> str:
@@ -116,6 +139,7 @@ def build_accelerator(micro_batch_size: int, gradient_accumulation_steps: int = 
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     plugin = FullyShardedDataParallelPlugin() if asked is DistributedType.FSDP else None
     if _deepspeed_on_cpu():
+        check_op_build_lock()
         kwargs["kwargs_handlers"] = [*kwargs.get("kwargs_handlers", ()), InitProcessGroupKwargs(backend="gloo")]
     # a plugin, not `gradient_accumulation_steps=`, which the launch's ACCELERATE_GRADIENT_ACCUMULATION_STEPS overrides
     accumulation = GradientAccumulationPlugin(num_steps=gradient_accumulation_steps)
@@ -302,7 +326,7 @@ def one_process_first(local: bool = False) -> Iterator[bool]:
         yield state.is_local_main_process if local else state.is_main_process
 
 
-__all__ = ["CpuPeers", "DistributedSetupError", "build_accelerator", "check_launch", "describe",
+__all__ = ["CpuPeers", "DistributedSetupError", "build_accelerator", "check_launch", "check_op_build_lock", "describe",
            "enable_gradient_checkpointing", "forget_accelerate_state", "mark_sharded_for_generate", "one_process_first",
            "report_failure", "requested_type", "resolve_mixed_precision", "follow_recipe", "token_mean",
            "unsharded"]

@@ -5,6 +5,7 @@ be honoured is refused, and a failing process fails the whole run. FSDP: tests/t
 import importlib.util
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -187,6 +188,32 @@ def test_fsdp_asked_of_one_plain_process_is_refused(tmp_path, tokenizer_folder, 
         pretrain_bert(["--recipe", "bert-pretrain-tiny", "--tokenizer", tokenizer_folder,
                        "--progress_bar", "false", "--report_to", "none", "--output_dir", str(tmp_path / "run")])
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_deepspeed_on_the_cpu_is_refused_while_a_killed_builds_lock_would_stop_it(tmp_path, tokenizer_folder,
+                                                                                  monkeypatch):
+    """torch's JIT build of DeepSpeed's CPU op waits, forever and silently, for a `lock` file that a killed build left
+    (tried: a one-process ZeRO-2 launch printed nothing more in 60 s); a lock that old is refused by name, before the
+    run writes anything, and kept. A fresh lock (a build going on now) is waited for, as torch does."""
+    from train.run import distributed
+
+    for name, value in {"TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions"), "ACCELERATE_USE_DEEPSPEED": "true",
+                        "LOCAL_RANK": "0", "DS_ACCELERATOR": "cpu"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    lock = tmp_path / "extensions" / "deepspeed_shm_comm" / "lock"
+    distributed.check_op_build_lock()  # no lock
+    lock.touch()
+    distributed.check_op_build_lock()  # a build going on
+    written = time.time() - distributed.STALE_BUILD_LOCK_SECONDS - 90
+    os.utime(lock, (written, written))
+    with pytest.raises(distributed.DistributedSetupError,
+                       match=re.escape(f"is locked by {lock}, written 12 minutes ago by a build that was killed")):
+        pretrain_bert(["--recipe", "bert-pretrain-tiny", "--tokenizer", tokenizer_folder, "--progress_bar", "false",
+                       "--report_to", "none", "--output_dir", str(tmp_path / "run")])
+    assert lock.is_file() and not (tmp_path / "run").exists()
+    with pytest.raises(distributed.DistributedSetupError, match="Delete that file if no other run is building"):
+        distributed.build_accelerator(4)
 
 
 @pytest.mark.parametrize("how", [
