@@ -150,12 +150,7 @@ def build_accelerator(micro_batch_size: int, gradient_accumulation_steps: int = 
     got = accelerator.distributed_type
     _check_group(launched, accelerator.num_processes, got)
     if asked is not None and got is not asked:
-        why = ("ACCELERATE_USE_CPU=true makes Accelerate run the processes as DDP; unset it (without a GPU, "
-               "DeepSpeed runs its processes on gloo by itself)"
-               if asked is DistributedType.DEEPSPEED
-               else "FSDP needs several processes in one group (GPUs, or CPU processes with ACCELERATE_USE_CPU=true)")
-        raise DistributedSetupError(f"the accelerate config asks for {asked.name}, but this machine would run it as "
-                                    f"DistributedType.{got.name}: {why}")
+        _refuse_type(asked, got)
     if got is DistributedType.DEEPSPEED:
         changed = follow_recipe(accelerator.state.deepspeed_plugin, micro_batch_size, gradient_accumulation_steps,
                                 max_grad_norm)
@@ -188,9 +183,21 @@ def follow_recipe(plugin, micro_batch_size: int, gradient_accumulation_steps: in
 
 def check_launch() -> None:
     """Refuse, before a run writes anything, processes that `accelerate launch` started but that formed no process
-    group (each would claim the output folder and train alone); `build_accelerator` refuses the rest."""
+    group (each would claim the output folder and train alone), and DeepSpeed under ACCELERATE_USE_CPU;
+    `build_accelerator` refuses the rest."""
     state = process_state()
     _check_group(int(os.environ.get("WORLD_SIZE", "1")), state.num_processes, state.distributed_type)
+    if requested_type() is DistributedType.DEEPSPEED and parse_flag_from_env("ACCELERATE_USE_CPU"):
+        _refuse_type(DistributedType.DEEPSPEED, state.distributed_type)  # Accelerate drops DeepSpeed under it
+
+
+def _refuse_type(asked: DistributedType, got: DistributedType) -> None:
+    why = ("ACCELERATE_USE_CPU=true makes Accelerate run the processes as DDP; unset it (without a GPU, "
+           "DeepSpeed runs its processes on gloo by itself)"
+           if asked is DistributedType.DEEPSPEED
+           else "FSDP needs several processes in one group (GPUs, or CPU processes with ACCELERATE_USE_CPU=true)")
+    raise DistributedSetupError(f"the accelerate config asks for {asked.name}, but this machine would run it as "
+                                f"DistributedType.{got.name}: {why}")
 
 
 def _check_group(launched: int, processes: int, got: DistributedType) -> None:

@@ -195,4 +195,4 @@ def test_deepspeed_under_accelerate_use_cpu_is_refused_before_anything_is_writte
     assert result.returncode != 0
     assert ("the accelerate config asks for DEEPSPEED, but this machine would run it as DistributedType.MULTI_CPU: "
             "ACCELERATE_USE_CPU=true makes Accelerate run the processes as DDP") in result.stderr
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert not (tmp_path / "run").exists()  # refused before the folder is claimed: no run.json, no tokenizer
