@@ -203,14 +203,20 @@ def main(argv: Sequence[str] | None = None) -> None:
 def user_errors() -> tuple[type[Exception], ...]:
     """The errors that refuse a user's input (a file, a recipe key, a folder, a checkpoint): the console command
     prints their message alone, with exit status 1, instead of a traceback."""
+    from train.analysis.evaluation_report import ReportError
+    from train.analysis.harness import HarnessError
+    from train.data.corpus import UnknownCorpusTaskError
     from train.data.files import DataError, DataFileNotFoundError
     from train.data.tokenization import CacheFolderError, EmptyVocabularyError, TokenizerPathError
+    from train.evaluate import EvaluateError
+    from train.run.averaging import AveragingError
     from train.run.checkpoints import CheckpointError
     from train.run.recipes import RecipeError
     from train.run.run_folder import OutputDirError
 
     return (DataError, DataFileNotFoundError, RecipeError, OutputDirError, CheckpointError, CacheFolderError,
-            EmptyVocabularyError, TokenizerPathError)
+            EmptyVocabularyError, TokenizerPathError, UnknownCorpusTaskError, EvaluateError, HarnessError, ReportError,
+            AveragingError)
 
 
 if __name__ == "__main__":

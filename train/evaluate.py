@@ -27,7 +27,7 @@ from train.cli import CommandParser
 from train.run.environment import versions
 from train.run.publish import pipeline_tag
 from train.run.run_folder import check_writer_output, staged_output
-from train.setup.models import HUB_ID
+from train.setup.models import HUB_ID, load_backbone
 
 COMMAND = "evaluate"
 # the end of an architecture's class name -> what `lineage evaluate` does with it
@@ -99,7 +99,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="tokens per example (default: the model's positions, at most 512)")
     parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
     parser.add_argument("--length_penalty", type=float, default=1.0)
-    parser.add_argument("--max_new_tokens", type=_number(int, 1, "a number of tokens >= 1"), default=64)
+    parser.add_argument("--max_new_tokens", type=_number(int, 1, "a number of tokens >= 1"), default=None,
+                        help="tokens a translation may have (default: 64, at most the decoder's positions - 1)")
     parser.add_argument("--text_file", default=None, help="masked LMs: the text to score (one sample per line)")
     parser.add_argument("--compare", default=None, help="an earlier lineage evaluate --output_dir: its figures are "
                                                         "drawn beside these")
@@ -146,13 +147,20 @@ def model_kind(config: dict[str, Any], name: str) -> tuple[str, str]:
 
 
 def check_lengths(args: argparse.Namespace, config: dict[str, Any]) -> None:
-    """`--max_seq_length` within the model's positions (its default: them, at most 512), and `--tasks` not empty."""
+    """`--max_seq_length` within the model's positions (its default: them, at most 512), `--max_new_tokens` within
+    an encoder-decoder's positions after its start token (default: 64, at most that), and `--tasks` not empty."""
     positions = config.get("max_position_embeddings")
     if args.max_seq_length is None:
         args.max_seq_length = min(positions or 512, 512)
     elif positions and args.max_seq_length > positions:
         raise EvaluateError(f"--max_seq_length is {args.max_seq_length} but --model has {positions} positions: give "
                             f"at most {positions}")
+    decoder = positions - 1 if positions and config.get("is_encoder_decoder") else None
+    if args.max_new_tokens is None:
+        args.max_new_tokens = min(64, decoder or 64)
+    elif decoder and args.max_new_tokens > decoder:
+        raise EvaluateError(f"--max_new_tokens is {args.max_new_tokens} but --model's decoder has {positions} "
+                            f"positions, one of them for its start token: give at most {decoder}")
     if args.tasks is not None and not [t for t in args.tasks.split(",") if t.strip()]:
         raise EvaluateError(f"--tasks {args.tasks!r} names no task; give task names, comma-separated")
 
@@ -307,9 +315,11 @@ def evaluate_masked_lm(args: argparse.Namespace) -> dict[str, Any]:
 
     from train.data.files import load_text_dataset
 
-    texts = [t for t in load_text_dataset(args.text_file, columns=("text",))["text"] if t.strip()]
+    texts = [t for t in load_text_dataset(args.text_file, columns=("text",), text_sample_by="line")["text"]
+             if t.strip()]
     texts = texts[:args.eval_size] if args.eval_size else texts
-    model = AutoModelForMaskedLM.from_pretrained(args.model, revision=args.model_revision, trust_remote_code=True)
+    model = load_backbone(AutoModelForMaskedLM, args.model,
+                          {"revision": args.model_revision, "trust_remote_code": True})
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
     batch = model_batch_size(args)
     figures = pseudo_perplexity(model.to(device_of(args)), tokenizer, texts, max_length=args.max_seq_length,

@@ -129,6 +129,27 @@ def test_unknown_commands_are_named():
         cli.main(["train_translation"])
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["evaluate", "--model", "{tmp}", "--output_dir", "{tmp}/out"], "lineage evaluate: error: --model '{tmp}' is not"),
+    (["evaluate", "--model", "me/absent-model", "--output_dir", "{tmp}/out"], "lineage evaluate: error: --model 'me/"),
+    (["average", "nowhere", "{tmp}/a", "--output_dir", "{tmp}/out"], "lineage average: error: INPUT 'nowhere' is no"),
+    (["train", "pretrain_gpt", "--recipe", "nope"], "lineage train pretrain_gpt: error: recipe 'nope' is neither"),
+    (["train", "pretrain_gpt", "--recipe", "gpt-pretrain-tiny", "--dataset", "embedded:poetry", "--output_dir",
+      "{tmp}/run"], "lineage train pretrain_gpt: error: unknown embedded corpus task 'poetry'"),
+])
+def test_the_refusals_of_evaluate_average_a_recipe_name_and_the_embedded_corpus_are_messages(argv, message, tmp_path,
+                                                                                              monkeypatch):
+    """These printed a traceback until their errors joined `cli.user_errors` (docs/using.md: a refused input is its
+    message alone, exit status 1)."""
+    monkeypatch.delenv("LINEAGE_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").mkdir()
+    with pytest.raises(SystemExit) as refused:
+        cli.main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert str(refused.value).startswith(message.replace("{tmp}", str(tmp_path)))
+    assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists()
+
+
 def test_a_refused_input_is_its_message_not_a_traceback(tmp_path, monkeypatch):
     """`lineage <command>` prints a refusal of the input (here a folder of the user's files) as one message with exit
     status 1; LINEAGE_TRACEBACK=1 raises it with its traceback; a bug (any other error) keeps its traceback."""

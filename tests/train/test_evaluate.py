@@ -16,6 +16,7 @@ from conftest import preset
 
 from modeling import (
     LineageBertForMaskedLM,
+    LineageBertForPreTraining,
     LineageBertForQuestionAnswering,
     LineageBertForSequenceClassification,
     LineageBertForTokenClassification,
@@ -206,6 +207,35 @@ def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):
     with pytest.raises(evaluate.EvaluateError, match="label 'maybe' of column 'label' is no class of the model"):
         evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", str(flipped), "--output_dir",
                        str(tmp_path / "eval2")])
+
+
+def test_a_translation_without_max_new_tokens_fits_the_decoder_and_more_is_refused_by_name(tmp_path):
+    """The default length is 64 tokens, at most the decoder's positions less its start token (before: 64 on a
+    64-position decoder, which generate() refused after the model was loaded); a longer --max_new_tokens is refused by
+    name before any model is loaded, and nothing is written."""
+    folder = model_folder(tmp_path, "transformer", LineageTransformerForConditionalGeneration, 300)
+    positions = json.loads((folder / "config.json").read_text())["max_position_embeddings"]
+    out = evaluate.main(["--model", str(folder), "--eval_size", "2", "--num_beams", "1", "--output_dir",
+                         str(tmp_path / "eval")])
+    assert json.loads((out / "results.json").read_text())["translation"]["max_new_tokens"] == min(64, positions - 1)
+    refusal = f"--max_new_tokens is {positions} .* give at most {positions - 1}"
+    with pytest.raises(evaluate.EvaluateError, match=refusal):
+        evaluate.main(["--model", str(folder), "--max_new_tokens", str(positions), "--output_dir",
+                       str(tmp_path / "eval2")])
+    assert not (tmp_path / "eval2").exists()
+
+
+def test_pseudo_perplexity_takes_each_line_of_the_text_file_as_a_sample(tmp_path, capfd):
+    """--text_file is one sample per line, blank lines (BERT's document breaks) skipped (before: a blank line made each
+    paragraph one sample); a pretraining folder's NSP head is named as left out, not in transformers' load report."""
+    folder = model_folder(tmp_path, "bert", LineageBertForPreTraining, 400)
+    text = tmp_path / "held-out.txt"
+    lines = ["the cat sat on the mat", "Anna was born in Lisbon in 1950.", "", "She moved to Oslo.", ""]
+    text.write_text("\n".join(lines))
+    out = evaluate.main(["--model", str(folder), "--text_file", str(text), "--output_dir", str(tmp_path / "eval")])
+    assert json.loads((out / "results.json").read_text())["data"]["texts"] == sum(1 for line in lines if line)
+    printed = capfd.readouterr()
+    assert "LOAD REPORT" not in printed.out + printed.err and "left out" in printed.out
 
 
 def test_a_uniform_masked_lm_has_the_vocabulary_size_as_pseudo_perplexity(tmp_path):

@@ -19,6 +19,12 @@ import datasets
 
 TASKS = ("documents", "translation", "sentiment", "nli", "ner", "qa")
 SPLITS = ("train", "validation", "test")
+
+
+class UnknownCorpusTaskError(ValueError):
+    """`embedded:<task>` names no task of the embedded corpus."""
+
+
 DEFAULT_SIZES = {
     "documents": {"train": 4000, "validation": 200, "test": 200},
     "translation": {"train": 20000, "validation": 1000, "test": 1000},
@@ -420,7 +426,7 @@ _GENERATORS: dict[str, Callable[[random.Random], dict | list[dict]]] = {
 def generate_records(task: str, split: str = "train", seed: int = 0, size: int | None = None) -> list[dict]:
     """The rows of one task and split as plain dicts (columns as in ``default_corpus``)."""
     if task not in TASKS:
-        raise ValueError(f"unknown embedded corpus task {task!r}; choose one of {', '.join(TASKS)}")
+        raise UnknownCorpusTaskError(f"unknown embedded corpus task {task!r}; choose one of {', '.join(TASKS)}")
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     size = DEFAULT_SIZES[task][split] if size is None else size
@@ -467,6 +473,6 @@ def tokenizer_training_texts(seed: int = 0, size: int | None = None) -> list[str
     return texts
 
 
-__all__ = ["TASKS", "SPLITS", "DEFAULT_SIZES", "SENTIMENT_LABELS", "NLI_LABELS", "NER_LABELS",
+__all__ = ["TASKS", "SPLITS", "UnknownCorpusTaskError", "DEFAULT_SIZES", "SENTIMENT_LABELS", "NLI_LABELS", "NER_LABELS",
            "default_corpus", "default_corpus_dict", "generate_records", "tokenizer_training_texts",
            "english_number", "german_number", "biography"]

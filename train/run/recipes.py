@@ -69,6 +69,10 @@ class RecipeError(ValueError):
     """A recipe key or value that the training scripts cannot use."""
 
 
+class RecipeNotFoundError(RecipeError, FileNotFoundError):
+    """`--recipe` names neither a file nor a shipped recipe."""
+
+
 def bundled(kind: str) -> dict[str, Traversable]:
     """Name -> file of every shipped config of `kind` (`models`: presets, `recipes`, `accelerate`), by name."""
     if kind not in BUNDLED:
@@ -402,8 +406,8 @@ def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None
         recipes = bundled("recipes")
         file = Path(path) if Path(path).is_file() else recipes.get(_renamed(str(path)))
         if file is None:
-            raise FileNotFoundError(f"recipe {str(path)!r} is neither a file nor a recipe name; recipe names: "
-                                    f"{', '.join(recipes)}")
+            raise RecipeNotFoundError(f"recipe {str(path)!r} is neither a file nor a recipe name; recipe names: "
+                                      f"{', '.join(recipes)}")
         source = str(path)
         fields = _yaml(file.read_text(), source) or {}
         if not isinstance(fields, dict):
