@@ -30,6 +30,7 @@ from train.run.run_folder import check_writer_output, staged_output
 from train.setup import models
 
 FORMATS = ("torch", "onnx")
+EXPORTED_TYPES = ("lineage-bert", "lineage-gpt", "lineage-transformer")  # the RNN family is not exported
 OLD_FLAGS = {"--out": "--output_dir", "--revision": "--model_revision"}  # old spelling -> the flag now
 _OUTPUT_SKIP = ("loss", "hidden_states", "attentions", CACHE_NAME)
 
@@ -184,6 +185,9 @@ def load_lineage_model(name: str, revision: str | None = None):
     if not source.pretrained:
         raise models.ModelSourceError(f"--model {name!r} is a preset, which has no trained weights to export; give a "
                                        "saved model folder or Hub id")
+    if source.config.model_type not in EXPORTED_TYPES:
+        raise models.ModelSourceError(f"--model {name!r} is a {source.config.model_type} model, which export does not "
+                                       f"serve; it exports {', '.join(EXPORTED_TYPES)} models")
     return models.load_model(source).eval()
 
 

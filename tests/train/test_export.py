@@ -14,9 +14,10 @@ from modeling import (
     LineageBertForSequenceClassification,
     LineageGptForCausalLM,
     LineageGptForSequenceClassification,
+    LineageRnnForConditionalGeneration,
     LineageTransformerForConditionalGeneration,
 )
-from train import export
+from train import cli, export
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 
@@ -141,3 +142,13 @@ def test_command_writes_the_files_and_refuses_bad_input(tmp_path, capsys):
         export.main(["--model", "bert-tiny", "--output_dir", str(tmp_path / "o")])
     with pytest.raises(ValueError, match="format must be one of torch, onnx, got 'tflite'"):
         export.export_model(LineageBertForSequenceClassification(preset("bert-tiny")), tmp_path / "o", "tflite")
+
+
+def test_a_family_export_does_not_serve_is_refused_naming_the_model_before_any_file(tmp_path):
+    folder = tmp_path / "rnn"
+    LineageRnnForConditionalGeneration(preset("rnn-tiny")).save_pretrained(folder)
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["export", "--model", str(folder), "--output_dir", str(tmp_path / "out")])
+    message = str(refused.value)
+    assert message.startswith("lineage export: error: --model ") and "lineage-rnn" in message
+    assert not (tmp_path / "out").exists()
