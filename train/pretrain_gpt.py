@@ -35,9 +35,11 @@ def metrics(predictions: dict, eval_loss: float) -> dict[str, float]:
 
 
 def sample(model, tokenizer, prompts: list[str], max_new_tokens: int, seed: int) -> list[str]:
-    """Top-k samples continuing each prompt (plain text, no template)."""
+    """Top-k samples continuing each prompt (plain text, no template), padded on the left whatever the tokenizer's
+    `padding_side` (a checkpoint's GPT-2 tokenizer pads on the right), so each continues from its last token."""
     model.eval()
-    encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True).to(model.device)
+    encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True,
+                        padding_side="left").to(model.device)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
         out = model.generate(**encoded, do_sample=True, top_k=20, max_new_tokens=max_new_tokens,
