@@ -214,10 +214,13 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
     def _lengths(self, max_seq_len: int | None, doc_stride: int | None, question: str) -> tuple[int, int]:
         """The window length (384 by default, at most the model's positions) and the overlap (128 by default, at
         most half a window), checked against the room the question leaves for context."""
-        limit = min(self.tokenizer.model_max_length, getattr(self.model.config, "max_position_embeddings", 384))
+        positions = getattr(self.model.config, "max_position_embeddings", 384)
+        limit = min(self.tokenizer.model_max_length, positions)
         max_seq_len = min(384, limit) if max_seq_len is None else max_seq_len
         if max_seq_len > limit:
-            raise ValueError(f"`max_seq_len` is {max_seq_len} but the model reads at most {limit} tokens")
+            raise ValueError(f"`max_seq_len` is {max_seq_len} but at most {limit} tokens can be read (the tokenizer's "
+                             f"model_max_length {self.tokenizer.model_max_length}, the model's "
+                             f"max_position_embeddings {positions})")
         doc_stride = min(128, max_seq_len // 2) if doc_stride is None else doc_stride
         pair_tokens = len(self.tokenizer("", "")["input_ids"])  # the template's special tokens
         room = max_seq_len - len(self.tokenizer(question, add_special_tokens=False)["input_ids"]) - pair_tokens

@@ -194,7 +194,7 @@ def test_bad_input_is_refused(scripted, folders, tokenizers):
         qa(question="Who?", context="Tom sings.", top_k=0)
     with pytest.raises(ValueError, match="`doc_stride` must be below"):
         qa(question="Who?", context="Tom sings.", max_seq_len=16, doc_stride=12)
-    with pytest.raises(ValueError, match="`max_seq_len` is 500 but the model reads at most 64 tokens"):
+    with pytest.raises(ValueError, match="`max_seq_len` is 500 but at most 64 tokens can be read"):
         qa(question="Who?", context="Tom sings.", max_seq_len=500)
     with pytest.raises(ValueError, match="needs an encoder-decoder model"):
         LineageTranslationPipeline(model=folders["qa"][0], tokenizer=tokenizers[1])
@@ -230,3 +230,13 @@ def test_pipelines_on_a_gpu_match_the_cpu(folders, tokenizers):
     assert runs["cuda"][0] == runs["cpu"][0]
     assert [a["answer"] for a in runs["cuda"][1]] == [a["answer"] for a in runs["cpu"][1]]
     assert [a["score"] for a in runs["cuda"][1]] == pytest.approx([a["score"] for a in runs["cpu"][1]], rel=1e-3)
+
+
+def test_a_window_past_the_tokenizers_length_names_the_tokenizer_as_the_limit(tokenizers):
+    bert_tok = tokenizers[1]  # model_max_length 64
+    model = LineageBertForQuestionAnswering(preset("bert-tiny", **{**config_kwargs_from_tokenizer(bert_tok, "bert"),
+                                                                   "max_position_embeddings": 128})).eval()
+    qa = LineageQuestionAnsweringPipeline(model=model, tokenizer=bert_tok)
+    with pytest.raises(ValueError, match=r"`max_seq_len` is 100 but at most 64 tokens can be read \(the tokenizer's "
+                                         r"model_max_length 64, the model's max_position_embeddings 128\)"):
+        qa(question="Who?", context="Tom sings.", max_seq_len=100)
