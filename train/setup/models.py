@@ -290,10 +290,27 @@ def conversion_difference(reference: torch.nn.Module, converted: torch.nn.Module
     return (outputs[0][key] - outputs[1][key]).abs().max().item()
 
 
+# weights a BertForMaskedLM checkpoint may hold beyond its class (the published bert-base-uncased holds them all)
+_PRETRAINING_ONLY = {"bert.pooler.dense.weight", "cls.seq_relationship.weight"}
+
+
+def _class_to_load(source: ModelSource) -> str:
+    """The reference class to read the checkpoint with: its own, or BertForPreTraining for a BertForMaskedLM one that
+    holds the pooler and NSP head too, which BertForMaskedLM would drop (the classification heads start from the
+    trained pooler, as transformers' BertForSequenceClassification does)."""
+    if source.reference_class != "BertForMaskedLM":
+        return source.reference_class
+    names = set()
+    for file in source.folder.glob("*.safetensors"):
+        with safe_open(file, "pt") as weights:
+            names.update(weights.keys())
+    return "BertForPreTraining" if _PRETRAINING_ONLY <= names else source.reference_class
+
+
 def convert_checked(source: ModelSource, argument: str = "--model") -> tuple[torch.nn.Module, float]:
     """The converted Lineage model of a reference checkpoint and the check's difference; `ConversionCheckError`
     above the tolerance."""
-    reference_class = getattr(transformers, source.reference_class)
+    reference_class = getattr(transformers, _class_to_load(source))
     reference = reference_class.from_pretrained(source.folder, use_safetensors=True, attn_implementation="eager",
                                                 dtype=torch.float32)  # the check in fp32, whatever the file holds
     converted = from_transformers(reference)

@@ -296,3 +296,16 @@ def test_attention_maps_and_benchmark_take_a_hub_revision(tmp_path, monkeypatch,
     with pytest.raises(SystemExit):
         benchmark.parse_args(["--model", "gpt-tiny", "--model_revision", "main", "--task", "causal-lm"])
     assert "--model_revision ('main') selects a version of a Hub repo; --model 'gpt-tiny'" in capsys.readouterr().err
+
+
+def test_a_masked_lm_checkpoint_holding_bert_pretraining_weights_keeps_its_trained_pooler(tmp_path):
+    """As the published bert-base-uncased: BertForPreTraining's weights (the pooler and NSP head too) under the
+    architecture BertForMaskedLM, whose class has no pooler; the classification heads start from the trained one."""
+    folder = save_reference(tmp_path / "bert", "BertForPreTraining")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["BertForMaskedLM"]}))
+    pooler = load_file(folder / "model.safetensors")["bert.pooler.dense.weight"]
+    source = models.resolve_model(str(folder))
+    model = models.load_model(source, "AutoModelForSequenceClassification")
+    assert torch.equal(model.bert.pooler.dense.weight, pooler)
+    assert source.report["conversion_max_abs_diff"] <= models.CONVERSION_TOLERANCE
