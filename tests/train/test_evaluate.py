@@ -225,6 +225,17 @@ def test_a_translation_without_max_new_tokens_fits_the_decoder_and_more_is_refus
     assert not (tmp_path / "eval2").exists()
 
 
+def test_a_translator_of_few_positions_runs_a_harness_generation_task(tmp_path):
+    """lm_eval asks an encoder-decoder for its encoder context + max_gen_toks tokens, more than a 64-position decoder
+    has (before: generate() refused after the model was loaded); the request is capped at the decoder's positions."""
+    folder = model_folder(tmp_path, "transformer", LineageTransformerForConditionalGeneration, 300)
+    assert json.loads((folder / "config.json").read_text())["max_position_embeddings"] == 64
+    out = evaluate.main(["--model", str(folder), "--tasks", "lineage_translation", "--limit", "2", "--device", "cpu",
+                         "--output_dir", str(tmp_path / "eval")])
+    figures = json.loads((out / "results.json").read_text())["scores"]["lineage_translation"]
+    assert 0 <= figures["exact_match"] <= 1 and 0 <= figures["chrf"] <= 100
+
+
 def test_pseudo_perplexity_takes_each_line_of_the_text_file_as_a_sample(tmp_path, capfd):
     """--text_file is one sample per line, blank lines (BERT's document breaks) skipped (before: a blank line made each
     paragraph one sample); a pretraining folder's NSP head is named as left out, not in transformers' load report."""

@@ -95,8 +95,24 @@ def run(tasks: list, arguments: dict[str, Any], manager, *, limit: float | None,
 
     device = device or "cuda:0"  # lm_eval's own default, which falls back to the CPU where there is no GPU
     lm = get_model("hf").create_from_arg_obj(arguments, {"batch_size": batch_size, "device": device})
+    if arguments.get("backend") == "seq2seq":
+        _bound_decoder_length(lm)
     return simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit, num_fewshot=num_fewshot,
                            batch_size=batch_size, device=device, log_samples=True)
+
+
+def _bound_decoder_length(lm) -> None:
+    """lm_eval asks an encoder-decoder's generate() for `max_length` = its encoder context + `max_gen_toks` (a causal
+    LM's sum), which a decoder of fewer positions refuses; the length is capped at the decoder's positions."""
+    positions = getattr(lm.model.config, "max_position_embeddings", None)
+    if not positions:
+        return
+    generate = lm._model_generate
+
+    def bounded(*args, max_length: int, **kwargs):
+        return generate(*args, max_length=min(max_length, positions), **kwargs)
+
+    lm._model_generate = bounded
 
 
 def task_hashes(samples: dict[str, list[dict]]) -> dict[str, str]:
