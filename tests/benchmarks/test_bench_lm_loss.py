@@ -126,6 +126,8 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--head_only", action="store_true", help="time the output layer's loss alone")
     args = parser.parse_args()
+    if args.steps < 2:
+        parser.error(f"--steps must be at least 2 (the first step warms up and is not timed), got {args.steps}")
     if args.child:
         print(json.dumps(child(args.child, args.batch, args.length, args.steps)))
     elif args.head_only:
