@@ -29,8 +29,8 @@ from train.analysis.attention import (
     tokens,
 )
 from train.analysis.attention_plots import write_all
-from train.cli import CommandParser
-from train.run.run_folder import OutputDirError, check_writer_output, staged_output
+from train.cli import CommandParser, run_script
+from train.run.run_folder import check_writer_output, staged_output
 
 COMMAND = "attention-maps"
 OLD_FLAGS = {"--revision": "--model_revision", "--text-pair": "--text_pair", "--num-beams": "--num_beams",
@@ -110,7 +110,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (AttentionInputError, OutputDirError) as error:
-        raise SystemExit(f"error: {error}") from None
+    run_script(main)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from train.cli import CommandParser
+from train.cli import CommandParser, run_script
 from train.run.averaging import (
     AveragingError,
     Member,
@@ -119,4 +119,4 @@ def main(argv: Sequence[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

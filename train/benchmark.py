@@ -23,7 +23,7 @@ from transformers import CompileConfig
 
 from modeling.conversion import to_transformers
 from train.analysis import throughput
-from train.cli import CommandParser
+from train.cli import CommandParser, run_script
 from train.run import flops
 from train.run.compilation import compile_model, compiler_error
 from train.run.run_folder import OutputDirError, check_writer_file, write_output_json
@@ -320,4 +320,4 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -17,8 +17,10 @@ import importlib
 import itertools
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
+
+from train.run.environment import name_cpu_for_deepspeed
 
 
 class Command(NamedTuple):
@@ -190,33 +192,63 @@ def main(argv: Sequence[str] | None = None) -> None:
     module, rest, shown = resolve(argv)
     program, sys.argv[0] = sys.argv[0], shown  # argparse names the command in its usage lines
     try:
-        importlib.import_module(f"train.{module}").main(rest)
+        run_main(importlib.import_module(f"train.{module}").main, rest, shown)
+    finally:
+        sys.argv[0] = program
+
+
+def run_script(main: Callable[[Sequence[str] | None], object]) -> None:
+    """`python -m train.<module>` (also under `accelerate launch` or `torchrun`): the module's `main` on the command
+    line, its refusals printed as `lineage` prints them, named `python -m train.<module>`."""
+    spec = sys.modules["__main__"].__spec__
+    run_main(main, None, f"python -m {spec.name}" if spec is not None else sys.argv[0])
+
+
+def run_main(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None, shown: str) -> None:
+    """Run a command's `main(argv)` as `shown`: a refusal of the input (`user_errors`) exits with its message alone,
+    status 1, unless LINEAGE_TRACEBACK is set; any other error keeps its traceback."""
+    name_cpu_for_deepspeed()
+    try:
+        main(argv)
     except Exception as error:
         if not isinstance(error, user_errors()) or os.environ.get("LINEAGE_TRACEBACK"):
             raise
         raise SystemExit(f"{shown}: error: {error}\n(a refusal of the input, before or instead of the work it names; "
                          f"LINEAGE_TRACEBACK=1 shows where it was raised)") from None
-    finally:
-        sys.argv[0] = program
 
 
 def user_errors() -> tuple[type[Exception], ...]:
     """The errors that refuse a user's input (a file, a recipe key, a folder, a checkpoint): the console command
     prints their message alone, with exit status 1, instead of a traceback."""
+    from train.analysis.attention import AttentionInputError
     from train.analysis.evaluation_report import ReportError
     from train.analysis.harness import HarnessError
+    from train.data.batching import EmptyStreamError
     from train.data.corpus import UnknownCorpusTaskError
+    from train.data.encoders import LabelAlignmentError, QAAnswerSpanError
     from train.data.files import DataError, DataFileNotFoundError
-    from train.data.tokenization import CacheFolderError, EmptyVocabularyError, TokenizerPathError
+    from train.data.token_store import DamagedStoreError
+    from train.data.tokenization import (
+        CacheFolderError,
+        EmptyVocabularyError,
+        MissingSpecialTokenError,
+        TokenizerMismatchError,
+        TokenizerPathError,
+        VocabularySizeError,
+    )
     from train.evaluate import EvaluateError
+    from train.lineage_experiment import ExperimentError
     from train.run.averaging import AveragingError
     from train.run.checkpoints import CheckpointError
+    from train.run.distributed import DistributedSetupError
     from train.run.recipes import RecipeError
     from train.run.run_folder import OutputDirError
 
     return (DataError, DataFileNotFoundError, RecipeError, OutputDirError, CheckpointError, CacheFolderError,
-            EmptyVocabularyError, TokenizerPathError, UnknownCorpusTaskError, EvaluateError, HarnessError, ReportError,
-            AveragingError)
+            EmptyVocabularyError, TokenizerPathError, MissingSpecialTokenError, VocabularySizeError,
+            TokenizerMismatchError, LabelAlignmentError, QAAnswerSpanError, DamagedStoreError, EmptyStreamError,
+            UnknownCorpusTaskError, EvaluateError, HarnessError, ReportError, AveragingError, AttentionInputError,
+            ExperimentError, DistributedSetupError)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from train.cli import CommandParser
+from train.cli import CommandParser, run_script
 from train.run.run_folder import check_writer_output, staged_output
 from train.setup import models, run_tokenizer
 
@@ -91,4 +91,4 @@ def main(argv: Sequence[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

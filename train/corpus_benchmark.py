@@ -26,7 +26,7 @@ from fnmatch import fnmatch
 from itertools import count
 from pathlib import Path
 
-from train.cli import CommandParser
+from train.cli import CommandParser, run_script
 from train.data.corpus import generate_records
 from train.data.encoders import split_sentences
 from train.run.run_folder import OUTPUT_RECORD, OutputDirError, check_writer_file, write_output_json
@@ -298,4 +298,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

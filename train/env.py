@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from train.cli import run_script
 from train.run.environment import device, report
 
 
@@ -24,4 +25,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -23,7 +23,7 @@ from typing import Any
 
 from train.analysis import evaluation_report, harness
 from train.analysis.model_scores import pseudo_perplexity, score_translator
-from train.cli import CommandParser
+from train.cli import CommandParser, run_script
 from train.run.environment import versions
 from train.run.publish import pipeline_tag
 from train.run.run_folder import check_writer_output, staged_output
@@ -381,4 +381,4 @@ def main(argv: Sequence[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -25,7 +25,7 @@ from transformers import DynamicCache
 
 from modeling.arguments import CACHE_NAME, cache_keyword, output_cache
 from modeling.linear import LineageLinear
-from train.cli import CommandParser
+from train.cli import CommandParser, run_script
 from train.run.run_folder import check_writer_output, staged_output
 from train.setup import models
 
@@ -247,4 +247,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import torch
 
+from train.cli import run_script
 from train.data.collators import PaddingCollator
 from train.data.labels import class_labels, streamed_class_labels
 from train.data.model_inputs import tokenize_dataset
@@ -161,4 +162,4 @@ def main(argv: list[str] | None = None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

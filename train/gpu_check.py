@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from train.cli import CommandParser
+from train.cli import CommandParser, run_script
 from train.run import run_folder
 from train.run.checkpoints import complete_checkpoints
 from train.run.environment import device, installed, versions
@@ -548,4 +548,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

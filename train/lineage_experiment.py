@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from train.analysis import experiment
-from train.cli import CommandParser
+from train.cli import CommandParser, run_script
 from train.data.collators import Seq2SeqCollator
 from train.data.model_inputs import tokenize_dataset
 from train.run import run_folder
@@ -212,7 +212,4 @@ def run_experiment(args: argparse.Namespace, arms: list[str], budget: float, rec
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (ExperimentError, run_folder.OutputDirError) as error:
-        raise SystemExit(f"error: {error}") from None
+    run_script(main)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from train.cli import run_script
 from train.run.recipes import BUNDLED, CONFIGS, bundled
 
 
@@ -38,4 +39,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

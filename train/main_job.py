@@ -29,6 +29,7 @@ from train import (
     pretrain_gpt,
     train_translation,
 )
+from train.cli import run_script
 from train.data.corpus import generate_records, tokenizer_training_texts
 from train.data.tokenization import train_tokenizer
 from train.run import run_folder
@@ -167,4 +168,4 @@ def run_job(args: argparse.Namespace) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

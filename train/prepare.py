@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from accelerate.utils import set_seed
 
+from train.cli import run_script
 from train.data.token_store import data_key
 from train.run.recipes import RecipeError, check_command_keys, parse_args
 from train.setup.models import model_source
@@ -48,4 +49,4 @@ def main(argv: list[str] | None = None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from train.cli import run_script
 from train.data.collators import MaskedLMCollator
 from train.data.token_store import data_key
 from train.metrics import load_metric
@@ -71,4 +72,4 @@ def main(argv: list[str] | None = None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

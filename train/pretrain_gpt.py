@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from modeling.packing import document_masking_error
+from train.cli import run_script
 from train.data.collators import CausalLMCollator
 from train.data.token_store import data_key
 from train.metrics import load_metric
@@ -98,4 +99,4 @@ def main(argv: list[str] | None = None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -12,7 +12,7 @@ import pydoc_data.topics
 import re
 from pathlib import Path
 
-from train.cli import CommandParser
+from train.cli import CommandParser, run_script
 from train.run.run_folder import check_writer_output, staged_output
 
 COMMAND = "python-docs"
@@ -44,4 +44,4 @@ def main(argv: list[str] | None = None) -> tuple[Path, Path]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

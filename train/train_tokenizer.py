@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator, Sequence
 
-from train.cli import CommandParser
+from train.cli import CommandParser, run_script
 from train.data.corpus import tokenizer_training_texts
 from train.data.files import load_text_dataset
 from train.data.tokenization import FAMILIES, train_tokenizer
@@ -69,4 +69,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from train.analysis.translation_scores import score_translations
+from train.cli import run_script
 from train.data.collators import Seq2SeqCollator
 from train.data.model_inputs import tokenize_dataset
 from train.run.engine import Engine, TokenMean
@@ -94,4 +95,4 @@ def main(argv: list[str] | None = None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

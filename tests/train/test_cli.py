@@ -167,3 +167,48 @@ def test_a_refused_input_is_its_message_not_a_traceback(tmp_path, monkeypatch):
     with pytest.raises(ZeroDivisionError):
         cli.main(["experiment"])
     assert (tmp_path / "report.md").read_text() == "mine"
+
+
+def run_module(module: str, *argv: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """`python -m train.<module> argv` from `cwd`, as `accelerate launch -m` runs a script in each process."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("LINEAGE_TRACEBACK", "DS_ACCELERATOR")}
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", f"train.{module}", *argv], cwd=cwd, env={**environ, **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_every_command_module_runs_its_main_through_run_script():
+    """`python -m train.<module>` refuses as `lineage` does only through `cli.run_script`, so each module with a main
+    ends with that call."""
+    for name in modules_with_main():
+        tree = ast.parse((REPO / "train" / f"{name}.py").read_text())
+        entries = [ast.unparse(n) for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+        assert entries == ["if __name__ == '__main__':\n    run_script(main)"], name
+
+
+def test_python_dash_m_prints_a_refused_input_as_its_message_alone(tmp_path):
+    """Under `python -m` (and so under `accelerate launch -m` and `torchrun -m`) a refused input is its message alone,
+    exit status 1, named by the module; LINEAGE_TRACEBACK=1 adds the traceback. They printed the traceback."""
+    refused = run_module("pretrain_gpt", "--recipe", "nope", cwd=tmp_path)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.startswith("python -m train.pretrain_gpt: error: recipe 'nope' is neither a file nor")
+    traced = run_module("pretrain_gpt", "--recipe", "nope", cwd=tmp_path, LINEAGE_TRACEBACK="1")
+    assert traced.returncode == 1 and "Traceback" in traced.stderr
+    assert "RecipeNotFoundError: recipe 'nope'" in traced.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_command_that_saves_a_model_on_a_cpu_keeps_deepspeed_quiet(tmp_path):
+    """transformers' `save_pretrained` asks DeepSpeed for its accelerator wherever DeepSpeed is installed; on a CPU it
+    warned that it picked the CPU (seen in `lineage average`), until every command named the CPU for it."""
+    pytest.importorskip("deepspeed", reason="the warning is DeepSpeed's (in the test extra)")
+    from modeling import LineageGptConfig, LineageGptForCausalLM
+
+    config = LineageGptConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                              intermediate_size=32, max_position_embeddings=16)
+    for name in ("a", "b"):
+        LineageGptForCausalLM(config).save_pretrained(tmp_path / name)
+    result = run_module("average", "a", "b", "--output_dir", "avg", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "avg" / "model.safetensors").is_file()
+    assert "accelerator" not in result.stderr.lower()

@@ -31,7 +31,7 @@ from accelerate.utils import (
 )
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
-from train.run.environment import installed
+from train.run.environment import installed, name_cpu_for_deepspeed
 from train.run.recipes import RecipeError
 
 EXIT_GRACE_SECONDS = 0.2  # how long a process of a group lets its communication threads finish at exit
@@ -56,10 +56,8 @@ def _deepspeed_on_cpu() -> bool:
 def process_state() -> PartialState:
     """Accelerate's process-wide state as the run's Accelerator will build it: CPU processes where ACCELERATE_USE_CPU
     says so, DeepSpeed's on gloo where there is no GPU. Whichever is built first joins the process group. On a machine
-    with no accelerator DeepSpeed, which Accelerate imports wherever it is installed, is told the CPU it would pick
-    (DS_ACCELERATOR), so that it does not warn in every run that it picked it."""
-    if not torch.accelerator.is_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    with no accelerator DeepSpeed is told the CPU it would pick (`name_cpu_for_deepspeed`)."""
+    name_cpu_for_deepspeed()
     backend = {"backend": "gloo"} if _deepspeed_on_cpu() else {}
     if backend:
         check_op_build_lock()

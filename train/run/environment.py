@@ -4,6 +4,7 @@ and the releases the test suite passed on (`TESTED`). docs/using.md ("Supported 
 
 from __future__ import annotations
 
+import os
 import platform
 import tomllib
 from importlib import metadata
@@ -57,6 +58,15 @@ def device() -> str:
     return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+def name_cpu_for_deepspeed() -> None:
+    """On a machine with no accelerator, tell DeepSpeed the CPU it would pick (DS_ACCELERATOR, unless set), so that it
+    does not warn that it picked it: Accelerate and transformers import it wherever it is installed, also to save."""
+    import torch
+
+    if not torch.accelerator.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
 def status(name: str, version: str | None, declared: SpecifierSet | None) -> str:
     """Where an installed release stands: outside the declared range, inside the tested span, or declared but
     untested."""
@@ -80,4 +90,4 @@ def report() -> list[tuple[str, str, str, str]]:
     return rows
 
 
-__all__ = ["TESTED", "declared_ranges", "device", "report", "status", "versions"]
+__all__ = ["TESTED", "declared_ranges", "device", "name_cpu_for_deepspeed", "report", "status", "versions"]
