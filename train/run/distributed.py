@@ -201,7 +201,7 @@ def _refuse_type(asked: DistributedType, got: DistributedType) -> None:
 def _check_group(launched: int, processes: int, got: DistributedType) -> None:
     if launched > 1 and processes != launched:
         raise DistributedSetupError(
-            f"accelerate launched {launched} processes, but they formed no process group: each would train alone as "
+            f"the launcher started {launched} processes, but they formed no process group: each would train alone as "
             f"DistributedType.{got.name}. This machine has no GPU; to run processes on the CPU (gloo), set "
             f"ACCELERATE_USE_CPU=true (for FSDP the config fsdp_cpu: lineage configs accelerate/fsdp_cpu prints its "
             "path), or launch one process")

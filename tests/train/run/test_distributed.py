@@ -115,7 +115,7 @@ def test_fsdp_config_on_processes_that_form_no_group_is_refused(tmp_path, tokeni
         assert "run: distributed_type=FSDP, num_processes=2" in result.stdout
         return
     assert result.returncode != 0
-    assert "accelerate launched 2 processes, but they formed no process group" in result.stderr
+    assert "the launcher started 2 processes, but they formed no process group" in result.stderr
     assert "ACCELERATE_USE_CPU=true" in result.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()
 
