@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -60,10 +61,11 @@ def device() -> str:
 
 def name_cpu_for_deepspeed() -> None:
     """On a machine with no accelerator, tell DeepSpeed the CPU it would pick (DS_ACCELERATOR, unless set), so that it
-    does not warn that it picked it: Accelerate and transformers import it wherever it is installed, also to save."""
-    import torch
-
-    if not torch.accelerator.is_available():
+    does not warn that it picked it: Accelerate and transformers import it wherever it is installed, also to save.
+    A process that has not imported torch (`lineage configs`, `lineage env`) reaches no DeepSpeed, and is not made to
+    import torch for this."""
+    torch = sys.modules.get("torch")
+    if torch is not None and not torch.accelerator.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
