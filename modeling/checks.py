@@ -6,13 +6,14 @@ Shape checks run under compile too.
 """
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
 from .arguments import CACHE_NAME
 
 _value_checks = True
+_generating = False
 
 
 @contextmanager
@@ -30,6 +31,34 @@ def value_checks(enabled: bool) -> Iterator[None]:
 def value_checks_enabled() -> bool:
     """Whether a check may read tensor values here: not inside a compiled graph, nor inside `value_checks(False)`."""
     return _value_checks and not torch.compiler.is_compiling()
+
+
+@contextmanager
+def generating() -> Iterator[None]:
+    """Inside `generate()`'s loop (`pretrained.LineageGenerationMixin`): a decoding step (`decoding_step`) reads no
+    value back. Its token is the one the model chose, whose logits cover the vocabulary only, at the position
+    `generate()` counted, whose limit was checked before the first step (`check_generation_length`); the prompt, the
+    source and any step of several tokens are checked as everywhere. On an accelerator each read back waits for the
+    device, once per token."""
+    global _generating
+    previous, _generating = _generating, True
+    try:
+        yield
+    finally:
+        _generating = previous
+
+
+def decoding_step(inputs: torch.Tensor | None, past_length: int | torch.Tensor) -> bool:
+    """Whether a forward of `inputs` (B, T[, C]) after `past_length` cached tokens is a decoding step of `generate()`:
+    one new token per row over a cache holding tokens, inside `generating()`, eagerly. A static cache's length is a
+    0-d tensor (reading it would be the read saved): its steps are checked, or compiled, where no check reads."""
+    return (_generating and not torch.compiler.is_compiling() and isinstance(past_length, int) and past_length > 0
+            and inputs is not None and inputs.dim() >= 2 and inputs.shape[1] == 1)
+
+
+def unless_decoding(inputs: torch.Tensor | None, past_length: int | torch.Tensor):
+    """A context in which the value checks of a forward's inputs are off if it is a decoding step (`decoding_step`)."""
+    return value_checks(False) if decoding_step(inputs, past_length) else nullcontext()
 
 
 def require(condition: torch.Tensor, message: str) -> None:
@@ -150,25 +179,27 @@ def check_inputs(config, device: torch.device, *, input_ids: torch.Tensor | None
                  encoder_attention_mask: torch.Tensor | None = None) -> torch.Size:
     """The inputs of a decoder-only or encoder-only base model, as transformers accepts them: on `device`; ids or
     embeddings; a mask over cached and new tokens; positions inside the table; segment ids; `encoder_hidden_states` only
-    with cross attention. Returns (B, T)."""
-    check_devices(device, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                  token_type_ids=token_type_ids, position_ids=position_ids, encoder_hidden_states=encoder_hidden_states)
-    shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size, width=config.hidden_size)
-    check_cached_mask(attention_mask, shape[0], shape[1], past_length)
-    if token_type_ids is not None:
-        check_mask_shape(token_type_ids, shape, "token_type_ids")
-        check_token_ids(token_type_ids, config.type_vocab_size, "token_type_ids", "type_vocab_size")
-    if position_ids is None:
-        check_sequence_length(shape[1], config.max_position_embeddings, past_length=past_length)
-    else:
-        check_position_ids(position_ids, shape, config.max_position_embeddings)
-    if encoder_hidden_states is not None:
-        if not getattr(config, "add_cross_attention", False):
-            raise ValueError("`encoder_hidden_states` need a model built with `is_decoder=True` and "
-                             "`add_cross_attention=True`; this one has no cross attention.")
-        check_mask_shape(encoder_attention_mask, encoder_hidden_states.shape[:2], "encoder_attention_mask",
-                         "encoder_hidden_states")
-    return shape
+    with cross attention; no value of a decoding step of `generate()` (`decoding_step`). Returns (B, T)."""
+    with unless_decoding(input_ids if input_ids is not None else inputs_embeds, past_length):
+        check_devices(device, input_ids=input_ids, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                      token_type_ids=token_type_ids, position_ids=position_ids,
+                      encoder_hidden_states=encoder_hidden_states)
+        shape = check_ids_or_embeds(input_ids, inputs_embeds, config.vocab_size, width=config.hidden_size)
+        check_cached_mask(attention_mask, shape[0], shape[1], past_length)
+        if token_type_ids is not None:
+            check_mask_shape(token_type_ids, shape, "token_type_ids")
+            check_token_ids(token_type_ids, config.type_vocab_size, "token_type_ids", "type_vocab_size")
+        if position_ids is None:
+            check_sequence_length(shape[1], config.max_position_embeddings, past_length=past_length)
+        else:
+            check_position_ids(position_ids, shape, config.max_position_embeddings)
+        if encoder_hidden_states is not None:
+            if not getattr(config, "add_cross_attention", False):
+                raise ValueError("`encoder_hidden_states` need a model built with `is_decoder=True` and "
+                                 "`add_cross_attention=True`; this one has no cross attention.")
+            check_mask_shape(encoder_attention_mask, encoder_hidden_states.shape[:2], "encoder_attention_mask",
+                             "encoder_hidden_states")
+        return shape
 
 
 def check_label_ids(labels: torch.Tensor | None, upper: int, name: str = "labels", limit_name: str = "vocab_size"
@@ -259,5 +290,5 @@ def check_generation_config(generation_config) -> None:
 __all__ = ["check_cached_mask", "check_choice_inputs", "check_class_labels", "check_devices",
            "check_generation_config", "check_generation_length", "check_ids_or_embeds", "check_inputs",
            "check_label_ids", "check_labels_shape", "check_lm_labels", "check_mask_shape", "check_position_ids",
-           "check_sequence_labels", "check_sequence_length", "check_token_ids", "require",
-           "value_checks", "value_checks_enabled"]
+           "check_sequence_labels", "check_sequence_length", "check_token_ids", "decoding_step", "generating",
+           "require", "unless_decoding", "value_checks", "value_checks_enabled"]

@@ -14,7 +14,8 @@ from .packing import VARLEN_KEYWORDS, PackedSequences, document_masking_error, v
 def packed_documents(position_ids: torch.Tensor, sequences: PackedSequences | None = None,
                      boundaries: dict | None = None) -> PackedSequences | None:
     """The documents of (B, T) rows whose `position_ids` restart within a row, None when none restarts: the collate's
-    `sequences` (nothing read back), else transformers' varlen `boundaries`, else the restarts (read back)."""
+    `sequences` (nothing read back), else transformers' varlen `boundaries`, else the restarts (read back, unless the
+    rows are one token long)."""
     batch, length = position_ids.shape
     if sequences is not None and sequences.tokens is None:  # (an object of padded rows says nothing of documents)
         sequences.check_batch(batch, length)
@@ -30,6 +31,8 @@ def packed_documents(position_ids: torch.Tensor, sequences: PackedSequences | No
                              "of the queries (`cu_seq_lens_q` / `max_length_q`).")
         documents = PackedSequences(cu_seqlens, max_length)
         return documents if documents.count > batch else None
+    if length == 1:  # one token per row restarts nothing (a decoding step: no read back)
+        return None
     return PackedSequences.from_position_ids(position_ids)
 
 

@@ -13,7 +13,6 @@ from typing import Unpack
 
 import torch
 from torch import nn
-from transformers import GenerationMixin
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
@@ -52,7 +51,7 @@ from .layout import SequenceLayout
 from .linear import LineageLinear
 from .losses import lm_output, sequence_classification_loss, skips_logits
 from .packing import PackedSequences
-from .pretrained import LineagePreTrainedModel
+from .pretrained import LineageGenerationMixin, LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 
 logger = logging.get_logger(__name__)
@@ -375,7 +374,7 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         )
 
 
-class LineageBertLMHeadModel(LineageBertPreTrainedModel, GenerationMixin):
+class LineageBertLMHeadModel(LineageBertPreTrainedModel, LineageGenerationMixin):
     """BERT as a left-to-right language model (`is_decoder=True`) with `generate()`; with `add_cross_attention=True` the
     decoder of a bert2bert `EncoderDecoderModel`."""
 

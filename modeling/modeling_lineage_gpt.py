@@ -15,7 +15,6 @@ from typing import Unpack
 
 import torch
 from torch import nn
-from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.cache_utils import Cache
 from transformers.modeling_outputs import (
@@ -30,7 +29,6 @@ from .arguments import cache_keyword, forward_arguments, model_cache, output_cac
 from .checks import (
     check_choice_inputs,
     check_class_labels,
-    check_generation_length,
     check_ids_or_embeds,
     check_inputs,
     check_labels_shape,
@@ -45,7 +43,7 @@ from .layout import SequenceLayout
 from .linear import LineageLinear
 from .losses import lm_head_loss, lm_output, sequence_classification_loss, skips_logits
 from .packing import VARLEN_KEYWORDS, PackedSequences
-from .pretrained import LineagePreTrainedModel
+from .pretrained import LineageGenerationMixin, LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 
 
@@ -147,7 +145,7 @@ class LineageGptModel(LineageGptPreTrainedModel):
         return BaseModelOutputWithPast(last_hidden_state=hidden_states, **cache_keyword(cache if use_cache else None))
 
 
-class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
+class LineageGptForCausalLM(LineageGptPreTrainedModel, LineageGenerationMixin):
     """Language modelling (section 3.1) and generation: greedy, sampling and beam search through `generate()`."""
 
     _tied_weights_keys = {"lm_head.weight": "transformer.embed_tokens.weight"}
@@ -157,11 +155,6 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, GenerationMixin):
         self.transformer = LineageGptModel(config)
         self.lm_head = LineageLinear(config.hidden_size, config.padded_vocab_size, bias=False)
         self.post_init()
-
-    def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
-        """Refuse, before any forward pass, a (padded) prompt or a total length past the position table."""
-        check_generation_length(input_ids_length, generation_config.max_length, self.config.max_position_embeddings)
-        super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
 
     @forward_arguments(takes=("packed_sequences", *VARLEN_KEYWORDS))
     @can_return_tuple

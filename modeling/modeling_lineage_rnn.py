@@ -18,7 +18,6 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers.cache_utils import Cache
-from transformers.generation import GenerationMixin
 from transformers.initialization import uniform_, zeros_
 from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
 from transformers.utils import ModelOutput
@@ -29,7 +28,7 @@ from .configuration_lineage_rnn import LineageRnnConfig
 from .layout import SequenceLayout
 from .linear import LineageLinear
 from .packing import PackedSequences
-from .pretrained import LineagePreTrainedModel
+from .pretrained import LineageGenerationMixin, LineagePreTrainedModel
 from .seq2seq import Seq2SeqBase, Seq2SeqLMBase, check_decoder_inputs
 
 State = tuple[torch.Tensor, ...]  # (h,) for a GRU, (h, c) for an LSTM; each (L, B, C)
@@ -536,15 +535,15 @@ class LineageRnnModel(Seq2SeqBase, LineageRnnPreTrainedModel):
         source_shape: torch.Size,
         attention_mask: torch.Tensor | None,
     ) -> None:
-        shape = check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, self.config.vocab_size, source_shape,
-                                     attention_mask)
         if cache is not None and not isinstance(cache, LineageRnnCache):
             raise ValueError(f"`{CACHE_NAME}` must be a `LineageRnnCache` (the recurrent decoder state), got "
                              f"{type(cache).__name__}.")
+        past = cache.get_seq_length() if cache is not None else 0
+        shape = check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, self.config.vocab_size, source_shape,
+                                     attention_mask, past_length=past)
         if cache is not None and cache.is_initialized and cache.batch_size != shape[0]:
             raise ValueError(f"`{CACHE_NAME}` holds {cache.batch_size} sequences but "
                              f"`decoder_input_ids` have {shape[0]}.")
-        past = cache.get_seq_length() if cache is not None else 0
         if decoder_attention_mask is not None:  # the decoder reads left to right: right padding never matters
             total = torch.Size((shape[0], past + shape[1]))
             check_mask_shape(decoder_attention_mask, total, "decoder_attention_mask",
@@ -593,7 +592,7 @@ class LineageRnnModel(Seq2SeqBase, LineageRnnPreTrainedModel):
         )
 
 
-class LineageRnnForConditionalGeneration(Seq2SeqLMBase, LineageRnnPreTrainedModel, GenerationMixin):
+class LineageRnnForConditionalGeneration(Seq2SeqLMBase, LineageRnnPreTrainedModel, LineageGenerationMixin):
     """Sequence-to-sequence model with the output projection, the (label-smoothed) loss and `generate()` over a
     `LineageRnnCache`."""
 

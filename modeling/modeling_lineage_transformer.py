@@ -15,7 +15,6 @@ from typing import Unpack
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
-from transformers.generation import GenerationMixin
 from transformers.initialization import normal_, zeros_
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions
 from transformers.utils.generic import TransformersKwargs
@@ -24,7 +23,6 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .arguments import CACHE_NAME, cache_keyword, encoder_decoder_cache, forward_arguments
 from .checks import (
     check_cached_mask,
-    check_generation_length,
     check_inputs,
     check_sequence_length,
 )
@@ -39,7 +37,7 @@ from .layers import (
 from .layout import SequenceLayout
 from .linear import LineageLinear
 from .packing import PackedSequences
-from .pretrained import LineagePreTrainedModel
+from .pretrained import LineageGenerationMixin, LineagePreTrainedModel
 from .relative_positions import relative_attention_inputs
 from .seq2seq import Seq2SeqBase, Seq2SeqLMBase, check_decoder_inputs, shift_tokens_right
 
@@ -255,14 +253,14 @@ class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
         source_shape: torch.Size,
         attention_mask: torch.Tensor | None,
     ) -> None:
-        shape = check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, self.config.vocab_size, source_shape,
-                                     attention_mask)
         if cache is not None and not isinstance(cache, EncoderDecoderCache):
             raise ValueError(
                 f"`{CACHE_NAME}` must be an `EncoderDecoderCache` (self-attention and cross-attention caches), "
                 f"got {type(cache).__name__}."
             )
         past = cache.get_seq_length() if cache is not None else 0
+        shape = check_decoder_inputs(decoder_input_ids, decoder_inputs_embeds, self.config.vocab_size, source_shape,
+                                     attention_mask, past_length=past)
         check_sequence_length(shape[1], self.config.max_position_embeddings, "decoder_input_ids", past)
         check_cached_mask(decoder_attention_mask, shape[0], shape[1], past, name="decoder_attention_mask",
                           against="decoder_input_ids")
@@ -288,11 +286,15 @@ class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
         )
 
 
-class LineageTransformerForConditionalGeneration(Seq2SeqLMBase, LineageTransformerPreTrainedModel, GenerationMixin):
+class LineageTransformerForConditionalGeneration(Seq2SeqLMBase, LineageTransformerPreTrainedModel,
+                                                 LineageGenerationMixin):
     """Sequence-to-sequence model with the pre-softmax projection, the (label-smoothed) loss and `generate()` (the
     paper's decoding: `num_beams=4, length_penalty=0.6`)."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
+    # the decoder's positions bound generation (the source was checked against the encoder's when the encoder ran)
+    generation_window = {"name": "decoder_input_ids", "prompt": "decoder prompt",
+                         "window": "the decoder's context window"}
 
     def __init__(self, config: LineageTransformerConfig):
         super().__init__(config)
@@ -308,14 +310,6 @@ class LineageTransformerForConditionalGeneration(Seq2SeqLMBase, LineageTransform
             bias = self.final_logits_bias[:, : embeddings.num_embeddings]  # (1, V')
             self.final_logits_bias = nn.functional.pad(bias, (0, embeddings.num_embeddings - bias.shape[1]))
         return embeddings
-
-    def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
-        """Refuse, before the first decoding step, a decoder prompt or a total length past the decoder's positions
-        (the source was checked against the encoder's when the encoder ran)."""
-        check_generation_length(input_ids_length, generation_config.max_length, self.config.max_position_embeddings,
-                                name="decoder_input_ids", prompt="decoder prompt",
-                                window="the decoder's context window")
-        super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
 
     def lm_head_inputs(self) -> dict:
         """Marian's fixed logits bias (`config.final_logits_bias`), added to the output layer's logits."""

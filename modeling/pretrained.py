@@ -1,13 +1,18 @@
 """`LineagePreTrainedModel`, the transformers base every Lineage family derives from: weight initialisation,
-attention-backend flags, output capture, vocabulary-padding-aware resizing and saving with complete `auto_map`s.
+attention-backend flags, output capture, vocabulary-padding-aware resizing and saving with complete `auto_map`s; and
+`LineageGenerationMixin`, transformers' `generate()` as the generative heads run it.
 """
 
+import functools
+from contextlib import nullcontext
+
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils.output_capturing import OutputRecorder
 
-from .checks import check_generation_config
+from .arguments import CACHE_NAME, OLD_CACHE_NAME
+from .checks import check_generation_config, check_generation_length, generating
 from .configuration_lineage_common import check_vocab_multiple
 from .layers import LineageBlock, SinusoidalPositionalEmbedding
 
@@ -62,13 +67,6 @@ class LineagePreTrainedModel(PreTrainedModel):
         self.config.pad_vocab_to_multiple_of = multiple
         return embeddings
 
-    def _prepare_generation_config(self, generation_config, **kwargs):
-        """transformers' merge of the generation settings (the generative heads' `generate()`), then the checks of
-        settings it would fail on deep inside (`checks.check_generation_config`)."""
-        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
-        check_generation_config(generation_config)
-        return generation_config, model_kwargs
-
     @classmethod
     def auto_class_name(cls) -> str:
         """The transformers Auto class this class is registered under in `auto_classes` (`"AutoModel"` if none)."""
@@ -94,4 +92,38 @@ class LineagePreTrainedModel(PreTrainedModel):
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 
-__all__ = ["LineagePreTrainedModel"]
+class LineageGenerationMixin(GenerationMixin):
+    """transformers' `generate()` with its settings and lengths checked before the first step, and decoding steps that
+    read no value back (`checks.generating`): on an accelerator a read waits for the device, and transformers' loop
+    reads once per token itself. A given cache that already holds tokens (a continued generation) keeps every step's
+    checks: its first step may be a single token of the caller's. `generation_window` names, in the refusals, what
+    the config's `max_position_embeddings` bounds (a family without that field, the RNN, has no position table)."""
+
+    generation_window = {"name": "input_ids", "prompt": "prompt", "window": "the context window"}
+
+    @functools.wraps(GenerationMixin.generate)
+    def generate(self, *args, **kwargs):
+        given = kwargs.get(CACHE_NAME, kwargs.get(OLD_CACHE_NAME))
+        held = given.get_seq_length() if given is not None else 0
+        continued = not isinstance(held, int) or held > 0  # (a static cache's length is a tensor)
+        with nullcontext() if continued else generating():
+            return super().generate(*args, **kwargs)
+
+    def _prepare_generation_config(self, generation_config, **kwargs):
+        """transformers' merge of the generation settings, then the checks of settings it would fail on deep inside
+        (`checks.check_generation_config`)."""
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+        check_generation_config(generation_config)
+        return generation_config, model_kwargs
+
+    def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
+        """Refuse, before any forward pass, a (padded) prompt or a total length past the position table: the decoding
+        steps do not check their positions."""
+        positions = getattr(self.config, "max_position_embeddings", None)
+        if positions is not None:
+            check_generation_length(input_ids_length, generation_config.max_length, positions,
+                                    **self.generation_window)
+        super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
+
+
+__all__ = ["LineageGenerationMixin", "LineagePreTrainedModel"]

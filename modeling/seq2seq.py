@@ -11,7 +11,14 @@ from transformers.modeling_outputs import Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils.generic import TransformersKwargs, can_return_tuple
 
 from .arguments import cache_keyword, forward_arguments, model_cache, output_cache
-from .checks import check_devices, check_ids_or_embeds, check_label_ids, check_labels_shape, check_mask_shape
+from .checks import (
+    check_devices,
+    check_ids_or_embeds,
+    check_label_ids,
+    check_labels_shape,
+    check_mask_shape,
+    unless_decoding,
+)
 from .losses import lm_output, seq2seq_loss, skips_logits
 
 
@@ -31,11 +38,14 @@ def shift_tokens_right(
 
 
 def check_decoder_inputs(decoder_input_ids: torch.Tensor | None, decoder_inputs_embeds: torch.Tensor | None,
-                         vocab_size: int, source_shape: torch.Size, attention_mask: torch.Tensor | None) -> torch.Size:
-    """A seq2seq decoder's inputs against its source: exactly one of ids (in the vocabulary) or embeddings, one target
-    per source, and the source mask (B, S), also when the encoder outputs are given. Returns the target's (B, T)."""
-    shape = check_ids_or_embeds(decoder_input_ids, decoder_inputs_embeds, vocab_size, "decoder_input_ids",
-                                "decoder_inputs_embeds")
+                         vocab_size: int, source_shape: torch.Size, attention_mask: torch.Tensor | None,
+                         *, past_length: int | torch.Tensor = 0) -> torch.Size:
+    """A seq2seq decoder's inputs after `past_length` cached tokens, against its source: exactly one of ids (in the
+    vocabulary, but in a decoding step of `generate()`: `checks.decoding_step`) or embeddings, one target per source,
+    and the source mask (B, S), also when the encoder outputs are given. Returns the target's (B, T)."""
+    with unless_decoding(decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds, past_length):
+        shape = check_ids_or_embeds(decoder_input_ids, decoder_inputs_embeds, vocab_size, "decoder_input_ids",
+                                    "decoder_inputs_embeds")
     if source_shape[0] != shape[0]:
         raise ValueError(
             f"`encoder_outputs` have batch size {source_shape[0]} but `decoder_input_ids` have {shape[0]}; "

@@ -329,6 +329,17 @@ def test_padded_batch_without_pad_token_or_mask_is_refused():
     assert model(tokens(1, 5)).logits.shape == (1, 2)  # a single row has no padding to find
 
 
+def test_a_single_token_over_a_cache_is_checked_outside_generate_and_in_a_continued_generation():
+    """`generate()`'s decoding steps skip the id checks (`checks.decoding_step`), and nothing else does: a one-token
+    forward over a cache, called directly or as the first step of a generation continued from a given cache."""
+    model = build(LineageGptForCausalLM)
+    cache = output_cache(model(tokens(1, 3)))
+    assert_refused(model, r"`input_ids` must be in \[0, 99\)", lambda: model(torch.tensor([[99]]), cache=cache))
+    prompt = torch.cat([tokens(1, 3), torch.tensor([[99]])], dim=1)
+    assert_refused(model, r"`input_ids` must be in \[0, 99\)",
+                   lambda: model.generate(prompt, cache=cache, max_new_tokens=2, pad_token_id=0))
+
+
 def test_cache_plus_new_tokens_past_positions_is_refused():
     model = build(LineageGptForCausalLM)
     cache = output_cache(model(tokens(1, 60)))

@@ -28,6 +28,7 @@ import test_conversion_marian as marian_conversion
 import torch
 import transformers
 from conftest import preset, run_clean_process
+from host_reads import HostReads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
@@ -564,6 +565,23 @@ def test_greedy_search_and_one_beam_take_the_argmax_of_a_full_pass_at_each_step(
         mask = None if seq2seq else torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], dim=1)
     torch.testing.assert_close(greedy, decoded, **EXACT)
     torch.testing.assert_close(one_beam, decoded, **EXACT)
+
+
+@cases(contract.GENERATIVE, kernels=False)
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_the_decoding_steps_of_generate_read_nothing_back_in_lineage_code(model_class, variant, kernel, num_beams):
+    """A decoding step takes the token the model chose: Lineage's forward reads none of its values back (on an
+    accelerator each read waits for the device, once per token), where the first forward checks the prompt. Six more
+    steps (8 new tokens against 2) add no read in `modeling/`; transformers' loop reads once a step itself."""
+    model = head(model_class, variant)
+    model.generation_config.eos_token_id = None
+    reads = []
+    for new_tokens in (2, 8):
+        with HostReads() as counter:
+            model.generate(**prompt(model), max_new_tokens=new_tokens, num_beams=num_beams, pad_token_id=0)
+        reads.append({origin: n for origin, n in counter.reads["setup"].items() if origin[0].startswith("modeling/")})
+    assert reads[0], "the first forward checks the prompt's ids"
+    assert reads[1] == reads[0], f"2 new tokens: {reads[0]}; 8: {reads[1]}"
 
 
 def prompt(model) -> dict:
