@@ -267,6 +267,19 @@ def test_lm_head_loss_is_next_token_cross_entropy_and_registered_for_causal_lm()
     assert generated.shape == (2, 7) and torch.equal(generated[:, :3], ids[:, :3])
 
 
+def test_the_lm_heads_generate_refuses_a_length_past_the_positions_before_any_module_runs():
+    """Its decoding steps check no position (`checks.decoding_step`): the length is refused before the first one."""
+    model = transformers.AutoModelForCausalLM.from_config(decoder_config(add_cross_attention=False))
+    ran = []
+    hooks = [m.register_forward_pre_hook(lambda *_: ran.append(1)) for m in model.modules()]
+    with pytest.raises(ValueError, match=r"`max_new_tokens` must be in \[1, 54\]"):
+        model.generate(torch.randint(1, 99, (1, 10)), max_new_tokens=60, do_sample=False)
+    for hook in hooks:
+        hook.remove()
+    assert not ran
+    assert model.generate(torch.randint(1, 99, (1, 10)), max_new_tokens=54, do_sample=False).shape == (1, 64)
+
+
 def bert2bert() -> transformers.EncoderDecoderModel:
     encoder = LineageBertModel(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
                                add_pooling_layer=False)
