@@ -3,7 +3,10 @@
 `tests/fixtures/release-e597024/<family>` holds what that release (commit e597024, the last before the papers' config
 names, `shift_labels` and the keyword-only helpers) saved of a tiny model of each family: its `config.json`, its
 weights and the logits it gave for one input (written by that release's code, not by this test). Today's installed
-classes load each folder through the Auto classes, with no warning, and give the same logits exactly.
+classes load each folder through the Auto classes, with no warning, and give the same logits to float32 rounding: bit
+for bit on a CPU like the one that wrote them; another CPU's kernels round differently (an AMD EPYC with AVX-512: at
+most 1.4e-6 apart, the Transformer's logits of magnitude 3), where any change of the computation moves them by orders
+of magnitude more.
 """
 
 import warnings
@@ -32,4 +35,5 @@ def test_a_folder_of_the_previous_release_loads_and_gives_its_logits(family):
     with torch.no_grad():
         output = model(input_ids=INPUT_IDS, **decoder)
     logits = output.prediction_logits if family == "lineage-bert" else output.logits
-    assert torch.equal(logits, load_file(RELEASE / family / "expected_logits.safetensors")["logits"])
+    torch.testing.assert_close(logits, load_file(RELEASE / family / "expected_logits.safetensors")["logits"],
+                               rtol=1e-5, atol=1e-5)
