@@ -5,6 +5,7 @@ model is loaded; translation, classification and masked-LM folders are scored wi
 
 import glob
 import hashlib
+import io
 import json
 import math
 import sys
@@ -190,6 +191,27 @@ def test_a_translation_model_is_scored_with_sacrebleu_and_chrf(tmp_path):
     assert report["translation"]["length_penalty"] == 0.7
     assert sum(r["sentences"] for r in report["translation"]["bleu_by_length"]) == 6
     assert (out / "bleu_by_length.png").stat().st_size > 0
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_translating_counts_the_sentences_on_a_terminal_only(tmp_path, monkeypatch, terminal):
+    """A long evaluation shows how far it is (tqdm on a terminal), and writes nothing into a log or a pipe."""
+    folder = model_folder(tmp_path, "transformer", LineageTransformerForConditionalGeneration, 300)
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
+    stderr = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    sources = [r["source"] for r in generate_records("translation", "test", size=5)]
+    hypotheses = translate(model, AutoTokenizer.from_pretrained(folder), sources, 1, 3, batch_size=2)
+    assert len(hypotheses) == 5
+    shown = stderr.getvalue()
+    assert ("translate" in shown and "0/5 [" in shown) if terminal else shown == ""  # (a bar of 5 sentences)
 
 
 def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):

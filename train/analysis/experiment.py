@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from train.analysis.attention import collect, target_ids, tokens
 from train.analysis.attention_plots import display_tokens, draw_matrix
@@ -24,15 +25,18 @@ from train.metrics import load_metric
 
 def translate(model, tokenizer, sources: list[str], num_beams: int, max_new_tokens: int,
               batch_size: int = 100, length_penalty: float = 1.0) -> list[str]:
-    """Beam-search translations of `sources`, in order."""
+    """Beam-search translations of `sources`, in order; a progress bar counts the sentences on a terminal."""
     hypotheses = []
     model.eval()
-    for start in range(0, len(sources), batch_size):
-        encoded = tokenizer(sources[start:start + batch_size], return_tensors="pt", padding=True).to(model.device)
-        with torch.no_grad():
-            out = model.generate(**encoded, num_beams=num_beams, max_new_tokens=max_new_tokens,
-                                 length_penalty=length_penalty)  # (B, T)
-        hypotheses += [t.strip() for t in tokenizer.batch_decode(out, skip_special_tokens=True)]
+    with tqdm(total=len(sources), desc="translate", unit="sentence", disable=None, leave=False) as bar:
+        for start in range(0, len(sources), batch_size):
+            batch = sources[start:start + batch_size]
+            encoded = tokenizer(batch, return_tensors="pt", padding=True).to(model.device)
+            with torch.no_grad():
+                out = model.generate(**encoded, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                                     length_penalty=length_penalty)  # (B, T)
+            hypotheses += [t.strip() for t in tokenizer.batch_decode(out, skip_special_tokens=True)]
+            bar.update(len(batch))
     return hypotheses
 
 
