@@ -337,7 +337,7 @@ def test_a_single_token_over_a_cache_is_checked_outside_generate_and_in_a_contin
     assert_refused(model, r"`input_ids` must be in \[0, 99\)", lambda: model(torch.tensor([[99]]), cache=cache))
     prompt = torch.cat([tokens(1, 3), torch.tensor([[99]])], dim=1)
     assert_refused(model, r"`input_ids` must be in \[0, 99\)",
-                   lambda: model.generate(prompt, cache=cache, max_new_tokens=2, pad_token_id=0))
+                   lambda: model.generate(prompt, **cache_keyword(cache), max_new_tokens=2, pad_token_id=0))
 
 
 def test_cache_plus_new_tokens_past_positions_is_refused():
