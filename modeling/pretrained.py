@@ -95,18 +95,20 @@ class LineagePreTrainedModel(PreTrainedModel):
 class LineageGenerationMixin(GenerationMixin):
     """transformers' `generate()` with its settings and lengths checked before the first step, and decoding steps that
     read no value back (`checks.generating`): on an accelerator a read waits for the device, and transformers' loop
-    reads once per token itself. A given cache that already holds tokens (a continued generation) keeps every step's
-    checks: its first step may be a single token of the caller's. `generation_window` names, in the refusals, what
-    the config's `max_position_embeddings` bounds (a family without that field, the RNN, has no position table)."""
+    reads once per token itself. The steps skip their checks only where `generate()` made their inputs: a given cache
+    that already holds tokens (a continued generation, whose first step may be a single token of the caller's) or
+    the caller's `position_ids` (counted on from the caller's values) keep every step's checks. `generation_window`
+    names, in the refusals, what the config's `max_position_embeddings` bounds (a family without that field, the RNN,
+    has no position table)."""
 
     generation_window = {"name": "input_ids", "prompt": "prompt", "window": "the context window"}
 
     @functools.wraps(GenerationMixin.generate)
     def generate(self, *args, **kwargs):
         given = kwargs.get(CACHE_NAME, kwargs.get(OLD_CACHE_NAME))
-        held = given.get_seq_length() if given is not None else 0
-        continued = not isinstance(held, int) or held > 0  # (a static cache's length is a tensor)
-        with nullcontext() if continued else generating():
+        held = given.get_seq_length() if given is not None else 0  # (a static cache's length is a tensor)
+        own = isinstance(held, int) and held == 0 and kwargs.get("position_ids") is None
+        with generating() if own else nullcontext():
             return super().generate(*args, **kwargs)
 
     def _prepare_generation_config(self, generation_config, **kwargs):

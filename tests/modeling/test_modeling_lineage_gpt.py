@@ -331,13 +331,16 @@ def test_padded_batch_without_pad_token_or_mask_is_refused():
 
 def test_a_single_token_over_a_cache_is_checked_outside_generate_and_in_a_continued_generation():
     """`generate()`'s decoding steps skip the id checks (`checks.decoding_step`), and nothing else does: a one-token
-    forward over a cache, called directly or as the first step of a generation continued from a given cache."""
+    forward over a cache, called directly or as the first step of a generation continued from a given cache, and the
+    steps of a generation whose positions the caller gave."""
     model = build(LineageGptForCausalLM)
     cache = output_cache(model(tokens(1, 3)))
     assert_refused(model, r"`input_ids` must be in \[0, 99\)", lambda: model(torch.tensor([[99]]), cache=cache))
     prompt = torch.cat([tokens(1, 3), torch.tensor([[99]])], dim=1)
     assert_refused(model, r"`input_ids` must be in \[0, 99\)",
                    lambda: model.generate(prompt, **cache_keyword(cache), max_new_tokens=2, pad_token_id=0))
+    with pytest.raises(ValueError, match=r"`position_ids` must be in \[0, 64\)"):  # the caller's, counted on
+        model.generate(tokens(1, 3), position_ids=torch.tensor([[60, 61, 62]]), max_new_tokens=4, pad_token_id=0)
 
 
 def test_cache_plus_new_tokens_past_positions_is_refused():
