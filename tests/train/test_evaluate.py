@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import preset
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling import (
     LineageBertForMaskedLM,
@@ -27,6 +28,7 @@ from modeling import (
 from train import evaluate
 from train.analysis import evaluation_report, harness
 from train.analysis.experiment import translate
+from train.analysis.model_scores import pseudo_perplexity
 from train.analysis.translation_scores import score_translations
 from train.data.corpus import generate_records, tokenizer_training_texts
 from train.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
@@ -180,8 +182,6 @@ def test_a_translation_model_is_scored_with_sacrebleu_and_chrf(tmp_path):
                          "--max_new_tokens", "5", "--output_dir", str(tmp_path / "eval")])
     report = json.loads((out / "results.json").read_text())
     rows = generate_records("translation", "test", size=6)
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
     model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
     hypotheses = translate(model, AutoTokenizer.from_pretrained(folder), [r["source"] for r in rows], 2, 5,
                            length_penalty=0.7)
@@ -198,20 +198,31 @@ class _Terminal(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize("terminal", [True, False])
-def test_translating_counts_the_sentences_on_a_terminal_only(tmp_path, monkeypatch, terminal):
-    """A long evaluation shows how far it is (tqdm on a terminal), and writes nothing into a log or a pipe."""
-    folder = model_folder(tmp_path, "transformer", LineageTransformerForConditionalGeneration, 300)
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
+def _five_translations(root: Path):
+    folder = model_folder(root, "transformer", LineageTransformerForConditionalGeneration, 300)
     model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
+    sources = [r["source"] for r in generate_records("translation", "test", size=5)]
+    return lambda: translate(model, AutoTokenizer.from_pretrained(folder), sources, 1, 3, batch_size=2)
+
+
+def _five_pseudo_perplexities(root: Path):
+    folder = model_folder(root, "bert", LineageBertForMaskedLM, 400)
+    model = LineageBertForMaskedLM.from_pretrained(folder)
+    texts = ["the cat sat on the mat", "Anna was born in Lisbon.", "She moved.", "It rained.", "We left early."]
+    return lambda: pseudo_perplexity(model, AutoTokenizer.from_pretrained(folder), texts, max_length=32, batch_size=4)
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+@pytest.mark.parametrize("scoring, bar", [(_five_translations, "translate"),
+                                          (_five_pseudo_perplexities, "pseudo-perplexity")])
+def test_a_long_scoring_counts_its_samples_on_a_terminal_only(tmp_path, monkeypatch, scoring, bar, terminal):
+    """A long evaluation shows how far it is (tqdm on a terminal), and writes nothing into a log or a pipe."""
+    run = scoring(tmp_path)
     stderr = _Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", stderr)
-    sources = [r["source"] for r in generate_records("translation", "test", size=5)]
-    hypotheses = translate(model, AutoTokenizer.from_pretrained(folder), sources, 1, 3, batch_size=2)
-    assert len(hypotheses) == 5
+    run()
     shown = stderr.getvalue()
-    assert ("translate" in shown and "0/5 [" in shown) if terminal else shown == ""  # (a bar of 5 sentences)
+    assert (bar in shown and "0/5 [" in shown) if terminal else shown == ""  # (a bar of the 5 samples)
 
 
 def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):

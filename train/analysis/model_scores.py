@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from train.analysis.experiment import bleu_by_bucket, length_buckets, source_lengths, translate
 from train.analysis.translation_scores import score_translations
@@ -41,10 +42,11 @@ def _masked_copies(ids: torch.Tensor, positions: list[int], mask_id: int) -> tor
 
 
 def pseudo_perplexity(model, tokenizer, texts: list[str], *, max_length: int, batch_size: int) -> dict[str, float]:
-    """`{pseudo_perplexity, pseudo_log_likelihood, tokens}` of `texts` under a masked LM (module docstring)."""
+    """`{pseudo_perplexity, pseudo_log_likelihood, tokens}` of `texts` under a masked LM (module docstring); a progress
+    bar counts the texts on a terminal."""
     model.eval()
     total, count, special = 0.0, 0, set(tokenizer.all_special_ids)
-    for text in texts:
+    for text in tqdm(texts, desc="pseudo-perplexity", unit="text", disable=None, leave=False):
         encoded = tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
         ids = encoded["input_ids"][0]
         positions = [i for i, token in enumerate(ids.tolist()) if token not in special]
