@@ -432,6 +432,9 @@ class LineageRnnPreTrainedModel(LineagePreTrainedModel):
     _supports_sdpa = False
     _supports_flash_attn = False
     _supports_attention_backend = False
+    # the decoder's recurrent state cannot be rolled back to drop rejected draft tokens: transformers then refuses
+    # assisted generation (an assistant model, prompt lookup) by name before any work
+    _is_stateful = True
     _can_record_outputs = {}
     auto_classes = {
         "AutoModel": "LineageRnnModel",

@@ -297,6 +297,19 @@ def test_generate_returns_one_alignment_per_step():
         torch.testing.assert_close(step[0].sum(-1), torch.ones(3, 1, 1))
 
 
+@pytest.mark.parametrize("assistance", [{"prompt_lookup_num_tokens": 2}, {"assistant_model": "itself"}])
+def test_assisted_generation_is_refused_by_name_before_any_module_runs(assistance):
+    """Assisted decoding rolls the cache back past rejected draft tokens; a recurrent state cannot be rolled back."""
+    model = build()
+    assistance = {key: model if value == "itself" else value for key, value in assistance.items()}
+    calls = record_kernel_calls(model)
+    input_ids, attention_mask = sources()
+    with pytest.raises(ValueError, match="assisted generation is not supported with stateful models, such as "
+                                         "LineageRnnForConditionalGeneration"):
+        model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=3, **assistance)
+    assert calls == []
+
+
 def test_cache_reorders_and_repeats_along_the_batch():
     model = build(LineageRnnModel, attention="luong-dot", input_feeding=True, cell="lstm")
     input_ids, attention_mask = sources()
