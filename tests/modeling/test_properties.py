@@ -16,6 +16,7 @@ vocabulary), and parity
 for every pair `modeling.conversion` supports.
 """
 
+import copy
 import inspect
 import os
 import tempfile
@@ -582,6 +583,51 @@ def test_the_decoding_steps_of_generate_read_nothing_back_in_lineage_code(model_
         reads.append({origin: n for origin, n in counter.reads["setup"].items() if origin[0].startswith("modeling/")})
     assert reads[0], "the first forward checks the prompt's ids"
     assert reads[1] == reads[0], f"2 new tokens: {reads[0]}; 8: {reads[1]}"
+
+
+# the RNN refuses assisted generation (test_modeling_lineage_rnn.py): its recurrent state cannot be cropped
+ASSISTED = [c for c in contract.GENERATIVE if contract.family(c) != "Rnn"]
+
+
+def wrong_assistant(model):
+    """A copy of `model` whose every draft is rejected (it proposes the token after the model's choice): the model's
+    cache is cropped past it at every step."""
+    assistant = copy.deepcopy(model)
+
+    def next_token(module, args, output):
+        output.logits = output.logits.roll(1, dims=-1)
+        return output
+
+    assistant.register_forward_hook(next_token)
+    return assistant
+
+
+ASSISTANCE = {"itself": lambda model: model,  # every draft accepted
+              "wrong": wrong_assistant,
+              "prompt-lookup": None}
+
+
+@cases(ASSISTED, kernels=False)
+@pytest.mark.parametrize("assistance", ASSISTANCE)
+def test_assisted_generation_gives_the_greedy_tokens(model_class, variant, kernel, assistance):
+    """Assisted decoding (an assistant model's drafts, or n-grams looked up in the prompt, checked in one forward of
+    several tokens over the cache, the cache cropped past the first rejected one) gives greedy search's tokens."""
+    model = head(model_class, variant)
+    model.generation_config.eos_token_id = None
+    inputs = {key: value[:1] for key, value in prompt(model).items()}  # transformers assists one row at a time
+    inputs["input_ids"][0, 3:] = inputs["input_ids"][0, :3]  # a repeated n-gram for the prompt lookup to find
+    kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    greedy = model.generate(**inputs, **kwargs)
+    make_assistant = ASSISTANCE[assistance]
+    assist = dict(prompt_lookup_num_tokens=3) if make_assistant is None else dict(assistant_model=make_assistant(model))
+    key = "decoder_input_ids" if model_class in contract.SEQ2SEQ else "input_ids"
+    fed = []
+    hook = model.register_forward_pre_hook(lambda _, args, kw: fed.append(kw[key].shape[1]), with_kwargs=True)
+    assisted = model.generate(**inputs, **kwargs, **assist)
+    hook.remove()
+    first = 1 if model_class in contract.SEQ2SEQ else inputs["input_ids"].shape[1]  # the decoder's start, the prompt
+    assert fed[0] > first or max(fed[1:]) > 1, f"no draft was checked: tokens fed per forward {fed}"
+    torch.testing.assert_close(assisted, greedy, **EXACT)
 
 
 def prompt(model) -> dict:
