@@ -2,35 +2,42 @@
 
 Value checks read a tensor back to the host (a sync on an accelerator) and would break a compiled graph: they run
 eagerly only, and a training loop whose batches were checked on the CPU turns them off with `value_checks(False)`.
-Shape checks run under compile too.
+Shape checks run under compile too. Both switches (`value_checks`, `generating`) hold per thread and per asyncio
+task (context variables): a server generating in one thread does not switch another thread's checks.
 """
 
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 
 import torch
 
 from .arguments import CACHE_NAME
 
-_value_checks = True
-_generating = False
+_value_checks: ContextVar[bool] = ContextVar("lineage_value_checks", default=True)
+_generating: ContextVar[bool] = ContextVar("lineage_generating", default=False)
+
+
+@contextmanager
+def _switched(switch: ContextVar[bool], value: bool) -> Iterator[None]:
+    token = switch.set(value)
+    try:
+        yield
+    finally:
+        switch.reset(token)
 
 
 @contextmanager
 def value_checks(enabled: bool) -> Iterator[None]:
     """Run the checks that read tensor values (id and label ranges, a cache's length) only when `enabled`, inside the
     block; shape checks always run. For callers that checked the same values before the data reached the model."""
-    global _value_checks
-    previous, _value_checks = _value_checks, enabled
-    try:
+    with _switched(_value_checks, enabled):
         yield
-    finally:
-        _value_checks = previous
 
 
 def value_checks_enabled() -> bool:
     """Whether a check may read tensor values here: not inside a compiled graph, nor inside `value_checks(False)`."""
-    return _value_checks and not torch.compiler.is_compiling()
+    return not torch.compiler.is_compiling() and _value_checks.get()
 
 
 @contextmanager
@@ -40,20 +47,16 @@ def generating() -> Iterator[None]:
     `generate()` counted, whose limit was checked before the first step (`check_generation_length`); the prompt, the
     source and any step of several tokens are checked as everywhere. On an accelerator each read back waits for the
     device, once per token."""
-    global _generating
-    previous, _generating = _generating, True
-    try:
+    with _switched(_generating, True):
         yield
-    finally:
-        _generating = previous
 
 
 def decoding_step(inputs: torch.Tensor | None, past_length: int | torch.Tensor) -> bool:
     """Whether a forward of `inputs` (B, T[, C]) after `past_length` cached tokens is a decoding step of `generate()`:
     one new token per row over a cache holding tokens, inside `generating()`, eagerly. A static cache's length is a
     0-d tensor (reading it would be the read saved): its steps are checked, or compiled, where no check reads."""
-    return (_generating and not torch.compiler.is_compiling() and isinstance(past_length, int) and past_length > 0
-            and inputs is not None and inputs.dim() >= 2 and inputs.shape[1] == 1)
+    return (not torch.compiler.is_compiling() and _generating.get() and isinstance(past_length, int)
+            and past_length > 0 and inputs is not None and inputs.dim() >= 2 and inputs.shape[1] == 1)
 
 
 def unless_decoding(inputs: torch.Tensor | None, past_length: int | torch.Tensor):

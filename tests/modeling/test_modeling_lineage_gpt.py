@@ -5,6 +5,8 @@ fullgraph compilation and seeded sampling are test_properties.py's, bad config v
 head."""
 
 
+import threading
+
 import pytest
 import torch
 from conftest import preset
@@ -21,6 +23,7 @@ from modeling import (
     LineageGptForMultipleChoice,
     LineageGptForSequenceClassification,
     LineageGptModel,
+    checks,
 )
 from modeling.arguments import CACHE_NAME, cache_keyword, output_cache
 
@@ -341,6 +344,43 @@ def test_a_single_token_over_a_cache_is_checked_outside_generate_and_in_a_contin
                    lambda: model.generate(prompt, **cache_keyword(cache), max_new_tokens=2, pad_token_id=0))
     with pytest.raises(ValueError, match=r"`position_ids` must be in \[0, 64\)"):  # the caller's, counted on
         model.generate(tokens(1, 3), position_ids=torch.tensor([[60, 61, 62]]), max_new_tokens=4, pad_token_id=0)
+
+
+class Holder(threading.Thread):
+    """A thread that enters a context manager, waits for `release()`, and leaves it."""
+
+    def __init__(self, context):
+        super().__init__(daemon=True)
+        self.context, self.inside, self.go = context, threading.Event(), threading.Event()
+        self.start()
+        assert self.inside.wait(10)
+
+    def run(self):
+        with self.context:
+            self.inside.set()
+            self.go.wait(10)
+
+    def release(self):
+        self.go.set()
+        self.join(10)
+
+
+def test_the_check_switches_of_one_thread_leave_every_other_threads_checks_on():
+    """`checks.generating` and `checks.value_checks` hold per thread: a thread inside them (a server generating, a
+    training loop) turns off no check of another, and threads leaving them out of turn leave no switch behind (with
+    one switch for the process, the last to leave restored what the first had found: `generating` on for good)."""
+    model = build(LineageGptForCausalLM)
+    cache = output_cache(model(tokens(1, 3)))
+    one_bad_token = lambda: model(torch.tensor([[99]]), cache=cache)  # noqa: E731  (refused: the cache stays)
+    holders = [Holder(checks.generating()), Holder(checks.value_checks(False))]
+    assert_refused(model, r"`input_ids` must be in \[0, 99\)", one_bad_token)
+    for holder in holders:
+        holder.release()
+    first, second = Holder(checks.generating()), Holder(checks.generating())
+    first.release()  # out of turn: the first in leaves first
+    second.release()
+    assert not checks.decoding_step(torch.tensor([[5]]), 3)
+    assert_refused(model, r"`input_ids` must be in \[0, 99\)", one_bad_token)
 
 
 def test_cache_plus_new_tokens_past_positions_is_refused():
