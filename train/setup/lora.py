@@ -7,6 +7,7 @@ model, published as an ordinary Lineage folder. docs/using.md ("LoRA (peft)").
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from torch import nn
@@ -54,7 +55,11 @@ def apply_lora(model, settings: dict):
     config = peft.LoraConfig(r=settings.get("r", 8), lora_alpha=settings.get("alpha", 16),
                              lora_dropout=settings.get("dropout", 0.0), target_modules=settings.get("target_modules"),
                              modules_to_save=head_modules(model) or None)
-    return peft.get_peft_model(model, config)
+    with warnings.catch_warnings():
+        # peft (0.21) reads `model.is_gradient_checkpointing` as it wraps a model; transformers 5.24 deprecated that
+        # name with a FutureWarning on each read: a message for peft, which the run's user cannot act on
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
+        return peft.get_peft_model(model, config)
 
 
 def merge_lora(engine, adapter_folder: str | Path) -> Path:

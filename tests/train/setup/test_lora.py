@@ -2,6 +2,7 @@
 the adapter saves and reloads, `merge_and_unload` gives the adapted model's logits; `finetune` with a `lora` recipe."""
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -103,10 +104,13 @@ def test_finetune_with_a_lora_recipe_saves_the_adapter_and_the_merged_model(tmp_
     from train import finetune
 
     out = tmp_path / "run"
-    results, folder = finetune.main([
-        "--recipe", "bert-finetune-nli-tiny", "--output_dir", str(out), "--progress_bar", "false",
-        "--max_steps", "3", "--save_steps", "0", "--train_size", "48", "--eval_size", "16",
-        "--lora", "{r: 4, alpha: 8, dropout: 0.1}"])
+    with warnings.catch_warnings(record=True) as caught:  # a normal run warns of nothing (docs/reliability.md)
+        warnings.simplefilter("always")
+        results, folder = finetune.main([
+            "--recipe", "bert-finetune-nli-tiny", "--output_dir", str(out), "--progress_bar", "false",
+            "--max_steps", "3", "--save_steps", "0", "--train_size", "48", "--eval_size", "16",
+            "--lora", "{r: 4, alpha: 8, dropout: 0.1}"])
+    assert [str(w.message) for w in caught] == []
     adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())
     assert (adapter["r"], adapter["lora_alpha"], adapter["lora_dropout"]) == (4, 8, 0.1)
     assert set(adapter["target_modules"]) == set(LORA_TARGET_MODULES) and adapter["modules_to_save"] == ["classifier"]
