@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -219,8 +220,11 @@ def export_model(model, out_dir: str | Path, fmt: str = "torch") -> dict[str, di
 def _to_onnx(program, path: Path, input_names: list[str], output_names: list[str]) -> None:
     if importlib.util.find_spec("onnxscript") is None:  # the dynamo exporter's dependency (it pulls in onnx)
         raise ImportError("--format onnx needs onnx and onnxscript: pip install 'lineage[onnx]'")
-    torch.onnx.export(program, f=str(path), input_names=input_names, output_names=output_names, dynamo=True,
-                      external_data=False, verbose=False)
+    with warnings.catch_warnings():
+        # torch's own exporter (2.13) copies a deprecated pytree `LeafSpec`, a FutureWarning about torch's code
+        warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
+        torch.onnx.export(program, f=str(path), input_names=input_names, output_names=output_names, dynamo=True,
+                          external_data=False, verbose=False)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
