@@ -130,11 +130,12 @@ class SequenceLayout:
                                    position_ids=self.position_ids, documents=self.documents,
                                    sequences=self.sequences, cache=cache, is_causal=is_causal), {}
 
-    def cross_attention(self, hidden_states: torch.Tensor, *, encoder_hidden_states: torch.Tensor):
-        """The blocks' cross-attention mask of (B, T, C) `hidden_states` over the encoder rows' padding."""
+    def cross_attention(self, hidden_states: torch.Tensor, *, encoder_hidden_states: torch.Tensor, cache=None):
+        """The blocks' cross-attention mask of (B, T, C) `hidden_states` (over `cache`) over the encoder rows'
+        padding."""
         return cross_attention_mask(self.config, hidden_states, encoder_hidden_states=encoder_hidden_states,
                                     encoder_attention_mask=self.encoder_attention_mask,
-                                    sequences=self.encoder_sequences)
+                                    sequences=self.encoder_sequences, cache=cache)
 
     def host_lengths(self) -> torch.Tensor | None:
         """The (B,) real-token counts of padded rows as a CPU tensor (cuDNN's packed sequences take them on the

@@ -11,6 +11,7 @@ from transformers.masking_utils import (
     packed_sequence_mask_function,
 )
 
+from .checks import decoding_step
 from .packing import PackedSequences
 
 
@@ -32,6 +33,17 @@ def mask_inputs(attention_mask: torch.Tensor | None, position_ids: torch.Tensor 
     return attention_mask, position_ids, True
 
 
+def decoding(hidden_states: torch.Tensor, cache) -> bool:
+    """Whether the masks of `hidden_states` (B, T, C) over `cache` belong to a decoding step of `generate()`
+    (`checks.decoding_step`). Its padding mask is not tested for padding (a read back per step under sdpa, to drop a
+    mask without any): the padding of a prompt or a source stays in the cache and the encoder states to the end of the
+    generation, so the mask stays, and `generate()` passes no decoder mask where no row holds padding. (A source mask
+    without padding is then applied, not dropped: the same attention.)"""
+    if isinstance(cache, EncoderDecoderCache):
+        cache = cache.self_attention_cache
+    return cache is not None and decoding_step(hidden_states, cache.get_seq_length())
+
+
 def document_ids(documents: PackedSequences, batch: int, length: int) -> torch.Tensor:
     """(B, T) the document of each token of packed rows, from the boundaries alone (nothing is read back)."""
     starts = torch.zeros(batch * length, dtype=torch.long, device=documents.cu_seqlens.device)
@@ -49,6 +61,7 @@ def self_attention_mask(config, hidden_states: torch.Tensor, *, attention_mask: 
     restarting `position_ids`."""
     batch, length = hidden_states.shape[:2]
     padding, restarts, test = mask_inputs(attention_mask, position_ids, sequences, batch)
+    test = test and (padding is None or not decoding(hidden_states, cache))
     if not torch.compiler.is_compiling() or padding is not None:
         restarts = None  # (the documents were found once, by `layout.SequenceLayout.of`)
     same_document = None
@@ -66,12 +79,15 @@ def self_attention_mask(config, hidden_states: torch.Tensor, *, attention_mask: 
 
 
 def cross_attention_mask(config, hidden_states: torch.Tensor, *, encoder_hidden_states: torch.Tensor,
-                         encoder_attention_mask: torch.Tensor | None, sequences: PackedSequences | None = None):
+                         encoder_attention_mask: torch.Tensor | None, sequences: PackedSequences | None = None,
+                         cache=None):
     """The blocks' cross-attention mask of (B, T, C) `hidden_states` over the encoder states' padding; the collate's
-    `sequences` of the source rows answer on the host whether they hold any (`mask_inputs`)."""
+    `sequences` of the source rows answer on the host whether they hold any (`mask_inputs`), and a decoding step
+    over `cache` does not ask (`decoding`)."""
     padding, _, test = mask_inputs(encoder_attention_mask, None, sequences, encoder_hidden_states.shape[0])
+    test = test and (padding is None or not decoding(hidden_states, cache))
     return create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=padding,
                                      encoder_hidden_states=encoder_hidden_states, allow_is_bidirectional_skip=test)
 
 
-__all__ = ["cross_attention_mask", "document_ids", "mask_inputs", "self_attention_mask"]
+__all__ = ["cross_attention_mask", "decoding", "document_ids", "mask_inputs", "self_attention_mask"]

@@ -236,7 +236,7 @@ class LineageBertModel(LineageBertPreTrainedModel):
                                                     varlen=encoder_hidden_states is None,
                                                     output_attentions=kwargs.get("output_attentions"))
             memory = () if encoder_hidden_states is None else (encoder_hidden_states, layout.cross_attention(
-                hidden_states, encoder_hidden_states=encoder_hidden_states))
+                hidden_states, encoder_hidden_states=encoder_hidden_states, cache=cache))
             relative = relative_attention_inputs(config, hidden_states, position_ids, past_length, attention_mask)
             hidden_states = self.encoder(hidden_states, mask, memory, **cache_keyword(cache), **attention,
                                          **relative, **kwargs)

@@ -170,7 +170,7 @@ class LineageTransformerDecoder(LineageTransformerStack):
                                    encoder_attention_mask=encoder_attention_mask,
                                    encoder_sequences=encoder_packed_sequences)
         causal_mask, _ = layout.self_attention(hidden_states, cache=cache, is_causal=True)
-        cross_mask = layout.cross_attention(hidden_states, encoder_hidden_states=encoder_hidden_states)
+        cross_mask = layout.cross_attention(hidden_states, encoder_hidden_states=encoder_hidden_states, cache=cache)
         relative = relative_attention_inputs(self.config, hidden_states, past_length=offset)  # consecutive positions
         hidden_states = run_blocks(
             self.layers, self.final_norm, hidden_states, causal_mask, memory=(encoder_hidden_states, cross_mask),
