@@ -23,6 +23,8 @@ TESTED = {
     "datasets": ("4.8.4", "5.2.0"),
     "tokenizers": ("0.23.3", "0.23.3"),
 }
+# Python's minor releases the whole suite passed on: 3.11 in CI, 3.12 and 3.13 once (2026-11-28; docs/using.md)
+TESTED_PYTHON = ("3.11", "3.13")
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
@@ -35,6 +37,15 @@ def declared_ranges() -> dict[str, SpecifierSet]:
         lines = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
     requirements = [Requirement(line) for line in lines]
     return {r.name: r.specifier for r in requirements if r.marker is None}
+
+
+def declared_python() -> SpecifierSet:
+    """The Python releases the package declares (`requires-python`), as `declared_ranges` finds the libraries'."""
+    try:
+        spec = metadata.metadata("lineage")["Requires-Python"]
+    except metadata.PackageNotFoundError:
+        spec = tomllib.loads(PYPROJECT.read_text())["project"]["requires-python"]
+    return SpecifierSet(spec or "")
 
 
 def installed(name: str) -> str | None:
@@ -69,27 +80,33 @@ def name_cpu_for_deepspeed() -> None:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
-def status(name: str, version: str | None, declared: SpecifierSet | None) -> str:
-    """Where an installed release stands: outside the declared range, inside the tested span, or declared but
+def status(name: str, version: str | None, declared: SpecifierSet | None,
+           tested: tuple[str, str] | None = None) -> str:
+    """Where an installed release stands: outside the declared range, inside the tested span (`tested`, by default
+    `TESTED[name]`; compared at its precision: a span of minor releases holds their patch releases), or declared but
     untested."""
     if version is None:
         return "not installed"
     if declared is not None and not declared.contains(version, prereleases=True):
         return f"OUTSIDE the declared range {declared}"
-    oldest, newest = (Version(v) for v in TESTED[name])
-    if oldest <= Version(Version(version).base_version) <= newest:
+    tested = tested or TESTED[name]
+    oldest, newest = (Version(v) for v in tested)
+    here = Version(".".join(str(part) for part in Version(version).release[:len(newest.release)]))
+    if oldest <= here <= newest:
         return "tested"
-    return f"in the declared range, untested (tested {TESTED[name][0]} to {TESTED[name][1]})"
+    return f"in the declared range, untested (tested {tested[0]} to {tested[1]})"
 
 
 def report() -> list[tuple[str, str, str, str]]:
     """(name, installed version, declared range, status) for Python and every library of `TESTED`."""
     declared = declared_ranges()
-    rows = [("python", platform.python_version(), "", "")]
+    python, declared_py = platform.python_version(), declared_python()
+    rows = [("python", python, str(declared_py), status("python", python, declared_py, TESTED_PYTHON))]
     for name in TESTED:
         version = installed(name)
         rows.append((name, version or "-", str(declared.get(name, "")), status(name, version, declared.get(name))))
     return rows
 
 
-__all__ = ["TESTED", "declared_ranges", "device", "name_cpu_for_deepspeed", "report", "status", "versions"]
+__all__ = ["TESTED", "TESTED_PYTHON", "declared_python", "declared_ranges", "device", "name_cpu_for_deepspeed",
+           "report", "status", "versions"]

@@ -20,7 +20,7 @@ def test_lineage_env_prints_every_library_its_range_and_whether_it_was_tested(ca
     for name in TESTED:
         assert re.search(rf"^{name}\s+\S+", out, re.M), name
     assert re.search(rf"^transformers\s+{re.escape(transformers.__version__)}\s+\S+\s+tested$", out, re.M)
-    assert "python" in out and "device: cpu" in out
+    assert re.search(r"^python\s+3\.\d+\.\d+\s+>=3\.11\s+tested$", out, re.M) and "device: cpu" in out
 
 
 @pytest.mark.parametrize("version, expected", [
@@ -30,6 +30,15 @@ def test_lineage_env_prints_every_library_its_range_and_whether_it_was_tested(ca
 def test_status_tells_tested_untested_and_outside(monkeypatch, version, expected):
     monkeypatch.setitem(TESTED, "transformers", ("5.1.0", "5.24.0"))
     assert status("transformers", version, SpecifierSet(">=5.1,<5.25")).startswith(expected)
+
+
+@pytest.mark.parametrize("version, expected", [
+    ("3.11.7", "tested"), ("3.12.1", "tested"), ("3.13.9", "tested"), ("3.14.0", "in the declared range, untested"),
+    ("3.10.13", "OUTSIDE the declared range"),
+])
+def test_python_is_tested_by_minor_release_against_requires_python(version, expected):
+    assert status("python", version, environment.declared_python(), environment.TESTED_PYTHON).startswith(expected)
+    assert str(environment.declared_python()) == f">={environment.TESTED_PYTHON[0]}"
 
 
 def test_the_declared_range_is_the_tested_one():
