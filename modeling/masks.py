@@ -16,21 +16,22 @@ from .packing import PackedSequences
 
 
 def mask_inputs(attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
-                sequences: PackedSequences | None, batch: int) -> tuple[torch.Tensor | None, torch.Tensor | None, bool]:
+                sequences: PackedSequences | None, batch: int, *, padding_known: bool = False
+                ) -> tuple[torch.Tensor | None, torch.Tensor | None, bool]:
     """What to hand transformers' mask functions: the 2D `attention_mask`, the `position_ids` whose restarts split rows,
     and whether they may test the mask for padding (`allow_is_*_skip`, a read back under sdpa). The collate's
     `sequences` answer on the host instead: no mask for rows without padding, the mask untested for rows with it, no
     positions for documents none of which restarts; without them, or under `torch.compile`, the arguments pass as they
-    came."""
+    came, the mask untested where the first forward of a generation tested it (`padding_known`, `decoding`)."""
     if torch.compiler.is_compiling() or sequences is None:
-        return attention_mask, position_ids, True
+        return attention_mask, position_ids, attention_mask is None or not padding_known
     if sequences.tokens is not None and attention_mask is not None and attention_mask.dim() == 2:
         sequences.check_batch(*attention_mask.shape, name="attention_mask")
         return (attention_mask, None, False) if sequences.padding else (None, None, True)
     if sequences.tokens is None and attention_mask is None and position_ids is not None:  # (batch rows)
         sequences.check_batch(batch, position_ids.shape[-1])
         return None, position_ids if sequences.count > batch else None, True
-    return attention_mask, position_ids, True
+    return attention_mask, position_ids, attention_mask is None or not padding_known
 
 
 def decoding(hidden_states: torch.Tensor, cache) -> bool:
@@ -60,8 +61,8 @@ def self_attention_mask(config, hidden_states: torch.Tensor, *, attention_mask: 
     mask functions would read back (`mask_inputs`); under `torch.compile` transformers finds the documents from the
     restarting `position_ids`."""
     batch, length = hidden_states.shape[:2]
-    padding, restarts, test = mask_inputs(attention_mask, position_ids, sequences, batch)
-    test = test and (padding is None or not decoding(hidden_states, cache))
+    padding, restarts, test = mask_inputs(attention_mask, position_ids, sequences, batch,
+                                          padding_known=decoding(hidden_states, cache))
     if not torch.compiler.is_compiling() or padding is not None:
         restarts = None  # (the documents were found once, by `layout.SequenceLayout.of`)
     same_document = None
@@ -84,8 +85,8 @@ def cross_attention_mask(config, hidden_states: torch.Tensor, *, encoder_hidden_
     """The blocks' cross-attention mask of (B, T, C) `hidden_states` over the encoder states' padding; the collate's
     `sequences` of the source rows answer on the host whether they hold any (`mask_inputs`), and a decoding step
     over `cache` does not ask (`decoding`)."""
-    padding, _, test = mask_inputs(encoder_attention_mask, None, sequences, encoder_hidden_states.shape[0])
-    test = test and (padding is None or not decoding(hidden_states, cache))
+    padding, _, test = mask_inputs(encoder_attention_mask, None, sequences, encoder_hidden_states.shape[0],
+                                   padding_known=decoding(hidden_states, cache))
     return create_bidirectional_mask(config=config, inputs_embeds=hidden_states, attention_mask=padding,
                                      encoder_hidden_states=encoder_hidden_states, allow_is_bidirectional_skip=test)
 
