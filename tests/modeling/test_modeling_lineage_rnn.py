@@ -310,6 +310,19 @@ def test_assisted_generation_is_refused_by_name_before_any_module_runs(assistanc
     assert calls == []
 
 
+def test_a_static_cache_request_keeps_the_recurrent_state_and_its_tokens():
+    """The state has one size whatever the length: transformers ignores `cache_implementation` (with a warning, once
+    a process), and the tokens and scores are those of the default generation (using.md "Generation" says so)."""
+    model = build()
+    input_ids, attention_mask = sources()
+    kwargs = dict(attention_mask=attention_mask, max_new_tokens=4, do_sample=False, num_beams=2,
+                  return_dict_in_generate=True, output_scores=True)
+    default = model.generate(input_ids, **kwargs)
+    static = model.generate(input_ids, **kwargs, cache_implementation="static")
+    assert torch.equal(static.sequences, default.sequences)
+    torch.testing.assert_close(static.sequences_scores, default.sequences_scores, rtol=0, atol=0)
+
+
 def test_cache_reorders_and_repeats_along_the_batch():
     model = build(LineageRnnModel, attention="luong-dot", input_feeding=True, cell="lstm")
     input_ids, attention_mask = sources()
