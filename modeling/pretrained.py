@@ -16,6 +16,9 @@ from .checks import check_generation_config, check_generation_length, generating
 from .configuration_lineage_common import check_vocab_multiple
 from .layers import LineageBlock, SinusoidalPositionalEmbedding
 
+# what `generate()` takes for its own use and then passes on with the model inputs (transformers 5.24)
+GENERATION_TOKENIZERS = ("tokenizer", "assistant_tokenizer")
+
 
 class LineagePreTrainedModel(PreTrainedModel):
     """Weight initialisation, attention-backend flags, output capture and complete `auto_map` saving for all families.
@@ -110,6 +113,14 @@ class LineageGenerationMixin(GenerationMixin):
         own = isinstance(held, int) and held == 0 and kwargs.get("position_ids") is None
         with generating() if own else nullcontext():
             return super().generate(*args, **kwargs)
+
+    def prepare_inputs_for_generation(self, *args, **kwargs):
+        """transformers' inputs of a decoding step, without the tokenizers `generate()` hands its decoding loop among
+        the model's keywords (`stop_strings=` with `tokenizer=`, `assistant_tokenizer=`): a forward taking `**kwargs`
+        drops them; Lineage's forward names what it takes and refuses the rest."""
+        for name in GENERATION_TOKENIZERS:
+            kwargs.pop(name, None)
+        return super().prepare_inputs_for_generation(*args, **kwargs)
 
     def _prepare_generation_config(self, generation_config, **kwargs):
         """transformers' merge of the generation settings, then the checks of settings it would fail on deep inside

@@ -19,6 +19,7 @@ for every pair `modeling.conversion` supports.
 import copy
 import inspect
 import os
+import string
 import tempfile
 
 import pytest
@@ -631,6 +632,35 @@ def test_assisted_generation_gives_the_greedy_tokens(model_class, variant, kerne
     first = 1 if model_class in contract.SEQ2SEQ else inputs["input_ids"].shape[1]  # the decoder's start, the prompt
     assert fed[0] > first or max(fed[1:]) > 1, f"no draft was checked: tokens fed per forward {fed}"
     torch.testing.assert_close(assisted, greedy, **EXACT)
+
+
+def character_tokenizer() -> transformers.PreTrainedTokenizerFast:
+    """A tokenizer of one character a token, a distinct one for each of the tiny presets' ids: a stop string of one
+    character names one token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    characters = (string.ascii_letters + string.digits + string.punctuation + "αβγδεζηθ")[:contract.V]
+    backend = Tokenizer(models.WordLevel({c: i for i, c in enumerate(characters)}, unk_token=characters[0]))
+    backend.pre_tokenizer, backend.decoder = pre_tokenizers.Split("", "isolated"), decoders.Fuse()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=backend)
+
+
+@cases(contract.GENERATIVE, kernels=False)
+def test_a_stop_string_ends_the_generation_at_its_token(model_class, variant, kernel):
+    """`stop_strings=` with the `tokenizer=` that `generate()` needs to read them (handed on to the decoding loop
+    among the model's inputs, and dropped before the forward): greedy search's tokens, up to and including the
+    first that spells the stop string."""
+    model = head(model_class, variant)
+    model.generation_config.eos_token_id = None
+    inputs = {key: value[:1] for key, value in prompt(model).items()}
+    kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+    greedy = model.generate(**inputs, **kwargs)
+    start = greedy.shape[1] - 8
+    new = greedy[0, start:].tolist()
+    stop = new[2]
+    tokenizer = character_tokenizer()
+    stopped = model.generate(**inputs, **kwargs, stop_strings=[tokenizer.decode([stop])], tokenizer=tokenizer)
+    torch.testing.assert_close(stopped, greedy[:, :start + new.index(stop) + 1], **EXACT)
 
 
 def prompt(model) -> dict:
