@@ -14,6 +14,9 @@ class LineageBertConfig(LineageConfig):
     """Configuration of `LineageBertModel` and its heads; its fields: docs/models.md, "Configuration fields"."""
 
     model_type = "lineage-bert"
+    # what `Trainer` leaves out of predictions: the cache of the decoder (its names from and before transformers 5.24),
+    # the terms of the pre-training loss
+    keys_to_ignore_at_inference = ["cache", "past_key_values", "mlm_loss", "nsp_loss"]
     weight_token_ids = ("pad_token_id",)  # the word embedding's `padding_idx`
     metadata_token_ids = ("bos_token_id", "eos_token_id")
     positive_fields = (*LineageConfig.positive_fields, "type_vocab_size")

@@ -15,7 +15,9 @@ class LineageGptConfig(LineageConfig):
     """Configuration of `LineageGptModel` and its heads; its fields: docs/models.md, "Configuration fields"."""
 
     model_type = "lineage-gpt"
-    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the cache output before and from transformers 5.24
+    # what `Trainer` leaves out of predictions: the cache (its names from and before transformers 5.24), the terms of
+    # a classification head's loss
+    keys_to_ignore_at_inference = ["cache", "past_key_values", "classification_loss", "lm_loss"]
     attribute_map = {**LineageConfig.attribute_map, "n_embd": "hidden_size", "n_layer": "num_hidden_layers",
                      "n_head": "num_attention_heads", "n_positions": "max_position_embeddings",
                      "n_inner": "intermediate_size"}  # the names of transformers' GPT-2 and OpenAI GPT configs

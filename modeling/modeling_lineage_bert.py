@@ -249,15 +249,17 @@ class LineageBertModel(LineageBertPreTrainedModel):
 
 @dataclass
 class LineageBertForPreTrainingOutput(ModelOutput):
-    """Outputs of `LineageBertForPreTraining`: `loss` = `mlm_loss` + `nsp_loss` for the label sets given."""
+    """Outputs of `LineageBertForPreTraining`: `loss` = `mlm_loss` + `nsp_loss` for the label sets given. The fields
+    of `BertForPreTrainingOutput` come first, in its order, so that a tuple (`return_dict=False`) starts as its does;
+    the two terms come last (and `Trainer` leaves them out of its predictions: `keys_to_ignore_at_inference`)."""
 
     loss: torch.Tensor | None = None
-    mlm_loss: torch.Tensor | None = None
-    nsp_loss: torch.Tensor | None = None
     prediction_logits: torch.Tensor | None = None
     seq_relationship_logits: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    mlm_loss: torch.Tensor | None = None
+    nsp_loss: torch.Tensor | None = None
 
 
 def _classification_loss(logits: torch.Tensor, labels: torch.Tensor | None, name: str = "labels",

@@ -202,14 +202,16 @@ class LineageGptForCausalLM(LineageGptPreTrainedModel, LineageGenerationMixin):
 
 @dataclass
 class LineageGptClassifierOutput(ModelOutput):
-    """Outputs of the classification heads: `loss` = `classification_loss` + lm_loss_weight * `lm_loss`."""
+    """Outputs of the classification heads: `loss` = `classification_loss` + lm_loss_weight * `lm_loss`. The fields of
+    transformers' classifier outputs come first, so that a tuple (`return_dict=False`) starts as theirs does; the two
+    terms come last (and `Trainer` leaves them out of its predictions: `keys_to_ignore_at_inference`)."""
 
     loss: torch.Tensor | None = None
-    classification_loss: torch.Tensor | None = None
-    lm_loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    classification_loss: torch.Tensor | None = None
+    lm_loss: torch.Tensor | None = None
 
 
 def _real_tokens(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None,

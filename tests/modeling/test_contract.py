@@ -156,6 +156,25 @@ def test_return_dict_false_gives_the_outputs_tuple(model_class):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
 
 
+@head_ids
+def test_trainer_predictions_hold_neither_a_loss_term_nor_the_cache(model_class, tmp_path):
+    """`Trainer.evaluate` / `predict` hand `compute_metrics` an output's tensors but `loss` and the config's
+    `keys_to_ignore_at_inference`, a lone one as itself (as transformers' heads give them): a term of the loss (BERT's
+    `mlm_loss`, GPT's `classification_loss` and `lm_loss`) or the cache is no prediction."""
+    extra = {"lm_loss_weight": 0.5} if model_class in (LineageGptForSequenceClassification,
+                                                       LineageGptForMultipleChoice) else {}
+    model = build(model_class, **extra).eval()
+    inputs, labels = inputs_and_labels(model_class)
+    assert {"classification_loss", "lm_loss"} <= set(model(**inputs, **labels)) if extra else True
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    trainer = transformers.Trainer(model=model, args=args)
+    loss, predictions, _ = trainer.prediction_step(model, {**inputs, **labels}, prediction_loss_only=False)
+    assert (loss is not None and loss.dim() == 0) if labels else loss is None
+    predictions = predictions if isinstance(predictions, tuple) else (predictions,)
+    assert predictions and all(isinstance(p, torch.Tensor) and p.dim() > 0 for p in predictions), [
+        type(p).__name__ if not isinstance(p, torch.Tensor) else tuple(p.shape) for p in predictions]
+
+
 @pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("model_class", sorted(TOKEN_LOSS, key=lambda c: c.__name__), ids=lambda c: c.__name__)
 def test_num_items_in_batch_divides_the_summed_token_loss(model_class, mode):

@@ -1175,6 +1175,50 @@ def test_a_reference_converts_to_lineage_and_back_with_the_same_outputs(conversi
     assert state.keys() == back_state.keys() and all(torch.equal(state[k], back_state[k]) for k in state)
 
 
+def reference_labels(conversion, inputs: dict) -> dict:
+    """Labels of the reference head (none for a bare model): its tuple then starts with the loss."""
+    name, ids = conversion.reference_class.__name__, inputs["input_ids"]
+    rows = ids.shape[0]
+    tokens = ids.masked_fill(inputs["attention_mask"] == 0, -100)
+    if name == "MarianMTModel":
+        return {"labels": torch.randint(1, 98, inputs["decoder_input_ids"].shape)}
+    if name == "BertForPreTraining":
+        return {"labels": tokens, "next_sentence_label": torch.arange(rows) % 2}
+    if name.endswith(("LMHeadModel", "MaskedLM")):
+        return {"labels": tokens}
+    if name.endswith("SequenceClassification"):
+        return {"labels": torch.arange(rows) % 2}
+    if name.endswith("TokenClassification"):
+        return {"labels": tokens.clamp(max=1)}
+    if name.endswith("QuestionAnswering"):
+        return {"start_positions": torch.arange(rows), "end_positions": torch.arange(rows) + 1}
+    return {}
+
+
+@conversion_ids
+def test_a_converted_model_returns_the_references_tuple(conversion):
+    """`return_dict=False`, labels given: the reference's tuple item for item (its loss, its logits, ...) for as far
+    as both hold tensors (a cache object ends the comparison): what a caller unpacking the reference's tuple gets.
+    Lineage's extra terms of a loss (BERT's `mlm_loss`, GPT's `lm_loss`) come after the reference's fields."""
+    reference = reference_model(conversion)
+    lineage = from_transformers(reference)
+    for inputs, reference_only, keep in reference_examples(conversion):
+        labels = reference_labels(conversion, inputs)
+        with torch.no_grad():
+            expected = reference(**inputs, **reference_only, **labels, return_dict=False)
+            actual = lineage(**inputs, **labels, return_dict=False)
+        compared = 0
+        for a, e in zip(actual, expected):
+            if not (isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor)):
+                break
+            if e.dim() >= 2 and e.shape[1] in keep:
+                a, e = a[keep[e.shape[1]]], e[keep[e.shape[1]]]
+            torch.testing.assert_close(a, e, **CLOSE, msg=f"item {compared}")
+            compared += 1
+        assert compared >= (3 if conversion.reference_class.__name__ == "BertForPreTraining" else
+                            2 if labels else 1), compared
+
+
 LINEAGE_OVERRIDES = {"Marian": {"hidden_act": "gelu"}}  # an activation the reference names otherwise
 
 
