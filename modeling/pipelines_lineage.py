@@ -9,6 +9,8 @@ answering follows BERT's SQuAD procedure (section 4.2) as transformers 4's pipel
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from transformers.pipelines.base import ChunkPipeline, Pipeline
 
@@ -44,6 +46,17 @@ def served_tasks(model) -> str:
     return f"{type(model).__name__} serves {listed}"
 
 
+def _padding_on_the_right(tokenizer):
+    """`tokenizer`, or a copy of it that pads on the right: a pipeline batches its inputs on the tokenizer's padding
+    side, and the encoders number their positions from the first slot (a tokenizer that served a text-generation
+    pipeline pads on the left). The caller's tokenizer is left as it is."""
+    if tokenizer is None or tokenizer.padding_side == "right":
+        return tokenizer
+    tokenizer = copy.copy(tokenizer)
+    tokenizer.padding_side = "right"
+    return tokenizer
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Translation and text2text generation
 # ----------------------------------------------------------------------------------------------------------
@@ -62,6 +75,7 @@ class LineageText2TextGenerationPipeline(Pipeline):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.tokenizer = _padding_on_the_right(self.tokenizer)
         if not getattr(self.model.config, "is_encoder_decoder", False) or not self.model.can_generate():
             raise ValueError(f"the {self.task or 'text2text-generation'} pipeline needs an encoder-decoder model that "
                              "generates: a Lineage Transformer or RNN (LineageTransformerForConditionalGeneration or "
@@ -194,6 +208,10 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
     _load_image_processor = False
     _load_feature_extractor = False
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tokenizer = _padding_on_the_right(self.tokenizer)
+
     def __call__(self, *args, **kwargs):
         return super().__call__(_qa_inputs(args, kwargs), **kwargs)
 
@@ -258,12 +276,11 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
                     handle_impossible_answer: bool = False) -> dict | list[dict]:
         answers, null_score = [], None
         for window in windows:
-            real = window["attention_mask"][0].bool()
-            length = int(real.sum())  # a batch pads windows; padding sits after the real tokens
-            context = window["context_mask"][0][:length]
+            real = window["attention_mask"][0].bool()  # a batch pads its windows, on the tokenizer's padding side
+            context = window["context_mask"][0][real]
             allowed = context.clone()
             allowed[0] = True
-            start, end = _window_scores(window["start_logits"][0][:length], window["end_logits"][0][:length], allowed)
+            start, end = _window_scores(window["start_logits"][0][real], window["end_logits"][0][real], allowed)
             window_null = float(start[0] * end[0])
             null_score = window_null if null_score is None else min(null_score, window_null)
             text, offsets = window["example"]["context"], window["offsets"]

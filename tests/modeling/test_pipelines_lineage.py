@@ -186,6 +186,40 @@ def test_long_context_striding_finds_the_answer_in_a_later_window(scripted, toke
     assert batched == [answer] * 3
 
 
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("name", ["translator", "rnn"])
+def test_a_batch_translates_as_each_source_alone_on_either_padding_side(folders, tokenizers, name, side):
+    """A batch's sources are padded on the tokenizer's padding side, and the encoders number positions from the
+    first slot (the RNN packs its rows from it): each translation is the one of its source alone."""
+    tokenizer = copy.deepcopy(tokenizers[0])
+    tokenizer.padding_side = side
+    translate = LineageTranslationPipeline(model=folders[name][0], tokenizer=tokenizer)
+    kwargs = dict(num_beams=2, max_new_tokens=6, return_tensors=True)
+    batched = translate(SOURCES, batch_size=3, **kwargs)
+    for result, source in zip(batched, SOURCES, strict=True):
+        assert torch.equal(result["translation_token_ids"], translate(source, **kwargs)[0]["translation_token_ids"])
+    assert tokenizer.padding_side == side
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_a_batch_answers_as_each_question_alone_on_either_padding_side(folders, tokenizers, side):
+    """Batched windows are padded on the tokenizer's padding side (a tokenizer that served a text-generation pipeline
+    pads on the left): the answers and scores are those of each question asked alone."""
+    tokenizer = copy.deepcopy(tokenizers[1])
+    tokenizer.padding_side = side
+    qa = LineageQuestionAnsweringPipeline(model=folders["qa"][0], tokenizer=tokenizer)
+    questions = [{"question": "Where does Tom sing?", "context": "Tom sings in Lima."},
+                 {"question": "Who?", "context": LONG_CONTEXT},
+                 {"question": "Who sings?", "context": "Tom sings."}]
+    kwargs = dict(top_k=2, max_seq_len=40, doc_stride=8)
+    alone = [qa(**question, **kwargs) for question in questions]
+    batched = qa(questions, batch_size=4, **kwargs)
+    assert tokenizer.padding_side == side
+    assert [[a["answer"] for a in answers] for answers in batched] == [[a["answer"] for a in x] for x in alone]
+    for answers, expected in zip(batched, alone):
+        assert [a["score"] for a in answers] == pytest.approx([a["score"] for a in expected], rel=1e-5)
+
+
 def test_bad_input_is_refused(scripted, folders, tokenizers):
     _, qa, _ = scripted
     with pytest.raises(ValueError, match="needs question= and context="):
