@@ -278,7 +278,8 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str):
     rows = _rows(args, source, columns)
     names = None
     if label:
-        names, rows, _ = class_labels(rows, None, label, (source, source), allow_single_class=True)
+        names, rows, _ = class_labels(rows, None, label, (source, source), allow_single_class=True,
+                                      training=False)
     return task, encode_task, auto_class, (text, pair, label), rows, names, source
 
 

@@ -82,6 +82,10 @@ def _integral(dataset: datasets.Dataset, column: str) -> datasets.Dataset:
     return dataset.cast_column(column, datasets.List(integers) if value is not feature else integers)
 
 
+def _listed(ids: list[int], shown: int = 8) -> str:
+    return ", ".join(map(str, ids[:shown])) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
+
+
 def _drop_unlabeled(dataset: datasets.Dataset, column: str, source: str) -> datasets.Dataset:
     kept = dataset.filter(lambda value: -1 not in (value if isinstance(value, list) else [value]),
                           input_columns=column)
@@ -98,8 +102,11 @@ def _cut(dataset: datasets.Dataset, source: str, key: str) -> str:
 
 
 def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, column: str,
-                 sources: tuple[str, str], skip_unlabeled: bool = False, allow_single_class: bool = False):
-    """`(names, train, validation)`: the class names and both splits with `column` as class ids (module docstring)."""
+                 sources: tuple[str, str], skip_unlabeled: bool = False, allow_single_class: bool = False,
+                 training: bool = True):
+    """`(names, train, validation)`: the class names and both splits with `column` as class ids (module docstring).
+    `training`: the classes are those of a model to train (its head gets a class for every id up to the largest,
+    said where the data leaves ids out), not those of data a trained model is scored on."""
     train, validation = (_integral(d, column) if d is not None else None for d in (train, validation))
     splits = [(train, sources[0])] + ([(validation, sources[1])] if validation is not None else [])
     kind = None
@@ -120,7 +127,13 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
     declared = _class_feature(train.features[column])
     names = (list(declared.names) if declared else sorted(counts) if kind is str
              else [str(i) for i in range(max(values) + 1)])
-    known = set(counts) if kind is str else set(range(len(names)))
+    known = set(range(len(names))) if declared and kind is int else set(counts)
+    unseen = [i for i in range(len(names)) if i not in counts] if kind is int and not declared else []
+    if unseen and training:
+        print(f"{trained_on}: column {column!r} never shows class id{'s' if len(unseen) > 1 else ''} "
+              f"{_listed(unseen)}: integer labels are class ids, so the model gets {len(names)} classes, 0 to "
+              f"{len(names) - 1}, {len(unseen)} of them never trained (labels that do not count from 0, such as "
+              f"ratings 1 to 5, become classes in sorted order when given as strings)", flush=True)
     for row, word, value in _labels(validation, column) if validation is not None else ():
         if value not in known and not _skipped(value, word, skip_unlabeled):
             raise LabelError(f"{row_location(sources[1], row, column)}: {_named(value, word)} never occurs in the "

@@ -1,11 +1,13 @@
 """Class labels of a streamed training split (`streamed_class_labels`): the classes its features declare, the same
 ones required of the validation split, rows labelled -1 left out of both with `skip_unlabeled`, and a stream that
-declares no classes refused naming the file and the column. Labels read whole: tests/train/data/test_bad_data.py."""
+declares no classes refused naming the file and the column; integer ids read whole (`class_labels`): a validation id
+the training split never shows refused, ids the training split leaves out said. Bad labels read whole:
+tests/train/data/test_bad_data.py."""
 
 import datasets
 import pytest
 
-from train.data.labels import LabelError, streamed_class_labels
+from train.data.labels import LabelError, class_labels, streamed_class_labels
 
 NAMES = ["neg", "pos", "neutral"]
 
@@ -35,3 +37,23 @@ def test_validation_declaring_other_classes_is_refused():
     with pytest.raises(LabelError, match=r"dev.jsonl declares \['a', 'b'\]"):
         streamed_class_labels(_split([0, 1]).to_iterable_dataset(), _split([0, 1], ["a", "b"]), "label",
                               ("train.jsonl", "dev.jsonl"))
+
+
+def test_an_integer_class_the_training_split_never_shows_is_refused_in_the_validation_split():
+    """The id lies within the training ids' range (0 to 2) but no training row has it."""
+    with pytest.raises(LabelError, match=r"dev.jsonl: .*label 1 never occurs in the training data \(train.jsonl: "
+                                         r"\{0: 2, 2: 2\}\)"):
+        class_labels(_split([0, 2, 2, 0], None), _split([2, 1], None), "label", ("train.jsonl", "dev.jsonl"))
+
+
+def test_integer_ids_the_training_split_leaves_out_become_untrained_classes_and_are_said(capsys):
+    names, train, validation = class_labels(_split([1, 5, 3, 2, 4, 5], None), _split([4, 1], None), "label",
+                                            ("stars.csv", "dev.csv"))
+    assert names == [str(i) for i in range(6)]
+    assert train["label"] == [1, 5, 3, 2, 4, 5] and validation["label"] == [4, 1]
+    said = capsys.readouterr().out
+    assert "stars.csv: column 'label' never shows class id 0: integer labels are class ids, so the model gets 6 " \
+           "classes, 0 to 5, 1 of them never trained" in said
+    class_labels(_split([0, 2, 1], None), None, "label", ("train.csv", "dev.csv"))
+    class_labels(_split([1, 5], None), None, "label", ("eval.csv", "eval.csv"), training=False)
+    assert capsys.readouterr().out == ""
