@@ -32,10 +32,11 @@ from train.data.tokenization import cache_folder
 from train.run import distributed
 from train.run.checkpoints import CHECKPOINT_PREFIX, DELETING, OLD, TMP, resume_path, verify_checkpoint
 from train.run.recipes import Recipe, RecipeError
+from train.run.run_log import read_jsonl
 
 RECORD, LOCK, OUTPUT_RECORD = "run.json", ".lock", ".lineage-output.json"
 RUN_FILES = ("checkpoints", "logs", "tokenizer", "model", "adapter", "loss_curve.png")  # what a run writes
-WORK = ("checkpoints", "logs", "model", "adapter")  # a run that left none of these never trained: it is replaced
+WORK = ("checkpoints", "logs", "model", "adapter")  # a run that left none (logs: of a step) never trained: replaced
 KEPT = ("checkpoints", "model", "adapter")  # a run that wrote one of these can be resumed or is published
 APPENDED = ("logs",)  # written to as the run goes: recorded by size, which only grows
 _SAMPLE = 1 << 20  # bytes hashed from each end of a file: a fingerprint, not a full read of a multi-GB checkpoint
@@ -337,20 +338,27 @@ def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> Pa
     """Delete what an earlier run recorded writing here, when it may be, or set it aside (returns where:
     `overwrite`); refuse otherwise."""
     present = _refuse_foreign(folder, record)
-    if any(name in WORK for name in present) and not overwrite:
+    worked = [name for name in present if name in WORK and (name != "logs" or _logged_a_step(folder))]
+    if worked and not overwrite:
         raise OutputDirError(
             f"output_dir {folder} holds another run's files ({', '.join([RECORD, *present])}); to continue that run "
             f"pass --resume_from_checkpoint latest, to delete its files and start over pass --overwrite_output_dir "
             f"true, or choose another --output_dir")
-    if any(name in WORK for name in present):  # deleted once the new run has a checkpoint, put back if it stops first
+    if worked:  # deleted once the new run has a checkpoint, put back if it stops first
         aside = _set_aside(folder, [RECORD, *present])
         print(f"overwrite_output_dir: set aside {', '.join(present)} of {folder} in {aside.name}, deleted once this "
               f"run writes its first checkpoint or its model, put back if it stops before (if it is killed first, by "
               f"the next run into {folder})", flush=True)
         return aside
     for name in present:
-        _delete(folder / name, "a run that stopped before training (no checkpoint, log or model)")
+        _delete(folder / name, "a run that stopped before training (no checkpoint, logged step or model)")
     return None
+
+
+def _logged_a_step(folder: Path) -> bool:
+    """Whether the run's log holds a record past its launch (step 0): a run that failed in its first step logged
+    only how it was launched."""
+    return any(entry.get("step", 0) > 0 for entry in read_jsonl(folder / "logs" / "metrics.jsonl"))
 
 
 def _kept(record: dict) -> bool:

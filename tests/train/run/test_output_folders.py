@@ -17,6 +17,7 @@ from conftest import preset
 from train import export, pretrain_gpt, train_tokenizer
 from train.run import run_folder
 from train.run.run_folder import OutputDirError
+from train.run.run_log import read_jsonl
 
 torch.set_num_threads(1)
 GPT = ["--recipe", "gpt-pretrain-tiny", "--progress_bar", "false", "--report_to", "none", "--max_steps", "2",
@@ -126,9 +127,28 @@ def test_a_run_that_stopped_before_training_is_cleared_from_its_own_record(tmp_p
         gpt(out, "--train_file", str(short))
     assert any(k.startswith("tokenizer/") for k in json.loads((out / run_folder.RECORD).read_text())["wrote"])
     gpt(out)
-    assert f"stopped before training (no checkpoint, log or model): deleting {out.resolve() / 'tokenizer'}" in (
+    assert f"stopped before training (no checkpoint, logged step or model): deleting {out.resolve() / 'tokenizer'}" in (
         capsys.readouterr().out)
     assert (out / "model" / "config.json").is_file()
+
+
+def test_a_run_that_failed_in_its_first_step_is_cleared_with_the_log_of_its_launch(tmp_path, capsys):
+    """A stream too short for one block fails at the first step, after the log recorded the launch (step 0): the
+    next start replaces the run, log included, without a flag."""
+    short = tmp_path / "short.txt"
+    short.write_text("a b\nc d\n")
+    out = tmp_path / "run"
+    with pytest.raises(Exception, match="yielded no example"):
+        gpt(out, "--train_file", str(short), "--streaming", "true")
+    assert [entry["step"] for entry in read_jsonl(out / "logs" / "metrics.jsonl")] == [0]
+    gpt(out)
+    said = capsys.readouterr().out
+    for name in ("tokenizer", "logs"):
+        assert f"(no checkpoint, logged step or model): deleting {out.resolve() / name}" in said
+    assert (out / "model" / "config.json").is_file() and max(
+        entry["step"] for entry in read_jsonl(out / "logs" / "metrics.jsonl")) > 0
+    with pytest.raises(OutputDirError, match="holds another run's files"):
+        gpt(out)
 
 
 def test_a_start_refused_before_training_writes_nothing(tmp_path):
