@@ -54,8 +54,9 @@ LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 # recipe keys only some commands read -> those commands: set by the user for another command, a key is refused (it
 # would be recorded in recipe.yaml and the card as if it had acted)
 COMMAND_KEYS = {
-    **dict.fromkeys(("task", "lora", "text_column", "text_pair_column", "label_column", "skip_unlabeled",
-                     "allow_single_class", "lm_loss_weight"), ("finetune",)),
+    **dict.fromkeys(("task", "lora", "text_pair_column", "label_column", "skip_unlabeled", "allow_single_class",
+                     "lm_loss_weight"), ("finetune",)),
+    "text_column": ("finetune", "pretrain_gpt", "pretrain_bert"),
     **dict.fromkeys(("nsp", "mlm_probability"), ("pretrain_bert",)),
     **dict.fromkeys(("pack_documents", "sample_prompts"), ("pretrain_gpt",)),
     **dict.fromkeys(("label_smoothing", "num_beams", "length_penalty"), ("train_translation",)),

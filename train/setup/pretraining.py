@@ -12,12 +12,18 @@ from train.run.recipes import Recipe
 from train.setup.splits import load_splits
 
 COMMANDS = {"gpt": "pretrain_gpt", "bert": "pretrain_bert"}  # family -> the command that pretrains it
+COLUMN_ADVICE = "name the column of the documents with the recipe key text_column, or rename it"
 
 
 def pretraining_documents(recipe: Recipe, family: str):
-    """`(train, validation)` documents of the recipe (`load_splits`; validation None without), each refused for BERT
-    when it gives no sentence pair (`check_documents`)."""
-    train_docs, eval_docs = load_splits(recipe, [("text", "text")])
+    """`(train, validation)` documents of the recipe (`load_splits`; validation None without), in a column `text`
+    (the recipe's `text_column` of the data, when it names another), each refused for BERT when it gives no sentence
+    pair (`check_documents`)."""
+    column = recipe.text_column or "text"
+    train_docs, eval_docs = load_splits(recipe, [(column, "text")], column_advice=COLUMN_ADVICE)
+    if column != "text":  # the one column read, under the name the rest of the run reads
+        train_docs, eval_docs = (docs.select_columns([column]).rename_column(column, "text") if docs is not None
+                                 else None for docs in (train_docs, eval_docs))
     if family == "bert":
         check_documents(train_docs, recipe.data_source("train"))
         if eval_docs:
