@@ -31,8 +31,8 @@ from train.data.fingerprints import file_fingerprint, files_digest
 from train.data.tokenization import cache_folder
 from train.data.workers import process_count
 
-FORMATS = {".txt": "text", ".text": "text", ".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
-           ".parquet": "parquet"}
+FORMATS = {".txt": "text", ".text": "text", ".raw": "text", ".jsonl": "json", ".json": "json", ".csv": "csv",
+           ".tsv": "csv", ".parquet": "parquet"}  # .raw: WikiText's wiki.train.raw, ...
 
 
 COMPRESSIONS = {".gz": ("gzip", b"\x1f\x8b"), ".bz2": ("bzip2", b"BZh"), ".xz": ("xz", b"\xfd7zXZ\x00"),
@@ -134,7 +134,9 @@ def _file_format(files: list[Path], data_format: str | None) -> str:
     formats = {data_format or FORMATS.get(_suffix(f)) for f in files}
     if None in formats:
         unknown = next(f for f in files if FORMATS.get(_suffix(f)) is None)
-        raise DataError(f"{unknown}: unknown data file type; use one of {', '.join(FORMATS)} or pass data_format")
+        raise DataError(f"{unknown}: unknown data file type; name the file with one of {', '.join(FORMATS)} at the "
+                        f"end (plain text: .txt){', before its compression' if _compression(unknown) else ''}, or "
+                        f"pass data_format to load_text_dataset")
     if len(formats) > 1:
         raise DataError(f"data files mix formats {sorted(formats)}; load each format separately")
     return formats.pop()
@@ -385,8 +387,13 @@ def row_location(source: str | Path, row: int, column: str | None = None) -> str
 
 
 def _has_bom(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        return handle.read(3) == codecs.BOM_UTF8
+    """Whether the (decompressed) file starts with UTF-8's byte order mark; a compressed file that cannot be read is
+    left to the reader, whose failure `_find_bad_file` names."""
+    try:
+        with _open_bytes(path) as handle:
+            return handle.read(3) == codecs.BOM_UTF8
+    except (OSError, EOFError, lzma.LZMAError):
+        return False
 
 
 def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> None:
@@ -544,7 +551,7 @@ def _reader_kwargs(files: list[Path], fmt: str, kinds: dict[str, str | None], te
                       na_values=[""])
         if _suffix(files[0]) == ".tsv":
             kwargs.update(delimiter="\t", quoting=csv.QUOTE_NONE)  # TSV: a double quote is text (as GLUE's files)
-    if fmt != "parquet" and any(_has_bom(f) for f in files if _compression(f) is None):
+    if fmt != "parquet" and any(_has_bom(f) for f in files):
         kwargs["encoding"] = "utf-8-sig"  # the BOM is no part of the first column's name or the first line
     return kwargs
 
@@ -583,8 +590,14 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         _find_bad_file(files, fmt)
         raise
     _require_columns(dataset.column_names, list(kinds), str(files[0]))  # a compressed file's columns show only now
+    if fmt == "text" and any(_has_bom(f) for f in files if _compression(f) is not None):
+        dataset = dataset.map(_without_bom, batched=True)  # datasets reads compressed text as UTF-8, whatever encoding
     refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, fmt != "text")
     return _checked(dataset, kinds, refuse, records=fmt != "text")
+
+
+def _without_bom(rows: dict) -> dict:
+    return {"text": [text.removeprefix("\ufeff") for text in rows["text"]]}
 
 
 def _find_bad_file(files: list[Path], fmt: str) -> None:

@@ -1,8 +1,11 @@
 """Loading local files, the embedded corpus and Hub names; streaming; cached and multi-process
 tokenization; packing and NSP datasets; one test per kind of bad input, with a clean cache after it."""
 
+import bz2
 import csv
+import gzip
 import json
+import lzma
 import os
 
 import datasets
@@ -258,14 +261,16 @@ def test_nsp_dataset_from_sentences_or_text(bert):
 BOM = b"\xef\xbb\xbf"
 
 
+@pytest.mark.parametrize("compression", [None, "gz", "bz2", "xz"])
 @pytest.mark.parametrize("name, content, columns", [
     ("a.csv", b"text,label\nhello,1\n", ("text", "label")),
     ("a.jsonl", b'{"text": "hello", "label": 1}\n', ("text", "label")),
     ("a.txt", b"hello\nworld\n", ("text",)),
 ])
-def test_a_utf8_byte_order_mark_is_stripped(tmp_path, name, content, columns):
-    path = tmp_path / name
-    path.write_bytes(BOM + content)
+def test_a_utf8_byte_order_mark_is_stripped(tmp_path, name, content, columns, compression):
+    compress = {None: lambda data: data, "gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}[compression]
+    path = tmp_path / (f"{name}.{compression}" if compression else name)
+    path.write_bytes(compress(BOM + content))
     dataset = load_text_dataset(str(path), columns=columns, cache_dir=str(tmp_path / "cache"))
     assert dataset.column_names == list(columns)
     assert dataset[0]["text"] == "hello"
