@@ -134,6 +134,16 @@ def test_missing_file(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_wikitext_raw_files_are_text_and_an_unknown_type_is_refused_naming_what_to_do(tmp_path):
+    (tmp_path / "wiki.train.raw").write_text(" = Title = \n\n A line of the article .\n")
+    rows = load_text_dataset(tmp_path / "wiki.train.raw", text_sample_by="line", cache_dir=str(tmp_path / "cache"))
+    assert rows["text"] == [" = Title = ", "", " A line of the article ."]
+    (tmp_path / "a.xml").write_text("<doc>text</doc>\n")
+    with pytest.raises(DataError, match=r"a\.xml: unknown data file type; name the file with one of \.txt, .*\.parquet "
+                                        r"at the end \(plain text: \.txt\), or pass data_format to load_text_dataset"):
+        load_text_dataset(tmp_path / "a.xml", cache_dir=str(tmp_path / "cache"))
+
+
 def test_empty_file(tmp_path):
     (tmp_path / "empty.txt").write_text("", encoding="utf-8")
     (tmp_path / "blank.jsonl").write_text("\n  \n", encoding="utf-8")
