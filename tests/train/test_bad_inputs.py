@@ -129,6 +129,9 @@ CATALOGUE = [
     # data files
     ("data file missing", lambda t: load_text_dataset(str(t / "train.jsonl")), FileNotFoundError, "train.jsonl",
      "no such data file"),
+    ("validation file missing, before the training file is read (here: not UTF-8)", lambda t: script(
+        t / "run", "--train_file", str(write(t, "a.txt", b"caf\xe9\n")), "--validation_file", str(t / "dev.txt")),
+     FileNotFoundError, "dev.txt", r"no such data file \(recipe key 'validation_file'\)"),
     ("data file empty", lambda t: load_text_dataset(str(write(t, "a.txt", b""))), ValueError, "a.txt",
      "the data file is empty"),
     ("data file not UTF-8", lambda t: load_text_dataset(str(write(t, "a.txt", b"ok\ncaf\xe9\n"))), ValueError,
@@ -139,7 +142,7 @@ CATALOGUE = [
                                                         columns=("text", "label")), ValueError,
      "a.csv: no column 'text'", r"has columns \['sentence', 'label'\]"),
     ("data file type unknown", lambda t: load_text_dataset(str(write(t, "a.xml", b"<a/>"))), ValueError, "a.xml",
-     r"use one of \.txt, \.text, \.jsonl"),
+     r"name the file with one of \.txt, \.text, \.raw, \.jsonl"),
     ("embedded task unknown", lambda t: load_text_dataset("embedded:poetry"), ValueError, "'poetry'",
      "documents, translation, sentiment, nli, ner, qa"),
     # tokenizers

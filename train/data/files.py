@@ -105,6 +105,13 @@ def _is_local(source: str) -> bool:
     return (path.exists() or source.startswith(("/", "./", "../", "~", "\\")) or _suffix(path) in FORMATS)
 
 
+def check_local_source(source: str, key: str) -> None:
+    """Refuse, naming the recipe `key`, a path that names no file or folder (a Hub name is left to the loader): both
+    splits' paths are checked before either is read."""
+    if _is_local(source) and not Path(source).expanduser().exists():
+        raise DataFileNotFoundError(f"{source}: no such data file (recipe key {key!r})")
+
+
 def _suffix(path: Path) -> str:
     suffixes = [s.lower() for s in path.suffixes]
     if suffixes and suffixes[-1] in COMPRESSIONS:
@@ -650,4 +657,5 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
 
 __all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS",
            "InvalidUTF8Error", "MalformedRowError", "MissingColumnError", "TASKS", "TEXT_SAMPLE_BY",
-           "UnknownColumnError", "check_utf8", "load_text_dataset", "resolve_files", "row_location", "validate_files"]
+           "UnknownColumnError", "check_local_source", "check_utf8", "load_text_dataset", "resolve_files",
+           "row_location", "validate_files"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import datasets
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
-from train.data.files import Columns, UnknownColumnError, load_text_dataset
+from train.data.files import Columns, UnknownColumnError, check_local_source, load_text_dataset
 from train.run.recipes import Recipe, RecipeError
 
 COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_column and label_column, or rename it"
@@ -80,7 +80,8 @@ def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str | No
                 column_advice: str = COLUMN_ADVICE):
     """`(train, validation)`: both splits of the recipe's data (`load_split`); validation may be None. Refused first:
     a validation file without a training file (the run would train on the recipe's dataset), the same file for both
-    (the figures would be training figures), `dataset_config` for data that is no Hub dataset."""
+    (the figures would be training figures), `dataset_config` for data that is no Hub dataset, a path of either that
+    names nothing."""
     train, validation = recipe.train_file, recipe.validation_file
     if validation and not train:
         raise RecipeError(f"recipe key 'validation_file' is {validation!r} but 'train_file' is not set: the run would "
@@ -95,6 +96,9 @@ def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str | No
         raise RecipeError(f"recipe key 'dataset_config' is {recipe.dataset_config!r}, which selects a configuration "
                           f"of a Hub dataset; this run reads {source!r}: drop it, or name the Hub dataset with "
                           f"'dataset'")
+    for key, file in (("train_file", train), ("validation_file", validation)):
+        if file:
+            check_local_source(file, key)
     return (load_split(recipe, "train", columns, default_dataset, column_advice),
             load_split(recipe, "validation", columns, default_dataset, column_advice))
 
