@@ -257,7 +257,9 @@ def _sample_by(files: list[Path], text_sample_by: str) -> str:
     with_paragraphs = next((f for f in files if _once(f, "paragraphs", functools.partial(_has_paragraphs, f))), None)
     if with_paragraphs is None:
         return "line"
-    print(f"{with_paragraphs}: empty lines separate its documents, so each row is a document of lines "
+    every = (f" in each of the {len(files)} files (a file without empty lines is one document)" if len(files) > 1
+             else "")
+    print(f"{with_paragraphs}: empty lines separate its documents, so each row is a document of lines{every} "
           "(text_sample_by: auto; set line for one row per line)", flush=True)
     return "paragraph"
 

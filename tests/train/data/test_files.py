@@ -134,6 +134,21 @@ def test_missing_file(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_folder_read_by_paragraph_says_that_every_file_is(tmp_path, capsys):
+    """One file with paragraphs decides for the folder (a shard of one document has no empty line): said, with
+    what it makes of a file of one document per line."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a.txt").write_text("First document.\nSecond document.\n")
+    (folder / "b.txt").write_text("One line.\nAnother.\n\nA second paragraph.\n")
+    rows = load_text_dataset(folder, cache_dir=str(tmp_path / "cache"))
+    assert [text.strip() for text in rows["text"]] == ["First document.\nSecond document.", "One line.\nAnother.",
+                                                       "A second paragraph."]
+    assert ("b.txt: empty lines separate its documents, so each row is a document of lines in each of the 2 files "
+            "(a file without empty lines is one document) (text_sample_by: auto; set line for one row per line)"
+            in capsys.readouterr().out)
+
+
 def test_wikitext_raw_files_are_text_and_an_unknown_type_is_refused_naming_what_to_do(tmp_path):
     (tmp_path / "wiki.train.raw").write_text(" = Title = \n\n A line of the article .\n")
     rows = load_text_dataset(tmp_path / "wiki.train.raw", text_sample_by="line", cache_dir=str(tmp_path / "cache"))
