@@ -300,7 +300,7 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
     if names is not None:
         rows = _model_label_ids(rows, names, label, model.config, source)
-    data = finetune.encoded(args, tokenizer, encode_task, rows, text, pair, label)
+    data = finetune.encoded(args, tokenizer, encode_task, rows, text, pair, label, source)
     batch = model_batch_size(args)
     accelerator = Accelerator(cpu=device_of(args) == "cpu")
     loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer))

@@ -19,6 +19,8 @@ import torch
 
 from train.cli import run_script
 from train.data.collators import PaddingCollator
+from train.data.encoders import RowError
+from train.data.files import row_location
 from train.data.labels import class_labels, streamed_class_labels
 from train.data.model_inputs import tokenize_dataset
 from train.metrics import load_metric
@@ -108,14 +110,21 @@ def load_rows(recipe, encode_task: str, text: str, pair: str | None, label: str 
     return class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, recipe.allow_single_class)
 
 
-def encoded(recipe, tokenizer, encode_task: str, rows, text: str, pair: str | None, label: str | None):
-    """`rows` tokenized for the task."""
+def encoded(recipe, tokenizer, encode_task: str, rows, text: str, pair: str | None, label: str | None,
+            source: str, skipped: bool = False):
+    """`rows` of `source` tokenized for the task; a row it cannot encode is refused naming its file and line (its row
+    among those kept, where `skip_unlabeled` `skipped` some)."""
     length = recipe.max_seq_length
     encode = {"classification": {"text_column": text, "text_pair_column": pair, "label_column": label,
                                  "max_length": length},
               "token_classification": {"tokens_column": text, "tags_column": label, "max_length": length},
               "qa": {"max_length": length, "doc_stride": length // 4}}[encode_task]
-    return tokenize_dataset(rows, tokenizer, encode_task, **encode)
+    try:
+        return tokenize_dataset(rows, tokenizer, encode_task, **encode)
+    except RowError as error:
+        where = (f"{source}: row {error.row} of the rows skip_unlabeled kept" if skipped
+                 else row_location(source, error.row, error.column))
+        raise type(error)(f"{where}{error.qualifier}: {error.detail}") from None
 
 
 def _auxiliary_lm(recipe, family: str) -> TokenMean | None:
@@ -150,8 +159,11 @@ def main(argv: list[str] | None = None):
         model = build_model(recipe, auto_class, tokenizer, family, source, **fields)
         if recipe.lora is not None:
             model = apply_lora(model, recipe.lora)
-        train_data = encoded(recipe, tokenizer, encode_task, train_rows, text, pair, label)
-        eval_data = encoded(recipe, tokenizer, encode_task, eval_rows, text, pair, label) if eval_rows else None
+        skipped = recipe.skip_unlabeled and label is not None
+        train_data = encoded(recipe, tokenizer, encode_task, train_rows, text, pair, label,
+                             recipe.split_name("train"), skipped)
+        eval_data = (encoded(recipe, tokenizer, encode_task, eval_rows, text, pair, label,
+                             recipe.split_name("validation"), skipped) if eval_rows else None)
         engine = Engine(run, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=_auxiliary_lm(recipe, family),
                         unpad_inputs=True, predict_fn=predict, metrics_fn=metrics)

@@ -24,11 +24,22 @@ from train.data.tokenization import MissingSpecialTokenError
 IGNORE_INDEX = -100  # the label of a position the loss skips
 
 
-class QAAnswerSpanError(ValueError):
+class RowError(ValueError):
+    """A row its task cannot encode, at `row` (0-based, among the rows the encoder was given) of `column`: the
+    caller that knows the file names its line (`finetune.encoded`)."""
+
+    @classmethod
+    def at(cls, row: int, column: str, detail: str, qualifier: str = "") -> RowError:
+        error = cls(f"row {row}{qualifier}: {detail}")
+        error.row, error.column, error.detail, error.qualifier = row, column, detail, qualifier
+        return error  # built so, it pickles (a process of a map raises it) with its message as its one argument
+
+
+class QAAnswerSpanError(RowError):
     """An answer's character span does not lie inside (or does not match) its context."""
 
 
-class LabelAlignmentError(ValueError):
+class LabelAlignmentError(RowError):
     """A token-classification row has a different number of words and tags."""
 
 
@@ -266,8 +277,8 @@ def encode_token_classification(examples: dict, tokenizer: PreTrainedTokenizerBa
     for i, (words, tags) in enumerate(zip(examples[tokens_column], examples[tags_column])):
         if len(words) != len(tags):
             row = indices[i] if indices is not None else i
-            raise LabelAlignmentError(f"row {row}: {len(words)} words in {tokens_column!r} but {len(tags)} "
-                                      f"tags in {tags_column!r}")
+            raise LabelAlignmentError.at(row, tags_column, f"{len(words)} words in {tokens_column!r} but {len(tags)} "
+                                                           f"tags in {tags_column!r}")
     encoded = tokenizer(examples[tokens_column], is_split_into_words=True, truncation=True, max_length=max_length)
     labels = []
     for i, tags in enumerate(examples[tags_column]):
@@ -283,13 +294,15 @@ def _check_answers(examples: dict, indices: list[int] | None) -> None:
     for i, (context, answers) in enumerate(zip(examples["context"], examples["answers"])):
         for text, start in zip(answers["text"], answers["answer_start"]):
             row = indices[i] if indices is not None else i
-            name = f"row {row}" + (f" (id {examples['id'][i]!r})" if "id" in examples else "")
+            named = f" (id {examples['id'][i]!r})" if "id" in examples else ""
             if start < 0 or start + len(text) > len(context):
-                raise QAAnswerSpanError(f"{name}: answer {text!r} at characters {start}..{start + len(text)} "
-                                        f"lies outside its context of {len(context)} characters")
+                raise QAAnswerSpanError.at(row, "answers", f"answer {text!r} at characters {start}.."
+                                           f"{start + len(text)} lies outside its context of {len(context)} "
+                                           f"characters", named)
             if context[start:start + len(text)] != text:
-                raise QAAnswerSpanError(f"{name}: answer {text!r} does not match the context at character "
-                                        f"{start}, which reads {context[start:start + len(text)]!r}")
+                raise QAAnswerSpanError.at(row, "answers", f"answer {text!r} does not match the context at "
+                                           f"character {start}, which reads {context[start:start + len(text)]!r}",
+                                           named)
 
 
 def encode_qa(examples: dict, tokenizer: PreTrainedTokenizerBase, max_length: int = 384, doc_stride: int = 128,
@@ -332,7 +345,7 @@ def _answer_tokens(offsets, sequence_ids, answers) -> tuple[int, int]:
     return start, end
 
 
-__all__ = ["IGNORE_INDEX", "LabelAlignmentError", "QAAnswerSpanError", "create_nsp_examples", "encode_causal_lm",
-           "encode_classification", "encode_qa", "encode_seq2seq", "encode_token_classification", "nsp_features",
-           "nsp_pair_index", "pack_documents", "pack_sequences", "split_sentences", "tokenize_documents",
-           "truncate_ranges"]
+__all__ = ["IGNORE_INDEX", "LabelAlignmentError", "QAAnswerSpanError", "RowError", "create_nsp_examples",
+           "encode_causal_lm", "encode_classification", "encode_qa", "encode_seq2seq", "encode_token_classification",
+           "nsp_features", "nsp_pair_index", "pack_documents", "pack_sequences", "split_sentences",
+           "tokenize_documents", "truncate_ranges"]

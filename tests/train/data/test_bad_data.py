@@ -6,6 +6,7 @@ import bz2
 import gzip
 import json
 import lzma
+import pickle
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from transformers import AutoConfig
 
+from train.data.encoders import LabelAlignmentError
 from train.data.files import DataError, MalformedRowError, load_text_dataset
 from train.data.labels import LabelError, class_labels
 from train.finetune import main as finetune
@@ -165,6 +167,27 @@ def test_a_bad_ner_tag_is_refused_before_training(tmp_path, tags, message):
     with pytest.raises(LabelError, match=message):
         run_finetune(tmp_path, "token-classification", train, validation)
     assert not (tmp_path / "run" / "logs").exists()
+
+
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_words_and_tags_of_different_lengths_are_refused_naming_the_file_and_line(tmp_path, split):
+    rows = [["Anna", "lives", "in", "Oslo"], ["Tom", "sings"]] * 3
+    tags = [[1, 0, 0, 2], [1, 0]] * 3
+    tags[4] = [1, 0, 0]
+    path = lines(tmp_path / f"{split}.jsonl", [{"tokens": w, "ner_tags": t} for w, t in zip(rows, tags)])
+    good = lines(tmp_path / "good.jsonl", [{"tokens": w, "ner_tags": t} for w, t in zip(rows, [[1, 0, 0, 2],
+                                                                                                   [1, 0]] * 3)])
+    train, validation = (path, good) if split == "train" else (good, path)
+    with pytest.raises(LabelAlignmentError, match=rf"{split}\.jsonl: line 5 \(JSON Lines, column 'ner_tags'\): 4 "
+                                                  r"words in 'tokens' but 3 tags in 'ner_tags'"):
+        run_finetune(tmp_path, "token-classification", train, validation)
+
+
+def test_a_row_error_keeps_its_row_through_a_process_boundary():
+    """A map over several processes raises the error its worker raised, pickled: what names the line survives."""
+    error = pickle.loads(pickle.dumps(LabelAlignmentError.at(4, "ner_tags", "4 words in 'tokens' but 3 tags")))
+    assert (str(error), error.row, error.column, error.detail) == (
+        "row 4: 4 words in 'tokens' but 3 tags", 4, "ner_tags", "4 words in 'tokens' but 3 tags")
 
 
 def test_ner_rows_with_tag_minus_1_are_skipped_when_the_recipe_says_so(tmp_path, capsys):
