@@ -205,16 +205,26 @@ def run_script(main: Callable[[Sequence[str] | None], object]) -> None:
 
 
 def run_main(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None, shown: str) -> None:
-    """Run a command's `main(argv)` as `shown`: a refusal of the input (`user_errors`) exits with its message alone,
-    status 1, unless LINEAGE_TRACEBACK is set; any other error keeps its traceback."""
+    """Run a command's `main(argv)` as `shown`: a refusal of the input (`user_errors`, or the file and line a streamed
+    file's reader failed on) exits with its message alone, status 1, unless LINEAGE_TRACEBACK is set; any other error
+    keeps its traceback."""
     name_cpu_for_deepspeed()
     try:
         main(argv)
     except Exception as error:
-        if not isinstance(error, user_errors()) or os.environ.get("LINEAGE_TRACEBACK"):
+        traced = os.environ.get("LINEAGE_TRACEBACK")
+        error = (None if traced else _streamed_line(error)) or error
+        if not isinstance(error, user_errors()) or traced:
             raise
         raise SystemExit(f"{shown}: error: {error}\n(a refusal of the input, before or instead of the work it names; "
                          f"LINEAGE_TRACEBACK=1 shows where it was raised)") from None
+
+
+def _streamed_line(error: Exception) -> Exception | None:
+    """The refusal naming the file and line a streamed file's reader failed on with `error` (`files.stream_refusal`);
+    a command that has not imported the data module (every command that reads data does) opened no stream."""
+    files = sys.modules.get("train.data.files")
+    return files.stream_refusal(error) if files is not None else None
 
 
 def user_errors() -> tuple[type[Exception], ...]:

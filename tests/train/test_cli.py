@@ -2,8 +2,10 @@
 with its own usage under its `lineage` name and runs its module's own `main(argv)`; unknown commands are named."""
 
 import ast
+import gzip
 import importlib
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -167,6 +169,25 @@ def test_a_refused_input_is_its_message_not_a_traceback(tmp_path, monkeypatch):
     with pytest.raises(ZeroDivisionError):
         cli.main(["experiment"])
     assert (tmp_path / "report.md").read_text() == "mine"
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("a.txt.gz", gzip.compress("Ein Text.\nCafé au lait.\n".encode("latin-1")),
+     r"a\.txt\.gz: line 2: not valid UTF-8 \(byte 0xe9"),
+    ("a.jsonl", b'{"text": "A document."}\n{"text": "broken\n', r"a\.jsonl: line 2: not valid JSON"),
+    ("a.tsv", b"source\ttarget\none\teins\ntwo\tzwei\textra\n", r"a\.tsv: line 3: 3 fields where the header"),
+])
+def test_a_streamed_files_bad_line_is_a_refusal_naming_it(tmp_path, monkeypatch, name, content, message):
+    """A stream is read as the run trains, by datasets' readers, whose errors name no file: the command reads the
+    streamed files again and refuses the first bad line as the in-memory checks do, not with a reader's traceback."""
+    monkeypatch.delenv("LINEAGE_TRACEBACK", raising=False)
+    (tmp_path / name).write_bytes(content)
+    script = ["translation", "--recipe", "transformer-translation-tiny"] if name.endswith(".tsv") else [
+        "pretrain_gpt", "--recipe", "gpt-pretrain-tiny"]
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["train", *script, "--train_file", str(tmp_path / name), "--streaming", "true", "--max_steps", "2",
+                  "--output_dir", str(tmp_path / "run")])
+    assert re.search(rf"^lineage train {script[0]}: error: .*{message}", str(refused.value)), str(refused.value)
 
 
 def run_module(module: str, *argv: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:

@@ -598,6 +598,8 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     except datasets.exceptions.DatasetGenerationError:
         _find_bad_file(files, fmt)
         raise
+    if streaming:
+        _STREAMS.append((files, fmt))
     _require_columns(dataset.column_names, list(kinds), str(files[0]))  # a compressed file's columns show only now
     if fmt == "text" and any(_has_bom(f) for f in files if _compression(f) is not None):
         dataset = dataset.map(_without_bom, batched=True)  # datasets reads compressed text as UTF-8, whatever encoding
@@ -607,6 +609,31 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
 
 def _without_bom(rows: dict) -> dict:
     return {"text": [text.removeprefix("\ufeff") for text in rows["text"]]}
+
+
+# the local files of the streams this process opened, newest last: a stream is read long after it is opened, and its
+# reader's errors (a byte that is no UTF-8, a line that is no JSON, a row of extra fields) name no file
+_STREAMS: list[tuple[list[Path], str]] = []
+
+
+def stream_refusal(error: BaseException) -> DataError | None:
+    """The `DataError` naming the file and line where a stream's reader failed with `error`, found by reading the
+    streamed files again, newest first (only once one failed; then they are forgotten); None when `error` is no
+    reader's or no bad line is found."""
+    import pandas.errors
+    import pyarrow
+
+    if not isinstance(error, (UnicodeDecodeError, pyarrow.ArrowInvalid, pandas.errors.ParserError,
+                              datasets.exceptions.DatasetGenerationError)):
+        return None
+    streams = _STREAMS[::-1]
+    _STREAMS.clear()
+    for files, fmt in streams:
+        try:
+            _find_bad_file(files, fmt)
+        except DataError as refusal:
+            return refusal
+    return None
 
 
 def _find_bad_file(files: list[Path], fmt: str) -> None:
@@ -660,4 +687,4 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
 __all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS",
            "InvalidUTF8Error", "MalformedRowError", "MissingColumnError", "TASKS", "TEXT_SAMPLE_BY",
            "UnknownColumnError", "check_local_source", "check_utf8", "load_text_dataset", "resolve_files",
-           "row_location", "validate_files"]
+           "row_location", "stream_refusal", "validate_files"]
