@@ -60,7 +60,8 @@ def convert(source: models.ModelSource, to: str):
 
 
 def card(source: models.ModelSource, model, origin: str, difference: float) -> str:
-    where = f"`{source.repo_id}` (revision {source.revision})" if source.repo_id else f"`{source.name}`"
+    where = (f"`{source.repo_id}` (revision {source.revision})" if source.repo_id
+             else f"the local folder `{Path(source.name).name}`")  # a card to publish names no path of this machine
     header = f"---\nbase_model: {source.repo_id}\n---\n\n" if source.repo_id else ""
     remote = ", trust_remote_code=True" if type(model).__name__.startswith("Lineage") else ""
     return (f"{header}# {type(model).__name__}\n\nConverted from {where}, a `{origin}`, with `lineage convert` "
@@ -74,7 +75,9 @@ def card(source: models.ModelSource, model, origin: str, difference: float) -> s
 def main(argv: Sequence[str] | None = None) -> Path:
     """Run the command; returns the written folder."""
     args = parse_args(argv)
-    check_writer_output(args.dst, "convert", "DST", overwrite=args.overwrite_output_dir)
+    local = Path(args.src).expanduser().exists()  # else a Hub id: nothing on this machine to keep apart
+    check_writer_output(args.dst, "convert", "DST", overwrite=args.overwrite_output_dir,
+                        inputs={"SRC": args.src} if local else None)
     dst = Path(args.dst)
     source = models.resolve_model(args.src, args.model_revision, argument="SRC", revision_argument="--model_revision")
     model, origin, difference = convert(source, args.to)

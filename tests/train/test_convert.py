@@ -23,6 +23,7 @@ def test_a_reference_checkpoint_converts_to_lineage_and_back(tmp_path, capsys):
     assert json.loads((lineage / "config.json").read_text())["model_type"] == "lineage-bert"
     card = (lineage / "README.md").read_text()
     assert "Parity: on 8 tokens in fp32 the largest difference" in card and "a `BertForPreTraining`" in card
+    assert "Converted from the local folder `bert`, a" in card and str(tmp_path) not in card  # a card to publish
     assert (transformers.AutoTokenizer.from_pretrained(lineage).get_vocab()
             == transformers.AutoTokenizer.from_pretrained(original).get_vocab())
     back = convert.main([str(lineage), str(tmp_path / "back"), "--to", "transformers"])
@@ -66,3 +67,15 @@ def test_refusals_leave_nothing_behind(tmp_path):
     with pytest.raises(models.ConversionCheckError, match="differs from the reference GPT2LMHeadModel"):
         convert.main([str(original), str(tmp_path / "a"), "--to", "lineage"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["full", "gpt2"]
+
+
+def test_the_output_lies_outside_the_source_even_when_it_may_be_replaced(tmp_path):
+    """A folder convert wrote may be replaced (`--overwrite_output_dir`), but not by converting it into itself: the
+    source would be lost. A folder inside the source is refused too."""
+    original = save_reference(tmp_path / "gpt2", "GPT2LMHeadModel")
+    lineage = convert.main([str(original), str(tmp_path / "lineage"), "--to", "lineage"])
+    before = {p.name: p.read_bytes() for p in lineage.iterdir() if p.is_file()}
+    for dst in (lineage, lineage / "inside"):
+        with pytest.raises(OutputDirError, match=r"DST .* (is|lies in) an input of lineage convert \(SRC: "):
+            convert.main([str(lineage), str(dst), "--to", "transformers", "--overwrite_output_dir"])
+    assert {p.name: p.read_bytes() for p in lineage.iterdir() if p.is_file()} == before
