@@ -89,7 +89,7 @@ def card(model, names: list[str], folder: Path) -> str:
     name = type(model).__name__
     metadata = {"library_name": "transformers", "pipeline_tag": pipeline_tag(name),
                 "tags": ["lineage", model.config.model_type, "custom_code", "checkpoint-averaging"]}
-    inputs = "\n".join(f"- `{name}`" for name in names)
+    inputs = "\n".join(f"- `{'/'.join(Path(name).parts[-2:])}`" for name in names)  # no path of this machine
     auto = type(model).auto_class_name()
     return (f"---\n{yaml.safe_dump(metadata, sort_keys=False)}---\n\n# {folder.name}\n\nA `{type(model).__name__}` "
             f"({model.config.model_type}) whose weights are the mean of those of {len(names)} checkpoints of one "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import preset
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -70,7 +71,8 @@ def test_the_average_of_different_checkpoints_is_each_tensors_mean_and_loads(run
     assert all(torch.equal(state[k], expected[k]) for k in expected)
     assert AutoTokenizer.from_pretrained(out).get_vocab() == AutoTokenizer.from_pretrained(run / "model").get_vocab()
     card = (out / "README.md").read_text()
-    assert all(str(path) in card for path in inputs) and "checkpoint-averaging" in card
+    assert all(f"- `checkpoints/{path.name}`" in card for path in inputs) and "checkpoint-averaging" in card
+    assert str(tmp_path) not in card and str(run) not in card  # a card to publish names no path of this machine
 
 
 def test_average_last_checkpoints_publishes_the_mean_of_the_last_ones(run):
@@ -85,10 +87,14 @@ def test_a_model_folder_and_a_checkpoint_of_its_run_average(run, tmp_path):
     assert all(torch.equal(weights(out)[k], expected[k]) for k in expected)
 
 
-def other_folder(run: Path, tmp_path: Path, layers: int | None = None, vocabulary: bool = False) -> Path:
-    """A model folder like the run's, with another number of layers or another tokenizer."""
+def other_folder(run: Path, tmp_path: Path, layers: int | None = None, vocabulary: bool = False,
+                 family: str | None = None) -> Path:
+    """A model folder like the run's, with another number of layers, another tokenizer or a model of another
+    family (a preset's)."""
     folder = tmp_path / "other"
     shutil.copytree(run / "model", folder)
+    if family is not None:
+        preset(family).save_pretrained(folder)
     if layers is not None:
         config = AutoConfig.from_pretrained(run / "model")
         config.num_hidden_layers = layers
@@ -99,7 +105,8 @@ def other_folder(run: Path, tmp_path: Path, layers: int | None = None, vocabular
 
 
 @pytest.mark.parametrize(("change", "named"), [({"layers": 1}, "'num_hidden_layers' (1 against 2)"),
-                                               ({"vocabulary": True}, "tokenizers differ, first in 'tokens'")])
+                                               ({"vocabulary": True}, "tokenizers differ, first in 'tokens'"),
+                                               ({"family": "bert-tiny"}, "first in 'model_type'")])
 def test_another_config_or_vocabulary_is_refused_naming_the_first_difference(run, tmp_path, change, named):
     other = other_folder(run, tmp_path, **change)
     with pytest.raises(AveragingError, match=named.replace("(", r"\(").replace(")", r"\)")):

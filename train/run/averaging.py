@@ -57,7 +57,8 @@ def is_checkpoint(path: Path) -> bool:
 
 
 def _first_difference(first: dict, other: dict) -> str | None:
-    for key in sorted(set(first) | set(other)):
+    """The first key whose values differ: `model_type` (another family differs in many keys), then in name order."""
+    for key in sorted(set(first) | set(other), key=lambda key: (key != "model_type", key)):
         if first.get(key) != other.get(key):
             return key
     return None
