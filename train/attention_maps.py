@@ -72,6 +72,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise AttentionInputError(f"{flag} is empty; give some text")
     if args.num_beams < 1:
         raise AttentionInputError(f"--num_beams must be at least 1, got {args.num_beams}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise AttentionInputError(f"--max_new_tokens must be at least 1, got {args.max_new_tokens}")
     check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir)
 
 

@@ -105,8 +105,12 @@ def target_ids(model, tokenizer, inputs: dict[str, torch.Tensor], target: str | 
     if not hasattr(model, "generate"):
         raise AttentionInputError(f"{type(model).__name__} cannot generate; give the target text with --target")
     limit = max_positions(model, tokenizer)
+    positions = getattr(model.config, "max_position_embeddings", None)  # the decoder's (the RNN has none)
+    if max_new_tokens is not None and positions is not None and max_new_tokens > positions - 1:
+        raise AttentionInputError(f"--max_new_tokens is {max_new_tokens}, but the decoder has {positions} positions, "
+                                  f"one of them for its start token: give at most {positions - 1}")
     length = inputs["input_ids"].shape[1]
-    budget = max_new_tokens or min(2 * length + 10, (limit or 10**6) - 1)
+    budget = max_new_tokens if max_new_tokens is not None else min(2 * length + 10, (limit or 10**6) - 1)
     with torch.no_grad():
         sequence = model.generate(**inputs, num_beams=num_beams, do_sample=False, max_new_tokens=budget)
     return sequence, True
