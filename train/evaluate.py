@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -173,6 +174,10 @@ def check_arguments(args: argparse.Namespace, kind: str) -> Path:
     if args.write_card and not local:
         raise EvaluateError(f"--write_card true writes into a local model folder; --model {args.model!r} is a Hub "
                             "id: download it, or push a card yourself")
+    if args.write_card and not os.access(args.model, os.W_OK):
+        raise EvaluateError(f"--write_card true writes the card into --model {args.model!r}, which is not writable "
+                            "by this user: make it writable, or leave --write_card out (the scores are in "
+                            "--output_dir)")
     if args.tasks is not None and kind not in ("causal", "seq2seq"):
         raise EvaluateError(f"--tasks runs lm-evaluation-harness on causal LMs and encoder-decoders; --model is a "
                             f"{kind} model: leave --tasks out to score it on --dataset or --text_file")
@@ -206,9 +211,12 @@ def evaluate_harness(args: argparse.Namespace, kind: str) -> dict[str, Any]:
 
 def _rows(args: argparse.Namespace, source: str, columns: list) -> Any:
     """The rows to score: `--split` of `source`, cut to `--eval_size`."""
+    from train.data.corpus import SPLITS
     from train.data.files import load_text_dataset
 
     embedded = source.startswith("embedded:")
+    if embedded and args.split not in SPLITS:
+        raise EvaluateError(f"--split {args.split!r}: {source} has the splits {', '.join(SPLITS)}")
     rows = load_text_dataset(source, args.split, columns=columns, dataset_config=args.dataset_config,
                              **({"size": args.eval_size} if embedded else {}))
     if args.eval_size is not None and not embedded and args.eval_size < len(rows):

@@ -8,8 +8,10 @@ import hashlib
 import io
 import json
 import math
+import os
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -167,6 +169,11 @@ def test_bad_arguments_are_refused_by_name_before_a_model_is_loaded(gpt, tmp_pat
         evaluate.main(["--model", str(gpt), *out])
     with pytest.raises(OutputDirError, match=r"--output_dir .*inside lies in an input of lineage evaluate \(--model: "):
         evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--output_dir", str(gpt / "inside")])
+    writable = os.access
+    with mock.patch.object(evaluate.os, "access", lambda path, mode: path != str(gpt) and writable(path, mode)):
+        with pytest.raises(evaluate.EvaluateError, match="--write_card true writes the card into --model .* which is "
+                                                         "not writable by this user"):
+            evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--write_card", "true", *out])
     assert not (tmp_path / "out").exists() and not (gpt / "inside").exists()
 
 
@@ -234,6 +241,10 @@ def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):
                          "--output_dir", str(tmp_path / "eval")])
     figures = json.loads((out / "results.json").read_text())["scores"]["nli"]
     assert 0 <= figures["accuracy"] <= 1 and 0 <= figures["f1"] <= 1 and math.isfinite(figures["loss"])
+    with pytest.raises(evaluate.EvaluateError, match="--split 'bogus': embedded:nli has the splits train, "
+                                                     "validation, test"):
+        evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", "embedded:nli", "--split", "bogus",
+                       "--output_dir", str(tmp_path / "eval3")])
     flipped = tmp_path / "flipped.json"
     flipped.write_text("\n".join(json.dumps({**r, "label": "maybe"}) for r in generate_records("nli", "test",
                                                                                                  size=3)))
