@@ -91,7 +91,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dataset_config", default=None, help="the Hub dataset's configuration")
     parser.add_argument("--split", default="test", help="the split of --dataset (a local file is one split)")
     parser.add_argument("--task", default=None, help="classification models: sequence-classification, nli, "
-                                                     "token-classification or question-answering")
+                                                     "token-classification or question-answering (default: the task "
+                                                     "the run fine-tuned it for, else its head's)")
     for column in ("text_column", "text_pair_column", "label_column"):
         parser.add_argument(f"--{column}", default=None, help="as finetune's recipe key")
     parser.add_argument("--eval_size", type=_number(int, 1, "a number of rows >= 1"), default=None,
@@ -265,14 +266,31 @@ def _model_label_ids(rows, names: list[str], column: str, config, source: str):
     return rows.map(lambda row: {column: convert(row[column])})
 
 
+def _trained_task(model: str, fitting: list[str]) -> str | None:
+    """The task a Lineage run fine-tuned `model` for (`task` in its folder's recipe.yaml), where its head serves it."""
+    recipe = Path(model) / "recipe.yaml"
+    if not recipe.is_file():
+        return None
+    import yaml
+
+    task = (yaml.safe_load(recipe.read_text()) or {}).get("task")
+    return task if task in fitting else None
+
+
 def classifier_data(args: argparse.Namespace, architecture: str, family: str):
     """(task, encode task, Auto class, columns, rows with the labels as class names) of `--dataset`."""
     from train import finetune
     from train.data.labels import class_labels
 
-    task = args.task or TASK_OF_HEAD[next(s for s in TASK_OF_HEAD if architecture.endswith(s))]
+    fitting = [name for name, task in finetune.TASKS.items()
+               if architecture.endswith(task.auto_class.removeprefix("AutoModel"))]
+    task = args.task or _trained_task(args.model, fitting) or TASK_OF_HEAD[
+        next(s for s in TASK_OF_HEAD if architecture.endswith(s))]
     if task not in finetune.TASKS:
         raise EvaluateError(f"--task must be one of {', '.join(finetune.TASKS)}, got {task!r}")
+    if task not in fitting:
+        raise EvaluateError(f"--task {task!r} needs a {finetune.TASKS[task].auto_class.removeprefix('AutoModelFor')} "
+                            f"head; --model is a {architecture}: give --task {' or '.join(fitting)}")
     default_data, encode_task, auto_class = (finetune.TASKS[task].default_data, finetune.TASKS[task].encoding,
                                              finetune.TASKS[task].auto_class)
     if family == "gpt" and encode_task != "classification":

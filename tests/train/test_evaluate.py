@@ -241,6 +241,15 @@ def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):
                          "--output_dir", str(tmp_path / "eval")])
     figures = json.loads((out / "results.json").read_text())["scores"]["nli"]
     assert 0 <= figures["accuracy"] <= 1 and 0 <= figures["f1"] <= 1 and math.isfinite(figures["loss"])
+    (folder / "recipe.yaml").write_text("task: nli\nmax_seq_length: 64\n")  # as a finetune run saves it
+    default = evaluate.main(["--model", str(folder), "--dataset", "embedded:nli", "--eval_size", "12", "--output_dir",
+                             str(tmp_path / "eval4")])
+    assert json.loads((default / "results.json").read_text())["scores"]["nli"] == figures
+    with pytest.raises(evaluate.EvaluateError, match="--task 'token-classification' needs a TokenClassification "
+                                                     "head; --model is a LineageBertForSequenceClassification: give "
+                                                     "--task sequence-classification or nli"):
+        evaluate.main(["--model", str(folder), "--task", "token-classification", "--output_dir",
+                       str(tmp_path / "eval5")])
     with pytest.raises(evaluate.EvaluateError, match="--split 'bogus': embedded:nli has the splits train, "
                                                      "validation, test"):
         evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", "embedded:nli", "--split", "bogus",
