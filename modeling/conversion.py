@@ -26,7 +26,7 @@ def _find(model: nn.Module, attribute: str) -> Conversion:
             attribute == "reference_class" or conversion.takes_lineage_config(model.config)
         ):
             return conversion
-    supported = sorted(getattr(c, attribute).__name__ for c in CONVERSIONS)
+    supported = sorted({getattr(c, attribute).__name__ for c in CONVERSIONS})  # GPT's classes serve two references
     raise TypeError(f"No conversion for {type(model).__name__}; supported classes: {', '.join(supported)}.")
 
 

@@ -62,9 +62,13 @@ def test_pre_norm_model_has_no_reference_equivalent():
         to_transformers(model)
 
 
-def test_unsupported_class_lists_the_supported_ones():
+def test_unsupported_class_lists_the_supported_ones_once_each():
     with pytest.raises(TypeError, match="supported classes: .*BertForMaskedLM"):
         from_transformers(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="supported classes: ") as refused:
+        to_transformers(torch.nn.Linear(2, 2))
+    listed = str(refused.value).split("supported classes: ")[1].rstrip(".").split(", ")
+    assert "LineageGptForCausalLM" in listed and len(listed) == len(set(listed))
 
 
 def test_rename_keys_rejects_unknown_weights_and_round_trips():
