@@ -67,7 +67,8 @@ def device() -> str:
         return f"cuda: {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
     if torch.backends.mps.is_available():
         return "mps"
-    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"cpu ({platform.machine()}, {threads} thread{'s' if threads != 1 else ''})"
 
 
 def name_cpu_for_deepspeed() -> None:
