@@ -36,6 +36,11 @@ KINDS = {"ForCausalLM": "causal", "LMHeadModel": "causal", "ForConditionalGenera
          "ForSeq2SeqLM": "seq2seq", "ForMaskedLM": "masked-lm", "ForPreTraining": "masked-lm",
          "ForSequenceClassification": "classifier", "ForTokenClassification": "classifier",
          "ForQuestionAnswering": "classifier"}
+# the flags only one way of scoring reads (`scoring`) -> it: given to another, a flag would be ignored
+SCORING_FLAGS = {**dict.fromkeys(("include_path", "limit", "num_fewshot"), "the harness (--tasks)"),
+                 **dict.fromkeys(("num_beams", "length_penalty"), "translation"),
+                 **dict.fromkeys(("task", "text_column", "text_pair_column", "label_column"), "classification"),
+                 "text_file": "pseudo-perplexity"}
 TASK_OF_HEAD = {"ForSequenceClassification": "sequence-classification", "ForTokenClassification":
                 "token-classification", "ForQuestionAnswering": "question-answering"}
 
@@ -75,6 +80,10 @@ def _batch_size(text: str) -> int | str:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return command_parser().parse_args(argv)
+
+
+def command_parser() -> CommandParser:
     parser = CommandParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="model folder or Hub id")
     parser.add_argument("--model_revision", default=None, help="Hub branch, tag or commit of --model")
@@ -108,7 +117,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                                         "drawn beside these")
     parser.add_switch("--write_card", help="add the scores to the model folder's card (README.md)")
     parser.add_switch("--overwrite_output_dir", help="replace an earlier output of this command (nothing else)")
-    return parser.parse_args(argv)
+    return parser
 
 
 def read_model_config(name: str, revision: str | None) -> dict[str, Any]:
@@ -185,6 +194,15 @@ def check_arguments(args: argparse.Namespace, kind: str) -> Path:
     if args.tasks is None and kind == "causal":
         raise EvaluateError("--tasks is required for a causal LM: name lm-evaluation-harness tasks (e.g. "
                             "lineage_cloze,lineage_perplexity, shipped; hellaswag,arc_easy from the Hub)")
+    scoring = "the harness (--tasks)" if args.tasks is not None else {
+        "seq2seq": "translation", "classifier": "classification", "masked-lm": "pseudo-perplexity"}[kind]
+    defaults = command_parser()
+    ignored = [f"--{flag}" for flag, reader in SCORING_FLAGS.items()
+               if reader != scoring and getattr(args, flag) != defaults.get_default(flag)]
+    if ignored:
+        readers = " and ".join(sorted({SCORING_FLAGS[flag[2:]] for flag in ignored}))
+        raise EvaluateError(f"{', '.join(ignored)}: read by {readers} only, but --model (a {kind} model) is scored "
+                            f"by {scoring} here: leave {'it' if len(ignored) == 1 else 'them'} out")
     if kind == "masked-lm" and args.text_file is None:
         raise EvaluateError("--text_file is required for a masked LM: the text its pseudo-perplexity is taken on")
     if args.text_file is not None and not Path(args.text_file).is_file():

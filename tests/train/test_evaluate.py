@@ -232,6 +232,12 @@ def test_a_long_scoring_counts_its_samples_on_a_terminal_only(tmp_path, monkeypa
     assert (bar in shown and "0/5 [" in shown) if terminal else shown == ""  # (a bar of the 5 samples)
 
 
+def held_out_text(tmp_path):
+    path = tmp_path / "held-out.txt"
+    path.write_text("A held-out line.\n")
+    return path
+
+
 def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):
     names = ["entailment", "neutral", "contradiction"]
     folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3,
@@ -250,6 +256,11 @@ def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):
                                                      "--task sequence-classification or nli"):
         evaluate.main(["--model", str(folder), "--task", "token-classification", "--output_dir",
                        str(tmp_path / "eval5")])
+    with pytest.raises(evaluate.EvaluateError, match="--num_beams, --text_file: read by pseudo-perplexity and "
+                                                     "translation only, but --model \\(a classifier model\\) is "
+                                                     "scored by classification here: leave them out"):
+        evaluate.main(["--model", str(folder), "--num_beams", "5", "--text_file", str(held_out_text(tmp_path)),
+                       "--output_dir", str(tmp_path / "eval6")])
     with pytest.raises(evaluate.EvaluateError, match="--split 'bogus': embedded:nli has the splits train, "
                                                      "validation, test"):
         evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", "embedded:nli", "--split", "bogus",
