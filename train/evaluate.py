@@ -397,6 +397,7 @@ def card_settings(args: argparse.Namespace, report: dict[str, Any]) -> dict[str,
     harness_version = report.get("harness", {}).get("lm_eval_version")
     return {"harness": f"lm-evaluation-harness {harness_version}" if harness_version else None,
             "n-shot": args.num_fewshot, "limit": args.limit, "dataset": args.dataset,
+            "text file": Path(args.text_file).name if args.text_file else None,  # no path of this machine
             "date": report["date"][:10]}
 
 

@@ -337,3 +337,10 @@ def test_a_runs_card_rewritten_is_recorded_in_its_manifest(tmp_path):
     evaluation_report.write_card(model, {"lineage_cloze": {"acc": 0.5}}, "text-generation", {})
     wrote = json.loads((tmp_path / "run" / "run.json").read_text())["wrote"]
     assert wrote["model/README.md"][0] == (model / "README.md").stat().st_size > 6
+
+
+def test_the_cards_table_shows_a_count_as_a_whole_number():
+    section = evaluation_report.evaluation_section({"pseudo_perplexity": {"pseudo_perplexity": 3.5, "tokens": 28}},
+                                                   {"text file": "held-out.txt"})
+    assert "| pseudo_perplexity | tokens | 28 |" in section and "text file held-out.txt" in section
+    assert "| pseudo_perplexity | pseudo_perplexity | 3.5000 |" in section

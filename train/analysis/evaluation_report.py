@@ -118,7 +118,8 @@ def card_metadata(metadata: dict[str, Any], scores: dict[str, dict[str, float]],
 
 
 def evaluation_section(scores: dict[str, dict[str, float]], settings: dict[str, Any]) -> str:
-    rows = "\n".join(f"| {task} | {metric} | {value:.4f} |" for task, figures in scores.items()
+    rows = "\n".join(f"| {task} | {metric} | {value:.4f} |" if isinstance(value, float) else
+                     f"| {task} | {metric} | {value} |" for task, figures in scores.items()  # a count as it is
                      for metric, value in figures.items())
     said = ", ".join(f"{k} {v}" for k, v in settings.items() if v is not None)
     return (f"{BEGIN}\n## Evaluation\n\nScored with `lineage evaluate` ({said}).\n\n| task | metric | value |\n"
