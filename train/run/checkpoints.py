@@ -42,6 +42,7 @@ STATE_FILE = "lineage_state.json"
 STREAM_STATE = "stream_state.json"  # the position in a training stream
 # recipe keys acting only before the first step (the tokenizer a run trains): a resume cannot change them
 FIXED_AT_START = ("tokenizer_vocab_size", "tokenizer_train_size")
+SHAPES_THE_MODEL = ("lora",)  # the adapter the checkpoint holds (which weights train, their rank and scale)
 CHECKPOINT_PREFIX = "step-"
 TMP, OLD, DELETING = ".tmp-", ".old-", ".del-"  # prefixes of folders a save is writing, replacing, deleting
 
@@ -231,6 +232,14 @@ def check_resume(path: Path, identity: dict) -> dict[str, list]:
                       for k in fixed)
             + ": it acted before the first step (a resumed run keeps the tokenizer it trained), so a resume cannot "
             "change it; resume with the value the run started with, or start a new run in another output_dir")
+    shaping = [k for k in SHAPES_THE_MODEL if k in changed]
+    if shaping:
+        raise ResumeMismatchError(
+            "; ".join(f"recipe key {k!r} is {changed[k][1]!r} but the run was started with {changed[k][0]!r}"
+                      for k in shaping)
+            + ": it shapes the model the checkpoint holds (its adapter: which weights train, their rank and scale), "
+            "so a resume cannot change it; resume with the value the run started with, or start a new run in another "
+            "output_dir")
     return changed
 
 

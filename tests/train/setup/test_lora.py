@@ -122,6 +122,22 @@ def test_finetune_with_a_lora_recipe_saves_the_adapter_and_the_merged_model(tmp_
     assert {name for name, _ in reloaded.named_parameters() if "lora_" in name}
 
 
+def test_a_resume_cannot_add_drop_or_change_the_adapter(tmp_path):
+    """The checkpoint holds the adapter's weights (or none): another `lora` was reported as a corrupt checkpoint
+    (its state did not load) or, for `alpha`, silently resumed another model."""
+    from train import finetune
+    from train.run.checkpoints import ResumeMismatchError
+
+    argv = ["--recipe", "bert-finetune-nli-tiny", "--output_dir", str(tmp_path / "run"), "--progress_bar", "false",
+            "--train_size", "48", "--eval_size", "16", "--save_steps", "1"]
+    finetune.main([*argv, "--max_steps", "2", "--lora", "{r: 4}"])
+    for lora, now in (([], "None"), (["--lora", "{r: 4, alpha: 32}"], r"\{'r': 4, 'alpha': 32\}"),
+                      (["--lora", "{r: 8}"], r"\{'r': 8\}")):
+        with pytest.raises(ResumeMismatchError, match=rf"recipe key 'lora' is {now} but the run was started with "
+                                                      r"\{'r': 4\}: it shapes the model the checkpoint holds"):
+            finetune.main([*argv, "--max_steps", "3", "--resume_from_checkpoint", "latest", *lora])
+
+
 def test_bad_lora_recipes_are_refused():
     from train.run.recipes import RecipeError, recipe_from_dict
 
