@@ -253,12 +253,13 @@ def user_errors() -> tuple[type[Exception], ...]:
     from train.run.distributed import DistributedSetupError
     from train.run.recipes import RecipeError
     from train.run.run_folder import OutputDirError
+    from train.train_tokenizer import TokenizerArgumentError
 
     return (DataError, DataFileNotFoundError, RecipeError, OutputDirError, CheckpointError, CacheFolderError,
             EmptyVocabularyError, TokenizerPathError, MissingSpecialTokenError, VocabularySizeError,
             TokenizerMismatchError, LabelAlignmentError, QAAnswerSpanError, DamagedStoreError, EmptyStreamError,
             UnknownCorpusTaskError, EvaluateError, HarnessError, ReportError, AveragingError, AttentionInputError,
-            ExperimentError, DistributedSetupError)
+            ExperimentError, DistributedSetupError, TokenizerArgumentError)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from train.cli import CommandParser, run_script
 from train.data.corpus import tokenizer_training_texts
 from train.data.files import load_text_dataset
-from train.data.tokenization import FAMILIES, train_tokenizer
+from train.data.tokenization import FAMILIES, canonical_family, train_tokenizer
 from train.run.run_folder import check_writer_output, staged_output
 
 # old spelling -> the flag now
@@ -44,6 +44,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+class TokenizerArgumentError(ValueError):
+    """A `lineage train tokenizer` argument it cannot use."""
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse, before any text is read, what cannot train a tokenizer."""
+    try:
+        family = canonical_family(args.family)
+    except ValueError as error:
+        raise TokenizerArgumentError(f"--family: {error}") from None
+    if family == "gpt" and args.lowercase:
+        raise TokenizerArgumentError("--lowercase: byte-level BPE (gpt) does not normalize text; lowercase the text "
+                                     "before training, or leave --lowercase out")
+    for flag, value, low in (("--max_texts", args.max_texts, 1), ("--min_frequency", args.min_frequency, 0),
+                             ("--model_max_length", args.model_max_length, 1)):
+        if value is not None and value < low:
+            raise TokenizerArgumentError(f"{flag} must be an integer >= {low}, got {value}")
+
+
 def iter_texts(args: argparse.Namespace) -> Iterator[str]:
     if args.dataset == "embedded":
         yield from tokenizer_training_texts(seed=args.seed, size=args.max_texts)
@@ -59,13 +78,16 @@ def iter_texts(args: argparse.Namespace) -> Iterator[str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    check_arguments(args)
     folder = check_writer_output(args.output_dir, "train_tokenizer", overwrite=args.overwrite_output_dir)
     tokenizer = train_tokenizer(args.family, iter_texts(args), args.vocab_size, min_frequency=args.min_frequency,
                                 model_max_length=args.model_max_length, lowercase=args.lowercase,
                                 show_progress=False)
     with staged_output(folder, "train_tokenizer") as staging:
         tokenizer.save_pretrained(staging)
-    print(f"saved a {args.family} tokenizer with {len(tokenizer)} tokens to {args.output_dir}")
+    beyond = (f" (more than --vocab_size {args.vocab_size}: a WordPiece or BPE vocabulary keeps every character of "
+              f"the text and its special tokens)" if len(tokenizer) > args.vocab_size else "")
+    print(f"saved a {args.family} tokenizer with {len(tokenizer)} tokens to {args.output_dir}{beyond}")
 
 
 if __name__ == "__main__":

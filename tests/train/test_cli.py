@@ -152,6 +152,25 @@ def test_the_refusals_of_evaluate_average_a_recipe_name_and_the_embedded_corpus_
     assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("extra, message", [
+    (["--family", "roberta"], "--family: unknown tokenizer family 'roberta'; choose one of bert, gpt, seq2seq"),
+    (["--family", "gpt", "--lowercase"], "--lowercase: byte-level BPE (gpt) does not normalize text"),
+    (["--max_texts", "0"], "--max_texts must be an integer >= 1, got 0"),
+    (["--min_frequency", "-1"], "--min_frequency must be an integer >= 0, got -1"),
+    (["--model_max_length", "-4"], "--model_max_length must be an integer >= 1, got -4"),
+])
+def test_the_tokenizer_commands_refusals_come_before_any_text_is_read(extra, message, tmp_path, monkeypatch):
+    """These were tracebacks (a ValueError, or the tokenizers library's OverflowError), or with --model_max_length
+    a saved tokenizer that could not truncate."""
+    monkeypatch.delenv("LINEAGE_TRACEBACK", raising=False)
+    argv = ["train", "tokenizer", "--family", "bert", "--vocab_size", "100", "--output_dir", str(tmp_path / "out"),
+            "--dataset", str(tmp_path / "nowhere.txt")]
+    with pytest.raises(SystemExit) as refused:
+        cli.main([*argv, *extra])
+    assert str(refused.value).startswith(f"lineage train tokenizer: error: {message}"), str(refused.value)
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_refused_input_is_its_message_not_a_traceback(tmp_path, monkeypatch):
     """`lineage <command>` prints a refusal of the input (here a folder of the user's files) as one message with exit
     status 1; LINEAGE_TRACEBACK=1 raises it with its traceback; a bug (any other error) keeps its traceback."""

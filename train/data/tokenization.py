@@ -205,7 +205,7 @@ def train_tokenizer(family: str, texts: Iterable[str], vocab_size: int, *, min_f
     counted = _CountingIterator(texts)
     backend.train_from_iterator(counted, _trainer(family, vocab_size, min_frequency, show_progress, fixed))
     if counted.nonempty == 0:
-        raise ValueError("train_tokenizer got no non-empty text to train on")
+        raise EmptyVocabularyError("train_tokenizer got no non-empty text to train on")
     if fixed:  # handed to the trainer as special tokens only to fix their ids: ordinary tokens from here on
         backend = _rebuilt_without_added_tokens(family, backend, lowercase)
     return wrap_tokenizer(family, backend, model_max_length)
