@@ -225,21 +225,16 @@ def check_resume(path: Path, identity: dict) -> dict[str, list]:
     examples = [written.get("dataset", {}).get("examples"), identity["dataset"].get("examples")]
     if examples[0] != examples[1]:  # allowed with the data's change
         changed["data examples"] = examples
-    fixed = [k for k in FIXED_AT_START if k in changed]
-    if fixed:
-        raise ResumeMismatchError(
-            "; ".join(f"recipe key {k!r} is {changed[k][1]!r} but the run was started with {changed[k][0]!r}"
-                      for k in fixed)
-            + ": it acted before the first step (a resumed run keeps the tokenizer it trained), so a resume cannot "
-            "change it; resume with the value the run started with, or start a new run in another output_dir")
-    shaping = [k for k in SHAPES_THE_MODEL if k in changed]
-    if shaping:
-        raise ResumeMismatchError(
-            "; ".join(f"recipe key {k!r} is {changed[k][1]!r} but the run was started with {changed[k][0]!r}"
-                      for k in shaping)
-            + ": it shapes the model the checkpoint holds (its adapter: which weights train, their rank and scale), "
-            "so a resume cannot change it; resume with the value the run started with, or start a new run in another "
-            "output_dir")
+    for keys, why in ((FIXED_AT_START, "it acted before the first step (a resumed run keeps the tokenizer it trained)"),
+                      (SHAPES_THE_MODEL, "it shapes the model the checkpoint holds (its adapter: which weights train, "
+                                         "their rank and scale)")):
+        refused = [k for k in keys if k in changed]
+        if refused:
+            raise ResumeMismatchError(
+                "; ".join(f"recipe key {k!r} is {changed[k][1]!r} but the run was started with {changed[k][0]!r}"
+                          for k in refused)
+                + f": {why}, so a resume cannot change it; resume with the value the run started with, or start a new "
+                "run in another output_dir")
     return changed
 
 
