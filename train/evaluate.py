@@ -41,8 +41,6 @@ SCORING_FLAGS = {**dict.fromkeys(("include_path", "limit", "num_fewshot"), "the 
                  **dict.fromkeys(("num_beams", "length_penalty"), "translation"),
                  **dict.fromkeys(("task", "text_column", "text_pair_column", "label_column"), "classification"),
                  "text_file": "pseudo-perplexity"}
-TASK_OF_HEAD = {"ForSequenceClassification": "sequence-classification", "ForTokenClassification":
-                "token-classification", "ForQuestionAnswering": "question-answering"}
 
 
 class EvaluateError(ValueError):
@@ -300,10 +298,9 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str):
     from train import finetune
     from train.data.labels import class_labels
 
-    fitting = [name for name, task in finetune.TASKS.items()
+    fitting = [name for name, task in finetune.TASKS.items()  # the head's own task first (finetune.TASKS' order)
                if architecture.endswith(task.auto_class.removeprefix("AutoModel"))]
-    task = args.task or _trained_task(args.model, fitting) or TASK_OF_HEAD[
-        next(s for s in TASK_OF_HEAD if architecture.endswith(s))]
+    task = args.task or _trained_task(args.model, fitting) or fitting[0]
     if task not in finetune.TASKS:
         raise EvaluateError(f"--task must be one of {', '.join(finetune.TASKS)}, got {task!r}")
     if task not in fitting:

@@ -601,7 +601,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     if streaming:
         _STREAMS.append((files, fmt))
     _require_columns(dataset.column_names, list(kinds), str(files[0]))  # a compressed file's columns show only now
-    if fmt == "text" and any(_has_bom(f) for f in files if _compression(f) is not None):
+    if fmt == "text" and "encoding" in kwargs and any(_compression(f) is not None for f in files):
         dataset = dataset.map(_without_bom, batched=True)  # datasets reads compressed text as UTF-8, whatever encoding
     refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, fmt != "text")
     return _checked(dataset, kinds, refuse, records=fmt != "text")
