@@ -38,7 +38,7 @@ KINDS = {"ForCausalLM": "causal", "LMHeadModel": "causal", "ForConditionalGenera
          "ForQuestionAnswering": "classifier"}
 # the flags only one way of scoring reads (`scoring`) -> it: given to another, a flag would be ignored
 SCORING_FLAGS = {**dict.fromkeys(("include_path", "limit", "num_fewshot"), "the harness (--tasks)"),
-                 **dict.fromkeys(("num_beams", "length_penalty"), "translation"),
+                 **dict.fromkeys(("num_beams", "length_penalty", "source_column", "target_column"), "translation"),
                  **dict.fromkeys(("task", "text_column", "text_pair_column", "label_column"), "classification"),
                  "text_file": "pseudo-perplexity"}
 
@@ -102,6 +102,8 @@ def command_parser() -> CommandParser:
                                                      "the run fine-tuned it for, else its head's)")
     for column in ("text_column", "text_pair_column", "label_column"):
         parser.add_argument(f"--{column}", default=None, help="as finetune's recipe key")
+    for column in ("source_column", "target_column"):
+        parser.add_argument(f"--{column}", default=None, help="as train_translation's recipe key")
     parser.add_argument("--eval_size", type=_number(int, 1, "a number of rows >= 1"), default=None,
                         help="score the first N rows")
     parser.add_argument("--max_seq_length", type=_number(int, 2, "a length >= 2"), default=None,
@@ -226,16 +228,20 @@ def evaluate_harness(args: argparse.Namespace, kind: str) -> dict[str, Any]:
     return {"scores": harness.scores(results), "harness": results}
 
 
-def _rows(args: argparse.Namespace, source: str, columns: list) -> Any:
-    """The rows to score: `--split` of `source`, cut to `--eval_size`."""
+def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
+    """The rows to score: `--split` of `source`, cut to `--eval_size`; a column it lacks is refused naming `flags`,
+    which name others."""
     from train.data.corpus import SPLITS
-    from train.data.files import load_text_dataset
+    from train.data.files import UnknownColumnError, load_text_dataset
 
     embedded = source.startswith("embedded:")
     if embedded and args.split not in SPLITS:
         raise EvaluateError(f"--split {args.split!r}: {source} has the splits {', '.join(SPLITS)}")
-    rows = load_text_dataset(source, args.split, columns=columns, dataset_config=args.dataset_config,
-                             **({"size": args.eval_size} if embedded else {}))
+    try:
+        rows = load_text_dataset(source, args.split, columns=columns, dataset_config=args.dataset_config,
+                                 **({"size": args.eval_size} if embedded else {}))
+    except UnknownColumnError as error:
+        raise UnknownColumnError(f"{error}: name the right one with {flags}") from None
     if args.eval_size is not None and not embedded and args.eval_size < len(rows):
         rows = rows.select(range(args.eval_size))
     return rows
@@ -250,8 +256,12 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
     """A seq2seq model's translations of `--dataset` (default: the embedded corpus's test split)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+    from train.train_translation import pair_columns, pairs
+
     source = args.dataset or "embedded:translation"
-    rows = _rows(args, source, [("source", "text"), ("target", "text")])
+    columns = args.source_column, args.target_column
+    rows = pairs(_rows(args, source, pair_columns(*columns), "--source_column and --target_column (translation.de: "
+                       "the entry de of a column translation)"), *columns)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, revision=args.model_revision, trust_remote_code=True)
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
     batch = model_batch_size(args)
@@ -316,7 +326,7 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str):
     columns = [(c, k) for c, k in ((text, text_kind), (pair, "text"), (label, label_kind)) if c]
     columns += [("answers", "answers")] if encode_task == "qa" else []
     source = args.dataset or default_data
-    rows = _rows(args, source, columns)
+    rows = _rows(args, source, columns, "--text_column, --text_pair_column and --label_column")
     names = None
     if label:
         names, rows, _ = class_labels(rows, None, label, (source, source), allow_single_class=True,

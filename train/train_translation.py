@@ -5,8 +5,9 @@
     python -m train.train_translation --recipe transformer-translation-tiny --model Helsinki-NLP/opus-mt-en-de \\
         --train_file pairs.json
 
-Rows with the columns `source` and `target`; teacher forcing and label-smoothed cross-entropy (the Transformer
-recipes use the paper's inverse-square-root schedule). docs/training.md ("Commands", "Data").
+Pairs in the columns `source` and `target` (recipe keys `source_column`, `target_column`; `translation.de` for the
+Hub's layout); teacher forcing and label-smoothed cross-entropy (the Transformer recipes use the paper's
+inverse-square-root schedule). docs/training.md ("Commands", "Data").
 """
 
 from __future__ import annotations
@@ -26,9 +27,22 @@ from train.setup.splits import check_sequence_room, load_splits, row_texts
 
 DEFAULT_RECIPE = "transformer-translation-tiny"
 DATA = "embedded:translation"  # when the recipe names no data
-COLUMNS = (("source", "text"), ("target", "text"))  # fixed: no recipe key renames them
-COLUMN_ADVICE = ("train_translation reads the columns 'source' and 'target' of every row (no recipe key renames "
-                 "them): rename the file's columns")
+COLUMN_ADVICE = ("name the columns of a pair with the recipe keys source_column and target_column (translation.de: "
+                 "the entry de of a column translation), or rename them")
+
+
+def pairs(dataset, source_column: str | None, target_column: str | None):
+    """`dataset` (or None) with only the columns `source` and `target`: its `source_column` and `target_column`
+    (None: `source`, `target`)."""
+    if dataset is None:
+        return None
+    names = {source_column or "source": "source", target_column or "target": "target"}
+    return dataset.select_columns(list(names)).rename_columns({k: v for k, v in names.items() if k != v})
+
+
+def pair_columns(source_column: str | None, target_column: str | None) -> tuple[tuple[str, str], ...]:
+    """The columns `pairs` reads, each checked as text."""
+    return (source_column or "source", "text"), (target_column or "target", "text")
 
 
 def generation_settings(recipe) -> dict:
@@ -73,7 +87,9 @@ def translate_samples(model, tokenizer, recipe, eval_rows) -> list[tuple[str, st
 def main(argv: list[str] | None = None):
     recipe = parse_args(argv, DEFAULT_RECIPE, __doc__.splitlines()[0], "train_translation").reading(DATA)
     source = model_source(recipe, "train_translation", ("seq2seq",), generates=True)
-    train_rows, eval_rows = load_splits(recipe, COLUMNS, column_advice=COLUMN_ADVICE)
+    columns = recipe.source_column, recipe.target_column
+    train_rows, eval_rows = (pairs(rows, *columns) for rows in
+                             load_splits(recipe, pair_columns(*columns), column_advice=COLUMN_ADVICE))
     with start_run(recipe) as run:
         tokenizer = get_tokenizer(recipe, "seq2seq", lambda: row_texts(train_rows, ("source", "target")), source=source,
                                   run=run)

@@ -418,7 +418,7 @@ def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> 
         found = _columns_of(path, fmt)
         if fmt == "parquet" and _parquet_rows(path) == 0:
             raise EmptyDataFileError(f"{path}: the parquet file has no rows")
-        missing = [c for c in columns if c not in found]
+        missing = [c for c in columns if c not in found and c.split(".")[0] not in found]  # "translation.de"
         if missing:
             where = "the header (line 1)" if fmt == "csv" else "line 1" if fmt == "json" else "the schema"
             raise UnknownColumnError(f"{path}: no column {missing[0]!r} in {where}; the file has columns {found}")
@@ -523,7 +523,7 @@ def _refuse_in_files(files: list[Path], fmt: str, kwargs: dict, kinds: dict[str,
     kind = kinds[column]
     for path in files:
         rows = datasets.load_dataset(fmt, data_files=[str(path)], split="train", streaming=True, **kwargs)
-        for index, found in enumerate(r.get(column) for r in rows):
+        for index, found in enumerate(_value_of(r, column) for r in rows):
             if _is_bad(found, kind, records):
                 return _value_error(row_location(path, index, column), column, kind, found)
     where = (row_location(files[0], row, column) if len(files) == 1
@@ -577,7 +577,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     kinds = _kinds(columns)
     if isinstance(source, str) and source.startswith(EMBEDDED_PREFIX):
         dataset = corpus.default_corpus(source[len(EMBEDDED_PREFIX):], split, seed, size)
-        _require_columns(dataset.column_names, list(kinds), source)
+        dataset = _with_columns(dataset, list(kinds), source)
         return dataset.to_iterable_dataset() if streaming else dataset
     if isinstance(source, (str, Path)) and _is_saved(Path(source).expanduser()):
         return _load_saved(Path(source).expanduser(), split, kinds, streaming)
@@ -600,7 +600,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         raise
     if streaming:
         _STREAMS.append((files, fmt))
-    _require_columns(dataset.column_names, list(kinds), str(files[0]))  # a compressed file's columns show only now
+    dataset = _with_columns(dataset, list(kinds), str(files[0]))  # a compressed file's columns show only now
     if fmt == "text" and "encoding" in kwargs and any(_compression(f) is not None for f in files):
         dataset = dataset.map(_without_bom, batched=True)  # datasets reads compressed text as UTF-8, whatever encoding
     refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, fmt != "text")
@@ -657,7 +657,7 @@ def _load_saved(path: Path, split: str, kinds: dict[str, str | None], streaming:
         saved = saved[split]
     if len(saved) == 0:
         raise EmptyDataFileError(f"{path}: the saved dataset has no rows")
-    _require_columns(saved.column_names, list(kinds), str(path))
+    saved = _with_columns(saved, list(kinds), str(path))
     refuse = functools.partial(_refuse_in_saved, path, saved, kinds)
     if not streaming:
         return _checked(saved, kinds, refuse, records=True)
@@ -665,10 +665,49 @@ def _load_saved(path: Path, split: str, kinds: dict[str, str | None], streaming:
     return _checked(stream, kinds, refuse, records=True)
 
 
-def _require_columns(found: Sequence[str] | None, columns: Sequence[str], source: str) -> None:
-    missing = [c for c in columns if found is not None and c not in found]
+def _entry(value: object, key: str) -> object:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _value_of(row: dict, column: str) -> object:
+    """``row``'s value of ``column``; a name ``outer.key`` the row lacks names the entry ``key`` of its dict ``outer``
+    (the Hub's translation datasets hold a pair as ``{"translation": {"de": ..., "en": ...}}``)."""
+    if column in row or "." not in column:
+        return row.get(column)
+    outer, key = column.split(".", 1)
+    return _entry(row.get(outer), key)
+
+
+def _with_columns(dataset: AnyDataset, columns: Sequence[str], source: str) -> AnyDataset:
+    """``dataset``, refused unless it has every one of ``columns``; a name ``outer.key`` that it lacks becomes a
+    column of the entries ``key`` of its column ``outer`` (``_value_of``; in memory, a view of the Arrow column),
+    refused when the column's type holds no such entry."""
+    found = dataset.column_names
+    entries = {c: c.split(".", 1) for c in columns if found is not None and c not in found and "." in c
+               and c.split(".", 1)[0] in found}
+    for column, (outer, key) in entries.items():
+        feature = dataset.features[outer] if dataset.features is not None else None
+        keys = (feature.languages if isinstance(feature, datasets.Translation)
+                else list(feature) if isinstance(feature, dict) else None)
+        if keys is not None and key not in keys:
+            raise UnknownColumnError(f"{source}: no column {column!r}; column {outer!r} holds the entries "
+                                     f"{', '.join(f'{outer}.{k}' for k in keys)}")
+        if keys is None and feature is not None and not isinstance(feature, datasets.Json):
+            raise UnknownColumnError(f"{source}: no column {column!r}; column {outer!r} holds no named entries (its "
+                                     f"type is {feature})")
+    missing = [c for c in columns if found is not None and c not in found and c not in entries]
     if missing:
         raise UnknownColumnError(f"{source}: no column {missing[0]!r}; the dataset has columns {list(found)}")
+    structs = {c: parts for c, parts in entries.items() if isinstance(dataset, datasets.Dataset)
+               and isinstance(dataset.features[parts[0]], (dict, datasets.Translation))}
+    for column, (outer, key) in structs.items():
+        dataset = dataset.add_column(column, pc.struct_field(dataset.data.column(outer), key))
+    others = {c: parts for c, parts in entries.items() if c not in structs}  # JSON of mixed keys; a stream's rows
+    if not others:
+        return dataset
+    memory = {"keep_in_memory": True} if isinstance(dataset, datasets.Dataset) else {}  # no file beside the user's
+    return dataset.map(lambda rows: {column: [_entry(value, key) for value in rows[outer]]
+                                     for column, (outer, key) in others.items()}, batched=True, **memory)
 
 
 def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bool, dataset_config: str | None,
@@ -679,7 +718,7 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
         raise DataError(f"could not load {name!r} as a Hub dataset (config {dataset_config!r}, split {split!r}): "
                         f"{err}. A local path must exist; the Hub needs a network (HF_HUB_OFFLINE unset) "
                         f"or a cached copy") from err
-    _require_columns(dataset.column_names, list(kinds), f"Hub dataset {name!r}")
+    dataset = _with_columns(dataset, list(kinds), f"Hub dataset {name!r}")
     # blank rows of a Hub dataset are its layout (wikitext's empty lines), not missing values
     return _checked(dataset, kinds, functools.partial(_refuse_at, f"Hub dataset {name!r}", kinds), records=False)
 

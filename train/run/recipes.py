@@ -59,7 +59,8 @@ COMMAND_KEYS = {
     "text_column": ("finetune", "pretrain_gpt", "pretrain_bert"),
     **dict.fromkeys(("nsp", "mlm_probability"), ("pretrain_bert",)),
     **dict.fromkeys(("pack_documents", "sample_prompts"), ("pretrain_gpt",)),
-    **dict.fromkeys(("label_smoothing", "num_beams", "length_penalty"), ("train_translation",)),
+    **dict.fromkeys(("label_smoothing", "num_beams", "length_penalty", "source_column", "target_column"),
+                    ("train_translation",)),
     "max_new_tokens": ("pretrain_gpt", "train_translation"),
 }
 PATH_KEYS = ("model", "tokenizer", "dataset", "train_file", "validation_file", "output_dir", "resume_from_checkpoint")
@@ -108,6 +109,10 @@ class Recipe:
     text_column: str | None = None
     text_pair_column: str | None = None
     label_column: str | None = None
+    # train_translation: the columns of a pair (None: source, target); translation.de: the entry de of the column
+    # translation (the Hub's translation datasets)
+    source_column: str | None = None
+    target_column: str | None = None
     skip_unlabeled: bool = False  # classification: skip rows labelled -1 (GLUE test splits) with a count; else refused
     allow_single_class: bool = False  # classification: train on data of one class (refused by default: a sorted file)
     text_sample_by: str = "auto"  # a .txt file's rows: line | paragraph | document | auto (paragraphs if blank lines)
