@@ -543,6 +543,12 @@ def _is_saved(path: Path) -> bool:
     return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
 
 
+def saved_splits(source: str | Path) -> list[str]:
+    """The splits of a folder ``DatasetDict.save_to_disk`` wrote (none for any other source)."""
+    path = Path(source).expanduser() / "dataset_dict.json"
+    return json.loads(path.read_text(encoding="utf-8")).get("splits", []) if path.is_file() else []
+
+
 def _show_files(source: str | Path | Sequence[str | Path], files: list[Path]) -> None:
     """Print the files a folder gave, in the order they are read."""
     items = [source] if isinstance(source, (str, Path)) else list(source)
@@ -726,4 +732,4 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
 __all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS",
            "InvalidUTF8Error", "MalformedRowError", "MissingColumnError", "TASKS", "TEXT_SAMPLE_BY",
            "UnknownColumnError", "check_local_source", "check_utf8", "load_text_dataset", "resolve_files",
-           "row_location", "stream_refusal", "validate_files"]
+           "row_location", "saved_splits", "stream_refusal", "validate_files"]

@@ -201,9 +201,10 @@ class Recipe:
         return copy
 
     def data_source(self, split: str = "train", default: str | None = None) -> str:
-        """What the run reads for `split` (`train` or `validation`): its file when given, else `dataset`, else
-        `default` (None: the command's, `reading`). The loader, the checkpoint identity and the card all read this."""
-        file = self.train_file if split == "train" else self.validation_file
+        """What the run reads for `split` (`train` or `validation`): its file when given (a validation split without
+        one: the training file's, which only a saved DatasetDict has), else `dataset`, else `default` (None: the
+        command's, `reading`). The loader, the checkpoint identity and the card all read this."""
+        file = self.train_file if split == "train" else self.validation_file or self.train_file
         return file or self.dataset or (self.default_dataset if default is None else default)
 
     def split_name(self, split: str = "train", default: str | None = None) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import datasets
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
-from train.data.files import Columns, UnknownColumnError, check_local_source, load_text_dataset
+from train.data.files import Columns, UnknownColumnError, check_local_source, load_text_dataset, saved_splits
 from train.run.recipes import Recipe, RecipeError
 
 COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_column and label_column, or rename it"
@@ -32,8 +32,11 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
         raise RecipeError("the recipe names no data: set 'dataset' (e.g. embedded:nli) or 'train_file'")
     embedded = source.startswith("embedded:")
     if split != "train" and file is None and (recipe.train_file or Path(source).exists()):
-        recipe.eval_size = None  # local training files and no validation file: no evaluation, no size applied
-        return None
+        if "validation" not in saved_splits(source):
+            recipe.eval_size = None  # local training files and no validation file: no evaluation, no size applied
+            return None
+        print(f"{source}: evaluating on its saved split 'validation' (set validation_file to evaluate on other data)",
+              flush=True)
     streamed = recipe.streaming and (split == "train" or (file is None and not embedded))
     kwargs = ({"size": size, "seed": recipe.seed} if embedded
               else {"dataset_config": recipe.dataset_config, "text_sample_by": recipe.text_sample_by,

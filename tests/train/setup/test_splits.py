@@ -1,0 +1,56 @@
+"""A `save_to_disk` DatasetDict given as `train_file` or `dataset` is read as a Hub dataset is: its `train` split
+trains and its `validation` split evaluates (said once), in memory and streamed; `validation_file` still wins, and a
+folder without a `validation` split evaluates on nothing, as any local data without a validation file."""
+
+import datasets
+import pytest
+
+from train import finetune
+from train.data.corpus import generate_records
+from train.run.recipes import parse_args
+from train.setup.splits import load_splits
+
+datasets.disable_progress_bars()
+COLUMNS = (("premise", "text"), ("hypothesis", "text"), ("label", "label"))
+
+
+def _saved(tmp_path, splits: dict[str, int]):
+    folder = tmp_path / "nli"
+    datasets.DatasetDict({split: datasets.Dataset.from_list(generate_records("nli", split, size=size))
+                          for split, size in splits.items()}).save_to_disk(str(folder))
+    return folder
+
+
+def _recipe(*argv: str):
+    return parse_args(["--recipe", "bert-finetune-nli-tiny", *argv], command="finetune")
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
+@pytest.mark.parametrize("key", ["train_file", "dataset"])
+def test_a_saved_validation_split_evaluates(key, streaming, tmp_path, capsys):
+    folder = _saved(tmp_path, {"train": 12, "validation": 5, "test": 3})
+    train, validation = load_splits(_recipe(f"--{key}", str(folder), "--streaming", streaming), COLUMNS)
+    assert sum(1 for _ in train) == 12
+    assert list(validation["premise"]) == [r["premise"] for r in generate_records("nli", "validation", size=5)]
+    assert f"{folder}: evaluating on its saved split 'validation'" in capsys.readouterr().out
+
+
+def test_a_validation_file_wins_over_the_saved_split(tmp_path):
+    folder = _saved(tmp_path, {"train": 12, "validation": 5})
+    other = tmp_path / "dev.jsonl"
+    datasets.Dataset.from_list(generate_records("nli", "test", size=4)).to_json(other)
+    _, validation = load_splits(_recipe("--train_file", str(folder), "--validation_file", str(other)), COLUMNS)
+    assert len(validation) == 4
+
+
+def test_a_saved_folder_without_a_validation_split_evaluates_on_nothing(tmp_path):
+    recipe = _recipe("--train_file", str(_saved(tmp_path, {"train": 12, "test": 3})))
+    assert load_splits(recipe, COLUMNS)[1] is None and recipe.eval_size is None
+
+
+def test_finetune_reports_the_saved_validation_splits_figures(tmp_path):
+    results, folder = finetune.main(["--recipe", "bert-finetune-nli-tiny", "--train_file",
+                                str(_saved(tmp_path, {"train": 16, "validation": 6})), "--max_steps", "2",
+                                "--save_steps", "0", "--progress_bar", "false", "--report_to", "none",
+                                "--output_dir", str(tmp_path / "run")])
+    assert "eval_accuracy" in results and "eval_size: 6" in (folder / "recipe.yaml").read_text()
