@@ -237,9 +237,12 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
     embedded = source.startswith("embedded:")
     if embedded and args.split not in SPLITS:
         raise EvaluateError(f"--split {args.split!r}: {source} has the splits {', '.join(SPLITS)}")
+    from train.run.recipes import Recipe
+
+    drawn = {"size": args.eval_size, "seed": _run_recipe(args.model).get("seed", Recipe.seed)}  # as the run drew it
     try:
         rows = load_text_dataset(source, args.split, columns=columns, dataset_config=args.dataset_config,
-                                 **({"size": args.eval_size} if embedded else {}))
+                                 **(drawn if embedded else {}))
     except UnknownColumnError as error:
         raise UnknownColumnError(f"{error}: name the right one with {flags}") from None
     if args.eval_size is not None and not embedded and args.eval_size < len(rows):
@@ -292,14 +295,19 @@ def _model_label_ids(rows, names: list[str], column: str, config, source: str):
     return rows.map(lambda row: {column: convert(row[column])})
 
 
-def _trained_task(model: str, fitting: list[str]) -> str | None:
-    """The task a Lineage run fine-tuned `model` for (`task` in its folder's recipe.yaml), where its head serves it."""
+def _run_recipe(model: str) -> dict[str, Any]:
+    """The recipe a Lineage run trained `model` with (its folder's recipe.yaml); empty for any other model."""
     recipe = Path(model) / "recipe.yaml"
     if not recipe.is_file():
-        return None
+        return {}
     import yaml
 
-    task = (yaml.safe_load(recipe.read_text()) or {}).get("task")
+    return yaml.safe_load(recipe.read_text()) or {}
+
+
+def _trained_task(model: str, fitting: list[str]) -> str | None:
+    """The task a Lineage run fine-tuned `model` for (`task` in its recipe), where its head serves it."""
+    task = _run_recipe(model).get("task")
     return task if task in fitting else None
 
 

@@ -188,7 +188,7 @@ def test_a_translation_model_is_scored_with_sacrebleu_and_chrf(tmp_path):
     out = evaluate.main(["--model", str(folder), "--eval_size", "6", "--num_beams", "2", "--length_penalty", "0.7",
                          "--max_new_tokens", "5", "--output_dir", str(tmp_path / "eval")])
     report = json.loads((out / "results.json").read_text())
-    rows = generate_records("translation", "test", size=6)
+    rows = generate_records("translation", "test", seed=42, size=6)  # a run's default seed
     model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
     hypotheses = translate(model, AutoTokenizer.from_pretrained(folder), [r["source"] for r in rows], 2, 5,
                            length_penalty=0.7)
@@ -344,3 +344,15 @@ def test_the_cards_table_shows_a_count_as_a_whole_number():
                                                    {"text file": "held-out.txt"})
     assert "| pseudo_perplexity | tokens | 28 |" in section and "text file held-out.txt" in section
     assert "| pseudo_perplexity | pseudo_perplexity | 3.5000 |" in section
+
+
+@pytest.mark.parametrize("recipe, seed", [("seed: 7\n", 7), (None, 42)])
+def test_the_embedded_corpus_is_drawn_with_the_runs_seed(tmp_path, recipe, seed):
+    """A run draws its embedded rows with its recipe's seed (default 42): `lineage evaluate` of its folder scores the
+    same rows (a folder of no run: the default seed)."""
+    if recipe is not None:
+        (tmp_path / "recipe.yaml").write_text(recipe)
+    args = evaluate.command_parser().parse_args(["--model", str(tmp_path), "--split", "validation", "--eval_size", "5",
+                                              "--output_dir", str(tmp_path / "eval")])
+    rows = evaluate._rows(args, "embedded:translation", [("source", "text")], "--source_column")
+    assert list(rows["source"]) == [r["source"] for r in generate_records("translation", "validation", seed, 5)]
