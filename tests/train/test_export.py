@@ -1,6 +1,7 @@
 """`train.export`: torch.export round trips of every family's inference forward at shapes other than the traced
-ones (BERT heads, GPT causal LM with and without cache, Transformer encoder and decoder step), ONNX through the
-dynamo exporter checked with onnxruntime (1e-4), the command and its bad input."""
+ones (BERT heads, GPT causal LM with and without cache, Transformer encoder and decoder step), greedy decoding
+through the Transformer's loaded programs alone equal to `generate()`, ONNX through the dynamo exporter checked with
+onnxruntime (1e-4), the command and its bad input."""
 
 import json
 import warnings
@@ -77,10 +78,18 @@ def test_gpt_decoder_with_and_without_cache(tmp_path):
     assert keys.shape[3] == 7
 
 
-def test_transformer_encoder_and_decoder_step(tmp_path):
+@pytest.fixture(scope="module")
+def transformer_export(tmp_path_factory) -> tuple:
+    """A tiny Transformer (eos unset) and its loaded programs."""
     model = LineageTransformerForConditionalGeneration(preset("transformer-tiny")).eval()
-    export.export_model(model, tmp_path)
-    programs = load_programs(tmp_path)
+    model.generation_config.eos_token_id = None
+    folder = tmp_path_factory.mktemp("transformer")
+    export.export_model(model, folder)
+    return model, load_programs(folder)
+
+
+def test_transformer_encoder_and_decoder_step(transformer_export):
+    model, programs = transformer_export
     source, source_mask = ids(3, 10)
     target, _ = ids(3, 5, seed=5)
     with torch.no_grad():
@@ -88,6 +97,22 @@ def test_transformer_encoder_and_decoder_step(tmp_path):
         torch.testing.assert_close(memory, model.get_encoder()(source, source_mask).last_hidden_state, **TOL)
         expected = model(input_ids=source, attention_mask=source_mask, decoder_input_ids=target).logits
         torch.testing.assert_close(programs["decoder"](target, memory, source_mask), expected, **TOL)
+
+
+@pytest.mark.parametrize(("batch", "length"), [(1, 1), (2, 6)])
+def test_transformer_greedy_decoding_through_the_programs_alone_equals_generate(transformer_export, batch, length):
+    model, programs = transformer_export
+    source, _ = ids(batch, length)
+    source_mask = torch.ones_like(source)
+    source_mask[1:, -2:] = 0  # a second row padded by two
+    with torch.no_grad():
+        expected = model.generate(source, attention_mask=source_mask, do_sample=False, max_new_tokens=6)
+        memory = programs["encoder"](source, source_mask)
+        target = torch.full((batch, 1), model.config.decoder_start_token_id)
+        for _ in range(6):
+            logits = programs["decoder"](target, memory, source_mask)
+            target = torch.cat([target, logits[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(target, expected)
 
 
 def grow_batch(name: str, tensor: torch.Tensor) -> torch.Tensor:
