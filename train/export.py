@@ -4,10 +4,10 @@
     python -m train.export --model openai-community/gpt2 --output_dir exported/gpt2   # converted to Lineage on load
 
 `--model` is a Lineage folder or Hub id, or a supported transformers checkpoint (`train.setup.models`). Batch and
-lengths are dynamic; `--format torch` writes `<program>.pt2` (`torch.export.save`), `--format onnx` `<program>.onnx`
-(the dynamo exporter), and `export.json` lists each program's inputs and outputs. Linear layers run on `F.linear`
-(oneDNN's CPU kernel is not an ONNX operator). The programs of each family: docs/using.md, "Export (torch.export,
-ONNX)".
+lengths are dynamic (GPT's cached step takes one new token); `--format torch` writes `<program>.pt2`
+(`torch.export.save`), `--format onnx` `<program>.onnx` (the dynamo exporter), and `export.json` lists each program's
+inputs and outputs. Linear layers run on `F.linear` (oneDNN's CPU kernel is not an ONNX operator). The programs of each
+family: docs/using.md, "Export (torch.export, ONNX)".
 """
 
 from __future__ import annotations
@@ -59,9 +59,30 @@ class CausalDecoder(nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
 
 
+def _stacked(cache) -> tuple[torch.Tensor, torch.Tensor]:
+    """A `DynamicCache`'s keys and values as two tensors, (L, B, H, S, D) each."""
+    return torch.stack([layer.keys for layer in cache.layers]), torch.stack([layer.values for layer in cache.layers])
+
+
+class CausalPrefill(nn.Module):
+    """GPT causal LM over a prompt, the start of a cached generation: (B, T) ids and mask -> logits (B, T, V) and the
+    keys and values of the T tokens (L, B, H, T, D), which `CachedCausalDecoder` continues."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor,
+                attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True)
+        return out.logits, *_stacked(output_cache(out))
+
+
 class CachedCausalDecoder(nn.Module):
-    """GPT causal LM with its key/value cache as tensors: past keys and values (L, B, H, P, D), new ids (B, T) and
-    a mask over the P + T tokens -> logits (B, T, V) and the present keys and values (L, B, H, P + T, D)."""
+    """GPT causal LM, one decoding step over its key/value cache as tensors: past keys and values (L, B, H, P, D), the
+    new token's ids (B, 1) and a mask over the P + 1 tokens -> logits (B, 1, V) and the present keys and values
+    (L, B, H, P + 1, D). Traced at one token, as the attention kernels branch on a single query (a program for any
+    number of new tokens is traced for 2 or more, and its guards refused a past of 0 and past + new below 4)."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -73,9 +94,7 @@ class CachedCausalDecoder(nn.Module):
         for layer, (keys, values) in enumerate(zip(past_keys.unbind(0), past_values.unbind(0))):
             cache.update(keys, values, layer)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **cache_keyword(cache))
-        layers = output_cache(out).layers
-        keys, values = torch.stack([c.keys for c in layers]), torch.stack([c.values for c in layers])
-        return out.logits, keys, values
+        return out.logits, *_stacked(output_cache(out))
 
 
 class Seq2SeqEncoder(nn.Module):
@@ -130,20 +149,27 @@ def _head_program(model) -> list[tuple]:
 
 
 def _causal_programs(model) -> list[tuple]:
+    """`decoder` (no cache), and a cached generation's `prefill` and one-token step (`decoder_with_cache`). Their
+    lengths are named dimensions of at least 1 (the step's mask `past + 1`): under `Dim.AUTO` `torch.export` assumes
+    2 or more, and the step's guards refused a past of 1."""
     config = model.config
     heads, head_dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
-    new, past = _token_inputs(config, (2, 3), False), 4
-    keys = torch.randn(config.num_hidden_layers, 2, heads, past, head_dim)
-    cached_mask = torch.cat([torch.ones(2, past, dtype=torch.long), new["attention_mask"]], dim=1)
-    tokens = {0: Dim.AUTO, 1: Dim.AUTO}
-    cache = {1: Dim.AUTO, 3: Dim.AUTO}
+    batch, tokens, past = Dim("batch", min=1), Dim("tokens", min=1), Dim("past", min=1)
+    prompt, new, past_length = _token_inputs(config, (2, 3), False), _token_inputs(config, (2, 1), False), 4
+    keys = torch.randn(config.num_hidden_layers, 2, heads, past_length, head_dim)
+    cached_mask = torch.ones(2, past_length + 1, dtype=torch.long)
+    cached_mask[0, 0] = 0  # a left-padded row
+    prompt_dims, cache_dims = {0: batch, 1: tokens}, {1: batch, 3: past}
+    cached = ["logits", "present_keys", "present_values"]
     return [
-        ("decoder", CausalDecoder(model), (new["input_ids"], new["attention_mask"]), ["input_ids", "attention_mask"],
-         ["logits"], (tokens, tokens)),
+        ("decoder", CausalDecoder(model), (prompt["input_ids"], prompt["attention_mask"]),
+         ["input_ids", "attention_mask"], ["logits"], (prompt_dims, prompt_dims)),
+        ("prefill", CausalPrefill(model), (prompt["input_ids"], prompt["attention_mask"]),
+         ["input_ids", "attention_mask"], cached, (prompt_dims, prompt_dims)),
         ("decoder_with_cache", CachedCausalDecoder(model),
          (new["input_ids"], cached_mask, keys, torch.randn_like(keys)),
-         ["input_ids", "attention_mask", "past_keys", "past_values"], ["logits", "present_keys", "present_values"],
-         (tokens, tokens, cache, cache)),
+         ["input_ids", "attention_mask", "past_keys", "past_values"], cached,
+         ({0: batch}, {0: batch, 1: past + 1}, cache_dims, cache_dims)),
     ]
 
 

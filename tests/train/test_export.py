@@ -1,7 +1,7 @@
 """`train.export`: torch.export round trips of every family's inference forward at shapes other than the traced
-ones (BERT heads, GPT causal LM with and without cache, Transformer encoder and decoder step), greedy decoding
-through the Transformer's loaded programs alone equal to `generate()`, ONNX through the dynamo exporter checked with
-onnxruntime (1e-4), the command and its bad input."""
+ones (BERT heads; GPT causal LM without cache, its prefill and its one-token cached step over pasts of 1 and more;
+Transformer encoder and decoder step), greedy generations driven by the loaded programs alone equal to `generate()`,
+ONNX through the dynamo exporter checked with onnxruntime (1e-4), the command and its bad input."""
 
 import json
 import warnings
@@ -56,26 +56,77 @@ def test_encoder_heads_round_trip(model_class, tmp_path):
         torch.testing.assert_close(value, expected[name], **TOL)
 
 
-def test_gpt_decoder_with_and_without_cache(tmp_path):
+@pytest.fixture(scope="module")
+def gpt_export(tmp_path_factory) -> tuple:
+    """A tiny GPT causal LM (eos unset: every generation runs its full length), its manifest and loaded programs."""
     model = LineageGptForCausalLM(preset("gpt-tiny")).eval()
-    export.export_model(model, tmp_path)
-    programs = load_programs(tmp_path)
-    prefix, prefix_mask = ids(3, 5)
-    new, new_mask = ids(3, 2, seed=4)
-    new_mask[-1] = 1
+    model.generation_config.eos_token_id = None
+    folder = tmp_path_factory.mktemp("gpt")
+    return model, export.export_model(model, folder), load_programs(folder)
+
+
+def stacked(cache: DynamicCache) -> tuple[torch.Tensor, torch.Tensor]:
+    """A cache's keys and values as the programs take them: (L, B, H, P, D) each."""
+    return torch.stack([layer.keys for layer in cache.layers]), torch.stack([layer.values for layer in cache.layers])
+
+
+def test_gpt_decoder_and_prefill_match_the_model(gpt_export):
+    model, manifest, programs = gpt_export
+    assert list(manifest) == ["decoder", "prefill", "decoder_with_cache"]
+    for length in (1, 5):  # the trace used 3
+        prompt, prompt_mask = ids(3, length)
+        prompt_mask[-1] = 1
+        prompt_mask[-1, :length - 1] = 0  # the last row left-padded, as generate() takes a batch
+        with torch.no_grad():
+            cache = DynamicCache(config=model.config)
+            expected = model(prompt, prompt_mask, cache=cache, use_cache=True).logits
+            torch.testing.assert_close(programs["decoder"](prompt, prompt_mask), expected, **TOL)
+            logits, keys, values = programs["prefill"](prompt, prompt_mask)
+        torch.testing.assert_close(logits, expected, **TOL)
+        torch.testing.assert_close((keys, values), stacked(cache), **TOL)
+
+
+@pytest.mark.parametrize("past", [1, 2, 3, 7])
+def test_gpt_cached_step_takes_any_past(gpt_export, past):
+    model, _, programs = gpt_export
+    prefix, prefix_mask = ids(2, past)
+    prefix_mask[-1] = 1
+    prefix_mask[-1, 0] = 0 if past > 1 else 1
+    new, _ = ids(2, 1, seed=4)
+    mask = torch.cat([prefix_mask, torch.ones_like(new)], dim=1)
     with torch.no_grad():
-        torch.testing.assert_close(programs["decoder"](prefix, prefix_mask), model(prefix, prefix_mask).logits, **TOL)
         cache = DynamicCache(config=model.config)
         model(prefix, prefix_mask, cache=cache, use_cache=True)
-        past_keys = torch.stack([layer.keys for layer in cache.layers])  # (L, B, H, P, D)
-        past_values = torch.stack([layer.values for layer in cache.layers])
-        mask = torch.cat([prefix_mask, new_mask], dim=1)
-        expected = model(new, mask, cache=cache, use_cache=True)
+        past_keys, past_values = stacked(cache)
+        expected = model(new, mask, cache=cache, use_cache=True).logits
         logits, keys, values = programs["decoder_with_cache"](new, mask, past_keys, past_values)
-    torch.testing.assert_close(logits, expected.logits, **TOL)
-    torch.testing.assert_close(keys, torch.stack([layer.keys for layer in cache.layers]), **TOL)
-    torch.testing.assert_close(values, torch.stack([layer.values for layer in cache.layers]), **TOL)
-    assert keys.shape[3] == 7
+    torch.testing.assert_close(logits, expected, **TOL)
+    torch.testing.assert_close((keys, values), stacked(cache), **TOL)
+    assert keys.shape[3] == past + 1
+
+
+def greedy_through_programs(prefill, step, prompt: torch.Tensor, mask: torch.Tensor, steps: int) -> torch.Tensor:
+    """The loop of docs/using.md: a cached greedy generation driven by the exported programs alone."""
+    logits, keys, values = prefill(prompt, mask)
+    tokens = prompt
+    for _ in range(steps):
+        token = logits[:, -1:].argmax(-1)  # (B, 1)
+        tokens, mask = torch.cat([tokens, token], dim=1), torch.cat([mask, torch.ones_like(token)], dim=1)
+        logits, keys, values = step(token, mask, keys, values)
+    return tokens
+
+
+@pytest.mark.parametrize(("batch", "length"), [(1, 1), (1, 6), (2, 4)])
+def test_gpt_greedy_generation_through_the_programs_alone_equals_generate(gpt_export, batch, length):
+    model, _, programs = gpt_export
+    prompt, _ = ids(batch, length, seed=length)
+    mask = torch.ones_like(prompt)
+    mask[1:, :2] = 0  # a second row left-padded by two, as generate() takes a batch
+    with torch.no_grad():
+        expected = model.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=8)
+        got = greedy_through_programs(programs["prefill"], programs["decoder_with_cache"], prompt, mask, 8)
+    assert expected.shape == (batch, length + 8)
+    assert torch.equal(got, expected)
 
 
 @pytest.fixture(scope="module")
