@@ -92,6 +92,10 @@ class UnknownColumnError(MissingColumnError):
     """A column the task needs is not in the data at all (the caller adds which keys name the columns)."""
 
 
+class UnknownSplitError(DataError):
+    """A split the dataset does not have (the caller adds which key names it)."""
+
+
 class InvalidUTF8Error(DataError):
     """A text file that is not valid UTF-8."""
 
@@ -716,14 +720,22 @@ def _with_columns(dataset: AnyDataset, columns: Sequence[str], source: str) -> A
                                      for column, (outer, key) in others.items()}, batched=True, **memory)
 
 
+def _hub_error(name: str, split: str, dataset_config: str | None, err: BaseException) -> DataError:
+    return DataError(f"could not load {name!r} as a Hub dataset (config {dataset_config!r}, split {split!r}): {err}. "
+                     f"A local path must exist; the Hub needs a network (HF_HUB_OFFLINE unset) or a cached copy")
+
+
 def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bool, dataset_config: str | None,
               cache_dir: str | None) -> AnyDataset:
     try:
         dataset = datasets.load_dataset(name, dataset_config, split=split, streaming=streaming, cache_dir=cache_dir)
-    except (ConnectionError, OSError, ValueError) as err:
-        raise DataError(f"could not load {name!r} as a Hub dataset (config {dataset_config!r}, split {split!r}): "
-                        f"{err}. A local path must exist; the Hub needs a network (HF_HUB_OFFLINE unset) "
-                        f"or a cached copy") from err
+    except ValueError as err:
+        if "Unknown split" not in str(err):
+            raise _hub_error(name, split, dataset_config, err) from err
+        raise UnknownSplitError(f"Hub dataset {name!r} (config {dataset_config!r}) has no split {split!r}: "
+                                f"{str(err).rstrip('.')}") from None
+    except (ConnectionError, OSError) as err:
+        raise _hub_error(name, split, dataset_config, err) from err
     dataset = _with_columns(dataset, list(kinds), f"Hub dataset {name!r}")
     # blank rows of a Hub dataset are its layout (wikitext's empty lines), not missing values
     return _checked(dataset, kinds, functools.partial(_refuse_at, f"Hub dataset {name!r}", kinds), records=False)
@@ -731,5 +743,5 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
 
 __all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS",
            "InvalidUTF8Error", "MalformedRowError", "MissingColumnError", "TASKS", "TEXT_SAMPLE_BY",
-           "UnknownColumnError", "check_local_source", "check_utf8", "load_text_dataset", "resolve_files",
-           "row_location", "saved_splits", "stream_refusal", "validate_files"]
+           "UnknownColumnError", "UnknownSplitError", "check_local_source", "check_utf8", "load_text_dataset",
+           "resolve_files", "row_location", "saved_splits", "stream_refusal", "validate_files"]

@@ -87,7 +87,7 @@ def card_recipe(recipe) -> dict[str, Any]:
 
 def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> dict[str, Any]:
     """The card's Hub metadata; the figures are named as measured on the validation file when the recipe gives
-    one, else on `dataset_name`'s validation split."""
+    one, else on `dataset_name`'s split `validation_split`."""
     class_name = type(model).__name__
     tag = pipeline_tag(class_name)
     # the figures of the command's metrics_fn, as `evaluation.evaluate` names them: `eval_<metric>` (its signatures,
@@ -106,7 +106,7 @@ def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> 
                 "task": {"type": tag},
                 "dataset": ({"name": public_name(recipe.validation_file),
                              "type": public_name(recipe.validation_file)} if recipe.validation_file else
-                            {"name": dataset_name, "type": dataset_name, "split": "validation"}),
+                            {"name": dataset_name, "type": dataset_name, "split": recipe.validation_split}),
                 "metrics": [{"type": k, "value": round(float(v), 4)} for k, v in sorted(figures.items())]
                 or [{"type": "loss", "value": round(float(results.get("eval_loss", float("nan"))), 4)}],
             }],

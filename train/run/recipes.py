@@ -104,6 +104,7 @@ class Recipe:
     # data: "embedded:<task>" (the generated default corpus), a local file, or a Hub dataset name
     dataset: str = ""
     dataset_config: str | None = None
+    validation_split: str = "validation"  # the split of `dataset` (or a saved DatasetDict) that evaluates
     train_file: str | None = None
     validation_file: str | None = None
     text_column: str | None = None
@@ -211,7 +212,7 @@ class Recipe:
         """`data_source` as messages name it: a file as it is, a dataset's validation split as `<name> (validation)`."""
         source = self.data_source(split, default)
         named_file = self.train_file if split == "train" else self.validation_file
-        return source if named_file or split == "train" else f"{source} (validation)"
+        return source if named_file or split == "train" else f"{source} ({self.validation_split})"
 
 
 def valid_keys() -> list[str]:

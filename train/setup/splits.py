@@ -13,7 +13,15 @@ from pathlib import Path
 import datasets
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
-from train.data.files import Columns, UnknownColumnError, check_local_source, load_text_dataset, saved_splits
+from train.data.corpus import SPLITS
+from train.data.files import (
+    Columns,
+    UnknownColumnError,
+    UnknownSplitError,
+    check_local_source,
+    load_text_dataset,
+    saved_splits,
+)
 from train.run.recipes import Recipe, RecipeError
 
 COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_column and label_column, or rename it"
@@ -31,20 +39,26 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
     if not source:
         raise RecipeError("the recipe names no data: set 'dataset' (e.g. embedded:nli) or 'train_file'")
     embedded = source.startswith("embedded:")
+    name = split if split == "train" else recipe.validation_split  # the split of a dataset read
     if split != "train" and file is None and (recipe.train_file or Path(source).exists()):
-        if "validation" not in saved_splits(source):
+        if name not in saved_splits(source):
             recipe.eval_size = None  # local training files and no validation file: no evaluation, no size applied
             return None
-        print(f"{source}: evaluating on its saved split 'validation' (set validation_file to evaluate on other data)",
+        print(f"{source}: evaluating on its saved split {name!r} (set validation_file to evaluate on other data)",
               flush=True)
     streamed = recipe.streaming and (split == "train" or (file is None and not embedded))
     kwargs = ({"size": size, "seed": recipe.seed} if embedded
               else {"dataset_config": recipe.dataset_config, "text_sample_by": recipe.text_sample_by,
                     "num_proc": recipe.num_proc})
     try:
-        dataset = load_text_dataset(source, split, columns=columns, streaming=streamed, **kwargs)
+        dataset = load_text_dataset(source, name, columns=columns, streaming=streamed, **kwargs)
     except UnknownColumnError as error:
         raise UnknownColumnError(f"{error}: {column_advice}") from None
+    except UnknownSplitError as error:
+        if split == "train":
+            raise
+        raise UnknownSplitError(f"{error}; set the recipe key validation_split to the split that evaluates "
+                                f"(now {name!r})") from None
     if streamed and not embedded:  # its length is unknown: cut by the user's key, never counted
         if size is not None and key in recipe.set_by_user:
             side = (f"; its {dataset.n_shards} files are read side by side, so the first rows of each"
@@ -94,6 +108,13 @@ def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str | No
         raise RecipeError(f"recipe keys 'train_file' and 'validation_file' both name {train!r}: the evaluation figures "
                           f"would be figures on the training data; give held-out data as validation_file, or drop it "
                           f"(no evaluation)")
+    if recipe.validation_split in ("", "train"):
+        raise RecipeError(f"recipe key 'validation_split' is {recipe.validation_split!r}: name the split of the data "
+                          f"that evaluates (validation, test, ...), not the one that trains")
+    validation_source = recipe.data_source("validation", default_dataset)
+    if validation_source.startswith("embedded:") and recipe.validation_split not in SPLITS:
+        raise RecipeError(f"recipe key 'validation_split' is {recipe.validation_split!r}: {validation_source} has the "
+                          f"splits {', '.join(SPLITS)}")
     source = recipe.data_source("train", default_dataset)
     if recipe.dataset_config and (source.startswith("embedded:") or Path(source).exists()):
         raise RecipeError(f"recipe key 'dataset_config' is {recipe.dataset_config!r}, which selects a configuration "

@@ -1,13 +1,18 @@
 """A `save_to_disk` DatasetDict given as `train_file` or `dataset` is read as a Hub dataset is: its `train` split
 trains and its `validation` split evaluates (said once), in memory and streamed; `validation_file` still wins, and a
-folder without a `validation` split evaluates on nothing, as any local data without a validation file."""
+folder without a `validation` split evaluates on nothing, as any local data without a validation file.
+`validation_split` names another split that evaluates (MNLI's `validation_matched`); a Hub dataset without the split
+is refused naming its splits and the key."""
+
+from pathlib import Path
 
 import datasets
 import pytest
 
 from train import finetune
 from train.data.corpus import generate_records
-from train.run.recipes import parse_args
+from train.data.files import UnknownSplitError
+from train.run.recipes import RecipeError, parse_args
 from train.setup.splits import load_splits
 
 datasets.disable_progress_bars()
@@ -54,3 +59,57 @@ def test_finetune_reports_the_saved_validation_splits_figures(tmp_path):
                                 "--save_steps", "0", "--progress_bar", "false", "--report_to", "none",
                                 "--output_dir", str(tmp_path / "run")])
     assert "eval_accuracy" in results and "eval_size: 6" in (folder / "recipe.yaml").read_text()
+
+
+def _hub_cache(root, splits: dict[str, int]) -> str:
+    """`nyu-mll/glue` config `mnli` as an online load leaves it in the datasets cache, with MNLI's split names."""
+    from datasets.packaged_modules.json.json import Json
+
+    files = {}
+    for split, size in splits.items():
+        path = root / f"{split}.jsonl"
+        datasets.Dataset.from_list(generate_records("nli", "train" if split == "train" else "validation",
+                                                    size=size)).to_json(path)
+        files[split] = [str(path)]
+    cache = root / "cache"
+    builder = Json(data_files=files, dataset_name="glue", config_name="mnli", cache_dir=str(cache), hash="0" * 40)
+    builder.download_and_prepare()
+    config = cache / "nyu-mll___glue" / "mnli"
+    config.mkdir(parents=True)
+    (cache / "glue" / Path(builder.cache_dir).parent.parent.name / "0.0.0").rename(config / "0.0.0")
+    return str(cache)
+
+
+@pytest.fixture
+def mnli(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", Path(_hub_cache(tmp_path, {
+        "train": 16, "validation_matched": 6, "test": 4})))
+    return ["--dataset", "nyu-mll/glue", "--dataset_config", "mnli"]
+
+
+def test_a_hub_dataset_without_the_validation_split_is_refused_naming_its_splits_and_the_key(mnli):
+    with pytest.raises(UnknownSplitError, match=r"has no split 'validation'.*validation_matched.*set the recipe key "
+                                                r"validation_split"):
+        load_splits(_recipe(*mnli), COLUMNS)
+
+
+def test_validation_split_names_the_split_that_evaluates(mnli, tmp_path):
+    results, folder = finetune.main(["--recipe", "bert-finetune-nli-tiny", *mnli, "--validation_split",
+                                     "validation_matched", "--max_steps", "2", "--save_steps", "0",
+                                     "--progress_bar", "false", "--report_to", "none",
+                                     "--output_dir", str(tmp_path / "run")])
+    assert "eval_accuracy" in results and "eval_size: 6" in (folder / "recipe.yaml").read_text()
+    card = (folder / "README.md").read_text()
+    assert "split: validation_matched" in card
+
+
+@pytest.mark.parametrize("split, refusal", [("train", r"not the one that trains"), ("", r"not the one that trains"),
+                                            ("dev", r"embedded:nli has the splits train, validation, test")])
+def test_a_validation_split_that_cannot_evaluate_is_refused_first(split, refusal):
+    with pytest.raises(RecipeError, match=refusal):
+        load_splits(_recipe("--validation_split", split), COLUMNS)
+
+
+def test_the_embedded_corpus_evaluates_on_the_named_split():
+    _, validation = load_splits(_recipe("--validation_split", "test", "--eval_size", "3"), COLUMNS)
+    assert list(validation["premise"]) == [r["premise"] for r in generate_records("nli", "test", seed=42, size=3)]
