@@ -132,11 +132,18 @@ class Seq2SeqLMBase:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @property
+    def label_smoothing(self) -> float:
+        """`config.label_smoothing` in training mode, 0 in eval mode: smoothing is a training objective, and an
+        evaluation's loss (and a perplexity from it) is the NLL."""
+        return self.config.label_smoothing if self.training else 0.0
+
+    @property
     def loss_function(self):
-        """Cross-entropy over target tokens, label-smoothed by `config.label_smoothing` (`losses.seq2seq_loss`), where
-        transformers would pick a causal-LM loss (shifting the labels) from the class name."""
+        """Cross-entropy over target tokens, label-smoothed in training mode (`label_smoothing`,
+        `losses.seq2seq_loss`), where transformers would pick a causal-LM loss (shifting the labels) from the class
+        name."""
         def loss(logits, labels, vocab_size=None, num_items_in_batch=None, **kwargs):
-            return seq2seq_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
+            return seq2seq_loss(logits, labels, self.label_smoothing, num_items_in_batch)
         return loss
 
     @forward_arguments(takes=("packed_sequences",))
@@ -175,7 +182,7 @@ class Seq2SeqLMBase:
         )
         logits, loss = lm_output(self, outputs.last_hidden_state, labels=labels, output_layer=self.lm_head,
                                  skip_logits=skip_logits,
-                                 sparse_prediction=sparse_prediction, label_smoothing=self.config.label_smoothing,
+                                 sparse_prediction=sparse_prediction, label_smoothing=self.label_smoothing,
                                  num_items_in_batch=num_items_in_batch, **self.lm_head_inputs())
         return Seq2SeqLMOutput(
             loss=loss,

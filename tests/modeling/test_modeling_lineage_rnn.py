@@ -341,15 +341,18 @@ def test_cache_reorders_and_repeats_along_the_batch():
 # ---------------------------------------------------------------------------------------------- loss
 
 
-def test_labels_are_shifted_right_and_the_loss_is_cross_entropy():
-    model = build(label_smoothing=0.1)
+def test_labels_are_shifted_right_and_the_loss_is_cross_entropy_smoothed_in_training_only():
+    model = build(label_smoothing=0.1, hidden_dropout_prob=0.0).train()
     labels = torch.tensor([[5, 6, 7, EOS], [8, 9, -100, -100]])
     assert model.prepare_decoder_input_ids_from_labels(labels).tolist() == [[BOS, 5, 6, 7], [BOS, 8, 9, PAD]]
     input_ids, attention_mask = sources((5, 3))
-    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, return_logits=True)
     log_probs, kept = out.logits.log_softmax(-1), labels != -100
     target = 0.9 * torch.nn.functional.one_hot(labels.clamp(min=0), 99) + 0.1 / 99
     torch.testing.assert_close(out.loss, -(target * log_probs).sum(-1)[kept].mean())
+    evaluated = model.eval()(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    nll = -log_probs.gather(-1, labels.clamp(min=0)[..., None])[..., 0][kept].mean()
+    torch.testing.assert_close(evaluated.loss, nll)
     assert LineageRnnConfig().label_smoothing == 0.0  # plain cross-entropy unless a recipe asks
 
 

@@ -122,12 +122,12 @@ def test_labels_are_shifted_right_from_the_decoder_start_token():
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
-def test_label_smoothed_loss_matches_a_hand_computation(smoothing):
-    model = build(label_smoothing=smoothing)
+def test_label_smoothed_loss_matches_a_hand_computation_in_training_and_is_the_nll_in_eval(smoothing):
+    model = build(label_smoothing=smoothing, hidden_dropout_prob=0.0).train()
     input_ids, attention_mask = sources((5, 3))
     labels = tokens(2, 4)
     labels[1, 2:] = -100
-    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, return_logits=True)
     log_probs = out.logits.log_softmax(-1)
     kept = labels != -100
     target = (1 - smoothing) * torch.nn.functional.one_hot(labels.clamp(min=0), 99) + smoothing / 99  # (B, T, V)
@@ -135,6 +135,9 @@ def test_label_smoothed_loss_matches_a_hand_computation(smoothing):
     torch.testing.assert_close(out.loss, per_token[kept].mean(), atol=1e-5, rtol=1e-5)
     summed = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, num_items_in_batch=12)
     torch.testing.assert_close(summed.loss, per_token[kept].sum() / 12, atol=1e-5, rtol=1e-5)
+    nll = -log_probs.gather(-1, labels.clamp(min=0)[..., None])[..., 0][kept].mean()
+    evaluated = model.eval()(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    torch.testing.assert_close(evaluated.loss, nll, atol=1e-5, rtol=1e-5)
 
 
 def test_default_loss_is_the_nll_and_so_is_the_trainer_eval_loss(tmp_path):
