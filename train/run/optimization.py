@@ -48,8 +48,6 @@ def build_optimizer(model: torch.nn.Module, recipe: Recipe, total_steps: int,
                     d_model: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW over `parameter_groups` and the recipe's schedule over `total_steps` optimizer steps."""
     betas, eps = (recipe.adam_beta1, recipe.adam_beta2), recipe.adam_epsilon
-    if recipe.lr_scheduler == "inverse_sqrt":  # the Transformer paper's Adam
-        betas, eps = (0.9, 0.98), 1e-9
     groups = parameter_groups(model, recipe.weight_decay)
     fused = all(p.is_floating_point() for group in groups for p in group["params"])
     optimizer = torch.optim.AdamW(groups, lr=recipe.learning_rate, betas=betas, eps=eps, fused=fused)

@@ -63,6 +63,7 @@ COMMAND_KEYS = {
                     ("train_translation",)),
     "max_new_tokens": ("pretrain_gpt", "train_translation"),
 }
+PAPER_ADAM = {"adam_beta2": 0.98, "adam_epsilon": 1e-9}  # "Attention Is All You Need" 5.3, with inverse_sqrt
 PATH_KEYS = ("model", "tokenizer", "dataset", "train_file", "validation_file", "output_dir", "resume_from_checkpoint")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
@@ -371,6 +372,10 @@ def recipe_from_dict(fields: dict[str, Any], source: str = "recipe", user_keys: 
         if isinstance(values.get(key), str) and values[key].startswith("~"):
             values[key] = str(Path(values[key]).expanduser())
     recipe = Recipe(**values)
+    if recipe.lr_scheduler == "inverse_sqrt":  # the Transformer paper's Adam, where the recipe names no other
+        for key, value in PAPER_ADAM.items():
+            if key not in fields:
+                setattr(recipe, key, value)
     _check_choices(recipe)
     if recipe.streaming:
         check_stream(recipe.max_steps, recipe.dataloader_num_workers)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from train.run.optimization import build_optimizer, parameter_groups, schedule_lambda
-from train.run.recipes import Recipe
+from train.run.recipes import Recipe, parse_args
 
 
 def test_parameter_groups_exclude_biases_and_norms_from_decay():
@@ -28,10 +28,20 @@ def test_schedules():
     assert max(range(1, 10_000), key=lambda s: inv(s - 1)) == 4000
 
 
-def test_inverse_sqrt_takes_the_papers_adam():
+@pytest.mark.parametrize("argv, betas, eps", [
+    ([], (0.9, 0.98), 1e-9),  # the paper's, recorded in the recipe
+    (["--adam_beta2", "0.997", "--adam_epsilon", "1e-6"], (0.9, 0.997), 1e-6),  # the user's win
+    (["--lr_scheduler", "linear"], (0.9, 0.999), 1e-8),
+])
+def test_inverse_sqrt_takes_the_papers_adam_where_the_recipe_names_no_other(argv, betas, eps):
+    recipe = parse_args(["--recipe", "transformer-translation-tiny", *argv], command="train_translation")
+    assert (recipe.adam_beta1, recipe.adam_beta2) == betas and recipe.adam_epsilon == eps
+    paper, _ = build_optimizer(torch.nn.Linear(4, 4), recipe, 100, d_model=512)
+    assert paper.defaults["betas"] == betas and paper.defaults["eps"] == eps
+
+
+def test_a_linear_schedule_warms_up_with_the_recipes_adam():
     model = torch.nn.Linear(4, 4)
-    paper, _ = build_optimizer(model, Recipe(lr_scheduler="inverse_sqrt", learning_rate=2.0), 100, d_model=512)
-    assert paper.defaults["betas"] == (0.9, 0.98) and paper.defaults["eps"] == 1e-9
     recipe = Recipe(lr_scheduler="linear", adam_beta2=0.95, warmup_steps=10, learning_rate=1e-3)
     adam, schedule = build_optimizer(model, recipe, 100, d_model=512)
     assert adam.defaults["betas"] == (0.9, 0.95)
