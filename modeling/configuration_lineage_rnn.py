@@ -31,6 +31,7 @@ class LineageRnnConfig(LineageBaseConfig):
     num_decoder_layers: int = 1
     bidirectional_encoder: bool = True
     attention: str = "bahdanau"
+    maxout_size: int | None = None  # Bahdanau's deep output after pooling pairs (the paper's l); None: hidden_size
     input_feeding: bool = False
     bridge: str = "linear"
     reverse_source: bool = False
@@ -84,11 +85,24 @@ class LineageRnnConfig(LineageBaseConfig):
                 f"({self.num_decoder_layers}) must equal `num_encoder_layers` ({self.num_encoder_layers}); or set "
                 "bridge='none'."
             )
-        if self.tie_word_embeddings and self.embedding_size != self.hidden_size:
+        if self.maxout_size is not None and (self.attention != "bahdanau" or isinstance(self.maxout_size, bool)
+                                             or not isinstance(self.maxout_size, int) or self.maxout_size < 1):
             raise ValueError(
-                f"`tie_word_embeddings=True` needs `embedding_size` ({self.embedding_size}) equal to `hidden_size` "
-                f"({self.hidden_size}): the output projection reads hidden states."
+                f"`maxout_size` is the width of Bahdanau's deep output, a positive integer with attention='bahdanau' "
+                f"(None: hidden_size); got {self.maxout_size!r} with attention={self.attention!r}."
             )
+        if self.tie_word_embeddings and self.embedding_size != self.output_size:
+            raise ValueError(
+                f"`tie_word_embeddings=True` needs `embedding_size` ({self.embedding_size}) equal to the width the "
+                f"output projection reads ({self.output_size}: `hidden_size`, or `maxout_size` for Bahdanau's deep "
+                f"output)."
+            )
+
+    @property
+    def output_size(self) -> int:
+        """Width of the decoder outputs the output projection reads: `maxout_size` for Bahdanau's deep output when
+        set, else `hidden_size`."""
+        return self.maxout_size or self.hidden_size
 
 
 __all__ = ["ATTENTIONS", "BRIDGES", "CELLS", "LineageRnnConfig"]

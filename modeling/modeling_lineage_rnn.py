@@ -363,11 +363,12 @@ class LineageRnnDecoder(nn.Module):
 
 class BahdanauDecoder(LineageRnnDecoder):
     """s_t = f(s_{t-1}, [E y_{t-1}; c_t]) with c_t attended from the previous state s_{t-1}, one step at a time;
-    then the deep output t_t = maxout(U_o s_t + V_o E y_{t-1} + C_o c_t), pairs of units pooled."""
+    then the deep output t_t = maxout(U_o s_t + V_o E y_{t-1} + C_o c_t), pairs of 2 * `output_size` units pooled
+    (the paper's l = 500 units with 1000 hidden: `maxout_size`)."""
 
     def __init__(self, config: LineageRnnConfig):
         super().__init__(config, extra_input=config.hidden_size)
-        self.readout = nn.Linear(2 * config.hidden_size + config.embedding_size, 2 * config.hidden_size)
+        self.readout = nn.Linear(2 * config.hidden_size + config.embedding_size, 2 * config.output_size)
 
     def forward(self, embedded: torch.Tensor, annotations: torch.Tensor, *, keys: torch.Tensor | None,
                 source_mask: torch.Tensor, state: State, feed: torch.Tensor | None) -> tuple:
@@ -379,8 +380,8 @@ class BahdanauDecoder(LineageRnnDecoder):
             contexts.append(context)
             alignments.append(weights)
         steps, contexts = torch.cat(steps, dim=1), torch.cat(contexts, dim=1)  # (B, T, C)
-        pre_output = self.readout(torch.cat([steps, contexts, embedded], dim=-1))  # (B, T, 2C)
-        outputs = pre_output.unflatten(-1, (-1, 2)).amax(dim=-1)  # (B, T, C)
+        pre_output = self.readout(torch.cat([steps, contexts, embedded], dim=-1))  # (B, T, 2 output_size)
+        outputs = pre_output.unflatten(-1, (-1, 2)).amax(dim=-1)  # (B, T, output_size)
         return outputs, torch.cat(alignments, dim=1), state, feed
 
 
@@ -605,7 +606,7 @@ class LineageRnnForConditionalGeneration(Seq2SeqLMBase, LineageRnnPreTrainedMode
         super().__init__(config)
         self.model = LineageRnnModel(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.lm_head = LineageLinear(config.hidden_size, config.padded_vocab_size, bias=False)
+        self.lm_head = LineageLinear(config.output_size, config.padded_vocab_size, bias=False)
         self.post_init()
 
     def lm_head_inputs(self) -> dict:

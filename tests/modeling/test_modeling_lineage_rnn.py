@@ -116,8 +116,8 @@ def test_reverse_source_reads_the_source_backwards_and_answers_in_source_order()
 # ---------------------------------------------------------------------------------------------- the equations
 
 
-def _first_step(attention: str, cell: str = "gru"):
-    model = build(LineageRnnModel, attention=attention, cell=cell)
+def _first_step(attention: str, cell: str = "gru", **fields):
+    model = build(LineageRnnModel, attention=attention, cell=cell, **fields)
     input_ids, attention_mask = sources()
     target = tokens(3, 1)
     out = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=target, output_attentions=True)
@@ -125,9 +125,9 @@ def _first_step(attention: str, cell: str = "gru"):
     return model, encoded, target, attention_mask, out
 
 
-@pytest.mark.parametrize("cell", CELLS)
-def test_bahdanau_scores_the_previous_state_additively(cell):
-    model, encoded, target, mask, out = _first_step("bahdanau", cell)
+@pytest.mark.parametrize("cell, maxout_size", [("gru", None), ("lstm", None), ("gru", 5)])
+def test_bahdanau_scores_the_previous_state_additively(cell, maxout_size):
+    model, encoded, target, mask, out = _first_step("bahdanau", cell, maxout_size=maxout_size)
     score, h = model.decoder.attention, encoded.last_hidden_state  # (B, S, C)
     s0 = model.bridge(encoded)[0][-1]  # s_{t-1} at t = 1: the bridged state of the top layer, (B, C)
     e = torch.tanh(s0[:, None] @ score.query_proj.weight.T + h @ score.key_proj.weight.T) @ score.energy.weight.T
@@ -139,7 +139,8 @@ def test_bahdanau_scores_the_previous_state_additively(cell):
     state = model.bridge(encoded)
     s1, _ = model.decoder.rnn(x[:, None], state if cell == "lstm" else state[0])
     readout = model.decoder.readout(torch.cat([s1[:, 0], c, model.decoder.embed_tokens(target)[:, 0]], -1))
-    torch.testing.assert_close(out.last_hidden_state[:, 0], readout.view(3, 32, 2).max(-1).values)
+    width = maxout_size or 32  # the deep output: pairs of units pooled
+    torch.testing.assert_close(out.last_hidden_state[:, 0], readout.view(3, width, 2).max(-1).values)
 
 
 @pytest.mark.parametrize("attention", ["luong-dot", "luong-general", "luong-concat"])
@@ -368,7 +369,7 @@ def test_tied_output_projection_is_the_target_embedding():
 
 @pytest.mark.parametrize("name, fields, parameters", [
     ("rnn-bahdanau-2014", {"cell": "gru", "bidirectional_encoder": True, "hidden_size": 1000, "embedding_size": 620,
-                           "attention": "bahdanau"}, 86_676_000),
+                           "attention": "bahdanau", "maxout_size": 500}, 69_055_000),  # appendix A.2.2: l = 500
     ("rnn-luong-2015", {"cell": "lstm", "num_encoder_layers": 4, "hidden_size": 1000, "attention": "luong-general",
                         "input_feeding": True, "reverse_source": True}, 221_064_000),
 ])

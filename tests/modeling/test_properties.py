@@ -84,6 +84,7 @@ def rnn_configs(draw) -> transformers.PreTrainedConfig:
                   embedding_size=draw(st.sampled_from([8, 16])), hidden_size=draw(st.sampled_from([8, 16, 32])),
                   num_encoder_layers=layers, num_decoder_layers=layers, attention=attention,
                   input_feeding=attention.startswith("luong") and draw(st.booleans()),
+                  maxout_size=draw(st.sampled_from([None, 3])) if attention == "bahdanau" else None,
                   bridge=draw(st.sampled_from(["last", "linear"] + ([] if attention == "none" else ["none"]))),
                   bidirectional_encoder=draw(st.booleans()), reverse_source=draw(st.booleans()),
                   hidden_dropout_prob=0.0)
