@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None):
                         unpad_inputs=True, predict_fn=predict, metrics_fn=metrics)
         results = engine.train()
         if recipe.lora is not None:
-            merge_lora(engine, Path(recipe.output_dir) / "adapter")
+            merge_lora(engine, Path(recipe.output_dir) / "adapter", source)
         return results, engine.finish(results, description=f"Fine-tuned for {recipe.task}.", source=source)
 
 

@@ -1,8 +1,9 @@
 """LoRA fine-tuning (Hu et al. 2021) through peft, the optional extra `peft`, for the recipe key `lora`.
 
 `apply_lora(model, settings)` wraps a model (`target_modules` checked against its linear layers before training; a
-new head trains in full); `merge_lora` saves the adapter to `<output_dir>/adapter` and hands the engine the merged
-model, published as an ordinary Lineage folder. docs/using.md ("LoRA (peft)").
+new head trains in full); `merge_lora` saves the adapter to `<output_dir>/adapter`, naming the `--model` it started
+from and holding the embedding rows added for the tokenizer, and hands the engine the merged model, published as an
+ordinary Lineage folder. docs/using.md ("LoRA (peft)").
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from torch import nn
 
 from train.run.recipes import RecipeError
+from train.setup.models import ModelSource
 
 
 def head_modules(model) -> list[str]:
@@ -62,11 +64,17 @@ def apply_lora(model, settings: dict):
         return peft.get_peft_model(model, config)
 
 
-def merge_lora(engine, adapter_folder: str | Path) -> Path:
-    """Save the trained adapter to `adapter_folder` and give `engine` the merged model to publish."""
+def merge_lora(engine, adapter_folder: str | Path, source: ModelSource) -> Path:
+    """Save the trained adapter to `adapter_folder` and give `engine` the merged model to publish. The adapter names
+    the pretrained `source` as the user gave it (peft read the folder the model was loaded from: a converted
+    checkpoint's is a deleted temporary one), and holds the embedding (and untied output layer) when rows were added
+    for the tokenizer, which a base of the checkpoint's size lacks."""
     model = engine.accelerator.unwrap_model(engine.model)
+    if source.pretrained:
+        config = model.peft_config[model.active_adapter]
+        config.base_model_name_or_path, config.revision = source.repo_id or source.name, source.revision
     if engine.accelerator.is_main_process:
-        model.save_pretrained(adapter_folder)
+        model.save_pretrained(adapter_folder, save_embedding_layers="added_embedding_rows" in source.report)
     engine.model = model.merge_and_unload()
     return Path(adapter_folder)
 

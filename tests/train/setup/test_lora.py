@@ -147,3 +147,31 @@ def test_bad_lora_recipes_are_refused():
         recipe_from_dict({"lora": {"dropout": 1.5}})
     with pytest.raises(RecipeError, match="'lora.r' must be an integer >= 1, got 0"):
         recipe_from_dict({"lora": {"r": 0}})
+
+
+def test_an_adapter_trained_from_a_transformers_checkpoint_with_added_tokens_loads_on_its_converted_base(tmp_path):
+    """GPT-2 gains Lineage's [PAD] [START] [DELIM] [EXTRACT]: the adapter carries the grown embedding and names the
+    checkpoint the user gave (it named the conversion's deleted temporary folder and lacked the new rows, so
+    `PeftModel.from_pretrained` on the converted base read ids past its embedding)."""
+    from reference_checkpoints import save_reference
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from train import convert, finetune
+
+    gpt2 = save_reference(tmp_path / "gpt2", "GPT2LMHeadModel")
+    out = tmp_path / "run"
+    finetune.main(["--model", str(gpt2), "--task", "sequence-classification", "--dataset", "embedded:sentiment",
+                   "--output_dir", str(out), "--lora", "{r: 4}", "--max_steps", "2", "--train_size", "16",
+                   "--eval_size", "8", "--max_seq_length", "32", "--progress_bar", "false", "--save_steps", "0"])
+    assert json.loads((out / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"] == str(gpt2)
+    convert.main([str(gpt2), str(tmp_path / "base"), "--to", "lineage"])  # the base, as docs/using.md says
+    tokenizer = AutoTokenizer.from_pretrained(out / "model")
+    merged = AutoModelForSequenceClassification.from_pretrained(out / "model").eval()
+    base = AutoModelForSequenceClassification.from_pretrained(tmp_path / "base", num_labels=merged.config.num_labels)
+    base.resize_token_embeddings(len(tokenizer))
+    adapted = peft.PeftModel.from_pretrained(base, out / "adapter").eval()
+    batch = tokenizer(["a cat sat on the mat", "what a dull film"], ["a dog ran", "it was fun"], padding=True,
+                      return_tensors="pt")
+    assert batch["input_ids"].max() >= 300  # the added tokens: past GPT-2's 300 rows
+    with torch.no_grad():
+        torch.testing.assert_close(adapted(**batch).logits, merged(**batch).logits, atol=1e-5, rtol=1e-5)
