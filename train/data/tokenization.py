@@ -159,8 +159,9 @@ def complete_for_family(tokenizer, family: str, templates: bool = True) -> list[
         install_template(tokenizer.backend_tokenizer, family)
     elif family == "bert":
         install_template(tokenizer.backend_tokenizer, family, str(tokenizer.cls_token), str(tokenizer.sep_token))
-        if "token_type_ids" not in tokenizer.model_input_names:
-            tokenizer.model_input_names = [*tokenizer.model_input_names, "token_type_ids"]
+        if "token_type_ids" not in tokenizer.model_input_names:  # in init_kwargs, save_pretrained keeps it
+            inputs = [*tokenizer.model_input_names, "token_type_ids"]
+            tokenizer.model_input_names = tokenizer.init_kwargs["model_input_names"] = inputs
     return new
 
 

@@ -132,6 +132,21 @@ def test_the_checkpoints_own_tokenizer_gets_lineages_tokens_and_mean_rows(tmp_pa
     assert model(input_ids=ids, decoder_input_ids=ids).logits.shape[-1] == len(marian_tokenizer)
 
 
+def test_a_bert_tokenizer_given_segments_for_training_saves_them(tmp_path):
+    """A BERT checkpoint whose tokenizer's class does not list token_type_ids trains with segments 0 / 1: the tokenizer
+    saved with the trained model gives them too (they were set as an attribute, which transformers 5 does not save)."""
+    folder = save_reference(tmp_path / "bert", "BertForPreTraining")
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**config, "tokenizer_class": "PreTrainedTokenizerFast"}))  # no segments
+    assert "token_type_ids" not in transformers.AutoTokenizer.from_pretrained(folder)("a cat", "a dog")
+    run_tokenizer.pretrained_tokenizer(models.resolve_model(str(folder))).save_pretrained(tmp_path / "saved")
+    saved = transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")
+    assert saved.model_input_names == ["input_ids", "attention_mask", "token_type_ids"]
+    pair = saved("a cat", "a dog")
+    assert pair["token_type_ids"][0] == 0 and pair["token_type_ids"][-1] == 1
+
+
 def run_command(module: str, args: list[str], cache: Path, cwd: Path) -> subprocess.CompletedProcess:
     """`python -m module args` with the Hugging Face cache at `cache` and the network off."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "hf-home"),
