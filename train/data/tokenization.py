@@ -417,11 +417,15 @@ class TokenizerMismatchError(ValueError):
 # ----------------------------------------------------------------------------- checks and building blocks
 
 def vocabulary_mismatch(chosen, own, vocab_size: int) -> str | None:
-    """Why `chosen` is not the tokenizer of a checkpoint whose own tokenizer is `own` (None: it has none) and whose
-    embedding has `vocab_size` rows: a token of `own` with another id or missing, or more tokens than rows."""
+    """Why `chosen` is not the tokenizer of a checkpoint whose own tokenizer is `own` (None: it has none, or `chosen`
+    is it) and whose embedding has `vocab_size` rows: a vocabulary larger than the rows, not counting the tokens added
+    to it (which get rows of their own: `train.setup.models.fit_embeddings`), or a token of `own` with another id or
+    missing."""
+    if chosen.vocab_size > vocab_size:
+        return (f"its vocabulary holds {chosen.vocab_size} tokens, not counting those added to it, for {vocab_size} "
+                "embedding rows (vocab_size)")
     if own is None:
-        return (f"{chosen.vocab_size} tokens for {vocab_size} embedding rows (vocab_size)"
-                if chosen.vocab_size > vocab_size else None)
+        return None
     theirs, ours = own.get_vocab(), chosen.get_vocab()
     differ = [t for t, i in theirs.items() if ours.get(t) != i]
     return (f"{len(differ)} of its {len(theirs)} tokens have another id or are missing (e.g. "

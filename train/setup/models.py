@@ -114,8 +114,8 @@ class ModelSource:
             text += (f" The converted model's outputs were within {self.report['conversion_max_abs_diff']:.2g} of the "
                      f"reference on {CHECK_TOKENS} tokens (fp32) before training.")
         if "added_embedding_rows" in self.report:
-            text += (f" {self.report['added_embedding_rows']} embedding rows were added for the tokens Lineage's "
-                     "templates need (initialised to the mean of the existing rows).")
+            text += (f" {self.report['added_embedding_rows']} embedding rows were added for the tokens added to its "
+                     "tokenizer (initialised to the mean of the existing rows).")
         return text
 
 
@@ -388,7 +388,9 @@ def reference_of(model: torch.nn.Module) -> tuple[torch.nn.Module, float]:
 
 def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
     """Grow the model's vocabulary to the tokenizer's, new rows the mean of the existing ones; the config's special
-    ids follow the tokenizer. Returns `{"added_embedding_rows": n}` when rows were added."""
+    ids follow the tokenizer. Returns `{"added_embedding_rows": n}` when rows were added. The rows are for tokens
+    added to the tokenizer: one whose vocabulary without them outgrows the model is refused before
+    (`run_tokenizer.pretrained_tokenizer`)."""
     embedding = model.get_input_embeddings()
     old, new = embedding.weight.shape[0], len(tokenizer)
     report = {}

@@ -31,8 +31,15 @@ from train.setup.models import ModelSource, ModelSourceError
 def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, templates: bool = True):
     """The tokenizer of a pretrained source (or `tokenizer`, the recipe key, checked against the checkpoint's),
     with the special tokens and templates the family's tasks need added (`templates`: GPT's classification
-    templates; False for causal-LM training, which needs only a pad and an end-of-text token)."""
+    templates; False for causal-LM training, which needs only a pad and an end-of-text token). Either is refused when
+    its vocabulary, not counting the tokens added to it, is larger than the model's embedding (`vocabulary_mismatch`);
+    added tokens past it get rows (`models.fit_embeddings`)."""
     own = own_tokenizer(source.folder)
+    mismatch = None if own is None else vocabulary_mismatch(own, None, source.config.vocab_size)
+    if mismatch is not None:
+        raise ModelSourceError(f"--model {source.name!r}: the tokenizer saved with it does not fit the model: "
+                               f"{mismatch}; it is not the tokenizer the model was trained with: save that one in the "
+                               "folder")
     if tokenizer is not None:
         if not Path(tokenizer).exists():
             raise ModelSourceError(f"recipe key 'tokenizer': folder {tokenizer!r} does not exist")

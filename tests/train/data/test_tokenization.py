@@ -120,7 +120,11 @@ def test_a_tokenizer_matches_a_checkpoint_when_every_token_keeps_its_id(saved, t
     assert differ and re.fullmatch(f"{len(differ)} of its {len(bert)} tokens have another id or are missing "
                                    r"\(e\.g\. '[^']+', '[^']+', '[^']+'\)", vocabulary_mismatch(other, bert, len(bert)))
     assert vocabulary_mismatch(bert, None, bert.vocab_size) is None  # no tokenizer of its own: the rows decide
-    assert vocabulary_mismatch(bert, None, 10) == f"{bert.vocab_size} tokens for 10 embedding rows (vocab_size)"
+    assert vocabulary_mismatch(bert, None, 10) == (f"its vocabulary holds {bert.vocab_size} tokens, not counting "
+                                                   "those added to it, for 10 embedding rows (vocab_size)")
+    grown = train_tokenizer("bert", texts, 1000, model_max_length=256)
+    grown.add_tokens(["<x>", "<y>"])  # added tokens past the rows get rows of their own: no mismatch
+    assert len(grown) == bert.vocab_size + 2 and vocabulary_mismatch(grown, bert, bert.vocab_size) is None
 
 
 def test_load_tokenizer_checks_the_family(saved):

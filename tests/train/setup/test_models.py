@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from conftest import REPO, run_clean_process
-from reference_checkpoints import put_in_hub_cache, save_reference
+from conftest import REPO, preset, run_clean_process
+from reference_checkpoints import TEXTS, put_in_hub_cache, save_reference
 from safetensors.torch import load_file, save_file
 
 import modeling
 from train import finetune, pretrain_bert, pretrain_gpt, train_translation
+from train.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from train.run.publish import read_card_metadata
 from train.run.recipes import RecipeError
 from train.setup import models, run_tokenizer
@@ -145,6 +146,31 @@ def test_a_bert_tokenizer_given_segments_for_training_saves_them(tmp_path):
     assert saved.model_input_names == ["input_ids", "attention_mask", "token_type_ids"]
     pair = saved("a cat", "a dog")
     assert pair["token_type_ids"][0] == 0 and pair["token_type_ids"][-1] == 1
+
+
+def test_a_checkpoints_tokenizer_grows_the_embeddings_for_its_added_tokens_only(tmp_path):
+    """More tokens than embedding rows: tokens added to the tokenizer (`add_tokens`) get rows; a vocabulary larger than
+    the rows is another model's tokenizer, refused naming the argument before anything is written (it was grown)."""
+    words = train_tokenizer("bert", TEXTS, 80, min_frequency=1, model_max_length=64)
+    rows = len(words)
+    fits, short = tmp_path / "fits", tmp_path / "short"
+    for folder, size in ((fits, rows), (short, rows - 10)):
+        config = preset("bert-tiny", **{**config_kwargs_from_tokenizer(words, "bert"), "vocab_size": size})
+        modeling.LineageBertForMaskedLM(config).save_pretrained(folder)
+    words.save_pretrained(short)
+    words.add_tokens(["<x>", "<y>"])
+    words.save_pretrained(fits)
+    source = models.resolve_model(str(fits))
+    tokenizer = run_tokenizer.pretrained_tokenizer(source)
+    model = models.load_model(source, "AutoModelForSequenceClassification")
+    assert models.fit_embeddings(model, tokenizer) == {"added_embedding_rows": 2} and len(tokenizer) == rows + 2
+    with pytest.raises(models.ModelSourceError) as refused:
+        finetune.main(["--model", str(short), "--task", "nli", "--output_dir", str(tmp_path / "o"), *QUICK])
+    assert str(refused.value) == (
+        f"--model {str(short)!r}: the tokenizer saved with it does not fit the model: its vocabulary holds {rows} "
+        f"tokens, not counting those added to it, for {rows - 10} embedding rows (vocab_size); it is not the "
+        "tokenizer the model was trained with: save that one in the folder")
+    assert not (tmp_path / "o").exists()
 
 
 def run_command(module: str, args: list[str], cache: Path, cwd: Path) -> subprocess.CompletedProcess:
