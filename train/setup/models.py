@@ -419,12 +419,24 @@ def fit_embeddings(model: torch.nn.Module, tokenizer) -> dict[str, Any]:
     return report
 
 
+# recipe keys that size the tokenizer a run trains (`run_tokenizer.corpus_tokenizer`), which a pretrained model never is
+TOKENIZER_TRAINING_KEYS = ("tokenizer_vocab_size", "tokenizer_train_size")
+
+
 def model_source(recipe: Recipe, command: str, families: tuple[str, ...], generates: bool = False) -> ModelSource:
-    """`recipe.model` resolved, refused unless its family is one of `families`, and checked (`check_before_start`)."""
+    """`recipe.model` resolved, refused unless its family is one of `families` or where the user set a key that sizes a
+    tokenizer for a pretrained model, which brings its own, and checked (`check_before_start`)."""
     source = resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
     if source.family not in families:
         raise RecipeError(f"recipe key 'model': {command} trains {' or '.join(families)} models; {recipe.model!r} is a "
                           f"{source.config.model_type} model")
+    unread = [key for key in TOKENIZER_TRAINING_KEYS if key in recipe.set_by_user]
+    if source.pretrained and unread:
+        one = len(unread) == 1
+        raise RecipeError(f"recipe {'key' if one else 'keys'} {' and '.join(map(repr, unread))} "
+                          f"{'sizes' if one else 'size'} the tokenizer a run trains; recipe key 'model' "
+                          f"{recipe.model!r} is a pretrained model, trained with its own tokenizer or recipe key "
+                          f"'tokenizer' (never a freshly trained vocabulary): drop {'it' if one else 'them'}")
     check_before_start(recipe, source.config, generates)
     return source
 

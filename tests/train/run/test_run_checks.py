@@ -202,10 +202,15 @@ def test_a_tilde_in_a_path_key_means_the_home_folder(tmp_path, monkeypatch):
 
 def test_overrides_that_would_drop_the_pretrained_weights_are_refused(tmp_path):
     _, folder = gpt(tmp_path / "pretrained")
+    further = [*GPT[:GPT.index("--tokenizer_vocab_size")], "--model", str(folder)]  # its tokenizer: no vocab size
+
+    def pretrained(out: Path, overrides: str):
+        return pretrain_gpt.main([*further, "--output_dir", str(out), "--model_overrides", overrides])
+
     with pytest.raises(RecipeError, match=r"recipe key 'model_overrides': hidden_size=48 change the shapes of the "
                                           r"weights of the pretrained model .* initialized afresh instead of loaded"):
-        gpt(tmp_path / "run", "--model", str(folder), "--model_overrides", "{hidden_size: 48}")
-    gpt(tmp_path / "dropout", "--model", str(folder), "--model_overrides", "{hidden_dropout_prob: 0.0}")
+        pretrained(tmp_path / "run", "{hidden_size: 48}")
+    pretrained(tmp_path / "dropout", "{hidden_dropout_prob: 0.0}")
 
 
 def test_resume_latest_without_a_checkpoint_is_refused_before_anything_is_written(tmp_path):

@@ -269,6 +269,33 @@ def test_a_tokenizer_of_another_vocabulary_is_refused(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_tokenizer_training_key_or_an_oversized_tokenizer_with_a_pretrained_model_is_refused(tmp_path):
+    """tokenizer_vocab_size and tokenizer_train_size size a tokenizer the run trains: with a pretrained model, whose
+    own tokenizer is used, they were ignored. A --tokenizer for a checkpoint without one must fit its embedding."""
+    bert = save_reference(tmp_path / "bert", "BertForSequenceClassification")
+    for keys, named in ((["--tokenizer_vocab_size", "300"], "key 'tokenizer_vocab_size' sizes"),
+                        (["--tokenizer_train_size", "9", "--tokenizer_vocab_size", "300"],
+                         "keys 'tokenizer_vocab_size' and 'tokenizer_train_size' size")):
+        with pytest.raises(RecipeError) as refused:
+            finetune.main(["--model", str(bert), "--task", "nli", "--output_dir", str(tmp_path / "o"), *keys, *QUICK])
+        assert str(refused.value) == (
+            f"recipe {named} the tokenizer a run trains; recipe key 'model' {str(bert)!r} is a pretrained model, "
+            "trained with its own tokenizer or recipe key 'tokenizer' (never a freshly trained vocabulary): drop "
+            f"{'it' if len(keys) == 2 else 'them'}")
+    bare = tmp_path / "bare"  # the weights without tokenizer files
+    transformers.BertForSequenceClassification.from_pretrained(bert).save_pretrained(bare)
+    gpt = save_reference(tmp_path / "gpt2", "GPT2LMHeadModel")
+    rows, tokens = (transformers.AutoConfig.from_pretrained(bert).vocab_size,
+                    transformers.AutoTokenizer.from_pretrained(gpt).vocab_size)
+    with pytest.raises(RecipeError, match=rf"recipe key 'tokenizer': {str(gpt)!r} does not match the vocabulary of "
+                                          rf"--model {str(bare)!r}: its vocabulary holds {tokens} tokens, not counting "
+                                          rf"those added to it, for {rows} embedding rows \(vocab_size\); it is not "
+                                          "this checkpoint's"):
+        finetune.main(["--model", str(bare), "--tokenizer", str(gpt), "--task", "nli", "--output_dir",
+                       str(tmp_path / "o"), *QUICK])
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_lineage_model_type_this_installation_does_not_know_names_the_version(tmp_path):
     folder = tmp_path / "future"
     folder.mkdir()
