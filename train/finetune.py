@@ -27,7 +27,7 @@ from train.metrics import load_metric
 from train.run.engine import Engine, TokenMean
 from train.run.recipes import RecipeError, parse_args
 from train.run.run_folder import start_run
-from train.setup.lora import apply_lora, merge_lora
+from train.setup.lora import apply_lora, check_lora, merge_lora
 from train.setup.models import build_model, model_source
 from train.setup.run_tokenizer import get_tokenizer
 from train.setup.splits import check_sequence_room, load_splits, row_texts
@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None):
     if family == "gpt" and encode_task != "classification":
         raise RecipeError(f"recipe key 'task': {recipe.task!r} needs a BERT model; {recipe.model!r} is a GPT model, "
                           "whose heads serve the tasks sequence-classification and nli")
+    if recipe.lora is not None:
+        check_lora(recipe, source, auto_class)
     text, pair, label = task_columns(recipe, recipe.task)
     names, train_rows, eval_rows = load_rows(recipe, encode_task, text, pair, label)
     with start_run(recipe) as run:

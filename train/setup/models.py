@@ -486,6 +486,15 @@ def build_model(recipe: Recipe, auto_class: str, tokenizer, family: str, source:
     return model
 
 
+def meta_model(config, auto_class: str = "AutoModel", overrides: dict[str, Any] | None = None) -> torch.nn.Module:
+    """The model `auto_class` builds of `config` with `overrides` on top, on the meta device: its modules and shapes
+    without weights, for checks before any work."""
+    if overrides:
+        config = config.__class__.from_dict({**config.to_dict(), **overrides})
+    with torch.device("meta"):
+        return getattr(transformers, auto_class).from_config(config)
+
+
 def check_keeps_weights(source: ModelSource, overrides: dict[str, Any]) -> None:
     """Refuse `model_overrides` that change the shape or number of a pretrained model's weights: they would be
     initialized afresh while the card says the run started from the model. Compared on the meta device."""
@@ -493,13 +502,10 @@ def check_keeps_weights(source: ModelSource, overrides: dict[str, Any]) -> None:
     if not changed:
         return
 
-    def shapes(config) -> dict[str, tuple]:
-        with torch.device("meta"):
-            model = transformers.AutoModel.from_config(config)
-        return {name: tuple(p.shape) for name, p in model.state_dict().items()}
+    def shapes(**changes: Any) -> dict[str, tuple]:
+        return {name: tuple(p.shape) for name, p in meta_model(source.config, overrides=changes).state_dict().items()}
 
-    altered = source.config.__class__.from_dict({**source.config.to_dict(), **changed})
-    if shapes(altered) != shapes(source.config):
+    if shapes(**changed) != shapes():
         saved = ", ".join(f"{k}={getattr(source.config, k, None)!r}" for k in changed)
         raise RecipeError(f"recipe key 'model_overrides': {', '.join(f'{k}={v!r}' for k, v in changed.items())} "
                           f"change the shapes of the weights of the pretrained model {source.name!r} (saved with "
@@ -509,5 +515,5 @@ def check_keeps_weights(source: ModelSource, overrides: dict[str, Any]) -> None:
 
 __all__ = ["CONVERSION_TOLERANCE", "ConversionCheckError", "ModelNotFoundError", "ModelSource", "ModelSourceError",
            "UnsupportedCheckpointError", "build_model", "check_before_start", "check_keeps_weights",
-           "conversion_difference", "convert_checked", "fit_embeddings", "load_model", "model_source", "reference_of",
-           "resolve_model"]
+           "conversion_difference", "convert_checked", "fit_embeddings", "load_model", "meta_model", "model_source",
+           "reference_of", "resolve_model"]

@@ -1,8 +1,8 @@
 """Bad models and what comes with them (a user study): a damaged model folder (a truncated `model.safetensors`, a
-`config.json` that is not JSON), a tokenizer file given for its folder, a LoRA target that is no layer of the model, a
-translation pipeline over a model that does not translate, a translation file without the columns `train_translation`
-reads, and a Transformer asked to generate past its decoder positions. Each is refused before any work, naming the
-argument (or the file) and what is allowed."""
+`config.json` that is not JSON), a tokenizer file given for its folder, a LoRA target that is no layer of the model or
+only its head, a translation pipeline over a model that does not translate, a translation file without the columns
+`train_translation` reads, and a Transformer asked to generate past its decoder positions. Each is refused before any
+work, naming the argument (or the file) and what is allowed."""
 
 import json
 
@@ -183,11 +183,11 @@ def test_a_checkpoint_without_tokenizer_files_is_not_given_a_tokenizer_of_specia
 
 def test_a_lora_target_that_is_no_layer_is_refused_listing_the_layers():
     pytest.importorskip("peft")
-    from train.setup.lora import apply_lora
+    from train.setup.lora import apply_lora, check_target_modules
 
     model = modeling.LineageBertForSequenceClassification(preset("bert-tiny"))
     with pytest.raises(RecipeError) as refused:
-        apply_lora(model, {"target_modules": ["q_proj", "nope", "attention"]})
+        check_target_modules(model, ["q_proj", "nope", "attention"])
     assert str(refused.value) == (
         "recipe key 'lora.target_modules': 'nope', 'attention' name no linear layer of "
         "LineageBertForSequenceClassification; its linear layers are q_proj, k_proj, v_proj, o_proj, up_proj, "
@@ -203,6 +203,26 @@ def test_finetune_refuses_a_lora_target_before_training(bert_folder, tmp_path):
                        "--lora", "{target_modules: [qkv]}", *QUICK])
     assert not (tmp_path / "out").exists()
 
+
+def test_lora_targets_naming_only_the_head_are_refused_before_any_work(bert_folder, tmp_path, monkeypatch):
+    """The head trains in full (peft's modules_to_save): targets naming it alone left LoRA nothing to adapt, and peft
+    failed with a traceback after the tokenizer was trained."""
+    pytest.importorskip("peft")
+    monkeypatch.setenv("LINEAGE_CACHE", str(tmp_path / "cache"))  # where a trained tokenizer would be kept
+    out = tmp_path / "out"
+    with pytest.raises(RecipeError) as refused:
+        finetune.main(["--model", str(bert_folder), "--task", "nli", "--output_dir", str(out),
+                       "--lora", "{target_modules: [classifier]}", *QUICK])
+    assert str(refused.value) == (
+        "recipe key 'lora.target_modules': 'classifier' names only layers of the head (classifier), which trains in "
+        "full without LoRA; name at least one of the layers LoRA adapts in LineageBertForSequenceClassification: "
+        "q_proj, k_proj, v_proj, o_proj, up_proj, down_proj, dense")
+    with pytest.raises(RecipeError, match=r"^recipe key 'lora.target_modules': 'score' names only layers of the head "
+                                          r"\(score\), .* in LineageGptForSequenceClassification: q_proj, k_proj, "
+                                          r"v_proj, o_proj, up_proj, down_proj$"):
+        finetune.main(["--recipe", "gpt-finetune-nli-tiny", "--output_dir", str(out),
+                       "--lora", "{target_modules: [score]}", *QUICK])
+    assert not out.exists() and not (tmp_path / "cache").exists()
 
 # ----------------------------------------------------------------------------------------------------------
 # The translation pipeline over a model that does not translate
