@@ -100,8 +100,7 @@ class LineageRnnConfig(LineageBaseConfig):
 
     @property
     def output_size(self) -> int:
-        """Width of the decoder outputs the output projection reads: `maxout_size` for Bahdanau's deep output when
-        set, else `hidden_size`."""
+        """Width of the decoder outputs the output projection reads."""
         return self.maxout_size or self.hidden_size
 
 

@@ -363,8 +363,7 @@ class LineageRnnDecoder(nn.Module):
 
 class BahdanauDecoder(LineageRnnDecoder):
     """s_t = f(s_{t-1}, [E y_{t-1}; c_t]) with c_t attended from the previous state s_{t-1}, one step at a time;
-    then the deep output t_t = maxout(U_o s_t + V_o E y_{t-1} + C_o c_t), pairs of 2 * `output_size` units pooled
-    (the paper's l = 500 units with 1000 hidden: `maxout_size`)."""
+    then the deep output t_t = maxout(U_o s_t + V_o E y_{t-1} + C_o c_t), pairs of units pooled to `output_size`."""
 
     def __init__(self, config: LineageRnnConfig):
         super().__init__(config, extra_input=config.hidden_size)

@@ -133,15 +133,13 @@ class Seq2SeqLMBase:
 
     @property
     def label_smoothing(self) -> float:
-        """`config.label_smoothing` in training mode, 0 in eval mode: smoothing is a training objective, and an
-        evaluation's loss (and a perplexity from it) is the NLL."""
+        """`config.label_smoothing` in training mode; 0 in eval mode, whose loss is the NLL."""
         return self.config.label_smoothing if self.training else 0.0
 
     @property
     def loss_function(self):
-        """Cross-entropy over target tokens, label-smoothed in training mode (`label_smoothing`,
-        `losses.seq2seq_loss`), where transformers would pick a causal-LM loss (shifting the labels) from the class
-        name."""
+        """Cross-entropy over target tokens (`label_smoothing`), where transformers would pick a causal-LM loss
+        (shifting the labels) from the class name."""
         def loss(logits, labels, vocab_size=None, num_items_in_batch=None, **kwargs):
             return seq2seq_loss(logits, labels, self.label_smoothing, num_items_in_batch)
         return loss

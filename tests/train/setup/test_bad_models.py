@@ -256,7 +256,7 @@ def test_train_translation_names_the_columns_it_reads(tmp_path):
         train_translation.main(["--train_file", str(data), "--output_dir", str(tmp_path / "out"), *QUICK])
     message = str(refused.value)
     assert message.startswith(f"{data}: no column 'source' in line 1; the file has columns ['en', 'de']"), message
-    assert "train_translation reads the columns 'source' and 'target'" in message and "text_column" not in message
+    assert "recipe keys source_column and target_column" in message and "text_column" not in message
     assert not (tmp_path / "out").exists()
 
 
