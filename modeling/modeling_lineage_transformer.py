@@ -289,7 +289,7 @@ class LineageTransformerModel(Seq2SeqBase, LineageTransformerPreTrainedModel):
 class LineageTransformerForConditionalGeneration(Seq2SeqLMBase, LineageTransformerPreTrainedModel,
                                                  LineageGenerationMixin):
     """Sequence-to-sequence model with the pre-softmax projection, the (label-smoothed) loss and `generate()` (the
-    paper's decoding: `num_beams=4, length_penalty=0.6`)."""
+    paper's beam of 4; its alpha = 0.6 is GNMT's penalty, not transformers' `length_penalty`: docs/models.md)."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
     # the decoder's positions bound generation (the source was checked against the encoder's when the encoder ran)
