@@ -1,9 +1,10 @@
 """The optimizer and learning-rate schedules every recipe chooses from.
 
-AdamW with weight decay on matrices and embeddings only (`ndim >= 2`), fused over all tensors; under `inverse_sqrt`
-the Transformer paper's Adam (beta2 0.98, eps 1e-9). Schedules (`lr_scheduler`) as multipliers of the learning rate:
-`linear` (BERT), `cosine` (GPT), `inverse_sqrt` (`d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`), `constant`,
-each after `warmup_steps`. docs/training.md ("Recipes"), docs/performance.md ("Fused AdamW").
+AdamW with weight decay on matrices and embeddings only (`ndim >= 2`), fused over all tensors (under `inverse_sqrt`
+the recipe brings the Transformer paper's beta2 and eps). Schedules (`lr_scheduler`) as multipliers of the learning
+rate: `linear` (BERT), `cosine` (GPT), `inverse_sqrt` (`d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`),
+`constant`, each after `warmup_steps` (or `warmup_ratio` of the steps). docs/training.md ("Recipes"),
+docs/performance.md ("Fused AdamW").
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def build_optimizer(model: torch.nn.Module, recipe: Recipe, total_steps: int,
     groups = parameter_groups(model, recipe.weight_decay)
     fused = all(p.is_floating_point() for group in groups for p in group["params"])
     optimizer = torch.optim.AdamW(groups, lr=recipe.learning_rate, betas=betas, eps=eps, fused=fused)
-    schedule = schedule_lambda(recipe.lr_scheduler, recipe.warmup_steps, total_steps, d_model)
+    warmup = (recipe.warmup_steps if recipe.warmup_ratio is None  # a ratio wins over a shipped recipe's steps
+              else math.ceil(recipe.warmup_ratio * total_steps))
+    schedule = schedule_lambda(recipe.lr_scheduler, warmup, total_steps, d_model)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 

@@ -34,6 +34,7 @@ RANGES = {
     "learning_rate": (0, None, False, False), "weight_decay": (0, None, True, False),
     "adam_beta1": (0, 1, True, False), "adam_beta2": (0, 1, True, False), "adam_epsilon": (0, None, False, False),
     "max_grad_norm": (0, None, True, False), "warmup_steps": (0, None, True, False),
+    "warmup_ratio": (0, 1, True, False),
     "mlm_probability": (0, 1, False, False), "lm_loss_weight": (0, None, True, False),
     "label_smoothing": (0, 1, True, False), "train_size": (1, None, True, False), "eval_size": (1, None, True, False),
     "tokenizer_vocab_size": (1, None, True, False), "tokenizer_train_size": (1, None, True, False),
@@ -145,6 +146,7 @@ class Recipe:
     max_grad_norm: float = 1.0
     lr_scheduler: str = "linear"
     warmup_steps: int = 0
+    warmup_ratio: float | None = None  # warmup as a share of the optimizer steps (GPT 0.002, BERT fine-tuning 0.1)
     max_steps: int = -1  # > 0 overrides num_train_epochs
     num_train_epochs: float = 1.0
     max_train_seconds: float = 0.0  # > 0: stop after the optimizer step that passes this much training time
@@ -380,6 +382,9 @@ def recipe_from_dict(fields: dict[str, Any], source: str = "recipe", user_keys: 
     if recipe.streaming:
         check_stream(recipe.max_steps, recipe.dataloader_num_workers)
     recipe.set_by_user = frozenset(fields if user_keys is None else user_keys)
+    if recipe.warmup_ratio is not None and {"warmup_steps", "warmup_ratio"} <= recipe.set_by_user:
+        raise RecipeError(f"recipe keys 'warmup_steps' ({recipe.warmup_steps}) and 'warmup_ratio' "
+                          f"({recipe.warmup_ratio}) both set the warmup: keep one")
     return recipe
 
 

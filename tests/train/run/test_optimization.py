@@ -46,3 +46,27 @@ def test_a_linear_schedule_warms_up_with_the_recipes_adam():
     adam, schedule = build_optimizer(model, recipe, 100, d_model=512)
     assert adam.defaults["betas"] == (0.9, 0.95)
     assert adam.param_groups[0]["lr"] == pytest.approx(1e-4)  # the first step's rate: warmup 1/10
+
+
+def test_warmup_ratio_warms_up_a_share_of_the_steps_and_wins_over_a_shipped_recipes_steps():
+    recipe = parse_args(["--recipe", "bert-base-finetune", "--warmup_ratio", "0.1", "--learning_rate", "1e-3"],
+                        command="finetune")
+    assert recipe.warmup_steps == 100  # the shipped recipe's, which the user's ratio replaces
+    adam, schedule = build_optimizer(torch.nn.Linear(4, 4), recipe, 200, d_model=512)
+    rates = []
+    for _ in range(25):
+        rates.append(adam.param_groups[0]["lr"])
+        adam.step()
+        schedule.step()
+    assert rates[0] == pytest.approx(1e-3 / 20) and rates[19] == pytest.approx(1e-3) and rates[21] < 1e-3
+
+
+@pytest.mark.parametrize("argv, refusal", [
+    (["--warmup_steps", "10", "--warmup_ratio", "0.1"], r"'warmup_steps' \(10\) and 'warmup_ratio' \(0.1\) both set"),
+    (["--warmup_ratio", "1"], r"recipe key 'warmup_ratio' must be in \[0, 1\), got 1"),
+])
+def test_a_warmup_set_twice_or_past_the_run_is_refused(argv, refusal):
+    from train.run.recipes import RecipeError
+
+    with pytest.raises(RecipeError, match=refusal):
+        parse_args(["--recipe", "bert-base-finetune", *argv], command="finetune")
