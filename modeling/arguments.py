@@ -56,16 +56,23 @@ def model_cache(model, cache, use_cache: bool | None, new_cache: Callable | None
     return cache, use_cache
 
 
+def _returns_dict(model, kwargs: dict) -> bool:
+    """Whether a forward given `kwargs` returns its output class, not the tuple `return_dict=False` asks for."""
+    chosen = kwargs.get("return_dict")
+    return getattr(model.config, "return_dict", True) if chosen is None else chosen
+
+
 def forward_arguments(forward: Callable | None = None, *, strict: bool = True, takes: tuple[str, ...] = ()) -> Callable:
     """Decorate a forward whose cache parameter is named `cache`: it takes the cache as `cache` or `past_key_values`,
-    shows the installed transformers' name, and (`strict`) refuses an unused keyword with a `TypeError` naming it.
+    shows the installed transformers' name, and (`strict`) refuses an unused keyword with a `TypeError` naming it. A
+    forward that may skip its logits (`return_logits`) computes them for a tuple, whose items would move otherwise.
     `takes`: keywords it receives in `**kwargs` (those handed on to a base model, or transformers' varlen keywords)."""
     if forward is None:
         return functools.partial(forward_arguments, strict=strict, takes=takes)
     signature = inspect.signature(forward)
     parameters = signature.parameters
     names = {name for name, p in parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
-    takes_cache = "cache" in parameters
+    takes_cache, skips_logits = "cache" in parameters, "return_logits" in parameters
     accepted = names | TRANSFORMERS_KEYWORDS | set(takes)
     per_example = accepted - {"num_items_in_batch"}  # a per-example mean loss: no token count to divide by
 
@@ -87,6 +94,8 @@ def forward_arguments(forward: Callable | None = None, *, strict: bool = True, t
                 shown = sorted(CACHE_NAME if name == "cache" else name for name in taken)
                 raise TypeError(f"{type(self).__name__}.{forward.__name__}() got an unexpected keyword argument "
                                 f"{unused[0]!r}; it takes {', '.join(shown)}.")
+        if skips_logits and kwargs.get("return_logits") is None and not _returns_dict(self, kwargs):
+            kwargs["return_logits"] = True  # a tuple keeps the reference's positions: (loss, logits, ...)
         return forward(self, *args, **kwargs)
 
     shown = [p.replace(name=CACHE_NAME) if name == "cache" else p for name, p in parameters.items()

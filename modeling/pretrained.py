@@ -4,6 +4,7 @@ attention-backend flags, output capture, vocabulary-padding-aware resizing and s
 """
 
 import functools
+import inspect
 from contextlib import nullcontext
 
 from torch import nn
@@ -121,6 +122,9 @@ class LineageGenerationMixin(GenerationMixin):
         for name in GENERATION_TOKENIZERS:
             kwargs.pop(name, None)
         return super().prepare_inputs_for_generation(*args, **kwargs)
+
+    # transformers' signature: `generate(inputs_embeds=...)` is served only where it names `inputs_embeds`
+    prepare_inputs_for_generation.__signature__ = inspect.signature(GenerationMixin.prepare_inputs_for_generation)
 
     def _prepare_generation_config(self, generation_config, **kwargs):
         """transformers' merge of the generation settings, then the checks of settings it would fail on deep inside

@@ -324,6 +324,29 @@ def test_when_logits_are_returned():
         model(input_ids=batch["input_ids"], return_logits=False)
 
 
+LM_HEADS = {LineageGptForCausalLM: ("gpt-tiny", {}), LineageBertLMHeadModel: ("bert-tiny", {"is_decoder": True}),
+            LineageBertForMaskedLM: ("bert-tiny", {}),
+            LineageTransformerForConditionalGeneration: ("transformer-tiny", {})}
+
+
+@pytest.mark.parametrize("model_class", list(LM_HEADS))
+@pytest.mark.parametrize("by", ["call", "config"])
+def test_a_training_tuple_keeps_the_references_positions(model_class, by):
+    """`return_dict=False` (or `config.return_dict=False`) in training: `loss, logits = out[:2]` as with
+    transformers' heads, whose logits are never skipped (a skipped None would move every later item forward)."""
+    name, fields = LM_HEADS[model_class]
+    model = model_class(preset(name, **fields, **NO_DROPOUT)).train()
+    batch = causal_batch()
+    expected = model(**batch, return_logits=True)
+    if by == "config":
+        model.config.return_dict = False
+    out = model(**batch, **({"return_dict": False} if by == "call" else {}))
+    assert isinstance(out, tuple)
+    torch.testing.assert_close(out[0], expected.loss, **EXACT)
+    torch.testing.assert_close(out[1], expected.logits, **EXACT)
+    assert len(model(**batch, return_dict=False, return_logits=False)) == len(out) - 1  # asked for: skipped
+
+
 def test_a_wrapped_head_takes_the_dense_path():
     """A head that is not a plain linear layer (an adapter's wrapper) must run as a module: logits, dense loss."""
 

@@ -664,6 +664,22 @@ def test_a_stop_string_ends_the_generation_at_its_token(model_class, variant, ke
     torch.testing.assert_close(stopped, greedy[:, :start + new.index(stop) + 1], **EXACT)
 
 
+@cases(contract.GENERATIVE, kernels=False)
+def test_generating_from_inputs_embeds_gives_the_ids_tokens(model_class, variant, kernel):
+    """`generate(inputs_embeds=...)`, the embeddings of the prompt's ids: greedy search's new tokens from the ids (a
+    decoder-only model returns the new tokens alone, as transformers' do)."""
+    model = head(model_class, variant)
+    model.generation_config.eos_token_id = None
+    inputs = prompt(model)
+    kwargs = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)
+    greedy = model.generate(**inputs, **kwargs)
+    ids = inputs.pop("input_ids")
+    embedded = model.generate(inputs_embeds=model.get_input_embeddings()(ids), **inputs, **kwargs)
+    torch.testing.assert_close(embedded, greedy[:, -embedded.shape[1]:], **EXACT)
+    if model_class not in contract.SEQ2SEQ:
+        assert embedded.shape[1] == 5
+
+
 def prompt(model) -> dict:
     """A generation prompt of two rows: decoder-only left-padded, seq2seq with a right-padded source (and BERT as a
     decoder over its encoder memory)."""
