@@ -54,6 +54,23 @@ def preset(name: str, **overrides):
     return AutoConfig.for_model(fields.pop("model_type"), **{**fields, **overrides})
 
 
+def hub_dataset(cache: Path, repo: str, config: str, splits: dict[str, Path], features=None) -> str:
+    """`repo` (configuration `config`) as an online `load_dataset(repo, config)` leaves it in the datasets cache `cache`
+    (`<namespace>___<name>/<config>/<version>/<commit>/` holding `<name>-<split>.arrow` and `dataset_info.json`): made
+    from the JSON Lines file of each split by the JSON builder a Hub load of JSON files runs, moved where the Hub's copy
+    would be. Returns `repo`."""
+    from datasets.packaged_modules.json.json import Json
+
+    namespace, name = repo.split("/")
+    builder = Json(data_files={split: [str(path)] for split, path in splits.items()}, dataset_name=name,
+                   config_name=config, cache_dir=str(cache), hash="0" * 40, features=features)
+    builder.download_and_prepare()
+    target = cache / f"{namespace}___{name}" / config
+    target.mkdir(parents=True)
+    Path(builder.cache_dir).parent.rename(target / "0.0.0")
+    return repo
+
+
 def run_clean_process(code: str, cwd: Path, python: str = sys.executable) -> str:
     """Run `code` in `python -I` (this interpreter, or another environment's) from `cwd` with `modeling` and `train`
     made unimportable; return its stdout."""

@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import exact_resume
+from conftest import exact_resume, hub_dataset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -169,18 +169,9 @@ def _saved(folder: Path, cache: Path) -> Path:
 
 
 def _hub_cache(folder: Path, cache: Path) -> str:
-    """A Hub dataset as an online `load_dataset("lineage-tests/english")` leaves it in the datasets cache
-    (`<namespace>___<name>/<config>/<version>/<commit>/` holding `<name>-<split>.arrow` and `dataset_info.json`): made
-    by the JSON builder a Hub load of JSON files runs, moved where the Hub's copy would be."""
-    from datasets.packaged_modules.json.json import Json
-
+    """A Hub dataset in the offline cache, as an online `load_dataset("lineage-tests/english")` leaves it."""
     rows = _pandas(".jsonl", lines=True)(folder, cache)
-    builder = Json(data_files={"train": [str(rows)]}, dataset_name="english", cache_dir=str(cache), hash="0" * 40)
-    builder.download_and_prepare()
-    config = cache / "lineage-tests___english" / "default"
-    config.mkdir(parents=True)
-    Path(builder.cache_dir).parent.rename(config / "0.0.0")
-    return "lineage-tests/english"
+    return hub_dataset(cache, "lineage-tests/english", "default", {"train": rows})
 
 
 LAYOUTS = {

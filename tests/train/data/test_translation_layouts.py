@@ -12,11 +12,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import hub_dataset
 
 from train import evaluate, train_translation
 from train.data.corpus import generate_records
 from train.data.files import MissingColumnError, UnknownColumnError, load_text_dataset
-from train.run.recipes import RecipeError
+from train.run.recipes import RecipeError, load_recipe
 from train.train_translation import pair_columns, pairs
 
 datasets.disable_progress_bars()
@@ -128,3 +129,31 @@ def test_the_pair_columns_are_refused_for_another_command():
 
     with pytest.raises(RecipeError, match=r"recipe key 'source_column' is read by train_translation only"):
         finetune.main(["--recipe", "bert-finetune-nli-tiny", "--source_column", "en"])
+
+
+def test_the_wmt14_recipe_is_the_papers_and_reads_the_hubs_wmt14(tmp_path, monkeypatch):
+    """`transformer-base-wmt14`: the paper's settings (section 5), and its data keys read `wmt/wmt14` (`de-en`) as an
+    online load leaves it in the datasets cache, a `Translation` feature, validation split newstest2013; the run
+    itself shrunk to a tiny model and 2 steps."""
+    recipe = load_recipe("transformer-base-wmt14")
+    assert (recipe.model, recipe.lr_scheduler, recipe.warmup_steps, recipe.learning_rate, recipe.max_steps) == (
+        "transformer-base", "inverse_sqrt", 4000, 1.0, 100_000)
+    assert (recipe.adam_beta2, recipe.adam_epsilon, recipe.label_smoothing, recipe.tokenizer_vocab_size) == (
+        0.98, 1e-9, 0.1, 37000)
+    assert (recipe.weight_decay, recipe.max_grad_norm, recipe.num_beams, recipe.average_last_checkpoints) == (
+        0.0, 0.0, 4, 5)
+    files = {}
+    for split, rows in (("train", PAIRS), ("validation", PAIRS[:6]), ("test", PAIRS[6:10])):
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps({"translation": {"de": de, "en": en}}) + "\n" for en, de in rows))
+    features = datasets.Features({"translation": datasets.Translation(languages=["de", "en"])})
+    hub_dataset(tmp_path / "cache", "wmt/wmt14", "de-en", files, features)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    results, folder = train_translation.main([
+        "--recipe", "transformer-base-wmt14", "--model", "transformer-tiny", "--tokenizer_vocab_size", "300",
+        "--max_seq_length", "32", "--max_new_tokens", "8", "--per_device_train_batch_size", "8", "--max_steps", "2",
+        "--warmup_steps", "1", "--save_steps", "0", "--average_last_checkpoints", "0", "--eval_steps", "0",
+        "--progress_bar", "false", "--report_to", "none", "--output_dir", str(tmp_path / "run")])
+    assert results["steps"] == 2 and "eval_bleu" in results
+    recorded = (folder / "recipe.yaml").read_text()
+    assert "dataset: wmt/wmt14" in recorded and "source_column: translation.en" in recorded

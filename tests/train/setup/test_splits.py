@@ -4,10 +4,9 @@ folder without a `validation` split evaluates on nothing, as any local data with
 `validation_split` names another split that evaluates (MNLI's `validation_matched`); a Hub dataset without the split
 is refused naming its splits and the key."""
 
-from pathlib import Path
-
 import datasets
 import pytest
+from conftest import hub_dataset
 
 from train import finetune
 from train.data.corpus import generate_records
@@ -61,29 +60,21 @@ def test_finetune_reports_the_saved_validation_splits_figures(tmp_path):
     assert "eval_accuracy" in results and "eval_size: 6" in (folder / "recipe.yaml").read_text()
 
 
-def _hub_cache(root, splits: dict[str, int]) -> str:
-    """`nyu-mll/glue` config `mnli` as an online load leaves it in the datasets cache, with MNLI's split names."""
-    from datasets.packaged_modules.json.json import Json
-
+def _hub_cache(root, splits: dict[str, int]):
+    """`nyu-mll/glue` config `mnli` in the offline datasets cache, with MNLI's split names."""
     files = {}
     for split, size in splits.items():
-        path = root / f"{split}.jsonl"
+        files[split] = root / f"{split}.jsonl"
         datasets.Dataset.from_list(generate_records("nli", "train" if split == "train" else "validation",
-                                                    size=size)).to_json(path)
-        files[split] = [str(path)]
-    cache = root / "cache"
-    builder = Json(data_files=files, dataset_name="glue", config_name="mnli", cache_dir=str(cache), hash="0" * 40)
-    builder.download_and_prepare()
-    config = cache / "nyu-mll___glue" / "mnli"
-    config.mkdir(parents=True)
-    (cache / "glue" / Path(builder.cache_dir).parent.parent.name / "0.0.0").rename(config / "0.0.0")
-    return str(cache)
+                                                    size=size)).to_json(files[split])
+    hub_dataset(root / "cache", "nyu-mll/glue", "mnli", files)
+    return root / "cache"
 
 
 @pytest.fixture
 def mnli(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", Path(_hub_cache(tmp_path, {
-        "train": 16, "validation_matched": 6, "test": 4})))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", _hub_cache(tmp_path, {
+        "train": 16, "validation_matched": 6, "test": 4}))
     return ["--dataset", "nyu-mll/glue", "--dataset_config", "mnli"]
 
 
