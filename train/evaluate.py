@@ -359,12 +359,13 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
     if names is not None:
         rows = _model_label_ids(rows, names, label, model.config, source)
-    data = finetune.encoded(args, tokenizer, encode_task, rows, text, pair, label, source)
+    data = finetune.encoded(args, tokenizer, encode_task, rows, text, pair, label, source, scored=True)
+    data, scores = finetune.answer_metrics(data, rows) if encode_task == "qa" else (data, finetune.metrics)
     batch = model_batch_size(args)
     accelerator = Accelerator(cpu=device_of(args) == "cpu")
     loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer))
     model, loader = accelerator.prepare(model, loader)
-    figures = evaluation_pass(accelerator, model, loader, finetune.predict, finetune.metrics)
+    figures = evaluation_pass(accelerator, model, loader, finetune.predict, scores)
     return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}},
             "data": {"dataset": source, "split": args.split, "rows": len(rows), "task": task}}
 

@@ -55,17 +55,55 @@ TASKS = {
 COLUMN_KINDS = {"classification": ("text", "label"), "token_classification": ("words", "tags"), "qa": ("text", None)}
 
 
+MAX_ANSWER_TOKENS = 30  # the longest answer span a prediction may take (transformers' and the BERT paper's scripts)
+
+
 def predict(model, batch, outputs) -> dict[str, torch.Tensor]:
     if "start_positions" in batch:
-        return {"start": outputs.start_logits.argmax(-1), "end": outputs.end_logits.argmax(-1),
-                "start_labels": batch["start_positions"], "end_labels": batch["end_positions"]}
+        return answer_spans(outputs.start_logits, outputs.end_logits, batch)
     return {"predictions": outputs.logits.argmax(-1), "labels": batch["labels"]}
 
 
+def answer_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, batch: dict) -> dict[str, torch.Tensor]:
+    """Each window's best answer span in its context (segment 1 without its [SEP]), at most `MAX_ANSWER_TOKENS`
+    long, with its score (start + end logit) and the no-answer score ([CLS]'s), each (B,)."""
+    mask = batch["attention_mask"].bool()
+    context = (batch["token_type_ids"] == 1) & mask
+    context[torch.arange(len(mask)), mask.sum(-1) - 1] = False  # the final [SEP]
+    scores = start_logits[:, :, None] + end_logits[:, None, :]  # (B, start, end)
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    length = positions[None, :] - positions[:, None]  # end - start
+    valid = context[:, :, None] & context[:, None, :] & (length >= 0) & (length < MAX_ANSWER_TOKENS)
+    best, where = scores.masked_fill(~valid, -torch.inf).flatten(1).max(-1)
+    return {"start": where // mask.shape[1], "end": where % mask.shape[1], "score": best,
+            "null": start_logits[:, 0] + end_logits[:, 0]}
+
+
+def answer_metrics(data, rows):
+    """`(data without its offsets, metrics_fn)`: SQuAD's exact match and F1 per question (`train/metrics/squad.py`),
+    each question answered by the best span of its windows (`answer_spans`) as text of its context, or by no answer
+    where the data has unanswerable questions (SQuAD 2.0) and [CLS] scores higher in each window."""
+    windows = list(zip(data["example_id"], data["offset_mapping"]))
+    contexts, answers = rows["context"], [answer["text"] for answer in rows["answers"]]
+    unanswerable = not all(answers)
+
+    def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
+        found = {name: predictions[name].tolist() for name in ("start", "end", "score", "null")}
+        if len(found["start"]) != len(windows):
+            raise ValueError(f"{len(found['start'])} predictions for the {len(windows)} windows of the questions")
+        best, null = {}, {}
+        for (example, offsets), start, end, score, empty in zip(windows, *found.values()):
+            null[example] = min(null.get(example, torch.inf), empty)
+            if offsets[start] is not None and offsets[end] is not None and score > best.get(example, (-torch.inf,))[0]:
+                best[example] = (score, contexts[example][offsets[start][0]:offsets[end][1]])
+        texts = ["" if example not in best or (unanswerable and null[example] > best[example][0])
+                 else best[example][1] for example in range(len(contexts))]
+        return load_metric("squad").compute(predictions=texts, references=answers)
+
+    return data.remove_columns(["example_id", "offset_mapping"]), metrics
+
+
 def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
-    if "start" in predictions:
-        hit = (predictions["start"] == predictions["start_labels"]) & (predictions["end"] == predictions["end_labels"])
-        return {"exact_match": hit.float().mean().item()}
     keep = predictions["labels"] != -100
     preds, refs = predictions["predictions"][keep].tolist(), predictions["labels"][keep].tolist()
     return {"accuracy": load_metric("accuracy").compute(predictions=preds, references=refs)["accuracy"],
@@ -111,14 +149,15 @@ def load_rows(recipe, encode_task: str, text: str, pair: str | None, label: str 
 
 
 def encoded(recipe, tokenizer, encode_task: str, rows, text: str, pair: str | None, label: str | None,
-            source: str, skipped: bool = False):
+            source: str, skipped: bool = False, scored: bool = False):
     """`rows` of `source` tokenized for the task; a row it cannot encode is refused naming its file and line (its row
-    among those kept, where `skip_unlabeled` `skipped` some)."""
+    among those kept, where `skip_unlabeled` `skipped` some). `scored` QA windows keep their question and offsets
+    (`answer_metrics`)."""
     length = recipe.max_seq_length
     encode = {"classification": {"text_column": text, "text_pair_column": pair, "label_column": label,
                                  "max_length": length},
               "token_classification": {"tokens_column": text, "tags_column": label, "max_length": length},
-              "qa": {"max_length": length, "doc_stride": length // 4}}[encode_task]
+              "qa": {"max_length": length, "doc_stride": length // 4, "keep_offsets": scored}}[encode_task]
     try:
         return tokenize_dataset(rows, tokenizer, encode_task, **encode)
     except RowError as error:
@@ -165,10 +204,12 @@ def main(argv: list[str] | None = None):
         train_data = encoded(recipe, tokenizer, encode_task, train_rows, text, pair, label,
                              recipe.split_name("train"), skipped)
         eval_data = (encoded(recipe, tokenizer, encode_task, eval_rows, text, pair, label,
-                             recipe.split_name("validation"), skipped) if eval_rows else None)
+                             recipe.split_name("validation"), skipped, scored=True) if eval_rows else None)
+        eval_data, scores = (answer_metrics(eval_data, eval_rows) if encode_task == "qa" and eval_data is not None
+                             else (eval_data, metrics))
         engine = Engine(run, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=_auxiliary_lm(recipe, family),
-                        unpad_inputs=True, predict_fn=predict, metrics_fn=metrics)
+                        unpad_inputs=True, predict_fn=predict, metrics_fn=scores)
         results = engine.train()
         if recipe.lora is not None:
             merge_lora(engine, Path(recipe.output_dir) / "adapter", source)

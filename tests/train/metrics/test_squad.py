@@ -1,0 +1,94 @@
+"""Question answering is scored per question as SQuAD's official scripts score it: the metric's normalization, exact
+match and F1 (v2.0's unanswerable questions against the empty answer); each window's best span (`answer_spans`); a
+question's answer taken from the best of its windows as text of its context, or no answer where [CLS] wins on data
+with unanswerable questions, whatever the number of windows a context is cut into."""
+
+import pytest
+import torch
+
+from train import finetune
+from train.data.corpus import generate_records, tokenizer_training_texts
+from train.data.model_inputs import tokenize_dataset
+from train.data.tokenization import train_tokenizer
+from train.metrics import load_metric
+from train.metrics.squad import normalize, token_f1
+
+SQUAD = load_metric("squad")
+
+
+def test_normalization_and_token_f1_are_the_official_scripts():
+    assert normalize("The  Eiffel-Tower, in Paris!") == "eiffeltower in paris"
+    assert normalize("an apple a day") == "apple day"
+    assert token_f1("in Paris France", "Paris") == pytest.approx(2 * (1 / 3) * 1 / (1 / 3 + 1))
+    assert token_f1("", "") == 1.0 and token_f1("x", "") == 0.0 and token_f1("the", "a") == 1.0
+
+
+def test_exact_match_and_f1_take_the_best_gold_answer_and_score_unanswerable_questions_by_the_empty_answer():
+    scores = SQUAD.compute(predictions=["Denver Broncos", "in 1998", "", "Paris"],
+                           references=[["Denver Broncos", "Broncos"], ["1998"], [], []])
+    assert scores["exact_match"] == pytest.approx(2 / 4)  # hit; "in 1998" misses; empty right; "Paris" wrong
+    assert scores["f1"] == pytest.approx((1 + 2 / 3 + 1 + 0) / 4)
+    with pytest.raises(ValueError, match="predictions and references are empty"):
+        SQUAD.compute(predictions=[], references=[])
+
+
+def test_each_windows_best_span_lies_in_its_context_and_is_at_most_the_longest_answer():
+    ids = torch.tensor([[1, 5, 2, 7, 8, 9, 2, 0]])  # [CLS] q [SEP] context... [SEP] pad
+    batch = {"attention_mask": torch.tensor([[1, 1, 1, 1, 1, 1, 1, 0]]),
+             "token_type_ids": torch.tensor([[0, 0, 0, 1, 1, 1, 1, 0]]), "input_ids": ids}
+    start = torch.tensor([[9.0, 8.0, 0.0, 1.0, 3.0, 0.0, 7.0, 9.0]])  # the best starts lie outside the context
+    end = torch.tensor([[9.0, 0.0, 0.0, 0.0, 0.0, 2.0, 9.0, 9.0]])
+    spans = finetune.answer_spans(start, end, batch)
+    assert (spans["start"].item(), spans["end"].item()) == (4, 5)  # in the context, end >= start, no [SEP]
+    assert spans["score"].item() == 5.0 and spans["null"].item() == 18.0
+
+
+@pytest.fixture(scope="module")
+def qa_windows():
+    """The embedded QA rows (answerable and not) cut into several windows each (windows of 48 tokens)."""
+    tokenizer = train_tokenizer("bert", tokenizer_training_texts(size=300), 400, model_max_length=128)
+    rows = generate_records("qa", "validation", size=12)
+    import datasets
+
+    data = datasets.Dataset.from_list(rows)
+    encoded = tokenize_dataset(data, tokenizer, "qa", max_length=48, doc_stride=8, keep_offsets=True)
+    return data, encoded
+
+
+def _logits(encoded, where) -> tuple[torch.Tensor, torch.Tensor]:
+    """Start and end logits, 10 at the tokens `where(window)` names (a start and an end), 0 elsewhere."""
+    width = max(len(ids) for ids in encoded["input_ids"])
+    start, end = torch.zeros(len(encoded), width), torch.zeros(len(encoded), width)
+    for row, window in enumerate(encoded):
+        first, last = where(window)
+        start[row, first], end[row, last] = 10.0, 10.0
+    return start, end
+
+
+def _scores(encoded, data, where) -> dict:
+    start, end = _logits(encoded, where)
+    width = start.shape[1]
+    pad = lambda values: [v + [0] * (width - len(v)) for v in values]  # noqa: E731
+    batch = {"attention_mask": torch.tensor(pad(encoded["attention_mask"])),
+             "token_type_ids": torch.tensor(pad(encoded["token_type_ids"]))}
+    spans = finetune.answer_spans(start, end, batch)
+    stripped, metrics = finetune.answer_metrics(encoded, data)
+    assert "offset_mapping" not in stripped.column_names and len(stripped) == len(encoded)
+    return metrics(spans, 0.0)
+
+
+def test_the_gold_span_of_each_windowed_question_scores_one_and_cls_scores_its_unanswerable_questions(qa_windows):
+    data, encoded = qa_windows
+    assert len(encoded) > 2 * len(data)  # several windows a question
+    assert any(not a["text"] for a in data["answers"]) and any(a["text"] for a in data["answers"])
+    gold = _scores(encoded, data, lambda w: (w["start_positions"], w["end_positions"]))  # 0, 0 where it is absent
+    assert gold == {"exact_match": 1.0, "f1": 1.0}
+
+
+def test_a_window_without_the_answer_that_predicts_nothing_does_not_count_as_a_hit(qa_windows):
+    """The old window score counted every window where [CLS] was both label and prediction as exact: here every
+    window predicts [CLS], so only the unanswerable questions are right."""
+    data, encoded = qa_windows
+    unanswerable = sum(not a["text"] for a in data["answers"]) / len(data)
+    scores = _scores(encoded, data, lambda w: (0, 0))
+    assert scores["exact_match"] == pytest.approx(unanswerable) and scores["f1"] == pytest.approx(unanswerable)
