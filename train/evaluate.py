@@ -39,7 +39,8 @@ KINDS = {"ForCausalLM": "causal", "LMHeadModel": "causal", "ForConditionalGenera
 # the flags only one way of scoring reads (`scoring`) -> it: given to another, a flag would be ignored
 SCORING_FLAGS = {**dict.fromkeys(("include_path", "limit", "num_fewshot"), "the harness (--tasks)"),
                  **dict.fromkeys(("num_beams", "length_penalty", "source_column", "target_column"), "translation"),
-                 **dict.fromkeys(("task", "text_column", "text_pair_column", "label_column"), "classification"),
+                 **dict.fromkeys(("task", "text_column", "text_pair_column", "label_column", "skip_unlabeled"),
+                                 "classification"),
                  "text_file": "pseudo-perplexity"}
 
 
@@ -101,9 +102,12 @@ def command_parser() -> CommandParser:
                                                      "token-classification or question-answering (default: the task "
                                                      "the run fine-tuned it for, else its head's)")
     for column in ("text_column", "text_pair_column", "label_column"):
-        parser.add_argument(f"--{column}", default=None, help="as finetune's recipe key")
+        parser.add_argument(f"--{column}", default=None, help="as finetune's recipe key (default: the run's, with "
+                                                              "--dataset)")
+    parser.add_switch("--skip_unlabeled", help="classification: leave out rows labelled -1 (SNLI, GLUE test splits)")
     for column in ("source_column", "target_column"):
-        parser.add_argument(f"--{column}", default=None, help="as train_translation's recipe key")
+        parser.add_argument(f"--{column}", default=None, help="as train_translation's recipe key (default: the "
+                                                              "run's, with --dataset)")
     parser.add_argument("--eval_size", type=_number(int, 1, "a number of rows >= 1"), default=None,
                         help="score the first N rows")
     parser.add_argument("--max_seq_length", type=_number(int, 2, "a length >= 2"), default=None,
@@ -262,7 +266,7 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
     from train.train_translation import pair_columns, pairs
 
     source = args.dataset or "embedded:translation"
-    columns = args.source_column, args.target_column
+    columns = tuple(_columns(args, ("source_column", "target_column")).values())
     rows = pairs(_rows(args, source, pair_columns(*columns), "--source_column and --target_column (translation.de: "
                        "the entry de of a column translation)"), *columns)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, revision=args.model_revision, trust_remote_code=True)
@@ -286,8 +290,10 @@ def _model_label_ids(rows, names: list[str], column: str, config, source: str):
         elif generic and name.isdigit() and int(name) < config.num_labels:
             mapping[i] = int(name)
         else:
+            hint = (": integer labels are matched to named classes by name, as their ids may follow another order; "
+                    "write the labels as the class names" if name.isdigit() else "")
             raise EvaluateError(f"--dataset {source}: label {name!r} of column {column!r} is no class of the model "
-                                f"(its classes: {', '.join(map(str, label2id))})")
+                                f"(its classes: {', '.join(map(str, label2id))}){hint}")
 
     def convert(value):
         return [mapping.get(v, v) for v in value] if isinstance(value, list) else mapping.get(value, value)
@@ -303,6 +309,13 @@ def _run_recipe(model: str) -> dict[str, Any]:
     import yaml
 
     return yaml.safe_load(recipe.read_text()) or {}
+
+
+def _columns(args: argparse.Namespace, keys: tuple[str, ...]) -> dict[str, str | None]:
+    """Each column flag of `keys` as given, else, for a `--dataset`, the run's recipe key (the data it trained on
+    named its columns so; the default data has the task's own)."""
+    recipe = _run_recipe(args.model) if args.dataset else {}
+    return {key: getattr(args, key) or recipe.get(key) for key in keys}
 
 
 def _trained_task(model: str, fitting: list[str]) -> str | None:
@@ -328,8 +341,8 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str):
                                              finetune.TASKS[task].auto_class)
     if family == "gpt" and encode_task != "classification":
         raise EvaluateError(f"--task {task!r} needs a BERT model; a GPT model serves sequence-classification and nli")
-    text, pair, label = finetune.task_columns(SimpleNamespace(**{k: getattr(args, k) for k in (
-        "text_column", "text_pair_column", "label_column")}), task)
+    text, pair, label = finetune.task_columns(SimpleNamespace(**_columns(args, (
+        "text_column", "text_pair_column", "label_column"))), task)
     text_kind, label_kind = finetune.COLUMN_KINDS[encode_task]
     columns = [(c, k) for c, k in ((text, text_kind), (pair, "text"), (label, label_kind)) if c]
     columns += [("answers", "answers")] if encode_task == "qa" else []
@@ -337,8 +350,8 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str):
     rows = _rows(args, source, columns, "--text_column, --text_pair_column and --label_column")
     names = None
     if label:
-        names, rows, _ = class_labels(rows, None, label, (source, source), allow_single_class=True,
-                                      training=False)
+        names, rows, _ = class_labels(rows, None, label, (source, source), skip_unlabeled=args.skip_unlabeled,
+                                      allow_single_class=True, training=False)
     return task, encode_task, auto_class, (text, pair, label), rows, names, source
 
 

@@ -356,3 +356,23 @@ def test_the_embedded_corpus_is_drawn_with_the_runs_seed(tmp_path, recipe, seed)
                                               "--output_dir", str(tmp_path / "eval")])
     rows = evaluate._rows(args, "embedded:translation", [("source", "text")], "--source_column")
     assert list(rows["source"]) == [r["source"] for r in generate_records("translation", "validation", seed, 5)]
+
+
+def test_unlabelled_rows_are_skipped_on_request_and_the_runs_columns_are_the_default(tmp_path, capsys):
+    """SNLI's layout: `label` -1 where no gold label exists, other column names (here `sentence1`, `sentence2`, the
+    run's recipe keys): refused naming the way out, scored on the labelled rows with --skip_unlabeled, with the
+    columns of the run's recipe.yaml unless flags name others."""
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3)  # LABEL_0...
+    (folder / "recipe.yaml").write_text("task: nli\ntext_column: sentence1\ntext_pair_column: sentence2\n")
+    rows = [{"sentence1": r["premise"], "sentence2": r["hypothesis"], "label": -1 if i % 3 == 0 else r["label"]}
+            for i, r in enumerate(generate_records("nli", "test", size=9))]
+    data = tmp_path / "snli.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    base = ["--model", str(folder), "--dataset", str(data)]
+    with pytest.raises(ValueError, match="an unlabelled row.*skip_unlabeled"):
+        evaluate.main([*base, "--output_dir", str(tmp_path / "refused")])
+    out = evaluate.main([*base, "--skip_unlabeled", "--output_dir", str(tmp_path / "eval")])
+    assert json.loads((out / "results.json").read_text())["data"]["rows"] == 6
+    assert "skipped 3 rows labelled -1" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no column 'premise'"):  # a flag names another column
+        evaluate.main([*base, "--text_column", "premise", "--skip_unlabeled", "--output_dir", str(tmp_path / "e2")])

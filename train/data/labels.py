@@ -58,10 +58,14 @@ def _check_values(dataset: datasets.Dataset, source: str, column: str, kind: typ
                              f"label")
         kind = type(value)
         if isinstance(value, int) and value < 0 and not _skipped(value, word, skip_unlabeled):
-            hint = (" (an unlabelled row, as in GLUE test splits: set skip_unlabeled: true to skip such rows)"
-                    if value == -1 else f" ({IGNORE_INDEX} marks a word to skip)" if word is not None else "")
-            raise LabelError(f"{row_location(source, row, column)}: {_named(value, word)} is not a class id >= 0{hint}")
+            raise _negative(row_location(source, row, column), value, word)
     return kind
+
+
+def _negative(location: str, value: int, word: int | None) -> LabelError:
+    hint = (" (an unlabelled row, as in GLUE test splits: set skip_unlabeled: true to skip such rows)"
+            if value == -1 else f" ({IGNORE_INDEX} marks a word to skip)" if word is not None else "")
+    return LabelError(f"{location}: {_named(value, word)} is not a class id >= 0{hint}")
 
 
 def _class_feature(feature) -> datasets.ClassLabel | None:
@@ -141,6 +145,10 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
     if skip_unlabeled and kind is int:
         train = _drop_unlabeled(train, column, sources[0])
         validation = _drop_unlabeled(validation, column, sources[1]) if validation is not None else None
+        if validation is not None and len(validation) == 0:
+            raise LabelError(f"{sources[1]}: every row is labelled -1 in column {column!r} (unlabelled, as GLUE's test "
+                             f"splits): nothing to evaluate on; give labelled data (validation_split, "
+                             f"validation_file)")
     if kind is str:
         label = datasets.ClassLabel(names=names)
         feature = datasets.List(label) if tags else label
@@ -172,7 +180,17 @@ def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.
 
         train = train.filter(labelled, input_columns=column)
         validation = validation.filter(labelled, input_columns=column) if validation is not None else None
-    return names, train, validation
+        return names, train, validation
+
+    def checked(value, row: int) -> bool:  # as each row is read; memory refuses the same before training
+        for word, label in enumerate(value) if isinstance(value, list) else [(None, value)]:
+            if label < 0 and not _skipped(label, word, False):
+                raise _negative(row_location(sources[0], row, column), label, word)
+        return True
+
+    if validation is not None:
+        _check_values(validation, sources[1], column, None, False)
+    return names, train.filter(checked, input_columns=column, with_indices=True), validation
 
 
 __all__ = ["LabelError", "class_labels", "streamed_class_labels"]

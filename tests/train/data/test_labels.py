@@ -20,7 +20,7 @@ def _split(labels: list[int], names: list[str] | None = NAMES) -> datasets.Datas
 
 @pytest.mark.parametrize("skip_unlabeled", [False, True])
 def test_the_declared_classes_and_every_row_or_the_labelled_ones(skip_unlabeled):
-    labels = [0, -1, 2, 1, -1, 0]
+    labels = [0, -1, 2, 1, -1, 0] if skip_unlabeled else [0, 2, 1, 0]  # -1 without skip_unlabeled: refused, below
     names, train, validation = streamed_class_labels(_split(labels).to_iterable_dataset(), _split(labels[::-1]),
                                                      "label", ("train.jsonl", "dev.jsonl"), skip_unlabeled)
     assert names == NAMES
@@ -57,3 +57,25 @@ def test_integer_ids_the_training_split_leaves_out_become_untrained_classes_and_
     class_labels(_split([0, 2, 1], None), None, "label", ("train.csv", "dev.csv"))
     class_labels(_split([1, 5], None), None, "label", ("eval.csv", "eval.csv"), training=False)
     assert capsys.readouterr().out == ""
+
+
+def test_an_unlabelled_row_of_a_stream_is_refused_as_it_is_read_naming_the_way_out():
+    """Without `skip_unlabeled` a -1 of the stream is refused when the row is read (it was a loss's IndexError), and
+    the validation split's before training, as in memory."""
+    names, train, _ = streamed_class_labels(_split([0, 1, -1, 2]).to_iterable_dataset(), None, "label",
+                                            ("train.jsonl", "dev.jsonl"))
+    rows = iter(train)
+    assert [next(rows)["label"] for _ in range(2)] == [0, 1]
+    with pytest.raises(LabelError, match=r"train.jsonl: row 2.*label -1 is not a class id >= 0 \(an unlabelled row.*"
+                                         r"skip_unlabeled: true"):
+        next(rows)
+    with pytest.raises(LabelError, match=r"dev.jsonl: row 1.*label -1 is not a class id >= 0"):
+        streamed_class_labels(_split([0, 1]).to_iterable_dataset(), _split([2, -1]), "label",
+                              ("train.jsonl", "dev.jsonl"))
+
+
+def test_a_validation_split_of_unlabelled_rows_alone_is_refused_not_scored_as_nothing():
+    with pytest.raises(LabelError, match=r"dev.jsonl: every row is labelled -1 in column 'label'.*nothing to "
+                                         r"evaluate on"):
+        class_labels(_split([0, 1, 2, 1]), _split([-1, -1]), "label", ("train.jsonl", "dev.jsonl"),
+                     skip_unlabeled=True)
