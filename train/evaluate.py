@@ -26,7 +26,7 @@ from train.analysis import evaluation_report, harness
 from train.analysis.model_scores import pseudo_perplexity, score_translator
 from train.cli import CommandParser, run_script
 from train.run.environment import versions
-from train.run.publish import pipeline_tag
+from train.run.publish import pipeline_tag, public_name
 from train.run.run_folder import check_writer_output, staged_output
 from train.setup.models import HUB_ID, load_backbone
 
@@ -422,10 +422,22 @@ def write_outputs(folder: Path, report: dict[str, Any], baseline: dict[str, Any]
                                                   staging / "bleu_by_length.png", baseline)
 
 
+def card_dataset(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, str] | None:
+    """The data set of a card's model-index entry as the Hub names one (name, type, config, split); None for the
+    harness, whose tasks are their own data."""
+    scored = report.get("translation") or report.get("data")
+    if scored is None or "dataset" not in scored:
+        return None
+    name = public_name(scored["dataset"])
+    return {"name": name, "type": name, **({"config": args.dataset_config} if args.dataset_config else {}),
+            "split": scored["split"]}
+
+
 def card_settings(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, Any]:
     harness_version = report.get("harness", {}).get("lm_eval_version")
     return {"harness": f"lm-evaluation-harness {harness_version}" if harness_version else None,
-            "n-shot": args.num_fewshot, "limit": args.limit, "dataset": args.dataset,
+            "n-shot": args.num_fewshot, "limit": args.limit, "dataset": public_name(args.dataset),
+            "config": args.dataset_config, "split": args.split if card_dataset(args, report) else None,
             "text file": Path(args.text_file).name if args.text_file else None,  # no path of this machine
             "date": report["date"][:10]}
 
@@ -446,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     write_outputs(folder, report, baseline)
     if args.write_card:
         card = evaluation_report.write_card(Path(args.model), report["scores"], pipeline_tag(architecture),
-                                            card_settings(args, report))
+                                            card_settings(args, report), card_dataset(args, report))
         print(f"model card: {card}")
     for task, figures in report["scores"].items():
         print(f"{task}: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"

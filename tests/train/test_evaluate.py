@@ -376,3 +376,14 @@ def test_unlabelled_rows_are_skipped_on_request_and_the_runs_columns_are_the_def
     assert "skipped 3 rows labelled -1" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no column 'premise'"):  # a flag names another column
         evaluate.main([*base, "--text_column", "premise", "--skip_unlabeled", "--output_dir", str(tmp_path / "e2")])
+
+
+def test_a_card_names_each_scored_data_set_and_split_and_replaces_only_the_same_one(tmp_path):
+    """Scores of one task on two data sets (MNLI matched, mismatched) are two model-index entries, each naming its
+    data set, configuration and split, as the Hub reads them; scoring one of them again replaces that one only."""
+    matched = {"name": "nyu-mll/glue", "type": "nyu-mll/glue", "config": "mnli", "split": "validation_matched"}
+    mismatched = {**matched, "split": "validation_mismatched"}
+    for dataset, value in ((matched, 0.5), (mismatched, 0.6), (matched, 0.7)):
+        evaluation_report.write_card(tmp_path, {"nli": {"accuracy": value}}, "text-classification", {}, dataset)
+    results = read_card_metadata(tmp_path / "README.md")["model-index"][0]["results"]
+    assert [(r["dataset"], r["metrics"][0]["value"]) for r in results] == [(mismatched, 0.6), (matched, 0.7)]

@@ -101,19 +101,22 @@ def write_results(path: Path, results: dict[str, Any]) -> Path:
     return path
 
 
-def _index_entry(task: str, figures: dict[str, float], task_type: str, source: str) -> dict[str, Any]:
-    return {"task": {"type": task_type}, "dataset": {"name": task, "type": task},
+def _index_entry(task: str, figures: dict[str, float], task_type: str, source: str,
+                 dataset: dict[str, str] | None) -> dict[str, Any]:
+    return {"task": {"type": task_type}, "dataset": dataset or {"name": task, "type": task},
             "metrics": [{"type": metric, "value": round(value, 4)} for metric, value in figures.items()],
             "source": {"name": source}}
 
 
 def card_metadata(metadata: dict[str, Any], scores: dict[str, dict[str, float]], model_name: str, task_type: str,
-                  source: str) -> dict[str, Any]:
-    """`metadata` with a `model-index` entry per scored task; an entry of the same task and source is replaced."""
+                  source: str, dataset: dict[str, str] | None = None) -> dict[str, Any]:
+    """`metadata` with a `model-index` entry per scored task, on `dataset` (its name, type, config and split; None:
+    the task's own, a harness task); an entry of the same source, task type and dataset is replaced."""
     index = metadata.get("model-index") or [{"name": model_name, "results": []}]
+    entries = [_index_entry(task, figures, task_type, source, dataset) for task, figures in scores.items()]
+    replaced = [(e["source"], e["task"], e["dataset"]) for e in entries]
     kept = [r for r in index[0].get("results", [])
-            if not (r.get("source", {}).get("name") == source and r.get("dataset", {}).get("type") in scores)]
-    entries = [_index_entry(task, figures, task_type, source) for task, figures in scores.items()]
+            if (r.get("source"), r.get("task"), r.get("dataset")) not in replaced]
     return {**metadata, "model-index": [{**index[0], "results": kept + entries}, *index[1:]]}
 
 
@@ -126,7 +129,8 @@ def evaluation_section(scores: dict[str, dict[str, float]], settings: dict[str, 
             f"|---|---|---|\n{rows}\n{END}\n")
 
 
-def write_card(folder: Path, scores: dict[str, dict[str, float]], task_type: str, settings: dict[str, Any]) -> Path:
+def write_card(folder: Path, scores: dict[str, dict[str, float]], task_type: str, settings: dict[str, Any],
+               dataset: dict[str, str] | None = None) -> Path:
     """Update `folder/README.md` (module docstring), written through a temporary file and a rename."""
     card = folder / "README.md"
     text = card.read_text() if card.is_file() else ""
@@ -137,7 +141,7 @@ def write_card(folder: Path, scores: dict[str, dict[str, float]], task_type: str
         body = body[:body.index(BEGIN)] + section + body[body.index(END) + len(END) + 1:]
     else:
         body = body.rstrip("\n") + ("\n\n" if body.strip() else "") + section
-    metadata = card_metadata(metadata, scores, folder.name, task_type, SOURCE)
+    metadata = card_metadata(metadata, scores, folder.name, task_type, SOURCE, dataset)
     tmp = folder / ".README.md.tmp"
     tmp.write_text("---\n" + yaml.safe_dump(metadata, sort_keys=False) + "---\n\n" + body.lstrip("\n"))
     os.replace(tmp, card)

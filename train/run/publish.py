@@ -106,7 +106,9 @@ def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> 
                 "task": {"type": tag},
                 "dataset": ({"name": public_name(recipe.validation_file),
                              "type": public_name(recipe.validation_file)} if recipe.validation_file else
-                            {"name": dataset_name, "type": dataset_name, "split": recipe.validation_split}),
+                            {"name": dataset_name, "type": dataset_name,
+                             **({"config": recipe.dataset_config} if recipe.dataset_config else {}),
+                             "split": recipe.validation_split}),
                 "metrics": [{"type": k, "value": round(float(v), 4)} for k, v in sorted(figures.items())]
                 or [{"type": "loss", "value": round(float(results.get("eval_loss", float("nan"))), 4)}],
             }],

@@ -91,7 +91,7 @@ def test_validation_split_names_the_split_that_evaluates(mnli, tmp_path):
                                      "--output_dir", str(tmp_path / "run")])
     assert "eval_accuracy" in results and "eval_size: 6" in (folder / "recipe.yaml").read_text()
     card = (folder / "README.md").read_text()
-    assert "split: validation_matched" in card
+    assert "split: validation_matched" in card and "config: mnli" in card
 
 
 @pytest.mark.parametrize("split, refusal", [("train", r"not the one that trains"), ("", r"not the one that trains"),
