@@ -373,7 +373,9 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     if names is not None:
         rows = _model_label_ids(rows, names, label, model.config, source)
     data = finetune.encoded(args, tokenizer, encode_task, rows, text, pair, label, source, scored=True)
-    data, scores = finetune.answer_metrics(data, rows) if encode_task == "qa" else (data, finetune.metrics)
+    classes = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    data, scores = (finetune.answer_metrics(data, rows) if encode_task == "qa"
+                    else (data, finetune.label_metrics(classes)))
     batch = model_batch_size(args)
     accelerator = Accelerator(cpu=device_of(args) == "cpu")
     loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer))

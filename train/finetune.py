@@ -103,11 +103,27 @@ def answer_metrics(data, rows):
     return data.remove_columns(["example_id", "offset_mapping"]), metrics
 
 
-def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
-    keep = predictions["labels"] != -100
-    preds, refs = predictions["predictions"][keep].tolist(), predictions["labels"][keep].tolist()
-    return {"accuracy": load_metric("accuracy").compute(predictions=preds, references=refs)["accuracy"],
-            "f1": load_metric("f1").compute(predictions=preds, references=refs, average="macro")["f1"]}
+def label_metrics(names: list[str]):
+    """The metrics_fn of a classifier of the classes `names` (by id): accuracy, macro F1 and the Matthews
+    correlation (CoLA's) over the labelled positions (a word's first sub-token); for tags of the IOB scheme (O, B-X,
+    I-X: CoNLL's), also conlleval's entity precision, recall and F1 over each sentence's words."""
+    iob = all(name == "O" or name[:2] in ("B-", "I-") for name in names)
+
+    def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
+        labels, predicted = predictions["labels"], predictions["predictions"]
+        keep = labels != -100
+        preds, refs = predicted[keep].tolist(), labels[keep].tolist()
+        scores = {"accuracy": load_metric("accuracy").compute(predictions=preds, references=refs)["accuracy"],
+                  "f1": load_metric("f1").compute(predictions=preds, references=refs, average="macro")["f1"],
+                  **load_metric("matthews_correlation").compute(predictions=preds, references=refs)}
+        if labels.ndim == 2 and iob:
+            sentences = [([names[i] for i in p[k].tolist()], [names[i] for i in r[k].tolist()])
+                         for p, r, k in zip(predicted, labels, keep)]
+            scores.update(load_metric("entity_f1").compute(predictions=[s[0] for s in sentences],
+                                                           references=[s[1] for s in sentences]))
+        return scores
+
+    return metrics
 
 
 def _label_fields(names: list[str] | None) -> dict:
@@ -206,7 +222,7 @@ def main(argv: list[str] | None = None):
         eval_data = (encoded(recipe, tokenizer, encode_task, eval_rows, text, pair, label,
                              recipe.split_name("validation"), skipped, scored=True) if eval_rows else None)
         eval_data, scores = (answer_metrics(eval_data, eval_rows) if encode_task == "qa" and eval_data is not None
-                             else (eval_data, metrics))
+                             else (eval_data, label_metrics(names or [])))
         engine = Engine(run, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=_auxiliary_lm(recipe, family),
                         unpad_inputs=True, predict_fn=predict, metrics_fn=scores)
