@@ -111,7 +111,9 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
     """`(names, train, validation)`: the class names and both splits with `column` as class ids (module docstring).
     `training`: the classes are those of a model to train (its head gets a class for every id up to the largest,
     said where the data leaves ids out), not those of data a trained model is scored on."""
+    stored = train.features[column]
     train, validation = (_integral(d, column) if d is not None else None for d in (train, validation))
+    widened = train.features[column] != stored
     splits = [(train, sources[0])] + ([(validation, sources[1])] if validation is not None else [])
     kind = None
     for dataset, source in splits:
@@ -119,6 +121,9 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
     values = [v for _, word, v in _labels(train, column) if not _skipped(v, word, skip_unlabeled)]
     counts = dict(sorted(Counter(values).items()))
     trained_on = _cut(train, sources[0], "train_size")
+    if widened:  # Arrow's widening of ids beside missing values, or a score column (STS-B's) of whole scores
+        print(f"{trained_on}: column {column!r} holds whole numbers stored as floats: read as class ids (regression "
+              f"is not supported)", flush=True)
     if not values:
         raise LabelError(f"{trained_on}: column {column!r} holds no labelled row")
     tags = isinstance(train.features[column], datasets.List)

@@ -79,3 +79,14 @@ def test_a_validation_split_of_unlabelled_rows_alone_is_refused_not_scored_as_no
                                          r"evaluate on"):
         class_labels(_split([0, 1, 2, 1]), _split([-1, -1]), "label", ("train.jsonl", "dev.jsonl"),
                      skip_unlabeled=True)
+
+
+def test_whole_scores_stored_as_floats_become_class_ids_and_are_said_so(capsys):
+    """A float column of whole numbers (STS-B-like scores 0.0-5.0, or ids Arrow widened) is read as class ids, which
+    a regression task would not want: the run says so."""
+    scores = datasets.Dataset.from_dict({"text": ["a", "b", "c"], "label": [0.0, 5.0, 3.0]},
+                                        datasets.Features({"text": datasets.Value("string"),
+                                                           "label": datasets.Value("float32")}))
+    names, train, _ = class_labels(scores, None, "label", ("stsb.jsonl", "dev.jsonl"))
+    assert names == [str(i) for i in range(6)] and train["label"] == [0, 5, 3]
+    assert "column 'label' holds whole numbers stored as floats: read as class ids" in capsys.readouterr().out
