@@ -105,8 +105,9 @@ def answer_metrics(data, rows):
 
 def label_metrics(names: list[str]):
     """The metrics_fn of a classifier of the classes `names` (by id): accuracy, macro F1 and the Matthews
-    correlation (CoLA's) over the labelled positions (a word's first sub-token); for tags of the IOB scheme (O, B-X,
-    I-X: CoNLL's), also conlleval's entity precision, recall and F1 over each sentence's words."""
+    correlation (CoLA's) over the labelled positions (a word's first sub-token); of two classes, also the F1 of class
+    1 (MRPC's and QQP's `binary_f1`); for tags of the IOB scheme (O, B-X, I-X: CoNLL's), also conlleval's entity
+    precision, recall and F1 over each sentence's words."""
     iob = all(name == "O" or name[:2] in ("B-", "I-") for name in names)
 
     def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
@@ -116,6 +117,8 @@ def label_metrics(names: list[str]):
         scores = {"accuracy": load_metric("accuracy").compute(predictions=preds, references=refs)["accuracy"],
                   "f1": load_metric("f1").compute(predictions=preds, references=refs, average="macro")["f1"],
                   **load_metric("matthews_correlation").compute(predictions=preds, references=refs)}
+        if len(names) == 2:
+            scores["binary_f1"] = load_metric("f1").compute(predictions=preds, references=refs, pos_label=1)["f1"]
         if labels.ndim == 2 and iob:
             sentences = [([names[i] for i in p[k].tolist()], [names[i] for i in r[k].tolist()])
                          for p, r, k in zip(predicted, labels, keep)]

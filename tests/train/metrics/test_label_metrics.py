@@ -5,6 +5,7 @@ import importlib.util
 import math
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,3 +60,12 @@ def test_a_tagger_reports_entity_f1_and_a_classifier_the_matthews_correlation(tm
     assert {"eval_entity_f1", "eval_entity_precision", "eval_entity_recall", "eval_accuracy"} <= set(tagged)
     classified, _ = finetune.main(["--recipe", "bert-finetune-nli-tiny", *quick, "--output_dir", str(tmp_path / "nli")])
     assert -1 <= classified["eval_matthews_correlation"] <= 1 and "eval_entity_f1" not in classified
+    assert "eval_binary_f1" not in classified  # three classes
+
+
+def test_two_classes_report_the_f1_of_class_one():
+    """MRPC's and QQP's F1 is the positive class's, not the macro mean: a constant "equivalent" scores 2/3 there."""
+    metrics = finetune.label_metrics(["not_equivalent", "equivalent"])
+    labels = torch.tensor([1, 1, 0, 0, 1, 0])
+    scores = metrics({"predictions": torch.ones_like(labels), "labels": labels}, 0.0)
+    assert scores["binary_f1"] == pytest.approx(2 * 0.5 * 1 / 1.5) and scores["f1"] == pytest.approx(1 / 3)
