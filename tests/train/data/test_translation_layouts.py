@@ -114,8 +114,12 @@ def test_train_translation_and_evaluate_read_the_hubs_layout(streaming, tmp_path
                          "--output_dir", str(tmp_path / "eval")])
     report = json.loads((out / "results.json").read_text())
     assert sum(r["sentences"] for r in report["translation"]["bleu_by_length"]) == 4
+    again = evaluate.main(["--model", str(folder), "--dataset", str(data), "--eval_size", "4", "--num_beams", "1",
+                           "--max_new_tokens", "4", "--output_dir", str(tmp_path / "eval2")])  # the run's columns
+    assert json.loads((again / "results.json").read_text())["scores"] == report["scores"]
     with pytest.raises(UnknownColumnError, match=r"no column 'source'.*--source_column and --target_column"):
-        evaluate.main(["--model", str(folder), "--dataset", str(data), "--output_dir", str(tmp_path / "eval2")])
+        evaluate.main(["--model", str(folder), "--dataset", str(data), "--source_column", "source", "--output_dir",
+                       str(tmp_path / "eval3")])
 
 
 def test_the_columns_are_advised_by_name_when_the_data_has_other_ones(tmp_path):
