@@ -237,12 +237,11 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
     which name others."""
     from train.data.corpus import SPLITS
     from train.data.files import UnknownColumnError, load_text_dataset
+    from train.run.recipes import Recipe
 
     embedded = source.startswith("embedded:")
     if embedded and args.split not in SPLITS:
         raise EvaluateError(f"--split {args.split!r}: {source} has the splits {', '.join(SPLITS)}")
-    from train.run.recipes import Recipe
-
     drawn = {"size": args.eval_size, "seed": _run_recipe(args.model).get("seed", Recipe.seed)}  # as the run drew it
     try:
         rows = load_text_dataset(source, args.split, columns=columns, dataset_config=args.dataset_config,
@@ -312,9 +311,9 @@ def _run_recipe(model: str) -> dict[str, Any]:
 
 
 def _columns(args: argparse.Namespace, keys: tuple[str, ...]) -> dict[str, str | None]:
-    """Each column flag of `keys` as given, else, for a `--dataset`, the run's recipe key (the data it trained on
-    named its columns so; the default data has the task's own)."""
-    recipe = _run_recipe(args.model) if args.dataset else {}
+    """Each column flag of `keys` as given, else, for a `--dataset` of the user's, the run's recipe key (the data it
+    trained on named its columns so; the embedded corpus has the task's own)."""
+    recipe = _run_recipe(args.model) if args.dataset and not args.dataset.startswith("embedded:") else {}
     return {key: getattr(args, key) or recipe.get(key) for key in keys}
 
 

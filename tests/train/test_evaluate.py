@@ -376,6 +376,10 @@ def test_unlabelled_rows_are_skipped_on_request_and_the_runs_columns_are_the_def
     assert "skipped 3 rows labelled -1" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no column 'premise'"):  # a flag names another column
         evaluate.main([*base, "--text_column", "premise", "--skip_unlabeled", "--output_dir", str(tmp_path / "e2")])
+    # the embedded corpus is read with the task's own columns (premise, hypothesis), not the run's: its named labels
+    # are what this model of generic classes refuses
+    with pytest.raises(evaluate.EvaluateError, match="label 'entailment' of column 'label' is no class of the model"):
+        evaluate.main(["--model", str(folder), "--dataset", "embedded:nli", "--output_dir", str(tmp_path / "e3")])
 
 
 def test_a_card_names_each_scored_data_set_and_split_and_replaces_only_the_same_one(tmp_path):
