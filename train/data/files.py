@@ -725,12 +725,20 @@ def _hub_error(name: str, split: str, dataset_config: str | None, err: BaseExcep
                      f"A local path must exist; the Hub needs a network (HF_HUB_OFFLINE unset) or a cached copy")
 
 
+def hub_splits(name: str, dataset_config: str | None) -> list[str] | None:
+    """The splits of Hub dataset `name` (its metadata, or the cached copy's offline); None where neither says."""
+    try:
+        return datasets.get_dataset_split_names(name, dataset_config)
+    except Exception:  # no network, no cached copy, a gated or missing repo: loading it says which
+        return None
+
+
 def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bool, dataset_config: str | None,
               cache_dir: str | None) -> AnyDataset:
     try:
         dataset = datasets.load_dataset(name, dataset_config, split=split, streaming=streaming, cache_dir=cache_dir)
-    except ValueError as err:
-        if "Unknown split" not in str(err):
+    except ValueError as err:  # "Unknown split" in memory, "Bad split" streamed
+        if "Unknown split" not in str(err) and "Bad split" not in str(err):
             raise _hub_error(name, split, dataset_config, err) from err
         raise UnknownSplitError(f"Hub dataset {name!r} (config {dataset_config!r}) has no split {split!r}: "
                                 f"{str(err).rstrip('.')}") from None
@@ -743,5 +751,5 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
 
 __all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS",
            "InvalidUTF8Error", "MalformedRowError", "MissingColumnError", "TASKS", "TEXT_SAMPLE_BY",
-           "UnknownColumnError", "UnknownSplitError", "check_local_source", "check_utf8", "load_text_dataset",
-           "resolve_files", "row_location", "saved_splits", "stream_refusal", "validate_files"]
+           "UnknownColumnError", "UnknownSplitError", "check_local_source", "check_utf8", "hub_splits",
+           "load_text_dataset", "resolve_files", "row_location", "saved_splits", "stream_refusal", "validate_files"]

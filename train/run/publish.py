@@ -87,7 +87,7 @@ def card_recipe(recipe) -> dict[str, Any]:
 
 def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> dict[str, Any]:
     """The card's Hub metadata; the figures are named as measured on the validation file when the recipe gives
-    one, else on `dataset_name`'s split `validation_split`."""
+    one, else on `dataset_name`'s split `Recipe.evaluated_split`."""
     class_name = type(model).__name__
     tag = pipeline_tag(class_name)
     # the figures of the command's metrics_fn, as `evaluation.evaluate` names them: `eval_<metric>` (its signatures,
@@ -108,7 +108,7 @@ def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> 
                              "type": public_name(recipe.validation_file)} if recipe.validation_file else
                             {"name": dataset_name, "type": dataset_name,
                              **({"config": recipe.dataset_config} if recipe.dataset_config else {}),
-                             "split": recipe.validation_split}),
+                             "split": recipe.evaluated_split}),
                 "metrics": [{"type": k, "value": round(float(v), 4)} for k, v in sorted(figures.items())]
                 or [{"type": "loss", "value": round(float(results.get("eval_loss", float("nan"))), 4)}],
             }],

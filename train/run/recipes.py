@@ -180,6 +180,9 @@ class Recipe:
     # the command's own data, read when the recipe names none (`reading`); no field either, so the recipe's keys, hash
     # and saved file stay as the user wrote them
     default_dataset = ""
+    # rows of the training split held out to evaluate on, where the data has no validation split and the user set
+    # `eval_size` (`train.setup.splits.load_splits`): what the run evaluated on, for its messages and card
+    held_out = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -195,7 +198,7 @@ class Recipe:
     def replace(self, **changes: Any) -> Recipe:
         """A copy with `changes` applied (unchecked), keeping which keys the user set."""
         copy = dataclasses.replace(self, **changes)
-        copy.set_by_user, copy.default_dataset = self.set_by_user, self.default_dataset
+        copy.set_by_user, copy.default_dataset, copy.held_out = self.set_by_user, self.default_dataset, self.held_out
         return copy
 
     def reading(self, default_dataset: str) -> Recipe:
@@ -215,7 +218,12 @@ class Recipe:
         """`data_source` as messages name it: a file as it is, a dataset's validation split as `<name> (validation)`."""
         source = self.data_source(split, default)
         named_file = self.train_file if split == "train" else self.validation_file
-        return source if named_file or split == "train" else f"{source} ({self.validation_split})"
+        return source if named_file or split == "train" else f"{source} ({self.evaluated_split})"
+
+    @property
+    def evaluated_split(self) -> str:
+        """The split of `dataset` the run evaluates on: `validation_split` or `train[:N]`, its first N rows held out."""
+        return f"train[:{self.held_out}]" if self.held_out else self.validation_split
 
 
 def valid_keys() -> list[str]:

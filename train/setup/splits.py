@@ -7,6 +7,7 @@ user's data cut only by the user's `train_size` / `eval_size`; with `streaming` 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from train.data.files import (
     UnknownColumnError,
     UnknownSplitError,
     check_local_source,
+    hub_splits,
     load_text_dataset,
     saved_splits,
 )
@@ -28,25 +30,23 @@ COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_
 
 
 def load_split(recipe: Recipe, split: str, columns: Columns = (), default_dataset: str | None = None,
-               column_advice: str = COLUMN_ADVICE):
+               column_advice: str = COLUMN_ADVICE, cut: bool = True):
     """One split (`train` or `validation`) of the recipe's data (`Recipe.data_source`), `.txt` files cut into rows as
-    `text_sample_by` says; a user's data is cut to `train_size` / `eval_size` only when the user set the key. A
-    column the data lacks is refused with `column_advice`. With `streaming`, the training split is a
-    `datasets.IterableDataset` cut by `.take(n)`; a Hub dataset's validation split is streamed into memory."""
+    `text_sample_by` says; a user's data is cut to `train_size` / `eval_size` only when the user set the key (`cut`
+    False: never). A column the data lacks is refused with `column_advice`. With `streaming`, the training split is a
+    `datasets.IterableDataset` cut by `.take(n)`; a Hub dataset's validation split is streamed into memory.
+    `load_splits` decides whether the data has a validation split to load."""
     key = "train_size" if split == "train" else "eval_size"
-    size, file = getattr(recipe, key), recipe.train_file if split == "train" else recipe.validation_file
+    size = getattr(recipe, key) if cut else None
     source = recipe.data_source(split, default_dataset)
     if not source:
         raise RecipeError("the recipe names no data: set 'dataset' (e.g. embedded:nli) or 'train_file'")
     embedded = source.startswith("embedded:")
     name = split if split == "train" else recipe.validation_split  # the split of a dataset read
-    if split != "train" and file is None and (recipe.train_file or Path(source).exists()):
-        if name not in saved_splits(source):
-            recipe.eval_size = None  # local training files and no validation file: no evaluation, no size applied
-            return None
+    if split != "train" and recipe.validation_file is None and name in saved_splits(source):
         print(f"{source}: evaluating on its saved split {name!r} (set validation_file to evaluate on other data)",
               flush=True)
-    streamed = recipe.streaming and (split == "train" or (file is None and not embedded))
+    streamed = recipe.streaming and (split == "train" or (recipe.validation_file is None and not embedded))
     kwargs = ({"size": size, "seed": recipe.seed} if embedded
               else {"dataset_config": recipe.dataset_config, "text_sample_by": recipe.text_sample_by,
                     "num_proc": recipe.num_proc})
@@ -58,21 +58,27 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
         if split == "train":
             raise
         raise UnknownSplitError(f"{error}; set the recipe key validation_split to the split that evaluates "
-                                f"(now {name!r})") from None
-    if streamed and not embedded:  # its length is unknown: cut by the user's key, never counted
-        if size is not None and key in recipe.set_by_user:
-            side = (f"; its {dataset.n_shards} files are read side by side, so the first rows of each"
-                    if dataset.n_shards > 1 else "")
-            print(f"{key} {size}: using the first {size} rows of {source} (streamed{side})", flush=True)
-            dataset = dataset.take(size)
-        elif size is not None:
-            print(f"{source}: streaming all its rows (the shipped recipe's {key} {size} sizes the embedded corpus; "
-                  f"set --{key} to cut your data)", flush=True)
-            setattr(recipe, key, None)  # all rows, as the recipe records them
-        if split != "train":  # evaluation reads its data whole, each time
-            dataset = datasets.Dataset.from_list(list(dataset), features=dataset.features)
-    elif size is not None and not embedded:
-        dataset = _sized(recipe, key, size, dataset, source)
+                                f"(now {name!r}), or eval_size to hold out rows of the training split") from None
+    if split != "train" and streamed:  # evaluation reads its data whole, each time
+        return datasets.Dataset.from_list(list(_cut(recipe, key, size, dataset, source)), features=dataset.features)
+    return dataset if embedded else _cut(recipe, key, size, dataset, source)
+
+
+def _cut(recipe: Recipe, key: str, size: int | None, dataset, source: str):
+    """A user's data cut to `size` rows (`key`): a stream by `.take(n)` (its length is unknown: never counted), data
+    in memory by `_sized`."""
+    if size is None:
+        return dataset
+    if not isinstance(dataset, datasets.IterableDataset):
+        return _sized(recipe, key, size, dataset, source)
+    if key in recipe.set_by_user:
+        side = (f"; its {dataset.n_shards} files are read side by side, so the first rows of each"
+                if dataset.n_shards > 1 else "")
+        print(f"{key} {size}: using the first {size} rows of {source} (streamed{side})", flush=True)
+        return dataset.take(size)
+    print(f"{source}: streaming all its rows (the shipped recipe's {key} {size} sizes the embedded corpus; set "
+          f"--{key} to cut your data)", flush=True)
+    setattr(recipe, key, None)  # all rows, as the recipe records them
     return dataset
 
 
@@ -123,8 +129,56 @@ def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str | No
     for key, file in (("train_file", train), ("validation_file", validation)):
         if file:
             check_local_source(file, key)
-    return (load_split(recipe, "train", columns, default_dataset, column_advice),
-            load_split(recipe, "validation", columns, default_dataset, column_advice))
+    splits = None if validation else _without_validation(recipe, source)
+    if splits is not None and "eval_size" in recipe.set_by_user:
+        rows = load_split(recipe, "train", columns, default_dataset, column_advice, cut=False)
+        held, rows = _held_out(recipe, rows, source)
+        return _cut(recipe, "train_size", recipe.train_size, rows, source), held
+    rows = load_split(recipe, "train", columns, default_dataset, column_advice)
+    if splits is not None and (recipe.train_file or Path(source).exists() or splits == ["train"]):
+        print(f"{source} has no split {recipe.validation_split!r} to evaluate on: training without evaluation (set "
+              f"eval_size to hold out rows of the training data, or give validation_file)", flush=True)
+        recipe.eval_size = None
+        return rows, None
+    return rows, load_split(recipe, "validation", columns, default_dataset, column_advice)
+
+
+def _without_validation(recipe: Recipe, source: str) -> list[str] | None:
+    """The splits of the recipe's data when it has no split `validation_split` (local training files: none; a saved
+    `DatasetDict` or a Hub dataset without it: theirs); None when it has one, or the Hub cannot say (no network)."""
+    if source.startswith("embedded:"):
+        return None
+    local = recipe.train_file or Path(source).exists()
+    splits = saved_splits(source) if local else hub_splits(source, recipe.dataset_config)
+    return None if splits is None or recipe.validation_split in splits else splits
+
+
+def _held_out(recipe: Recipe, rows, source: str):
+    """`(held, rest)`: the first `eval_size` rows of the training data, held out to evaluate on (in memory), and the
+    rows left to train on; of a stream, the rows left are those unlike every held-out row (the same rows, whatever
+    the shards, lanes and processes that read it). `recipe.held_out` records the count."""
+    size = recipe.eval_size
+    streamed = isinstance(rows, datasets.IterableDataset)
+    held = list(rows.take(size)) if streamed else rows.select(range(min(size, len(rows))))
+    count = len(held) if streamed else len(rows)
+    if count < size or (count == size and not streamed):
+        raise RecipeError(f"recipe key 'eval_size' is {size}: {source} has no split {recipe.validation_split!r}, so "
+                          f"the run holds out its first {size} rows to evaluate on, but it has {count}: nothing would "
+                          f"be left to train on; set a smaller eval_size, or give validation_file")
+    total = "" if streamed else f" of its {count}"
+    print(f"{source} has no split {recipe.validation_split!r}: evaluating on its first {size}{total} rows, held out of "
+          f"training (eval_size {size})", flush=True)
+    recipe.held_out = size
+    if not streamed:
+        return held, rows.select(range(size, len(rows)))
+    kept = {_digest(row) for row in held}
+    rest = rows.filter(lambda batch: [_digest(dict(zip(batch, values))) not in kept for values in zip(*batch.values())],
+                       batched=True, batch_size=1000)
+    return datasets.Dataset.from_list(held, features=rows.features), rest
+
+
+def _digest(row: dict) -> bytes:
+    return hashlib.blake2b(repr(sorted(row.items())).encode(), digest_size=16).digest()
 
 
 def column_texts(dataset, column: str = "text") -> Iterator[str]:

@@ -1,0 +1,108 @@
+"""Data of no validation split (a Hub corpus of one split, as `wikimedia/wikipedia`, local training files, a saved
+dataset): without `eval_size` the run trains without evaluation, said once; with `eval_size N` set by the user it holds
+out the data's first N rows to evaluate on and trains on the others, in memory and streamed alike (a stream, whatever
+its shards and lanes, never trains on a held-out row), `train_size` cutting what is left; the card names the split
+`train[:N]`. A Hub dataset with other splits but not the one named is still refused, naming them."""
+
+import json
+
+import datasets
+import pytest
+from conftest import hub_dataset
+
+from train import pretrain_gpt
+from train.data.files import UnknownSplitError, load_text_dataset
+from train.run.recipes import RecipeError, parse_args
+from train.setup.splits import load_splits
+
+datasets.disable_progress_bars()
+TEXTS = [f"Article {i} tells of the river {i % 7} and the town {i % 5}. It ends here." for i in range(40)]
+COLUMNS = [("text", "text")]
+
+
+def _rows(batch) -> list[str]:
+    return [row["text"] for row in batch]
+
+
+def _recipe(*argv: str):
+    return parse_args(["--recipe", "gpt-pretrain-tiny", *argv], command="pretrain_gpt")
+
+
+@pytest.fixture
+def wikipedia(tmp_path, monkeypatch):
+    """`wikimedia/wikipedia` (config `20231101.en`: a `train` split only) in the offline datasets cache."""
+    rows = tmp_path / "train.jsonl"
+    rows.write_text("".join(json.dumps({"id": str(i), "title": f"A{i}", "text": t}) + "\n"
+                            for i, t in enumerate(TEXTS)))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    hub_dataset(tmp_path / "cache", "wikimedia/wikipedia", "20231101.en", {"train": rows})
+    return ["--dataset", "wikimedia/wikipedia", "--dataset_config", "20231101.en"]
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
+def test_a_corpus_of_one_split_trains_without_evaluation_unless_eval_size_is_set(wikipedia, streaming, capsys):
+    recipe = _recipe(*wikipedia, "--streaming", streaming)
+    train, validation = load_splits(recipe, COLUMNS)
+    assert validation is None and recipe.eval_size is None and _rows(train) == TEXTS
+    assert "has no split 'validation' to evaluate on: training without evaluation (set eval_size" in \
+        capsys.readouterr().out
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
+def test_eval_size_holds_out_the_first_rows_and_trains_on_the_others(wikipedia, streaming, capsys):
+    recipe = _recipe(*wikipedia, "--streaming", streaming, "--eval_size", "6", "--train_size", "20")
+    train, validation = load_splits(recipe, COLUMNS)
+    assert list(validation["text"]) == TEXTS[:6]
+    assert _rows(train) == TEXTS[6:26]  # train_size cuts the rows left, never the held-out ones
+    assert recipe.held_out == 6 and recipe.evaluated_split == "train[:6]"
+    assert "wikimedia/wikipedia (train[:6])" == recipe.split_name("validation")
+    assert "held out of training (eval_size 6)" in capsys.readouterr().out
+
+
+def test_a_stream_read_by_shards_never_trains_on_a_held_out_row(tmp_path):
+    """A saved dataset of 4 Arrow files streams as 4 shards, read in lanes side by side (`StreamBatches`): the rows
+    left out are the held-out ones, whichever lane reads them."""
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_dict({"text": TEXTS}).save_to_disk(str(folder), num_shards=4)
+    train, validation = load_splits(_recipe("--train_file", str(folder), "--streaming", "true",
+                                            "--eval_size", "5"), COLUMNS)
+    lanes = [row for lane in range(4) for row in _rows(train.shard(4, lane, contiguous=False))]
+    held = list(validation["text"])
+    assert held == _rows(load_text_dataset(folder, columns=COLUMNS, streaming=True).take(5))
+    assert sorted(lanes) == sorted(t for t in TEXTS if t not in held) and len(held) == 5
+
+
+def test_local_training_files_hold_out_rows_as_a_hub_corpus_does(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n")
+    train, validation = load_splits(_recipe("--train_file", str(corpus), "--eval_size", "4"), COLUMNS)
+    assert list(validation["text"]) == TEXTS[:4] and list(train["text"]) == TEXTS[4:]
+
+
+@pytest.mark.parametrize("streaming, size", [("false", 40), ("true", 41)])  # a stream cannot count what is left
+def test_holding_out_every_row_is_refused(wikipedia, streaming, size):
+    with pytest.raises(RecipeError, match=rf"recipe key 'eval_size' is {size}: .* holds out its first {size} rows .* "
+                                          r"nothing would be left to train on"):
+        load_splits(_recipe(*wikipedia, "--streaming", streaming, "--eval_size", str(size)), COLUMNS)
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
+def test_a_hub_dataset_with_other_splits_is_still_refused_naming_them(tmp_path, monkeypatch, streaming):
+    files = {}
+    for split in ("train", "test"):
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS[:8]))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    hub_dataset(tmp_path / "cache", "lineage-tests/reviews", "default", files)
+    with pytest.raises(UnknownSplitError, match=r"has no split 'validation'.*test.*validation_split.*or eval_size to "
+                                                r"hold out rows"):
+        load_splits(_recipe("--dataset", "lineage-tests/reviews", "--streaming", streaming), COLUMNS)
+
+
+def test_a_run_on_a_corpus_of_one_split_evaluates_on_its_held_out_rows(wikipedia, tmp_path):
+    results, folder = pretrain_gpt.main([*wikipedia, "--eval_size", "8", "--max_steps", "2", "--save_steps", "0",
+                                         "--progress_bar", "false", "--report_to", "none",
+                                         "--output_dir", str(tmp_path / "run")])
+    assert "eval_loss" in results and "eval_size: 8" in (folder / "recipe.yaml").read_text()
+    card = (folder / "README.md").read_text()
+    assert "split: train[:8]" in card and "config: 20231101.en" in card
