@@ -1,11 +1,13 @@
-"""Local `evaluate` metric modules (accuracy, f1, matthews_correlation, entity_f1, bleu, chrf, perplexity, squad)
-that load offline: `evaluate.load(metric_path("bleu"))`, or `load_metric("bleu")`. A bare `evaluate.load("bleu")`
-would fetch the module from the Hub; these files carry the same interface and need no network. Imports nothing of
-`train` but itself: the commands load the metrics and hand the engine a `metrics_fn` (docs/design.md, "Layers")."""
+"""Local `evaluate` metric modules (accuracy, f1, matthews_correlation, entity_f1, pearsonr, spearmanr, mse, bleu, chrf,
+perplexity, squad) that load offline: `evaluate.load(metric_path("bleu"))`, or `load_metric("bleu")`. A bare
+`evaluate.load("bleu")` would fetch the module from the Hub; these files carry the same interface and need no network.
+Imports nothing of `train` but itself: the commands load the metrics and hand the engine a `metrics_fn`
+(docs/design.md, "Layers")."""
 
 from importlib.resources import files
 
-METRICS = ("accuracy", "f1", "matthews_correlation", "entity_f1", "bleu", "chrf", "perplexity", "squad")
+METRICS = ("accuracy", "f1", "matthews_correlation", "entity_f1", "pearsonr", "spearmanr", "mse", "bleu", "chrf",
+           "perplexity", "squad")
 
 
 def metric_path(name: str) -> str:
