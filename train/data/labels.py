@@ -1,15 +1,16 @@
-"""Class labels as users have them, checked once before training across the training and validation data, for
-every task that has classes: a label per row (sequence classification, NLI) or a tag per word (token
-classification, a list per row).
+"""Labels as users have them, checked once before training across the training and validation data: classes for
+every task that has them, a label per row (sequence classification, NLI) or a tag per word (token classification, a
+list per row), and scores, a real number per row (regression).
 
 `class_labels(train, validation, column, sources)` returns the class names and both splits with the label column as
 class ids (strings in sorted order, as `datasets`' `ClassLabel`; -100 marks a word to skip), refusing bad labels with
-the file, line, column and value; `streamed_class_labels` takes a stream's declared classes. The rules:
-docs/training.md, "Labels and sequence lengths".
+the file, line, column and value; `streamed_class_labels` takes a stream's declared classes. `score_labels` checks
+scores the same way, a stream's as it is read. The rules: docs/training.md, "Labels and sequence lengths".
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator
 
@@ -20,8 +21,8 @@ from train.data.files import DataError, row_location
 
 
 class LabelError(DataError):
-    """A label that is not a class: a float, a negative id, a mix of types, a class only the validation has, or a
-    training split of one class."""
+    """A label that is not a class (a float, a negative id, a mix of types, a class only the validation has, or a
+    training split of one class) or not a score (text, NaN or infinity)."""
 
 
 def _labels(dataset: datasets.Dataset, column: str) -> Iterator[tuple[int, int | None, object]]:
@@ -49,9 +50,10 @@ def _check_values(dataset: datasets.Dataset, source: str, column: str, kind: typ
         if isinstance(value, float) and value.is_integer():  # a whole number in a column Arrow widened to floats
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, (int, str)):
+            score = word is None and isinstance(value, float)
             raise LabelError(f"{row_location(source, row, column)}: {_named(value, word)} is not a class: labels must "
-                             f"be integer class ids or strings (got {type(value).__name__}; regression is not "
-                             f"supported)")
+                             f"be integer class ids or strings (got {type(value).__name__}"
+                             f"{'; for scores such as 3.8, set task: regression' if score else ''})")
         if kind is not None and not isinstance(value, kind):
             raise LabelError(f"{row_location(source, row, column)}: {_named(value, word)} is a "
                              f"{type(value).__name__} but earlier labels are {kind.__name__}s; use one type for every "
@@ -122,8 +124,8 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
     counts = dict(sorted(Counter(values).items()))
     trained_on = _cut(train, sources[0], "train_size")
     if widened:  # Arrow's widening of ids beside missing values, or a score column (STS-B's) of whole scores
-        print(f"{trained_on}: column {column!r} holds whole numbers stored as floats: read as class ids (regression "
-              f"is not supported)", flush=True)
+        print(f"{trained_on}: column {column!r} holds whole numbers stored as floats: read as class ids (for scores, "
+              f"such as STS-B's 0 to 5, set task: regression)", flush=True)
     if not values:
         raise LabelError(f"{trained_on}: column {column!r} holds no labelled row")
     tags = isinstance(train.features[column], datasets.List)
@@ -198,4 +200,58 @@ def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.
     return names, train.filter(checked, input_columns=column, with_indices=True), validation
 
 
-__all__ = ["LabelError", "class_labels", "streamed_class_labels"]
+def _not_a_score(value: object) -> str | None:
+    """Why `value` is no score, said after it; None for a real number."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return "is text, not a number (labels that name classes: the tasks sequence-classification and nli)"
+        return ("is a number written as text (quoted, or in a column read as text because a value in it is not a "
+                "number): write every score as a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"is a {type(value).__name__}, not a number"
+    if not math.isfinite(value):
+        return "is not a finite number (a row without a score: fill it in or remove the row)"
+    return None
+
+
+def _score_error(location: str, value: object, why: str) -> LabelError:
+    return LabelError(f"{location}: label {value!r} {why}; the task regression takes a real number per row as its "
+                      f"label")
+
+
+def _scores(dataset: datasets.Dataset, source: str, column: str, skip_unlabeled: bool) -> datasets.Dataset:
+    """`dataset` with every label of `column` checked as a score, without its rows labelled -1 if `skip_unlabeled`;
+    refused when no row keeps a score other than -1 (a GLUE test split, labelled -1 throughout)."""
+    bad = [(row, value, why) for row, value in enumerate(dataset[column]) if (why := _not_a_score(value))]
+    if bad:  # a column of numbers with one word among them is read as text whole: name the word, not row 0
+        row, value, why = next((b for b in bad if b[2].startswith("is text")), bad[0])
+        raise _score_error(row_location(source, row, column), value, why)
+    if skip_unlabeled:
+        dataset = _drop_unlabeled(dataset, column, source)
+    if all(value == -1 for value in dataset[column]):
+        raise LabelError(f"{source}: every row is labelled -1 in column {column!r} (unlabelled, as GLUE's test "
+                         f"splits): it holds no score to train or evaluate on; give data with scores")
+    return dataset
+
+
+def score_labels(train: datasets.Dataset | datasets.IterableDataset, validation: datasets.Dataset | None, column: str,
+                 sources: tuple[str, str], skip_unlabeled: bool = False):
+    """`(train, validation)` with the labels of `column` checked as scores, real numbers (ints or floats; text, NaN and
+    infinity refused naming the file, line, column and value); with `skip_unlabeled` rows labelled -1 are left out,
+    with a count. A streamed training split is checked as it is read."""
+    validation = _scores(validation, sources[1], column, skip_unlabeled) if validation is not None else None
+    if not isinstance(train, datasets.IterableDataset):
+        return _scores(train, sources[0], column, skip_unlabeled), validation
+
+    def checked(value, row: int) -> bool:  # as each row is read; memory refuses the same before training
+        why = _not_a_score(value)
+        if why:
+            raise _score_error(row_location(sources[0], row, column), value, why)
+        return not (skip_unlabeled and value == -1)
+
+    return train.filter(checked, input_columns=column, with_indices=True), validation
+
+
+__all__ = ["LabelError", "class_labels", "score_labels", "streamed_class_labels"]

@@ -1,13 +1,18 @@
 """Class labels of a streamed training split (`streamed_class_labels`): the classes its features declare, the same
 ones required of the validation split, rows labelled -1 left out of both with `skip_unlabeled`, and a stream that
 declares no classes refused naming the file and the column; integer ids read whole (`class_labels`): a validation id
-the training split never shows refused, ids the training split leaves out said. Bad labels read whole:
-tests/train/data/test_bad_data.py."""
+the training split never shows refused, ids the training split leaves out said. Scores (`score_labels`, the task
+regression): any real number kept as it is, text, NaN and infinity refused naming the row and value, in memory and as
+a stream is read, rows labelled -1 left out on request. Bad labels read whole: tests/train/data/test_bad_data.py."""
+
+import math
 
 import datasets
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from train.data.labels import LabelError, class_labels, streamed_class_labels
+from train.data.labels import LabelError, class_labels, score_labels, streamed_class_labels
 
 NAMES = ["neg", "pos", "neutral"]
 
@@ -15,6 +20,13 @@ NAMES = ["neg", "pos", "neutral"]
 def _split(labels: list[int], names: list[str] | None = NAMES) -> datasets.Dataset:
     label = datasets.ClassLabel(names=names) if names else datasets.Value("int64")
     features = datasets.Features({"text": datasets.Value("string"), "label": label})
+    return datasets.Dataset.from_dict({"text": [f"row {i}" for i in range(len(labels))], "label": labels}, features)
+
+
+def _scores(labels: list, feature: str | None = "float64") -> datasets.Dataset:
+    """A split of these labels, stored as `feature` (None: the type Arrow reads them as)."""
+    features = None if feature is None else datasets.Features({"text": datasets.Value("string"),
+                                                               "label": datasets.Value(feature)})
     return datasets.Dataset.from_dict({"text": [f"row {i}" for i in range(len(labels))], "label": labels}, features)
 
 
@@ -89,4 +101,56 @@ def test_whole_scores_stored_as_floats_become_class_ids_and_are_said_so(capsys):
                                                            "label": datasets.Value("float32")}))
     names, train, _ = class_labels(scores, None, "label", ("stsb.jsonl", "dev.jsonl"))
     assert names == [str(i) for i in range(6)] and train["label"] == [0, 5, 3]
-    assert "column 'label' holds whole numbers stored as floats: read as class ids" in capsys.readouterr().out
+    assert "column 'label' holds whole numbers stored as floats: read as class ids (for scores, such as STS-B's 0 to " \
+           "5, set task: regression)" in capsys.readouterr().out
+
+
+def test_a_fractional_score_under_a_classification_task_is_refused_naming_the_regression_task():
+    with pytest.raises(LabelError, match=r"stsb.jsonl: row 1, column 'label': label 3.8 is not a class: .*\(got "
+                                         r"float; for scores such as 3.8, set task: regression\)"):
+        class_labels(_scores([1.0, 3.8]), None, "label", ("stsb.jsonl", "dev.jsonl"))
+
+
+SCORES = st.lists(st.one_of(st.floats(-1e6, 1e6), st.integers(-5, 5)), min_size=1, max_size=20)
+
+
+@settings(max_examples=25, deadline=None, database=None, derandomize=True)
+@given(SCORES, st.booleans(), st.booleans())
+def test_any_real_scores_are_kept_as_they_are_and_skip_unlabeled_leaves_out_the_rows_labelled_minus_1(labels, skip,
+                                                                                                       streamed):
+    labels = [float(v) for v in labels]
+    kept = [v for v in labels if v != -1] if skip else labels
+    if all(v == -1 for v in kept):  # no score left to learn: refused, below
+        return
+    train = _scores(labels).to_iterable_dataset() if streamed else _scores(labels)
+    train, validation = score_labels(train, _scores(labels[::-1]), "label", ("train.csv", "dev.csv"), skip)
+    assert [row["label"] for row in train] == kept and list(validation["label"]) == kept[::-1]
+
+
+TEXT = ["0.5", "1.5", "n/a", "2"]  # a CSV column with one word among numbers: Arrow reads all of it as text
+
+
+@pytest.mark.parametrize("labels, row, refusal, streamed_row, streamed_refusal", [
+    ([0.5, math.nan, 2.0], 1, "label nan is not a finite number", 1, None),
+    ([0.5, 1.0, math.inf], 2, "label inf is not a finite number", 2, None),
+    (TEXT, 2, "label 'n/a' is text, not a number", 0, "label '0.5' is a number written as text"),  # memory names the
+    (["0.5", "1.5"], 0, "label '0.5' is a number written as text", 0, None),  # word; a stream meets row 0 first
+])
+def test_a_label_that_is_no_real_number_is_refused_naming_its_row_and_value(labels, row, refusal, streamed_row,
+                                                                            streamed_refusal):
+    data = _scores(labels, None)
+    for split, where in ((data, row), (data.to_iterable_dataset(), streamed_row)):
+        said = refusal if split is data else streamed_refusal or refusal
+        with pytest.raises(LabelError, match=rf"train.csv: row {where}, column 'label': {said}.*the task regression "
+                                             r"takes a real number per row"):
+            list(score_labels(split, None, "label", ("train.csv", "dev.csv"))[0])
+    with pytest.raises(LabelError, match=rf"dev.csv: row {row}, column 'label': {refusal}"):  # read whole
+        score_labels(_scores([1.0, 2.0]).to_iterable_dataset(), data, "label", ("train.csv", "dev.csv"))
+
+
+def test_a_split_of_unlabelled_rows_alone_is_refused_with_or_without_skip_unlabeled():
+    """GLUE's stsb test split is labelled -1.0 throughout: no score to learn or to evaluate on."""
+    for skip in (False, True):
+        with pytest.raises(LabelError, match=r"test.csv: every row is labelled -1 in column 'label' \(unlabelled, as "
+                                             r"GLUE's test splits\)"):
+            score_labels(_scores([1.5, -1.0]), _scores([-1.0, -1.0]), "label", ("train.csv", "test.csv"), skip)
