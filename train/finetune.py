@@ -5,9 +5,10 @@
     python -m train.finetune --recipe bert-base-finetune --train_file reviews.csv --text_column review \\
         --label_column stars --output_dir outputs/reviews   # google-bert/bert-base-uncased, converted on load
 
-Tasks (`task`): `sequence-classification`, `nli` (BERT and GPT; GPT adds the auxiliary LM loss), `token-classification`
-and `question-answering` (BERT). Columns and labels are checked before anything is written (`train.data.labels`).
-docs/training.md ("Fine-tuning", "Labels and sequence lengths", "Streaming").
+Tasks (`task`): `sequence-classification`, `nli` and `regression` (a score per text or pair, as STS-B's; your data
+only) for BERT and GPT (GPT adds the auxiliary LM loss); `token-classification` and `question-answering` (BERT).
+Columns and labels are checked before anything is written (`train.data.labels`). docs/training.md ("Fine-tuning",
+"Labels and sequence lengths", "Streaming").
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from train.cli import run_script
 from train.data.collators import PaddingCollator
 from train.data.encoders import RowError
 from train.data.files import row_location
-from train.data.labels import class_labels, streamed_class_labels
+from train.data.labels import class_labels, score_labels, streamed_class_labels
 from train.data.model_inputs import tokenize_dataset
 from train.metrics import load_metric
 from train.run.engine import Engine, TokenMean
@@ -36,10 +37,11 @@ DEFAULT_RECIPE = "bert-finetune-nli-tiny"
 
 
 class Task(NamedTuple):
-    default_data: str  # what it reads when the recipe names no data
+    default_data: str | None  # what it reads when the recipe names no data (None: the user's data only)
     columns: tuple[str | None, str | None, str | None]  # the text, second text and label columns it reads by default
     encoding: str  # the task of data.tokenize_dataset
     auto_class: str
+    scores: bool = False  # its labels are real numbers (regression), not classes
 
 
 TASKS = {
@@ -50,9 +52,12 @@ TASKS = {
     "token-classification": Task("embedded:ner", ("tokens", None, "ner_tags"), "token_classification",
                                  "AutoModelForTokenClassification"),
     "question-answering": Task("embedded:qa", ("question", "context", None), "qa", "AutoModelForQuestionAnswering"),
+    "regression": Task(None, ("text", None, "label"), "classification", "AutoModelForSequenceClassification",
+                       scores=True),
 }
 # data.tokenize_dataset task -> the kinds (train.data.files.KINDS) of its text and label columns
 COLUMN_KINDS = {"classification": ("text", "label"), "token_classification": ("words", "tags"), "qa": ("text", None)}
+REGRESSION_HEAD = {"num_labels": 1, "problem_type": "regression"}  # MSE; pipelines return the raw score
 
 
 MAX_ANSWER_TOKENS = 30  # the longest answer span a prediction may take (transformers' and the BERT paper's scripts)
@@ -62,6 +67,11 @@ def predict(model, batch, outputs) -> dict[str, torch.Tensor]:
     if "start_positions" in batch:
         return answer_spans(outputs.start_logits, outputs.end_logits, batch)
     return {"predictions": outputs.logits.argmax(-1), "labels": batch["labels"]}
+
+
+def predict_scores(model, batch, outputs) -> dict[str, torch.Tensor]:
+    """A regression head's predictions: its one output per example, (B,)."""
+    return {"predictions": outputs.logits.squeeze(-1), "labels": batch["labels"]}
 
 
 def answer_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, batch: dict) -> dict[str, torch.Tensor]:
@@ -129,6 +139,22 @@ def label_metrics(names: list[str]):
     return metrics
 
 
+def score_metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
+    """The metrics_fn of a regression head: Pearson's and Spearman's correlation (STS-B's GLUE figures, named as GLUE
+    and transformers' run_glue name them) and the mean squared error; a correlation is NaN where it is undefined (a
+    constant prediction: `train/metrics/pearsonr.py`)."""
+    preds, refs = predictions["predictions"].tolist(), predictions["labels"].tolist()
+    return {"pearson": load_metric("pearsonr").compute(predictions=preds, references=refs)["pearsonr"],
+            "spearmanr": load_metric("spearmanr").compute(predictions=preds, references=refs)["spearmanr"],
+            **load_metric("mse").compute(predictions=preds, references=refs)}
+
+
+def scoring(task: Task, names: list[str]):
+    """`(predict_fn, metrics_fn)` of the head of a classification task with the classes `names`, or of regression's
+    (question answering replaces the metrics_fn with `answer_metrics`)."""
+    return (predict_scores, score_metrics) if task.scores else (predict, label_metrics(names))
+
+
 def _label_fields(names: list[str] | None) -> dict:
     """The config fields of a head with these label names (none for QA)."""
     if names is None:
@@ -151,17 +177,36 @@ def task_columns(recipe, task: str) -> tuple[str | None, str | None, str | None]
     return text, pair, label
 
 
-def load_rows(recipe, encode_task: str, text: str, pair: str | None, label: str | None):
+def read_columns(task: Task, text: str, pair: str | None, label: str | None) -> list[tuple[str, str]]:
+    """The columns `task` reads, each with the kind of value it holds (`train.data.files.KINDS`)."""
+    text_kind, label_kind = COLUMN_KINDS[task.encoding]
+    columns = [(text, text_kind), (pair, "text"), (label, "score" if task.scores else label_kind)]
+    return [(c, kind) for c, kind in columns if c] + ([("answers", "answers")] if task.encoding == "qa" else [])
+
+
+def check_data_given(recipe) -> None:
+    """Refuse, before any work, a task without embedded data (regression: the embedded corpus holds classes, not
+    scores) run without the user's data: `train_file`, or a `dataset` the user set (a shipped recipe's is no data of
+    the task's) that is not embedded."""
+    dataset = recipe.dataset if "dataset" in recipe.set_by_user else ""
+    if recipe.train_file or (dataset and not dataset.startswith("embedded:")):
+        return
+    read = f"; the recipe's dataset is {recipe.dataset!r}" if recipe.dataset else ""
+    raise RecipeError(f"recipe key 'task' is {recipe.task!r}, which has no embedded data (the embedded corpus holds "
+                      f"classes{read}): name your data with 'train_file' (a CSV, JSON Lines or parquet file, or a "
+                      f"save_to_disk folder) or 'dataset' (a Hub dataset, e.g. nyu-mll/glue with dataset_config stsb)")
+
+
+def load_rows(recipe, task: Task, text: str, pair: str | None, label: str | None):
     """`(names, train, validation)`: both splits, each column checked against what the task reads, and the class
-    names with both splits' labels checked (before a tokenizer is trained or anything is written)."""
-    text_kind, label_kind = COLUMN_KINDS[encode_task]
-    columns = [(c, kind) for c, kind in ((text, text_kind), (pair, "text"), (label, label_kind)) if c]
-    if encode_task == "qa":
-        columns.append(("answers", "answers"))
-    train_rows, eval_rows = load_splits(recipe, columns)
+    names (None for scores) with both splits' labels checked (before a tokenizer is trained or anything is
+    written)."""
+    train_rows, eval_rows = load_splits(recipe, read_columns(task, text, pair, label))
     if not label:
         return None, train_rows, eval_rows
     files = (recipe.split_name("train"), recipe.split_name("validation"))
+    if task.scores:
+        return None, *score_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
     if recipe.streaming:
         return streamed_class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
     return class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, recipe.allow_single_class)
@@ -200,20 +245,23 @@ def main(argv: list[str] | None = None):
         raise RecipeError(f"recipe key 'task' must be one of {', '.join(TASKS)}, got {recipe.task!r}")
     task = TASKS[recipe.task]
     encode_task, auto_class = task.encoding, task.auto_class
-    recipe = recipe.reading(task.default_data)
+    if task.default_data is None:
+        check_data_given(recipe)
+    recipe = recipe.reading(task.default_data or "")
     source = model_source(recipe, "finetune", ("bert", "gpt"))
     family = source.family
     if family == "gpt" and encode_task != "classification":
+        served = ", ".join(name for name, t in TASKS.items() if t.encoding == "classification")
         raise RecipeError(f"recipe key 'task': {recipe.task!r} needs a BERT model; {recipe.model!r} is a GPT model, "
-                          "whose heads serve the tasks sequence-classification and nli")
+                          f"whose heads serve the tasks {served}")
     if recipe.lora is not None:
         check_lora(recipe, source, auto_class)
     text, pair, label = task_columns(recipe, recipe.task)
-    names, train_rows, eval_rows = load_rows(recipe, encode_task, text, pair, label)
+    names, train_rows, eval_rows = load_rows(recipe, task, text, pair, label)
     with start_run(recipe) as run:
         tokenizer = get_tokenizer(recipe, family, lambda: row_texts(train_rows, (text, pair)), source, run=run)
         check_sequence_room(recipe, tokenizer, 2 if pair else 1, f"{recipe.task} with a {family} template")
-        fields = _label_fields(names)
+        fields = dict(REGRESSION_HEAD) if task.scores else _label_fields(names)
         if family == "gpt":
             fields["lm_loss_weight"] = recipe.lm_loss_weight
         model = build_model(recipe, auto_class, tokenizer, family, source, **fields)
@@ -224,11 +272,12 @@ def main(argv: list[str] | None = None):
                              recipe.split_name("train"), skipped)
         eval_data = (encoded(recipe, tokenizer, encode_task, eval_rows, text, pair, label,
                              recipe.split_name("validation"), skipped, scored=True) if eval_rows else None)
-        eval_data, scores = (answer_metrics(eval_data, eval_rows) if encode_task == "qa" and eval_data is not None
-                             else (eval_data, label_metrics(names or [])))
+        predict_fn, scores = scoring(task, names or [])
+        if encode_task == "qa" and eval_data is not None:
+            eval_data, scores = answer_metrics(eval_data, eval_rows)
         engine = Engine(run, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=_auxiliary_lm(recipe, family),
-                        unpad_inputs=True, predict_fn=predict, metrics_fn=scores)
+                        unpad_inputs=True, predict_fn=predict_fn, metrics_fn=scores)
         results = engine.train()
         if recipe.lora is not None:
             merge_lora(engine, Path(recipe.output_dir) / "adapter", source)

@@ -67,6 +67,7 @@ KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "words": ("a list of strings (the words of one sentence)",
               lambda v: isinstance(v, list) and all(isinstance(w, str) for w in v)),
     "label": ("one class (an integer id or a string)", lambda v: not isinstance(v, (list, dict))),
+    "score": ("one number (a score)", lambda v: not isinstance(v, (list, dict))),
     "tags": ("a list of classes, one per word", lambda v: isinstance(v, list)),
     "answers": ("answers as in SQuAD: {'text': [strings], 'answer_start': [integers]}", _is_answers),
 }

@@ -200,15 +200,18 @@ def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.
     return names, train.filter(checked, input_columns=column, with_indices=True), validation
 
 
+_AS_TEXT = ("is a number written as text (quoted, or in a column read as text because a value in it is not a "
+            "number): write every score as a number")
+
+
 def _not_a_score(value: object) -> str | None:
     """Why `value` is no score, said after it; None for a real number."""
     if isinstance(value, str):
         try:
-            float(value)
+            number = float(value)
         except ValueError:
             return "is text, not a number (labels that name classes: the tasks sequence-classification and nli)"
-        return ("is a number written as text (quoted, or in a column read as text because a value in it is not a "
-                "number): write every score as a number")
+        return _not_a_score(number) or _AS_TEXT
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"is a {type(value).__name__}, not a number"
     if not math.isfinite(value):
@@ -226,7 +229,7 @@ def _scores(dataset: datasets.Dataset, source: str, column: str, skip_unlabeled:
     refused when no row keeps a score other than -1 (a GLUE test split, labelled -1 throughout)."""
     bad = [(row, value, why) for row, value in enumerate(dataset[column]) if (why := _not_a_score(value))]
     if bad:  # a column of numbers with one word among them is read as text whole: name the word, not row 0
-        row, value, why = next((b for b in bad if b[2].startswith("is text")), bad[0])
+        row, value, why = next((b for b in bad if b[2] != _AS_TEXT), bad[0])
         raise _score_error(row_location(source, row, column), value, why)
     if skip_unlabeled:
         dataset = _drop_unlabeled(dataset, column, source)

@@ -135,6 +135,7 @@ TEXT = ["0.5", "1.5", "n/a", "2"]  # a CSV column with one word among numbers: A
     ([0.5, 1.0, math.inf], 2, "label inf is not a finite number", 2, None),
     (TEXT, 2, "label 'n/a' is text, not a number", 0, "label '0.5' is a number written as text"),  # memory names the
     (["0.5", "1.5"], 0, "label '0.5' is a number written as text", 0, None),  # word; a stream meets row 0 first
+    (["0.5", "NaN"], 1, "label 'NaN' is not a finite number", 0, "label '0.5' is a number written as text"),
 ])
 def test_a_label_that_is_no_real_number_is_refused_naming_its_row_and_value(labels, row, refusal, streamed_row,
                                                                             streamed_refusal):
