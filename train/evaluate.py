@@ -99,8 +99,8 @@ def command_parser() -> CommandParser:
     parser.add_argument("--dataset_config", default=None, help="the Hub dataset's configuration")
     parser.add_argument("--split", default="test", help="the split of --dataset (a local file is one split)")
     parser.add_argument("--task", default=None, help="classification models: sequence-classification, nli, "
-                                                     "token-classification or question-answering (default: the task "
-                                                     "the run fine-tuned it for, else its head's)")
+                                                     "regression, token-classification or question-answering "
+                                                     "(default: the task the run fine-tuned it for, else its head's)")
     for column in ("text_column", "text_pair_column", "label_column"):
         parser.add_argument(f"--{column}", default=None, help="as finetune's recipe key (default: the run's, with "
                                                               "--dataset)")
@@ -323,39 +323,52 @@ def _trained_task(model: str, fitting: list[str]) -> str | None:
     return task if task in fitting else None
 
 
-def classifier_data(args: argparse.Namespace, architecture: str, family: str):
-    """(task, encode task, Auto class, columns, rows with the labels as class names) of `--dataset`."""
+def classifier_data(args: argparse.Namespace, architecture: str, family: str, config: dict[str, Any]):
+    """(task, encode task, Auto class, columns, rows with the labels as class names or checked scores, the class
+    names (None for scores), source) of `--dataset`."""
     from train import finetune
-    from train.data.labels import class_labels
+    from train.data.labels import class_labels, score_labels
 
+    outputs = len(config.get("id2label") or {})
     fitting = [name for name, task in finetune.TASKS.items()  # the head's own task first (finetune.TASKS' order)
-               if architecture.endswith(task.auto_class.removeprefix("AutoModel"))]
-    task = args.task or _trained_task(args.model, fitting) or fitting[0]
+               if architecture.endswith(task.auto_class.removeprefix("AutoModel"))
+               and (outputs == 1 or not task.scores)]  # scores need a head of one output
+    regression = config.get("problem_type") == "regression" and "regression" in fitting  # as finetune saves it
+    task = args.task or _trained_task(args.model, fitting) or ("regression" if regression else fitting[0])
     if task not in finetune.TASKS:
         raise EvaluateError(f"--task must be one of {', '.join(finetune.TASKS)}, got {task!r}")
     if task not in fitting:
-        raise EvaluateError(f"--task {task!r} needs a {finetune.TASKS[task].auto_class.removeprefix('AutoModelFor')} "
-                            f"head; --model is a {architecture}: give --task {' or '.join(fitting)}")
+        head = finetune.TASKS[task].auto_class.removeprefix("AutoModelFor")
+        need, has = ((f"a {head} head of one output (num_labels 1)", f" of {outputs} outputs")
+                     if finetune.TASKS[task].scores and architecture.endswith(head) else (f"a {head} head", ""))
+        raise EvaluateError(f"--task {task!r} needs {need}; --model is a {architecture}{has}: give --task "
+                            f"{' or '.join(fitting)}")
     default_data, encode_task, auto_class = (finetune.TASKS[task].default_data, finetune.TASKS[task].encoding,
                                              finetune.TASKS[task].auto_class)
     if family == "gpt" and encode_task != "classification":
-        raise EvaluateError(f"--task {task!r} needs a BERT model; a GPT model serves sequence-classification and nli")
+        served = ", ".join(name for name, t in finetune.TASKS.items() if t.encoding == "classification")
+        raise EvaluateError(f"--task {task!r} needs a BERT model; a GPT model serves {served}")
     text, pair, label = finetune.task_columns(SimpleNamespace(**_columns(args, (
         "text_column", "text_pair_column", "label_column"))), task)
-    text_kind, label_kind = finetune.COLUMN_KINDS[encode_task]
-    columns = [(c, k) for c, k in ((text, text_kind), (pair, "text"), (label, label_kind)) if c]
-    columns += [("answers", "answers")] if encode_task == "qa" else []
+    columns = finetune.read_columns(finetune.TASKS[task], text, pair, label)
     source = args.dataset or default_data
+    if source is None:
+        raise EvaluateError(f"--task {task!r} has no embedded data: give --dataset (a file of yours, or a Hub dataset "
+                            f"with --dataset_config)")
     rows = _rows(args, source, columns, "--text_column, --text_pair_column and --label_column")
     names = None
-    if label:
+    if label and finetune.TASKS[task].scores:
+        rows, _ = score_labels(rows, None, label, (source, source), skip_unlabeled=args.skip_unlabeled)
+    elif label:
         names, rows, _ = class_labels(rows, None, label, (source, source), skip_unlabeled=args.skip_unlabeled,
                                       allow_single_class=True, training=False)
     return task, encode_task, auto_class, (text, pair, label), rows, names, source
 
 
-def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str) -> dict[str, Any]:
-    """A classification, NLI, token-classification or QA model on `--dataset`, with finetune's metrics."""
+def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str,
+                        config: dict[str, Any]) -> dict[str, Any]:
+    """A classification, NLI, regression, token-classification or QA model on `--dataset`, with finetune's
+    metrics."""
     import transformers
     from accelerate import Accelerator
     from torch.utils.data import DataLoader
@@ -365,21 +378,22 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     from train.run.evaluation import evaluate as evaluation_pass
 
     task, encode_task, auto_class, (text, pair, label), rows, names, source = classifier_data(args, architecture,
-                                                                                              family)
+                                                                                              family, config)
     model = getattr(transformers, auto_class).from_pretrained(args.model, revision=args.model_revision,
                                                              trust_remote_code=True)
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
     if names is not None:
         rows = _model_label_ids(rows, names, label, model.config, source)
     data = finetune.encoded(args, tokenizer, encode_task, rows, text, pair, label, source, scored=True)
-    classes = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    data, scores = (finetune.answer_metrics(data, rows) if encode_task == "qa"
-                    else (data, finetune.label_metrics(classes)))
+    predict, scores = finetune.scoring(finetune.TASKS[task],
+                                       [model.config.id2label[i] for i in range(model.config.num_labels)])
+    if encode_task == "qa":
+        data, scores = finetune.answer_metrics(data, rows)
     batch = model_batch_size(args)
     accelerator = Accelerator(cpu=device_of(args) == "cpu")
     loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer))
     model, loader = accelerator.prepare(model, loader)
-    figures = evaluation_pass(accelerator, model, loader, finetune.predict, scores)
+    figures = evaluation_pass(accelerator, model, loader, predict, scores)
     return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}},
             "data": {"dataset": source, "split": args.split, "rows": len(rows), "task": task}}
 
@@ -402,14 +416,15 @@ def evaluate_masked_lm(args: argparse.Namespace) -> dict[str, Any]:
     return {"scores": {"pseudo_perplexity": figures}, "data": {"text_file": args.text_file, "texts": len(texts)}}
 
 
-def score(args: argparse.Namespace, kind: str, architecture: str, family: str) -> dict[str, Any]:
+def score(args: argparse.Namespace, kind: str, architecture: str, family: str,
+          config: dict[str, Any]) -> dict[str, Any]:
     """What the kind of model is scored on (module docstring)."""
     if args.tasks is not None:
         return evaluate_harness(args, kind)
     if kind == "seq2seq":
         return evaluate_translation(args)
     if kind == "classifier":
-        return evaluate_classifier(args, architecture, family)
+        return evaluate_classifier(args, architecture, family, config)
     return evaluate_masked_lm(args)
 
 
@@ -454,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     family = "gpt" if "Gpt" in architecture or config.get("model_type") in ("gpt2", "openai-gpt") else "bert"
     report = {"model": args.model, "model_revision": args.model_revision, "architecture": architecture,
               "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-              **score(args, kind, architecture, family),
+              **score(args, kind, architecture, family, config),
               "versions": versions(), "command": ["lineage", COMMAND, *(sys.argv[1:] if argv is None else argv)]}
     write_outputs(folder, report, baseline)
     if args.write_card:

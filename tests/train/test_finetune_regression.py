@@ -3,12 +3,13 @@ in the layouts users have: a BERT on sentence pairs of a CSV file and a GPT on s
 integer ratings (its auxiliary LM loss on), a BERT streaming a `save_to_disk` DatasetDict shaped like GLUE's stsb and
 one reading that layout as the Hub dataset `nyu-mll/glue` (`stsb`). Each trains, reports Pearson's and Spearman's
 correlation and the mean squared error, saves a folder that `AutoModelForSequenceClassification` and the
-text-classification pipeline read as a Hub user does (a raw score, the head's output). Refused before any work: no
-data given, or labels that are no scores."""
+text-classification pipeline read as a Hub user does (a raw score, the head's output); `lineage evaluate` scores the
+folder again. Refused before any work: no data given, or labels that are no scores."""
 
 import json
 import math
 import random
+import shutil
 from types import SimpleNamespace
 
 import datasets
@@ -18,7 +19,7 @@ import torch
 from conftest import hub_dataset
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
-from train import finetune
+from train import evaluate, finetune
 from train.data.labels import LabelError
 from train.run.publish import read_card_metadata
 from train.run.recipes import RecipeError
@@ -179,3 +180,42 @@ def test_a_label_that_is_no_score_is_refused_naming_file_line_and_column(tmp_pat
         finetune.main(["--recipe", "bert-finetune-nli-tiny", "--task", "regression", "--train_file", str(train),
                        *QUICK, "--output_dir", str(tmp_path / "run")])
     assert not (tmp_path / "run").exists()
+
+
+def test_lineage_evaluate_scores_a_regression_run_with_its_columns_and_skips_unlabelled_rows(bert_run, capsys):
+    results, folder, root = bert_run
+    dev = root / "dev.csv"
+    out = evaluate.main(["--model", str(folder), "--dataset", str(dev), "--output_dir", str(root / "eval")])
+    report = json.loads((out / "results.json").read_text())
+    figures = report["scores"]["regression"]
+    assert report["data"]["task"] == "regression" and report["data"]["rows"] == 16
+    assert {name: figures[name.removeprefix("eval_")] for name in FIGURES} == pytest.approx(
+        {name: results[name] for name in FIGURES}, abs=1e-4)  # the run's validation rows again, in other batches
+    unlabelled = root / "test.csv"
+    pd.DataFrame([{**row, "label": -1.0} if row["idx"] % 4 == 0 else row for row in pairs(16, 1)]).to_csv(
+        unlabelled, index=False)
+    out = evaluate.main(["--model", str(folder), "--dataset", str(unlabelled), "--skip_unlabeled",
+                         "--output_dir", str(root / "eval-skipped")])
+    assert json.loads((out / "results.json").read_text())["data"]["rows"] == 12
+    assert "skipped 4 rows labelled -1" in capsys.readouterr().out
+    assert math.isfinite(figures["loss"])
+    with pytest.raises(LabelError, match=r"dev.csv: line 2 \(CSV, column 'label'\): label .* is not a class: .*set "
+                                         r"task: regression"):  # scores read as classes
+        evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", str(dev),
+                       "--output_dir", str(root / "eval-nli")])
+    with pytest.raises(evaluate.EvaluateError, match=r"--task 'regression' has no embedded data: give --dataset"):
+        evaluate.main(["--model", str(folder), "--output_dir", str(root / "eval-none")])
+
+
+def test_lineage_evaluate_refuses_regression_for_a_head_of_classes(bert_run, tmp_path):
+    _, folder, root = bert_run
+    classes = shutil.copytree(folder, tmp_path / "classes")
+    config = json.loads((classes / "config.json").read_text())
+    config.update(id2label={str(i): name for i, name in enumerate("abc")}, problem_type=None)
+    (classes / "config.json").write_text(json.dumps(config))
+    with pytest.raises(evaluate.EvaluateError, match=r"--task 'regression' needs a SequenceClassification head of "
+                                                     r"one output \(num_labels 1\); --model is a "
+                                                     r"LineageBertForSequenceClassification of 3 outputs: give --task "
+                                                     r"sequence-classification or nli"):
+        evaluate.main(["--model", str(classes), "--task", "regression", "--dataset", str(root / "dev.csv"),
+                       "--output_dir", str(tmp_path / "eval")])
