@@ -102,7 +102,7 @@ class Recipe:
     tokenizer: str | None = None  # tokenizer folder; None: the model folder's, else one trained on the data
     tokenizer_vocab_size: int = 4000
     tokenizer_train_size: int | None = 200_000_000  # characters of training text a tokenizer learns from (None: all)
-    task: str = ""  # finetune: sequence-classification | nli | token-classification | question-answering
+    task: str = ""  # finetune: sequence-classification | nli | regression | token-classification | question-answering
     # data: "embedded:<task>" (the generated default corpus), a local file, or a Hub dataset name
     dataset: str = ""
     dataset_config: str | None = None
@@ -116,7 +116,7 @@ class Recipe:
     # translation (the Hub's translation datasets)
     source_column: str | None = None
     target_column: str | None = None
-    skip_unlabeled: bool = False  # classification: skip rows labelled -1 (GLUE test splits) with a count; else refused
+    skip_unlabeled: bool = False  # finetune: skip rows labelled -1 (GLUE test splits), counted; else no class, a score
     allow_single_class: bool = False  # classification: train on data of one class (refused by default: a sorted file)
     text_sample_by: str = "auto"  # a .txt file's rows: line | paragraph | document | auto (paragraphs if blank lines)
     streaming: bool = False  # read the data as a stream (no full read before step 1): by max_steps, in file order
