@@ -39,8 +39,8 @@ KINDS = {"ForCausalLM": "causal", "LMHeadModel": "causal", "ForConditionalGenera
 # the flags only one way of scoring reads (`scoring`) -> it: given to another, a flag would be ignored
 SCORING_FLAGS = {**dict.fromkeys(("include_path", "limit", "num_fewshot"), "the harness (--tasks)"),
                  **dict.fromkeys(("num_beams", "length_penalty", "source_column", "target_column"), "translation"),
-                 **dict.fromkeys(("task", "text_column", "text_pair_column", "label_column", "skip_unlabeled"),
-                                 "classification"),
+                 **dict.fromkeys(("task", "text_column", "text_pair_column", "label_column", "skip_unlabeled",
+                                  "max_query_length"), "classification"),
                  "text_file": "pseudo-perplexity"}
 
 
@@ -112,6 +112,8 @@ def command_parser() -> CommandParser:
                         help="score the first N rows")
     parser.add_argument("--max_seq_length", type=_number(int, 2, "a length >= 2"), default=None,
                         help="tokens per example (default: the model's positions, at most 512)")
+    parser.add_argument("--max_query_length", type=_number(int, 1, "a number of tokens >= 1"), default=None,
+                        help="question answering: the tokens of a question kept (default: the run's, else 64)")
     parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
     parser.add_argument("--length_penalty", type=float, default=1.0)
     parser.add_argument("--max_new_tokens", type=_number(int, 1, "a number of tokens >= 1"), default=None,
@@ -323,6 +325,19 @@ def _trained_task(model: str, fitting: list[str]) -> str | None:
     return task if task in fitting else None
 
 
+def _question_length(args: argparse.Namespace) -> None:
+    """`--max_query_length` as given, else as the run cut its questions (`max_query_length` in its recipe, else the
+    recipe's default, BERT's 64), refused with `--max_seq_length` where the windows cannot step through a context."""
+    from train.run.recipes import Recipe
+    from train.setup.splits import question_room_problem
+
+    args.max_query_length = args.max_query_length or _run_recipe(args.model).get("max_query_length",
+                                                                                 Recipe.max_query_length)
+    problem = question_room_problem(args.max_seq_length, args.max_query_length)
+    if problem:
+        raise EvaluateError(f"--max_seq_length and --max_query_length (default: the run's): {problem}")
+
+
 def classifier_data(args: argparse.Namespace, architecture: str, family: str, config: dict[str, Any]):
     """(task, encode task, Auto class, columns, rows with the labels as class names or checked scores, the class
     names (None for scores), source) of `--dataset`."""
@@ -348,6 +363,8 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
     if family == "gpt" and encode_task != "classification":
         served = ", ".join(name for name, t in finetune.TASKS.items() if t.encoding == "classification")
         raise EvaluateError(f"--task {task!r} needs a BERT model; a GPT model serves {served}")
+    if encode_task == "qa":
+        _question_length(args)
     text, pair, label = finetune.task_columns(SimpleNamespace(**_columns(args, (
         "text_column", "text_pair_column", "label_column"))), task)
     columns = finetune.read_columns(finetune.TASKS[task], text, pair, label)

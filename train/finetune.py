@@ -31,7 +31,7 @@ from train.run.run_folder import start_run
 from train.setup.lora import apply_lora, check_lora, merge_lora
 from train.setup.models import build_model, model_source
 from train.setup.run_tokenizer import get_tokenizer
-from train.setup.splits import check_sequence_room, load_splits, row_texts
+from train.setup.splits import check_sequence_room, load_splits, qa_doc_stride, question_room_problem, row_texts
 
 DEFAULT_RECIPE = "bert-finetune-nli-tiny"
 
@@ -214,14 +214,15 @@ def load_rows(recipe, task: Task, text: str, pair: str | None, label: str | None
 
 def encoded(recipe, tokenizer, encode_task: str, rows, text: str, pair: str | None, label: str | None,
             source: str, skipped: bool = False, scored: bool = False):
-    """`rows` of `source` tokenized for the task; a row it cannot encode is refused naming its file and line (its row
-    among those kept, where `skip_unlabeled` `skipped` some). `scored` QA windows keep their question and offsets
-    (`answer_metrics`)."""
+    """`rows` of `source` tokenized for the task, QA questions cut to `max_query_length` tokens; a row it cannot encode
+    is refused naming its file and line (its row among those kept, where `skip_unlabeled` `skipped` some). `scored` QA
+    windows keep their question and offsets (`answer_metrics`)."""
     length = recipe.max_seq_length
     encode = {"classification": {"text_column": text, "text_pair_column": pair, "label_column": label,
                                  "max_length": length},
               "token_classification": {"tokens_column": text, "tags_column": label, "max_length": length},
-              "qa": {"max_length": length, "doc_stride": length // 4, "keep_offsets": scored}}[encode_task]
+              "qa": {"max_length": length, "doc_stride": qa_doc_stride(length),
+                     "max_query_length": recipe.max_query_length, "keep_offsets": scored}}[encode_task]
     try:
         return tokenize_dataset(rows, tokenizer, encode_task, **encode)
     except RowError as error:
@@ -254,6 +255,8 @@ def main(argv: list[str] | None = None):
         served = ", ".join(name for name, t in TASKS.items() if t.encoding == "classification")
         raise RecipeError(f"recipe key 'task': {recipe.task!r} needs a BERT model; {recipe.model!r} is a GPT model, "
                           f"whose heads serve the tasks {served}")
+    if encode_task == "qa" and (problem := question_room_problem(recipe.max_seq_length, recipe.max_query_length)):
+        raise RecipeError(f"recipe keys 'max_seq_length' and 'max_query_length': {problem}")
     if recipe.lora is not None:
         check_lora(recipe, source, auto_class)
     text, pair, label = task_columns(recipe, recipe.task)

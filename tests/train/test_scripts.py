@@ -11,7 +11,8 @@ import transformers
 import yaml
 from conftest import run_clean_process
 
-from train import finetune, pretrain_bert, pretrain_gpt, train_translation
+from train import evaluate, finetune, pretrain_bert, pretrain_gpt, train_translation
+from train.data.corpus import generate_records
 from train.run.environment import versions
 from train.run.publish import read_card_metadata
 
@@ -140,7 +141,7 @@ def test_token_classification_and_question_answering(tmp_path):
     assert "eval_f1" in results and len(json.loads((folder / "config.json").read_text())["id2label"]) == 7
     results, folder = _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "qa", "--task", "question-answering",
                            "--dataset", "embedded:qa", "--max_steps", "3", "--save_steps", "0",
-                           "--train_size", "60", "--eval_size", "20")
+                           "--train_size", "60", "--eval_size", "20", "--max_query_length", "32")
     assert 0 <= results["eval_exact_match"] <= 1
     assert read_card_metadata(folder / "README.md")["pipeline_tag"] == "question-answering"
 
@@ -153,6 +154,43 @@ def test_bad_finetune_inputs_fail_before_training(tmp_path):
     with pytest.raises(RecipeError, match="max_seq_length.*64 positions"):
         _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "b", "--max_seq_length", "128")
     assert not (tmp_path / "b" / "logs").exists()
+    with pytest.raises(RecipeError, match=r"recipe keys 'max_seq_length' and 'max_query_length': max_seq_length 64 "
+                                          r"cannot hold a question of max_query_length 64 tokens, 3 special tokens "
+                                          r"and more context than the doc stride of 16 tokens .*: set max_seq_length "
+                                          r"to at least 90, or max_query_length to at most 44$"):
+        _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "c", "--task", "question-answering")
+    assert not (tmp_path / "c").exists()
+
+
+def test_questions_longer_than_the_windows_are_cut_and_lineage_evaluate_cuts_them_as_the_run_did(tmp_path):
+    """Questions of 100+ tokens in windows of 64 tokens made the tokenizer panic; cut to the recipe's
+    max_query_length they train and are scored, and `lineage evaluate` cuts them as the run's recipe.yaml says (with
+    the default 64 it would refuse, or panic), scoring the run's validation file as the run did."""
+    def long_questions(split: str, size: int) -> Path:
+        rows = generate_records("qa", split, size=size)
+        for row in rows:
+            row["question"] += " " + " ".join(f"Mind detail {i} of {row['title']}." for i in range(25))
+        path = tmp_path / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return path
+
+    train, validation = long_questions("train", 40), long_questions("validation", 12)
+    results, folder = _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "qa", "--task", "question-answering",
+                           "--train_file", str(train), "--validation_file", str(validation), "--max_query_length",
+                           "32", "--max_steps", "3", "--save_steps", "0")
+    assert 0 <= results["eval_exact_match"] <= 1 and 0 <= results["eval_f1"] <= 1
+    assert yaml.safe_load((folder / "recipe.yaml").read_text())["max_query_length"] == 32
+    out = evaluate.main(["--model", str(folder), "--dataset", str(validation), "--batch_size", "32",
+                         "--output_dir", str(tmp_path / "eval")])
+    figures = json.loads((out / "results.json").read_text())["scores"]["question-answering"]
+    assert (figures["exact_match"], figures["f1"]) == (results["eval_exact_match"], results["eval_f1"])
+    assert figures["loss"] == pytest.approx(results["eval_loss"], rel=1e-6)
+    with pytest.raises(evaluate.EvaluateError, match=r"--max_seq_length and --max_query_length \(default: the "
+                                                     r"run's\): max_seq_length 64 cannot hold a question of "
+                                                     r"max_query_length 64 tokens"):
+        evaluate.main(["--model", str(folder), "--dataset", str(validation), "--max_query_length", "64",
+                       "--output_dir", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()
 
 
 class FakeHub:

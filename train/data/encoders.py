@@ -305,14 +305,27 @@ def _check_answers(examples: dict, indices: list[int] | None) -> None:
                                            named)
 
 
+def cut_questions(questions: list[str], tokenizer: PreTrainedTokenizerBase, max_query_length: int) -> list[str]:
+    """Each question without its leading spaces (SQuAD has some), cut after its first ``max_query_length`` tokens as
+    BERT's ``run_squad.py`` cuts its query tokens. The cut is made in the text, at the end offset of the last token
+    kept, so the question re-tokenizes into exactly those tokens and the context is never touched."""
+    questions = [q.lstrip() for q in questions]
+    offsets = tokenizer(questions, add_special_tokens=False, return_offsets_mapping=True,
+                        verbose=False)["offset_mapping"]
+    return [q[:spans[max_query_length - 1][1]] if len(spans) > max_query_length else q
+            for q, spans in zip(questions, offsets)]
+
+
 def encode_qa(examples: dict, tokenizer: PreTrainedTokenizerBase, max_length: int = 384, doc_stride: int = 128,
-              keep_offsets: bool = False, indices: list[int] | None = None) -> dict:
-    """SQuAD-style examples to windows with ``start_positions`` / ``end_positions`` (0 = no answer).
+              max_query_length: int = 64, keep_offsets: bool = False, indices: list[int] | None = None) -> dict:
+    """SQuAD-style examples to windows with ``start_positions`` / ``end_positions`` (0 = no answer), each question cut
+    to its first ``max_query_length`` tokens (``cut_questions``). A window needs room for the question, the template
+    and more context than ``doc_stride``, or the fast tokenizer panics (``train.setup.splits.question_room_problem``).
 
     ``keep_offsets`` adds ``example_id`` and ``offset_mapping`` (None outside the context) for mapping predictions
     back to text; drop them before collating."""
     _check_answers(examples, indices)
-    encoded = tokenizer([q.lstrip() for q in examples["question"]], examples["context"],
+    encoded = tokenizer(cut_questions(examples["question"], tokenizer, max_query_length), examples["context"],
                         truncation="only_second", max_length=max_length, stride=doc_stride,
                         return_overflowing_tokens=True, return_offsets_mapping=True)
     sample_map = encoded.pop("overflow_to_sample_mapping")
@@ -346,6 +359,6 @@ def _answer_tokens(offsets, sequence_ids, answers) -> tuple[int, int]:
 
 
 __all__ = ["IGNORE_INDEX", "LabelAlignmentError", "QAAnswerSpanError", "RowError", "create_nsp_examples",
-           "encode_causal_lm", "encode_classification", "encode_qa", "encode_seq2seq", "encode_token_classification",
-           "nsp_features", "nsp_pair_index", "pack_documents", "pack_sequences", "split_sentences",
-           "tokenize_documents", "truncate_ranges"]
+           "cut_questions", "encode_causal_lm", "encode_classification", "encode_qa", "encode_seq2seq",
+           "encode_token_classification", "nsp_features", "nsp_pair_index", "pack_documents", "pack_sequences",
+           "split_sentences", "tokenize_documents", "truncate_ranges"]

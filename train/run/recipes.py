@@ -38,7 +38,7 @@ RANGES = {
     "mlm_probability": (0, 1, False, False), "lm_loss_weight": (0, None, True, False),
     "label_smoothing": (0, 1, True, False), "train_size": (1, None, True, False), "eval_size": (1, None, True, False),
     "tokenizer_vocab_size": (1, None, True, False), "tokenizer_train_size": (1, None, True, False),
-    "max_seq_length": (1, None, True, False),
+    "max_seq_length": (1, None, True, False), "max_query_length": (1, None, True, False),
     "num_beams": (1, None, True, False), "max_new_tokens": (1, None, True, False),
     "per_device_train_batch_size": (1, None, True, False), "per_device_eval_batch_size": (1, None, True, False),
     "gradient_accumulation_steps": (1, None, True, False), "logging_steps": (1, None, True, False),
@@ -56,7 +56,7 @@ LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 # would be recorded in recipe.yaml and the card as if it had acted)
 COMMAND_KEYS = {
     **dict.fromkeys(("task", "lora", "text_pair_column", "label_column", "skip_unlabeled", "allow_single_class",
-                     "lm_loss_weight"), ("finetune",)),
+                     "lm_loss_weight", "max_query_length"), ("finetune",)),
     "text_column": ("finetune", "pretrain_gpt", "pretrain_bert"),
     **dict.fromkeys(("nsp", "mlm_probability"), ("pretrain_bert",)),
     **dict.fromkeys(("pack_documents", "sample_prompts"), ("pretrain_gpt",)),
@@ -124,6 +124,7 @@ class Recipe:
     train_size: int | None = None  # rows of the training split to use (None: all)
     eval_size: int | None = None
     max_seq_length: int = 128
+    max_query_length: int = 64  # question-answering: the tokens of a question kept (BERT's run_squad.py: 64)
     # objectives
     mlm_probability: float = 0.15
     nsp: bool = True

@@ -1,8 +1,9 @@
 """The data splits of a run: `load_splits(recipe, columns)`, the training and validation splits of what the recipe
 reads (`Recipe.data_source`: its files, else `dataset`, else the command's own data), each column checked, a
 user's data cut only by the user's `train_size` / `eval_size`; with `streaming` the training split is a stream.
-`check_sequence_room` refuses a `max_seq_length` that leaves no token of text. docs/training.md ("Data",
-"Streaming").
+`check_sequence_room` refuses a `max_seq_length` that leaves no token of text, `question_room_problem` one whose
+question-answering windows cannot step through a context. docs/training.md ("Data", "Streaming", "Labels and
+sequence lengths").
 """
 
 from __future__ import annotations
@@ -207,4 +208,29 @@ def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimu
                           f"{what} ({overhead} special tokens and at least one token of each of {texts} text(s))")
 
 
-__all__ = ["check_sequence_room", "column_texts", "load_split", "load_splits", "row_texts"]
+QA_SPECIAL_TOKENS = 3  # [CLS] question [SEP] context [SEP]: BERT's pair template (question answering is BERT's)
+
+
+def qa_doc_stride(max_seq_length: int) -> int:
+    """The context tokens a question-answering window shares with the next: a quarter of the window."""
+    return max_seq_length // 4
+
+
+def question_room_problem(max_seq_length: int, max_query_length: int) -> str | None:
+    """Why windows of `max_seq_length` tokens cannot hold a question of `max_query_length` tokens, the template's
+    special tokens and more context than the doc stride (`qa_doc_stride`), or None. Past that, a long enough question
+    makes the fast tokenizer panic in Rust ("`stride` must be strictly less than `max_len`") instead of raising."""
+    stride = qa_doc_stride(max_seq_length)
+    if max_seq_length - QA_SPECIAL_TOKENS - max_query_length > stride:
+        return None
+    shortest = 4 * (max_query_length + QA_SPECIAL_TOKENS) // 3 + 1  # the least n with n - n // 4 > query + specials
+    longest = max_seq_length - QA_SPECIAL_TOKENS - stride - 1
+    return (f"max_seq_length {max_seq_length} cannot hold a question of max_query_length {max_query_length} tokens, "
+            f"{QA_SPECIAL_TOKENS} special tokens and more context than the doc stride of {stride} tokens "
+            f"(max_seq_length // 4, the context each window repeats from the one before): set max_seq_length to at "
+            f"least {shortest}"
+            + (f", or max_query_length to at most {longest}" if longest >= 1 else ""))
+
+
+__all__ = ["QA_SPECIAL_TOKENS", "check_sequence_room", "column_texts", "load_split", "load_splits", "qa_doc_stride",
+           "question_room_problem", "row_texts"]

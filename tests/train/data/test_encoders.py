@@ -183,3 +183,43 @@ def test_qa_answer_outside_context_is_an_error(bert):
                 "answers": [{"text": ["Oslo"], "answer_start": [40]}]}
     with pytest.raises(QAAnswerSpanError, match=r"row 7 \(id 'q7'\).*outside its context of 19 characters"):
         encode_qa(examples, bert, indices=[7])
+
+
+def _long_questions(rows: list[dict]) -> dict:
+    """The rows as a batch, each question lengthened past 100 tokens (with SQuAD's stray leading spaces)."""
+    examples = {k: [r[k] for r in rows] for k in rows[0]}
+    examples["question"] = ["  " + q.rstrip("?") + ", " + ", ".join(f"given detail {i} of {t}" for i in range(25)) + "?"
+                            for q, t in zip(examples["question"], examples["title"])]
+    return examples
+
+
+def test_a_question_past_max_query_length_is_cut_to_its_first_tokens_and_the_answers_keep_their_text(bert):
+    """A question of 100+ tokens in windows of 64 (stride 16) panicked in the tokenizer; cut to its first 20 tokens
+    (BERT's run_squad.py), every window holds those 20 tokens exactly, and over several questions and contexts the
+    context offsets stay the context's own: each answer span reads the gold answer text in its context."""
+    rows = generate_records("qa", "validation", size=12)
+    examples = _long_questions(rows)
+    assert min(len(bert(q, add_special_tokens=False)["input_ids"]) for q in examples["question"]) > 100
+    out = encode_qa(examples, bert, max_length=64, doc_stride=16, max_query_length=20, keep_offsets=True)
+    found = set()
+    for i, (ids, example, offsets) in enumerate(zip(out["input_ids"], out["example_id"], out["offset_mapping"])):
+        question = bert(examples["question"][example].lstrip(), add_special_tokens=False)["input_ids"]
+        assert len(ids) <= 64 and ids[1:21] == question[:20] and ids[21] == bert.sep_token_id
+        context, answers = examples["context"][example], examples["answers"][example]
+        own = [tuple(o) for o in bert(context, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]]
+        spans = [tuple(o) for o in offsets if o is not None]
+        first = own.index(spans[0])
+        assert spans == own[first:first + len(spans)]  # a run of the context's own token offsets
+        start, end = out["start_positions"][i], out["end_positions"][i]
+        if start:
+            assert context[offsets[start][0]:offsets[end][1]] == answers["text"][0]
+            found.add(example)
+    assert found == {e for e, row in enumerate(rows) if row["answers"]["text"]}
+
+
+def test_questions_within_max_query_length_are_encoded_as_they_were(bert):
+    rows = generate_records("qa", "validation", size=12)
+    examples = {k: [r[k] for r in rows] for k in rows[0]}
+    longest = max(len(bert(q, add_special_tokens=False)["input_ids"]) for q in examples["question"])
+    whole = encode_qa(examples, bert, max_length=96, doc_stride=24, max_query_length=10_000, keep_offsets=True)
+    assert encode_qa(examples, bert, max_length=96, doc_stride=24, max_query_length=longest, keep_offsets=True) == whole

@@ -118,3 +118,12 @@ def test_a_streamed_recipe_that_cannot_train_from_a_stream_is_refused_when_built
     recipe_from_dict(keys)  # the same keys without streaming make a recipe
     with pytest.raises(RecipeError, match=f"recipe key 'streaming' is true but {named}"):
         recipe_from_dict({**keys, "streaming": True})
+
+
+def test_max_query_length_is_berts_64_by_default_a_positive_count_and_finetunes_only():
+    """BERT's run_squad.py cuts every question to 64 word pieces (its flag max_query_length)."""
+    assert recipe_from_dict({}).max_query_length == 64
+    with pytest.raises(RecipeError, match=r"recipe key 'max_query_length' must be in \[1, inf\), got 0"):
+        recipe_from_dict({"max_query_length": 0})
+    with pytest.raises(RecipeError, match="recipe key 'max_query_length' is read by finetune only"):
+        parse_args(["--max_query_length", "32"], command="pretrain_bert")

@@ -50,7 +50,8 @@ main_job.main(["--quick", "--output_dir", root, "--progress_bar", "false"])
 tiny = ["--recipe", "bert-finetune-nli-tiny", "--model", root + "/bert-pretrain/model",
         "--progress_bar", "false", "--max_steps", "3", "--save_steps", "0", "--train_size", "60", "--eval_size", "20"]
 finetune.main(tiny + ["--output_dir", root + "/ner", "--task", "token-classification", "--dataset", "embedded:ner"])
-finetune.main(tiny + ["--output_dir", root + "/qa", "--task", "question-answering", "--dataset", "embedded:qa"])
+finetune.main(tiny + ["--output_dir", root + "/qa", "--task", "question-answering", "--dataset", "embedded:qa",
+               "--max_query_length", "32"])
 train_tokenizer.main(["--family", "bert", "--vocab_size", "300", "--max_texts", "200",
                       "--output_dir", root + "/wordpiece"])
 """

@@ -2,17 +2,21 @@
 trains and its `validation` split evaluates (said once), in memory and streamed; `validation_file` still wins, and a
 folder without a `validation` split evaluates on nothing, as any local data without a validation file.
 `validation_split` names another split that evaluates (MNLI's `validation_matched`); a Hub dataset without the split
-is refused naming its splits and the key."""
+is refused naming its splits and the key. Question-answering windows too short for a question of `max_query_length`
+tokens are refused exactly where the tokenizer would panic, with lengths that fit."""
+
+import re
 
 import datasets
 import pytest
 from conftest import hub_dataset
 
 from train import finetune
-from train.data.corpus import generate_records
+from train.data.corpus import generate_records, tokenizer_training_texts
 from train.data.files import UnknownSplitError
+from train.data.tokenization import train_tokenizer
 from train.run.recipes import RecipeError, parse_args
-from train.setup.splits import load_splits
+from train.setup.splits import load_splits, qa_doc_stride, question_room_problem
 
 datasets.disable_progress_bars()
 COLUMNS = (("premise", "text"), ("hypothesis", "text"), ("label", "label"))
@@ -104,3 +108,42 @@ def test_a_validation_split_that_cannot_evaluate_is_refused_first(split, refusal
 def test_the_embedded_corpus_evaluates_on_the_named_split():
     _, validation = load_splits(_recipe("--validation_split", "test", "--eval_size", "3"), COLUMNS)
     assert list(validation["premise"]) == [r["premise"] for r in generate_records("nli", "test", seed=42, size=3)]
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return train_tokenizer("bert", tokenizer_training_texts(size=300), 400, model_max_length=512)
+
+
+@pytest.mark.parametrize("max_seq_length, max_query_length", [(64, 44), (64, 45), (90, 64), (89, 64), (48, 20),
+                                                                (48, 33), (6, 1), (5, 1), (4, 1)])
+def test_question_room_is_refused_exactly_where_the_tokenizer_cannot_window_the_question(bert, max_seq_length,
+                                                                                         max_query_length):
+    """A question of `max_query_length` tokens beside a long context: the windows are made when the room is granted,
+    and the fast tokenizer fails (a Rust panic, which derives from BaseException) when it is refused; the lengths the
+    refusal offers are the nearest that fit."""
+    question, context = " ".join(["the"] * max_query_length), " ".join(["the"] * 300)
+    assert len(bert(question, add_special_tokens=False)["input_ids"]) == max_query_length
+
+    def windows():
+        return bert(question, context, truncation="only_second", max_length=max_seq_length,
+                    stride=qa_doc_stride(max_seq_length), return_overflowing_tokens=True)
+
+    problem = question_room_problem(max_seq_length, max_query_length)
+    if problem is None:
+        assert all(len(ids) <= max_seq_length for ids in windows()["input_ids"])
+        return
+    with pytest.raises(BaseException, match="`stride` must be strictly less than|too short to respect"):
+        windows()
+    assert problem.startswith(f"max_seq_length {max_seq_length} cannot hold a question of max_query_length "
+                              f"{max_query_length} tokens, 3 special tokens and more context than the doc stride of "
+                              f"{max_seq_length // 4} tokens")
+    shortest = int(re.search(r"max_seq_length to at least (\d+)", problem)[1])
+    assert question_room_problem(shortest, max_query_length) is None
+    assert question_room_problem(shortest - 1, max_query_length) is not None
+    longest = re.search(r"max_query_length to at most (\d+)", problem)
+    if longest:
+        assert question_room_problem(max_seq_length, int(longest[1])) is None
+        assert question_room_problem(max_seq_length, int(longest[1]) + 1) is not None
+    else:
+        assert question_room_problem(max_seq_length, 1) is not None
