@@ -198,18 +198,28 @@ def check_data_given(recipe) -> None:
 
 
 def load_rows(recipe, task: Task, text: str, pair: str | None, label: str | None):
-    """`(names, train, validation)`: both splits, each column checked against what the task reads, and the class
-    names (None for scores) with both splits' labels checked (before a tokenizer is trained or anything is
-    written)."""
+    """`(names, train, validation, read)`: both splits, each column checked against what the task reads, the class
+    names (None for scores) with both splits' labels checked (before a tokenizer is trained or anything is written),
+    and the training rows read before `skip_unlabeled` left any out (None for a stream, which nothing counts ahead)."""
     train_rows, eval_rows = load_splits(recipe, read_columns(task, text, pair, label))
+    read = None if recipe.streaming else len(train_rows)
     if not label:
-        return None, train_rows, eval_rows
+        return None, train_rows, eval_rows, read
     files = (recipe.split_name("train"), recipe.split_name("validation"))
     if task.scores:
-        return None, *score_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
+        return None, *score_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled), read
     if recipe.streaming:
-        return streamed_class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled)
-    return class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, recipe.allow_single_class)
+        return *streamed_class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled), read
+    return *class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, recipe.allow_single_class), read
+
+
+def trained_rows(read: int | None, train, skipped: bool) -> dict[str, int]:
+    """What results.json and the card record of the training rows: `train_rows`, those trained on, and where
+    `skip_unlabeled` acted, `skipped_unlabeled`, those it left out of the `read` (`train_size` counts them all, as
+    a re-run reads them); nothing for a stream, whose rows are counted by nothing before they train."""
+    if read is None:
+        return {}
+    return {"train_rows": len(train), **({"skipped_unlabeled": read - len(train)} if skipped else {})}
 
 
 def encoded(recipe, tokenizer, encode_task: str, rows, text: str, pair: str | None, label: str | None,
@@ -260,7 +270,7 @@ def main(argv: list[str] | None = None):
     if recipe.lora is not None:
         check_lora(recipe, source, auto_class)
     text, pair, label = task_columns(recipe, recipe.task)
-    names, train_rows, eval_rows = load_rows(recipe, task, text, pair, label)
+    names, train_rows, eval_rows, read = load_rows(recipe, task, text, pair, label)
     with start_run(recipe) as run:
         tokenizer = get_tokenizer(recipe, family, lambda: row_texts(train_rows, (text, pair)), source, run=run)
         check_sequence_room(recipe, tokenizer, 2 if pair else 1, f"{recipe.task} with a {family} template")
@@ -281,7 +291,7 @@ def main(argv: list[str] | None = None):
         engine = Engine(run, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=_auxiliary_lm(recipe, family),
                         unpad_inputs=True, predict_fn=predict_fn, metrics_fn=scores)
-        results = engine.train()
+        results = {**engine.train(), **trained_rows(read, train_rows, skipped)}
         if recipe.lora is not None:
             merge_lora(engine, Path(recipe.output_dir) / "adapter", source)
         return results, engine.finish(results, description=f"Fine-tuned for {recipe.task}.", source=source)

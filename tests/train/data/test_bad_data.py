@@ -196,6 +196,22 @@ def test_ner_rows_with_tag_minus_1_are_skipped_when_the_recipe_says_so(tmp_path,
     assert "train.jsonl: skipped 8 rows labelled -1 in column 'ner_tags'" in capsys.readouterr().out
 
 
+def test_a_run_that_skips_unlabelled_rows_records_the_rows_it_trained_on(tmp_path, capsys):
+    """`train_size` in recipe.yaml stays the rows read, what a re-run cuts; results.json and the card's results say
+    how many of them trained and how many skip_unlabeled left out (before: the count before skipping alone)."""
+    rows = [{"text": f"review {i}", "label": -1 if i % 4 == 3 else i % 2} for i in range(24)]
+    train = lines(tmp_path / "train.jsonl", rows)
+    results, folder = run_finetune(tmp_path, "sequence-classification", train, train, "--skip_unlabeled", "true",
+                                   "--train_size", "20")
+    said = capsys.readouterr().out
+    assert "using the first 20 of the 24 rows" in said and "skipped 5 rows labelled -1" in said
+    assert "train_size: 20\n" in (folder / "recipe.yaml").read_text()
+    recorded = json.loads((folder / "results.json").read_text())
+    assert (recorded["train_rows"], recorded["skipped_unlabeled"]) == (results["train_rows"], 5) == (15, 5)
+    card = (folder / "README.md").read_text()
+    assert "| train_rows | 15 |" in card and "| skipped_unlabeled | 5 |" in card
+
+
 # ----------------------------------------------------------------------------- 6. one class only
 
 def test_a_single_class_training_set_is_refused_unless_the_recipe_allows_it(tmp_path):

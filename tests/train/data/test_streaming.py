@@ -423,6 +423,7 @@ def test_finetune_streams_with_the_classes_its_features_declare_and_refuses_data
     config = json.loads((folder / "config.json").read_text())
     assert config["id2label"] == {"0": "entailment", "1": "neutral", "2": "contradiction"}
     assert results["steps"] == 2 and "eval_accuracy" in results
+    assert "train_rows" not in results  # a stream's rows are counted by nothing before they train
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps({"text": f"row {i}", "label": i % 2}) + "\n" for i in range(10)))
     with pytest.raises(LabelError, match="declares no classes for column 'label'.*set streaming: false"):
