@@ -176,7 +176,8 @@ class Recipe:
     progress_bar: bool = True
 
     # the keys the user set (in their own recipe file or on the command line), not a shipped recipe's: a shipped
-    # recipe's `train_size` cuts its own data, never a user's files (`train.setup.splits.load_split`)
+    # recipe's `train_size` cuts the embedded corpus or the Hub corpus it names, never a user's files
+    # (`train.setup.splits.load_split`, `load_recipe`)
     set_by_user = frozenset()  # no field: a class attribute, set per recipe by `recipe_from_dict`
     # the command's own data, read when the recipe names none (`reading`); no field either, so the recipe's keys, hash
     # and saved file stay as the user wrote them
@@ -441,7 +442,17 @@ def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise RecipeError(f"{source} must be a YAML mapping of keys to values")
         if Path(path).is_file():  # the user's own recipe file; a shipped recipe's keys are not the user's
             user |= set(fields)
+        elif _reads_own_data(fields, user):  # a shipped recipe's sizes of the data it names itself (not embedded)
+            user |= {key for key in ("train_size", "eval_size") if key in fields}
     return recipe_from_dict({**fields, **(overrides or {})}, source, user)
+
+
+def _reads_own_data(fields: dict[str, Any], overrides: set[str]) -> bool:
+    """Whether a shipped recipe trains on the data it names (a Hub corpus, not the embedded one) and the command line
+    names no other: its `train_size` / `eval_size` then size that data (`eval_size` holds rows of a corpus of one
+    split out, `train.setup.splits.load_splits`)."""
+    named = str(fields.get("dataset") or "")
+    return bool(named) and not named.startswith("embedded:") and not overrides & {"dataset", "train_file"}
 
 
 def _renamed(name: str) -> str:

@@ -2,7 +2,8 @@
 dataset): without `eval_size` the run trains without evaluation, said once; with `eval_size N` set by the user it holds
 out the data's first N rows to evaluate on and trains on the others, in memory and streamed alike (a stream, whatever
 its shards and lanes, never trains on a held-out row), `train_size` cutting what is left; the card names the split
-`train[:N]`. A Hub dataset with other splits but not the one named is still refused, naming them."""
+`train[:N]`. A Hub dataset with other splits but not the one named is still refused, naming them. The paper-scale
+recipes `bert-base-wikipedia` and `gpt-117m-wikipedia` read that corpus so, their `eval_size` sizing their own data."""
 
 import json
 
@@ -10,9 +11,9 @@ import datasets
 import pytest
 from conftest import hub_dataset
 
-from train import pretrain_gpt
+from train import pretrain_bert, pretrain_gpt
 from train.data.files import UnknownSplitError, load_text_dataset
-from train.run.recipes import RecipeError, parse_args
+from train.run.recipes import RecipeError, load_recipe, parse_args
 from train.setup.splits import load_splits
 
 datasets.disable_progress_bars()
@@ -106,3 +107,53 @@ def test_a_run_on_a_corpus_of_one_split_evaluates_on_its_held_out_rows(wikipedia
     assert "eval_loss" in results and "eval_size: 8" in (folder / "recipe.yaml").read_text()
     card = (folder / "README.md").read_text()
     assert "split: train[:8]" in card and "config: 20231101.en" in card
+
+
+PAPERS = {  # recipe -> (command, the paper's settings)
+    "bert-base-wikipedia": (pretrain_bert, {
+        "model": "bert-base", "max_seq_length": 128, "nsp": True, "mlm_probability": 0.15, "learning_rate": 1e-4,
+        "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_epsilon": 1e-6, "weight_decay": 0.01, "lr_scheduler": "linear",
+        "warmup_steps": 10_000, "max_steps": 900_000, "tokenizer_vocab_size": 30522,
+        "per_device_train_batch_size": 32}),
+    "gpt-117m-wikipedia": (pretrain_gpt, {
+        "model": "gpt-117m", "max_seq_length": 512, "pack_documents": False, "learning_rate": 2.5e-4, "weight_decay": 0.01,
+        "lr_scheduler": "cosine", "warmup_steps": 2000, "tokenizer_vocab_size": 40478,
+        "per_device_train_batch_size": 8}),
+}
+
+
+@pytest.mark.parametrize("name", list(PAPERS))
+def test_the_paper_scale_recipes_hold_the_papers_settings_and_size_their_own_corpus(name):
+    recipe = load_recipe(name)
+    assert {key: getattr(recipe, key) for key in PAPERS[name][1]} == PAPERS[name][1]
+    assert (recipe.dataset, recipe.dataset_config, recipe.streaming, recipe.eval_size) == (
+        "wikimedia/wikipedia", "20231101.en", True, 1000)
+    assert "eval_size" in recipe.set_by_user  # its held-out rows are of its own corpus
+    assert "eval_size" not in load_recipe(name, {"train_file": "books.txt"}).set_by_user  # never of the user's
+
+
+@pytest.mark.parametrize("name", list(PAPERS))
+def test_the_paper_scale_recipes_train_on_the_hubs_wikipedia_shrunk(name, wikipedia, tmp_path):
+    command, _ = PAPERS[name]
+    tiny, keys = ("bert-tiny", ()) if command is pretrain_bert else ("gpt-tiny", ("--max_new_tokens", "8"))
+    results, folder = command.main(["--recipe", name, "--model", tiny, "--tokenizer_vocab_size", "300",
+                                    "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--eval_size", "8",
+                                    *keys, "--max_steps", "2", "--warmup_steps", "1", "--save_steps", "0",
+                                    "--eval_steps", "0", "--progress_bar", "false", "--report_to", "none",
+                                    "--output_dir", str(tmp_path / "run")])
+    assert results["steps"] == 2 and "eval_loss" in results
+    assert "split: train[:8]" in (folder / "README.md").read_text()
+
+
+def test_berts_second_phase_continues_from_the_first_runs_model(wikipedia, tmp_path):
+    """training.md's second phase (512 tokens in the paper): the recipe again, from the first run's model and tokenizer
+    (the recipe's tokenizer_vocab_size is its own key, never the user's, so the pretrained tokenizer is kept)."""
+    shrunk = ["--tokenizer_vocab_size", "300", "--per_device_train_batch_size", "4", "--eval_size", "8",
+              "--max_steps", "2", "--save_steps", "0", "--eval_steps", "0", "--progress_bar", "false",
+              "--report_to", "none"]
+    _, first = pretrain_bert.main(["--recipe", "bert-base-wikipedia", "--model", "bert-tiny", "--max_seq_length", "32",
+                                   "--warmup_steps", "1", *shrunk, "--output_dir", str(tmp_path / "first")])
+    results, _ = pretrain_bert.main(["--recipe", "bert-base-wikipedia", "--model", str(first), "--max_seq_length",
+                                     "64", "--warmup_steps", "0", "--learning_rate", "1e-5", *shrunk[2:],
+                                     "--output_dir", str(tmp_path / "second")])
+    assert results["steps"] == 2 and "eval_loss" in results
