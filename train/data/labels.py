@@ -88,6 +88,16 @@ def _integral(dataset: datasets.Dataset, column: str) -> datasets.Dataset:
     return dataset.cast_column(column, datasets.List(integers) if value is not feature else integers)
 
 
+# why a cut split shows fewer classes than its data has: what the notices of `class_labels` advise
+SORTED = (" (a split sorted by label shows few classes in its first rows: cut it less with train_size / eval_size, or "
+          "shuffle the file)")
+
+
+def _name_of(value, names: list[str], kind: type | None, declared) -> object:
+    """A label as its class is named: a declared class id by its name, anything else as it is."""
+    return names[value] if declared and kind is int else value
+
+
 def _listed(ids: list[int], shown: int = 8) -> str:
     return ", ".join(map(str, ids[:shown])) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
@@ -139,16 +149,28 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
     names = (list(declared.names) if declared else sorted(counts) if kind is str
              else [str(i) for i in range(max(values) + 1)])
     known = set(range(len(names))) if declared and kind is int else set(counts)
-    unseen = [i for i in range(len(names)) if i not in counts] if kind is int and not declared else []
-    if unseen and training:
+    unseen = [i for i in range(len(names)) if i not in counts] if kind is int else []
+    if unseen and training and declared:
+        print(f"{trained_on}: column {column!r} never shows the class{'es' if len(unseen) > 1 else ''} "
+              f"{', '.join(repr(names[i]) for i in unseen)} of the {len(names)} its data declares: the model gets them "
+              f"all, {len(unseen)} never trained{SORTED}", flush=True)
+    elif unseen and training:
         print(f"{trained_on}: column {column!r} never shows class id{'s' if len(unseen) > 1 else ''} "
               f"{_listed(unseen)}: integer labels are class ids, so the model gets {len(names)} classes, 0 to "
               f"{len(names) - 1}, {len(unseen)} of them never trained (labels that do not count from 0, such as "
               f"ratings 1 to 5, become classes in sorted order when given as strings)", flush=True)
+    shown = set()
     for row, word, value in _labels(validation, column) if validation is not None else ():
-        if value not in known and not _skipped(value, word, skip_unlabeled):
+        if _skipped(value, word, skip_unlabeled):
+            continue
+        if value not in known:
             raise LabelError(f"{row_location(sources[1], row, column)}: {_named(value, word)} never occurs in the "
                              f"training data ({trained_on}: {counts}); the model would have no class for it")
+        shown.add(value)
+    if len(shown) == 1 and len(counts) > 1 and not tags:
+        print(f"{_cut(validation, sources[1], 'eval_size')}: every label in column {column!r} is "
+              f"{_name_of(next(iter(shown)), names, kind, declared)!r}: its figures score that one class of the "
+              f"{len(counts)} trained{SORTED}", flush=True)
     if skip_unlabeled and kind is int:
         train = _drop_unlabeled(train, column, sources[0])
         validation = _drop_unlabeled(validation, column, sources[1]) if validation is not None else None

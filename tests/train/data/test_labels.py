@@ -1,9 +1,11 @@
-"""Class labels of a streamed training split (`streamed_class_labels`): the classes its features declare, the same
-ones required of the validation split, rows labelled -1 left out of both with `skip_unlabeled`, and a stream that
-declares no classes refused naming the file and the column; integer ids read whole (`class_labels`): a validation id
-the training split never shows refused, ids the training split leaves out said. Scores (`score_labels`, the task
-regression): any real number kept as it is, text, NaN and infinity refused naming the row and value, in memory and as
-a stream is read, rows labelled -1 left out on request. Bad labels read whole: tests/train/data/test_bad_data.py."""
+"""Class labels of a streamed training split (`streamed_class_labels`): the classes its features declare, the same ones
+required of the validation split, rows labelled -1 left out of both with `skip_unlabeled`, and a stream that declares
+no classes refused naming the file and the column; integer ids read whole (`class_labels`): a validation id the
+training split never shows refused, ids (or declared classes) the training split leaves out said, and a validation
+split of one class among several trained said, with the likely cause (a split sorted by label, cut). Scores
+(`score_labels`, the task regression): any real number kept as it is, text, NaN and infinity refused naming the row
+and value, in memory and as a stream is read, rows labelled -1 left out on request. Bad labels read whole:
+tests/train/data/test_bad_data.py."""
 
 import math
 
@@ -155,3 +157,24 @@ def test_a_split_of_unlabelled_rows_alone_is_refused_with_or_without_skip_unlabe
         with pytest.raises(LabelError, match=r"test.csv: every row is labelled -1 in column 'label' \(unlabelled, as "
                                              r"GLUE's test splits\)"):
             score_labels(_scores([1.5, -1.0]), _scores([-1.0, -1.0]), "label", ("train.csv", "test.csv"), skip)
+
+
+@pytest.mark.parametrize("names", [NAMES, None])
+def test_a_validation_split_of_one_class_among_several_trained_is_said_with_the_likely_cause(names, capsys):
+    """IMDB's splits are sorted by label: the first rows of its test split are all negative, so figures on them score
+    one class (accuracy is the rate of that class predicted)."""
+    class_labels(_split([0, 1, 2, 1, 0, 2], names), _split([0, 0, 0], names), "label", ("train.jsonl", "dev.jsonl"))
+    said = capsys.readouterr().out
+    shown = "'neg'" if names else "0"
+    assert f"dev.jsonl: every label in column 'label' is {shown}: its figures score that one class of the 3 trained" \
+        in said
+    assert "a split sorted by label shows few classes in its first rows" in said
+    class_labels(_split([0, 1, 2, 1], names), _split([0, 1, 0], names), "label", ("train.jsonl", "dev.jsonl"))
+    assert "figures score" not in capsys.readouterr().out  # two classes: nothing to say
+
+
+def test_declared_classes_the_training_split_never_shows_are_said(capsys):
+    names, _, _ = class_labels(_split([0, 1, 1, 0]), None, "label", ("train.jsonl", "dev.jsonl"))
+    assert names == NAMES
+    assert "never shows the class 'neutral' of the 3 its data declares: the model gets them all, 1 never trained" in \
+        capsys.readouterr().out
