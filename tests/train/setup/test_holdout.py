@@ -11,7 +11,8 @@ import datasets
 import pytest
 from conftest import hub_dataset
 
-from train import pretrain_bert, pretrain_gpt
+from train import evaluate, finetune, pretrain_bert, pretrain_gpt
+from train.data.corpus import generate_records
 from train.data.files import UnknownSplitError, load_text_dataset
 from train.run.recipes import RecipeError, load_recipe, parse_args
 from train.setup.splits import load_splits
@@ -157,3 +158,20 @@ def test_berts_second_phase_continues_from_the_first_runs_model(wikipedia, tmp_p
                                      "64", "--warmup_steps", "0", "--learning_rate", "1e-5", *shrunk[2:],
                                      "--output_dir", str(tmp_path / "second")])
     assert results["steps"] == 2 and "eval_loss" in results
+
+
+def test_a_fine_tuned_model_scores_its_held_out_rows_again_with_lineage_evaluate(tmp_path, monkeypatch):
+    """A Hub classification data set of one split: finetune holds out its first rows, and `lineage evaluate --split
+    train --eval_size N` scores exactly those (the same figures as the run's own evaluation)."""
+    rows = tmp_path / "train.jsonl"
+    datasets.Dataset.from_list(generate_records("nli", "train", size=40)).to_json(rows)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    hub_dataset(tmp_path / "cache", "lineage-tests/pairs", "default", {"train": rows})
+    results, folder = finetune.main(["--recipe", "bert-finetune-nli-tiny", "--dataset", "lineage-tests/pairs",
+                                     "--eval_size", "10", "--max_steps", "2", "--save_steps", "0",
+                                     "--progress_bar", "false", "--report_to", "none",
+                                     "--output_dir", str(tmp_path / "run")])
+    out = evaluate.main(["--model", str(folder), "--dataset", "lineage-tests/pairs", "--split", "train",
+                         "--eval_size", "10", "--max_seq_length", "64", "--output_dir", str(tmp_path / "eval")])
+    figures = json.loads((out / "results.json").read_text())["scores"]["nli"]
+    assert figures["accuracy"] == results["eval_accuracy"] and figures["f1"] == pytest.approx(results["eval_f1"])
