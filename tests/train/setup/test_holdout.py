@@ -117,8 +117,8 @@ PAPERS = {  # recipe -> (command, the paper's settings)
         "warmup_steps": 10_000, "max_steps": 900_000, "tokenizer_vocab_size": 30522,
         "per_device_train_batch_size": 32}),
     "gpt-117m-wikipedia": (pretrain_gpt, {
-        "model": "gpt-117m", "max_seq_length": 512, "pack_documents": False, "learning_rate": 2.5e-4, "weight_decay": 0.01,
-        "lr_scheduler": "cosine", "warmup_steps": 2000, "tokenizer_vocab_size": 40478,
+        "model": "gpt-117m", "max_seq_length": 512, "pack_documents": False, "learning_rate": 2.5e-4,
+        "weight_decay": 0.01, "lr_scheduler": "cosine", "warmup_steps": 2000, "tokenizer_vocab_size": 40478,
         "per_device_train_batch_size": 8}),
 }
 
