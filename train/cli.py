@@ -58,6 +58,7 @@ COMMANDS: dict[str, Command] = {
                                   "folder"),
     "evaluate": Command("evaluate", "score a model: lm-evaluation-harness tasks, sacreBLEU and chrF, a data set, "
                                     "pseudo-perplexity; results, plots and (asked) the card"),
+    "glue": Command("glue", "fine-tune and score a model on every GLUE task, with the GLUE average"),
 }
 TRAINING = "train "  # the prefix of the training scripts' commands
 # an earlier name of a command -> its name now; the earlier one still runs it
@@ -247,6 +248,7 @@ def user_errors() -> tuple[type[Exception], ...]:
         VocabularySizeError,
     )
     from train.evaluate import EvaluateError
+    from train.glue import GlueError
     from train.lineage_experiment import ExperimentError
     from train.run.averaging import AveragingError
     from train.run.checkpoints import CheckpointError
@@ -259,7 +261,7 @@ def user_errors() -> tuple[type[Exception], ...]:
             EmptyVocabularyError, TokenizerPathError, MissingSpecialTokenError, VocabularySizeError,
             TokenizerMismatchError, LabelAlignmentError, QAAnswerSpanError, DamagedStoreError, EmptyStreamError,
             UnknownCorpusTaskError, EvaluateError, HarnessError, ReportError, AveragingError, AttentionInputError,
-            ExperimentError, DistributedSetupError, TokenizerArgumentError)
+            ExperimentError, DistributedSetupError, TokenizerArgumentError, GlueError)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,166 @@
+"""`lineage glue` (train/glue.py) on an offline copy of `nyu-mll/glue` in its Hub layout (cola, mrpc, stsb and mnli,
+with their columns, label features, split names and test splits labelled -1): each task's GLUE figures under their
+names, MNLI's mismatched accuracy from `lineage evaluate`, the average as GLUE computes it (checked by hand from the
+runs' own results files), a failing task reported while the others run on, and the refusals before any work."""
+
+import json
+
+import datasets
+import pytest
+from conftest import hub_dataset
+
+from train import cli, glue
+from train.data.corpus import generate_records
+from train.run.recipes import RecipeError
+from train.run.run_folder import OutputDirError
+
+QUICK = ["--model", "bert-tiny", "--recipe", "bert-finetune-nli-tiny", "--max_steps", "2", "--save_steps", "0",
+         "--eval_size", "6", "--report_to", "none", "--progress_bar", "false"]
+CLASSES = {"cola": ["unacceptable", "acceptable"], "mrpc": ["not_equivalent", "equivalent"],
+           "mnli": ["entailment", "neutral", "contradiction"]}
+SPLITS = {"cola": ("train", "validation", "test"), "mrpc": ("train", "validation", "test"),
+          "stsb": ("train", "validation", "test"),
+          "mnli": ("train", "validation_matched", "validation_mismatched", "test_matched")}
+
+
+def glue_rows(config: str, split: str, size: int) -> list[dict]:
+    """Rows of `config` in GLUE's columns, made from the embedded corpus (CoLA's from its sentiment texts, the pair
+    tasks' from its NLI pairs: equivalent where entailed, STS-B's score 5, 2.5 or 0); a test split labelled -1."""
+    corpus = "train" if split == "train" else "test" if split == "validation_mismatched" else "validation"
+    if config == "cola":
+        rows = [{"sentence": r["text"], "label": r["label"]} for r in generate_records("sentiment", corpus, size=size)]
+    else:
+        pairs = generate_records("nli", corpus, size=size)
+        columns = ("premise", "hypothesis") if config == "mnli" else ("sentence1", "sentence2")
+        label = {"mrpc": lambda c: int(c == 0), "stsb": lambda c: (5.0, 2.5, 0.0)[c], "mnli": lambda c: c}[config]
+        rows = [{columns[0]: r["premise"], columns[1]: r["hypothesis"], "label": label(r["label"])} for r in pairs]
+    return [{**row, "idx": i, **({"label": -1} if split.startswith("test") else {})} for i, row in enumerate(rows)]
+
+
+def glue_copy(root) -> None:
+    """The four configs in the datasets cache `root / "cache"`, as an online load of `nyu-mll/glue` leaves them."""
+    for config, splits in SPLITS.items():
+        texts = ["sentence"] if config == "cola" else ["premise", "hypothesis"] if config == "mnli" else [
+            "sentence1", "sentence2"]
+        label = datasets.Value("float32") if config == "stsb" else datasets.ClassLabel(names=CLASSES[config])
+        features = datasets.Features({**{t: datasets.Value("string") for t in texts}, "label": label,
+                                      "idx": datasets.Value("int32")})
+        files = {}
+        for split in splits:
+            files[split] = root / config / f"{split}.jsonl"
+            files[split].parent.mkdir(exist_ok=True)
+            datasets.Dataset.from_list(glue_rows(config, split, 32 if split == "train" else 8)).to_json(files[split])
+        hub_dataset(root / "cache", "nyu-mll/glue", config, files, features)
+
+
+@pytest.fixture(scope="module")
+def glue_cache(tmp_path_factory):
+    """The datasets cache holding the copy."""
+    root = tmp_path_factory.mktemp("glue")
+    glue_copy(root)
+    return root / "cache"
+
+
+@pytest.fixture(scope="module")
+def glue_run(glue_cache, tmp_path_factory):
+    """One run of cola, mrpc, stsb, mnli and qqp, which the copy lacks: (the GlueError, the output folder)."""
+    out = tmp_path_factory.mktemp("glue-run") / "out"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(datasets.config, "HF_DATASETS_CACHE", glue_cache)
+        with pytest.raises(glue.GlueError) as failed:
+            glue.main([*QUICK, "--tasks", "mnli,cola,stsb,qqp,mrpc", "--output_dir", str(out)])
+    return failed.value, out
+
+
+def test_each_task_reports_the_figures_glue_reports_under_their_names(glue_run):
+    _, out = glue_run
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["tasks"]) == ["cola", "mrpc", "stsb", "qqp", "mnli"]  # GLUE's order
+    figures = {name: set(row.get("figures", ())) for name, row in summary["tasks"].items()}
+    assert figures == {"cola": {"matthews_correlation"}, "mrpc": {"f1", "accuracy"}, "stsb": {"pearson", "spearmanr"},
+                       "qqp": set(), "mnli": {"accuracy", "accuracy_mm"}}
+    results = {name: json.loads((out / name / "model" / "results.json").read_text())
+               for name in ("cola", "mrpc", "stsb", "mnli")}
+    tasks = summary["tasks"]
+    assert tasks["cola"]["figures"]["matthews_correlation"] == results["cola"]["eval_matthews_correlation"]
+    assert tasks["mrpc"]["figures"] == {"f1": results["mrpc"]["eval_binary_f1"],  # F1 of class 1, equivalent
+                                        "accuracy": results["mrpc"]["eval_accuracy"]}
+    assert tasks["stsb"]["figures"] == {"pearson": results["stsb"]["eval_pearson"],
+                                        "spearmanr": results["stsb"]["eval_spearmanr"]}
+    assert tasks["mnli"]["figures"]["accuracy"] == results["mnli"]["eval_accuracy"]
+    card = (out / "mnli" / "model" / "README.md").read_text()
+    assert "config: mnli" in card and "split: validation_matched" in card
+
+
+def test_mnli_is_also_scored_on_its_mismatched_split(glue_run):
+    _, out = glue_run
+    scored = json.loads((out / "mnli-mismatched" / "results.json").read_text())
+    assert scored["data"] == {"dataset": "nyu-mll/glue", "split": "validation_mismatched", "rows": 6, "task": "nli"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tasks"]["mnli"]["figures"]["accuracy_mm"] == scored["scores"]["nli"]["accuracy"]
+    assert summary["tasks"]["mnli"]["results"] == ["mnli/model/results.json", "mnli-mismatched/results.json"]
+
+
+def test_the_average_is_the_mean_of_the_task_scores_each_the_mean_of_its_figures(glue_run):
+    _, out = glue_run
+    results = {name: json.loads((out / name / "model" / "results.json").read_text())
+               for name in ("cola", "mrpc", "stsb", "mnli")}
+    mismatched = json.loads((out / "mnli-mismatched" / "results.json").read_text())["scores"]["nli"]["accuracy"]
+    scores = [results["cola"]["eval_matthews_correlation"],
+              (results["mrpc"]["eval_binary_f1"] + results["mrpc"]["eval_accuracy"]) / 2,
+              (results["stsb"]["eval_pearson"] + results["stsb"]["eval_spearmanr"]) / 2,
+              (results["mnli"]["eval_accuracy"] + mismatched) / 2]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["average"] == pytest.approx(sum(scores) / 4)
+    assert summary["averaged_tasks"] == ["cola", "mrpc", "stsb", "mnli"]
+    page = (out / "summary.md").read_text()
+    assert f"{100 * summary['average']:.1f}, over 4 of the 9 tasks (cola, mrpc, stsb, mnli); failed: qqp." in page
+    assert summary["command"].startswith("lineage glue --model bert-tiny") and summary["command"] in page
+
+
+def test_a_failing_task_is_reported_and_the_others_run_on(glue_run):
+    error, out = glue_run
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failed"] == ["qqp"] and "qqp" in summary["tasks"]["qqp"]["error"]
+    assert str(error).startswith("1 of 5 tasks failed (qqp: ") and str(out / "summary.md") in str(error)
+    assert "| QQP | failed: " in (out / "summary.md").read_text()
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "cola", "mnli", "mnli-mismatched", "mrpc", "stsb", "summary.json", "summary.md"]
+
+
+@pytest.mark.parametrize("argv, refusal", [
+    (["--tasks", "cola,ax"], r"--tasks 'cola,ax': give distinct tasks from cola, sst2, mrpc, stsb, qqp, mnli, qnli, "
+                             r"rte, wnli; unknown: ax \(ax, GLUE's diagnostic set, has no training split"),
+    (["--tasks", "cola,cola"], r"give distinct tasks from cola, sst2"),
+    (["--dataset_config", "sst2"], r"recipe key 'dataset_config': lineage glue sets it for each task"),
+    (["--set", "output_dir=elsewhere"], r"recipe key 'output_dir': give --output_dir"),
+    (["--push_to_hub", "me/glue"], r"recipe key 'push_to_hub': every task's model would be sent to the one repo"),
+])
+def test_what_it_cannot_run_is_refused_before_any_work(argv, refusal, tmp_path):
+    with pytest.raises(glue.GlueError, match=refusal):
+        glue.main([*QUICK, *argv, "--output_dir", str(tmp_path / "out")])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_recipe_keys_are_checked_as_finetune_checks_them_before_any_work(tmp_path, capsys):
+    with pytest.raises(RecipeError, match=r"recipe key 'nsp' is read by pretrain_bert only"):
+        glue.main([*QUICK, "--nsp", "false", "--output_dir", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match=r"lineage glue: error: --tasks 'bogus': give distinct tasks from cola"):
+        cli.main(["glue", "--model", "bert-tiny", "--tasks", "bogus", "--output_dir", str(tmp_path / "out")])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_it_replaces_only_its_own_earlier_output_and_only_when_told(glue_cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", glue_cache)
+    out = tmp_path / "out"
+    glue.main([*QUICK, "--tasks", "mrpc", "--output_dir", str(out)])
+    with pytest.raises(OutputDirError, match=r"holds an earlier output of glue; pass --overwrite_output_dir"):
+        glue.main([*QUICK, "--tasks", "cola", "--output_dir", str(out)])
+    summary = glue.main([*QUICK, "--tasks", "cola", "--output_dir", str(out), "--overwrite_output_dir"])
+    assert list(summary["tasks"]) == ["cola"] and summary["average"] == summary["tasks"]["cola"]["score"]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["cola", "summary.json",
+                                                                                    "summary.md"]
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(OutputDirError, match=r"holds notes.txt, which glue did not write there"):
+        glue.main([*QUICK, "--tasks", "cola", "--output_dir", str(out), "--overwrite_output_dir"])
+    assert (out / "notes.txt").read_text() == "mine" and (out / "cola" / "model").is_dir()

@@ -1,0 +1,232 @@
+"""GLUE in one command: fine-tune a model on each task of the benchmark (Wang et al. 2018) and score it as GLUE does.
+
+    lineage glue --model google-bert/bert-base-uncased --output_dir outputs/glue
+    lineage glue --model outputs/bert-pretrain/model --tasks cola,mrpc,stsb --learning_rate 3e-5 --output_dir DIR
+    lineage glue --model bert-tiny --recipe bert-finetune-nli-tiny --max_steps 10 --train_size 200 --output_dir DIR
+
+Each task of the Hub's `nyu-mll/glue` (`TASKS`: its columns, finetune task, validation split and GLUE's figures) is
+a `finetune` run in `<output_dir>/<task>` with `--recipe` (default: BERT's fine-tuning settings) and the other recipe
+keys given; MNLI's model is also scored on the mismatched validation split by `lineage evaluate`. Then `summary.json`
+and `summary.md`: each task's figures and the GLUE average (`glue_average`); a task that fails is reported there and
+the others run on. GLUE's server alone scores the test sets; `ax` has no training split. docs/evaluation.md ("GLUE").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from train import evaluate, finetune
+from train.cli import CommandParser, run_script, user_errors
+from train.run import recipes, run_folder
+from train.run.recipes import Recipe
+from train.setup.models import model_source
+
+COMMAND = "glue"
+DATASET = "nyu-mll/glue"
+DEFAULT_RECIPE = "bert-base-finetune"  # BERT's section 4: batch 32, 3 epochs, learning rate 2e-5
+
+
+class Figure(NamedTuple):
+    name: str  # in the summary, as transformers' run_glue names GLUE's figures
+    metric: str  # finetune's metric it is: eval_<metric> in results.json, scores.<task>.<metric> of lineage evaluate
+    label: str  # as GLUE's leaderboard heads it
+
+
+class GlueTask(NamedTuple):
+    title: str  # GLUE's name of the task
+    columns: tuple[str, str | None]  # its text and second text columns (the label column is `label`)
+    task: str  # finetune's task
+    figures: tuple[Figure, ...]  # what GLUE reports of it
+    validation_split: str = "validation"
+    mismatched: str | None = None  # a second validation split lineage evaluate scores: its figures named <name>_mm
+
+
+ACCURACY = Figure("accuracy", "accuracy", "acc.")
+F1_ACCURACY = (Figure("f1", "binary_f1", "F1"), ACCURACY)  # F1 of class 1: MRPC's equivalent, QQP's duplicate
+# in the order of GLUE's leaderboard
+TASKS = {
+    "cola": GlueTask("CoLA", ("sentence", None), "sequence-classification",
+                     (Figure("matthews_correlation", "matthews_correlation", "Matthews corr."),)),
+    "sst2": GlueTask("SST-2", ("sentence", None), "sequence-classification", (ACCURACY,)),
+    "mrpc": GlueTask("MRPC", ("sentence1", "sentence2"), "sequence-classification", F1_ACCURACY),
+    "stsb": GlueTask("STS-B", ("sentence1", "sentence2"), "regression",
+                     (Figure("pearson", "pearson", "Pearson"), Figure("spearmanr", "spearmanr", "Spearman"))),
+    "qqp": GlueTask("QQP", ("question1", "question2"), "sequence-classification", F1_ACCURACY),
+    "mnli": GlueTask("MNLI", ("premise", "hypothesis"), "nli", (ACCURACY,), "validation_matched",
+                     "validation_mismatched"),
+    "qnli": GlueTask("QNLI", ("question", "sentence"), "nli", (ACCURACY,)),
+    "rte": GlueTask("RTE", ("sentence1", "sentence2"), "nli", (ACCURACY,)),
+    "wnli": GlueTask("WNLI", ("sentence1", "sentence2"), "nli", (ACCURACY,)),
+}
+PER_TASK = ("dataset", "dataset_config", "task", "text_column", "text_pair_column", "label_column", "validation_split")
+# recipe keys a user may not pass through -> why
+REFUSED_KEYS = {**dict.fromkeys(PER_TASK, "lineage glue sets it for each task (train.glue.TASKS)"),
+                **dict.fromkeys(("train_file", "validation_file"), f"lineage glue reads {DATASET}"),
+                "model": "give --model", "output_dir": "give --output_dir",
+                "overwrite_output_dir": "give --overwrite_output_dir",
+                "resume_from_checkpoint": "each task's run starts afresh in its folder",
+                "push_to_hub": "every task's model would be sent to the one repo"}
+
+
+class GlueError(ValueError):
+    """An argument `lineage glue` cannot run with, or tasks that failed; the message names them."""
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """The command's own arguments, and the rest: recipe keys for every task's finetune run."""
+    parser = CommandParser(description=__doc__.splitlines()[0], allow_abbrev=False,
+                           epilog="Any other --key value is a recipe key given to every task's finetune run, e.g. "
+                                  "--learning_rate 3e-5 --max_steps 10 --train_size 2000 --eval_size 500.")
+    parser.add_argument("--model", required=True, help="a saved Lineage BERT or GPT folder, a Hub id (a transformers "
+                                                       "BERT or GPT checkpoint is converted on load) or a preset "
+                                                       "(trained from scratch: smoke runs)")
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, from {', '.join(TASKS)}")
+    parser.add_argument("--recipe", default=DEFAULT_RECIPE, help="a recipe name (lineage configs recipes) or a YAML "
+                                                                 "file")
+    parser.add_argument("--output_dir", default="outputs/glue", help="a folder per task, summary.json and "
+                                                                     "summary.md (new or empty)")
+    parser.add_switch("--overwrite_output_dir", help="replace an earlier output of lineage glue (nothing else)")
+    args, keys = parser.parse_known_args(argv)
+    args.argv = None if argv is None else list(argv)  # the command line, for the summary
+    return args, keys
+
+
+def chosen_tasks(text: str) -> list[str]:
+    """The tasks `--tasks` names, in GLUE's order, or a `GlueError` naming the allowed ones."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in names if t not in TASKS]
+    if not names or unknown or len(set(names)) != len(names):
+        ax = (" (ax, GLUE's diagnostic set, has no training split: its test split is scored by GLUE's server only)"
+              if "ax" in unknown else "")
+        raise GlueError(f"--tasks {text!r}: give distinct tasks from {', '.join(TASKS)}"
+                        + (f"; unknown: {', '.join(unknown)}{ax}" if unknown else ""))
+    return [t for t in TASKS if t in names]
+
+
+def finetune_argv(args: argparse.Namespace, keys: list[str], name: str) -> list[str]:
+    """The `finetune` command line of task `name`: the recipe, the user's keys, then the task's data and folder."""
+    spec = TASKS[name]
+    text, pair = spec.columns
+    return ["--recipe", args.recipe, *keys, "--model", args.model, "--task", spec.task, "--dataset", DATASET,
+            "--dataset_config", name, "--validation_split", spec.validation_split, "--text_column", text,
+            *(["--text_pair_column", pair] if pair else []), "--label_column", "label",
+            "--output_dir", str(Path(args.output_dir) / name)]
+
+
+def task_recipes(args: argparse.Namespace, keys: list[str], names: list[str]) -> dict[str, Recipe]:
+    """Each task's finetune recipe, checked as finetune checks it, and the model once: refused before any work."""
+    refused = [key for key in recipes.parse_overrides(keys) if key in REFUSED_KEYS]
+    if refused:
+        raise GlueError("; ".join(f"recipe key {key!r}: {REFUSED_KEYS[key]}" for key in refused))
+    chosen = {name: recipes.parse_args(finetune_argv(args, keys, name), finetune.DEFAULT_RECIPE, "", "finetune")
+              for name in names}
+    model_source(chosen[names[0]], "finetune", ("bert", "gpt"))
+    return chosen
+
+
+def mismatched_argv(name: str, recipe: Recipe, model: Path) -> list[str]:
+    """The `lineage evaluate` command line scoring task `name`'s model on its mismatched split, with the run's length,
+    batch size and (where the user set it) `eval_size`."""
+    eval_size = ["--eval_size", str(recipe.eval_size)] if "eval_size" in recipe.set_by_user else []
+    return ["--model", str(model), "--dataset", DATASET, "--dataset_config", name, "--split", TASKS[name].mismatched,
+            "--max_seq_length", str(recipe.max_seq_length), "--batch_size", str(recipe.per_device_eval_batch_size),
+            *eval_size, "--output_dir", str(Path(recipe.output_dir).with_name(f"{name}-mismatched"))]
+
+
+def run_task(name: str, argv: list[str], recipe: Recipe) -> dict[str, Any]:
+    """Fine-tune on task `name` (and score MNLI's mismatched split); its figures, its score (their mean) and the
+    results files they were read from, relative to the output folder."""
+    spec = TASKS[name]
+    results, model = finetune.main(argv)
+    figures = {f.name: results[f"eval_{f.metric}"] for f in spec.figures}
+    read = [f"{name}/model/results.json"]
+    if spec.mismatched:
+        scored = evaluate.main(mismatched_argv(name, recipe, model))
+        scores = json.loads((scored / "results.json").read_text())["scores"][spec.task]
+        figures.update({f"{f.name}_mm": scores[f.metric] for f in spec.figures})
+        read.append(f"{scored.name}/results.json")
+    return {"figures": figures, "score": sum(figures.values()) / len(figures), "results": read}
+
+
+def glue_average(rows: dict[str, dict[str, Any]]) -> float | None:
+    """GLUE's average: the mean over the tasks of each task's score, the mean of its figures (MNLI's matched and
+    mismatched accuracy are its two); None where no task has a score."""
+    scores = [row["score"] for row in rows.values() if "score" in row]
+    return sum(scores) / len(scores) if scores else None
+
+
+def render(summary: dict[str, Any]) -> str:
+    """summary.md: a row per task, figures x 100 as GLUE shows them, then the average and the command."""
+    lines = ["| task | GLUE figures | score | results |", "|---|---|---|---|"]
+    for name, row in summary["tasks"].items():
+        spec = TASKS[name]
+        if "error" in row:
+            error = row["error"].replace("\n", " ").replace("|", "\\|")  # one cell of the table
+            lines.append(f"| {spec.title} | failed: {error} | | |")
+            continue
+        figures = row["figures"]
+        shown = [f"{f.label} {100 * figures[f.name]:.1f}" for f in spec.figures]
+        shown += [f"{f.label} (mismatched) {100 * figures[f.name + '_mm']:.1f}"
+                  for f in spec.figures if spec.mismatched]
+        lines.append(f"| {spec.title} | {', '.join(shown)} | {100 * row['score']:.1f} | {', '.join(row['results'])} |")
+    average, scored = summary["average"], summary["averaged_tasks"]
+    over = f"over {len(scored)} of the {len(TASKS)} tasks ({', '.join(scored)})" if scored else "no task scored"
+    failed = f"; failed: {', '.join(summary['failed'])}" if summary["failed"] else ""
+    return "\n".join([
+        f"# GLUE: {summary['model']}", "",
+        f"Recipe {summary['recipe']}; each task scored on its validation split (GLUE's test sets are scored by its "
+        f"server only); figures x 100.", "", *lines, "",
+        f"GLUE average (the mean of the task scores, a task's score the mean of its figures): "
+        f"{'-' if average is None else f'{100 * average:.1f}'}, {over}{failed}.", "",
+        f"Command: `{summary['command']}`", ""])
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the tasks; returns the summary. Raises `GlueError` after writing it when a task failed."""
+    args, keys = parse_args(argv)
+    names = chosen_tasks(args.tasks)
+    chosen = task_recipes(args, keys, names)
+    local = Path(args.model).exists()
+    folder = run_folder.check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir,
+                                            inputs={"--model": args.model} if local else None)
+    with run_folder.output_in_place(folder, COMMAND):
+        summary = run_glue(args, keys, chosen, folder)
+    if summary["failed"]:
+        raise GlueError(f"{len(summary['failed'])} of {len(names)} tasks failed ("
+                        + "; ".join(f"{n}: {summary['tasks'][n]['error']}" for n in summary["failed"])
+                        + f"); the others' figures are in {folder / 'summary.md'}")
+    return summary
+
+
+def run_glue(args: argparse.Namespace, keys: list[str], chosen: dict[str, Recipe], folder: Path) -> dict[str, Any]:
+    """Every chosen task, then the summary, into `folder` (owned by `main`)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for name, recipe in chosen.items():
+        print(f"== {name}: fine-tuning on {DATASET} {name}", flush=True)
+        try:
+            rows[name] = run_task(name, finetune_argv(args, keys, name), recipe)
+        except Exception as error:  # reported in the summary; the other tasks run on
+            if not isinstance(error, user_errors()):
+                traceback.print_exc()
+            rows[name] = {"error": f"{type(error).__name__}: {error}"}
+            print(f"== {name}: failed: {rows[name]['error']}", flush=True)
+            continue
+        print(f"== {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in rows[name]["figures"].items()), flush=True)
+    command = run_folder.command_line() if args.argv is None else shlex.join(["lineage", COMMAND, *args.argv])
+    summary = {"command": command, "model": args.model, "recipe": args.recipe, "tasks": rows,
+               "average": glue_average(rows), "averaged_tasks": [n for n, row in rows.items() if "score" in row],
+               "failed": [n for n, row in rows.items() if "error" in row]}
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1))
+    (folder / "summary.md").write_text(render(summary))
+    print("\n" + render(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    run_script(main)
