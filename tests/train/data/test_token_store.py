@@ -24,7 +24,7 @@ from train.data.tokenization import cache_folder, train_tokenizer
 from train.prepare import main as prepare
 from train.pretrain_gpt import main as pretrain_gpt
 
-RUN = ["--progress_bar", "false", "--report_to", "none", "--max_steps", "2", "--save_steps", "0", "--eval_size", "20"]
+RUN = ["--progress_bar", "false", "--report_to", "none", "--max_steps", "2", "--save_steps", "0"]
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +198,19 @@ def test_lineage_prepare_then_a_run_opens_the_store(tmp_path, capsys):
     assert f"prepared corpus reused from {train.store.folder}" in out and "tokenizer: reused" in out
     assert results["steps"] == 2
     assert not any(p.name.startswith(".") for p in (cache_folder() / "prepared").iterdir())
+
+
+def test_prepare_and_the_run_hold_out_the_same_rows(tmp_path, capsys):
+    """Training files of no validation split with `eval_size`: `lineage prepare` holds out the rows the run will, so
+    the run opens the store of the rows it trains on and evaluates on the others."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(f'{{"text": "Text {i}: {i % 13} owls and {i % 7} foxes."}}\n' for i in range(400)))
+    keys = ["--recipe", "gpt-pretrain-tiny", "--train_file", str(corpus), "--max_seq_length", "32", "--eval_size", "20"]
+    train, validation = prepare(keys)
+    assert validation is not None and "prepared 380 documents" in capsys.readouterr().out
+    results, _ = pretrain_gpt([*keys, *RUN, "--output_dir", str(tmp_path / "run")])
+    assert f"prepared corpus reused from {train.store.folder}" in capsys.readouterr().out
+    assert results["steps"] == 2 and "eval_loss" in results
 
 
 def test_prepare_refuses_a_stream_and_keys_of_the_other_pretraining(tmp_path):
