@@ -314,12 +314,12 @@ def test_a_resume_at_max_steps_whose_run_never_published_finishes_it(finished, c
 
 @pytest.mark.parametrize("size", [1, len(TEXTS) - 1, len(TEXTS), len(TEXTS) + 1, 100_000])
 def test_a_size_key_records_the_rows_used(size, corpus, capsys):
-    recipe = recipe_from_dict({"train_file": str(corpus), "train_size": size, "eval_size": size}).reading(
-        "embedded:documents")
+    recipe = recipe_from_dict({"train_file": str(corpus), "train_size": size}).reading("embedded:documents")
     train, validation = load_splits(recipe, [("text", "text")])
     used = min(size, len(TEXTS))
     assert len(train) == recipe.train_size == used
-    assert validation is None and recipe.eval_size is None  # no validation file: no evaluation, no size applied
+    assert validation is None and recipe.eval_size is None  # no validation file: no evaluation (eval_size holds out:
+    # tests/train/setup/test_holdout.py)
     out = capsys.readouterr().out
     fewer = f"train_size {size}: {corpus} has only {len(TEXTS)} rows, fewer than asked: using all {len(TEXTS)}"
     assert (fewer in out) == (size > len(TEXTS))

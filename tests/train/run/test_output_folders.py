@@ -21,7 +21,7 @@ from train.run.run_log import read_jsonl
 
 torch.set_num_threads(1)
 GPT = ["--recipe", "gpt-pretrain-tiny", "--progress_bar", "false", "--report_to", "none", "--max_steps", "2",
-       "--train_size", "40", "--eval_size", "8", "--tokenizer_vocab_size", "300"]
+       "--train_size", "40", "--tokenizer_vocab_size", "300"]
 
 
 def digest(folder: Path) -> dict[str, str]:
