@@ -236,7 +236,10 @@ def evaluate_harness(args: argparse.Namespace, kind: str) -> dict[str, Any]:
 
 def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
     """The rows to score: `--split` of `source`, cut to `--eval_size`; a column it lacks is refused naming `flags`,
-    which name others."""
+    which name others. A Hub dataset cut so is streamed, its first rows read alone (the rows of its split in memory:
+    a held-out `train[:N]` of a corpus is never downloaded whole)."""
+    import datasets
+
     from train.data.corpus import SPLITS
     from train.data.files import UnknownColumnError, load_text_dataset
     from train.run.recipes import Recipe
@@ -245,11 +248,14 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
     if embedded and args.split not in SPLITS:
         raise EvaluateError(f"--split {args.split!r}: {source} has the splits {', '.join(SPLITS)}")
     drawn = {"size": args.eval_size, "seed": _run_recipe(args.model).get("seed", Recipe.seed)}  # as the run drew it
+    streamed = args.eval_size is not None and not embedded and not Path(source).exists()
     try:
         rows = load_text_dataset(source, args.split, columns=columns, dataset_config=args.dataset_config,
-                                 **(drawn if embedded else {}))
+                                 streaming=streamed, **(drawn if embedded else {}))
     except UnknownColumnError as error:
         raise UnknownColumnError(f"{error}: name the right one with {flags}") from None
+    if streamed:
+        return datasets.Dataset.from_list(list(rows.take(args.eval_size)), features=rows.features)
     if args.eval_size is not None and not embedded and args.eval_size < len(rows):
         rows = rows.select(range(args.eval_size))
     return rows
