@@ -236,8 +236,8 @@ def evaluate_harness(args: argparse.Namespace, kind: str) -> dict[str, Any]:
 
 def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
     """The rows to score: `--split` of `source`, cut to `--eval_size`; a column it lacks is refused naming `flags`,
-    which name others. A Hub dataset cut so is streamed, its first rows read alone (the rows of its split in memory:
-    a held-out `train[:N]` of a corpus is never downloaded whole)."""
+    which name others. A Hub dataset cut so is streamed and only its first rows read into memory (a corpus's held-out
+    `train[:N]` is never downloaded whole)."""
     import datasets
 
     from train.data.corpus import SPLITS
