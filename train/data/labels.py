@@ -89,8 +89,7 @@ def _integral(dataset: datasets.Dataset, column: str) -> datasets.Dataset:
 
 
 # why a cut split shows fewer classes than its data has: what the notices of `class_labels` advise
-SORTED = (" (a split sorted by label shows few classes in its first rows: cut it less with train_size / eval_size, or "
-          "shuffle the file)")
+SORTED = " (a file sorted by label shows few classes in its first rows, which train_size / eval_size take: shuffle it)"
 
 
 def _name_of(value, names: list[str], kind: type | None, declared) -> object:
@@ -168,7 +167,7 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
                              f"training data ({trained_on}: {counts}); the model would have no class for it")
         shown.add(value)
     if len(shown) == 1 and len(counts) > 1 and not tags:
-        print(f"{_cut(validation, sources[1], 'eval_size')}: every label in column {column!r} is "
+        print(f"{sources[1]}: every label in column {column!r} is "
               f"{_name_of(next(iter(shown)), names, kind, declared)!r}: its figures score that one class of the "
               f"{len(counts)} trained{SORTED}", flush=True)
     if skip_unlabeled and kind is int:

@@ -168,7 +168,7 @@ def test_a_validation_split_of_one_class_among_several_trained_is_said_with_the_
     shown = "'neg'" if names else "0"
     assert f"dev.jsonl: every label in column 'label' is {shown}: its figures score that one class of the 3 trained" \
         in said
-    assert "a split sorted by label shows few classes in its first rows" in said
+    assert "a file sorted by label shows few classes in its first rows" in said
     class_labels(_split([0, 1, 2, 1], names), _split([0, 1, 0], names), "label", ("train.jsonl", "dev.jsonl"))
     assert "figures score" not in capsys.readouterr().out  # two classes: nothing to say
 
