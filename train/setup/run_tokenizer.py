@@ -90,10 +90,9 @@ def get_tokenizer(recipe: Recipe, family: str, texts: Callable[[], Iterable[str]
         raise TypeError("get_tokenizer trains a tokenizer for the run and keeps it in its folder: pass run= (the Run "
                         "that train.run.run_folder.start_run yields)")
     trained = run.folder / "tokenizer"
-    if run.resume_from is not None and (trained / "tokenizer.json").is_file():
-        return load_tokenizer(trained, family)
-    with one_process_first() as main:  # one process trains, the others load its vocabulary
-        if main:
+    with one_process_first() as main:  # one process trains (or finds the run's own), the others load its vocabulary
+        # only the main process looks at the folder: every process enters this barrier, whatever it would find there
+        if main and not (run.resume_from is not None and (trained / "tokenizer.json").is_file()):
             tokenizer = corpus_tokenizer(recipe, family, texts, source, templates, data_key)
             tokenizer.save_pretrained(trained)
             run.record("tokenizer")
