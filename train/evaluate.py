@@ -22,6 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from modeling.beam_search import BEAM_SEARCHES
 from train.analysis import evaluation_report, harness
 from train.analysis.model_scores import pseudo_perplexity, score_translator
 from train.cli import CommandParser, run_script
@@ -38,7 +39,8 @@ KINDS = {"ForCausalLM": "causal", "LMHeadModel": "causal", "ForConditionalGenera
          "ForQuestionAnswering": "classifier"}
 # the flags only one way of scoring reads (`scoring`) -> it: given to another, a flag would be ignored
 SCORING_FLAGS = {**dict.fromkeys(("include_path", "limit", "num_fewshot"), "the harness (--tasks)"),
-                 **dict.fromkeys(("num_beams", "length_penalty", "source_column", "target_column"), "translation"),
+                 **dict.fromkeys(("num_beams", "length_penalty", "beam_search", "source_column", "target_column"),
+                                  "translation"),
                  **dict.fromkeys(("task", "text_column", "text_pair_column", "label_column", "skip_unlabeled",
                                   "max_query_length"), "classification"),
                  "text_file": "pseudo-perplexity"}
@@ -116,6 +118,8 @@ def command_parser() -> CommandParser:
                         help="question answering: the tokens of a question kept (default: the run's, else 64)")
     parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
     parser.add_argument("--length_penalty", type=float, default=1.0)
+    parser.add_argument("--beam_search", choices=list(BEAM_SEARCHES), default="transformers",
+                        help="gnmt: the Transformer paper's (GNMT's length penalty, at most source length + 50 tokens)")
     parser.add_argument("--max_new_tokens", type=_number(int, 1, "a number of tokens >= 1"), default=None,
                         help="tokens a translation may have (default: 64, at most the decoder's positions - 1)")
     parser.add_argument("--text_file", default=None, help="masked LMs: the text to score (one sample per line)")
@@ -281,7 +285,7 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
     batch = model_batch_size(args)
     scored = score_translator(model.to(device_of(args)), tokenizer, rows, num_beams=args.num_beams,
                               length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens,
-                              batch_size=batch)
+                              batch_size=batch, beam_search=args.beam_search)
     figures = {k: scored[k] for k in ("bleu", "chrf", "exact_match")}
     return {"scores": {"translation": figures}, "translation": {**scored, "dataset": source, "split": args.split}}
 

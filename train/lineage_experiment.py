@@ -152,7 +152,7 @@ def measure_arm(arm: str, recipe: Recipe, train_rows, eval_rows, buckets, out: P
     model, tokenizer, results = train_arm(recipe, train_rows, eval_rows)
     sources, references = list(eval_rows["source"]), list(eval_rows["target"])
     hypotheses = experiment.translate(model, tokenizer, sources, recipe.num_beams, recipe.max_new_tokens,
-                                      recipe.per_device_eval_batch_size)
+                                      recipe.per_device_eval_batch_size, recipe.length_penalty, recipe.beam_search)
     lengths = experiment.source_lengths(tokenizer, sources)
     found = experiment.alignment(model, tokenizer, *sentence(eval_rows, lengths))
     heatmap = experiment.draw_alignment(found, arm, out / f"alignment_{arm}.png").name if found else None

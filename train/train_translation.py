@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from modeling.beam_search import BEAM_SEARCHES
 from train.analysis.translation_scores import score_translations
 from train.cli import run_script
 from train.data.collators import Seq2SeqCollator
@@ -48,7 +49,7 @@ def pair_columns(source_column: str | None, target_column: str | None) -> tuple[
 def generation_settings(recipe) -> dict:
     """The beam search of every translation a run makes (the recipe keys of the same names)."""
     return {"num_beams": recipe.num_beams, "length_penalty": recipe.length_penalty,
-            "max_new_tokens": recipe.max_new_tokens}
+            "max_new_tokens": recipe.max_new_tokens, **BEAM_SEARCHES[recipe.beam_search]}
 
 
 def make_predict_fn(recipe):
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None):
         engine = Engine(run, model, train_data, Seq2SeqCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=TokenMean(), sparse_prediction=True,
                         predict_fn=make_predict_fn(recipe), metrics_fn=make_metrics_fn(tokenizer))
-        results = {**engine.train(), "num_beams": recipe.num_beams, "length_penalty": recipe.length_penalty}
+        results = {**engine.train(), "num_beams": recipe.num_beams, "length_penalty": recipe.length_penalty,
+                   "beam_search": recipe.beam_search}
         samples = translate_samples(engine.accelerator.unwrap_model(engine.model), tokenizer, recipe, eval_rows)
         return results, engine.finish(results, description="Trained for translation with teacher forcing.",
                                       source=source, samples=samples)

@@ -183,19 +183,20 @@ def test_without_lm_eval_the_message_names_the_extra(gpt, tmp_path, monkeypatch)
         evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--output_dir", str(tmp_path / "out")])
 
 
-def test_a_translation_model_is_scored_with_sacrebleu_and_chrf(tmp_path):
+@pytest.mark.parametrize("beam_search", ["transformers", "gnmt"])
+def test_a_translation_model_is_scored_with_sacrebleu_and_chrf(tmp_path, beam_search):
     folder = model_folder(tmp_path, "transformer", LineageTransformerForConditionalGeneration, 300)
     out = evaluate.main(["--model", str(folder), "--eval_size", "6", "--num_beams", "2", "--length_penalty", "0.7",
-                         "--max_new_tokens", "5", "--output_dir", str(tmp_path / "eval")])
+                         "--max_new_tokens", "5", "--beam_search", beam_search, "--output_dir", str(tmp_path / "eval")])
     report = json.loads((out / "results.json").read_text())
     rows = generate_records("translation", "test", seed=42, size=6)  # a run's default seed
     model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
     hypotheses = translate(model, AutoTokenizer.from_pretrained(folder), [r["source"] for r in rows], 2, 5,
-                           length_penalty=0.7)
+                           length_penalty=0.7, beam_search=beam_search)
     expected = score_translations(hypotheses, [r["target"] for r in rows])
     assert report["scores"]["translation"] == pytest.approx({k: expected[k] for k in ("bleu", "chrf", "exact_match")})
     assert report["translation"]["bleu_signature"] == expected["bleu_signature"]
-    assert report["translation"]["length_penalty"] == 0.7
+    assert report["translation"]["length_penalty"] == 0.7 and report["translation"]["beam_search"] == beam_search
     assert sum(r["sentences"] for r in report["translation"]["bleu_by_length"]) == 6
     assert (out / "bleu_by_length.png").stat().st_size > 0
 

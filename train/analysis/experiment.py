@@ -18,14 +18,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from modeling.beam_search import BEAM_SEARCHES
 from train.analysis.attention import collect, target_ids, tokens
 from train.analysis.attention_plots import display_tokens, draw_matrix
 from train.metrics import load_metric
 
 
 def translate(model, tokenizer, sources: list[str], num_beams: int, max_new_tokens: int,
-              batch_size: int = 100, length_penalty: float = 1.0) -> list[str]:
-    """Beam-search translations of `sources`, in order; a progress bar counts the sentences on a terminal."""
+              batch_size: int = 100, length_penalty: float = 1.0, beam_search: str = "transformers") -> list[str]:
+    """Beam-search translations of `sources`, in order (`beam_search`: a name of `BEAM_SEARCHES`); a progress bar
+    counts the sentences on a terminal."""
     hypotheses = []
     model.eval()
     with tqdm(total=len(sources), desc="translate", unit="sentence", disable=None, leave=False) as bar:
@@ -34,7 +36,7 @@ def translate(model, tokenizer, sources: list[str], num_beams: int, max_new_toke
             encoded = tokenizer(batch, return_tensors="pt", padding=True).to(model.device)
             with torch.no_grad():
                 out = model.generate(**encoded, num_beams=num_beams, max_new_tokens=max_new_tokens,
-                                     length_penalty=length_penalty)  # (B, T)
+                                     length_penalty=length_penalty, **BEAM_SEARCHES[beam_search])  # (B, T)
             hypotheses += [t.strip() for t in tokenizer.batch_decode(out, skip_special_tokens=True)]
             bar.update(len(batch))
     return hypotheses

@@ -60,7 +60,8 @@ COMMAND_KEYS = {
     "text_column": ("finetune", "pretrain_gpt", "pretrain_bert"),
     **dict.fromkeys(("nsp", "mlm_probability"), ("pretrain_bert",)),
     **dict.fromkeys(("pack_documents", "sample_prompts"), ("pretrain_gpt",)),
-    **dict.fromkeys(("label_smoothing", "num_beams", "length_penalty", "source_column", "target_column"),
+    **dict.fromkeys(("label_smoothing", "num_beams", "length_penalty", "beam_search", "source_column",
+                     "target_column"),
                     ("train_translation",)),
     "max_new_tokens": ("pretrain_gpt", "train_translation"),
 }
@@ -132,6 +133,7 @@ class Recipe:
     label_smoothing: float | None = None  # None: the model config's
     num_beams: int = 4
     length_penalty: float = 1.0  # beam search: a hypothesis's log-probability is divided by its length to this power
+    beam_search: str = "transformers"  # or gnmt: the paper's, dividing by ((5 + length) / 6) ** length_penalty
     max_new_tokens: int = 64
     sample_prompts: list = dataclasses.field(default_factory=list)
     lora: dict | None = None  # finetune: train a LoRA adapter (peft) with keys r, alpha, dropout, target_modules
@@ -278,6 +280,11 @@ def _check_choices(recipe: Recipe) -> None:
     if recipe.text_sample_by not in TEXT_SAMPLE_BY:
         raise RecipeError(f"recipe key 'text_sample_by' must be one of {', '.join(TEXT_SAMPLE_BY)}, "
                           f"got {recipe.text_sample_by!r}")
+    from modeling.beam_search import BEAM_SEARCHES
+
+    if recipe.beam_search not in BEAM_SEARCHES:
+        raise RecipeError(f"recipe key 'beam_search' must be one of {', '.join(BEAM_SEARCHES)}, got "
+                          f"{recipe.beam_search!r}")
     if recipe.compile_mode is not None and recipe.compile_mode not in COMPILE_MODES:
         raise RecipeError(f"recipe key 'compile_mode' must be one of {', '.join(COMPILE_MODES)} (or null), "
                           f"got {recipe.compile_mode!r}")

@@ -79,3 +79,23 @@ def test_translation_run_records_scores_signatures_and_beam_settings(tmp_path, m
     reached = {m["type"]: m["value"] for m in read_card_metadata(folder / "README.md")["model-index"][0]["results"][0]
                ["metrics"]}
     assert reached["chrf"] == pytest.approx(written["eval_chrf"], abs=1e-4)
+
+
+def test_a_translation_run_decodes_as_the_paper_with_beam_search_gnmt(tmp_path, monkeypatch):
+    from modeling import LineageTransformerForConditionalGeneration
+    from modeling.beam_search import gnmt_beam_search
+
+    calls, generate = [], LineageTransformerForConditionalGeneration.generate
+
+    def spy(self, *args, **kwargs):
+        calls.append(kwargs)
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(LineageTransformerForConditionalGeneration, "generate", spy)
+    results, folder = train_translation.main([
+        "--recipe", "transformer-translation-tiny", "--output_dir", str(tmp_path / "mt"), "--progress_bar", "false",
+        "--max_steps", "2", "--save_steps", "0", "--eval_size", "8", "--beam_search", "gnmt", "--length_penalty",
+        "0.6", "--max_new_tokens", "8"])
+    assert calls and all(c["custom_generate"] is gnmt_beam_search and c["length_penalty"] == 0.6 for c in calls)
+    assert json.loads((folder / "results.json").read_text())["beam_search"] == results["beam_search"] == "gnmt"
+    assert "beam_search: gnmt" in (folder / "recipe.yaml").read_text()

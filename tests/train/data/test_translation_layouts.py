@@ -146,6 +146,7 @@ def test_the_wmt14_recipe_is_the_papers_and_reads_the_hubs_wmt14(tmp_path, monke
         0.98, 1e-9, 0.1, 37000)
     assert (recipe.weight_decay, recipe.max_grad_norm, recipe.num_beams, recipe.average_last_checkpoints) == (
         0.0, 0.0, 4, 5)
+    assert (recipe.beam_search, recipe.length_penalty) == ("gnmt", 0.6)  # section 6.1's decoding
     files = {}
     for split, rows in (("train", PAIRS), ("validation", PAIRS[:6]), ("test", PAIRS[6:10])):
         files[split] = tmp_path / f"{split}.jsonl"

@@ -63,6 +63,8 @@ def test_wrong_type_names_key_expected_and_got():
         load_recipe(None, {"learning_rate": [1]})
     with pytest.raises(RecipeError, match="lr_scheduler.*linear, cosine, inverse_sqrt"):
         load_recipe(None, {"lr_scheduler": "step"})
+    with pytest.raises(RecipeError, match="recipe key 'beam_search' must be one of transformers, gnmt, got 'GNMT'"):
+        load_recipe(None, {"beam_search": "GNMT"})
 
 
 @pytest.mark.parametrize("kind", BUNDLED)
