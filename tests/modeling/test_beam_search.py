@@ -2,6 +2,8 @@
 log-probabilities under GNMT's penalty, one beam without a penalty is greedy search, a batch decodes as its examples
 one by one, and `extra_length` bounds each output by its own source."""
 
+import itertools
+
 import pytest
 import torch
 from conftest import preset
@@ -99,3 +101,25 @@ def test_bad_settings_are_refused_before_decoding():
         model.generate(input_ids=ids, num_beams=2, max_new_tokens=4, custom_generate=gnmt_beam_search, extra_length=-1)
     with pytest.raises(ValueError, match="it does not sample: set do_sample=False"):
         model.generate(input_ids=ids, num_beams=2, max_new_tokens=4, do_sample=True, custom_generate=gnmt_beam_search)
+
+
+def test_a_beam_as_wide_as_the_tree_finds_the_best_scoring_translation():
+    """Over a vocabulary of 7 with at most 3 new tokens (source of 1 + extra_length 2), 36 beams keep every live
+    hypothesis: the search is exhaustive, so its answer is the brute-force best GNMT score of every translation that
+    ends on the end token or at the bound (the early stop, when taken, must not change it)."""
+    torch.manual_seed(0)
+    model = AutoModelForSeq2SeqLM.from_config(preset("transformer-tiny", vocab_size=7)).eval()
+    source, end, alpha = torch.tensor([[5]]), model.config.eos_token_id, 0.6
+    out = model.generate(input_ids=source, num_beams=36, max_new_tokens=10, length_penalty=alpha, extra_length=2,
+                         custom_generate=gnmt_beam_search, return_dict_in_generate=True)
+    start = model.config.decoder_start_token_id
+    best = {}
+    for length in (1, 2, 3):
+        for tokens in itertools.product(range(7), repeat=length):
+            if end in tokens[:-1] or (length < 3 and tokens[-1] != end):
+                continue
+            target = torch.tensor([start, *tokens])
+            best[tokens] = log_probability(model, source[0], torch.ones(1), target) / gnmt_penalty(length, alpha)
+    want = max(best, key=best.get)
+    assert out.sequences[0, 1:1 + len(want)].tolist() == list(want)
+    assert float(out.sequences_scores[0]) == pytest.approx(best[want], abs=1e-4)
