@@ -163,3 +163,26 @@ def test_the_run_script_pins_torch_runs_the_check_and_brings_back_its_report_and
     with tarfile.open(out / "gpu-check-logs.tar.gz") as archive:
         assert sorted(archive.getnames()) == ["./benchmark/logs/gpt.log", "./training/killed_run/logs/metrics.jsonl"]
     assert ("the offline install failed" in result.stderr) == install_fails
+
+
+def test_the_machines_torch_stands_in_as_an_empty_wheel_pip_resolves_offline(tmp_path):
+    """`wheel_list.py stub`: a dependency-free wheel of each of torch and triton at the image's version, which the
+    resolution takes (its constraint) instead of the registry's torch, whose CUDA libraries are tagged for the GPU
+    machine's glibc and which pip here could not resolve (2026-11-28: `nvidia-cudnn-cu13==9.19.0.56` has only
+    manylinux_2_27 wheels)."""
+    import json
+
+    constraints = wheel_list.stubs(IMAGE, tmp_path / "stub")
+    assert constraints == [f"{name}=={IMAGE[name]}+image" for name in ("torch", "triton") if IMAGE.get(name)]
+    assert constraints and "torch" in constraints[0]
+    (tmp_path / "c.txt").write_text("\n".join(constraints) + "\n")
+    resolved = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--no-index",
+         "--find-links", str(tmp_path / "stub"), "--target", str(tmp_path / "unused"), "--report",
+         str(tmp_path / "r.json"), "-c", str(tmp_path / "c.txt"), f"torch>={IMAGE['torch']}"],
+        capture_output=True, text=True, env={**os.environ, "PIP_CONSTRAINT": "", "PIP_CONFIG_FILE": os.devnull})
+    assert resolved.returncode == 0, resolved.stderr
+    [install] = json.loads((tmp_path / "r.json").read_text())["install"]
+    assert install["metadata"]["version"] == f"{IMAGE['torch']}+image"
+    assert not install["metadata"].get("requires_dist")
+    assert wheel_list.carry(IMAGE, [json.loads((tmp_path / "r.json").read_text())]) == []

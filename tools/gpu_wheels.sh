@@ -37,11 +37,14 @@ DS_BUILD_OPS=0 python -m pip wheel --no-deps --no-build-isolation --quiet -w "$d
 lineage=$(ls "$dest"/lineage-*.whl | head -n 1)
 printf '%s\n' lineage "${top[@]}" > "$dest/top-level.txt"
 python tools/wheel_list.py ceilings tools/gpu_image.txt pyproject.toml "${top[@]}" > "$work/ceilings.txt"
+# the machine's torch stands in as an empty wheel of its version: its CUDA libraries are never resolved here
+python tools/wheel_list.py stub tools/gpu_image.txt "$work/stub" >> "$work/ceilings.txt"
 reports=()
 for i in "${!candidates[@]}"; do
     { cat "$work/ceilings.txt"; echo "${candidates[$i]}"; } > "$work/constraints-$i.txt"
     python -m pip install --dry-run --ignore-installed --quiet --report "$work/resolved-$i.json" \
-        --target "$work/unused" --find-links "$dest" "${target[@]}" -c "$work/constraints-$i.txt" "$lineage" "${top[@]}"
+        --target "$work/unused" --find-links "$dest" --find-links "$work/stub" "${target[@]}" \
+        -c "$work/constraints-$i.txt" "$lineage" "${top[@]}"
     reports+=("$work/resolved-$i.json")
 done
 # one `pip download` per round, each name at most once in a round (pip refuses two versions of one name at once)

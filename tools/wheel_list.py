@@ -3,6 +3,7 @@ the machine's image (tools/gpu_image.txt) lacks or holds at another version, one
 
     python tools/wheel_list.py ceilings tools/gpu_image.txt pyproject.toml peft ...  # the resolution's constraints
     python tools/wheel_list.py carry tools/gpu_image.txt resolved.json ...           # for `pip download --no-deps`
+    python tools/wheel_list.py stub tools/gpu_image.txt FOLDER                       # stand-ins for the machine's torch
 
 An image package travels when a resolved package rejects its version, or, where its version is unknown, asks
 anything of it (a cap, or a floor such as transformers' `regex>=2025.10.22`), but for the large packages of
@@ -12,10 +13,13 @@ docs/performance.md ("GPU figures").
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -114,6 +118,36 @@ def carry(image: dict[str, str | None], reports: list[dict]) -> list[str]:
     return [f"{name}=={version}" for name, version in sorted(found) if name not in BUILT_HERE]
 
 
+def stub_wheel(folder: Path, name: str, version: str) -> Path:
+    """A wheel of `name` at `version` that holds and needs nothing. The resolution here takes it for the machine's own
+    torch: the real one's CUDA libraries (gigabytes, tagged for that machine's glibc) are then never looked at."""
+    dist = f"{canonical(name).replace('-', '_')}-{version}"
+    info = f"{dist}.dist-info"
+    files = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: wheel_list\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    digest = {n: base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b"=").decode()
+              for n, t in files.items()}
+    listed = "".join(f"{member},sha256={digest[member]},{len(files[member])}\n" for member in digest)
+    files[f"{info}/RECORD"] = f"{listed}{info}/RECORD,,\n"
+    path = folder / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+    return path
+
+
+def stubs(image: dict[str, str | None], folder: Path) -> list[str]:
+    """Write a `stub_wheel` of each of `TORCH_OWN` the image holds at a known version, as `version+image`; returns the
+    constraints that make the resolution take them (`name==version+image`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    constraints = []
+    for name in TORCH_OWN:
+        if image.get(name):
+            stub_wheel(folder, name, f"{image[name]}+image")
+            constraints.append(f"{name}=={image[name]}+image")
+    return constraints
+
+
 if __name__ == "__main__":
     command, image_file, *rest = sys.argv[1:]
     image = read_image(Path(image_file))
@@ -121,5 +155,7 @@ if __name__ == "__main__":
         print("\n".join(ceilings(image, project_requirements(Path(rest[0]), rest[1:]))))
     elif command == "carry":
         print("\n".join(carry(image, [json.loads(Path(path).read_text()) for path in rest])))
+    elif command == "stub":
+        print("\n".join(stubs(image, Path(rest[0]))))
     else:
-        sys.exit(f"wheel_list.py: unknown command {command!r}; commands: ceilings, carry")
+        sys.exit(f"wheel_list.py: unknown command {command!r}; commands: ceilings, carry, stub")
