@@ -48,6 +48,10 @@ def gnmt_beam_search(model, input_ids, logits_processor, stopping_criteria, gene
         raise ValueError("gnmt_beam_search searches, it does not sample: set do_sample=False")
     if streamer is not None:
         raise ValueError("gnmt_beam_search does not stream: its best hypothesis is known only at the end")
+    asked = [name for name in ("output_scores", "output_logits", "output_attentions", "output_hidden_states")
+             if getattr(config, name, False)]
+    if asked:
+        raise ValueError(f"gnmt_beam_search returns sequences and sequences_scores only: leave out {', '.join(asked)}")
     if extra_length is not None and (isinstance(extra_length, bool) or not isinstance(extra_length, int)
                                      or extra_length < 0):
         raise ValueError(f"extra_length must be an integer >= 0 (tokens past the source length) or None, got "

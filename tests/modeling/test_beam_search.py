@@ -101,6 +101,9 @@ def test_bad_settings_are_refused_before_decoding():
         model.generate(input_ids=ids, num_beams=2, max_new_tokens=4, custom_generate=gnmt_beam_search, extra_length=-1)
     with pytest.raises(ValueError, match="it does not sample: set do_sample=False"):
         model.generate(input_ids=ids, num_beams=2, max_new_tokens=4, do_sample=True, custom_generate=gnmt_beam_search)
+    with pytest.raises(ValueError, match="sequences and sequences_scores only: leave out output_scores"):
+        model.generate(input_ids=ids, num_beams=2, max_new_tokens=4, return_dict_in_generate=True, output_scores=True,
+                       custom_generate=gnmt_beam_search)
 
 
 def test_a_beam_as_wide_as_the_tree_finds_the_best_scoring_translation():
