@@ -29,6 +29,7 @@ from pathlib import Path
 from train.cli import CommandParser, run_script
 from train.data.corpus import generate_records
 from train.data.encoders import split_sentences
+from train.run import strict_json
 from train.run.run_folder import OUTPUT_RECORD, OutputDirError, check_writer_file, write_output_json
 
 COMMAND = "corpus-benchmark"
@@ -83,7 +84,7 @@ def claim_work(work: Path) -> Path:
             raise SystemExit(f"--work {folder} holds {shown}, which no corpus-benchmark wrote there: it writes into a "
                              f"new or empty folder, or reuses its own; choose another folder")
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / OUTPUT_RECORD).write_text(json.dumps(WORK_RECORD))
+    (folder / OUTPUT_RECORD).write_text(strict_json.dumps(WORK_RECORD))
     return folder
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from transformers import DynamicCache
 from modeling.arguments import CACHE_NAME, cache_keyword, output_cache
 from modeling.linear import LineageLinear
 from train.cli import CommandParser, run_script
+from train.run import strict_json
 from train.run.run_folder import check_writer_output, staged_output
 from train.setup import models
 
@@ -238,7 +238,7 @@ def export_model(model, out_dir: str | Path, fmt: str = "torch") -> dict[str, di
             manifest[name] = {"file": path.name, "inputs": input_names, "outputs": output_names}
     finally:
         LineageLinear.fast_cpu_inference = fast
-    (out_dir / "export.json").write_text(json.dumps({"format": fmt, "model": type(model).__name__,
+    (out_dir / "export.json").write_text(strict_json.dumps({"format": fmt, "model": type(model).__name__,
                                                      "programs": manifest}, indent=1))
     return manifest
 

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from train import evaluate, finetune
 from train.cli import CommandParser, run_script, user_errors
-from train.run import recipes, run_folder
+from train.run import recipes, run_folder, strict_json
 from train.run.recipes import Recipe
 from train.setup.models import model_source
 
@@ -144,21 +144,27 @@ def run_task(name: str, argv: list[str], recipe: Recipe) -> dict[str, Any]:
     results files they were read from, relative to the output folder."""
     spec = TASKS[name]
     results, model = finetune.main(argv)
-    figures = {f.name: results[f"eval_{f.metric}"] for f in spec.figures}
+    figures = strict_json.finite({f.name: results[f"eval_{f.metric}"] for f in spec.figures})  # NaN: undefined
     read = [f"{name}/model/results.json"]
     if spec.mismatched:
         scored = evaluate.main(mismatched_argv(name, recipe, model))
         scores = json.loads((scored / "results.json").read_text())["scores"][spec.task]
         figures.update({f"{f.name}_mm": scores[f.metric] for f in spec.figures})
         read.append(f"{scored.name}/results.json")
-    return {"figures": figures, "score": sum(figures.values()) / len(figures), "results": read}
+    defined = None not in figures.values()  # None: a correlation of constant predictions (null in results.json)
+    return {"figures": figures, "score": sum(figures.values()) / len(figures) if defined else None, "results": read}
 
 
 def glue_average(rows: dict[str, dict[str, Any]]) -> float | None:
     """GLUE's average: the mean over the tasks of each task's score, the mean of its figures (MNLI's matched and
-    mismatched accuracy are its two); None where no task has a score."""
+    mismatched accuracy are its two); None where no task has a score, or where a task's score is undefined."""
     scores = [row["score"] for row in rows.values() if "score" in row]
-    return sum(scores) / len(scores) if scores else None
+    return sum(scores) / len(scores) if scores and None not in scores else None
+
+
+def percent(value: float | None) -> str:
+    """A figure x 100 as summary.md shows it; `undefined` for None (a correlation of constant predictions)."""
+    return "undefined" if value is None else f"{100 * value:.1f}"
 
 
 def render(summary: dict[str, Any]) -> str:
@@ -171,10 +177,9 @@ def render(summary: dict[str, Any]) -> str:
             lines.append(f"| {spec.title} | failed: {error} | | |")
             continue
         figures = row["figures"]
-        shown = [f"{f.label} {100 * figures[f.name]:.1f}" for f in spec.figures]
-        shown += [f"{f.label} (mismatched) {100 * figures[f.name + '_mm']:.1f}"
-                  for f in spec.figures if spec.mismatched]
-        lines.append(f"| {spec.title} | {', '.join(shown)} | {100 * row['score']:.1f} | {', '.join(row['results'])} |")
+        shown = [f"{f.label} {percent(figures[f.name])}" for f in spec.figures]
+        shown += [f"{f.label} (mismatched) {percent(figures[f.name + '_mm'])}" for f in spec.figures if spec.mismatched]
+        lines.append(f"| {spec.title} | {', '.join(shown)} | {percent(row['score'])} | {', '.join(row['results'])} |")
     average, scored = summary["average"], summary["averaged_tasks"]
     over = f"over {len(scored)} of the {len(TASKS)} tasks ({', '.join(scored)})" if scored else "no task scored"
     failed = f"; failed: {', '.join(summary['failed'])}" if summary["failed"] else ""
@@ -183,7 +188,7 @@ def render(summary: dict[str, Any]) -> str:
         f"Recipe {summary['recipe']}; each task scored on its validation split (GLUE's test sets are scored by its "
         f"server only); figures x 100.", "", *lines, "",
         f"GLUE average (the mean of the task scores, a task's score the mean of its figures): "
-        f"{'-' if average is None else f'{100 * average:.1f}'}, {over}{failed}.", "",
+        f"{percent(average) if scored else '-'}, {over}{failed}.", "",
         f"Command: `{summary['command']}`", ""])
 
 
@@ -217,12 +222,13 @@ def run_glue(args: argparse.Namespace, keys: list[str], chosen: dict[str, Recipe
             rows[name] = {"error": f"{type(error).__name__}: {error}"}
             print(f"== {name}: failed: {rows[name]['error']}", flush=True)
             continue
-        print(f"== {name}: " + ", ".join(f"{k}={v:.4f}" for k, v in rows[name]["figures"].items()), flush=True)
+        print(f"== {name}: " + ", ".join(f"{k}={'undefined' if v is None else f'{v:.4f}'}"
+                                         for k, v in rows[name]["figures"].items()), flush=True)
     command = run_folder.command_line() if args.argv is None else shlex.join(["lineage", COMMAND, *args.argv])
     summary = {"command": command, "model": args.model, "recipe": args.recipe, "tasks": rows,
                "average": glue_average(rows), "averaged_tasks": [n for n, row in rows.items() if "score" in row],
                "failed": [n for n, row in rows.items() if "error" in row]}
-    (folder / "summary.json").write_text(json.dumps(summary, indent=1))
+    (folder / "summary.json").write_text(strict_json.dumps(summary, indent=1))
     (folder / "summary.md").write_text(render(summary))
     print("\n" + render(summary))
     return summary

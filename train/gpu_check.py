@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from train.cli import CommandParser, run_script
-from train.run import run_folder
+from train.run import run_folder, strict_json
 from train.run.checkpoints import complete_checkpoints
 from train.run.environment import device, installed, versions
 
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> dict:
             deadline += stage.budget
             report["parts"] += run_stage(stage, folder, args.dry_run, deadline, env, began)
         report["seconds"] = round(time.monotonic() - began, 1)
-        (folder / "report.json").write_text(json.dumps(report, indent=1))
+        (folder / "report.json").write_text(strict_json.dumps(report, indent=1))
         (folder / "report.md").write_text(render(report))
     print(f"{COMMAND}: " + ", ".join(f"{p['part']} {p['status']}" for p in report["parts"]) +
           f" in {report['seconds']} s; report in {folder / 'report.md'}")

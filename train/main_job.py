@@ -12,7 +12,6 @@ figures reached and the folders written (`train.run.run_folder.output_in_place`)
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +31,7 @@ from train import (
 from train.cli import run_script
 from train.data.corpus import generate_records, tokenizer_training_texts
 from train.data.tokenization import train_tokenizer
-from train.run import run_folder
+from train.run import run_folder, strict_json
 
 COMMAND = "main_job"
 TOKENIZERS = {"bert": 2000, "gpt": 2000, "seq2seq": 1000}
@@ -159,7 +158,7 @@ def run_job(args: argparse.Namespace) -> list[dict]:
     summary = (f"# Lineage main job\n\nWall time: {wall:.0f}s; CPU time of this process: {cpu:.0f}s "
                f"({torch.get_num_threads()} torch threads)\n\n{table}\n")
     (root / "summary.md").write_text(summary)
-    (root / "summary.json").write_text(json.dumps({"wall_seconds": wall, "cpu_seconds": cpu, "quick": args.quick,
+    (root / "summary.json").write_text(strict_json.dumps({"wall_seconds": wall, "cpu_seconds": cpu, "quick": args.quick,
                                                    "stages": rows, "attention_map": attention["folder"]}, indent=1))
     print("\n" + summary)
     bleu = {row["name"]: _format(row["figures"].get("bleu")) for row in rows}

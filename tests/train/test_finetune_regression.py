@@ -9,6 +9,7 @@ folder again. Refused before any work: no data given, or labels that are no scor
 import json
 import math
 import random
+import re
 import shutil
 from types import SimpleNamespace
 
@@ -17,6 +18,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import hub_dataset
+from huggingface_hub import ModelCard
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 from train import evaluate, finetune
@@ -100,6 +102,43 @@ def test_bert_learns_scores_of_pairs_from_a_csv_and_saves_a_folder_of_one_output
     saved = json.loads((folder / "results.json").read_text())
     assert {name: saved[name] for name in FIGURES} == {name: results[name] for name in FIGURES}
     assert "| eval_pearson |" in (folder / "README.md").read_text()
+
+
+def strict_json(text: str):
+    """`text` read as strict JSON, as jq and JavaScript's JSON.parse read it: the bare tokens NaN and Infinity that
+    Python's json writes refused."""
+    def refuse(token):
+        raise ValueError(f"{token} is no JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_undefined_correlations_are_null_in_what_the_run_and_lineage_evaluate_write_and_no_card_holds_nan(tmp_path):
+    """Validation scores all alike: Pearson's and Spearman's correlation are undefined (NaN) however the model predicts.
+    results.json and metrics.jsonl hold null for them; the card's table says `undefined` and its model-index, whose
+    metrics the Hub needs values of, carries the mean squared error alone (huggingface_hub reads the card back)."""
+    train, dev = tmp_path / "train.csv", tmp_path / "dev.csv"
+    pd.DataFrame(pairs(48, 0)).to_csv(train, index=False)
+    pd.DataFrame([{**row, "label": 2.5} for row in pairs(16, 1)]).to_csv(dev, index=False)
+    results, folder = finetune.main(["--recipe", "bert-finetune-nli-tiny", "--task", "regression", "--train_file",
+                                     str(train), "--validation_file", str(dev), *GLUE_COLUMNS, *QUICK,
+                                     "--output_dir", str(tmp_path / "run")])
+    assert math.isnan(results["eval_pearson"]) and math.isnan(results["eval_spearmanr"])
+    saved = strict_json((folder / "results.json").read_text())
+    assert saved["eval_pearson"] is None and saved["eval_spearmanr"] is None and saved["eval_mse"] >= 0
+    logged = [strict_json(line) for line in (tmp_path / "run" / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["eval_pearson"] for r in logged if "eval_pearson" in r] == [None]
+    card = ModelCard.load(folder / "README.md")  # as the Hub reads it
+    assert [(r.metric_type, r.metric_value) for r in card.data.eval_results] == [("mse", round(saved["eval_mse"], 4))]
+    assert "| eval_pearson | undefined |" in card.text and not re.search(r"\bnan\b", card.content, re.IGNORECASE)
+    out = evaluate.main(["--model", str(folder), "--dataset", str(dev), "--write_card", "true",
+                         "--output_dir", str(tmp_path / "eval")])
+    scored = strict_json((out / "results.json").read_text())["scores"]["regression"]
+    assert scored["pearson"] is None and scored["spearmanr"] is None and scored["mse"] >= 0
+    text = (folder / "README.md").read_text()
+    assert "| regression | pearson | undefined |" in text and not re.search(r"\bnan\b", text, re.IGNORECASE)
+    entries = read_card_metadata(folder / "README.md")["model-index"][0]["results"]
+    assert [[m["type"] for m in entry["metrics"]] for entry in entries] == [["mse"], ["loss", "mse"]]
 
 
 def test_gpt_learns_integer_ratings_of_single_texts_from_parquet_with_its_auxiliary_lm_loss(tmp_path):

@@ -4,6 +4,7 @@ names, MNLI's mismatched accuracy from `lineage evaluate`, the average as GLUE c
 runs' own results files), a failing task reported while the others run on, and the refusals before any work."""
 
 import json
+import math
 
 import datasets
 import pytest
@@ -164,3 +165,23 @@ def test_it_replaces_only_its_own_earlier_output_and_only_when_told(glue_cache, 
     with pytest.raises(OutputDirError, match=r"holds notes.txt, which glue did not write there"):
         glue.main([*QUICK, "--tasks", "cola", "--output_dir", str(out), "--overwrite_output_dir"])
     assert (out / "notes.txt").read_text() == "mine" and (out / "cola" / "model").is_dir()
+
+
+def test_an_undefined_figure_is_null_in_the_summary_and_so_are_its_tasks_score_and_the_average(tmp_path, monkeypatch):
+    """STS-B's Pearson correlation of a constant prediction is undefined (NaN in finetune's results): summary.json,
+    strict JSON, holds null for it, its task's score and the average; summary.md says `undefined`."""
+    figures = {"cola": {"eval_matthews_correlation": 0.5}, "stsb": {"eval_pearson": math.nan, "eval_spearmanr": 0.25}}
+    monkeypatch.setattr(glue.finetune, "main", lambda argv: (figures[argv[argv.index("--dataset_config") + 1]], None))
+    out = tmp_path / "out"
+    glue.main([*QUICK, "--tasks", "cola,stsb", "--output_dir", str(out)])
+
+    def refuse(token):
+        raise ValueError(f"{token} is no JSON")
+
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=refuse)
+    assert summary["tasks"]["stsb"]["figures"] == {"pearson": None, "spearmanr": 0.25}
+    assert summary["tasks"]["stsb"]["score"] is None and summary["tasks"]["cola"]["score"] == 0.5
+    assert summary["average"] is None and summary["averaged_tasks"] == ["cola", "stsb"]
+    page = (out / "summary.md").read_text()
+    assert "| STS-B | Pearson undefined, Spearman 25.0 | undefined |" in page
+    assert "): undefined, over 2 of the 9 tasks (cola, stsb)." in page

@@ -18,6 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from train.analysis.attention import AttentionMap
+from train.run import strict_json
 
 MAX_TICKS = 64
 MAX_LABEL_CHARS = 14
@@ -271,7 +272,7 @@ def write_all(maps: list[AttentionMap], tokens: dict[str, list[str]], descriptio
         m.name: {"file": f"{m.name}.npy", "shape": list(m.weights.shape), "rows": m.rows, "columns": m.columns,
                  "layers": m.layers, "heads": m.heads} for m in maps}}
     written.append(folder / "tokens.json")
-    written[-1].write_text(json.dumps(index, indent=1, ensure_ascii=False))
+    written[-1].write_text(strict_json.dumps(index, indent=1, ensure_ascii=False))
     pages = {"attention.html": page(maps, tokens, description.get("model", "")), **bertviz_pages(maps, tokens)}
     for name, html in pages.items():
         written.append(folder / name)

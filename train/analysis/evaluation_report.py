@@ -14,6 +14,7 @@ docs/evaluation.md ("What it writes").
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from typing import Any
 import yaml
 
 from train.analysis.experiment import plot_bleu_vs_length
-from train.run.publish import read_card_metadata
+from train.run import strict_json
+from train.run.publish import figure, index_metrics, read_card_metadata
 from train.run.run_folder import RECORD, record_files
 
 BEGIN, END = "<!-- lineage evaluate -->", "<!-- /lineage evaluate -->"
@@ -62,28 +64,32 @@ def label(model: str) -> str:
 
 def plot_scores(scores: dict[str, dict[str, float]], name: str, path: Path,
                 baseline: dict[str, Any] | None = None) -> Path:
-    """A bar panel per (task, metric): this model's value and, where it has the same figure, the baseline's."""
+    """A bar panel per (task, metric): this model's value and, where it has the same figure, the baseline's; an
+    undefined figure (NaN, or null in the baseline's results.json) has no bar and is labelled so."""
     panels = [(task, metric) for task, figures in scores.items() for metric in figures]
     other = (baseline or {}).get("scores", {})
     plt = _pyplot()
     columns = min(len(panels), 3)
     rows = -(-len(panels) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.8 * rows), squeeze=False)
     for ax, (task, metric) in zip(axes.flat, panels):
         labels, values = [name], [scores[task][metric]]
         if metric in other.get(task, {}):
             labels.append(baseline["model"])
             values.append(other[task][metric])
+        values = [math.nan if value is None else value for value in values]
         ax.bar(range(len(values)), values, color=["tab:blue", "tab:gray"][:len(values)])
         ax.set_xticks(range(len(values)), [label(name) for name in labels], fontsize=7)
         ax.set_title(f"{task}\n{metric}", fontsize=8)
         for x, value in enumerate(values):
-            ax.annotate(f"{value:.4g}", (x, value), ha="center", va="bottom", fontsize=7)
+            defined = math.isfinite(value)
+            ax.annotate(f"{value:.4g}" if defined else "undefined", (x, value if defined else 0), ha="center",
+                        va="bottom", fontsize=7)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
     return path
 
 
@@ -97,31 +103,33 @@ def plot_bleu_by_length(rows: list[dict], name: str, path: Path, baseline: dict[
 
 
 def write_results(path: Path, results: dict[str, Any]) -> Path:
-    path.write_text(json.dumps(results, indent=1, default=str, ensure_ascii=False))
+    path.write_text(strict_json.dumps(results, indent=1, default=str, ensure_ascii=False))
     return path
 
 
 def _index_entry(task: str, figures: dict[str, float], task_type: str, source: str,
                  dataset: dict[str, str] | None) -> dict[str, Any]:
     return {"task": {"type": task_type}, "dataset": dataset or {"name": task, "type": task},
-            "metrics": [{"type": metric, "value": round(value, 4)} for metric, value in figures.items()],
-            "source": {"name": source}}
+            "metrics": index_metrics(figures), "source": {"name": source}}
 
 
 def card_metadata(metadata: dict[str, Any], scores: dict[str, dict[str, float]], model_name: str, task_type: str,
                   source: str, dataset: dict[str, str] | None = None) -> dict[str, Any]:
     """`metadata` with a `model-index` entry per scored task, on `dataset` (its name, type, config and split; None:
-    the task's own, a harness task); an entry of the same source, task type and dataset is replaced."""
+    the task's own, a harness task); an entry of the same source, task type and dataset is replaced, by nothing
+    where no figure of the task is defined (the Hub needs a value for each metric: `index_metrics`)."""
     index = metadata.get("model-index") or [{"name": model_name, "results": []}]
     entries = [_index_entry(task, figures, task_type, source, dataset) for task, figures in scores.items()]
     replaced = [(e["source"], e["task"], e["dataset"]) for e in entries]
     kept = [r for r in index[0].get("results", [])
             if (r.get("source"), r.get("task"), r.get("dataset")) not in replaced]
-    return {**metadata, "model-index": [{**index[0], "results": kept + entries}, *index[1:]]}
+    results = kept + [e for e in entries if e["metrics"]]
+    index = [*([{**index[0], "results": results}] if results else []), *index[1:]]
+    return {**metadata, "model-index": index} if index else {k: v for k, v in metadata.items() if k != "model-index"}
 
 
 def evaluation_section(scores: dict[str, dict[str, float]], settings: dict[str, Any]) -> str:
-    rows = "\n".join(f"| {task} | {metric} | {value:.4f} |" if isinstance(value, float) else
+    rows = "\n".join(f"| {task} | {metric} | {figure(value)} |" if isinstance(value, float) else
                      f"| {task} | {metric} | {value} |" for task, figures in scores.items()  # a count as it is
                      for metric, value in figures.items())
     said = ", ".join(f"{k} {v}" for k, v in settings.items() if v is not None)

@@ -8,7 +8,6 @@ and `write_report`. docs/experiments.md.
 
 from __future__ import annotations
 
-import json
 import math
 from itertools import pairwise
 from pathlib import Path
@@ -22,6 +21,7 @@ from modeling.beam_search import BEAM_SEARCHES
 from train.analysis.attention import collect, target_ids, tokens
 from train.analysis.attention_plots import display_tokens, draw_matrix
 from train.metrics import load_metric
+from train.run import strict_json
 
 
 def translate(model, tokenizer, sources: list[str], num_beams: int, max_new_tokens: int,
@@ -200,7 +200,7 @@ def write_report(folder: Path, arms: dict[str, dict], meta: dict[str, Any]) -> d
     """`results.json`, both plots and `report.md` in `folder`; returns their paths."""
     paths = {"results": folder / "results.json", "loss_vs_time": folder / "loss_vs_time.png",
              "bleu_vs_length": folder / "bleu_vs_length.png", "report": folder / "report.md"}
-    paths["results"].write_text(json.dumps({"meta": meta, "arms": arms}, indent=2, ensure_ascii=False))
+    paths["results"].write_text(strict_json.dumps({"meta": meta, "arms": arms}, indent=2, ensure_ascii=False))
     plot_loss_vs_time(arms, paths["loss_vs_time"])
     plot_bleu_vs_length(arms, paths["bleu_vs_length"])
     paths["report"].write_text(report_text(arms, meta))

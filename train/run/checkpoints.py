@@ -37,6 +37,7 @@ from torch.distributed.checkpoint.state_dict import (
 from train.data.files import EMBEDDED_PREFIX, DataFileNotFoundError, resolve_files
 from train.data.fingerprints import file_fingerprint
 from train.data.staging import honour_umask
+from train.run import strict_json
 
 STATE_FILE = "lineage_state.json"
 STREAM_STATE = "stream_state.json"  # the position in a training stream
@@ -429,7 +430,7 @@ def save_checkpoint(accelerator: Accelerator, root: Path, state: TrainState, kee
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         if stream_state is not None:
-            (tmp / STREAM_STATE).write_text(json.dumps(stream_state))
+            (tmp / STREAM_STATE).write_text(strict_json.dumps(stream_state))
         honour_umask(tmp)
         _write_record(tmp, state, launch, identity)
         _move_into_place(tmp, final)
@@ -514,7 +515,7 @@ def _write_record(folder: Path, state: TrainState, launch: dict | None, identity
     record = {"state": asdict(state), "files": files, "launch": launch or {}, "run": identity or {},
               "time": time.time()}
     with (folder / STATE_FILE).open("w") as f:
-        json.dump(record, f, indent=1)
+        f.write(strict_json.dumps(record, indent=1))
         f.flush()
         os.fsync(f.fileno())
     _fsync(folder)

@@ -8,7 +8,7 @@ a repo (`check_push` refuses one that cannot succeed before training). docs/trai
 from __future__ import annotations
 
 import importlib.metadata
-import json
+import math
 import shutil
 import unicodedata
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from accelerate import Accelerator
 
+from train.run import strict_json
 from train.run.distributed import unsharded
 from train.run.environment import versions
 from train.run.recipes import PATH_KEYS, RecipeError
@@ -100,7 +101,12 @@ def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> 
         "tags": ["lineage", model.config.model_type, "custom_code"],
         "datasets": [dataset_name],
         "metrics": sorted(figures) or ["loss"],
-        "model-index": [{
+    }
+    # the Hub's model-index needs a value for each metric: an undefined figure (NaN) is left out, and so is the whole
+    # index when no figure has one (huggingface_hub drops a null value, leaving a card it cannot read back)
+    measured = index_metrics(dict(sorted(figures.items()))) or index_metrics({"loss": results.get("eval_loss")})
+    if measured:
+        metadata["model-index"] = [{
             "name": Path(recipe.output_dir).name,
             "results": [{
                 "task": {"type": tag},
@@ -109,12 +115,22 @@ def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> 
                             {"name": dataset_name, "type": dataset_name,
                              **({"config": recipe.dataset_config} if recipe.dataset_config else {}),
                              "split": recipe.evaluated_split}),
-                "metrics": [{"type": k, "value": round(float(v), 4)} for k, v in sorted(figures.items())]
-                or [{"type": "loss", "value": round(float(results.get("eval_loss", float("nan"))), 4)}],
+                "metrics": measured,
             }],
-        }],
-    }
+        }]
     return metadata
+
+
+def index_metrics(figures: dict[str, Any]) -> list[dict[str, Any]]:
+    """A model-index entry's metrics: each figure that is a finite number, rounded to 4 places."""
+    return [{"type": name, "value": round(float(value), 4)} for name, value in figures.items()
+            if isinstance(value, (int, float)) and math.isfinite(value)]
+
+
+def figure(value: float) -> str:
+    """A figure as a card's table shows it: 4 places, `undefined` where it is NaN (a correlation of constant
+    predictions)."""
+    return "undefined" if math.isnan(value) else f"{value:.4f}"
 
 
 def _pipeline_use(model) -> str:
@@ -183,7 +199,7 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
     metadata = card_metadata(model, recipe, results, dataset_name)
     if base_model:
         metadata["base_model"] = base_model
-    rows = "\n".join(f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {_cell(v)} |"
+    rows = "\n".join(f"| {k} | {figure(v)} |" if isinstance(v, float) else f"| {k} | {_cell(v)} |"
                      for k, v in results.items() if v is not None and k not in THROUGHPUT_KEYS)
     recipe_yaml = yaml.safe_dump(card_recipe(recipe), sort_keys=False)
     for key in PATH_KEYS:  # a local path the description names (`where the weights started`), by its name
@@ -260,8 +276,8 @@ def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: d
             clean = {k: v for k, v in (results or {}).items() if isinstance(v, (int, float, str)) or v is None}
             software = versions()
             data = recipe.data_source("train")
-            (staging / "results.json").write_text(json.dumps({**clean, "dataset": data, "versions": software},
-                                                             indent=1))
+            (staging / "results.json").write_text(strict_json.dumps({**clean, "dataset": data, "versions": software},
+                                                                    indent=1))
             write_model_card(staging, unwrapped, recipe, clean, software, **(card or {}))
     accelerator.wait_for_everyone()
     if recipe.push_to_hub and accelerator.is_main_process:
@@ -302,5 +318,5 @@ def push_folder(folder: Path, repo_id: str) -> None:
                            f"{folder}") from error
 
 
-__all__ = ["PIPELINE_TAGS", "THROUGHPUT_KEYS", "card_metadata", "check_push", "plot_loss_curve", "push_folder",
-           "read_card_metadata", "save_run", "throughput_line", "write_model_card"]
+__all__ = ["PIPELINE_TAGS", "THROUGHPUT_KEYS", "card_metadata", "check_push", "figure", "index_metrics",
+           "plot_loss_curve", "push_folder", "read_card_metadata", "save_run", "throughput_line", "write_model_card"]

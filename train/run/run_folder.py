@@ -29,7 +29,7 @@ from accelerate.utils import set_seed
 
 from train.data.staging import process_alive, staged
 from train.data.tokenization import cache_folder
-from train.run import distributed
+from train.run import distributed, strict_json
 from train.run.checkpoints import CHECKPOINT_PREFIX, DELETING, OLD, TMP, resume_path, verify_checkpoint
 from train.run.recipes import Recipe, RecipeError
 from train.run.run_log import read_jsonl
@@ -170,7 +170,7 @@ def _read_json(path: Path) -> dict | None:
 def _write_json(path: Path, data: dict) -> None:
     """Write `data` to `path` through a temporary file and a rename: a reader never sees half a record."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
+    tmp.write_text(strict_json.dumps(data, indent=1))
     os.replace(tmp, path)
 
 
@@ -587,7 +587,7 @@ def _take_lock(folder: Path) -> None:
                 f"{holder.get('started')}): two runs in one folder overwrite each other's checkpoints and log; wait "
                 f"for it, choose another --output_dir, or delete {lock} if that run is gone") from None
         with os.fdopen(fd, "w") as f:
-            json.dump(mine, f)
+            f.write(strict_json.dumps(mine))
         atexit.register(_release_lock, folder)
         return
 

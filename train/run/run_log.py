@@ -12,6 +12,7 @@ from pathlib import Path
 
 from accelerate import Accelerator
 
+from train.run import strict_json
 from train.run.recipes import RecipeError
 
 PROJECT = "lineage"  # the trackers' project (TensorBoard: the folder under logs/)
@@ -38,7 +39,7 @@ class RunLog:
         self.history = [r for r in read_jsonl(self.file) if r.get("step", 0) <= step] if step else []
         if self.accelerator.is_main_process:
             self.file.parent.mkdir(parents=True, exist_ok=True)
-            self.file.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+            self.file.write_text("".join(strict_json.dumps(r) + "\n" for r in self.history))
 
     def record_launch(self, step: int, launch: dict, changed: dict | None = None) -> None:
         """How this (re)start of the run is distributed (`train.run.distributed.describe`): its first line; with the
@@ -47,13 +48,13 @@ class RunLog:
         self.history.append(record)
         if self.accelerator.is_main_process:
             with self.file.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+                f.write(strict_json.dumps(record) + "\n")
 
     def record(self, record: dict) -> None:
         self.history.append(record)
         if self.accelerator.is_main_process:
             with self.file.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+                f.write(strict_json.dumps(record) + "\n")
         if self.tracked:
             scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
             self.accelerator.log(scalars, step=record["step"])
