@@ -347,6 +347,17 @@ def test_the_cards_table_shows_a_count_as_a_whole_number():
     assert "| pseudo_perplexity | pseudo_perplexity | 3.5000 |" in section
 
 
+def test_an_undefined_figure_is_drawn_as_undefined_beside_a_baseline_that_wrote_it_as_null(tmp_path):
+    """This run's correlation is NaN; the `--compare` folder's results.json, strict JSON, holds null for its own."""
+    baseline = evaluation_report.write_results(tmp_path / "results.json", {"model": "older", "scores": {
+        "regression": {"pearson": math.nan, "mse": 1.5}}})
+    older = evaluation_report.read_baseline(str(tmp_path))
+    assert older["scores"]["regression"]["pearson"] is None and "NaN" not in baseline.read_text()
+    drawn = evaluation_report.plot_scores({"regression": {"pearson": math.nan, "mse": 1.25}}, "newer",
+                                          tmp_path / "scores.png", older)
+    assert drawn.stat().st_size > 0
+
+
 @pytest.mark.parametrize("recipe, seed", [("seed: 7\n", 7), (None, 42)])
 def test_the_embedded_corpus_is_drawn_with_the_runs_seed(tmp_path, recipe, seed):
     """A run draws its embedded rows with its recipe's seed (default 42): `lineage evaluate` of its folder scores the
