@@ -265,6 +265,15 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
     return rows
 
 
+def read_from(args: argparse.Namespace, source: str) -> dict[str, str]:
+    """What results.json and the card record as read: `source` with the split `--split` chose of it, or, for local
+    data files and a saved `Dataset`, which are one split whatever `--split` names, `source` alone (its path)."""
+    from train.data.files import saved_splits
+
+    local = not source.startswith("embedded:") and Path(source).expanduser().exists()
+    return {"dataset": source, **({} if local and not saved_splits(source) else {"split": args.split})}
+
+
 def model_batch_size(args: argparse.Namespace) -> int:
     """`--batch_size` where Lineage batches the model itself: a number, or 32 for the harness's `auto`."""
     return args.batch_size if isinstance(args.batch_size, int) else 32
@@ -287,7 +296,7 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
                               length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens,
                               batch_size=batch, beam_search=args.beam_search)
     figures = {k: scored[k] for k in ("bleu", "chrf", "exact_match")}
-    return {"scores": {"translation": figures}, "translation": {**scored, "dataset": source, "split": args.split}}
+    return {"scores": {"translation": figures}, "translation": {**scored, **read_from(args, source)}}
 
 
 def _model_label_ids(rows, names: list[str], column: str, config, source: str):
@@ -422,7 +431,7 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     model, loader = accelerator.prepare(model, loader)
     figures = evaluation_pass(accelerator, model, loader, predict, scores)
     return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}},
-            "data": {"dataset": source, "split": args.split, "rows": len(rows), "task": task}}
+            "data": {**read_from(args, source), "rows": len(rows), "task": task}}
 
 
 def evaluate_masked_lm(args: argparse.Namespace) -> dict[str, Any]:
@@ -466,21 +475,21 @@ def write_outputs(folder: Path, report: dict[str, Any], baseline: dict[str, Any]
 
 
 def card_dataset(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, str] | None:
-    """The data set of a card's model-index entry as the Hub names one (name, type, config, split); None for the
-    harness, whose tasks are their own data."""
+    """The data set of a card's model-index entry as the Hub names one (name, type, config, split: none for a local
+    file, `read_from`); None for the harness, whose tasks are their own data."""
     scored = report.get("translation") or report.get("data")
     if scored is None or "dataset" not in scored:
         return None
     name = public_name(scored["dataset"])
     return {"name": name, "type": name, **({"config": args.dataset_config} if args.dataset_config else {}),
-            "split": scored["split"]}
+            **({"split": scored["split"]} if "split" in scored else {})}
 
 
 def card_settings(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, Any]:
     harness_version = report.get("harness", {}).get("lm_eval_version")
     return {"harness": f"lm-evaluation-harness {harness_version}" if harness_version else None,
             "n-shot": args.num_fewshot, "limit": args.limit, "dataset": public_name(args.dataset),
-            "config": args.dataset_config, "split": args.split if card_dataset(args, report) else None,
+            "config": args.dataset_config, "split": (card_dataset(args, report) or {}).get("split"),
             "text file": Path(args.text_file).name if args.text_file else None,  # no path of this machine
             "date": report["date"][:10]}
 

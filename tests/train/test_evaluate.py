@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from unittest import mock
 
+import datasets
 import pytest
 import torch
 from conftest import preset
@@ -272,6 +273,36 @@ def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):
     with pytest.raises(evaluate.EvaluateError, match="label 'maybe' of column 'label' is no class of the model"):
         evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", str(flipped), "--output_dir",
                        str(tmp_path / "eval2")])
+
+
+def test_a_local_file_is_recorded_as_read_by_its_path_with_no_split_and_a_saved_dataset_dict_by_its_split(tmp_path):
+    """A local data file is one split whatever --split names (by default test): results.json and the card record the
+    file read and no split; of a saved DatasetDict, or the embedded corpus, the split read is recorded."""
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3)
+    rows = generate_records("nli", "validation", size=6)
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("\n".join(json.dumps(row) for row in rows))
+    out = evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", str(dev), "--write_card", "true",
+                         "--output_dir", str(tmp_path / "file")])
+    assert json.loads((out / "results.json").read_text())["data"] == {"dataset": str(dev), "rows": 6, "task": "nli"}
+    card = (folder / "README.md").read_text()
+    assert read_card_metadata(folder / "README.md")["model-index"][0]["results"][0]["dataset"] == {
+        "name": "dev.jsonl", "type": "dev.jsonl"}
+    assert "(dataset dev.jsonl, date " in card and "split" not in card
+    saved = tmp_path / "saved"
+    datasets.DatasetDict({"validation": datasets.Dataset.from_list(rows)}).save_to_disk(saved)
+    out = evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", str(saved), "--split", "validation",
+                         "--output_dir", str(tmp_path / "saved-eval")])
+    assert json.loads((out / "results.json").read_text())["data"] == {"dataset": str(saved), "split": "validation",
+                                                                      "rows": 6, "task": "nli"}
+    translator = model_folder(tmp_path, "transformer", LineageTransformerForConditionalGeneration, 300)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(json.dumps(row) for row in generate_records("translation", "validation", size=2)))
+    for source, split in ((str(pairs), {}), ("embedded:translation", {"split": "test"})):
+        out = evaluate.main(["--model", str(translator), "--dataset", source, "--eval_size", "2", "--max_new_tokens",
+                             "3", "--output_dir", str(tmp_path / f"translation-{len(split)}")])
+        read = json.loads((out / "results.json").read_text())["translation"]
+        assert {k: v for k, v in read.items() if k in ("dataset", "split")} == {"dataset": source, **split}
 
 
 def test_a_translation_without_max_new_tokens_fits_the_decoder_and_more_is_refused_by_name(tmp_path):
