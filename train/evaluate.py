@@ -420,7 +420,7 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
     if names is not None:
         rows = _model_label_ids(rows, names, label, model.config, source)
-    data = finetune.encoded(args, tokenizer, encode_task, rows, text, pair, label, source, scored=True)
+    data = finetune.encoded(args, tokenizer, task, rows, text, pair, label, source, scored=True)
     predict, scores = finetune.scoring(finetune.TASKS[task],
                                        [model.config.id2label[i] for i in range(model.config.num_labels)])
     if encode_task == "qa":

@@ -222,19 +222,19 @@ def trained_rows(read: int | None, train, skipped: bool) -> dict[str, int]:
     return {"train_rows": len(train), **({"skipped_unlabeled": read - len(train)} if skipped else {})}
 
 
-def encoded(recipe, tokenizer, encode_task: str, rows, text: str, pair: str | None, label: str | None,
+def encoded(recipe, tokenizer, task: str, rows, text: str, pair: str | None, label: str | None,
             source: str, skipped: bool = False, scored: bool = False):
-    """`rows` of `source` tokenized for the task, QA questions cut to `max_query_length` tokens; a row it cannot encode
-    is refused naming its file and line (its row among those kept, where `skip_unlabeled` `skipped` some). `scored` QA
-    windows keep their question and offsets (`answer_metrics`)."""
-    length = recipe.max_seq_length
+    """`rows` of `source` tokenized for `task` (a name of `TASKS`, which the progress bar shows), QA questions cut to
+    `max_query_length` tokens; a row it cannot encode is refused naming its file and line (its row among those kept,
+    where `skip_unlabeled` `skipped` some). `scored` QA windows keep their question and offsets (`answer_metrics`)."""
+    length, encode_task = recipe.max_seq_length, TASKS[task].encoding
     encode = {"classification": {"text_column": text, "text_pair_column": pair, "label_column": label,
                                  "max_length": length},
               "token_classification": {"tokens_column": text, "tags_column": label, "max_length": length},
               "qa": {"max_length": length, "doc_stride": qa_doc_stride(length),
                      "max_query_length": recipe.max_query_length, "keep_offsets": scored}}[encode_task]
     try:
-        return tokenize_dataset(rows, tokenizer, encode_task, **encode)
+        return tokenize_dataset(rows, tokenizer, encode_task, name=task, **encode)
     except RowError as error:
         where = (f"{source}: row {error.row} of the rows skip_unlabeled kept" if skipped
                  else row_location(source, error.row, error.column))
@@ -281,9 +281,9 @@ def main(argv: list[str] | None = None):
         if recipe.lora is not None:
             model = apply_lora(model, recipe.lora)
         skipped = recipe.skip_unlabeled and label is not None
-        train_data = encoded(recipe, tokenizer, encode_task, train_rows, text, pair, label,
+        train_data = encoded(recipe, tokenizer, recipe.task, train_rows, text, pair, label,
                              recipe.split_name("train"), skipped)
-        eval_data = (encoded(recipe, tokenizer, encode_task, eval_rows, text, pair, label,
+        eval_data = (encoded(recipe, tokenizer, recipe.task, eval_rows, text, pair, label,
                              recipe.split_name("validation"), skipped, scored=True) if eval_rows else None)
         predict_fn, scores = scoring(task, names or [])
         if encode_task == "qa" and eval_data is not None:

@@ -141,6 +141,30 @@ def test_undefined_correlations_are_null_in_what_the_run_and_lineage_evaluate_wr
     assert [[m["type"] for m in entry["metrics"]] for entry in entries] == [["mse"], ["loss", "mse"]]
 
 
+@pytest.fixture
+def progress_bars():
+    """datasets' progress bars shown, as a user sees them (other test modules switch them off)."""
+    disabled = datasets.are_progress_bars_disabled()
+    datasets.enable_progress_bars()
+    yield
+    if disabled:
+        datasets.disable_progress_bars()
+
+
+def test_the_progress_of_tokenizing_names_regression_the_task_trained_and_scored_not_its_encoder(tmp_path, capfd,
+                                                                                                 progress_bars):
+    """Regression encodes its rows as classification does; what the run and lineage evaluate show says regression."""
+    train = tmp_path / "train.csv"
+    pd.DataFrame(pairs(24, 6)).to_csv(train, index=False)
+    _, folder = finetune.main(["--recipe", "bert-finetune-nli-tiny", "--task", "regression", "--train_file", str(train),
+                               *GLUE_COLUMNS, *QUICK, "--output_dir", str(tmp_path / "run")])
+    shown = capfd.readouterr()
+    assert "tokenizing (regression)" in shown.err and "classification" not in shown.out + shown.err
+    evaluate.main(["--model", str(folder), "--dataset", str(train), "--output_dir", str(tmp_path / "eval")])
+    shown = capfd.readouterr()
+    assert "tokenizing (regression)" in shown.err and "classification" not in shown.out + shown.err
+
+
 def test_gpt_learns_integer_ratings_of_single_texts_from_parquet_with_its_auxiliary_lm_loss(tmp_path):
     rows = [{"review": row["sentence1"], "stars": 1 + int(row["label"]) % 5} for row in pairs(40, 2)]
     train, dev = tmp_path / "train.parquet", tmp_path / "dev.parquet"

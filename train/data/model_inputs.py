@@ -31,9 +31,10 @@ _ENCODERS = {"causal_lm": encoders.encode_causal_lm, "mlm": encoders.encode_clas
 
 def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, task: str, *,
                      num_proc: int | None = None, batch_size: int = 1000, load_from_cache_file: bool = True,
-                     **encoder_kwargs) -> AnyDataset:
+                     name: str | None = None, **encoder_kwargs) -> AnyDataset:
     """``dataset.map`` of the task's batch encoder (``train.data.encoders.encode_*``), given ``encoder_kwargs``. Task
-    ``mlm`` encodes single texts with the template and no labels (the collator masks them)."""
+    ``mlm`` encodes single texts with the template and no labels (the collator masks them). ``name``: the task the
+    progress bar names, where a run's task has an encoder of another name (``regression``'s is ``classification``)."""
     if task not in _ENCODERS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     if task == "mlm":
@@ -42,9 +43,9 @@ def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, ta
     kwargs = {"batched": True, "batch_size": batch_size, "remove_columns": input_columns(dataset),
               "with_indices": task in ("qa", "token_classification")}
     if isinstance(dataset, datasets.Dataset):
-        processes = (None if num_proc is None
-                     else process_count(num_proc, len(dataset), f"tokenizing ({task})"))
-        kwargs.update(num_proc=processes, load_from_cache_file=load_from_cache_file, desc=f"tokenizing ({task})")
+        what = f"tokenizing ({name or task})"
+        processes = None if num_proc is None else process_count(num_proc, len(dataset), what)
+        kwargs.update(num_proc=processes, load_from_cache_file=load_from_cache_file, desc=what)
     return dataset.map(_call_with_indices(function) if kwargs["with_indices"] else function, **kwargs)
 
 
