@@ -420,7 +420,7 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
     if names is not None:
         rows = _model_label_ids(rows, names, label, model.config, source)
-    data = finetune.encoded(args, tokenizer, task, rows, text, pair, label, source, scored=True)
+    data, cut = finetune.encoded(args, tokenizer, task, rows, text, pair, label, source, scored=True)
     predict, scores = finetune.scoring(finetune.TASKS[task],
                                        [model.config.id2label[i] for i in range(model.config.num_labels)])
     if encode_task == "qa":
@@ -431,7 +431,8 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     model, loader = accelerator.prepare(model, loader)
     figures = evaluation_pass(accelerator, model, loader, predict, scores)
     return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}},
-            "data": {**read_from(args, source), "rows": len(rows), "task": task}}
+            "data": {**read_from(args, source), "rows": len(rows),
+                     **({"questions_cut": cut} if cut is not None else {}), "task": task}}
 
 
 def evaluate_masked_lm(args: argparse.Namespace) -> dict[str, Any]:

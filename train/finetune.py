@@ -23,7 +23,7 @@ from train.data.collators import PaddingCollator
 from train.data.encoders import RowError
 from train.data.files import row_location
 from train.data.labels import class_labels, score_labels, streamed_class_labels
-from train.data.model_inputs import tokenize_dataset
+from train.data.model_inputs import count_cut_questions, tokenize_dataset
 from train.metrics import load_metric
 from train.run.engine import Engine, TokenMean
 from train.run.recipes import RecipeError, parse_args
@@ -213,28 +213,33 @@ def load_rows(recipe, task: Task, text: str, pair: str | None, label: str | None
     return *class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, recipe.allow_single_class), read
 
 
-def trained_rows(read: int | None, train, skipped: bool) -> dict[str, int]:
-    """What results.json and the card record of the training rows: `train_rows`, those trained on, and where
+def trained_rows(read: int | None, train, skipped: bool, cut: int | None = None) -> dict[str, int]:
+    """What results.json and the card record of the training rows: `train_rows`, those trained on, where
     `skip_unlabeled` acted, `skipped_unlabeled`, those it left out of the `read` (`train_size` counts them all, as
-    a re-run reads them); nothing for a stream, whose rows are counted by nothing before they train."""
+    a re-run reads them), and for question answering `questions_cut`, the questions `cut` to `max_query_length`
+    tokens; nothing for a stream, whose rows are counted by nothing before they train."""
     if read is None:
         return {}
-    return {"train_rows": len(train), **({"skipped_unlabeled": read - len(train)} if skipped else {})}
+    return {"train_rows": len(train), **({"skipped_unlabeled": read - len(train)} if skipped else {}),
+            **({"questions_cut": cut} if cut is not None else {})}
 
 
 def encoded(recipe, tokenizer, task: str, rows, text: str, pair: str | None, label: str | None,
             source: str, skipped: bool = False, scored: bool = False):
-    """`rows` of `source` tokenized for `task` (a name of `TASKS`, which the progress bar shows), QA questions cut to
-    `max_query_length` tokens; a row it cannot encode is refused naming its file and line (its row among those kept,
-    where `skip_unlabeled` `skipped` some). `scored` QA windows keep their question and offsets (`answer_metrics`)."""
+    """`(rows of source tokenized for task, the questions cut)`: `task` a name of `TASKS`, which the progress bar
+    shows; QA questions cut to `max_query_length` tokens, counted and said once where any is (None: not QA, or a
+    stream, which nothing counts ahead). A row it cannot encode is refused naming its file and line (its row among
+    those kept, where `skip_unlabeled` `skipped` some). `scored` QA windows keep their question and offsets
+    (`answer_metrics`)."""
     length, encode_task = recipe.max_seq_length, TASKS[task].encoding
+    cut = count_cut_questions(rows, tokenizer, recipe.max_query_length, source) if encode_task == "qa" else None
     encode = {"classification": {"text_column": text, "text_pair_column": pair, "label_column": label,
                                  "max_length": length},
               "token_classification": {"tokens_column": text, "tags_column": label, "max_length": length},
               "qa": {"max_length": length, "doc_stride": qa_doc_stride(length),
                      "max_query_length": recipe.max_query_length, "keep_offsets": scored}}[encode_task]
     try:
-        return tokenize_dataset(rows, tokenizer, encode_task, name=task, **encode)
+        return tokenize_dataset(rows, tokenizer, encode_task, name=task, **encode), cut
     except RowError as error:
         where = (f"{source}: row {error.row} of the rows skip_unlabeled kept" if skipped
                  else row_location(source, error.row, error.column))
@@ -281,17 +286,17 @@ def main(argv: list[str] | None = None):
         if recipe.lora is not None:
             model = apply_lora(model, recipe.lora)
         skipped = recipe.skip_unlabeled and label is not None
-        train_data = encoded(recipe, tokenizer, recipe.task, train_rows, text, pair, label,
-                             recipe.split_name("train"), skipped)
+        train_data, cut = encoded(recipe, tokenizer, recipe.task, train_rows, text, pair, label,
+                                  recipe.split_name("train"), skipped)
         eval_data = (encoded(recipe, tokenizer, recipe.task, eval_rows, text, pair, label,
-                             recipe.split_name("validation"), skipped, scored=True) if eval_rows else None)
+                             recipe.split_name("validation"), skipped, scored=True)[0] if eval_rows else None)
         predict_fn, scores = scoring(task, names or [])
         if encode_task == "qa" and eval_data is not None:
             eval_data, scores = answer_metrics(eval_data, eval_rows)
         engine = Engine(run, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=_auxiliary_lm(recipe, family),
                         unpad_inputs=True, predict_fn=predict_fn, metrics_fn=scores)
-        results = {**engine.train(), **trained_rows(read, train_rows, skipped)}
+        results = {**engine.train(), **trained_rows(read, train_rows, skipped, cut)}
         if recipe.lora is not None:
             merge_lora(engine, Path(recipe.output_dir) / "adapter", source)
         return results, engine.finish(results, description=f"Fine-tuned for {recipe.task}.", source=source)

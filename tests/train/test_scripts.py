@@ -162,13 +162,14 @@ def test_bad_finetune_inputs_fail_before_training(tmp_path):
     assert not (tmp_path / "c").exists()
 
 
-def test_questions_longer_than_the_windows_are_cut_and_lineage_evaluate_cuts_them_as_the_run_did(tmp_path):
-    """Questions of 100+ tokens in windows of 64 tokens made the tokenizer panic; cut to the recipe's
-    max_query_length they train and are scored, and `lineage evaluate` cuts them as the run's recipe.yaml says (with
-    the default 64 it would refuse, or panic), scoring the run's validation file as the run did."""
+def test_questions_longer_than_the_windows_are_cut_and_lineage_evaluate_cuts_them_as_the_run_did(tmp_path, capsys):
+    """Questions of 100+ tokens (every other one) in windows of 64 tokens made the tokenizer panic; cut to the
+    recipe's max_query_length they train and are scored, and `lineage evaluate` cuts them as the run's recipe.yaml
+    says (with the default 64 it would refuse, or panic), scoring the run's validation file as the run did. Each says
+    once how many questions of each file it cut; results.json and the card count the training questions cut."""
     def long_questions(split: str, size: int) -> Path:
         rows = generate_records("qa", split, size=size)
-        for row in rows:
+        for row in rows[::2]:
             row["question"] += " " + " ".join(f"Mind detail {i} of {row['title']}." for i in range(25))
         path = tmp_path / f"{split}.jsonl"
         path.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -180,8 +181,15 @@ def test_questions_longer_than_the_windows_are_cut_and_lineage_evaluate_cuts_the
                            "32", "--max_steps", "3", "--save_steps", "0")
     assert 0 <= results["eval_exact_match"] <= 1 and 0 <= results["eval_f1"] <= 1
     assert yaml.safe_load((folder / "recipe.yaml").read_text())["max_query_length"] == 32
+    said = capsys.readouterr().out
+    assert said.count(f"{train}: cut 20 of 40 questions to their first 32 tokens (max_query_length)\n") == 1
+    assert said.count(f"{validation}: cut 6 of 12 questions to their first 32 tokens (max_query_length)\n") == 1
+    assert results["questions_cut"] == json.loads((folder / "results.json").read_text())["questions_cut"] == 20
+    assert "| questions_cut | 20 |" in (folder / "README.md").read_text()
     out = evaluate.main(["--model", str(folder), "--dataset", str(validation), "--batch_size", "32",
                          "--output_dir", str(tmp_path / "eval")])
+    assert f"{validation}: cut 6 of 12 questions to their first 32 tokens" in capsys.readouterr().out
+    assert json.loads((out / "results.json").read_text())["data"]["questions_cut"] == 6
     figures = json.loads((out / "results.json").read_text())["scores"]["question-answering"]
     assert (figures["exact_match"], figures["f1"]) == (results["eval_exact_match"], results["eval_f1"])
     assert figures["loss"] == pytest.approx(results["eval_loss"], rel=1e-6)

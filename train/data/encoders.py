@@ -316,6 +316,12 @@ def cut_questions(questions: list[str], tokenizer: PreTrainedTokenizerBase, max_
             for q, spans in zip(questions, offsets)]
 
 
+def questions_cut(questions: list[str], tokenizer: PreTrainedTokenizerBase, max_query_length: int) -> int:
+    """How many of ``questions`` ``cut_questions`` cuts: those of more than ``max_query_length`` tokens."""
+    lengths = tokenizer([q.lstrip() for q in questions], add_special_tokens=False, verbose=False)["input_ids"]
+    return sum(len(ids) > max_query_length for ids in lengths)
+
+
 def encode_qa(examples: dict, tokenizer: PreTrainedTokenizerBase, max_length: int = 384, doc_stride: int = 128,
               max_query_length: int = 64, keep_offsets: bool = False, indices: list[int] | None = None) -> dict:
     """SQuAD-style examples to windows with ``start_positions`` / ``end_positions`` (0 = no answer), each question cut
@@ -361,4 +367,4 @@ def _answer_tokens(offsets, sequence_ids, answers) -> tuple[int, int]:
 __all__ = ["IGNORE_INDEX", "LabelAlignmentError", "QAAnswerSpanError", "RowError", "create_nsp_examples",
            "cut_questions", "encode_causal_lm", "encode_classification", "encode_qa", "encode_seq2seq",
            "encode_token_classification", "nsp_features", "nsp_pair_index", "pack_documents", "pack_sequences",
-           "split_sentences", "tokenize_documents", "truncate_ranges"]
+           "questions_cut", "split_sentences", "tokenize_documents", "truncate_ranges"]

@@ -5,8 +5,9 @@ second run with the same tokenizer and arguments loads the cache), in `num_proc`
 streams; columns other than the model inputs are removed, so batches go straight to a collator.
 `prepare_causal_lm_dataset` packs documents into causal-LM blocks and `prepare_nsp_dataset` builds BERT's sentence
 pairs, from a prepared store (`train.data.token_store`) or, for a stream, a thousand documents at a time;
-`check_documents` counts documents and sentences and refuses data that gives no pair. How a pretraining corpus is
-prepared: docs/training.md, "Pretraining corpora: prepared once".
+`check_documents` counts documents and sentences and refuses data that gives no pair; `count_cut_questions` says how
+many questions question answering cuts to `max_query_length` tokens. How a pretraining corpus is prepared:
+docs/training.md, "Pretraining corpora: prepared once".
 """
 
 from __future__ import annotations
@@ -47,6 +48,20 @@ def tokenize_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, ta
         processes = None if num_proc is None else process_count(num_proc, len(dataset), what)
         kwargs.update(num_proc=processes, load_from_cache_file=load_from_cache_file, desc=what)
     return dataset.map(_call_with_indices(function) if kwargs["with_indices"] else function, **kwargs)
+
+
+def count_cut_questions(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, max_query_length: int,
+                        source: str) -> int | None:
+    """How many questions of `dataset` question answering's encoder cuts to their first `max_query_length` tokens
+    (`encoders.cut_questions`), said once where it cuts any; None for a stream, which nothing counts ahead."""
+    if isinstance(dataset, datasets.IterableDataset):
+        return None
+    cut = sum(encoders.questions_cut(batch["question"], tokenizer, max_query_length)
+              for batch in dataset.select_columns(["question"]).iter(batch_size=token_store.ROWS_PER_BATCH))
+    if cut:
+        print(f"{source}: cut {cut} of {len(dataset)} questions to their first {max_query_length} tokens "
+              f"(max_query_length)", flush=True)
+    return cut
 
 
 def input_columns(dataset: AnyDataset) -> list[str]:
@@ -162,5 +177,5 @@ def group_seed(seed: int, first_document: str | list[str]) -> int:
     return zlib.crc32(f"{seed} {json.dumps(first_document)}".encode()) + seed
 
 
-__all__ = ["check_documents", "group_seed", "input_columns", "prepare_causal_lm_dataset", "prepare_nsp_dataset",
-           "tokenize_dataset"]
+__all__ = ["check_documents", "count_cut_questions", "group_seed", "input_columns", "prepare_causal_lm_dataset",
+           "prepare_nsp_dataset", "tokenize_dataset"]

@@ -13,10 +13,12 @@ from train.data.encoders import (
     LabelAlignmentError,
     QAAnswerSpanError,
     create_nsp_examples,
+    cut_questions,
     encode_qa,
     encode_token_classification,
     pack_documents,
     pack_sequences,
+    questions_cut,
     truncate_ranges,
 )
 from train.data.tokenization import train_tokenizer
@@ -223,3 +225,14 @@ def test_questions_within_max_query_length_are_encoded_as_they_were(bert):
     longest = max(len(bert(q, add_special_tokens=False)["input_ids"]) for q in examples["question"])
     whole = encode_qa(examples, bert, max_length=96, doc_stride=24, max_query_length=10_000, keep_offsets=True)
     assert encode_qa(examples, bert, max_length=96, doc_stride=24, max_query_length=longest, keep_offsets=True) == whole
+
+
+def test_the_questions_counted_as_cut_are_those_cut_questions_cuts(bert):
+    """A question of exactly max_query_length tokens, or one longer only by its leading spaces, is not cut."""
+    rows = generate_records("qa", "validation", size=6)
+    questions = _long_questions(rows)["question"][:3] + ["   " + row["question"] for row in rows[3:]]
+    longest = max(len(bert(q.lstrip(), add_special_tokens=False)["input_ids"]) for q in questions[3:])
+    kept = [q.lstrip() for q in questions]
+    for limit in (longest, 3):
+        changed = sum(cut != whole for cut, whole in zip(cut_questions(questions, bert, limit), kept))
+        assert questions_cut(questions, bert, limit) == changed == (3 if limit == longest else 6)
