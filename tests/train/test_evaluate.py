@@ -434,3 +434,22 @@ def test_a_card_names_each_scored_data_set_and_split_and_replaces_only_the_same_
         evaluation_report.write_card(tmp_path, {"nli": {"accuracy": value}}, "text-classification", {}, dataset)
     results = read_card_metadata(tmp_path / "README.md")["model-index"][0]["results"]
     assert [(r["dataset"], r["metrics"][0]["value"]) for r in results] == [(mismatched, 0.6), (matched, 0.7)]
+
+
+def test_a_written_card_reads_back_in_huggingface_hub_and_replaces_the_runs_entry_of_the_same_data(tmp_path):
+    """The entries `--write_card` adds are the Hub's model-index: `ModelCard.load` parses them into eval results
+    (before: each named a source without the URL huggingface_hub requires, and loading the card raised). Scoring
+    the task and data set the run's card already scores replaces the run's entry: one row per task and data set."""
+    from huggingface_hub import ModelCard
+
+    dataset = {"name": "embedded:nli", "type": "embedded:nli", "split": "validation"}
+    card = tmp_path / "README.md"
+    card.write_text("---\nlibrary_name: transformers\nmodel-index:\n- name: run\n  results:\n"
+                    "  - task: {type: text-classification}\n"
+                    f"    dataset: {json.dumps(dataset)}\n    metrics: [{{type: accuracy, value: 0.5}}]\n"
+                    "  - task: {type: text-classification}\n    dataset: {name: other, type: other}\n"
+                    "    metrics: [{type: accuracy, value: 0.25}]\n---\n\n# run\n")
+    evaluation_report.write_card(tmp_path, {"nli": {"accuracy": 0.75, "f1": 0.5}}, "text-classification", {}, dataset)
+    loaded = ModelCard.load(card)
+    found = {(r.dataset_name, r.metric_type): r.metric_value for r in loaded.data.eval_results}
+    assert found == {("other", "accuracy"): 0.25, ("embedded:nli", "accuracy"): 0.75, ("embedded:nli", "f1"): 0.5}

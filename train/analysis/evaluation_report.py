@@ -4,9 +4,10 @@
   `lineage evaluate` output), as the harness leaderboards draw them;
 - `plot_bleu_by_length`: a translation model's BLEU per source-length bucket (`train.analysis.experiment`), with the
   baseline's where it has one;
-- `write_card`: the folder's `README.md` gets a `model-index` entry per task (an entry of the same task and source is
-  replaced, every other kept) and an evaluation table between two markers (replaced on the next run); no other file
-  of the folder changes, and a run's manifest (`run.json` beside a run's `model/`) records the new card.
+- `write_card`: the folder's `README.md` gets a `model-index` entry per task (an entry of the same task and data set,
+  the run's own included, is replaced, every other kept; no `source`, which the Hub's model-index accepts only with
+  a URL) and an evaluation table between two markers (replaced on the next run); no other file of the folder
+  changes, and a run's manifest (`run.json` beside a run's `model/`) records the new card.
 
 docs/evaluation.md ("What it writes").
 """
@@ -27,7 +28,6 @@ from train.run.publish import figure, index_metrics, read_card_metadata
 from train.run.run_folder import RECORD, record_files
 
 BEGIN, END = "<!-- lineage evaluate -->", "<!-- /lineage evaluate -->"
-SOURCE = "lineage evaluate"
 
 
 class ReportError(ValueError):
@@ -107,22 +107,21 @@ def write_results(path: Path, results: dict[str, Any]) -> Path:
     return path
 
 
-def _index_entry(task: str, figures: dict[str, float], task_type: str, source: str,
+def _index_entry(task: str, figures: dict[str, float], task_type: str,
                  dataset: dict[str, str] | None) -> dict[str, Any]:
     return {"task": {"type": task_type}, "dataset": dataset or {"name": task, "type": task},
-            "metrics": index_metrics(figures), "source": {"name": source}}
+            "metrics": index_metrics(figures)}
 
 
 def card_metadata(metadata: dict[str, Any], scores: dict[str, dict[str, float]], model_name: str, task_type: str,
-                  source: str, dataset: dict[str, str] | None = None) -> dict[str, Any]:
+                  dataset: dict[str, str] | None = None) -> dict[str, Any]:
     """`metadata` with a `model-index` entry per scored task, on `dataset` (its name, type, config and split; None:
-    the task's own, a harness task); an entry of the same source, task type and dataset is replaced, by nothing
-    where no figure of the task is defined (the Hub needs a value for each metric: `index_metrics`)."""
+    the task's own, a harness task); an entry of the same task type and dataset is replaced, by nothing where no
+    figure of the task is defined (the Hub needs a value for each metric: `index_metrics`)."""
     index = metadata.get("model-index") or [{"name": model_name, "results": []}]
-    entries = [_index_entry(task, figures, task_type, source, dataset) for task, figures in scores.items()]
-    replaced = [(e["source"], e["task"], e["dataset"]) for e in entries]
-    kept = [r for r in index[0].get("results", [])
-            if (r.get("source"), r.get("task"), r.get("dataset")) not in replaced]
+    entries = [_index_entry(task, figures, task_type, dataset) for task, figures in scores.items()]
+    replaced = [(e["task"], e["dataset"]) for e in entries]
+    kept = [r for r in index[0].get("results", []) if (r.get("task"), r.get("dataset")) not in replaced]
     results = kept + [e for e in entries if e["metrics"]]
     index = [*([{**index[0], "results": results}] if results else []), *index[1:]]
     return {**metadata, "model-index": index} if index else {k: v for k, v in metadata.items() if k != "model-index"}
@@ -149,7 +148,7 @@ def write_card(folder: Path, scores: dict[str, dict[str, float]], task_type: str
         body = body[:body.index(BEGIN)] + section + body[body.index(END) + len(END) + 1:]
     else:
         body = body.rstrip("\n") + ("\n\n" if body.strip() else "") + section
-    metadata = card_metadata(metadata, scores, folder.name, task_type, SOURCE, dataset)
+    metadata = card_metadata(metadata, scores, folder.name, task_type, dataset)
     tmp = folder / ".README.md.tmp"
     tmp.write_text("---\n" + yaml.safe_dump(metadata, sort_keys=False) + "---\n\n" + body.lstrip("\n"))
     os.replace(tmp, card)
