@@ -181,6 +181,8 @@ class Recipe:
     # recipe's `train_size` cuts the embedded corpus or the Hub corpus it names, never a user's files
     # (`train.setup.splits.load_split`, `load_recipe`)
     set_by_user = frozenset()  # no field: a class attribute, set per recipe by `recipe_from_dict`
+    # the shipped recipe the keys came from and the keys it set (`load_recipe`): another command's is refused
+    shipped = ("", frozenset())
     # the command's own data, read when the recipe names none (`reading`); no field either, so the recipe's keys, hash
     # and saved file stay as the user wrote them
     default_dataset = ""
@@ -203,6 +205,7 @@ class Recipe:
         """A copy with `changes` applied (unchecked), keeping which keys the user set."""
         copy = dataclasses.replace(self, **changes)
         copy.set_by_user, copy.default_dataset, copy.held_out = self.set_by_user, self.default_dataset, self.held_out
+        copy.shipped = self.shipped
         return copy
 
     def reading(self, default_dataset: str) -> Recipe:
@@ -451,7 +454,10 @@ def load_recipe(path: str | Path | None = None, overrides: dict[str, Any] | None
             user |= set(fields)
         elif _reads_own_data(fields, user):  # a shipped recipe's sizes of the data it names itself (not embedded)
             user |= {key for key in ("train_size", "eval_size") if key in fields}
-    return recipe_from_dict({**fields, **(overrides or {})}, source, user)
+    recipe = recipe_from_dict({**fields, **(overrides or {})}, source, user)
+    if path is not None and not Path(path).is_file():
+        recipe.shipped = (str(path), frozenset(fields) - user)
+    return recipe
 
 
 def _reads_own_data(fields: dict[str, Any], overrides: set[str]) -> bool:
@@ -505,11 +511,18 @@ def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,
 
 def check_command_keys(recipe: Recipe, command: str, consequence: str) -> None:
     """Refuse the keys the user set that `command` does not read (`COMMAND_KEYS`), each named with the commands
-    that do, then `consequence`."""
+    that do, then `consequence`; and a shipped recipe of another command (one that sets such a key)."""
     unread = sorted(k for k in recipe.set_by_user if command not in COMMAND_KEYS.get(k, (command,)))
     if unread:
         raise RecipeError("; ".join(f"recipe key {k!r} is read by {' and '.join(COMMAND_KEYS[k])} only" for k in unread)
                           + consequence)
+    name, keys = recipe.shipped
+    theirs = sorted(k for k in keys if command not in COMMAND_KEYS.get(k, (command,)))
+    if theirs:
+        owners = sorted({owner for key in theirs for owner in COMMAND_KEYS[key]})
+        raise RecipeError(f"recipe {name!r} is a recipe of {' or '.join(owners)} (it sets {', '.join(theirs)}), not "
+                          f"of {command}: give a recipe of {command} (lineage configs recipes lists them) or your own "
+                          f"file")
 
 
 def check_stream(max_steps: int, dataloader_num_workers: int) -> None:

@@ -129,3 +129,21 @@ def test_max_query_length_is_berts_64_by_default_a_positive_count_and_finetunes_
         recipe_from_dict({"max_query_length": 0})
     with pytest.raises(RecipeError, match="recipe key 'max_query_length' is read by finetune only"):
         parse_args(["--max_query_length", "32"], command="pretrain_bert")
+
+
+def test_a_shipped_recipe_of_another_command_is_refused_naming_its_command_and_each_runs_its_own():
+    """`lineage prepare --recipe bert-finetune-nli-tiny` prepared a pretraining store no fine-tuning run reads, and
+    `pretrain_bert` trained on it silently: a shipped recipe that sets a key only other commands read is theirs."""
+    from train import prepare
+
+    with pytest.raises(RecipeError, match="recipe 'bert-finetune-nli-tiny' is a recipe of finetune \\(it sets task\\), "
+                                          "not of pretrain_bert: give a recipe of pretrain_bert"):
+        prepare.main(["--recipe", "bert-finetune-nli-tiny"])
+    with pytest.raises(RecipeError, match="is a recipe of pretrain_bert \\(it sets nsp\\), not of "
+                                          "finetune"):
+        parse_args(["--recipe", "bert-pretrain-tiny"], command="finetune")
+    own = {"bert-finetune-nli-tiny": "finetune", "gpt-pretrain-tiny": "pretrain_gpt",
+           "bert-pretrain-tiny": "pretrain_bert", "transformer-translation-tiny": "train_translation"}
+    for name, command in own.items():
+        assert parse_args(["--recipe", name, "--max_steps", "3"], command=command).shipped[0] == name
+    assert parse_args(["--recipe", "bert-finetune-nli-tiny", "--task", "nli"], command="finetune").task == "nli"
