@@ -21,8 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import datasets
+
 from train import evaluate, finetune
 from train.cli import CommandParser, run_script, user_errors
+from train.data.files import hub_splits
 from train.run import recipes, run_folder, strict_json
 from train.run.recipes import Recipe
 from train.setup.models import model_source
@@ -197,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, keys = parse_args(argv)
     names = chosen_tasks(args.tasks)
     chosen = task_recipes(args, keys, names)
+    check_reachable(names)
     local = Path(args.model).exists()
     folder = run_folder.check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir,
                                             inputs={"--model": args.model} if local else None)
@@ -207,6 +211,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                         + "; ".join(f"{n}: {summary['tasks'][n]['error']}" for n in summary["failed"])
                         + f"); the others' figures are in {folder / 'summary.md'}")
     return summary
+
+
+def check_reachable(names: list[str]) -> None:
+    """Refuse before any work when no chosen task's data can be read (neither the Hub nor the datasets cache has its
+    configuration: offline, say); name up front those that cannot, which fail in turn while the others run."""
+    unreachable = [name for name in names if hub_splits(DATASET, name) is None]
+    where = (f"neither the Hub nor the datasets cache ({datasets.config.HF_DATASETS_CACHE}) has {DATASET} "
+             f"{', '.join(unreachable)}")
+    if unreachable == names:
+        raise GlueError(f"{where}: nothing to run (offline, HF_HUB_OFFLINE=1, a run reads only a copy an online "
+                        f"load left in the cache); run once online, or set HF_DATASETS_CACHE to where that copy is")
+    if unreachable:
+        print(f"note: {where}; {'it fails' if len(unreachable) == 1 else 'they fail'} in turn, the others run",
+              flush=True)
 
 
 def run_glue(args: argparse.Namespace, keys: list[str], chosen: dict[str, Recipe], folder: Path) -> dict[str, Any]:

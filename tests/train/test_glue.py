@@ -172,6 +172,7 @@ def test_an_undefined_figure_is_null_in_the_summary_and_so_are_its_tasks_score_a
     strict JSON, holds null for it, its task's score and the average; summary.md says `undefined`."""
     figures = {"cola": {"eval_matthews_correlation": 0.5}, "stsb": {"eval_pearson": math.nan, "eval_spearmanr": 0.25}}
     monkeypatch.setattr(glue.finetune, "main", lambda argv: (figures[argv[argv.index("--dataset_config") + 1]], None))
+    monkeypatch.setattr(glue, "hub_splits", lambda name, config: ["train", "validation"])  # the runs are stand-ins
     out = tmp_path / "out"
     glue.main([*QUICK, "--tasks", "cola,stsb", "--output_dir", str(out)])
 
@@ -185,3 +186,17 @@ def test_an_undefined_figure_is_null_in_the_summary_and_so_are_its_tasks_score_a
     page = (out / "summary.md").read_text()
     assert "| STS-B | Pearson undefined, Spearman 25.0 | undefined |" in page
     assert "): undefined, over 2 of the 9 tasks (cola, stsb)." in page
+
+
+def test_tasks_whose_data_neither_the_hub_nor_the_cache_has_are_named_before_any_work(glue_cache, tmp_path,
+                                                                                      monkeypatch, capsys):
+    """Offline (the tests' HF_HUB_OFFLINE=1), a task the cache lacks cannot load: none of them loadable is refused
+    before anything is written (before: every task started and failed in turn into a summary of failures); some
+    of them are named up front, and the others run."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", glue_cache)
+    with pytest.raises(glue.GlueError, match=r"neither the Hub nor the datasets cache \(.*\) has nyu-mll/glue qqp, "
+                                             r"wnli: nothing to run"):
+        glue.main([*QUICK, "--tasks", "qqp,wnli", "--output_dir", str(tmp_path / "out")])
+    assert list(tmp_path.iterdir()) == []
+    glue.check_reachable(["cola", "qqp"])
+    assert "has nyu-mll/glue qqp; it fails in turn, the others run" in capsys.readouterr().out

@@ -296,9 +296,11 @@ def _check_answers(examples: dict, indices: list[int] | None) -> None:
             row = indices[i] if indices is not None else i
             named = f" (id {examples['id'][i]!r})" if "id" in examples else ""
             if start < 0 or start + len(text) > len(context):
+                unanswerable = ("; a question without an answer (SQuAD 2.0) has empty lists: {'text': [], "
+                                "'answer_start': []}" if not text.strip() else "")
                 raise QAAnswerSpanError.at(row, "answers", f"answer {text!r} at characters {start}.."
                                            f"{start + len(text)} lies outside its context of {len(context)} "
-                                           f"characters", named)
+                                           f"characters{unanswerable}", named)
             if context[start:start + len(text)] != text:
                 raise QAAnswerSpanError.at(row, "answers", f"answer {text!r} does not match the context at "
                                            f"character {start}, which reads {context[start:start + len(text)]!r}",

@@ -183,8 +183,17 @@ def test_qa_doc_stride_windows(bert):
 def test_qa_answer_outside_context_is_an_error(bert):
     examples = {"id": ["q7"], "question": ["Where?"], "context": ["Anna lives in Oslo."],
                 "answers": [{"text": ["Oslo"], "answer_start": [40]}]}
-    with pytest.raises(QAAnswerSpanError, match=r"row 7 \(id 'q7'\).*outside its context of 19 characters"):
+    with pytest.raises(QAAnswerSpanError, match=r"row 7 \(id 'q7'\).*outside its context of 19 characters$"):
         encode_qa(examples, bert, indices=[7])
+
+
+def test_an_unanswerable_question_written_as_an_empty_answer_at_minus_one_is_told_the_squad_2_form(bert):
+    """Some tools write SQuAD 2.0's unanswerable questions as {'text': [''], 'answer_start': [-1]}."""
+    examples = {"question": ["Where?"], "context": ["Anna lives in Oslo."],
+                "answers": [{"text": [""], "answer_start": [-1]}]}
+    with pytest.raises(QAAnswerSpanError, match=r"a question without an answer \(SQuAD 2.0\) has empty lists: "
+                                                r"\{'text': \[\], 'answer_start': \[\]\}"):
+        encode_qa(examples, bert)
 
 
 def _long_questions(rows: list[dict]) -> dict:
