@@ -70,7 +70,10 @@ TASKS = {
 PER_TASK = ("dataset", "dataset_config", "task", "text_column", "text_pair_column", "label_column", "validation_split")
 # recipe keys a user may not pass through -> why
 REFUSED_KEYS = {**dict.fromkeys(PER_TASK, "lineage glue sets it for each task (train.glue.TASKS)"),
-                **dict.fromkeys(("train_file", "validation_file"), f"lineage glue reads {DATASET}"),
+                **dict.fromkeys(("train_file", "validation_file"),
+                                f"lineage glue reads {DATASET}; fine-tune on your own copy of a task with lineage "
+                                f"train finetune --train_file ... --validation_file ... --task ... (the table of "
+                                f"docs/evaluation.md gives each task's columns and task)"),
                 "model": "give --model", "output_dir": "give --output_dir",
                 "overwrite_output_dir": "give --overwrite_output_dir",
                 "resume_from_checkpoint": "each task's run starts afresh in its folder",

@@ -136,6 +136,8 @@ def test_a_failing_task_is_reported_and_the_others_run_on(glue_run):
     (["--dataset_config", "sst2"], r"recipe key 'dataset_config': lineage glue sets it for each task"),
     (["--set", "output_dir=elsewhere"], r"recipe key 'output_dir': give --output_dir"),
     (["--push_to_hub", "me/glue"], r"recipe key 'push_to_hub': every task's model would be sent to the one repo"),
+    (["--train_file", "cola.csv"], r"recipe key 'train_file': lineage glue reads nyu-mll/glue; fine-tune on your own "
+                                   r"copy of a task with lineage train finetune --train_file"),
 ])
 def test_what_it_cannot_run_is_refused_before_any_work(argv, refusal, tmp_path):
     with pytest.raises(glue.GlueError, match=refusal):
