@@ -99,7 +99,8 @@ def command_parser() -> CommandParser:
     parser.add_argument("--dataset", default=None, help="data to score a translation or classification model on: a "
                                                         "file, a Hub dataset or embedded:<task>")
     parser.add_argument("--dataset_config", default=None, help="the Hub dataset's configuration")
-    parser.add_argument("--split", default="test", help="the split of --dataset (a local file is one split)")
+    parser.add_argument("--split", default="test", help="the split of --dataset (a local file is one split: give "
+                                                        "train or nothing)")
     parser.add_argument("--task", default=None, help="classification models: sequence-classification, nli, "
                                                      "regression, token-classification or question-answering "
                                                      "(default: the task the run fine-tuned it for, else its head's)")
@@ -251,6 +252,10 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
     embedded = source.startswith("embedded:")
     if embedded and args.split not in SPLITS:
         raise EvaluateError(f"--split {args.split!r}: {source} has the splits {', '.join(SPLITS)}")
+    if _one_split(source) and args.split not in ("train", command_parser().get_default("split")):
+        raise EvaluateError(f"--split {args.split!r}: {source} is local data of one split (a file, a folder of files "
+                            f"or a saved Dataset), read whole whatever the split: leave --split out, or give --split "
+                            f"train --eval_size N to score its first N rows")
     drawn = {"size": args.eval_size, "seed": _run_recipe(args.model).get("seed", Recipe.seed)}  # as the run drew it
     streamed = args.eval_size is not None and not embedded and not Path(source).exists()
     try:
@@ -259,19 +264,72 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
     except UnknownColumnError as error:
         raise UnknownColumnError(f"{error}: name the right one with {flags}") from None
     if streamed:
-        return datasets.Dataset.from_list(list(rows.take(args.eval_size)), features=rows.features)
-    if args.eval_size is not None and not embedded and args.eval_size < len(rows):
+        rows = datasets.Dataset.from_list(list(rows.take(args.eval_size)), features=rows.features)
+    elif args.eval_size is not None and not embedded and args.eval_size < len(rows):
         rows = rows.select(range(args.eval_size))
+    if not embedded:
+        _note_training_rows(args, source, len(rows))
     return rows
+
+
+def _one_split(source: str) -> bool:
+    """Whether `source` is local data of one split: a data file, a folder of them or a saved `Dataset` (not a saved
+    `DatasetDict`, nor a Hub data set or the embedded corpus)."""
+    from train.data.files import saved_splits
+
+    return not source.startswith("embedded:") and Path(source).expanduser().exists() and not saved_splits(source)
+
+
+def _trained_on(args: argparse.Namespace, source: str, recipe: dict[str, Any]) -> str | None:
+    """The recipe key that names `source` as the data the run trained on (`train_file`: the same file, resolved as
+    the run resolved it, or from here; `dataset`: the same Hub data set, configuration and its train split), or None."""
+    from train.data.files import saved_splits
+
+    train_file = recipe.get("train_file")
+    if train_file:
+        path = Path(source).expanduser()
+        if not path.exists() or (saved_splits(source) and args.split != "train"):
+            return None
+        run = Path(args.model).parent / "run.json"  # the run folder's record holds its inputs resolved
+        recorded = json.loads(run.read_text()).get("inputs", {}).get("train_file") if run.is_file() else None
+        same = path.resolve() in {Path(train_file).expanduser().resolve(), *([Path(recorded)] if recorded else [])}
+        return "train_file" if same else None
+    same = (source == recipe.get("dataset") and args.dataset_config == recipe.get("dataset_config")
+            and args.split == "train")
+    return "dataset" if same else None
+
+
+def _held_out(recipe: dict[str, Any], source: str) -> int:
+    """The first rows of the run's training data it held out to evaluate on: `eval_size` where the data had no
+    `validation_split` and no `validation_file` was given (`train.setup.splits.load_splits`), else none."""
+    from train.data.files import hub_splits, saved_splits
+
+    if recipe.get("validation_file") or not recipe.get("eval_size"):
+        return 0
+    splits = saved_splits(source) if Path(source).expanduser().exists() else hub_splits(source,
+                                                                                         recipe.get("dataset_config"))
+    return 0 if splits is None or recipe.get("validation_split", "validation") in splits else recipe["eval_size"]
+
+
+def _note_training_rows(args: argparse.Namespace, source: str, scored: int) -> None:
+    """Say once when the rows scored include rows the run trained on (its data is the first `held` rows held out, then
+    the rows it trained on), and how to score the held-out rows alone: a notice, as training figures may be wanted."""
+    recipe = _run_recipe(args.model)
+    key = _trained_on(args, source, recipe)
+    held = _held_out(recipe, source) if key else 0
+    if key is None or scored <= held:
+        return
+    trained = scored - held if recipe.get("train_size") is None else min(scored - held, recipe["train_size"])
+    advice = (f"its first {held} rows were held out of training: --split train --eval_size {held} scores those alone"
+              if held else "it held out none of them")
+    print(f"Note: {source} is the data {args.model} was trained on ({key} in its recipe.yaml): {trained} of the "
+          f"{scored} rows scored are rows it trained on, so these figures are training figures; {advice}", flush=True)
 
 
 def read_from(args: argparse.Namespace, source: str) -> dict[str, str]:
     """What results.json and the card record as read: `source` with the split `--split` chose of it, or, for local
     data files and a saved `Dataset`, which are one split whatever `--split` names, `source` alone (its path)."""
-    from train.data.files import saved_splits
-
-    local = not source.startswith("embedded:") and Path(source).expanduser().exists()
-    return {"dataset": source, **({} if local and not saved_splits(source) else {"split": args.split})}
+    return {"dataset": source, **({} if _one_split(source) else {"split": args.split})}
 
 
 def model_batch_size(args: argparse.Namespace) -> int:

@@ -453,3 +453,28 @@ def test_a_written_card_reads_back_in_huggingface_hub_and_replaces_the_runs_entr
     loaded = ModelCard.load(card)
     found = {(r.dataset_name, r.metric_type): r.metric_value for r in loaded.data.eval_results}
     assert found == {("other", "accuracy"): 0.25, ("embedded:nli", "accuracy"): 0.75, ("embedded:nli", "f1"): 0.5}
+
+
+def test_the_runs_own_training_file_is_scored_with_a_notice_and_its_held_out_rows_alone_without(tmp_path, capsys):
+    """A run that trained on a file held out its first eval_size rows: scoring the file (by another spelling of its
+    path) says how many rows scored it trained on and how to score the held-out ones, which --split train
+    --eval_size N scores without a word; a split other than train is refused for a file, which has one."""
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3)
+    data = tmp_path / "nli.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in generate_records("nli", "test", size=10)))
+    (folder / "recipe.yaml").write_text(f"task: nli\ntrain_file: {data}\neval_size: 4\ntrain_size: 6\n")
+    spelled = str(tmp_path / "bert" / ".." / "nli.jsonl")
+    base = ["--model", str(folder), "--dataset", spelled]
+    evaluate.main([*base, "--output_dir", str(tmp_path / "all")])
+    assert (f"Note: {spelled} is the data {folder} was trained on (train_file in its recipe.yaml): 6 of the 10 rows "
+            f"scored are rows it trained on, so these figures are training figures; its first 4 rows were held out of "
+            f"training: --split train --eval_size 4 scores those alone") in capsys.readouterr().out
+    out = evaluate.main([*base, "--split", "train", "--eval_size", "4", "--output_dir", str(tmp_path / "held")])
+    assert json.loads((out / "results.json").read_text())["data"]["rows"] == 4
+    assert "Note:" not in capsys.readouterr().out
+    evaluate.main([*base, "--eval_size", "5", "--output_dir", str(tmp_path / "five")])
+    assert "1 of the 5 rows scored are rows it trained on" in capsys.readouterr().out
+    with pytest.raises(evaluate.EvaluateError, match=f"--split 'validation': {spelled} is local data of one split .* "
+                                                     "give --split train --eval_size N to score its first N rows"):
+        evaluate.main([*base, "--split", "validation", "--output_dir", str(tmp_path / "refused")])
+
