@@ -107,7 +107,8 @@ def command_parser() -> CommandParser:
     for column in ("text_column", "text_pair_column", "label_column"):
         parser.add_argument(f"--{column}", default=None, help="as finetune's recipe key (default: the run's, with "
                                                               "--dataset)")
-    parser.add_switch("--skip_unlabeled", help="classification: leave out rows labelled -1 (SNLI, GLUE test splits)")
+    parser.add_switch("--skip_unlabeled", default=None, help="classification: leave out rows labelled -1 (SNLI, GLUE "
+                                                             "test splits; default: the run's, with --dataset)")
     for column in ("source_column", "target_column"):
         parser.add_argument(f"--{column}", default=None, help="as train_translation's recipe key (default: the "
                                                               "run's, with --dataset)")
@@ -389,10 +390,15 @@ def _run_recipe(model: str) -> dict[str, Any]:
     return yaml.safe_load(recipe.read_text()) or {}
 
 
+def _data_recipe(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's recipe, for a `--dataset` of the user's (the data it trained on named its columns and marked its
+    unlabelled rows so); empty for the embedded corpus, which has the task's own columns and labels every row."""
+    return _run_recipe(args.model) if args.dataset and not args.dataset.startswith("embedded:") else {}
+
+
 def _columns(args: argparse.Namespace, keys: tuple[str, ...]) -> dict[str, str | None]:
-    """Each column flag of `keys` as given, else, for a `--dataset` of the user's, the run's recipe key (the data it
-    trained on named its columns so; the embedded corpus has the task's own)."""
-    recipe = _run_recipe(args.model) if args.dataset and not args.dataset.startswith("embedded:") else {}
+    """Each column flag of `keys` as given, else the run's recipe key (`_data_recipe`)."""
+    recipe = _data_recipe(args)
     return {key: getattr(args, key) or recipe.get(key) for key in keys}
 
 
@@ -450,6 +456,8 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
         raise EvaluateError(f"--task {task!r} has no embedded data: give --dataset (a file of yours, or a Hub dataset "
                             f"with --dataset_config)")
     rows = _rows(args, source, columns, "--text_column, --text_pair_column and --label_column")
+    if args.skip_unlabeled is None:
+        args.skip_unlabeled = bool(_data_recipe(args).get("skip_unlabeled"))
     names = None
     if label and finetune.TASKS[task].scores:
         rows, _ = score_labels(rows, None, label, (source, source), skip_unlabeled=args.skip_unlabeled)

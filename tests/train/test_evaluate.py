@@ -478,3 +478,18 @@ def test_the_runs_own_training_file_is_scored_with_a_notice_and_its_held_out_row
                                                      "give --split train --eval_size N to score its first N rows"):
         evaluate.main([*base, "--split", "validation", "--output_dir", str(tmp_path / "refused")])
 
+
+def test_skip_unlabeled_defaults_to_the_runs_and_false_overrides_it(tmp_path, capsys):
+    """A run that skipped its rows labelled -1 (`skip_unlabeled: true` in its recipe.yaml) is scored on its data
+    without them unless --skip_unlabeled false says otherwise (a class -1 is then refused, as without the key)."""
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3)
+    (folder / "recipe.yaml").write_text("task: nli\nskip_unlabeled: true\n")
+    rows = [{**r, "label": -1 if i % 3 == 0 else i % 3} for i, r in enumerate(generate_records("nli", "test", size=9))]
+    data = tmp_path / "snli.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = evaluate.main(["--model", str(folder), "--dataset", str(data), "--output_dir", str(tmp_path / "eval")])
+    assert json.loads((out / "results.json").read_text())["data"]["rows"] == 6
+    assert "skipped 3 rows labelled -1" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="an unlabelled row.*skip_unlabeled"):
+        evaluate.main(["--model", str(folder), "--dataset", str(data), "--skip_unlabeled", "false", "--output_dir",
+                       str(tmp_path / "refused")])
