@@ -15,6 +15,7 @@ import torch
 from transformers.pipelines.base import ChunkPipeline, Pipeline
 
 _DEFAULT_MAX_NEW_TOKENS = 256
+_DEFAULT_MAX_QUESTION_LEN = 64  # transformers 4's and BERT's run_squad.py's
 # the Auto class a head is registered under -> {task: pipeline class name}
 PIPELINES_BY_AUTO_CLASS = {
     "AutoModelForSeq2SeqLM": {"translation": "LineageTranslationPipeline",
@@ -217,21 +218,35 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
 
     def _sanitize_parameters(self, top_k: int | None = None, max_answer_len: int | None = None,
                              handle_impossible_answer: bool | None = None, doc_stride: int | None = None,
-                             max_seq_len: int | None = None, align_to_words: bool | None = None):
-        for name, value in (("top_k", top_k), ("max_answer_len", max_answer_len), ("max_seq_len", max_seq_len)):
+                             max_seq_len: int | None = None, max_question_len: int | None = None,
+                             align_to_words: bool | None = None):
+        for name, value in (("top_k", top_k), ("max_answer_len", max_answer_len), ("max_seq_len", max_seq_len),
+                            ("max_question_len", max_question_len)):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
         if doc_stride is not None and (not isinstance(doc_stride, int) or doc_stride < 0):
             raise ValueError(f"`doc_stride` must be an integer >= 0, got {doc_stride!r}")
         preprocess = {k: v for k, v in (("doc_stride", doc_stride), ("max_seq_len", max_seq_len),
-                                        ("align_to_words", align_to_words)) if v is not None}
+                                        ("max_question_len", max_question_len), ("align_to_words", align_to_words))
+                      if v is not None}
         postprocess = {k: v for k, v in (("top_k", top_k), ("max_answer_len", max_answer_len),
                                          ("handle_impossible_answer", handle_impossible_answer)) if v is not None}
         return preprocess, {}, postprocess
 
+    def _question(self, question: str, max_question_len: int | None) -> str:
+        """`question` without its leading spaces, cut after its first `max_question_len` tokens (default: as the run
+        that fine-tuned the model cut its questions, `task_specific_params` of its config, else 64), in the text, as
+        training cuts them (BERT's run_squad.py's max_query_length)."""
+        if max_question_len is None:
+            saved = (getattr(self.model.config, "task_specific_params", None) or {}).get("question-answering", {})
+            max_question_len = saved.get("max_question_len", _DEFAULT_MAX_QUESTION_LEN)
+        question = question.lstrip()
+        spans = self.tokenizer(question, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        return question[:spans[max_question_len - 1][1]] if len(spans) > max_question_len else question
+
     def _lengths(self, max_seq_len: int | None, doc_stride: int | None, question: str) -> tuple[int, int]:
-        """The window length (384 by default, at most the model's positions) and the overlap (128 by default, at
-        most half a window), checked against the room the question leaves for context."""
+        """The window length (384 by default, at most the model's positions) and the overlap (a quarter of a window by
+        default, as training steps its windows), checked against the room the question leaves for context."""
         positions = getattr(self.model.config, "max_position_embeddings", 384)
         limit = min(self.tokenizer.model_max_length, positions)
         max_seq_len = min(384, limit) if max_seq_len is None else max_seq_len
@@ -239,7 +254,7 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
             raise ValueError(f"`max_seq_len` is {max_seq_len} but at most {limit} tokens can be read (the tokenizer's "
                              f"model_max_length {self.tokenizer.model_max_length}, the model's "
                              f"max_position_embeddings {positions})")
-        doc_stride = min(128, max_seq_len // 2) if doc_stride is None else doc_stride
+        doc_stride = max_seq_len // 4 if doc_stride is None else doc_stride
         pair_tokens = len(self.tokenizer("", "")["input_ids"])  # the template's special tokens
         room = max_seq_len - len(self.tokenizer(question, add_special_tokens=False)["input_ids"]) - pair_tokens
         if doc_stride >= room:
@@ -249,9 +264,10 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
         return max_seq_len, doc_stride
 
     def preprocess(self, example: dict, doc_stride: int | None = None, max_seq_len: int | None = None,
-                   align_to_words: bool = True):
-        max_seq_len, doc_stride = self._lengths(max_seq_len, doc_stride, example["question"])
-        encoded = self.tokenizer(example["question"], example["context"], truncation="only_second",
+                   max_question_len: int | None = None, align_to_words: bool = True):
+        question = self._question(example["question"], max_question_len)
+        max_seq_len, doc_stride = self._lengths(max_seq_len, doc_stride, question)
+        encoded = self.tokenizer(question, example["context"], truncation="only_second",
                                  max_length=max_seq_len, stride=doc_stride, return_overflowing_tokens=True,
                                  return_offsets_mapping=True)
         windows = len(encoded["input_ids"])

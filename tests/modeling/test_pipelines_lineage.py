@@ -21,7 +21,9 @@ from modeling.pipelines_lineage import (
     LineageTranslationPipeline,
 )
 from train.data.corpus import tokenizer_training_texts
+from train.data.encoders import cut_questions
 from train.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
+from train.setup.splits import qa_doc_stride
 
 SOURCES = ["seventy-two", "one hundred and three", "nine"]
 LONG_CONTEXT = " ".join(["Anna lives in Oslo and works as a baker in the old town."] * 8 + ["Tom sings in Lima."])
@@ -123,6 +125,31 @@ def test_clean_process_pipelines_equal_direct_calls(folders, tokenizers, tmp_pat
     one_by_one = [local(**q, handle_impossible_answer=True) for q in (
         {"question": "Who sings?", "context": LONG_CONTEXT}, {"question": "Who?", "context": "Tom sings."})]
     assert [a["answer"] for a in got["qa_batched"]] == [a["answer"] for a in one_by_one]
+
+
+def test_a_saved_folder_cuts_long_questions_as_its_run_did_and_strides_as_training(folders, tokenizers, tmp_path):
+    """A run records its max_query_length as the pipeline's `max_question_len` (`task_specific_params`): a question of
+    80 words, with no room in a window of 64 tokens (refused before), is cut to its first tokens as training cuts it;
+    windows overlap by a quarter of their length (`doc_stride`), as training's do."""
+    model = copy.deepcopy(folders["qa"][0])
+    model.config.task_specific_params = {"question-answering": {"max_question_len": 4}}
+    model.save_pretrained(tmp_path / "qa")
+    tokenizers[1].save_pretrained(tmp_path / "qa")
+    question = "Where does Tom sing " + "and why " * 40 + "?"
+    code = (f"FOLDER = {str(tmp_path / 'qa')!r}\nQUESTION = {question!r}\nCONTEXT = {LONG_CONTEXT!r}\n"
+            "import json\nfrom transformers import pipeline\n"
+            "qa = pipeline('question-answering', model=FOLDER, trust_remote_code=True)\n"
+            "print(json.dumps(qa(question=QUESTION, context=CONTEXT, top_k=3)))\n")
+    got = json.loads(run_clean_process(code, cwd=tmp_path).strip().splitlines()[-1])
+    local = LineageQuestionAnsweringPipeline(model=model, tokenizer=tokenizers[1])
+    (cut,) = cut_questions([question], tokenizers[1], 4)
+    expected = local(question=cut, context=LONG_CONTEXT, top_k=3, max_seq_len=64, doc_stride=qa_doc_stride(64))
+    assert [a["answer"] for a in got] == [a["answer"] for a in expected]
+    assert [a["score"] for a in got] == pytest.approx([a["score"] for a in expected], rel=1e-5)
+    windows = {stride: len(tokenizers[1](cut, LONG_CONTEXT, truncation="only_second", max_length=64, stride=stride,
+                                        return_overflowing_tokens=True)["input_ids"]) for stride in (16, 32)}
+    assert windows[16] != windows[32]
+    assert len(list(local.preprocess({"question": question, "context": LONG_CONTEXT}, max_seq_len=64))) == windows[16]
 
 
 class ScriptedQA(LineageBertForQuestionAnswering):

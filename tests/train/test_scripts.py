@@ -186,6 +186,12 @@ def test_questions_longer_than_the_windows_are_cut_and_lineage_evaluate_cuts_the
     assert said.count(f"{validation}: cut 6 of 12 questions to their first 32 tokens (max_query_length)\n") == 1
     assert results["questions_cut"] == json.loads((folder / "results.json").read_text())["questions_cut"] == 20
     assert "| questions_cut | 20 |" in (folder / "README.md").read_text()
+    assert json.loads((folder / "config.json").read_text())["task_specific_params"] == {
+        "question-answering": {"max_question_len": 32}}
+    long = json.loads(validation.read_text().splitlines()[0])  # over 100 tokens, too long for a window of 64
+    answer = transformers.pipeline("question-answering", model=str(folder), trust_remote_code=True)(
+        question=long["question"], context=long["context"])
+    assert long["context"][answer["start"]:answer["end"]] == answer["answer"]
     out = evaluate.main(["--model", str(folder), "--dataset", str(validation), "--batch_size", "32",
                          "--output_dir", str(tmp_path / "eval")])
     assert f"{validation}: cut 6 of 12 questions to their first 32 tokens" in capsys.readouterr().out
