@@ -312,19 +312,20 @@ def _held_out(recipe: dict[str, Any], source: str) -> int:
     return 0 if splits is None or recipe.get("validation_split", "validation") in splits else recipe["eval_size"]
 
 
-def _note_training_rows(args: argparse.Namespace, source: str, scored: int) -> None:
-    """Say once when the rows scored include rows the run trained on (its data is the first `held` rows held out, then
-    the rows it trained on), and how to score the held-out rows alone: a notice, as training figures may be wanted."""
+def _note_training_rows(args: argparse.Namespace, source: str, read: int) -> None:
+    """Say once when the rows read to score include rows the run trained on (its data: the first `held` rows held
+    out, then the rows it trained on), and how to score the held-out rows alone: a notice, as training figures may be
+    wanted."""
     recipe = _run_recipe(args.model)
     key = _trained_on(args, source, recipe)
     held = _held_out(recipe, source) if key else 0
-    if key is None or scored <= held:
+    if key is None or read <= held:
         return
-    trained = scored - held if recipe.get("train_size") is None else min(scored - held, recipe["train_size"])
+    trained = read - held if recipe.get("train_size") is None else min(read - held, recipe["train_size"])
     advice = (f"its first {held} rows were held out of training: --split train --eval_size {held} scores those alone"
               if held else "it held out none of them")
     print(f"Note: {source} is the data {args.model} was trained on ({key} in its recipe.yaml): {trained} of the "
-          f"{scored} rows scored are rows it trained on, so these figures are training figures; {advice}", flush=True)
+          f"{read} rows read are rows it trained on, so these figures are training figures; {advice}", flush=True)
 
 
 def read_from(args: argparse.Namespace, source: str) -> dict[str, str]:

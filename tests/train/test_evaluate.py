@@ -467,13 +467,13 @@ def test_the_runs_own_training_file_is_scored_with_a_notice_and_its_held_out_row
     base = ["--model", str(folder), "--dataset", spelled]
     evaluate.main([*base, "--output_dir", str(tmp_path / "all")])
     assert (f"Note: {spelled} is the data {folder} was trained on (train_file in its recipe.yaml): 6 of the 10 rows "
-            f"scored are rows it trained on, so these figures are training figures; its first 4 rows were held out of "
+            f"read are rows it trained on, so these figures are training figures; its first 4 rows were held out of "
             f"training: --split train --eval_size 4 scores those alone") in capsys.readouterr().out
     out = evaluate.main([*base, "--split", "train", "--eval_size", "4", "--output_dir", str(tmp_path / "held")])
     assert json.loads((out / "results.json").read_text())["data"]["rows"] == 4
     assert "Note:" not in capsys.readouterr().out
     evaluate.main([*base, "--eval_size", "5", "--output_dir", str(tmp_path / "five")])
-    assert "1 of the 5 rows scored are rows it trained on" in capsys.readouterr().out
+    assert "1 of the 5 rows read are rows it trained on" in capsys.readouterr().out
     with pytest.raises(evaluate.EvaluateError, match=f"--split 'validation': {spelled} is local data of one split .* "
                                                      "give --split train --eval_size N to score its first N rows"):
         evaluate.main([*base, "--split", "validation", "--output_dir", str(tmp_path / "refused")])
