@@ -259,8 +259,8 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
         room = max_seq_len - len(self.tokenizer(question, add_special_tokens=False)["input_ids"]) - pair_tokens
         if doc_stride >= room:
             raise ValueError(f"the question leaves {room} of `max_seq_len`={max_seq_len} tokens for the context, so "
-                             f"`doc_stride` must be below {room}, got {doc_stride} (shorten the question or raise "
-                             f"`max_seq_len`)")
+                             f"`doc_stride` must be below {room}, got {doc_stride} (cut the question with a smaller "
+                             f"`max_question_len`, or raise `max_seq_len`)")
         return max_seq_len, doc_stride
 
     def preprocess(self, example: dict, doc_stride: int | None = None, max_seq_len: int | None = None,

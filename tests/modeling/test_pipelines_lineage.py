@@ -248,13 +248,19 @@ def test_a_batch_answers_as_each_question_alone_on_either_padding_side(folders, 
 
 
 def test_bad_input_is_refused(scripted, folders, tokenizers):
-    _, qa, _ = scripted
+    model, qa, ids = scripted
     with pytest.raises(ValueError, match="needs question= and context="):
         qa(question="Who?")
     with pytest.raises(ValueError, match="`top_k` must be an integer >= 1, got 0"):
         qa(question="Who?", context="Tom sings.", top_k=0)
     with pytest.raises(ValueError, match="`doc_stride` must be below"):
         qa(question="Who?", context="Tom sings.", max_seq_len=16, doc_stride=12)
+    with pytest.raises(ValueError, match="got 4 \\(cut the question with a smaller `max_question_len`, or raise "
+                                         "`max_seq_len`\\)"):
+        qa(question="Where does Tom sing " * 4, context="Tom sings.", max_seq_len=16)
+    model.script({ids["tom"]: 5.0}, {ids["sings"]: 5.0})
+    assert qa(question="Where does Tom sing " * 4, context="Tom sings.", max_seq_len=16,
+              max_question_len=4)["answer"] == "Tom sings"
     with pytest.raises(ValueError, match="`max_seq_len` is 500 but at most 64 tokens can be read"):
         qa(question="Who?", context="Tom sings.", max_seq_len=500)
     with pytest.raises(ValueError, match="needs an encoder-decoder model"):
