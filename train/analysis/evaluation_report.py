@@ -4,10 +4,9 @@
   `lineage evaluate` output), as the harness leaderboards draw them;
 - `plot_bleu_by_length`: a translation model's BLEU per source-length bucket (`train.analysis.experiment`), with the
   baseline's where it has one;
-- `write_card`: the folder's `README.md` gets a `model-index` entry per task (an entry of the same task and data set,
-  the run's own included, is replaced, every other kept; no `source`, which the Hub's model-index accepts only with
-  a URL) and an evaluation table between two markers (replaced on the next run); no other file of the folder
-  changes, and a run's manifest (`run.json` beside a run's `model/`) records the new card.
+- `write_card`: the folder's `README.md` gets a `model-index` entry per task (one of the same task and data set, the
+  run's own too, replaced) and an evaluation table between two markers (replaced on the next run); nothing else
+  of the folder changes, and a run's manifest (`run.json` beside a run's `model/`) records the new card.
 
 docs/evaluation.md ("What it writes").
 """
