@@ -375,9 +375,25 @@ def _json_array_line(text: str, row: int) -> int | None:
     return text.count("\n", 0, at) + 1 if at < len(text) and text[at] != "]" else None
 
 
+class FileRows(str):
+    """The name messages give a part of a data file (`a.csv (train[:20])`, rows held out to evaluate on, or `a.csv`, the
+    rows left to train on), knowing the file's row of each of its rows (`row_of`), so that `row_location` names the
+    file's line, not the part's row."""
+
+    def __new__(cls, name: str, file: str, row_of: Callable[[int], int]) -> FileRows:
+        text = super().__new__(cls, name)
+        text.file, text.row_of = file, row_of
+        return text
+
+    def __getnewargs__(self) -> tuple:  # pickled (datasets' workers, fingerprints) with what it knows
+        return str(self), self.file, self.row_of
+
+
 def row_location(source: str | Path, row: int, column: str | None = None) -> str:
     """Where row `row` (0-based) of a data file is, as the user's editor counts lines: "a.csv: line 3 (CSV, column
-    'label')"; a source that is no local uncompressed CSV or JSON file gets "row N"."""
+    'label')"; a source that is no local uncompressed CSV or JSON file gets "row N". Of a `FileRows`, the file's row."""
+    if isinstance(source, FileRows):
+        return row_location(source.file, source.row_of(row), column)
     path = Path(source)
     fmt = FORMATS.get(_suffix(path)) if path.is_file() and _compression(path) is None else None
     named = f", column {column!r}" if column else ""
@@ -750,7 +766,7 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
     return _checked(dataset, kinds, functools.partial(_refuse_at, f"Hub dataset {name!r}", kinds), records=False)
 
 
-__all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS",
+__all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS", "FileRows",
            "InvalidUTF8Error", "MalformedRowError", "MissingColumnError", "TASKS", "TEXT_SAMPLE_BY",
            "UnknownColumnError", "UnknownSplitError", "check_local_source", "check_utf8", "hub_splits",
            "load_text_dataset", "resolve_files", "row_location", "saved_splits", "stream_refusal", "validate_files"]

@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from train.data.files import FileRows
+
 CONFIGS = files("train") / "configs"  # package data: the folders of BUNDLED
 BUNDLED = {"models": ".json", "recipes": ".yaml", "accelerate": ".yaml"}  # folder -> the suffix of its files
 SCHEDULES = ("linear", "cosine", "inverse_sqrt", "constant")
@@ -189,6 +191,9 @@ class Recipe:
     # rows of the training split held out to evaluate on, where the data has no validation split and the user set
     # `eval_size` (`train.setup.splits.load_splits`): what the run evaluated on, for its messages and card
     held_out = 0
+    # the file's row of each training row left once they are held out (`held_out`) and their copies left out: what
+    # messages name a training row by (`split_name`)
+    kept_rows = None  # (int) -> int
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -204,8 +209,8 @@ class Recipe:
     def replace(self, **changes: Any) -> Recipe:
         """A copy with `changes` applied (unchecked), keeping which keys the user set."""
         copy = dataclasses.replace(self, **changes)
-        copy.set_by_user, copy.default_dataset, copy.held_out = self.set_by_user, self.default_dataset, self.held_out
-        copy.shipped = self.shipped
+        copy.set_by_user, copy.default_dataset, copy.shipped = self.set_by_user, self.default_dataset, self.shipped
+        copy.held_out, copy.kept_rows = self.held_out, self.kept_rows
         return copy
 
     def reading(self, default_dataset: str) -> Recipe:
@@ -222,8 +227,12 @@ class Recipe:
         return file or self.dataset or (self.default_dataset if default is None else default)
 
     def split_name(self, split: str = "train", default: str | None = None) -> str:
-        """`data_source` as messages name it: a file as it is, a dataset's validation split as `<name> (validation)`."""
+        """`data_source` as messages name it: a file as it is, a dataset's validation split as `<name> (validation)`;
+        where rows are held out, a `FileRows` whose rows `row_location` finds in the file (`kept_rows`)."""
         source = self.data_source(split, default)
+        if self.held_out:
+            return (FileRows(source, source, self.kept_rows) if split == "train"
+                    else FileRows(f"{source} ({self.evaluated_split})", source, _same_row))
         named_file = self.train_file if split == "train" else self.validation_file
         return source if named_file or split == "train" else f"{source} ({self.evaluated_split})"
 
@@ -231,6 +240,11 @@ class Recipe:
     def evaluated_split(self) -> str:
         """The split of `dataset` the run evaluates on: `validation_split` or `train[:N]`, its first N rows held out."""
         return f"train[:{self.held_out}]" if self.held_out else self.validation_split
+
+
+def _same_row(row: int) -> int:
+    """The file's row of a held-out row: the rows held out are the file's first."""
+    return row
 
 
 def valid_keys() -> list[str]:

@@ -156,8 +156,10 @@ def _without_validation(recipe: Recipe, source: str) -> list[str] | None:
 
 def _held_out(recipe: Recipe, rows, source: str):
     """`(held, rest)`: the first `eval_size` rows of the training data, held out to evaluate on (in memory), and the
-    rows left to train on; of a stream, the rows left are those unlike every held-out row (the same rows, whatever
-    the shards, lanes and processes that read it). `recipe.held_out` records the count."""
+    rows left to train on: the others, less those identical to a held-out row (the model would be scored on rows it
+    trained on), counted once in memory; a stream leaves them out as it reads them (the same rows, whatever the
+    shards, lanes and processes that read it). `recipe.held_out` records the count, `recipe.kept_rows` the file's row
+    of each row left."""
     size = recipe.eval_size
     streamed = isinstance(rows, datasets.IterableDataset)
     held = list(rows.take(size)) if streamed else rows.select(range(min(size, len(rows))))
@@ -170,12 +172,58 @@ def _held_out(recipe: Recipe, rows, source: str):
     print(f"{source} has no split {recipe.validation_split!r}: evaluating on its first {size}{total} rows, held out of "
           f"training (eval_size {size})", flush=True)
     recipe.held_out = size
-    if not streamed:
-        return held, rows.select(range(size, len(rows)))
     kept = {_digest(row) for row in held}
-    rest = rows.filter(lambda batch: [_digest(dict(zip(batch, values))) not in kept for values in zip(*batch.values())],
-                       batched=True, batch_size=1000)
-    return datasets.Dataset.from_list(held, features=rows.features), rest
+    if not streamed:
+        rest = [size + i for i, row in enumerate(rows.select(range(size, count))) if _digest(row) not in kept]
+        _say_copies(source, count - size - len(rest), size)
+        if not rest:
+            raise RecipeError(f"recipe key 'eval_size' is {size}: every row of {source} after its first {size} is a "
+                              f"copy of a held-out row, left out of training: nothing would be left to train on; set a "
+                              f"smaller eval_size, or give validation_file")
+        recipe.kept_rows = _RowsKept(rest).row_of
+        return held, rows.select(rest)
+    print(f"{source}: rows identical to a held-out row are left out of training as the stream reads them (a stream is "
+          f"counted by nothing ahead)", flush=True)
+    left_out = _RowsLeftOut(kept)
+    recipe.kept_rows = left_out.row_of
+    return (datasets.Dataset.from_list(held, features=rows.features),
+            rows.filter(left_out.keep, batched=True, batch_size=1000, with_indices=True))
+
+
+def _say_copies(source: str, copies: int, size: int) -> None:
+    if copies:
+        print(f"{source}: left {copies} rows out of training, each identical to one of the {size} held out "
+              f"(eval_size): the model would be scored on rows it trained on", flush=True)
+
+
+class _RowsKept:
+    """The file's rows of the rows left to train on, in memory."""
+
+    def __init__(self, rows: list[int]):
+        self.rows = rows
+
+    def row_of(self, row: int) -> int:
+        return self.rows[row]
+
+
+class _RowsLeftOut:
+    """The filter of a stream's rows left to train on (`keep`), which notes the rows it leaves out as it reads them,
+    by their row in the file: with them `row_of` finds the file's row of a row kept (a stream of one shard, read in
+    one lane; a stream of several shards is read lane by lane, whose rows only the lanes count)."""
+
+    def __init__(self, held: set[bytes]):
+        self.held, self.left_out = held, set()
+
+    def keep(self, batch: dict, indices: list[int]) -> list[bool]:
+        keep = [_digest(dict(zip(batch, values))) not in self.held for values in zip(*batch.values())]
+        self.left_out.update(index for index, kept in zip(indices, keep) if not kept)
+        return keep
+
+    def row_of(self, row: int) -> int:
+        for left_out in sorted(self.left_out):
+            if left_out <= row:
+                row += 1
+        return row
 
 
 def _digest(row: dict) -> bytes:

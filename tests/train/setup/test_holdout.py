@@ -13,7 +13,8 @@ from conftest import hub_dataset
 
 from train import evaluate, finetune, pretrain_bert, pretrain_gpt
 from train.data.corpus import generate_records
-from train.data.files import UnknownSplitError, load_text_dataset
+from train.data.files import UnknownSplitError, load_text_dataset, row_location
+from train.data.labels import LabelError, class_labels, score_labels
 from train.run.recipes import RecipeError, load_recipe, parse_args
 from train.setup.splits import load_splits
 
@@ -108,6 +109,65 @@ def test_a_run_on_a_corpus_of_one_split_evaluates_on_its_held_out_rows(wikipedia
     assert "eval_loss" in results and "eval_size: 8" in (folder / "recipe.yaml").read_text()
     card = (folder / "README.md").read_text()
     assert "split: train[:8]" in card and "config: 20231101.en" in card
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
+def test_rows_identical_to_a_held_out_row_never_train_in_memory_or_streamed(tmp_path, streaming, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS[:20] + TEXTS[:2] + TEXTS[20:] + TEXTS[1:3]) + "\n")
+    train, validation = load_splits(_recipe("--train_file", str(corpus), "--eval_size", "4", "--streaming",
+                                            streaming), COLUMNS)
+    assert list(validation["text"]) == TEXTS[:4] and _rows(train) == TEXTS[4:]
+    out = capsys.readouterr().out
+    said = f"{corpus}: left 4 rows out of training, each identical to one of the 4 held out (eval_size)"
+    assert (said in out) == (streaming == "false")  # a stream is counted by nothing ahead: it says it leaves them out
+    assert (f"{corpus}: rows identical to a held-out row are left out of training as the stream reads them" in out) \
+        == (streaming == "true")
+
+
+def test_an_error_in_held_out_rows_names_the_files_line(tmp_path):
+    path = tmp_path / "questions.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
+    recipe = _finetune_recipe("--train_file", str(path), "--eval_size", "20")
+    load_splits(recipe, COLUMNS)
+    assert row_location(recipe.split_name("validation"), 7, "text") == f"{path}: line 8 (JSON Lines, column 'text')"
+    assert recipe.split_name("validation") == f"{path} (train[:20])"
+    assert row_location(recipe.split_name("train"), 7, "text") == f"{path}: line 28 (JSON Lines, column 'text')"
+
+
+def _finetune_recipe(*argv: str):
+    return parse_args(["--recipe", "bert-finetune-nli-tiny", *argv], command="finetune")
+
+
+def _scores_file(path, scores) -> str:
+    path.write_text("text,score\n" + "".join(f"{TEXTS[i]},{score}\n" for i, score in enumerate(scores)))
+    return str(path)
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
+@pytest.mark.parametrize("row", [3, 25])  # held out, then left to train on behind a left-out copy of a held-out row
+def test_a_bad_score_is_named_by_its_line_in_the_file_whatever_rows_are_held_out(tmp_path, streaming, row):
+    rows = [{"text": t, "score": "abc" if i == row else 0.5} for i, t in enumerate(TEXTS)]
+    rows[10] = rows[2]
+    path = tmp_path / "scores.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = _finetune_recipe("--task", "regression", "--train_file", str(path), "--eval_size", "5",
+                              "--streaming", streaming)
+    with pytest.raises(LabelError, match=rf"^{path}: line {row + 1} \(JSON Lines, column 'score'\): label 'abc' is"):
+        train, validation = load_splits(recipe, [("text", "text"), ("score", "score")])
+        train, _ = score_labels(train, validation, "score", (recipe.split_name("train"),
+                                                             recipe.split_name("validation")))
+        list(train)
+
+
+def test_a_bad_class_id_is_named_by_its_line_whatever_rows_are_held_out(tmp_path):
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps({"text": t, "label": -5 if i == 30 else i % 2}) + "\n"
+                            for i, t in enumerate(TEXTS)))
+    recipe = _finetune_recipe("--task", "sequence-classification", "--train_file", str(path), "--eval_size", "5")
+    train, validation = load_splits(recipe, [("text", "text"), ("label", "label")])
+    with pytest.raises(LabelError, match=rf"^{path}: line 31 \(JSON Lines, column 'label'\): label -5"):
+        class_labels(train, validation, "label", (recipe.split_name("train"), recipe.split_name("validation")))
 
 
 PAPERS = {  # recipe -> (command, the paper's settings)
