@@ -245,13 +245,20 @@ def _score_error(location: str, value: object, why: str) -> LabelError:
                       f"label")
 
 
-def _scores(dataset: datasets.Dataset, source: str, column: str, skip_unlabeled: bool) -> datasets.Dataset:
-    """`dataset` with every label of `column` checked as a score, without its rows labelled -1 if `skip_unlabeled`;
-    refused when no row keeps a score other than -1 (a GLUE test split, labelled -1 throughout)."""
-    bad = [(row, value, why) for row, value in enumerate(dataset[column]) if (why := _not_a_score(value))]
-    if bad:  # a column of numbers with one word among them is read as text whole: name the word, not row 0
-        row, value, why = next((b for b in bad if b[2] != _AS_TEXT), bad[0])
+def _check_scores(splits: list[tuple[datasets.Dataset, str]], column: str) -> None:
+    """Refuse the first label of `column` in `splits` that is no score. A column of numbers with one word among them
+    is read as text whole, in every split cut from its file (rows held out by eval_size, the rows left): the word is
+    named, wherever it is, before a number written as text."""
+    bad = [(source, row, value, why) for dataset, source in splits
+           for row, value in enumerate(dataset[column]) if (why := _not_a_score(value))]
+    if bad:
+        source, row, value, why = next((b for b in bad if b[3] != _AS_TEXT), bad[0])
         raise _score_error(row_location(source, row, column), value, why)
+
+
+def _scores(dataset: datasets.Dataset, source: str, column: str, skip_unlabeled: bool) -> datasets.Dataset:
+    """`dataset` (its scores checked) without its rows labelled -1 if `skip_unlabeled`; refused when no row keeps a
+    score other than -1 (a GLUE test split, labelled -1 throughout)."""
     if skip_unlabeled:
         dataset = _drop_unlabeled(dataset, column, source)
     if all(value == -1 for value in dataset[column]):
@@ -265,8 +272,11 @@ def score_labels(train: datasets.Dataset | datasets.IterableDataset, validation:
     """`(train, validation)` with the labels of `column` checked as scores, real numbers (ints or floats; text, NaN and
     infinity refused naming the file, line, column and value); with `skip_unlabeled` rows labelled -1 are left out,
     with a count. A streamed training split is checked as it is read."""
+    streamed = isinstance(train, datasets.IterableDataset)
+    _check_scores(([(validation, sources[1])] if validation is not None else [])
+                  + ([] if streamed else [(train, sources[0])]), column)
     validation = _scores(validation, sources[1], column, skip_unlabeled) if validation is not None else None
-    if not isinstance(train, datasets.IterableDataset):
+    if not streamed:
         return _scores(train, sources[0], column, skip_unlabeled), validation
 
     def checked(value, row: int) -> bool:  # as each row is read; memory refuses the same before training

@@ -160,6 +160,16 @@ def test_a_bad_score_is_named_by_its_line_in_the_file_whatever_rows_are_held_out
         list(train)
 
 
+def test_a_word_among_held_out_scores_read_as_text_is_named_not_the_first_number(tmp_path):
+    scores = [0.5] * 40
+    scores[30] = "n/a"
+    path = _scores_file(tmp_path / "scores.csv", scores)
+    recipe = _finetune_recipe("--task", "regression", "--train_file", path, "--eval_size", "10")
+    train, validation = load_splits(recipe, [("text", "text"), ("score", "score")])
+    with pytest.raises(LabelError, match=r"line 32 \(CSV, column 'score'\): label 'n/a' is text"):
+        score_labels(train, validation, "score", (recipe.split_name("train"), recipe.split_name("validation")))
+
+
 def test_a_bad_class_id_is_named_by_its_line_whatever_rows_are_held_out(tmp_path):
     path = tmp_path / "labels.jsonl"
     path.write_text("".join(json.dumps({"text": t, "label": -5 if i == 30 else i % 2}) + "\n"
