@@ -206,7 +206,7 @@ def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.
         def labelled(value) -> bool:
             return -1 not in (value if isinstance(value, list) else [value])
 
-        train = train.filter(labelled, input_columns=column)
+        train = _labelled_stream(train.filter(labelled, input_columns=column), sources[0], column)
         validation = validation.filter(labelled, input_columns=column) if validation is not None else None
         return names, train, validation
 
@@ -285,7 +285,17 @@ def score_labels(train: datasets.Dataset | datasets.IterableDataset, validation:
             raise _score_error(row_location(sources[0], row, column), value, why)
         return not (skip_unlabeled and value == -1)
 
-    return train.filter(checked, input_columns=column, with_indices=True), validation
+    train = train.filter(checked, input_columns=column, with_indices=True)
+    return (_labelled_stream(train, sources[0], column) if skip_unlabeled else train), validation
+
+
+def _labelled_stream(train: datasets.IterableDataset, source: str, column: str) -> datasets.IterableDataset:
+    """`train`, a stream that `skip_unlabeled` filters, refused when it has no labelled row: read up to its first, as
+    training reads it (the whole stream when every row is labelled -1)."""
+    if next(iter(train.take(1)), None) is None:
+        raise LabelError(f"{source}: every row is labelled -1 in column {column!r} (unlabelled, as GLUE's test "
+                         f"splits), so skip_unlabeled leaves the stream nothing to train on; give data with labels")
+    return train
 
 
 __all__ = ["LabelError", "class_labels", "score_labels", "streamed_class_labels"]

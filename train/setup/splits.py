@@ -177,17 +177,23 @@ def _held_out(recipe: Recipe, rows, source: str):
         rest = [size + i for i, row in enumerate(rows.select(range(size, count))) if _digest(row) not in kept]
         _say_copies(source, count - size - len(rest), size)
         if not rest:
-            raise RecipeError(f"recipe key 'eval_size' is {size}: every row of {source} after its first {size} is a "
-                              f"copy of a held-out row, left out of training: nothing would be left to train on; set a "
-                              f"smaller eval_size, or give validation_file")
+            raise _nothing_left(source, size)
         recipe.kept_rows = _RowsKept(rest).row_of
         return held, rows.select(rest)
+    left_out = _RowsLeftOut(kept)
+    rest = rows.filter(left_out.keep, batched=True, batch_size=1000, with_indices=True)
+    if next(iter(rest.take(1)), None) is None:  # read up to the first row left, as training reads it
+        raise _nothing_left(source, size)
     print(f"{source}: rows identical to a held-out row are left out of training as the stream reads them (a stream is "
           f"counted by nothing ahead)", flush=True)
-    left_out = _RowsLeftOut(kept)
     recipe.kept_rows = left_out.row_of
-    return (datasets.Dataset.from_list(held, features=rows.features),
-            rows.filter(left_out.keep, batched=True, batch_size=1000, with_indices=True))
+    return datasets.Dataset.from_list(held, features=rows.features), rest
+
+
+def _nothing_left(source: str, size: int) -> RecipeError:
+    return RecipeError(f"recipe key 'eval_size' is {size}: {source} has no row after its first {size}, held out to "
+                       f"evaluate on, that is not identical to a held-out one: nothing would be left to train on; set "
+                       f"a smaller eval_size, or give validation_file")
 
 
 def _say_copies(source: str, copies: int, size: int) -> None:

@@ -151,6 +151,17 @@ def test_a_label_that_is_no_real_number_is_refused_naming_its_row_and_value(labe
         score_labels(_scores([1.0, 2.0]).to_iterable_dataset(), data, "label", ("train.csv", "dev.csv"))
 
 
+@pytest.mark.parametrize("scores", [True, False])
+def test_a_stream_that_skip_unlabeled_leaves_without_a_row_is_refused_naming_the_cause(scores):
+    """Every row labelled -1 (a GLUE test split): refused when the labels are checked, before a tokenizer is trained on
+    nothing (before: `train_tokenizer got no non-empty text`, or `the training stream yielded no example`)."""
+    stream = (_scores([-1.0, -1.0]) if scores else _split([-1, -1])).to_iterable_dataset()
+    with pytest.raises(LabelError, match=r"^train.jsonl: every row is labelled -1 in column 'label' \(unlabelled, as "
+                                         r"GLUE's test splits\), so skip_unlabeled leaves the stream nothing to train "
+                                         r"on"):
+        (score_labels if scores else streamed_class_labels)(stream, None, "label", ("train.jsonl", "dev.jsonl"), True)
+
+
 def test_a_split_of_unlabelled_rows_alone_is_refused_with_or_without_skip_unlabeled():
     """GLUE's stsb test split is labelled -1.0 throughout: no score to learn or to evaluate on."""
     for skip in (False, True):

@@ -90,6 +90,27 @@ def test_holding_out_every_row_is_refused(wikipedia, streaming, size):
 
 
 @pytest.mark.parametrize("streaming", ["false", "true"])
+def test_no_row_left_but_copies_of_held_out_ones_is_refused(tmp_path, streaming):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS[:6] + TEXTS[:6]) + "\n")
+    with pytest.raises(RecipeError, match=rf"recipe key 'eval_size' is 6: {corpus} has no row after its first 6, held "
+                                          r"out to evaluate on, that is not identical to a held-out one: nothing would "
+                                          r"be left to train on"):
+        load_splits(_recipe("--train_file", str(corpus), "--eval_size", "6", "--streaming", streaming), COLUMNS)
+
+
+def test_a_stream_held_out_whole_is_refused_before_the_run_writes_anything(tmp_path):
+    """A stream cannot count its rows ahead: it is read up to the first row left to train on (before: a tokenizer
+    trained on nothing, `train_tokenizer got no non-empty text`, in a run folder left behind)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n")
+    with pytest.raises(RecipeError, match=r"has no row after its first 40, .*nothing would be left to train on"):
+        pretrain_gpt.main(["--train_file", str(corpus), "--eval_size", "40", "--streaming", "true", "--max_steps", "2",
+                           "--report_to", "none", "--output_dir", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
 def test_a_hub_dataset_with_other_splits_is_still_refused_naming_them(tmp_path, monkeypatch, streaming):
     files = {}
     for split in ("train", "test"):
