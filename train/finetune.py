@@ -29,7 +29,7 @@ from train.run.engine import Engine, TokenMean
 from train.run.recipes import RecipeError, parse_args
 from train.run.run_folder import start_run
 from train.setup.lora import apply_lora, check_lora, merge_lora
-from train.setup.models import build_model, model_source
+from train.setup.models import build_model, model_positions, model_source
 from train.setup.run_tokenizer import get_tokenizer
 from train.setup.splits import check_sequence_room, load_splits, qa_doc_stride, question_room_problem, row_texts
 
@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None):
         served = ", ".join(name for name, t in TASKS.items() if t.encoding == "classification")
         raise RecipeError(f"recipe key 'task': {recipe.task!r} needs a BERT model; {recipe.model!r} is a GPT model, "
                           f"whose heads serve the tasks {served}")
-    if encode_task == "qa" and (problem := question_room_problem(recipe.max_seq_length, recipe.max_query_length)):
+    if encode_task == "qa" and (problem := question_room_problem(recipe.max_seq_length, recipe.max_query_length,
+                                                                 model_positions(recipe, source.config))):
         raise RecipeError(f"recipe keys 'max_seq_length' and 'max_query_length': {problem}")
     if recipe.lora is not None:
         check_lora(recipe, source, auto_class)

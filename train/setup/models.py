@@ -441,12 +441,17 @@ def model_source(recipe: Recipe, command: str, families: tuple[str, ...], genera
     return source
 
 
+def model_positions(recipe: Recipe, config) -> int | None:
+    """The positions of the model the recipe trains (`max_position_embeddings`, as the recipe overrides it); None for a
+    model without a limit (an RNN)."""
+    return recipe.model_overrides.get("max_position_embeddings", getattr(config, "max_position_embeddings", None))
+
+
 def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
     """Refuse what the recipe and the model's config alone show will fail, before a tokenizer is trained or a file
     written: lengths against the model's positions, a precision this machine cannot run, a hosted tracker without a
     login and a Hub upload that cannot succeed."""
-    positions = recipe.model_overrides.get("max_position_embeddings",
-                                           getattr(config, "max_position_embeddings", None))  # an RNN has no limit
+    positions = model_positions(recipe, config)
     length, multiple = recipe.max_seq_length, recipe.pad_to_multiple_of
     if positions is not None and length > positions:
         raise RecipeError(f"recipe key 'max_seq_length' is {length} but the model has {positions} positions "
@@ -515,5 +520,5 @@ def check_keeps_weights(source: ModelSource, overrides: dict[str, Any]) -> None:
 
 __all__ = ["CONVERSION_TOLERANCE", "ConversionCheckError", "ModelNotFoundError", "ModelSource", "ModelSourceError",
            "UnsupportedCheckpointError", "build_model", "check_before_start", "check_keeps_weights",
-           "conversion_difference", "convert_checked", "fit_embeddings", "load_model", "meta_model", "model_source",
-           "reference_of", "resolve_model"]
+           "conversion_difference", "convert_checked", "fit_embeddings", "load_model", "meta_model", "model_positions",
+           "model_source", "reference_of", "resolve_model"]

@@ -5,6 +5,7 @@ folder without a `validation` split evaluates on nothing, as any local data with
 is refused naming its splits and the key. Question-answering windows too short for a question of `max_query_length`
 tokens are refused exactly where the tokenizer would panic, with lengths that fit."""
 
+import json
 import re
 
 import datasets
@@ -113,6 +114,30 @@ def test_the_embedded_corpus_evaluates_on_the_named_split():
 @pytest.fixture(scope="module")
 def bert():
     return train_tokenizer("bert", tokenizer_training_texts(size=300), 400, model_max_length=512)
+
+
+@pytest.mark.parametrize("max_seq_length, positions", [(64, 64), (48, 64), (8, 64), (64, 512), (4, 6)])
+def test_question_room_advice_keeps_within_the_models_positions(max_seq_length, positions):
+    """Every setting the refusal advises fits the question's windows and the model's positions (before: `set
+    max_seq_length to at least 90` for a model of 64 positions, which the run then refused)."""
+    problem = question_room_problem(max_seq_length, 64, positions)
+    settings = re.findall(r"max_seq_length to (?:at least )?(\d+) and max_query_length to at most (\d+)|"
+                          r"(max_seq_length|max_query_length) to at (?:least|most) (\d+)", problem)
+    assert settings or problem.endswith("use a model of more positions")
+    for wider, query, key, value in settings:
+        length, query = ((int(wider), int(query)) if wider
+                         else (int(value), 64) if key == "max_seq_length" else (max_seq_length, int(value)))
+        assert length <= positions and question_room_problem(length, query, positions) is None
+
+
+def test_a_question_answering_run_advises_only_what_its_model_takes(tmp_path):
+    rows = tmp_path / "qa.jsonl"
+    rows.write_text(json.dumps({"id": "0", "question": "Who?", "context": "Ann sat.",
+                                "answers": {"text": ["Ann"], "answer_start": [0]}}) + "\n")
+    with pytest.raises(RecipeError, match=r"the model's 64 positions \(max_position_embeddings\) cannot hold the 90 "
+                                          r"tokens that question needs: set max_query_length to at most 44$"):
+        finetune.main(["--recipe", "bert-finetune-nli-tiny", "--task", "question-answering", "--train_file",
+                       str(rows), "--output_dir", str(tmp_path / "run")])
 
 
 @pytest.mark.parametrize("max_seq_length, max_query_length", [(64, 44), (64, 45), (90, 64), (89, 64), (48, 20),
