@@ -680,7 +680,8 @@ def _load_saved(path: Path, split: str, kinds: dict[str, str | None], streaming:
     saved = datasets.load_from_disk(str(path))
     if isinstance(saved, datasets.DatasetDict):
         if split not in saved:
-            raise DataError(f"{path}: the saved DatasetDict has no split {split!r}; its splits are {list(saved)}")
+            raise UnknownSplitError(f"{path}: the saved DatasetDict has no split {split!r}; its splits are "
+                                    f"{', '.join(saved)}")
         saved = saved[split]
     if len(saved) == 0:
         raise EmptyDataFileError(f"{path}: the saved dataset has no rows")

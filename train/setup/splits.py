@@ -136,7 +136,7 @@ def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str | No
         held, rows = _held_out(recipe, rows, source)
         return _cut(recipe, "train_size", recipe.train_size, rows, source), held
     rows = load_split(recipe, "train", columns, default_dataset, column_advice)
-    if splits is not None and (recipe.train_file or Path(source).exists() or splits == ["train"]):
+    if splits is not None and set(splits) <= {"train"}:  # of other splits, the validation split's load names them
         print(f"{source} has no split {recipe.validation_split!r} to evaluate on: training without evaluation (set "
               f"eval_size to hold out rows of the training data, or give validation_file)", flush=True)
         recipe.eval_size = None

@@ -1,9 +1,10 @@
 """A `save_to_disk` DatasetDict given as `train_file` or `dataset` is read as a Hub dataset is: its `train` split
 trains and its `validation` split evaluates (said once), in memory and streamed; `validation_file` still wins, and a
-folder without a `validation` split evaluates on nothing, as any local data without a validation file.
-`validation_split` names another split that evaluates (MNLI's `validation_matched`); a Hub dataset without the split
-is refused naming its splits and the key. Question-answering windows too short for a question of `max_query_length`
-tokens are refused exactly where the tokenizer would panic, with lengths that fit."""
+folder of a `train` split alone evaluates on nothing, as any local data without a validation file.
+`validation_split` names another split that evaluates (MNLI's `validation_matched`); a Hub dataset or saved folder
+without the split, of other splits, is refused naming its splits and the key. Question-answering windows too short
+for a question of `max_query_length` tokens are refused exactly where the tokenizer would panic, with lengths that
+fit, within the model's positions."""
 
 import json
 import re
@@ -52,9 +53,23 @@ def test_a_validation_file_wins_over_the_saved_split(tmp_path):
     assert len(validation) == 4
 
 
-def test_a_saved_folder_without_a_validation_split_evaluates_on_nothing(tmp_path):
-    recipe = _recipe("--train_file", str(_saved(tmp_path, {"train": 12, "test": 3})))
+def test_a_saved_folder_of_a_training_split_alone_evaluates_on_nothing(tmp_path):
+    recipe = _recipe("--train_file", str(_saved(tmp_path, {"train": 12})))
     assert load_splits(recipe, COLUMNS)[1] is None and recipe.eval_size is None
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
+@pytest.mark.parametrize("key", ["train_file", "dataset"])
+def test_a_saved_folder_of_other_splits_is_refused_naming_them_and_the_key_as_a_hub_dataset_is(key, streaming,
+                                                                                              tmp_path):
+    """Before: trained without evaluation, saying only that it had no split 'validation'."""
+    folder = _saved(tmp_path, {"train": 12, "test": 3})
+    with pytest.raises(UnknownSplitError, match=rf"^{folder}: the saved DatasetDict has no split 'validation'; its "
+                                                r"splits are train, test; set the recipe key validation_split to the "
+                                                r"split that evaluates \(now 'validation'\), or eval_size to hold out"):
+        load_splits(_recipe(f"--{key}", str(folder), "--streaming", streaming), COLUMNS)
+    _, validation = load_splits(_recipe(f"--{key}", str(folder), "--validation_split", "test"), COLUMNS)
+    assert len(validation) == 3
 
 
 def test_finetune_reports_the_saved_validation_splits_figures(tmp_path):
