@@ -174,11 +174,14 @@ def _held_out(recipe: Recipe, rows, source: str):
     recipe.held_out = size
     kept = {_digest(row) for row in held}
     if not streamed:
-        rest = [size + i for i, row in enumerate(rows.select(range(size, count))) if _digest(row) not in kept]
-        _say_copies(source, count - size - len(rest), size)
+        others = (d for batch in rows.select(range(size, count)).iter(batch_size=1000) for d in _digests(batch))
+        rest = [size + i for i, digest in enumerate(others) if digest not in kept]
+        if count - size > len(rest):
+            print(f"{source}: left {count - size - len(rest)} rows out of training, each identical to one of the "
+                  f"{size} held out (eval_size): the model would be scored on rows it trained on", flush=True)
         if not rest:
             raise _nothing_left(source, size)
-        recipe.kept_rows = _RowsKept(rest).row_of
+        recipe.kept_rows = rest.__getitem__
         return held, rows.select(rest)
     left_out = _RowsLeftOut(kept)
     rest = rows.filter(left_out.keep, batched=True, batch_size=1000, with_indices=True)
@@ -196,22 +199,6 @@ def _nothing_left(source: str, size: int) -> RecipeError:
                        f"a smaller eval_size, or give validation_file")
 
 
-def _say_copies(source: str, copies: int, size: int) -> None:
-    if copies:
-        print(f"{source}: left {copies} rows out of training, each identical to one of the {size} held out "
-              f"(eval_size): the model would be scored on rows it trained on", flush=True)
-
-
-class _RowsKept:
-    """The file's rows of the rows left to train on, in memory."""
-
-    def __init__(self, rows: list[int]):
-        self.rows = rows
-
-    def row_of(self, row: int) -> int:
-        return self.rows[row]
-
-
 class _RowsLeftOut:
     """The filter of a stream's rows left to train on (`keep`), which notes the rows it leaves out as it reads them,
     by their row in the file: with them `row_of` finds the file's row of a row kept (a stream of one shard, read in
@@ -221,7 +208,7 @@ class _RowsLeftOut:
         self.held, self.left_out = held, set()
 
     def keep(self, batch: dict, indices: list[int]) -> list[bool]:
-        keep = [_digest(dict(zip(batch, values))) not in self.held for values in zip(*batch.values())]
+        keep = [digest not in self.held for digest in _digests(batch)]
         self.left_out.update(index for index, kept in zip(indices, keep) if not kept)
         return keep
 
@@ -234,6 +221,11 @@ class _RowsLeftOut:
 
 def _digest(row: dict) -> bytes:
     return hashlib.blake2b(repr(sorted(row.items())).encode(), digest_size=16).digest()
+
+
+def _digests(batch: dict) -> list[bytes]:
+    """The `_digest` of every row of a batch (columns of values)."""
+    return [_digest(dict(zip(batch, values))) for values in zip(*batch.values())]
 
 
 def column_texts(dataset, column: str = "text") -> Iterator[str]:
