@@ -283,9 +283,10 @@ def main(argv: list[str] | None = None):
         fields = dict(REGRESSION_HEAD) if task.scores else _label_fields(names)
         if family == "gpt":
             fields["lm_loss_weight"] = recipe.lm_loss_weight
-        if encode_task == "qa":  # the saved pipeline's default, read where this project is not installed
-            fields["task_specific_params"] = {"question-answering": {"max_question_len": recipe.max_query_length}}
         model = build_model(recipe, auto_class, tokenizer, family, source, **fields)
+        if encode_task == "qa":  # the saved pipeline's default, read where this project is not installed (set on the
+            # config built: transformers 5 has no such config field, so from_pretrained would hand it to the model)
+            model.config.task_specific_params = {"question-answering": {"max_question_len": recipe.max_query_length}}
         if recipe.lora is not None:
             model = apply_lora(model, recipe.lora)
         skipped = recipe.skip_unlabeled and label is not None

@@ -156,8 +156,9 @@ def test_bad_finetune_inputs_fail_before_training(tmp_path):
     assert not (tmp_path / "b" / "logs").exists()
     with pytest.raises(RecipeError, match=r"recipe keys 'max_seq_length' and 'max_query_length': max_seq_length 64 "
                                           r"cannot hold a question of max_query_length 64 tokens, 3 special tokens "
-                                          r"and more context than the doc stride of 16 tokens .*: set max_seq_length "
-                                          r"to at least 90, or max_query_length to at most 44$"):
+                                          r"and more context than the doc stride of 16 tokens .*; the model's 64 "
+                                          r"positions \(max_position_embeddings\) cannot hold the 90 tokens that "
+                                          r"question needs: set max_query_length to at most 44$"):
         _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "c", "--task", "question-answering")
     assert not (tmp_path / "c").exists()
 
