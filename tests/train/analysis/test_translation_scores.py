@@ -51,7 +51,9 @@ def test_chrf_refuses_empty_and_ragged_references():
         chrf.compute(predictions=["a b", "c"], references=[["a b"], ["c", "d"]])
 
 
-def test_translation_run_records_scores_signatures_and_beam_settings(tmp_path, monkeypatch):
+@pytest.fixture
+def generate_calls(monkeypatch) -> list[dict]:
+    """The keywords of every `generate()` call of a Transformer, made as usual."""
     from modeling import LineageTransformerForConditionalGeneration
 
     calls, generate = [], LineageTransformerForConditionalGeneration.generate
@@ -61,11 +63,15 @@ def test_translation_run_records_scores_signatures_and_beam_settings(tmp_path, m
         return generate(self, *args, **kwargs)
 
     monkeypatch.setattr(LineageTransformerForConditionalGeneration, "generate", spy)
+    return calls
+
+
+def test_translation_run_records_scores_signatures_and_beam_settings(tmp_path, generate_calls):
     results, folder = train_translation.main([
         "--recipe", "transformer-translation-tiny", "--output_dir", str(tmp_path / "mt"), "--progress_bar", "false",
         "--max_steps", "2", "--save_steps", "0", "--eval_size", "8", "--num_beams", "3", "--length_penalty", "0.6",
         "--max_new_tokens", "8"])
-    assert calls and all(c["num_beams"] == 3 and c["length_penalty"] == 0.6 for c in calls)
+    assert generate_calls and all(c["num_beams"] == 3 and c["length_penalty"] == 0.6 for c in generate_calls)
     written = json.loads((folder / "results.json").read_text())
     for key in ("eval_bleu", "eval_chrf", "eval_bleu_signature", "eval_chrf_signature", "num_beams",
                 "length_penalty"):
@@ -81,21 +87,14 @@ def test_translation_run_records_scores_signatures_and_beam_settings(tmp_path, m
     assert reached["chrf"] == pytest.approx(written["eval_chrf"], abs=1e-4)
 
 
-def test_a_translation_run_decodes_as_the_paper_with_beam_search_gnmt(tmp_path, monkeypatch):
-    from modeling import LineageTransformerForConditionalGeneration
+def test_a_translation_run_decodes_as_the_paper_with_beam_search_gnmt(tmp_path, generate_calls):
     from modeling.beam_search import gnmt_beam_search
 
-    calls, generate = [], LineageTransformerForConditionalGeneration.generate
-
-    def spy(self, *args, **kwargs):
-        calls.append(kwargs)
-        return generate(self, *args, **kwargs)
-
-    monkeypatch.setattr(LineageTransformerForConditionalGeneration, "generate", spy)
     results, folder = train_translation.main([
         "--recipe", "transformer-translation-tiny", "--output_dir", str(tmp_path / "mt"), "--progress_bar", "false",
         "--max_steps", "2", "--save_steps", "0", "--eval_size", "8", "--beam_search", "gnmt", "--length_penalty",
         "0.6", "--max_new_tokens", "8"])
-    assert calls and all(c["custom_generate"] is gnmt_beam_search and c["length_penalty"] == 0.6 for c in calls)
+    assert generate_calls and all(c["custom_generate"] is gnmt_beam_search and c["length_penalty"] == 0.6
+                                  for c in generate_calls)
     assert json.loads((folder / "results.json").read_text())["beam_search"] == results["beam_search"] == "gnmt"
     assert "beam_search: gnmt" in (folder / "recipe.yaml").read_text()
