@@ -24,8 +24,6 @@ from typing import Any
 
 import yaml
 
-from train.data.files import FileRows
-
 CONFIGS = files("train") / "configs"  # package data: the folders of BUNDLED
 BUNDLED = {"models": ".json", "recipes": ".yaml", "accelerate": ".yaml"}  # folder -> the suffix of its files
 SCHEDULES = ("linear", "cosine", "inverse_sqrt", "constant")
@@ -231,6 +229,8 @@ class Recipe:
         where rows are held out, a `FileRows` whose rows `row_location` finds in the file (`kept_rows`)."""
         source = self.data_source(split, default)
         if self.held_out:
+            from train.data.files import FileRows  # datasets and pyarrow: not for every command that reads a recipe
+
             return (FileRows(source, source, self.kept_rows) if split == "train"
                     else FileRows(f"{source} ({self.evaluated_split})", source, _same_row))
         named_file = self.train_file if split == "train" else self.validation_file
