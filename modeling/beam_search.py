@@ -90,7 +90,7 @@ def gnmt_beam_search(model, input_ids, logits_processor, stopping_criteria, gene
             top, index = total.topk(min(2 * beams, total.shape[1]), dim=1)
             origin, token = index // vocab, index % vocab
             steps += 1
-            grown = alive[rows, origin].clone()  # (batch, 2 * beams, width)
+            grown = alive[rows, origin]  # (batch, 2 * beams, width): advanced indexing copies
             grown[:, :, prompt + steps - 1] = token
             ended = stopping_criteria(grown[:, :, :prompt + steps].reshape(-1, prompt + steps), None)
             ended = ended.view(batch, -1) | (steps >= limits)[:, None]
