@@ -20,7 +20,7 @@ from accelerate import Accelerator
 from train.run import strict_json
 from train.run.distributed import unsharded
 from train.run.environment import versions
-from train.run.recipes import PATH_KEYS, RecipeError
+from train.run.recipes import PATH_KEYS, RecipeError, reads
 from train.run.run_folder import staged_output
 
 THROUGHPUT_KEYS = ("tokens_per_s", "mfu")  # results.json's medians, on the card's throughput line (`throughput_line`)
@@ -77,13 +77,14 @@ def project_link() -> str:
     return f"[Lineage]({url})" if url else "Lineage"
 
 
-def card_recipe(recipe) -> dict[str, Any]:
-    """The recipe as the card shows it: without where the run wrote, local paths by their names (`public_name`),
-    and without `dataset` / `dataset_config` when a `train_file` was read in their place."""
+def card_recipe(recipe, model_type: str) -> dict[str, Any]:
+    """The recipe as the card shows it: only the keys a run of its command and task on a model of `model_type` reads
+    (`recipes.reads`), without where the run wrote, local paths by their names (`public_name`), and without
+    `dataset` / `dataset_config` when a `train_file` was read in their place."""
     unread = ("dataset", "dataset_config") if recipe.train_file else ()
     hidden = ("output_dir", "push_to_hub", "resume_from_checkpoint", *unread)
-    return {k: public_name(v) if k in PATH_KEYS and isinstance(v, str) else v
-            for k, v in recipe.to_dict().items() if k not in hidden}
+    return {k: public_name(v) if k in PATH_KEYS and isinstance(v, str) else v for k, v in recipe.to_dict().items()
+            if k not in hidden and reads(k, recipe.command, recipe.task, model_type)}
 
 
 def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> dict[str, Any]:
@@ -201,7 +202,7 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
         metadata["base_model"] = base_model
     rows = "\n".join(f"| {k} | {figure(v)} |" if isinstance(v, float) else f"| {k} | {_cell(v)} |"
                      for k, v in results.items() if v is not None and k not in THROUGHPUT_KEYS)
-    recipe_yaml = yaml.safe_dump(card_recipe(recipe), sort_keys=False)
+    recipe_yaml = yaml.safe_dump(card_recipe(recipe, model.config.model_type), sort_keys=False)
     for key in PATH_KEYS:  # a local path the description names (`where the weights started`), by its name
         value = getattr(recipe, key)
         if isinstance(value, str) and public_name(value) != value:

@@ -53,7 +53,7 @@ RANGES = {
 }
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 # recipe keys only some commands read -> those commands: set by the user for another command, a key is refused (it
-# would be recorded in recipe.yaml and the card as if it had acted)
+# would be recorded in recipe.yaml as if it had acted), and a card shows only the keys its run read (`reads`)
 COMMAND_KEYS = {
     **dict.fromkeys(("task", "lora", "text_pair_column", "label_column", "skip_unlabeled", "allow_single_class",
                      "lm_loss_weight", "max_query_length"), ("finetune",)),
@@ -65,6 +65,11 @@ COMMAND_KEYS = {
                     ("train_translation",)),
     "max_new_tokens": ("pretrain_gpt", "train_translation"),
 }
+# finetune's keys that only some of its tasks read -> those tasks, refused for another as COMMAND_KEYS are
+TASK_KEYS = {"max_query_length": ("question-answering",)}
+# keys that only models of some types read -> those model types: set by the user for a model of another type, refused
+# (`train.setup.models.model_source`: the model is known there)
+MODEL_TYPE_KEYS = {"lm_loss_weight": ("lineage-gpt",)}
 PAPER_ADAM = {"adam_beta2": 0.98, "adam_epsilon": 1e-9}  # "Attention Is All You Need" 5.3, with inverse_sqrt
 PATH_KEYS = ("model", "tokenizer", "dataset", "train_file", "validation_file", "output_dir", "resume_from_checkpoint")
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
@@ -183,6 +188,8 @@ class Recipe:
     set_by_user = frozenset()  # no field: a class attribute, set per recipe by `recipe_from_dict`
     # the shipped recipe the keys came from and the keys it set (`load_recipe`): another command's is refused
     shipped = ("", frozenset())
+    # the command that reads the recipe (`parse_args`; "": unknown), whose keys alone its card shows (`reads`)
+    command = ""
     # the command's own data, read when the recipe names none (`reading`); no field either, so the recipe's keys, hash
     # and saved file stay as the user wrote them
     default_dataset = ""
@@ -208,6 +215,7 @@ class Recipe:
         """A copy with `changes` applied (unchecked), keeping which keys the user set."""
         copy = dataclasses.replace(self, **changes)
         copy.set_by_user, copy.default_dataset, copy.shipped = self.set_by_user, self.default_dataset, self.shipped
+        copy.command = self.command
         copy.held_out, copy.kept_rows = self.held_out, self.kept_rows
         return copy
 
@@ -518,18 +526,29 @@ def parse_args(argv: list[str] | None = None, default_recipe: str | None = None,
         raise RecipeError(recipe_required)
     recipe = load_recipe(args.recipe, parse_overrides(rest))
     if command:
-        check_command_keys(recipe, command, f": {command} would ignore it, and its recipe.yaml and model card would "
-                                            f"show it as used; drop it")
+        check_command_keys(recipe, command, f": {command} would ignore it, and its recipe.yaml would show it as used; "
+                                            f"drop it")
+        recipe.command = command
     return recipe
 
 
+def reads(key: str, command: str, task: str, model_type: str | None = None) -> bool:
+    """Whether a run of `command` ("": any) for `task` (finetune's; the other commands have none) on a model of
+    `model_type` (None: any) reads the recipe key `key` (`COMMAND_KEYS`, `TASK_KEYS`, `MODEL_TYPE_KEYS`)."""
+    return ((not command or command in COMMAND_KEYS.get(key, (command,))) and task in TASK_KEYS.get(key, (task,))
+            and (model_type is None or model_type in MODEL_TYPE_KEYS.get(key, (model_type,))))
+
+
 def check_command_keys(recipe: Recipe, command: str, consequence: str) -> None:
-    """Refuse the keys the user set that `command` does not read (`COMMAND_KEYS`), each named with the commands
-    that do, then `consequence`; and a shipped recipe of another command (one that sets such a key)."""
-    unread = sorted(k for k in recipe.set_by_user if command not in COMMAND_KEYS.get(k, (command,)))
+    """Refuse the keys the user set that `command` (for the recipe's task) does not read (`reads`), each named with
+    the commands or tasks that do, then `consequence`; and a shipped recipe of another command (one that sets such a
+    key)."""
+    unread = sorted(k for k in recipe.set_by_user if not reads(k, command, recipe.task))
     if unread:
-        raise RecipeError("; ".join(f"recipe key {k!r} is read by {' and '.join(COMMAND_KEYS[k])} only" for k in unread)
-                          + consequence)
+        raise RecipeError("; ".join(f"recipe key {k!r} is read by {' and '.join(COMMAND_KEYS[k])} only"
+                                    if command not in COMMAND_KEYS.get(k, (command,)) else
+                                    f"recipe key {k!r} is read by {command}'s task {' and '.join(TASK_KEYS[k])} only, "
+                                    f"not by its task {recipe.task!r}" for k in unread) + consequence)
     name, keys = recipe.shipped
     theirs = sorted(k for k in keys if command not in COMMAND_KEYS.get(k, (command,)))
     if theirs:
@@ -552,6 +571,6 @@ def check_stream(max_steps: int, dataloader_num_workers: int) -> None:
                           f"that of the trained batches (workers read ahead); set dataloader_num_workers to 0")
 
 
-__all__ = ["BUNDLED", "COMMAND_KEYS", "COMPILE_MODES", "Recipe", "RecipeError", "SCHEDULES", "bundled",
-           "check_command_keys", "check_stream", "load_recipe", "parse_args", "parse_overrides", "recipe_from_dict",
-           "trackers", "valid_keys"]
+__all__ = ["BUNDLED", "COMMAND_KEYS", "COMPILE_MODES", "MODEL_TYPE_KEYS", "Recipe", "RecipeError", "SCHEDULES",
+           "TASK_KEYS", "bundled", "check_command_keys", "check_stream", "load_recipe", "parse_args", "parse_overrides",
+           "reads", "recipe_from_dict", "trackers", "valid_keys"]

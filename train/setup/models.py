@@ -31,7 +31,7 @@ import modeling
 from modeling.conversion import CONVERSIONS, from_transformers, to_transformers
 from train.data.tokenization import check_tokenizer_matches_model, config_kwargs_from_tokenizer
 from train.run import distributed, publish
-from train.run.recipes import Recipe, RecipeError, trackers
+from train.run.recipes import MODEL_TYPE_KEYS, Recipe, RecipeError, trackers
 from train.run.run_log import check_tracker_login
 from train.setup.presets import available_presets, check_model_overrides, load_model_config
 
@@ -424,12 +424,19 @@ TOKENIZER_TRAINING_KEYS = ("tokenizer_vocab_size", "tokenizer_train_size")
 
 
 def model_source(recipe: Recipe, command: str, families: tuple[str, ...], generates: bool = False) -> ModelSource:
-    """`recipe.model` resolved, refused unless its family is one of `families` or where the user set a key that sizes a
-    tokenizer for a pretrained model, which brings its own, and checked (`check_before_start`)."""
+    """`recipe.model` resolved, refused unless its family is one of `families`, where the user set a key that models
+    of its type do not read (`MODEL_TYPE_KEYS`) or a key that sizes a tokenizer for a pretrained model, which brings
+    its own, and checked (`check_before_start`)."""
     source = resolve_model(recipe.model, recipe.model_revision, argument="recipe key 'model'")
+    model_type = source.config.model_type
     if source.family not in families:
         raise RecipeError(f"recipe key 'model': {command} trains {' or '.join(families)} models; {recipe.model!r} is a "
-                          f"{source.config.model_type} model")
+                          f"{model_type} model")
+    for key in sorted(recipe.set_by_user & MODEL_TYPE_KEYS.keys()):
+        if model_type not in MODEL_TYPE_KEYS[key]:
+            raise RecipeError(f"recipe key {key!r} is read for {' and '.join(MODEL_TYPE_KEYS[key])} models only; "
+                              f"recipe key 'model' {recipe.model!r} is a {model_type} model, which would ignore it "
+                              f"while its recipe.yaml showed it as used: drop it")
     unread = [key for key in TOKENIZER_TRAINING_KEYS if key in recipe.set_by_user]
     if source.pretrained and unread:
         one = len(unread) == 1

@@ -9,6 +9,7 @@ from train.run.recipes import (
     Recipe,
     RecipeError,
     bundled,
+    check_command_keys,
     load_recipe,
     parse_args,
     parse_overrides,
@@ -129,6 +130,19 @@ def test_max_query_length_is_berts_64_by_default_a_positive_count_and_finetunes_
         recipe_from_dict({"max_query_length": 0})
     with pytest.raises(RecipeError, match="recipe key 'max_query_length' is read by finetune only"):
         parse_args(["--max_query_length", "32"], command="pretrain_bert")
+
+
+def test_max_query_length_set_for_a_task_other_than_question_answering_is_refused_naming_the_task_it_is_read_by():
+    """A classifier's run ignored it while its recipe.yaml recorded it; a recipe's own value (not the user's) stays."""
+    refusal = ("recipe key 'max_query_length' is read by finetune's task question-answering only, not by its task "
+               "'nli': finetune would ignore it, and its recipe.yaml would show it as used; drop it")
+    with pytest.raises(RecipeError) as refused:
+        parse_args(["--recipe", "bert-finetune-nli-tiny", "--max_query_length", "32"], command="finetune")
+    assert str(refused.value) == refusal
+    assert parse_args(["--recipe", "bert-finetune-nli-tiny", "--task", "question-answering", "--max_query_length",
+                       "32"], command="finetune").max_query_length == 32
+    unset = recipe_from_dict({"task": "nli", "max_query_length": 32}, user_keys=())  # as a shipped recipe's keys
+    check_command_keys(unset, "finetune", "")
 
 
 def test_a_shipped_recipe_of_another_command_is_refused_naming_its_command_and_each_runs_its_own():

@@ -232,6 +232,31 @@ def test_the_model_card_is_fit_to_publish(tmp_path, monkeypatch):
     assert "[Lineage](https://example.org/lineage)" in card
 
 
+@pytest.mark.parametrize(("family", "task", "shown"), [("bert", "nli", set()), ("gpt", "nli", {"lm_loss_weight"}),
+                                                      ("bert", "question-answering", {"max_query_length"})])
+def test_the_cards_recipe_shows_only_the_keys_of_the_runs_command_task_and_model_type(tmp_path, family, task, shown):
+    """Every BERT classifier's card listed max_query_length (question answering's) and lm_loss_weight (GPT's), and
+    every card the keys of the other commands; recipe.yaml keeps every key, for a re-run."""
+    import transformers
+    from conftest import preset
+
+    from train.run import publish
+    from train.run.recipes import parse_args
+
+    recipe = parse_args([f"--recipe={family}-finetune-nli-tiny", "--task", task], command="finetune")
+    head = {"nli": transformers.AutoModelForSequenceClassification,
+            "question-answering": transformers.AutoModelForQuestionAnswering}[task]
+    model = head.from_config(preset(f"{family}-tiny"))
+    text = publish.write_model_card(tmp_path, model, recipe, {}, {}).read_text()
+    keys = set(yaml.safe_load(text.split("```yaml\n")[1].split("```")[0]))
+    optional = {"max_query_length", "lm_loss_weight"}
+    assert keys & optional == shown
+    assert {"task", "max_seq_length", "learning_rate", "lora"} <= keys
+    assert not keys & {"nsp", "mlm_probability", "num_beams", "pack_documents", "sample_prompts", "max_new_tokens"}
+    recipe.save(tmp_path / "recipe.yaml")
+    assert optional <= set(yaml.safe_load((tmp_path / "recipe.yaml").read_text()))
+
+
 def test_output_dir_that_is_a_file_is_refused(tmp_path):
     file = tmp_path / "out.txt"
     file.write_text("not a folder")

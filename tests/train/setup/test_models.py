@@ -19,7 +19,7 @@ import modeling
 from train import finetune, pretrain_bert, pretrain_gpt, train_translation
 from train.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from train.run.publish import read_card_metadata
-from train.run.recipes import RecipeError
+from train.run.recipes import RecipeError, parse_args
 from train.setup import models, run_tokenizer
 
 QUICK = ["--max_steps", "2", "--train_size", "16", "--eval_size", "8", "--per_device_train_batch_size", "8",
@@ -294,6 +294,22 @@ def test_a_tokenizer_training_key_or_an_oversized_tokenizer_with_a_pretrained_mo
         finetune.main(["--model", str(bare), "--tokenizer", str(gpt), "--task", "nli", "--output_dir",
                        str(tmp_path / "o"), *QUICK])
     assert not (tmp_path / "o").exists()
+
+
+def test_a_key_models_of_another_type_do_not_read_is_refused_where_the_user_set_it(tmp_path):
+    """BERT's fine-tuning has no auxiliary LM loss: a user's lm_loss_weight was ignored while its recipe.yaml recorded
+    it; the GPT recipe's own, fine-tuning BERT, is no user's and stays."""
+    with pytest.raises(RecipeError) as refused:
+        finetune.main(["--recipe", "bert-finetune-nli-tiny", "--lm_loss_weight", "0.2", "--output_dir",
+                       str(tmp_path / "o")])
+    assert str(refused.value) == ("recipe key 'lm_loss_weight' is read for lineage-gpt models only; recipe key 'model' "
+                                  "'bert-tiny' is a lineage-bert model, which would ignore it while its recipe.yaml "
+                                  "showed it as used: drop it")
+    assert not (tmp_path / "o").exists()
+    shipped = parse_args(["--recipe", "gpt-finetune-nli-tiny", "--model", "bert-tiny"], command="finetune")
+    assert models.model_source(shipped, "finetune", ("bert", "gpt")).family == "bert"
+    gpt = parse_args(["--recipe", "gpt-finetune-nli-tiny", "--lm_loss_weight", "0.2"], command="finetune")
+    assert models.model_source(gpt, "finetune", ("bert", "gpt")).family == "gpt"
 
 
 def test_a_lineage_model_type_this_installation_does_not_know_names_the_version(tmp_path):
