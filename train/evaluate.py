@@ -409,22 +409,23 @@ def _trained_task(model: str, fitting: list[str]) -> str | None:
     return task if task in fitting else None
 
 
-def _question_length(args: argparse.Namespace) -> None:
+def _question_length(args: argparse.Namespace, positions: int | None) -> None:
     """`--max_query_length` as given, else as the run cut its questions (`max_query_length` in its recipe, else the
-    recipe's default, BERT's 64), refused with `--max_seq_length` where the windows cannot step through a context."""
+    recipe's default, BERT's 64), refused with `--max_seq_length` where the windows cannot step through a context,
+    with advice within the model's `positions`."""
     from train.run.recipes import Recipe
     from train.setup.splits import question_room_problem
 
     args.max_query_length = args.max_query_length or _run_recipe(args.model).get("max_query_length",
                                                                                  Recipe.max_query_length)
-    problem = question_room_problem(args.max_seq_length, args.max_query_length)
+    problem = question_room_problem(args.max_seq_length, args.max_query_length, positions)
     if problem:
         raise EvaluateError(f"--max_seq_length and --max_query_length (default: the run's): {problem}")
 
 
 def classifier_data(args: argparse.Namespace, architecture: str, family: str, config: dict[str, Any]):
     """(task, encode task, Auto class, columns, rows with the labels as class names or checked scores, the class
-    names (None for scores), source) of `--dataset`."""
+    names (None for scores), source) of `--dataset`; `args` completed with the run's question length."""
     from train import finetune
     from train.data.labels import class_labels, score_labels
 
@@ -448,7 +449,7 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
         served = ", ".join(name for name, t in finetune.TASKS.items() if t.encoding == "classification")
         raise EvaluateError(f"--task {task!r} needs a BERT model; a GPT model serves {served}")
     if encode_task == "qa":
-        _question_length(args)
+        _question_length(args, config.get("max_position_embeddings"))
     text, pair, label = finetune.task_columns(SimpleNamespace(**_columns(args, (
         "text_column", "text_pair_column", "label_column"))), task)
     columns = finetune.read_columns(finetune.TASKS[task], text, pair, label)

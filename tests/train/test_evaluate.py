@@ -275,6 +275,16 @@ def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):
                        str(tmp_path / "eval2")])
 
 
+def test_question_lengths_a_model_cannot_take_are_refused_with_advice_within_its_positions(tmp_path):
+    """As finetune advises: a question of 64 tokens needs windows of 90, more than a model of 64 positions takes."""
+    folder = model_folder(tmp_path, "bert", LineageBertForQuestionAnswering, 400)
+    with pytest.raises(evaluate.EvaluateError) as refused:
+        evaluate.main(["--model", str(folder), "--max_query_length", "64", "--output_dir", str(tmp_path / "eval")])
+    assert str(refused.value).endswith("; the model's 64 positions (max_position_embeddings) cannot hold the 90 tokens "
+                                       "that question needs: set max_query_length to at most 44")
+    assert not (tmp_path / "eval").exists()
+
+
 def test_a_local_file_is_recorded_as_read_by_its_path_with_no_split_and_a_saved_dataset_dict_by_its_split(tmp_path):
     """A local data file is one split whatever --split names (by default test): results.json and the card record the
     file read and no split; of a saved DatasetDict, or the embedded corpus, the split read is recorded."""
