@@ -423,9 +423,22 @@ def _question_length(args: argparse.Namespace, positions: int | None) -> None:
         raise EvaluateError(f"--max_seq_length and --max_query_length (default: the run's): {problem}")
 
 
+def _run_padding(args: argparse.Namespace, positions: int | None) -> int | None:
+    """The run's `pad_to_multiple_of` (its recipe.yaml; None: none), with which batches are padded as the run padded
+    them, refused where a batch of `--max_seq_length`-token rows would be padded beyond the model's `positions`."""
+    multiple = _run_recipe(args.model).get("pad_to_multiple_of")
+    padded = -(-args.max_seq_length // multiple) * multiple if multiple else args.max_seq_length
+    if positions and padded > positions:
+        raise EvaluateError(f"--max_seq_length (default: the model's positions) is {args.max_seq_length}: a batch of "
+                            f"{args.max_seq_length}-token rows would be padded to {padded} (the run's "
+                            f"pad_to_multiple_of {multiple}, its recipe.yaml), beyond --model's {positions} positions; "
+                            f"give --max_seq_length at most {positions // multiple * multiple}")
+    return multiple
+
+
 def classifier_data(args: argparse.Namespace, architecture: str, family: str, config: dict[str, Any]):
     """(task, encode task, Auto class, columns, rows with the labels as class names or checked scores, the class
-    names (None for scores), source) of `--dataset`; `args` completed with the run's question length."""
+    names (None for scores), source) of `--dataset`; `args` completed with the run's question length and padding."""
     from train import finetune
     from train.data.labels import class_labels, score_labels
 
@@ -450,6 +463,7 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
         raise EvaluateError(f"--task {task!r} needs a BERT model; a GPT model serves {served}")
     if encode_task == "qa":
         _question_length(args, config.get("max_position_embeddings"))
+    args.pad_to_multiple_of = _run_padding(args, config.get("max_position_embeddings"))
     text, pair, label = finetune.task_columns(SimpleNamespace(**_columns(args, (
         "text_column", "text_pair_column", "label_column"))), task)
     columns = finetune.read_columns(finetune.TASKS[task], text, pair, label)
@@ -495,7 +509,7 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
         data, scores = finetune.answer_metrics(data, rows)
     batch = model_batch_size(args)
     accelerator = Accelerator(cpu=device_of(args) == "cpu")
-    loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer))
+    loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer, args.pad_to_multiple_of))
     model, loader = accelerator.prepare(model, loader)
     figures = evaluation_pass(accelerator, model, loader, predict, scores)
     return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}},

@@ -285,6 +285,36 @@ def test_question_lengths_a_model_cannot_take_are_refused_with_advice_within_its
     assert not (tmp_path / "eval").exists()
 
 
+def test_a_classifier_is_padded_as_its_run_padded_and_past_its_positions_is_refused(tmp_path, monkeypatch):
+    """The run's pad_to_multiple_of (its recipe.yaml) pads the batches scored; a multiple that would pad rows of
+    --max_seq_length tokens past the model's positions is refused before the model is loaded, naming the longest."""
+    from train.data import collators
+
+    widths = []
+
+    class Recording(collators.PaddingCollator):
+        def __call__(self, features, seeds=None):
+            batch = super().__call__(features, seeds)
+            widths.append(batch["input_ids"].shape[1])
+            return batch
+
+    monkeypatch.setattr(collators, "PaddingCollator", Recording)
+    names = ["entailment", "neutral", "contradiction"]
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3,
+                          id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
+    scored = ["--model", str(folder), "--dataset", "embedded:nli", "--eval_size", "12", "--batch_size", "4"]
+    (folder / "recipe.yaml").write_text("task: nli\npad_to_multiple_of: 24\n")
+    with pytest.raises(evaluate.EvaluateError) as refused:
+        evaluate.main([*scored, "--output_dir", str(tmp_path / "refused")])
+    assert str(refused.value) == ("--max_seq_length (default: the model's positions) is 64: a batch of 64-token rows "
+                                  "would be padded to 72 (the run's pad_to_multiple_of 24, its recipe.yaml), beyond "
+                                  "--model's 64 positions; give --max_seq_length at most 48")
+    assert widths == [] and not (tmp_path / "refused").exists()
+    (folder / "recipe.yaml").write_text("task: nli\npad_to_multiple_of: 32\n")
+    evaluate.main([*scored, "--max_seq_length", "50", "--output_dir", str(tmp_path / "eval")])
+    assert widths == [64, 64, 64]  # rows of at most 50 tokens (unpadded: 50, 50 and 45)
+
+
 def test_a_local_file_is_recorded_as_read_by_its_path_with_no_split_and_a_saved_dataset_dict_by_its_split(tmp_path):
     """A local data file is one split whatever --split names (by default test): results.json and the card record the
     file read and no split; of a saved DatasetDict, or the embedded corpus, the split read is recorded."""
