@@ -9,6 +9,8 @@ import io
 import json
 import math
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from unittest import mock
@@ -83,6 +85,38 @@ def test_the_harness_path_reports_what_lm_eval_reports(gpt, tmp_path, monkeypatc
     assert ours["scores"]["lineage_cloze"]["acc"] == theirs["results"]["lineage_cloze"]["acc,none"]
     assert ours["harness"]["lm_eval_version"] == lm_eval.__version__ and "torch" in ours["versions"]
     assert (out / "scores.png").stat().st_size > 0
+
+
+def test_the_harness_path_run_outside_a_git_repository_prints_no_complaint_of_git(gpt, tmp_path, monkeypatch, capfd):
+    """lm-eval records the working folder's commit by running `git describe`, which printed `fatal: not a git
+    repository ...` on the command's stderr; the hash recorded stays lm-eval's (none here), and stderr is the user's
+    again after the call."""
+    monkeypatch.chdir(tmp_path)
+    out = evaluate.main(["--model", str(gpt), "--tasks", "lineage_perplexity", "--limit", "2", "--output_dir",
+                         str(tmp_path / "eval")])
+    os.write(2, b"stderr after the harness\n")
+    shown = capfd.readouterr()
+    assert "not a git repository" not in shown.out + shown.err and "stderr after the harness" in shown.err
+    assert json.loads((out / "results.json").read_text())["harness"]["git_hash"] is None
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_quiet_git_records_the_commit_lm_eval_records_in_a_repository(tmp_path, monkeypatch, capfd):
+    from lm_eval import evaluator
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "--allow-empty",
+                    "-m", "start"], cwd=repo, check=True)
+    monkeypatch.chdir(repo)
+    commit = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, check=True).stdout.strip()
+    with harness.quiet_git():
+        assert evaluator.get_git_commit_hash() == commit
+    monkeypatch.chdir(tmp_path)
+    with harness.quiet_git():
+        assert evaluator.get_git_commit_hash() is None
+    assert "not a git repository" not in capfd.readouterr().err
 
 
 def test_write_card_changes_only_the_card_and_compare_draws_the_baseline(gpt, tmp_path, monkeypatch):

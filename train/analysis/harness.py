@@ -11,6 +11,10 @@ pretrained=<folder>,trust_remote_code=True` runs: one model load, one pass per r
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -97,8 +101,36 @@ def run(tasks: list, arguments: dict[str, Any], manager, *, limit: float | None,
     lm = get_model("hf").create_from_arg_obj(arguments, {"batch_size": batch_size, "device": device})
     if arguments.get("backend") == "seq2seq":
         _bound_decoder_length(lm)
-    return simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit, num_fewshot=num_fewshot,
-                           batch_size=batch_size, device=device, log_samples=True)
+    with quiet_git():
+        return simple_evaluate(model=lm, tasks=tasks, task_manager=manager, limit=limit, num_fewshot=num_fewshot,
+                               batch_size=batch_size, device=device, log_samples=True)
+
+
+@contextlib.contextmanager
+def quiet_git() -> Iterator[None]:
+    """lm-eval records the commit of the working folder (`get_git_commit_hash`, which `simple_evaluate` calls: `git
+    describe`, else the folder's .git), and git says `fatal: not a git repository ...` on the user's stderr outside
+    one: within, the process's stderr goes to the null device for that call alone; the hash is lm-eval's own."""
+    from lm_eval import evaluator
+
+    original = evaluator.get_git_commit_hash
+
+    def quiet() -> str | None:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 2)
+                return original()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+    evaluator.get_git_commit_hash = quiet
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = original
 
 
 def _bound_decoder_length(lm) -> None:
@@ -132,5 +164,5 @@ def scores(results: dict[str, Any]) -> dict[str, dict[str, float]]:
     return table
 
 
-__all__ = ["EXTRA", "HarnessError", "SHIPPED_TASKS", "load_tasks", "model_arguments", "require_lm_eval", "run",
-           "scores", "task_hashes", "task_manager"]
+__all__ = ["EXTRA", "HarnessError", "SHIPPED_TASKS", "load_tasks", "model_arguments", "quiet_git", "require_lm_eval",
+           "run", "scores", "task_hashes", "task_manager"]
