@@ -115,7 +115,8 @@ def command_parser() -> CommandParser:
     parser.add_argument("--eval_size", type=_number(int, 1, "a number of rows >= 1"), default=None,
                         help="score the first N rows")
     parser.add_argument("--max_seq_length", type=_number(int, 2, "a length >= 2"), default=None,
-                        help="tokens per example (default: the model's positions, at most 512)")
+                        help="tokens per example (default: the run's, else the model's positions, at most "
+                             "512)")
     parser.add_argument("--max_query_length", type=_number(int, 1, "a number of tokens >= 1"), default=None,
                         help="question answering: the tokens of a question kept (default: the run's, else 64)")
     parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
@@ -170,14 +171,15 @@ def model_kind(config: dict[str, Any], name: str) -> tuple[str, str]:
 
 
 def check_lengths(args: argparse.Namespace, config: dict[str, Any]) -> None:
-    """`--max_seq_length` within the model's positions (its default: them, at most 512), `--max_new_tokens` within
-    an encoder-decoder's positions after its start token (default: 64, at most that), and `--tasks` not empty."""
+    """`--max_seq_length` within the model's positions (its default: the run's, its recipe.yaml, as the run cut its
+    rows; else the positions, at most 512), `--max_new_tokens` within an encoder-decoder's positions after its start
+    token (default: 64, at most that), and `--tasks` not empty."""
     positions = config.get("max_position_embeddings")
     if args.max_seq_length is None:
-        args.max_seq_length = min(positions or 512, 512)
-    elif positions and args.max_seq_length > positions:
-        raise EvaluateError(f"--max_seq_length is {args.max_seq_length} but --model has {positions} positions: give "
-                            f"at most {positions}")
+        args.max_seq_length = _run_recipe(args.model).get("max_seq_length") or min(positions or 512, 512)
+    if positions and args.max_seq_length > positions:
+        raise EvaluateError(f"--max_seq_length (default: the run's) is {args.max_seq_length} but --model has "
+                            f"{positions} positions: give at most {positions}")
     decoder = positions - 1 if positions and config.get("is_encoder_decoder") else None
     if args.max_new_tokens is None:
         args.max_new_tokens = min(64, decoder or 64)
@@ -429,7 +431,7 @@ def _run_padding(args: argparse.Namespace, positions: int | None) -> int | None:
     multiple = _run_recipe(args.model).get("pad_to_multiple_of")
     padded = -(-args.max_seq_length // multiple) * multiple if multiple else args.max_seq_length
     if positions and padded > positions:
-        raise EvaluateError(f"--max_seq_length (default: the model's positions) is {args.max_seq_length}: a batch of "
+        raise EvaluateError(f"--max_seq_length (default: the run's) is {args.max_seq_length}: a batch of "
                             f"{args.max_seq_length}-token rows would be padded to {padded} (the run's "
                             f"pad_to_multiple_of {multiple}, its recipe.yaml), beyond --model's {positions} positions; "
                             f"give --max_seq_length at most {positions // multiple * multiple}")

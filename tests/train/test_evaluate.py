@@ -198,7 +198,8 @@ def test_bad_arguments_are_refused_by_name_before_a_model_is_loaded(gpt, tmp_pat
         with pytest.raises(SystemExit):
             evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", flag, value, *out])
         assert f"argument {flag}" in capsys.readouterr().err
-    with pytest.raises(evaluate.EvaluateError, match="--max_seq_length is 129 but --model has 128 positions"):
+    with pytest.raises(evaluate.EvaluateError,
+                       match=r"--max_seq_length \(default: the run's\) is 129 but --model has 128 positions"):
         evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--max_seq_length", "129", *out])
     with pytest.raises(evaluate.EvaluateError, match="--tasks is required for a causal LM"):
         evaluate.main(["--model", str(gpt), *out])
@@ -319,9 +320,10 @@ def test_question_lengths_a_model_cannot_take_are_refused_with_advice_within_its
     assert not (tmp_path / "eval").exists()
 
 
-def test_a_classifier_is_padded_as_its_run_padded_and_past_its_positions_is_refused(tmp_path, monkeypatch):
-    """The run's pad_to_multiple_of (its recipe.yaml) pads the batches scored; a multiple that would pad rows of
-    --max_seq_length tokens past the model's positions is refused before the model is loaded, naming the longest."""
+def test_a_classifier_is_padded_and_cut_as_its_run_and_past_its_positions_is_refused(tmp_path, monkeypatch):
+    """The run's pad_to_multiple_of (its recipe.yaml) pads the batches scored, and its max_seq_length is the default
+    cut; a multiple that would pad rows of --max_seq_length tokens past the model's positions is refused before the
+    model is loaded, naming the longest."""
     from train.data import collators
 
     widths = []
@@ -340,13 +342,17 @@ def test_a_classifier_is_padded_as_its_run_padded_and_past_its_positions_is_refu
     (folder / "recipe.yaml").write_text("task: nli\npad_to_multiple_of: 24\n")
     with pytest.raises(evaluate.EvaluateError) as refused:
         evaluate.main([*scored, "--output_dir", str(tmp_path / "refused")])
-    assert str(refused.value) == ("--max_seq_length (default: the model's positions) is 64: a batch of 64-token rows "
+    assert str(refused.value) == ("--max_seq_length (default: the run's) is 64: a batch of 64-token rows "
                                   "would be padded to 72 (the run's pad_to_multiple_of 24, its recipe.yaml), beyond "
                                   "--model's 64 positions; give --max_seq_length at most 48")
     assert widths == [] and not (tmp_path / "refused").exists()
     (folder / "recipe.yaml").write_text("task: nli\npad_to_multiple_of: 32\n")
     evaluate.main([*scored, "--max_seq_length", "50", "--output_dir", str(tmp_path / "eval")])
     assert widths == [64, 64, 64]  # rows of at most 50 tokens (unpadded: 50, 50 and 45)
+    (folder / "recipe.yaml").write_text("task: nli\nmax_seq_length: 20\n")
+    widths.clear()
+    evaluate.main([*scored, "--output_dir", str(tmp_path / "as-run")])
+    assert widths == [20, 20, 20]  # cut as the run cut its rows, not at the model's 64 positions
 
 
 def test_a_local_file_is_recorded_as_read_by_its_path_with_no_split_and_a_saved_dataset_dict_by_its_split(tmp_path):
