@@ -101,6 +101,8 @@ def arm_recipes(args: argparse.Namespace, arms: list[str], budget: float) -> dic
         overrides["dataset"] = args.dataset
     recipes = {arm: load_recipe(f"experiment-{arm}",
                                 {**overrides, "output_dir": str(out / "runs" / arm)}) for arm in arms}
+    for recipe in recipes.values():
+        recipe.command = "train_translation"  # each arm is its run: its card shows the keys that run reads
     if args.quick:
         recipes = {arm: r.replace(model_overrides={**r.model_overrides, **QUICK_SIZES.get(r.model, {})})
                    for arm, r in recipes.items()}

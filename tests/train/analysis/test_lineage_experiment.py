@@ -47,6 +47,8 @@ def test_quick_experiment_reports_every_arm(tmp_path):
             width, height = _decodable(out / row["heatmap"])
             assert width > 100 and height > 100
         assert (out / "runs" / arm / "model" / "config.json").is_file()
+        card = (out / "runs" / arm / "model" / "README.md").read_text()
+        assert "label_smoothing" in card and "mlm_probability" not in card  # the keys a translation run reads
     for name in ("loss_vs_time", "bleu_vs_length"):
         assert _decodable(paths[name])[0] > 100 and f"]({name}.png)" in report
     tokenizers = {json.loads((out / "runs" / arm / "model" / "tokenizer.json").read_text())["model"]["vocab"].__repr__()
