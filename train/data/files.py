@@ -54,9 +54,17 @@ AnyDataset = datasets.Dataset | datasets.IterableDataset
 Columns = Sequence[str | tuple[str, str]]
 
 
+SQUAD_ANSWERS = "{'text': [strings], 'answer_start': [integers]}"  # a row's answers, as SQuAD holds them
+
+
+def _answer_lists(value) -> bool:
+    """Whether `value` is a dict of two lists, `text` and `answer_start` (of any length and items)."""
+    return isinstance(value, dict) and isinstance(value.get("text"), list) and isinstance(value.get("answer_start"),
+                                                                                          list)
+
+
 def _is_answers(value) -> bool:
-    return (isinstance(value, dict) and isinstance(value.get("text"), list)
-            and isinstance(value.get("answer_start"), list) and len(value["text"]) == len(value["answer_start"])
+    return (_answer_lists(value) and len(value["text"]) == len(value["answer_start"])
             and all(isinstance(t, str) for t in value["text"])
             and all(isinstance(a, int) and not isinstance(a, bool) for a in value["answer_start"]))
 
@@ -69,7 +77,7 @@ KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "label": ("one class (an integer id or a string)", lambda v: not isinstance(v, (list, dict))),
     "score": ("one number (a score)", lambda v: not isinstance(v, (list, dict))),
     "tags": ("a list of classes, one per word", lambda v: isinstance(v, list)),
-    "answers": ("answers as in SQuAD: {'text': [strings], 'answer_start': [integers]}", _is_answers),
+    "answers": (f"answers as in SQuAD: {SQUAD_ANSWERS}", _is_answers),
 }
 
 
@@ -495,6 +503,11 @@ def _value_error(location: str, column: str, kind: str | None, value: object) ->
                 else " (only whitespace)")
         return MissingColumnError(f"{location}: the row has no value for column {column!r}{what}; fill it in or "
                                   f"remove the row")
+    if kind == "answers" and _answer_lists(value) and len(value["text"]) != len(value["answer_start"]):
+        return DataError(f"{location}: the answers have {len(value['text'])} entries in 'text' but "
+                         f"{len(value['answer_start'])} in 'answer_start' ({reprlib.repr(value)}): each answer text "
+                         f"needs its start, so column {column!r} must hold two lists of the same length, as in SQuAD: "
+                         f"{SQUAD_ANSWERS}")
     found_type = type(value).__name__
     hint = ("; for a sentence pair give each text its own column (text_column, text_pair_column)"
             if kind == "text" and isinstance(value, list) else "")

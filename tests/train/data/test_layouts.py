@@ -303,6 +303,13 @@ BAD = {  # name -> (write the file, columns, error class, what the message says)
                    d)[2],
         [("text", "text")], MissingColumnError, r"part-1\.jsonl: line 2 \(JSON Lines, column 'text'\): the row has no "
                                                 r"value for column 'text' \(only whitespace\)"),
+    "SQuAD answers of 2 texts and 1 start": (
+        lambda d: _jsonl(d / "q.jsonl", [{"answers": {"text": ["Oslo"], "answer_start": [0]}},
+                                         {"answers": {"text": ["Oslo", "Norway"], "answer_start": [0]}}]),
+        [("answers", "answers")], DataError,
+        r"q\.jsonl: line 2 \(JSON Lines, column 'answers'\): the answers have 2 entries in 'text' but 1 in "
+        r"'answer_start' \(\{.*\}\): each answer text needs its start, so column 'answers' must hold two lists of the "
+        r"same length, as in SQuAD: \{'text': \[strings\], 'answer_start': \[integers\]\}"),
     "a missing value in a save_to_disk folder": (
         lambda d: (datasets.Dataset.from_dict({"text": [TEXTS[0], None]}).save_to_disk(str(d / "saved")),
                    d / "saved")[1],
