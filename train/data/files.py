@@ -318,8 +318,31 @@ def _json_columns(path: Path, handle: IO[str]) -> list[str]:
             raise MalformedRowError(f"{path}: line {number}: not a JSON object ({err.msg})") from None
         if not isinstance(row, dict):
             raise MalformedRowError(f"{path}: line {number}: expected a JSON object, got {type(row).__name__}")
+        orient = _pandas_orient(row)
+        if orient is not None and not any(rest.strip() for rest in handle):
+            shape, written = PANDAS_ORIENTS[orient]
+            raise MalformedRowError(f"{path}: line {number}: one JSON object holds the whole table, {shape}, as "
+                                    f"pandas' {written} writes it; Lineage reads a row per JSON object: write the "
+                                    f"file with df.to_json(path, orient='records', lines=True) (JSON Lines), or "
+                                    f"orient='records' (a JSON array)")
         return list(row)
     return []
+
+
+# the layouts of a whole table in one JSON object that pandas' DataFrame.to_json writes: (the shape, the call)
+PANDAS_ORIENTS = {"columns": ("each column an object of row labels to values",
+                              "df.to_json(path) (orient='columns', its default)"),
+                  "index": ("each row an object of its values under its row label", "df.to_json(path, orient='index')")}
+
+
+def _pandas_orient(row: dict) -> str | None:
+    """The `PANDAS_ORIENTS` layout `row`, a file's first JSON object, has (None: a row): every value an object of the
+    same keys, with the row labels of a DataFrame's default index (integers) inside (`columns`) or outside (`index`)."""
+    inner = list(row.values())
+    if not inner or any(not isinstance(v, dict) or not v or v.keys() != inner[0].keys() for v in inner):
+        return None
+    labels = {"columns": inner[0], "index": row}
+    return next((orient for orient, keys in labels.items() if all(k.lstrip("-").isdigit() for k in keys)), None)
 
 
 def _is_json_array(handle: IO[str]) -> bool:

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import datasets
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -67,6 +68,29 @@ def test_a_json_array_names_the_line_its_object_starts_on(tmp_path):
     path.write_text('[\n  {"text": "a", "label": 0},\n  {"text": 7,\n   "label": 1}\n]\n')
     with pytest.raises(DataError, match=r"a.json: line 3 \(JSON array, column 'text'\): the value is an int \(7\)"):
         load(path, (("text", "text"), ("label", "label")), tmp_path)
+
+
+FRAME = {"text": ["a good film", "a bad film", "fine"], "label": [1, 0, 1]}
+
+
+@pytest.mark.parametrize("orient, written", [(None, r"df\.to_json\(path\) \(orient='columns', its default\)"),
+                                             ("index", r"df\.to_json\(path, orient='index'\)")],
+                         ids=["columns", "index"])
+def test_a_json_file_of_one_pandas_table_says_how_to_write_its_rows(tmp_path, orient, written):
+    path = tmp_path / "a.json"
+    pd.DataFrame(FRAME).to_json(path, **({"orient": orient} if orient else {}))
+    with pytest.raises(MalformedRowError, match=rf"a\.json: line 1: one JSON object holds the whole table, .*, as "
+                                                rf"pandas' {written} writes it; Lineage reads a row per JSON object: "
+                                                r"write the file with df\.to_json\(path, orient='records', "
+                                                r"lines=True\) \(JSON Lines\), or orient='records' \(a JSON array\)"):
+        load(path, (("text", "text"), ("label", "label")), tmp_path)
+
+
+@pytest.mark.parametrize("lines_", [False, True])
+def test_pandas_records_are_read_as_rows(tmp_path, lines_):
+    path = tmp_path / "a.json"
+    pd.DataFrame(FRAME).to_json(path, orient="records", lines=lines_)
+    assert load(path, (("text", "text"), ("label", "label")), tmp_path)[:] == FRAME
 
 
 def test_a_tokens_column_must_hold_lists_of_strings(tmp_path):
