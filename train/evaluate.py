@@ -107,8 +107,9 @@ def command_parser() -> CommandParser:
     for column in ("text_column", "text_pair_column", "label_column"):
         parser.add_argument(f"--{column}", default=None, help="as finetune's recipe key (default: the run's, with "
                                                               "--dataset)")
-    parser.add_switch("--skip_unlabeled", default=None, help="classification: leave out rows labelled -1 (SNLI, GLUE "
-                                                             "test splits; default: the run's, with --dataset)")
+    parser.add_switch("--skip_unlabeled", default=None, help="classification and regression: leave out rows labelled "
+                                                             "-1 (SNLI, GLUE test splits) or without a score (default: "
+                                                             "the run's, with --dataset)")
     for column in ("source_column", "target_column"):
         parser.add_argument(f"--{column}", default=None, help="as train_translation's recipe key (default: the "
                                                               "run's, with --dataset)")

@@ -202,7 +202,8 @@ def test_a_saved_dataset_dict_of_glues_stsb_layout_streams_and_its_test_split_is
                           for split, path in files.items()}).save_to_disk(saved)
     base = ["--recipe", "bert-finetune-nli-tiny", "--task", "regression", "--train_file", str(saved), *GLUE_COLUMNS]
     for skip in ("false", "true"):  # labelled -1.0 throughout: nothing to evaluate on either way
-        with pytest.raises(LabelError, match=r"stsb \(test\): every row is labelled -1 in column 'label'"):
+        with pytest.raises(LabelError, match=r"stsb \(test\): every row is labelled -1( or without a score)? in "
+                                             r"column 'label'"):
             finetune.main([*base, "--validation_split", "test", "--skip_unlabeled", skip, *QUICK,
                            "--output_dir", str(tmp_path / "refused")])
     assert not (tmp_path / "refused").exists()
@@ -244,6 +245,31 @@ def test_a_label_that_is_no_score_is_refused_naming_file_line_and_column(tmp_pat
         finetune.main(["--recipe", "bert-finetune-nli-tiny", "--task", "regression", "--train_file", str(train),
                        *QUICK, "--output_dir", str(tmp_path / "run")])
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
+def test_a_row_without_a_score_is_refused_naming_skip_unlabeled_which_leaves_it_out(tmp_path, streaming, capsys):
+    """An empty score (pandas writes a missing value as an empty CSV field) is an unlabelled row, as -1 is: refused
+    naming its line and skip_unlabeled, which leaves it out; counted in results.json in memory (a stream counts none
+    ahead)."""
+    rows = pairs(24, 6)
+    for index in (3, 9):
+        rows[index]["label"] = None
+    train, dev = tmp_path / "train.csv", tmp_path / "dev.csv"
+    pd.DataFrame(rows).to_csv(train, index=False)
+    pd.DataFrame(pairs(8, 7)).to_csv(dev, index=False)
+    base = ["--recipe", "bert-finetune-nli-tiny", "--task", "regression", "--train_file", str(train),
+            "--validation_file", str(dev), *GLUE_COLUMNS, "--streaming", streaming, *QUICK]
+    with pytest.raises(LabelError, match=r"train.csv: line 5 \(CSV, column 'label'\): the row has no score \(null, "
+                                         r"or an empty field\): a row without a score is unlabelled; set "
+                                         r"skip_unlabeled: true to skip such rows"):
+        finetune.main([*base, "--output_dir", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()
+    results, _ = finetune.main([*base, "--skip_unlabeled", "true", "--output_dir", str(tmp_path / "run")])
+    check_figures(results)
+    assert results.get("skipped_unlabeled") == (2 if streaming == "false" else None)
+    assert ("train.csv: skipped 2 rows labelled -1 or without a score in column 'label'" in capsys.readouterr().out) \
+        == (streaming == "false")
 
 
 def test_lineage_evaluate_scores_a_regression_run_with_its_columns_and_skips_unlabelled_rows(bert_run, capsys):

@@ -494,11 +494,17 @@ def _is_blank(value: object) -> bool:
     return value == [] or (isinstance(value, str) and not value.strip())
 
 
+# kinds whose missing value (None, an empty or blank string) is no missing data but an unlabelled row, which the
+# labels' check skips or refuses (train.data.labels, skip_unlabeled)
+UNLABELLED_WHEN_MISSING = ("score",)
+
+
 def _is_bad(value: object, kind: str | None, records: bool) -> bool:
-    """Whether a value of a column of ``kind`` is refused: missing, of another type than the kind, or, in a file of
-    records (``records``), an empty or blank string, or an empty list of text or words."""
+    """Whether a value of a column of ``kind`` is refused: missing (unless ``UNLABELLED_WHEN_MISSING``), of another
+    type than the kind, or, in a file of records (``records``), an empty or blank string, or an empty list of text or
+    words."""
     if value is None or (records and isinstance(value, str) and not value.strip()):
-        return True
+        return kind not in UNLABELLED_WHEN_MISSING
     if records and value == [] and kind in ("text", "words"):
         return True
     return kind is not None and not KINDS[kind][1](value)
@@ -508,11 +514,13 @@ def _first_bad(dataset: datasets.Dataset, column: str, kind: str | None, records
     """``(row, value)`` of the first value of ``column`` that ``_is_bad``, read through Arrow where the column has one
     type."""
     values, feature = dataset.data.column(column), dataset.features[column]
-    if values.null_count:
+    refuse_missing = kind not in UNLABELLED_WHEN_MISSING
+    if values.null_count and refuse_missing:
         return pc.index(pc.is_null(values), True).as_py(), None
     if isinstance(feature, (datasets.Value, datasets.ClassLabel)):  # Arrow gave the whole column one type
         strings = feature.dtype in ("string", "large_string")
-        row = pc.index(pc.equal(pc.utf8_trim_whitespace(values), ""), True).as_py() if strings and records else -1
+        blank = strings and records and refuse_missing
+        row = pc.index(pc.equal(pc.utf8_trim_whitespace(values), ""), True).as_py() if blank else -1
         if row < 0 and kind is not None and len(values) and not KINDS[kind][1](values[0].as_py()):
             row = 0  # then every row is of the wrong type
         return (row, values[row].as_py()) if row >= 0 else None

@@ -101,11 +101,21 @@ def _listed(ids: list[int], shown: int = 8) -> str:
     return ", ".join(map(str, ids[:shown])) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
-def _drop_unlabeled(dataset: datasets.Dataset, column: str, source: str) -> datasets.Dataset:
-    kept = dataset.filter(lambda value: -1 not in (value if isinstance(value, list) else [value]),
-                          input_columns=column)
+def _unlabelled_class(value) -> bool:
+    """Whether a row of class labels is unlabelled: labelled -1 (or, for tags, a word tagged -1)."""
+    return -1 in (value if isinstance(value, list) else [value])
+
+
+# the unlabelled rows of classes, and of scores (`_unscored`), as messages name them
+_UNLABELLED, _UNSCORED = "labelled -1", "labelled -1 or without a score"
+
+
+def _drop_unlabeled(dataset: datasets.Dataset, column: str, source: str, unlabelled=_unlabelled_class,
+                    what: str = _UNLABELLED) -> datasets.Dataset:
+    """`dataset` without its rows whose label is `unlabelled` (`what`, as the count printed says)."""
+    kept = dataset.filter(lambda value: not unlabelled(value), input_columns=column)
     if len(kept) < len(dataset):
-        print(f"{source}: skipped {len(dataset) - len(kept)} rows labelled -1 in column {column!r} (skip_unlabeled)",
+        print(f"{source}: skipped {len(dataset) - len(kept)} rows {what} in column {column!r} (skip_unlabeled)",
               flush=True)
     return kept
 
@@ -204,7 +214,7 @@ def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.
                          f"validation data with the same ClassLabel feature, or set streaming: false")
     if skip_unlabeled:
         def labelled(value) -> bool:
-            return -1 not in (value if isinstance(value, list) else [value])
+            return not _unlabelled_class(value)
 
         train = _labelled_stream(train.filter(labelled, input_columns=column), sources[0], column)
         validation = validation.filter(labelled, input_columns=column) if validation is not None else None
@@ -225,6 +235,16 @@ _AS_TEXT = ("is a number written as text (quoted, or in a column read as text be
             "number): write every score as a number")
 
 
+def _no_score(value: object) -> str | None:
+    """What `value` holds where a row has no score (an unlabelled row): null, an empty or blank string, NaN (pandas'
+    missing value); None for any other value."""
+    if value is None:
+        return "null, or an empty field"
+    if isinstance(value, str) and not value.strip():
+        return "an empty string" if not value else "only whitespace"
+    return "NaN" if isinstance(value, float) and math.isnan(value) else None
+
+
 def _not_a_score(value: object) -> str | None:
     """Why `value` is no score, said after it; None for a real number."""
     if isinstance(value, str):
@@ -236,7 +256,7 @@ def _not_a_score(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"is a {type(value).__name__}, not a number"
     if not math.isfinite(value):
-        return "is not a finite number (a row without a score: fill it in or remove the row)"
+        return "is not a finite number"
     return None
 
 
@@ -245,55 +265,76 @@ def _score_error(location: str, value: object, why: str) -> LabelError:
                       f"label")
 
 
-def _check_scores(splits: list[tuple[datasets.Dataset, str]], column: str) -> None:
-    """Refuse the first label of `column` in `splits` that is no score. A column of numbers with one word among them
-    is read as text whole, in every split cut from its file (rows held out by eval_size, the rows left): the word is
-    named, wherever it is, before a number written as text."""
-    bad = [(source, row, value, why) for dataset, source in splits
-           for row, value in enumerate(dataset[column]) if (why := _not_a_score(value))]
+def _unscored_error(location: str, held: str) -> LabelError:
+    return LabelError(f"{location}: the row has no score ({held}): a row without a score is unlabelled; set "
+                      f"skip_unlabeled: true to skip such rows, or give it a score")
+
+
+def _unscored(value: object) -> bool:
+    """Whether a row of scores is unlabelled: labelled -1 (GLUE's test splits) or without a score (`_no_score`)."""
+    return _no_score(value) is not None or value == -1
+
+
+def _check_scores(splits: list[tuple[datasets.Dataset, str]], column: str, skip_unlabeled: bool) -> None:
+    """Refuse the first label of `column` in `splits` that is no score: without `skip_unlabeled`, a row without one
+    first. A column of numbers with one word among them is read as text whole, in every split cut from its file (rows
+    held out by eval_size, the rows left): the word is named, wherever it is, before a number written as text."""
+    values = [(source, row, value) for dataset, source in splits for row, value in enumerate(dataset[column])]
+    unscored = next(((source, row, held) for source, row, value in values if (held := _no_score(value))), None)
+    if unscored and not skip_unlabeled:
+        source, row, held = unscored
+        raise _unscored_error(row_location(source, row, column), held)
+    bad = [(source, row, value, why) for source, row, value in values
+           if _no_score(value) is None and (why := _not_a_score(value))]
     if bad:
         source, row, value, why = next((b for b in bad if b[3] != _AS_TEXT), bad[0])
         raise _score_error(row_location(source, row, column), value, why)
 
 
 def _scores(dataset: datasets.Dataset, source: str, column: str, skip_unlabeled: bool) -> datasets.Dataset:
-    """`dataset` (its scores checked) without its rows labelled -1 if `skip_unlabeled`; refused when no row keeps a
-    score other than -1 (a GLUE test split, labelled -1 throughout)."""
+    """`dataset` (its scores checked) without its unlabelled rows (`_unscored`) if `skip_unlabeled`; refused when no
+    row keeps a score other than -1 (a GLUE test split, labelled -1 throughout)."""
+    unlabelled = _UNSCORED if skip_unlabeled else _UNLABELLED
     if skip_unlabeled:
-        dataset = _drop_unlabeled(dataset, column, source)
+        dataset = _drop_unlabeled(dataset, column, source, _unscored, _UNSCORED)
     if all(value == -1 for value in dataset[column]):
-        raise LabelError(f"{source}: every row is labelled -1 in column {column!r} (unlabelled, as GLUE's test "
+        raise LabelError(f"{source}: every row is {unlabelled} in column {column!r} (unlabelled, as GLUE's test "
                          f"splits): it holds no score to train or evaluate on; give data with scores")
     return dataset
 
 
 def score_labels(train: datasets.Dataset | datasets.IterableDataset, validation: datasets.Dataset | None, column: str,
                  sources: tuple[str, str], skip_unlabeled: bool = False):
-    """`(train, validation)` with the labels of `column` checked as scores, real numbers (ints or floats; text, NaN and
-    infinity refused naming the file, line, column and value); with `skip_unlabeled` rows labelled -1 are left out,
-    with a count. A streamed training split is checked as it is read."""
+    """`(train, validation)` with the labels of `column` checked as scores, real numbers (ints or floats; text and
+    infinity refused naming the file, line, column and value); a row without a score (`_no_score`) is unlabelled,
+    refused unless `skip_unlabeled` leaves it out, with the rows labelled -1, with a count. A streamed training split
+    is checked as it is read."""
     streamed = isinstance(train, datasets.IterableDataset)
     _check_scores(([(validation, sources[1])] if validation is not None else [])
-                  + ([] if streamed else [(train, sources[0])]), column)
+                  + ([] if streamed else [(train, sources[0])]), column, skip_unlabeled)
     validation = _scores(validation, sources[1], column, skip_unlabeled) if validation is not None else None
     if not streamed:
         return _scores(train, sources[0], column, skip_unlabeled), validation
 
     def checked(value, row: int) -> bool:  # as each row is read; memory refuses the same before training
-        why = _not_a_score(value)
+        held = _no_score(value)
+        if held and not skip_unlabeled:
+            raise _unscored_error(row_location(sources[0], row, column), held)
+        why = None if held else _not_a_score(value)
         if why:
             raise _score_error(row_location(sources[0], row, column), value, why)
-        return not (skip_unlabeled and value == -1)
+        return not (skip_unlabeled and (held or value == -1))
 
     train = train.filter(checked, input_columns=column, with_indices=True)
-    return (_labelled_stream(train, sources[0], column) if skip_unlabeled else train), validation
+    return (_labelled_stream(train, sources[0], column, _UNSCORED) if skip_unlabeled else train), validation
 
 
-def _labelled_stream(train: datasets.IterableDataset, source: str, column: str) -> datasets.IterableDataset:
-    """`train`, a stream that `skip_unlabeled` filters, refused when it has no labelled row: read up to its first, as
-    training reads it (the whole stream when every row is labelled -1)."""
+def _labelled_stream(train: datasets.IterableDataset, source: str, column: str,
+                     unlabelled: str = _UNLABELLED) -> datasets.IterableDataset:
+    """`train`, a stream that `skip_unlabeled` filters, refused when it has no labelled row (every row `unlabelled`):
+    read up to its first, as training reads it (the whole stream when none is)."""
     if next(iter(train.take(1)), None) is None:
-        raise LabelError(f"{source}: every row is labelled -1 in column {column!r} (unlabelled, as GLUE's test "
+        raise LabelError(f"{source}: every row is {unlabelled} in column {column!r} (unlabelled, as GLUE's test "
                          f"splits), so skip_unlabeled leaves the stream nothing to train on; give data with labels")
     return train
 

@@ -122,7 +122,7 @@ class Recipe:
     # translation (the Hub's translation datasets)
     source_column: str | None = None
     target_column: str | None = None
-    skip_unlabeled: bool = False  # finetune: skip rows labelled -1 (GLUE test splits), counted; else no class, a score
+    skip_unlabeled: bool = False  # finetune: skip rows labelled -1 (GLUE test splits) or without a score, counted
     allow_single_class: bool = False  # classification: train on data of one class (refused by default: a sorted file)
     text_sample_by: str = "auto"  # a .txt file's rows: line | paragraph | document | auto (paragraphs if blank lines)
     streaming: bool = False  # read the data as a stream (no full read before step 1): by max_steps, in file order

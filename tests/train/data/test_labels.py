@@ -3,8 +3,9 @@ required of the validation split, rows labelled -1 left out of both with `skip_u
 no classes refused naming the file and the column; integer ids read whole (`class_labels`): a validation id the
 training split never shows refused, ids (or declared classes) the training split leaves out said, and a validation
 split of one class among several trained said, with the likely cause (a split sorted by label, cut). Scores
-(`score_labels`, the task regression): any real number kept as it is, text, NaN and infinity refused naming the row
-and value, in memory and as a stream is read, rows labelled -1 left out on request. Bad labels read whole:
+(`score_labels`, the task regression): any real number kept as it is, text and infinity refused naming the row and
+value, in memory and as a stream is read, rows labelled -1 or without a score (null, empty, NaN) left out on request,
+else refused naming skip_unlabeled. Bad labels read whole:
 tests/train/data/test_bad_data.py."""
 
 import math
@@ -133,7 +134,6 @@ TEXT = ["0.5", "1.5", "n/a", "2"]  # a CSV column with one word among numbers: A
 
 
 @pytest.mark.parametrize("labels, row, refusal, streamed_row, streamed_refusal", [
-    ([0.5, math.nan, 2.0], 1, "label nan is not a finite number", 1, None),
     ([0.5, 1.0, math.inf], 2, "label inf is not a finite number", 2, None),
     (TEXT, 2, "label 'n/a' is text, not a number", 0, "label '0.5' is a number written as text"),  # memory names the
     (["0.5", "1.5"], 0, "label '0.5' is a number written as text", 0, None),  # word; a stream meets row 0 first
@@ -151,22 +151,45 @@ def test_a_label_that_is_no_real_number_is_refused_naming_its_row_and_value(labe
         score_labels(_scores([1.0, 2.0]).to_iterable_dataset(), data, "label", ("train.csv", "dev.csv"))
 
 
+@pytest.mark.parametrize("missing, held", [(None, "null, or an empty field"), ("", "an empty string"),
+                                           (" ", "only whitespace"), (math.nan, "NaN")])
+def test_a_row_without_a_score_is_unlabelled_refused_naming_skip_unlabeled_or_left_out_with_it(missing, held, capsys):
+    """A score column's missing value (null, an empty or blank string, NaN: pandas' missing value) is the unlabelled
+    form of a score, as -1 is: refused naming the row and `skip_unlabeled`, which leaves it out with the rows labelled
+    -1, counted; in memory and as a stream is read."""
+    labels = [0.5, missing, -1.0, 2.0]
+    feature = datasets.Json() if isinstance(missing, str) else datasets.Value("float64")  # text among numbers: JSON's
+    data = datasets.Dataset.from_dict({"text": [f"row {i}" for i in range(4)], "label": labels},
+                                      datasets.Features({"text": datasets.Value("string"), "label": feature}))
+    for split in (data, data.to_iterable_dataset()):
+        with pytest.raises(LabelError, match=rf"^train.csv: row 1, column 'label': the row has no score \({held}\): a "
+                                             r"row without a score is unlabelled; set skip_unlabeled: true to skip "
+                                             r"such rows, or give it a score$"):
+            list(score_labels(split, None, "label", ("train.csv", "dev.csv"))[0])
+        train, validation = score_labels(split, data, "label", ("train.csv", "dev.csv"), skip_unlabeled=True)
+        assert [row["label"] for row in train] == [0.5, 2.0] and list(validation["label"]) == [0.5, 2.0]
+    assert "train.csv: skipped 2 rows labelled -1 or without a score in column 'label' (skip_unlabeled)" in \
+        capsys.readouterr().out
+
+
 @pytest.mark.parametrize("scores", [True, False])
 def test_a_stream_that_skip_unlabeled_leaves_without_a_row_is_refused_naming_the_cause(scores):
-    """Every row labelled -1 (a GLUE test split): refused when the labels are checked, before a tokenizer is trained on
-    nothing (before: `train_tokenizer got no non-empty text`, or `the training stream yielded no example`)."""
-    stream = (_scores([-1.0, -1.0]) if scores else _split([-1, -1])).to_iterable_dataset()
-    with pytest.raises(LabelError, match=r"^train.jsonl: every row is labelled -1 in column 'label' \(unlabelled, as "
-                                         r"GLUE's test splits\), so skip_unlabeled leaves the stream nothing to train "
-                                         r"on"):
+    """Every row labelled -1 (a GLUE test split; scores also without a score): refused when the labels are checked,
+    before a tokenizer is trained on nothing (before: `train_tokenizer got no non-empty text`, or `the training stream
+    yielded no example`)."""
+    stream = (_scores([-1.0, None]) if scores else _split([-1, -1])).to_iterable_dataset()
+    unlabelled = "labelled -1 or without a score" if scores else "labelled -1"
+    with pytest.raises(LabelError, match=rf"^train.jsonl: every row is {unlabelled} in column 'label' \(unlabelled, "
+                                         r"as GLUE's test splits\), so skip_unlabeled leaves the stream nothing to "
+                                         r"train on"):
         (score_labels if scores else streamed_class_labels)(stream, None, "label", ("train.jsonl", "dev.jsonl"), True)
 
 
 def test_a_split_of_unlabelled_rows_alone_is_refused_with_or_without_skip_unlabeled():
     """GLUE's stsb test split is labelled -1.0 throughout: no score to learn or to evaluate on."""
     for skip in (False, True):
-        with pytest.raises(LabelError, match=r"test.csv: every row is labelled -1 in column 'label' \(unlabelled, as "
-                                             r"GLUE's test splits\)"):
+        with pytest.raises(LabelError, match=r"test.csv: every row is labelled -1( or without a score)? in column "
+                                             r"'label' \(unlabelled, as GLUE's test splits\)"):
             score_labels(_scores([1.5, -1.0]), _scores([-1.0, -1.0]), "label", ("train.csv", "test.csv"), skip)
 
 
