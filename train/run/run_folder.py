@@ -36,11 +36,12 @@ from train.run.run_log import read_jsonl
 
 RECORD, LOCK, OUTPUT_RECORD = "run.json", ".lock", ".lineage-output.json"
 RUN_FILES = ("checkpoints", "logs", "tokenizer", "model", "adapter", "loss_curve.png")  # what a run writes
-WORK = ("checkpoints", "logs", "model", "adapter")  # a run that left none (logs: of a step) never trained: replaced
+WORK = ("checkpoints", "logs", "model", "adapter")  # a run that left none (logs: of a step) never trained (`_trained`)
 KEPT = ("checkpoints", "model", "adapter")  # a run that wrote one of these can be resumed or is published
 APPENDED = ("logs",)  # written to as the run goes: recorded by size, which only grows
 _SAMPLE = 1 << 20  # bytes hashed from each end of a file: a fingerprint, not a full read of a multi-GB checkpoint
 ASIDE = ".overwritten-"  # + the claiming process's id: an earlier run's files, kept until the new run writes
+STOPPED = "a run that stopped before training (no checkpoint, logged step or model)"  # why its files are deleted
 
 
 class OutputDirError(RuntimeError):
@@ -210,18 +211,23 @@ class Run:
         _write_json(self.folder / RECORD, record)
 
     def withdraw(self) -> None:
-        """Undo the claim of a run that stopped before writing anything: its record, lock and (if the claim created
-        it) folder go, and an earlier run's set-aside files come back."""
+        """Undo the claim of a new run that stopped before it trained (`_trained`: no checkpoint, model, adapter or
+        logged step): what it wrote (the tokenizer it trained, the log of its launch), its record, its lock and (if the
+        claim created it) its folder go, and an earlier run's set-aside files come back. The folder is left as it was
+        before the run; a resumed run's is left as it is."""
         if not self.held:
             return
-        record = _read_json(self.folder / RECORD) or {}
         if self.aside is not None:  # still set aside: no checkpoint yet
             _undo(self.folder, self.aside)
             self.aside = None
             self.release()
             return
-        if self.fresh is False or record.get("wrote") or record.get("resumes"):
+        record = _read_json(self.folder / RECORD) or {}
+        present = [name for name in RUN_FILES if (self.folder / name).exists()]  # this run's: the claim saw to it
+        if self.fresh is False or record.get("resumes") or _trained(self.folder, present):
             return
+        for name in present:
+            _delete(self.folder / name, STOPPED)
         (self.folder / RECORD).unlink(missing_ok=True)
         self.release()
         if self.fresh is None and not any(self.folder.iterdir()):
@@ -302,8 +308,8 @@ def check_steps_left(run: Run) -> None:
 def start_run(recipe: Recipe) -> Iterator[Run]:
     """Start a run of `recipe` and yield its `Run`: Accelerate's process-wide state is reset (a process may run
     several runs), the main process `claim`s the folder before the others `join` it, every process is seeded, and a
-    resume with nothing left to train is refused. A run refused inside the block before it wrote anything withdraws
-    its claim, leaving no file behind."""
+    resume with nothing left to train is refused. A new run stopped inside the block before it trained withdraws its
+    claim (`Run.withdraw`), leaving the folder as it was."""
     distributed.forget_accelerate_state()
     distributed.check_launch()
     with distributed.one_process_first() as main:
@@ -338,7 +344,7 @@ def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> Pa
     """Delete what an earlier run recorded writing here, when it may be, or set it aside (returns where:
     `overwrite`); refuse otherwise."""
     present = _refuse_foreign(folder, record)
-    worked = [name for name in present if name in WORK and (name != "logs" or _logged_a_step(folder))]
+    worked = _trained(folder, present)
     if worked and not overwrite:
         raise OutputDirError(
             f"output_dir {folder} holds another run's files ({', '.join([RECORD, *present])}); to continue that run "
@@ -350,9 +356,15 @@ def _clear_for_new_run(folder: Path, record: dict | None, overwrite: bool) -> Pa
               f"run writes its first checkpoint or its model, put back if it stops before (if it is killed first, by "
               f"the next run into {folder})", flush=True)
         return aside
-    for name in present:
-        _delete(folder / name, "a run that stopped before training (no checkpoint, logged step or model)")
+    for name in present:  # a run killed before it trained (one that stopped withdrew its files itself)
+        _delete(folder / name, STOPPED)
     return None
+
+
+def _trained(folder: Path, present: list[str]) -> list[str]:
+    """Those of `present` (parts of `RUN_FILES` in `folder`) that show a run trained: its checkpoints, model, adapter
+    or a log of a step (a run that failed in its first step logged only its launch)."""
+    return [name for name in present if name in WORK and (name != "logs" or _logged_a_step(folder))]
 
 
 def _logged_a_step(folder: Path) -> bool:

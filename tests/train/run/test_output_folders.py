@@ -117,30 +117,42 @@ def test_overwrite_deletes_only_what_the_run_recorded(tmp_path, capsys):
     assert (out / "model" / "mine.txt").is_file() and (out / "model" / "model.safetensors").is_file()
 
 
-def test_a_run_that_stopped_before_training_is_cleared_from_its_own_record(tmp_path, capsys):
-    """A refusal after the tokenizer is trained (here: the run's data is too short for one block) leaves the record
-    and the tokenizer, both in the manifest; the next start deletes exactly those, naming each."""
-    short = tmp_path / "short.txt"
-    short.write_text("a b c\n")
-    out = tmp_path / "run"
-    with pytest.raises(Exception, match="fewer than one block"):
-        gpt(out, "--train_file", str(short))
-    assert any(k.startswith("tokenizer/") for k in json.loads((out / run_folder.RECORD).read_text())["wrote"])
-    gpt(out)
-    assert f"stopped before training (no checkpoint, logged step or model): deleting {out.resolve() / 'tokenizer'}" in (
-        capsys.readouterr().out)
-    assert (out / "model" / "config.json").is_file()
-
-
-def test_a_run_that_failed_in_its_first_step_is_cleared_with_the_log_of_its_launch(tmp_path, capsys):
-    """A stream too short for one block fails at the first step, after the log recorded the launch (step 0): the
-    next start replaces the run, log included, without a flag."""
+@pytest.mark.parametrize("streaming, refusal", [("false", "fewer than one block"), ("true", "yielded no example")])
+def test_a_run_that_stops_before_training_leaves_the_folder_as_it_was(tmp_path, capsys, streaming, refusal):
+    """A refusal after the tokenizer is trained (the run's data is too short for one block) or a stream that fails at
+    the first step, after the log recorded the launch (step 0), deletes what the run wrote, naming each, and nothing
+    else: a file of the user's stays and the folder is as it was (before: its run.json, tokenizer and log stayed until
+    the next run replaced them)."""
     short = tmp_path / "short.txt"
     short.write_text("a b\nc d\n")
     out = tmp_path / "run"
-    with pytest.raises(Exception, match="yielded no example"):
-        gpt(out, "--train_file", str(short), "--streaming", "true")
+    out.mkdir()
+    (out / "notes.txt").write_text("the user's notes")
+    before = digest(out)
+    with pytest.raises(Exception, match=refusal):
+        gpt(out, "--train_file", str(short), "--streaming", streaming)
+    assert digest(out) == before
+    said = capsys.readouterr().out
+    for name in ("tokenizer", "logs") if streaming == "true" else ("tokenizer",):
+        assert f"stopped before training (no checkpoint, logged step or model): deleting {out.resolve() / name}" in said
+    with pytest.raises(Exception, match=refusal):
+        gpt(tmp_path / "new", "--train_file", str(short), "--streaming", streaming)
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_run_killed_before_training_is_cleared_from_its_own_record(tmp_path, capsys, monkeypatch):
+    """A run killed before it trained (no withdrawal: the stream failed at its first step) leaves its record, the
+    tokenizer and the log of its launch, all in the manifest: the next start deletes exactly those, naming each, and
+    replaces the run without a flag."""
+    short = tmp_path / "short.txt"
+    short.write_text("a b\nc d\n")
+    out = tmp_path / "run"
+    with monkeypatch.context() as killed:
+        killed.setattr(run_folder.Run, "withdraw", lambda run: None)
+        with pytest.raises(Exception, match="yielded no example"):
+            gpt(out, "--train_file", str(short), "--streaming", "true")
     assert [entry["step"] for entry in read_jsonl(out / "logs" / "metrics.jsonl")] == [0]
+    assert any(k.startswith("tokenizer/") for k in json.loads((out / run_folder.RECORD).read_text())["wrote"])
     gpt(out)
     said = capsys.readouterr().out
     for name in ("tokenizer", "logs"):

@@ -265,8 +265,9 @@ def test_output_dir_that_is_a_file_is_refused(tmp_path):
 
 
 def test_a_run_refused_after_its_start_leaves_no_file_behind(tmp_path):
-    """`start_run` claims the folder; a refusal inside the run before it wrote anything withdraws the claim: a new
-    folder goes, an existing one keeps only its own files. A run that wrote something keeps its record."""
+    """`start_run` claims the folder; a refusal inside the run before it trained withdraws the claim: a new folder
+    goes, with what the run wrote (a tokenizer), an existing one keeps only its own files. A run that wrote a
+    checkpoint keeps its record."""
     from train.run.recipes import RecipeError
     from train.run.run_folder import start_run
 
@@ -281,14 +282,16 @@ def test_a_run_refused_after_its_start_leaves_no_file_behind(tmp_path):
     with pytest.raises(RecipeError), start_run(recipe_from_dict({"output_dir": str(existing)})):
         raise RecipeError("refused")
     assert [p.name for p in existing.iterdir()] == ["notes.txt"]
-    wrote = recipe_from_dict({"output_dir": str(tmp_path / "wrote")})
-    with pytest.raises(RecipeError), start_run(wrote) as run:
-        (tmp_path / "wrote" / "tokenizer").mkdir()
-        (tmp_path / "wrote" / "tokenizer" / "tokenizer.json").write_text("{}")
-        run.record("tokenizer")
-        raise RecipeError("refused after writing")
-    assert "tokenizer/tokenizer.json" in json.loads((tmp_path / "wrote" / run_folder.RECORD).read_text())["wrote"]
-    run.release()
+    for part, kept in (("tokenizer/tokenizer.json", False), ("checkpoints/step-00000001/model.safetensors", True)):
+        wrote = recipe_from_dict({"output_dir": str(tmp_path / "wrote")})
+        with pytest.raises(RecipeError), start_run(wrote) as run:
+            (tmp_path / "wrote" / part).parent.mkdir(parents=True)
+            (tmp_path / "wrote" / part).write_text("{}")
+            run.record(part.split("/")[0])
+            raise RecipeError("refused after writing")
+        assert (tmp_path / "wrote").exists() == kept
+        run.release()
+    assert part in json.loads((tmp_path / "wrote" / run_folder.RECORD).read_text())["wrote"]
 
 
 def test_each_run_holds_its_own_claim_and_only_its_owner_writes(tmp_path):
