@@ -420,13 +420,16 @@ class Engine:
         return slowest_elapsed >= self.recipe.max_train_seconds
 
     def _summary(self, start_step: int, wall: float, metrics: dict[str, Any]) -> dict[str, Any]:
-        """results.json's figures: the last training loss, the speed (medians of the records' throughput) and
-        `metrics`."""
+        """results.json's figures: the last training loss, the speed (medians of the records' throughput),
+        `metrics`, and where `eval_size` held rows out, the training rows left out as copies of them (counted now: a
+        stream counts as it reads)."""
         train_losses = self.log.values("loss")
         speed = {key: statistics.median(values) for key in ("tokens_per_s", "mfu") if (values := self.log.values(key))}
+        count = self.recipe.held_out_copies
+        copies = {"held_out_copies": n} if count is not None and (n := count()) is not None else {}
         return {"steps": self.state.step, "train_loss": train_losses[-1] if train_losses else None,
                 "train_seconds": wall, "steps_per_s": (self.state.step - start_step) / max(wall, 1e-9),
-                "tokens_per_s": None, **speed, **self.launch, **metrics}
+                "tokens_per_s": None, **speed, **self.launch, **copies, **metrics}
 
     def evaluate(self) -> dict[str, Any]:
         """Loss (and `metrics_fn` figures) over the evaluation set, gathered from every process; logged."""

@@ -199,6 +199,9 @@ class Recipe:
     # the file's row of each training row left once they are held out (`held_out`) and their copies left out: what
     # messages name a training row by (`split_name`)
     kept_rows = None  # (int) -> int
+    # how many training rows identical to a held-out row were left out, for results.json at the end of the run (a
+    # stream counts as it reads; None: a count that could not be exact)
+    held_out_copies = None  # () -> int | None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -216,7 +219,7 @@ class Recipe:
         copy = dataclasses.replace(self, **changes)
         copy.set_by_user, copy.default_dataset, copy.shipped = self.set_by_user, self.default_dataset, self.shipped
         copy.command = self.command
-        copy.held_out, copy.kept_rows = self.held_out, self.kept_rows
+        copy.held_out, copy.kept_rows, copy.held_out_copies = self.held_out, self.kept_rows, self.held_out_copies
         return copy
 
     def reading(self, default_dataset: str) -> Recipe:

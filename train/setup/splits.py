@@ -158,8 +158,9 @@ def _held_out(recipe: Recipe, rows, source: str):
     """`(held, rest)`: the first `eval_size` rows of the training data, held out to evaluate on (in memory), and the
     rows left to train on: the others, less those identical to a held-out row (the model would be scored on rows it
     trained on), counted once in memory; a stream leaves them out as it reads them (the same rows, whatever the
-    shards, lanes and processes that read it). `recipe.held_out` records the count, `recipe.kept_rows` the file's row
-    of each row left."""
+    shards, lanes and processes that read it), counting those it has read (`_RowsLeftOut.count`). `recipe.held_out`
+    records the rows held out, `recipe.kept_rows` the file's row of each row left, `recipe.held_out_copies` the count
+    of the copies left out, which results.json records at the end of the run."""
     size = recipe.eval_size
     streamed = isinstance(rows, datasets.IterableDataset)
     held = list(rows.take(size)) if streamed else rows.select(range(min(size, len(rows))))
@@ -176,20 +177,24 @@ def _held_out(recipe: Recipe, rows, source: str):
     if not streamed:
         others = (d for batch in rows.select(range(size, count)).iter(batch_size=1000) for d in _digests(batch))
         rest = [size + i for i, digest in enumerate(others) if digest not in kept]
-        if count - size > len(rest):
-            print(f"{source}: left {count - size - len(rest)} rows out of training, each identical to one of the "
-                  f"{size} held out (eval_size): the model would be scored on rows it trained on", flush=True)
+        copies = count - size - len(rest)
+        if copies:
+            print(f"{source}: left {copies} rows out of training, each identical to one of the {size} held out "
+                  f"(eval_size): the model would be scored on rows it trained on", flush=True)
         if not rest:
             raise _nothing_left(source, size)
-        recipe.kept_rows = rest.__getitem__
+        recipe.kept_rows, recipe.held_out_copies = rest.__getitem__, lambda: copies
         return held, rows.select(rest)
-    left_out = _RowsLeftOut(kept)
+    left_out = _RowsLeftOut(kept, size, rows.n_shards)
     rest = rows.filter(left_out.keep, batched=True, batch_size=1000, with_indices=True)
     if next(iter(rest.take(1)), None) is None:  # read up to the first row left, as training reads it
         raise _nothing_left(source, size)
-    print(f"{source}: rows identical to a held-out row are left out of training as the stream reads them (a stream is "
-          f"counted by nothing ahead)", flush=True)
-    recipe.kept_rows = left_out.row_of
+    counted = ("counted as it reads them, in results.json's held_out_copies at the end of the run" if rows.n_shards == 1
+               else f"uncounted: its {rows.n_shards} shards are read in lanes side by side, each numbering its rows "
+                    f"from 0, so rows of two lanes could not be told apart")
+    print(f"{source}: rows identical to a held-out row are left out of training as the stream reads them ({counted})",
+          flush=True)
+    recipe.kept_rows, recipe.held_out_copies = left_out.row_of, left_out.count
     return datasets.Dataset.from_list(held, features=rows.features), rest
 
 
@@ -201,16 +206,37 @@ def _nothing_left(source: str, size: int) -> RecipeError:
 
 class _RowsLeftOut:
     """The filter of a stream's rows left to train on (`keep`), which notes the rows it leaves out as it reads them,
-    by their row in the file: with them `row_of` finds the file's row of a row kept (a stream of one shard, read in
-    one lane; a stream of several shards is read lane by lane, whose rows only the lanes count)."""
+    by their row in the file (the `size` held out first, then their copies), and the rows it has read (`spans`, the
+    runs of rows [start, end) the reads covered): with them `row_of` finds the file's row of a row kept and `count`
+    counts the copies left out (a stream of one shard, read in one lane; a stream of `shards` shards is read lane by
+    lane, whose rows only the lanes count)."""
 
-    def __init__(self, held: set[bytes]):
-        self.held, self.left_out = held, set()
+    def __init__(self, held: set[bytes], size: int, shards: int):
+        self.held, self.size, self.shards, self.left_out, self.spans = held, size, shards, set(), []
 
     def keep(self, batch: dict, indices: list[int]) -> list[bool]:
         keep = [digest not in self.held for digest in _digests(batch)]
         self.left_out.update(index for index, kept in zip(indices, keep) if not kept)
+        if indices:  # a batch's rows follow each other
+            self._read(indices[0], indices[-1] + 1)
         return keep
+
+    def _read(self, start: int, end: int) -> None:
+        spans = []
+        for span in sorted([*self.spans, [start, end]]):
+            if spans and span[0] <= spans[-1][1]:
+                spans[-1][1] = max(spans[-1][1], span[1])
+            else:
+                spans.append(span)
+        self.spans = spans
+
+    def count(self) -> int | None:
+        """The copies of held-out rows left out of the rows read (each once, however many passes or reads met it:
+        the tokenizer's, the training's), where that count is exact: the rows read are the file's first, one run of
+        rows from the start (a resumed stream begins at its position, skipping rows an earlier process read, until a
+        read covers them), of one shard (two lanes would number two rows alike); else None."""
+        from_start = len(self.spans) == 1 and self.spans[0][0] == 0
+        return sum(row >= self.size for row in self.left_out) if self.shards == 1 and from_start else None
 
     def row_of(self, row: int) -> int:
         for left_out in sorted(self.left_out):

@@ -62,17 +62,19 @@ def test_eval_size_holds_out_the_first_rows_and_trains_on_the_others(wikipedia, 
     assert "held out of training (eval_size 6)" in capsys.readouterr().out
 
 
-def test_a_stream_read_by_shards_never_trains_on_a_held_out_row(tmp_path):
+def test_a_stream_read_by_shards_never_trains_on_a_held_out_row(tmp_path, capsys):
     """A saved dataset of 4 Arrow files streams as 4 shards, read in lanes side by side (`StreamBatches`): the rows
     left out are the held-out ones, whichever lane reads them."""
     folder = tmp_path / "saved"
     datasets.Dataset.from_dict({"text": TEXTS}).save_to_disk(str(folder), num_shards=4)
-    train, validation = load_splits(_recipe("--train_file", str(folder), "--streaming", "true",
-                                            "--eval_size", "5"), COLUMNS)
+    recipe = _recipe("--train_file", str(folder), "--streaming", "true", "--eval_size", "5")
+    train, validation = load_splits(recipe, COLUMNS)
     lanes = [row for lane in range(4) for row in _rows(train.shard(4, lane, contiguous=False))]
     held = list(validation["text"])
     assert held == _rows(load_text_dataset(folder, columns=COLUMNS, streaming=True).take(5))
     assert sorted(lanes) == sorted(t for t in TEXTS if t not in held) and len(held) == 5
+    assert recipe.held_out_copies() is None  # lanes number their rows each from 0: no count could be exact
+    assert "(uncounted: its 4 shards are read in lanes side by side" in capsys.readouterr().out
 
 
 def test_local_training_files_hold_out_rows_as_a_hub_corpus_does(tmp_path):
@@ -136,14 +138,58 @@ def test_a_run_on_a_corpus_of_one_split_evaluates_on_its_held_out_rows(wikipedia
 def test_rows_identical_to_a_held_out_row_never_train_in_memory_or_streamed(tmp_path, streaming, capsys):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(TEXTS[:20] + TEXTS[:2] + TEXTS[20:] + TEXTS[1:3]) + "\n")
-    train, validation = load_splits(_recipe("--train_file", str(corpus), "--eval_size", "4", "--streaming",
-                                            streaming), COLUMNS)
+    recipe = _recipe("--train_file", str(corpus), "--eval_size", "4", "--streaming", streaming)
+    train, validation = load_splits(recipe, COLUMNS)
     assert list(validation["text"]) == TEXTS[:4] and _rows(train) == TEXTS[4:]
+    assert recipe.held_out_copies() == 4  # a stream's, of the rows it read: all of them
     out = capsys.readouterr().out
     said = f"{corpus}: left 4 rows out of training, each identical to one of the 4 held out (eval_size)"
     assert (said in out) == (streaming == "false")  # a stream is counted by nothing ahead: it says it leaves them out
     assert (f"{corpus}: rows identical to a held-out row are left out of training as the stream reads them" in out) \
         == (streaming == "true")
+
+
+def test_a_stream_counts_the_copies_it_left_out_of_the_rows_it_read_and_none_once_resumed_past_rows_unread(tmp_path):
+    """A stream counts the copies of held-out rows among the rows it has read, one run of rows from the start (its
+    first read: a filter batch of 1,000 rows); a stream resumed at a later position (`load_state_dict`, as a resumed
+    run's) has skipped rows an earlier process read, so its count would be short: none."""
+    texts = [f"row {i}" for i in range(2200)]
+    for row in (10, 1200, 2150):
+        texts[row] = texts[row % 4]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(texts) + "\n")
+
+    def stream():
+        recipe = _recipe("--train_file", str(corpus), "--eval_size", "4", "--streaming", "true")
+        return recipe, load_splits(recipe, COLUMNS)[0]
+
+    recipe, train = stream()
+    assert recipe.held_out_copies() == 1  # rows 4 to 999 read: the copy in row 10
+    rows = iter(train)
+    for _ in range(1100):
+        next(rows)
+    assert recipe.held_out_copies() == 2  # rows to 1999 read: the copy in row 1200 too; row 2150 not yet
+    for _ in range(1000):
+        next(rows)
+    position = train.state_dict()
+    assert len(list(rows)) == 2200 - 4 - 3 - 2100 and recipe.held_out_copies() == 3
+    resumed, train = stream()
+    train.load_state_dict(position)
+    assert _rows(train) == [t for t in texts[2106:] if t not in texts[:4]] and resumed.held_out_copies() is None
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
+def test_a_run_records_the_copies_of_held_out_rows_it_left_out(tmp_path, streaming):
+    """results.json and the card record `held_out_copies`, counted before training in memory, as a stream reads it."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS[:20] + TEXTS[:2] + TEXTS[20:] + TEXTS[1:3]) + "\n")
+    results, folder = pretrain_gpt.main(["--recipe", "gpt-pretrain-tiny", "--train_file", str(corpus), "--eval_size",
+                                         "4", "--streaming", streaming, "--max_steps", "2", "--save_steps", "0",
+                                         "--tokenizer_vocab_size", "300", "--progress_bar", "false", "--report_to",
+                                         "none", "--output_dir", str(tmp_path / "run")])
+    assert results["held_out_copies"] == 4
+    assert json.loads((folder / "results.json").read_text())["held_out_copies"] == 4
+    assert "| held_out_copies | 4 |" in (folder / "README.md").read_text()
 
 
 def test_an_error_in_held_out_rows_names_the_files_line(tmp_path):
