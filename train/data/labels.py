@@ -101,8 +101,7 @@ def _listed(ids: list[int], shown: int = 8) -> str:
     return ", ".join(map(str, ids[:shown])) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
-def _unlabelled_class(value) -> bool:
-    """Whether a row of class labels is unlabelled: labelled -1 (or, for tags, a word tagged -1)."""
+def _unlabelled_class(value) -> bool:  # labelled -1 (tags: a word tagged -1)
     return -1 in (value if isinstance(value, list) else [value])
 
 
@@ -270,8 +269,7 @@ def _unscored_error(location: str, held: str) -> LabelError:
                       f"skip_unlabeled: true to skip such rows, or give it a score")
 
 
-def _unscored(value: object) -> bool:
-    """Whether a row of scores is unlabelled: labelled -1 (GLUE's test splits) or without a score (`_no_score`)."""
+def _unscored(value: object) -> bool:  # an unlabelled row of scores: labelled -1 (GLUE's test splits) or no score
     return _no_score(value) is not None or value == -1
 
 
@@ -305,10 +303,9 @@ def _scores(dataset: datasets.Dataset, source: str, column: str, skip_unlabeled:
 
 def score_labels(train: datasets.Dataset | datasets.IterableDataset, validation: datasets.Dataset | None, column: str,
                  sources: tuple[str, str], skip_unlabeled: bool = False):
-    """`(train, validation)` with the labels of `column` checked as scores, real numbers (ints or floats; text and
-    infinity refused naming the file, line, column and value); a row without a score (`_no_score`) is unlabelled,
-    refused unless `skip_unlabeled` leaves it out, with the rows labelled -1, with a count. A streamed training split
-    is checked as it is read."""
+    """`(train, validation)` with the labels of `column` checked as scores, real numbers (text and infinity refused
+    naming the file, line, column and value); with `skip_unlabeled` the unlabelled rows (`_unscored`) are left out,
+    with a count, else a row without a score is refused. A streamed training split is checked as it is read."""
     streamed = isinstance(train, datasets.IterableDataset)
     _check_scores(([(validation, sources[1])] if validation is not None else [])
                   + ([] if streamed else [(train, sources[0])]), column, skip_unlabeled)

@@ -421,8 +421,7 @@ class Engine:
 
     def _summary(self, start_step: int, wall: float, metrics: dict[str, Any]) -> dict[str, Any]:
         """results.json's figures: the last training loss, the speed (medians of the records' throughput),
-        `metrics`, and where `eval_size` held rows out, the training rows left out as copies of them (counted now: a
-        stream counts as it reads)."""
+        `metrics`, and the copies of held-out rows left out (`Recipe.held_out_copies`, a stream's counted by now)."""
         train_losses = self.log.values("loss")
         speed = {key: statistics.median(values) for key in ("tokens_per_s", "mfu") if (values := self.log.values(key))}
         count = self.recipe.held_out_copies

@@ -211,10 +211,8 @@ class Run:
         _write_json(self.folder / RECORD, record)
 
     def withdraw(self) -> None:
-        """Undo the claim of a new run that stopped before it trained (`_trained`: no checkpoint, model, adapter or
-        logged step): what it wrote (the tokenizer it trained, the log of its launch), its record, its lock and (if the
-        claim created it) its folder go, and an earlier run's set-aside files come back. The folder is left as it was
-        before the run; a resumed run's is left as it is."""
+        """Undo the claim of a new run that stopped before it trained (`_trained`): what it wrote, its record, lock and
+        (if the claim created it) folder go, and an earlier run's set-aside files come back; a resumed run's stay."""
         if not self.held:
             return
         if self.aside is not None:  # still set aside: no checkpoint yet

@@ -158,9 +158,8 @@ def _held_out(recipe: Recipe, rows, source: str):
     """`(held, rest)`: the first `eval_size` rows of the training data, held out to evaluate on (in memory), and the
     rows left to train on: the others, less those identical to a held-out row (the model would be scored on rows it
     trained on), counted once in memory; a stream leaves them out as it reads them (the same rows, whatever the
-    shards, lanes and processes that read it), counting those it has read (`_RowsLeftOut.count`). `recipe.held_out`
-    records the rows held out, `recipe.kept_rows` the file's row of each row left, `recipe.held_out_copies` the count
-    of the copies left out, which results.json records at the end of the run."""
+    shards, lanes and processes that read it). `recipe.held_out` records the count, `recipe.kept_rows` the file's row
+    of each row left, `recipe.held_out_copies` the copies left out (a stream's: `_RowsLeftOut.count`)."""
     size = recipe.eval_size
     streamed = isinstance(rows, datasets.IterableDataset)
     held = list(rows.take(size)) if streamed else rows.select(range(min(size, len(rows))))
@@ -206,10 +205,9 @@ def _nothing_left(source: str, size: int) -> RecipeError:
 
 class _RowsLeftOut:
     """The filter of a stream's rows left to train on (`keep`), which notes the rows it leaves out as it reads them,
-    by their row in the file (the `size` held out first, then their copies), and the rows it has read (`spans`, the
-    runs of rows [start, end) the reads covered): with them `row_of` finds the file's row of a row kept and `count`
-    counts the copies left out (a stream of one shard, read in one lane; a stream of `shards` shards is read lane by
-    lane, whose rows only the lanes count)."""
+    by their row in the file (the `size` held out, then their copies), and the runs of rows read (`spans`): with them
+    `row_of` finds the file's row of a row kept, `count` the copies left out (a stream of one shard, read in one lane;
+    a stream of `shards` shards is read lane by lane, whose rows only the lanes count)."""
 
     def __init__(self, held: set[bytes], size: int, shards: int):
         self.held, self.size, self.shards, self.left_out, self.spans = held, size, shards, set(), []
@@ -231,10 +229,8 @@ class _RowsLeftOut:
         self.spans = spans
 
     def count(self) -> int | None:
-        """The copies of held-out rows left out of the rows read (each once, however many passes or reads met it:
-        the tokenizer's, the training's), where that count is exact: the rows read are the file's first, one run of
-        rows from the start (a resumed stream begins at its position, skipping rows an earlier process read, until a
-        read covers them), of one shard (two lanes would number two rows alike); else None."""
+        """The copies left out of the rows read, each once, where that is exact: one shard (lanes number rows alike),
+        read in one run from its first row (a resumed stream skips rows until a pass reads them); else None."""
         from_start = len(self.spans) == 1 and self.spans[0][0] == 0
         return sum(row >= self.size for row in self.left_out) if self.shards == 1 and from_start else None
 
