@@ -21,7 +21,7 @@ from train.run import strict_json
 from train.run.distributed import unsharded
 from train.run.environment import versions
 from train.run.recipes import PATH_KEYS, RecipeError, reads
-from train.run.run_folder import staged_output
+from train.run.run_folder import RECORD, staged_output
 
 THROUGHPUT_KEYS = ("tokens_per_s", "mfu")  # results.json's medians, on the card's throughput line (`throughput_line`)
 # class-name suffix -> (Hub pipeline tag, task type in model-index)
@@ -51,8 +51,12 @@ def pipeline_tag(class_name: str) -> str:
 
 def public_name(value: str | None) -> str | None:
     """A recipe value as the card names it: a local file or folder by its name (its full path, which says where the
-    user keeps their files, stays in `run.json`), anything else (a Hub id, `embedded:<task>`, a preset) as it is."""
-    return Path(value).resolve().name if value and Path(value).exists() else value
+    user keeps their files, stays in `run.json`), a run's model folder with its run's (`bert-pretrain/model`),
+    anything else (a Hub id, `embedded:<task>`, a preset) as it is."""
+    if not value or not Path(value).exists():
+        return value
+    path = Path(value).resolve()
+    return f"{path.parent.name}/{path.name}" if (path.parent / RECORD).is_file() else path.name
 
 
 def printable(text: str) -> str:
@@ -200,7 +204,8 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
     metadata = card_metadata(model, recipe, results, dataset_name)
     if base_model:
         metadata["base_model"] = base_model
-    rows = "\n".join(f"| {k} | {figure(v)} |" if isinstance(v, float) else f"| {k} | {_cell(v)} |"
+    rows = "\n".join(f"| {k} | {figure(v)} |" if isinstance(v, float) else
+                     f"| {k} | {_cell(public_name(v) if k == 'base_model' else v)} |"
                      for k, v in results.items() if v is not None and k not in THROUGHPUT_KEYS)
     recipe_yaml = yaml.safe_dump(card_recipe(recipe, model.config.model_type), sort_keys=False)
     for key in PATH_KEYS:  # a local path the description names (`where the weights started`), by its name

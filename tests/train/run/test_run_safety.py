@@ -205,21 +205,24 @@ def test_the_model_card_is_fit_to_publish(tmp_path, monkeypatch):
     from train.run import publish
     from train.run.recipes import load_recipe
 
-    data, start = tmp_path / "data" / "mine.txt", tmp_path / "models" / "start"
+    data, start = tmp_path / "data" / "mine.txt", tmp_path / "models" / "start" / "model"
     data.parent.mkdir()
     data.write_text("a b\n")
     start.mkdir(parents=True)
+    (start.parent / "run.json").write_text("{}")  # a run's model folder: named with its run's
     recipe = load_recipe("gpt-pretrain-tiny", {"train_file": str(data), "validation_file": str(data), "model":
                                                str(start), "output_dir": str(tmp_path / "run")})
     model = modeling.LineageGptForCausalLM(preset("gpt-tiny"))
     sample = "Anna\x00 was \x1b[31mborn | in\n\u2028x"
-    card = publish.write_model_card(tmp_path, model, recipe, {"eval_loss": 1.5, "sample_0": sample}, {"torch": "2"},
+    card = publish.write_model_card(tmp_path, model, recipe, {"eval_loss": 1.5, "sample_0": sample,
+                                                              "base_model": str(start)}, {"torch": "2"},
                                     description=f"Started from `{start}`.").read_bytes()
     assert b"\x00" not in card and b"\x1b" not in card and str(tmp_path).encode() not in card
     text = card.decode()
     assert publish.read_card_metadata(tmp_path / "README.md")["datasets"] == ["mine.txt"]
     assert "| sample_0 | Anna\\x00 was \\x1b[31mborn \\| in\\n\\u2028x |" in text
-    assert "Started from `start`." in text and "github.com" not in text and "trained with Lineage on" in text
+    assert "Started from `start/model`." in text and "github.com" not in text and "trained with Lineage on" in text
+    assert "| base_model | start/model |" in text and "\nmodel: start/model\n" in text
     shown = yaml.safe_load(text.split("```yaml\n")[1].split("```")[0])
     assert "dataset" not in shown and "embedded" not in text and shown["train_file"] == "mine.txt"
 
