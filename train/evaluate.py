@@ -250,18 +250,18 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
     import datasets
 
     from train.data.corpus import SPLITS
-    from train.data.files import UnknownColumnError, load_text_dataset
+    from train.data.files import UnknownColumnError, load_text_dataset, names_local_data
     from train.run.recipes import Recipe
 
     embedded = source.startswith("embedded:")
     if embedded and args.split not in SPLITS:
         raise EvaluateError(f"--split {args.split!r}: {source} has the splits {', '.join(SPLITS)}")
-    if _one_split(source) and args.split not in ("train", command_parser().get_default("split")):
-        raise EvaluateError(f"--split {args.split!r}: {source} is local data of one split (a file, a folder of files "
-                            f"or a saved Dataset), read whole whatever the split: leave --split out, or give --split "
-                            f"train --eval_size N to score its first N rows")
+    if _one_split(source, columns) and args.split not in ("train", command_parser().get_default("split")):
+        raise EvaluateError(f"--split {args.split!r}: {source} is local data of one split (a file, a folder of files, "
+                            f"a translation pair's two files or a saved Dataset), read whole whatever the split: leave "
+                            f"--split out, or give --split train --eval_size N to score its first N rows")
     drawn = {"size": args.eval_size, "seed": _run_recipe(args.model).get("seed", Recipe.seed)}  # as the run drew it
-    streamed = args.eval_size is not None and not embedded and not Path(source).exists()
+    streamed = args.eval_size is not None and not embedded and not names_local_data(source, columns)
     try:
         rows = load_text_dataset(source, args.split, columns=columns, dataset_config=args.dataset_config,
                                  streaming=streamed, **(drawn if embedded else {}))
@@ -272,27 +272,27 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
     elif args.eval_size is not None and not embedded and args.eval_size < len(rows):
         rows = rows.select(range(args.eval_size))
     if not embedded:
-        _note_training_rows(args, source, len(rows))
+        _note_training_rows(args, source, len(rows), columns)
     return rows
 
 
-def _one_split(source: str) -> bool:
-    """Whether `source` is local data of one split: a data file, a folder of them or a saved `Dataset` (not a saved
-    `DatasetDict`, nor a Hub data set or the embedded corpus)."""
-    from train.data.files import saved_splits
+def _one_split(source: str, columns=()) -> bool:
+    """Whether `source` is local data of one split: a data file, a folder of them, a translation pair's two files for
+    `columns` or a saved `Dataset` (not a saved `DatasetDict`, nor a Hub data set or the embedded corpus)."""
+    from train.data.files import names_local_data, saved_splits
 
-    return not source.startswith("embedded:") and Path(source).expanduser().exists() and not saved_splits(source)
+    return not source.startswith("embedded:") and names_local_data(source, columns) and not saved_splits(source)
 
 
-def _trained_on(args: argparse.Namespace, source: str, recipe: dict[str, Any]) -> str | None:
+def _trained_on(args: argparse.Namespace, source: str, recipe: dict[str, Any], columns) -> str | None:
     """The recipe key that names `source` as the data the run trained on (`train_file`: the same file, resolved as
     the run resolved it, or from here; `dataset`: the same Hub data set, configuration and its train split), or None."""
-    from train.data.files import saved_splits
+    from train.data.files import names_local_data, saved_splits
 
     train_file = recipe.get("train_file")
     if train_file:
         path = Path(source).expanduser()
-        if not path.exists() or (saved_splits(source) and args.split != "train"):
+        if not names_local_data(source, columns) or (saved_splits(source) and args.split != "train"):
             return None
         run = Path(args.model).parent / "run.json"  # the run folder's record holds its inputs resolved
         recorded = json.loads(run.read_text()).get("inputs", {}).get("train_file") if run.is_file() else None
@@ -303,25 +303,25 @@ def _trained_on(args: argparse.Namespace, source: str, recipe: dict[str, Any]) -
     return "dataset" if same else None
 
 
-def _held_out(recipe: dict[str, Any], source: str) -> int:
+def _held_out(recipe: dict[str, Any], source: str, columns) -> int:
     """The first rows of the run's training data it held out to evaluate on: `eval_size` where the data had no
     `validation_split` and no `validation_file` was given (`train.setup.splits.load_splits`), else none."""
-    from train.data.files import hub_splits, saved_splits
+    from train.data.files import hub_splits, names_local_data, saved_splits
 
     if recipe.get("validation_file") or not recipe.get("eval_size"):
         return 0
-    splits = saved_splits(source) if Path(source).expanduser().exists() else hub_splits(source,
-                                                                                         recipe.get("dataset_config"))
+    local = names_local_data(source, columns)
+    splits = saved_splits(source) if local else hub_splits(source, recipe.get("dataset_config"))
     return 0 if splits is None or recipe.get("validation_split", "validation") in splits else recipe["eval_size"]
 
 
-def _note_training_rows(args: argparse.Namespace, source: str, read: int) -> None:
+def _note_training_rows(args: argparse.Namespace, source: str, read: int, columns) -> None:
     """Say once when the rows read to score include rows the run trained on (its data: the first `held` rows held
     out, then the rows it trained on), and how to score the held-out rows alone: a notice, as training figures may be
     wanted."""
     recipe = _run_recipe(args.model)
-    key = _trained_on(args, source, recipe)
-    held = _held_out(recipe, source) if key else 0
+    key = _trained_on(args, source, recipe, columns)
+    held = _held_out(recipe, source, columns) if key else 0
     if key is None or read <= held:
         return
     trained = read - held if recipe.get("train_size") is None else min(read - held, recipe["train_size"])
@@ -331,10 +331,10 @@ def _note_training_rows(args: argparse.Namespace, source: str, read: int) -> Non
           f"{read} rows read are rows it trained on, so these figures are training figures; {advice}", flush=True)
 
 
-def read_from(args: argparse.Namespace, source: str) -> dict[str, str]:
+def read_from(args: argparse.Namespace, source: str, columns=()) -> dict[str, str]:
     """What results.json and the card record as read: `source` with the split `--split` chose of it, or, for local
     data files and a saved `Dataset`, which are one split whatever `--split` names, `source` alone (its path)."""
-    return {"dataset": source, **({} if _one_split(source) else {"split": args.split})}
+    return {"dataset": source, **({} if _one_split(source, columns) else {"split": args.split})}
 
 
 def model_batch_size(args: argparse.Namespace) -> int:
@@ -346,7 +346,8 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
     """A seq2seq model's translations of `--dataset` (default: the embedded corpus's test split)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from train.train_translation import pair_columns, pairs
+    from train.data.files import pair_columns
+    from train.train_translation import pairs
 
     source = args.dataset or "embedded:translation"
     columns = tuple(_columns(args, ("source_column", "target_column")).values())
@@ -359,7 +360,8 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
                               length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens,
                               batch_size=batch, beam_search=args.beam_search)
     figures = {k: scored[k] for k in ("bleu", "chrf", "exact_match")}
-    return {"scores": {"translation": figures}, "translation": {**scored, **read_from(args, source)}}
+    return {"scores": {"translation": figures},
+            "translation": {**scored, **read_from(args, source, pair_columns(*columns))}}
 
 
 def _model_label_ids(rows, names: list[str], column: str, config, source: str):

@@ -6,8 +6,9 @@
         --train_file pairs.json
 
 Pairs in the columns `source` and `target` (recipe keys `source_column`, `target_column`; `translation.de` for the
-Hub's layout); teacher forcing and label-smoothed cross-entropy (the Transformer recipes use the paper's
-inverse-square-root schedule). docs/training.md ("Commands", "Data").
+Hub's layout; `--train_file data/train` of `en`, `de`: the lines of data/train.en and data/train.de); teacher forcing
+and label-smoothed cross-entropy (the Transformer recipes use the paper's inverse-square-root schedule).
+docs/training.md ("Commands", "Data").
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from modeling.beam_search import BEAM_SEARCHES
 from train.analysis.translation_scores import score_translations
 from train.cli import run_script
 from train.data.collators import Seq2SeqCollator
+from train.data.files import pair_columns
 from train.data.model_inputs import tokenize_dataset
 from train.run.engine import Engine, TokenMean
 from train.run.recipes import parse_args
@@ -39,11 +41,6 @@ def pairs(dataset, source_column: str | None, target_column: str | None):
         return None
     names = {source_column or "source": "source", target_column or "target": "target"}
     return dataset.select_columns(list(names)).rename_columns({k: v for k, v in names.items() if k != v})
-
-
-def pair_columns(source_column: str | None, target_column: str | None) -> tuple[tuple[str, str], ...]:
-    """The columns `pairs` reads, each checked as text."""
-    return (source_column or "source", "text"), (target_column or "target", "text")
 
 
 def generation_settings(recipe) -> dict:

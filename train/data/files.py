@@ -1,9 +1,10 @@
 """Reading data through `datasets`: local files, the embedded corpus or a Hub dataset, checked before it is used.
 
-`load_text_dataset` takes files, a folder, a `save_to_disk` folder, `"embedded:<task>"` or a Hub dataset name (the
-only source that reaches the network), checks the files before the datasets cache is touched and every value of the
-columns the task reads. Bad input raises a `DataError` (a `ValueError`) or `DataFileNotFoundError` naming the file,
-the line as an editor counts it (`row_location`), the column and the problem. docs/training.md, "Data".
+`load_text_dataset` takes files, a folder, a `save_to_disk` folder, a translation pair's two files by their shared
+prefix (`pair_files`), `"embedded:<task>"` or a Hub dataset name (the only source that reaches the network), checks
+the files before the datasets cache is touched and every value of the columns the task reads. Bad input raises a
+`DataError` (a `ValueError`) or `DataFileNotFoundError` naming the file, the line as an editor counts it
+(`row_location`), the column and the problem. docs/training.md, "Data".
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import csv
 import functools
 import gzip
 import hashlib
+import io
+import itertools
 import json
 import lzma
 import os
@@ -118,11 +121,61 @@ def _is_local(source: str) -> bool:
     return (path.exists() or source.startswith(("/", "./", "../", "~", "\\")) or _suffix(path) in FORMATS)
 
 
-def check_local_source(source: str, key: str) -> None:
-    """Refuse, naming the recipe `key`, a path that names no file or folder (a Hub name is left to the loader): both
-    splits' paths are checked before either is read."""
-    if _is_local(source) and not Path(source).expanduser().exists():
-        raise DataFileNotFoundError(f"{source}: no such data file (recipe key {key!r})")
+def check_local_source(source: str, key: str, columns: Columns = ()) -> None:
+    """Refuse, naming the recipe `key`, a path that names no local data (`names_local_data`; a Hub name is left to the
+    loader): both splits' paths are checked before either is read."""
+    if _is_local(source) and not names_local_data(source, columns):
+        raise DataFileNotFoundError(f"{source}: no such data file (recipe key {key!r}){_pair_hint(source, columns)}")
+
+
+def names_local_data(source: str | Path, columns: Columns = ()) -> bool:
+    """Whether `source` names local data: a file or folder, or the prefix of a translation pair's two files."""
+    return Path(source).expanduser().exists() or pair_files(source, columns) is not None
+
+
+def pair_columns(source_column: str | None = None, target_column: str | None = None) -> tuple[tuple[str, str], ...]:
+    """A translation pair's columns, checked as text: `source_column` and `target_column` (None: source, target)."""
+    return (source_column or "source", "text"), (target_column or "target", "text")
+
+
+PAIR_LINES = "line i of each holds a sentence and its translation"  # a translation pair's two files
+
+
+def _pair_names(source: str | Path | Sequence, columns: Columns) -> list[str] | None:
+    """The two text columns of a pair whose files `source`, a path that names nothing, could be the prefix of."""
+    if not isinstance(source, (str, Path)) or Path(source).expanduser().exists():
+        return None
+    kinds = _kinds(columns)
+    return list(kinds) if len(kinds) == 2 and set(kinds.values()) == {"text"} else None
+
+
+def _language_file(prefix: str, column: str) -> Path | None:
+    """`<prefix>.<column>`, or the same compressed (`.gz`, ...), where one is a file."""
+    plain = Path(f"{prefix}.{column}").expanduser()
+    return next((p for p in (plain, *(Path(f"{plain}{s}") for s in COMPRESSIONS)) if p.is_file()), None)
+
+
+def pair_files(source: str | Path | Sequence, columns: Columns) -> tuple[Path, Path] | None:
+    """`(<source>.<source column>, <source>.<target column>)`, each plain or compressed: a translation pair as two
+    plain-text files of a sentence per line (fairseq's, Moses', sacreBLEU's), read where `source` names no file or
+    folder and `columns` are a pair's (two text columns). One of the two without the other is refused, naming it."""
+    names = _pair_names(source, columns)
+    found = [_language_file(str(source), name) for name in names] if names else [None, None]
+    if None not in found:
+        return found[0], found[1]
+    if found == [None, None]:
+        return None
+    missing = names[found.index(None)]
+    raise DataFileNotFoundError(f"{source}.{missing}: no such data file, but {next(f for f in found if f)} is: a "
+                                f"translation pair named {source} is read from {source}.{names[0]} and "
+                                f"{source}.{names[1]} (plain or compressed, .gz), {PAIR_LINES}; give both")
+
+
+def _pair_hint(source: str | Path | Sequence, columns: Columns) -> str:
+    """What a `source` that names nothing would have been read as with the files of a translation pair."""
+    names = _pair_names(source, columns)
+    return (f"; a translation pair named so is read from {source}.{names[0]} and {source}.{names[1]} ({PAIR_LINES}), "
+            f"which do not exist either" if names else "")
 
 
 def _suffix(path: Path) -> str:
@@ -650,11 +703,17 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         dataset = corpus.default_corpus(source[len(EMBEDDED_PREFIX):], split, seed, size)
         dataset = _with_columns(dataset, list(kinds), source)
         return dataset.to_iterable_dataset() if streaming else dataset
+    pair = pair_files(source, columns)
+    if pair is not None:
+        return _load_pair(pair, split, kinds, streaming, cache_dir)
     if isinstance(source, (str, Path)) and _is_saved(Path(source).expanduser()):
         return _load_saved(Path(source).expanduser(), split, kinds, streaming)
     if isinstance(source, (str, Path)) and not _is_local(str(source)):
         return _load_hub(str(source), split, kinds, streaming, dataset_config, cache_dir)
-    files = resolve_files(source)
+    try:
+        files = resolve_files(source)
+    except DataFileNotFoundError as error:
+        raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}") from None
     fmt = _file_format(files, data_format)
     validate_files(files, fmt, list(kinds))
     _show_files(source, files)
@@ -676,6 +735,60 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         dataset = dataset.map(_without_bom, batched=True)  # datasets reads compressed text as UTF-8, whatever encoding
     refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, fmt != "text")
     return _checked(dataset, kinds, refuse, records=fmt != "text")
+
+
+UNEVEN = "the two files of a translation pair must have the same number of lines, as " + PAIR_LINES
+
+
+def _load_pair(files: tuple[Path, Path], split: str, kinds: dict[str, str | None], streaming: bool,
+               cache_dir: str | None) -> AnyDataset:
+    """A translation pair's two files (`pair_files`) as `kinds`' columns: in memory each read by datasets' `text`
+    reader and set side by side (Arrow, nothing copied); streamed, read line by line in lockstep as one shard."""
+    names = list(kinds)
+    validate_files(list(files), "text")
+    refuse = functools.partial(_refuse_in_pair, files, names, kinds)
+    if streaming:
+        stream = datasets.IterableDataset.from_generator(
+            _pair_rows, features=datasets.Features({name: datasets.Value("string") for name in names}),
+            gen_kwargs={"pairs": [(files, names)]})  # a list of one: one shard
+        return _checked(stream, kinds, refuse, records=True)
+    sides = [load_text_dataset(path, split, columns=(), data_format="text", text_sample_by="line",
+                               cache_dir=cache_dir).rename_column("text", name) for path, name in zip(files, names)]
+    if len(sides[0]) != len(sides[1]):
+        raise DataError(f"{files[0]} has {len(sides[0])} lines and {files[1]} has {len(sides[1])}: {UNEVEN}")
+    return _checked(datasets.concatenate_datasets(sides, axis=1), kinds, refuse, records=True)
+
+
+def _pair_rows(pairs: list[tuple[tuple[Path, Path], list[str]]]) -> Iterator[dict[str, str]]:
+    """The rows of each pair of files, `((source file, target file), [source column, target column])`, their lines
+    read in lockstep; a file that ends before the other is refused there."""
+    for files, names in pairs:
+        for number, texts in enumerate(itertools.zip_longest(*map(_text_lines, files)), 1):
+            if None in texts:
+                short = texts.index(None)
+                raise DataError(f"{files[short]} ends at line {number - 1}, but {files[1 - short]} goes on at line "
+                                f"{number}: {UNEVEN}")
+            yield dict(zip(names, texts))
+
+
+def _text_lines(path: Path) -> Iterator[str]:
+    """The lines of a (compressed) text file as datasets' `text` reader splits them (universal newlines, no BOM); a
+    byte that is no UTF-8 or a truncated file is refused naming the file and line (`check_utf8`)."""
+    try:
+        with io.TextIOWrapper(_open_bytes(path), encoding="utf-8-sig") as handle:
+            for line in handle:
+                yield line.removesuffix("\n")
+    except Exception:  # whatever the decoder or decompressor raises
+        check_utf8(path)
+        raise
+
+
+def _refuse_in_pair(files: tuple[Path, Path], names: list[str], kinds: dict[str, str | None], row: int, column: str,
+                    value: object) -> DataError:
+    """The error for ``value`` at row ``row`` of a translation pair: its line in the file of its column."""
+    side = names.index(column)
+    location = f"{files[side]}: line {row + 1} (column {column!r}, paired with line {row + 1} of {files[1 - side]})"
+    return _value_error(location, column, kinds[column], value)
 
 
 def _without_bom(rows: dict) -> dict:
@@ -782,9 +895,9 @@ def _with_columns(dataset: AnyDataset, columns: Sequence[str], source: str) -> A
                                      for column, (outer, key) in others.items()}, batched=True, **memory)
 
 
-def _hub_error(name: str, split: str, dataset_config: str | None, err: BaseException) -> DataError:
+def _hub_error(name: str, split: str, dataset_config: str | None, err: BaseException, hint: str = "") -> DataError:
     return DataError(f"could not load {name!r} as a Hub dataset (config {dataset_config!r}, split {split!r}): {err}. "
-                     f"A local path must exist; the Hub needs a network (HF_HUB_OFFLINE unset) or a cached copy")
+                     f"A local path must exist{hint}; the Hub needs a network (HF_HUB_OFFLINE unset) or a cached copy")
 
 
 def hub_splits(name: str, dataset_config: str | None) -> list[str] | None:
@@ -801,11 +914,11 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
         dataset = datasets.load_dataset(name, dataset_config, split=split, streaming=streaming, cache_dir=cache_dir)
     except ValueError as err:  # "Unknown split" in memory, "Bad split" streamed
         if "Unknown split" not in str(err) and "Bad split" not in str(err):
-            raise _hub_error(name, split, dataset_config, err) from err
+            raise _hub_error(name, split, dataset_config, err, _pair_hint(name, list(kinds.items()))) from err
         raise UnknownSplitError(f"Hub dataset {name!r} (config {dataset_config!r}) has no split {split!r}: "
                                 f"{str(err).rstrip('.')}") from None
     except (ConnectionError, OSError) as err:
-        raise _hub_error(name, split, dataset_config, err) from err
+        raise _hub_error(name, split, dataset_config, err, _pair_hint(name, list(kinds.items()))) from err
     dataset = _with_columns(dataset, list(kinds), f"Hub dataset {name!r}")
     # blank rows of a Hub dataset are its layout (wikitext's empty lines), not missing values
     return _checked(dataset, kinds, functools.partial(_refuse_at, f"Hub dataset {name!r}", kinds), records=False)
@@ -814,4 +927,5 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
 __all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS", "FileRows",
            "InvalidUTF8Error", "MalformedRowError", "MissingColumnError", "TASKS", "TEXT_SAMPLE_BY",
            "UnknownColumnError", "UnknownSplitError", "check_local_source", "check_utf8", "hub_splits",
-           "load_text_dataset", "resolve_files", "row_location", "saved_splits", "stream_refusal", "validate_files"]
+           "load_text_dataset", "names_local_data", "pair_columns", "pair_files", "resolve_files", "row_location",
+           "saved_splits", "stream_refusal", "validate_files"]

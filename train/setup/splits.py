@@ -23,6 +23,7 @@ from train.data.files import (
     check_local_source,
     hub_splits,
     load_text_dataset,
+    names_local_data,
     saved_splits,
 )
 from train.run.recipes import Recipe, RecipeError
@@ -123,14 +124,14 @@ def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str | No
         raise RecipeError(f"recipe key 'validation_split' is {recipe.validation_split!r}: {validation_source} has the "
                           f"splits {', '.join(SPLITS)}")
     source = recipe.data_source("train", default_dataset)
-    if recipe.dataset_config and (source.startswith("embedded:") or Path(source).exists()):
+    if recipe.dataset_config and (source.startswith("embedded:") or names_local_data(source, columns)):
         raise RecipeError(f"recipe key 'dataset_config' is {recipe.dataset_config!r}, which selects a configuration "
                           f"of a Hub dataset; this run reads {source!r}: drop it, or name the Hub dataset with "
                           f"'dataset'")
     for key, file in (("train_file", train), ("validation_file", validation)):
         if file:
-            check_local_source(file, key)
-    splits = None if validation else _without_validation(recipe, source)
+            check_local_source(file, key, columns)
+    splits = None if validation else _without_validation(recipe, source, columns)
     if splits is not None and "eval_size" in recipe.set_by_user:
         rows = load_split(recipe, "train", columns, default_dataset, column_advice, cut=False)
         held, rows = _held_out(recipe, rows, source)
@@ -144,12 +145,12 @@ def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str | No
     return rows, load_split(recipe, "validation", columns, default_dataset, column_advice)
 
 
-def _without_validation(recipe: Recipe, source: str) -> list[str] | None:
+def _without_validation(recipe: Recipe, source: str, columns: Columns) -> list[str] | None:
     """The splits of the recipe's data when it has no split `validation_split` (local training files: none; a saved
     `DatasetDict` or a Hub dataset without it: theirs); None when it has one, or the Hub cannot say (no network)."""
     if source.startswith("embedded:"):
         return None
-    local = recipe.train_file or Path(source).exists()
+    local = recipe.train_file or names_local_data(source, columns)
     splits = saved_splits(source) if local else hub_splits(source, recipe.dataset_config)
     return None if splits is None or recipe.validation_split in splits else splits
 

@@ -1,10 +1,13 @@
 """Translation pairs as other tools write them: the Hub's layout (`{"translation": {"en": ..., "de": ...}}`, a
 `datasets.Translation` feature, a parquet struct) read through `source_column` / `target_column` = `translation.en` /
-`translation.de`, and columns of other names (a TSV with the header `en de`), give the same pairs in memory and
-streamed; bad pairs are refused naming the file, the line and the entry, the same both ways; `train_translation` and
-`lineage evaluate` read them."""
+`translation.de`, columns of other names (a TSV with the header `en de`), and two files of a sentence per line named
+by their prefix (`train` of `train.en` and `train.de`, as fairseq, Moses and sacreBLEU write them) give the same pairs
+in memory and streamed; bad pairs are refused naming the file, the line and the entry, the same both ways;
+`train_translation` and `lineage evaluate` read them."""
 
+import gzip
 import json
+import re
 from pathlib import Path
 
 import datasets
@@ -12,11 +15,19 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import hub_dataset
+from conftest import exact_resume, hub_dataset
 
 from train import evaluate, train_translation
 from train.data.corpus import generate_records
-from train.data.files import MissingColumnError, UnknownColumnError, load_text_dataset
+from train.data.files import (
+    DataError,
+    DataFileNotFoundError,
+    InvalidUTF8Error,
+    MissingColumnError,
+    UnknownColumnError,
+    load_text_dataset,
+)
+from train.run.engine import Engine
 from train.run.recipes import RecipeError, load_recipe
 from train.train_translation import pair_columns, pairs
 
@@ -162,3 +173,174 @@ def test_the_wmt14_recipe_is_the_papers_and_reads_the_hubs_wmt14(tmp_path, monke
     assert results["steps"] == 2 and "eval_bleu" in results
     recorded = (folder / "recipe.yaml").read_text()
     assert "dataset: wmt/wmt14" in recorded and "source_column: translation.en" in recorded
+
+
+# ----------------------------------------------------------------------------- two files, a sentence per line
+
+EN, DE = [en for en, _ in PAIRS], [de for _, de in PAIRS]
+LANGUAGES = ("en", "de")
+
+
+def _lines(texts: list[str], end: str = "\n", last: bool = True) -> bytes:
+    return (end.join(texts) + (end if last else "")).encode()
+
+
+def _pair(folder: Path, en: bytes, de: bytes, compressed: tuple[str, str] = ("", ""), name: str = "train") -> Path:
+    """`<folder>/<name>.en` and `.de` (each gzipped where `compressed` says `.gz`); the prefix that names them."""
+    for language, data, suffix in zip(LANGUAGES, (en, de), compressed):
+        Path(f"{folder / name}.{language}{suffix}").write_bytes(gzip.compress(data) if suffix else data)
+    return folder / name
+
+
+WRITTEN = {  # as the tools write them
+    "a line each, a trailing newline (fairseq, Moses)": lambda d: _pair(d, _lines(EN), _lines(DE)),
+    "gzipped, the target without a trailing newline": lambda d: _pair(d, _lines(EN), _lines(DE, last=False),
+                                                                      (".gz", ".gz")),
+    "Windows line ends": lambda d: _pair(d, _lines(EN, "\r\n"), _lines(DE, "\r\n")),
+}
+
+
+def _read(prefix: Path, streaming: bool) -> list[dict]:
+    return list(load_text_dataset(prefix, columns=pair_columns(*LANGUAGES), streaming=streaming))
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("written", list(WRITTEN))
+def test_two_files_of_a_sentence_per_line_give_the_rows_of_the_same_json_lines_file(written, streaming, tmp_path):
+    jsonl = tmp_path / "pairs.jsonl"
+    jsonl.write_text("".join(json.dumps({"en": en, "de": de}) + "\n" for en, de in PAIRS), encoding="utf-8")
+    expected = _read(jsonl, streaming)
+    assert [(row["en"], row["de"]) for row in expected] == PAIRS
+    data = load_text_dataset(WRITTEN[written](tmp_path), columns=pair_columns(*LANGUAGES), streaming=streaming)
+    assert list(data) == expected
+    if streaming:
+        assert data.n_shards == 1  # read in lockstep, as one file
+    else:
+        assert len(data.cache_files) == 2  # each file's Arrow table, memory-mapped side by side: nothing copied
+
+
+@exact_resume
+def test_a_resumed_stream_of_two_files_continues_at_the_next_line_and_names_lines_as_before(tmp_path):
+    en, de = [f"Sentence {i}." for i in range(2500)], [f"Satz {i}." for i in range(2500)]
+    de[2300] = ""
+    prefix = _pair(tmp_path, _lines(en), _lines(de))
+    stream = load_text_dataset(prefix, columns=pair_columns(*LANGUAGES), streaming=True)
+    read = iter(stream)
+    assert [next(read)["de"] for _ in range(1500)] == de[:1500]
+    resumed = load_text_dataset(prefix, columns=pair_columns(*LANGUAGES), streaming=True)
+    resumed.load_state_dict(stream.state_dict())
+    read = iter(resumed)
+    assert next(read) == {"en": en[1500], "de": de[1500]}
+    with pytest.raises(MissingColumnError, match=rf"^{re.escape(str(prefix))}\.de: line 2301 \(column 'de', paired "
+                                                 rf"with line 2301 of {re.escape(str(prefix))}\.en\)"):
+        list(read)
+
+
+def _losses(output_dir: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in (output_dir / "logs" / "metrics.jsonl").read_text().splitlines()]
+    return {record["step"]: record["loss"] for record in records if "loss" in record}
+
+
+@exact_resume
+def test_an_interrupted_streamed_run_on_two_files_resumes_to_the_uninterrupted_runs_losses(tmp_path, monkeypatch):
+    """40 pairs in micro-batches of 8: a pass is 5 steps; interrupted in step 7, resumed from the checkpoint of step 6,
+    one micro-batch into the second pass."""
+    prefix = WRITTEN["a line each, a trailing newline (fairseq, Moses)"](tmp_path)
+    keys = ("--streaming", "true", "--max_steps", "8", "--save_steps", "3", "--save_total_limit", "5",
+            "--logging_steps", "1", "--per_device_train_batch_size", "8")
+    _train_pairs(prefix, tmp_path / "straight", *keys)
+    compute_loss = Engine._compute_loss
+
+    def interrupted(engine, batch):
+        if engine.state.step + 1 == 7:
+            raise KeyboardInterrupt("simulated interruption")
+        return compute_loss(engine, batch)
+
+    monkeypatch.setattr(Engine, "_compute_loss", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _train_pairs(prefix, tmp_path / "resumed", *keys)
+    monkeypatch.undo()
+    _train_pairs(prefix, tmp_path / "resumed", *keys, "--resume_from_checkpoint", "latest")
+    assert [r["step"] for r in json.loads((tmp_path / "resumed" / "run.json").read_text())["resumes"]] == [6]
+    assert _losses(tmp_path / "resumed") == _losses(tmp_path / "straight")  # bit for bit
+    assert sorted(_losses(tmp_path / "straight")) == list(range(1, 9))
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_files_of_other_line_counts_are_refused_naming_both(streaming, tmp_path):
+    prefix = _pair(tmp_path, _lines(EN), _lines(DE[:-1]))
+    en, de = (re.escape(f"{prefix}.{language}") for language in LANGUAGES)
+    counted = (rf"{de} ends at line 39, but {en} goes on at line 40" if streaming
+               else rf"{en} has 40 lines and {de} has 39")
+    with pytest.raises(DataError, match=rf"^{counted}: the two files of a translation pair must have the same number "
+                                        r"of lines, as line i of each holds a sentence and its translation$"):
+        _read(prefix, streaming)
+
+
+def test_an_empty_line_is_refused_as_an_empty_json_lines_value_naming_its_file_and_line_both_ways(tmp_path):
+    de = list(DE)
+    de[6] = ""
+    prefix = _pair(tmp_path, _lines(EN), _lines(de))
+    jsonl = tmp_path / "pairs.jsonl"
+    jsonl.write_text("".join(json.dumps({"en": en, "de": de}) + "\n" for en, de in zip(EN, de)), encoding="utf-8")
+    with pytest.raises(MissingColumnError) as as_json_lines:
+        _read(jsonl, False)
+    messages = []
+    for streaming in (False, True):
+        with pytest.raises(MissingColumnError) as refused:
+            _read(prefix, streaming)
+        messages.append(str(refused.value))
+    refusal = str(as_json_lines.value).split("): ", 1)[1]
+    assert messages == [f"{prefix}.de: line 7 (column 'de', paired with line 7 of {prefix}.en): {refusal}"] * 2
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_a_line_that_is_no_utf8_is_refused_naming_its_file_and_line(suffix, streaming, tmp_path):
+    de = _lines(DE).replace(DE[4].encode(), DE[4].encode("latin-1") + b" \xe9t\xe9")
+    prefix = _pair(tmp_path, _lines(EN), de, ("", suffix))
+    with pytest.raises(InvalidUTF8Error, match=rf"^{re.escape(f'{prefix}.de{suffix}')}: line 5: not valid UTF-8"):
+        _read(prefix, streaming)
+
+
+def test_one_file_of_a_pair_without_the_other_is_refused_naming_it(tmp_path):
+    (tmp_path / "train.en").write_bytes(_lines(EN))
+    with pytest.raises(DataFileNotFoundError, match=rf"^{re.escape(str(tmp_path / 'train.de'))}: no such data file, "
+                                                    rf"but {re.escape(str(tmp_path / 'train.en'))} is"):
+        _read(tmp_path / "train", False)
+
+
+def _train_pairs(prefix: Path, output_dir: Path, *extra: str) -> tuple[dict, Path]:
+    return _train(prefix, output_dir, "--source_column", "en", "--target_column", "de", *extra)
+
+
+def test_a_prefix_of_no_files_is_not_found_naming_the_two_files_it_would_read(tmp_path):
+    prefix = tmp_path / "train"
+    with pytest.raises(DataFileNotFoundError, match=rf"^{re.escape(str(prefix))}: no such data file \(recipe key "
+                                                    rf"'train_file'\); a translation pair named so is read from "
+                                                    rf"{re.escape(str(prefix))}\.en and {re.escape(str(prefix))}\.de"):
+        _train_pairs(prefix, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("written, streaming, evaluated", [
+    ("a line each, a trailing newline (fairseq, Moses)", "false", "validation_file"),
+    ("gzipped, the target without a trailing newline", "true", "eval_size")])
+def test_train_translation_and_evaluate_read_two_files_by_their_prefix(written, streaming, evaluated, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    prefix = WRITTEN[written](data)
+    validation = (["--validation_file", str(_pair(data, _lines(EN[:8]), _lines(DE[:8]), name="valid"))]
+                  if evaluated == "validation_file" else ["--eval_size", "8"])
+    results, folder = _train_pairs(prefix, tmp_path / "run", "--streaming", streaming, *validation)
+    assert results["steps"] == 2 and "eval_bleu" in results
+    assert f"train_file: {prefix}\n" in (folder / "recipe.yaml").read_text()
+    if evaluated == "eval_size":
+        assert results["held_out_copies"] == 0 and "split: train[:8]" in (folder / "README.md").read_text()
+    scored = ["--dataset", str(prefix), "--split", "train", "--eval_size", "8"]
+    out = evaluate.main(["--model", str(folder), *scored, "--num_beams", "1", "--max_new_tokens", "4",
+                         "--output_dir", str(tmp_path / "eval")])  # the run's columns, en and de
+    report = json.loads((out / "results.json").read_text())
+    assert isinstance(report["scores"]["translation"]["bleu"], float)
+    assert report["translation"]["dataset"] == str(prefix) and "split" not in report["translation"]  # one split
+    assert sum(r["sentences"] for r in report["translation"]["bleu_by_length"]) == 8
