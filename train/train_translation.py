@@ -105,7 +105,9 @@ def main(argv: list[str] | None = None):
         results = {**engine.train(), "num_beams": recipe.num_beams, "length_penalty": recipe.length_penalty,
                    "beam_search": recipe.beam_search}
         samples = translate_samples(engine.accelerator.unwrap_model(engine.model), tokenizer, recipe, eval_rows)
-        return results, engine.finish(results, description="Trained for translation with teacher forcing.",
+        files = recipe.pair_files()
+        read = f" Its training pairs are the lines of `{files[0].name}` and `{files[1].name}`." if files else ""
+        return results, engine.finish(results, description=f"Trained for translation with teacher forcing.{read}",
                                       source=source, samples=samples)
 
 

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -137,7 +138,7 @@ def run_identity(config, tokenizer, recipe, examples: int | str) -> dict:
                             "examples": examples},
                 "hyperparameters": recipe.training_dict()}
     identity["dataset"]["seed"] = recipe.seed  # the epoch order the data position counts in
-    fingerprint = data_fingerprint(recipe.data_source("train"), recipe.dataset_config)
+    fingerprint = data_fingerprint(recipe.data_source("train"), recipe.dataset_config, recipe.pair_files())
     if fingerprint is not None:
         identity["dataset"]["fingerprint"] = fingerprint
     if tokenizer is not None:
@@ -157,15 +158,16 @@ def vocabulary_identity(tokenizer) -> dict:
     return {"tokens": len(tokenizer), "vocabulary_sha256": hashlib.sha256(vocab).hexdigest()[:16]}
 
 
-def data_fingerprint(source: str, dataset_config: str | None) -> dict[str, str] | None:
-    """What a checkpoint records of its training data's content: {path: fingerprint} of local files, {name: revision}
-    of a Hub dataset; None for the embedded corpus and a Hub dataset whose revision cannot be had."""
+def data_fingerprint(source: str, dataset_config: str | None, files: Sequence[Path] | None = None
+                     ) -> dict[str, str] | None:
+    """What a checkpoint records of its training data's content: {path: fingerprint} of local files (or `files`, a
+    pair's), {name: revision} of a Hub dataset; None for the embedded corpus and a Hub dataset without a revision."""
     if not source or source.startswith(EMBEDDED_PREFIX):
         return None
     path = Path(source).expanduser()
-    if path.exists():
+    if files or path.exists():
         try:
-            files = resolve_files(path)
+            files = files or resolve_files(path)
         except DataFileNotFoundError:
             files = sorted(p for p in path.rglob("*") if p.is_file())
         return {str(f): file_fingerprint(f) for f in files}

@@ -7,6 +7,7 @@ a repo (`check_push` refuses one that cannot succeed before training). docs/trai
 
 from __future__ import annotations
 
+import glob
 import importlib.metadata
 import math
 import shutil
@@ -50,12 +51,14 @@ def pipeline_tag(class_name: str) -> str:
 
 
 def public_name(value: str | None) -> str | None:
-    """A recipe value as the card names it: a local file or folder by its name (its full path, which says where the
-    user keeps their files, stays in `run.json`), a run's model folder with its run's (`bert-pretrain/model`),
-    anything else (a Hub id, `embedded:<task>`, a preset) as it is."""
-    if not value or not Path(value).exists():
+    """A recipe value as the card names it: a local file or folder, or the prefix local files share (a translation
+    pair's `data/train` of `data/train.en` and `data/train.de`), by its name (its full path, which says where the user
+    keeps their files, stays in `run.json`); a run's model folder with its run's (`bert-pretrain/model`); anything
+    else (a Hub id, `embedded:<task>`, a preset) as it is."""
+    path = Path(value or ".")
+    if not value or not (path.exists() or any(path.parent.glob(f"{glob.escape(path.name)}.*"))):
         return value
-    path = Path(value).resolve()
+    path = path.resolve()
     return f"{path.parent.name}/{path.name}" if (path.parent / RECORD).is_file() else path.name
 
 

@@ -53,9 +53,11 @@ def recipe_hash(recipe) -> str:
 
 
 def run_inputs(recipe) -> dict[str, str]:
-    """The recipe keys naming local paths that the run reads (they must lie outside its output folder)."""
+    """The recipe keys naming local paths that the run reads, a translation pair's files by their prefix
+    (`Recipe.pair_files`): they must lie outside its output folder."""
     keys = ("tokenizer", "model", "train_file", "validation_file", "dataset")
-    return {key: value for key in keys if (value := getattr(recipe, key)) and Path(value).exists()}
+    pairs = {recipe.data_source(split) for split in ("train", "validation") if recipe.pair_files(split)}
+    return {key: value for key in keys if (value := getattr(recipe, key)) and (Path(value).exists() or value in pairs)}
 
 
 def _check_path(value: str, argument: str) -> Path:

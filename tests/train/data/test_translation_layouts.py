@@ -27,8 +27,10 @@ from train.data.files import (
     UnknownColumnError,
     load_text_dataset,
 )
+from train.run import checkpoints
 from train.run.engine import Engine
 from train.run.recipes import RecipeError, load_recipe
+from train.run.run_folder import OutputDirError
 from train.train_translation import pair_columns, pairs
 
 datasets.disable_progress_bars()
@@ -323,6 +325,14 @@ def test_a_prefix_of_no_files_is_not_found_naming_the_two_files_it_would_read(tm
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("output_dir", [".", "train"])
+def test_the_run_folder_may_not_hold_or_be_the_prefix_of_its_pair(output_dir, tmp_path):
+    prefix = WRITTEN["a line each, a trailing newline (fairseq, Moses)"](tmp_path)
+    with pytest.raises(OutputDirError, match=rf"(holds|is) an input of this run \(recipe key 'train_file': "
+                                             rf"{re.escape(str(prefix))}\)"):
+        _train_pairs(prefix, tmp_path / output_dir)
+
+
 @pytest.mark.parametrize("written, streaming, evaluated", [
     ("a line each, a trailing newline (fairseq, Moses)", "false", "validation_file"),
     ("gzipped, the target without a trailing newline", "true", "eval_size")])
@@ -335,8 +345,15 @@ def test_train_translation_and_evaluate_read_two_files_by_their_prefix(written, 
     results, folder = _train_pairs(prefix, tmp_path / "run", "--streaming", streaming, *validation)
     assert results["steps"] == 2 and "eval_bleu" in results
     assert f"train_file: {prefix}\n" in (folder / "recipe.yaml").read_text()
+    card = (folder / "README.md").read_text()
+    files = sorted(p.name for p in data.glob("train.*"))
+    assert f"Its training pairs are the lines of `{files[1]}` and `{files[0]}`." in card  # en, then de
+    assert str(tmp_path) not in card and "\n- train\n" in card  # the prefix by its name
+    (checkpoint,) = checkpoints.complete_checkpoints(tmp_path / "run" / "checkpoints")
+    recorded = json.loads((checkpoint / checkpoints.STATE_FILE).read_text())["run"]["dataset"]["fingerprint"]
+    assert sorted(recorded) == sorted(str(data / name) for name in files)
     if evaluated == "eval_size":
-        assert results["held_out_copies"] == 0 and "split: train[:8]" in (folder / "README.md").read_text()
+        assert results["held_out_copies"] == 0 and "split: train[:8]" in card
     scored = ["--dataset", str(prefix), "--split", "train", "--eval_size", "8"]
     out = evaluate.main(["--model", str(folder), *scored, "--num_beams", "1", "--max_new_tokens", "4",
                          "--output_dir", str(tmp_path / "eval")])  # the run's columns, en and de
