@@ -431,8 +431,10 @@ def _question_length(args: argparse.Namespace, positions: int | None) -> None:
 def _run_padding(args: argparse.Namespace, positions: int | None) -> int | None:
     """The run's `pad_to_multiple_of` (its recipe.yaml; None: none), with which batches are padded as the run padded
     them, refused where a batch of `--max_seq_length`-token rows would be padded beyond the model's `positions`."""
+    from train.data.collators import padded_length
+
     multiple = _run_recipe(args.model).get("pad_to_multiple_of")
-    padded = -(-args.max_seq_length // multiple) * multiple if multiple else args.max_seq_length
+    padded = padded_length(args.max_seq_length, multiple)
     if positions and padded > positions:
         raise EvaluateError(f"--max_seq_length (default: the run's) is {args.max_seq_length}: a batch of "
                             f"{args.max_seq_length}-token rows would be padded to {padded} (the run's "

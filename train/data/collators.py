@@ -29,12 +29,15 @@ _SEQUENCE_PAD = {"attention_mask": 0, "token_type_ids": 0, "special_tokens_mask"
 
 # ----------------------------------------------------------------------------- padding
 
+def padded_length(length: int, multiple_of: int | None) -> int:
+    """`length` rounded up to a multiple of `multiple_of` (None: as it is), the width a batch is padded to."""
+    return -(-length // multiple_of) * multiple_of if multiple_of else length
+
+
 def pad_sequences(sequences: Sequence[Sequence[int]], value: int, multiple_of: int | None = None,
                   side: str = "right") -> torch.Tensor:
     """Stack ragged sequences into (B, T), T = longest length rounded up to ``multiple_of``."""
-    length = max((len(s) for s in sequences), default=0)
-    if multiple_of:
-        length = -(-length // multiple_of) * multiple_of
+    length = padded_length(max((len(s) for s in sequences), default=0), multiple_of)
     out = torch.full((len(sequences), length), value, dtype=torch.long)
     for i, seq in enumerate(sequences):
         seq = torch.as_tensor(seq, dtype=torch.long)
@@ -291,4 +294,4 @@ class Seq2SeqCollator(PaddingCollator):
 
 
 __all__ = ["CausalLMCollator", "IGNORE_INDEX", "MaskedLMCollator", "PaddingCollator", "Seq2SeqCollator",
-           "check_batch_values", "check_sequence_boundaries", "pad_sequences", "value_limits"]
+           "check_batch_values", "check_sequence_boundaries", "pad_sequences", "padded_length", "value_limits"]

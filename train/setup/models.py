@@ -29,6 +29,7 @@ from safetensors import SafetensorError, safe_open
 
 import modeling
 from modeling.conversion import CONVERSIONS, from_transformers, to_transformers
+from train.data.collators import padded_length
 from train.data.tokenization import check_tokenizer_matches_model, config_kwargs_from_tokenizer
 from train.run import distributed, publish
 from train.run.recipes import MODEL_TYPE_KEYS, Recipe, RecipeError, trackers
@@ -463,7 +464,7 @@ def check_before_start(recipe: Recipe, config, generates: bool = False) -> None:
     if positions is not None and length > positions:
         raise RecipeError(f"recipe key 'max_seq_length' is {length} but the model has {positions} positions "
                           f"(max_position_embeddings)")
-    padded = -(-length // multiple) * multiple if multiple else length
+    padded = padded_length(length, multiple)
     if positions is not None and padded > positions:
         raise RecipeError(f"recipe key 'pad_to_multiple_of' is {multiple}: a batch of {length}-token rows "
                           f"(max_seq_length) would be padded to {padded}, beyond the model's {positions} positions; "
