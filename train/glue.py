@@ -8,7 +8,7 @@ Each task of the Hub's `nyu-mll/glue` (`TASKS`: its columns, finetune task, vali
 a `finetune` run in `<output_dir>/<task>` with `--recipe` (default: BERT's fine-tuning settings) and the other recipe
 keys given; MNLI's model is also scored on the mismatched validation split by `lineage evaluate`. Then `summary.json`
 and `summary.md`: each task's figures and the GLUE average (`glue_average`); a task that fails is reported there and
-the others run on. GLUE's server alone scores the test sets; `ax` has no training split. docs/evaluation.md ("GLUE").
+the others run on. `--submission`: the test sets predicted into the files GLUE's server scores. docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import json
 import shlex
 import traceback
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -67,6 +68,18 @@ TASKS = {
     "rte": GlueTask("RTE", ("sentence1", "sentence2"), "nli", (ACCURACY,)),
     "wnli": GlueTask("WNLI", ("sentence1", "sentence2"), "nli", (ACCURACY,)),
 }
+# the test sets' files GLUE's server reads, per task: (configuration of DATASET, split, file name); the diagnostic set
+# AX is predicted by MNLI's model
+SUBMISSION_FILES = {"cola": (("cola", "test", "CoLA.tsv"),), "sst2": (("sst2", "test", "SST-2.tsv"),),
+                    "mrpc": (("mrpc", "test", "MRPC.tsv"),), "stsb": (("stsb", "test", "STS-B.tsv"),),
+                    "qqp": (("qqp", "test", "QQP.tsv"),),
+                    "mnli": (("mnli", "test_matched", "MNLI-m.tsv"), ("mnli", "test_mismatched", "MNLI-mm.tsv"),
+                             ("ax", "test", "AX.tsv")),
+                    "qnli": (("qnli", "test", "QNLI.tsv"),), "rte": (("rte", "test", "RTE.tsv"),),
+                    "wnli": (("wnli", "test", "WNLI.tsv"),)}
+# the tasks whose files hold class names (as GLUE's own files label them); the others' hold class numbers, STS-B's
+# scores
+NAMED_CLASSES = ("mnli", "qnli", "rte")
 PER_TASK = ("dataset", "dataset_config", "task", "text_column", "text_pair_column", "label_column", "validation_split")
 # recipe keys a user may not pass through -> why
 REFUSED_KEYS = {**dict.fromkeys(PER_TASK, "lineage glue sets it for each task (train.glue.TASKS)"),
@@ -99,6 +112,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     parser.add_argument("--output_dir", default="outputs/glue", help="a folder per task, summary.json and "
                                                                      "summary.md (new or empty)")
     parser.add_switch("--overwrite_output_dir", help="replace an earlier output of lineage glue (nothing else)")
+    parser.add_switch("--submission", help="also predict the test sets into submission/, the files GLUE's server "
+                                           "scores (and submission.zip, once all nine tasks have them)")
     args, keys = parser.parse_known_args(argv)
     args.argv = None if argv is None else list(argv)  # the command line, for the summary
     return args, keys
@@ -146,9 +161,9 @@ def mismatched_argv(name: str, recipe: Recipe, model: Path) -> list[str]:
             *eval_size, "--output_dir", str(Path(recipe.output_dir).with_name(f"{name}-mismatched"))]
 
 
-def run_task(name: str, argv: list[str], recipe: Recipe) -> dict[str, Any]:
+def run_task(name: str, argv: list[str], recipe: Recipe) -> tuple[dict[str, Any], Path]:
     """Fine-tune on task `name` (and score MNLI's mismatched split); its figures, its score (their mean) and the
-    results files they were read from, relative to the output folder."""
+    results files they were read from, relative to the output folder; and its model's folder."""
     spec = TASKS[name]
     results, model = finetune.main(argv)
     figures = strict_json.finite({f.name: results[f"eval_{f.metric}"] for f in spec.figures})  # NaN: undefined
@@ -159,7 +174,61 @@ def run_task(name: str, argv: list[str], recipe: Recipe) -> dict[str, Any]:
         figures.update({f"{f.name}_mm": scores[f.metric] for f in spec.figures})
         read.append(f"{scored.name}/results.json")
     defined = None not in figures.values()  # None: a correlation of constant predictions (null in results.json)
-    return {"figures": figures, "score": sum(figures.values()) / len(figures) if defined else None, "results": read}
+    return {"figures": figures, "score": sum(figures.values()) / len(figures) if defined else None,
+            "results": read}, model
+
+
+def predict_test_sets(name: str, model_folder: Path, recipe: Recipe, folder: Path) -> None:
+    """Write the test sets' files of task `name` into `folder` as GLUE's server reads them: `index<TAB>prediction`,
+    a row per test example in its order, the index its `idx`; the test rows cut and padded as the run's."""
+    import transformers
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+
+    from train.data.collators import PaddingCollator
+    from train.data.files import load_text_dataset
+    from train.run.evaluation import predictions
+
+    spec = TASKS[name]
+    text, pair = spec.columns
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(model_folder, trust_remote_code=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_folder)
+    accelerator = Accelerator()
+    model = accelerator.prepare(model)
+    folder.mkdir(exist_ok=True)
+    for config, split, file_name in SUBMISSION_FILES[name]:
+        rows = load_text_dataset(DATASET, split, columns=[c for c in (text, pair) if c], dataset_config=config)
+        data, _ = finetune.encoded(recipe, tokenizer, spec.task, rows, text, pair, None, f"{DATASET} {config}")
+        loader = accelerator.prepare(DataLoader(data, batch_size=recipe.per_device_eval_batch_size,
+                                                collate_fn=PaddingCollator(tokenizer, recipe.pad_to_multiple_of)))
+        outputs = predictions(accelerator, model, loader, lambda _, batch, out: {"logits": out.logits})["logits"]
+        if spec.task == "regression":
+            values = [f"{score:.3f}" for score in outputs[:, 0].tolist()]
+        else:
+            names = [model.config.id2label[i] for i in outputs.argmax(-1).tolist()]
+            values = names if name in NAMED_CLASSES else [str(rows.features["label"].str2int(n)) for n in names]
+        lines = ["index\tprediction", *(f"{index}\t{value}" for index, value in zip(rows["idx"], values))]
+        (folder / file_name).write_text("\n".join(lines) + "\n")
+        print(f"== {name}: {len(values)} predictions of {config} {split} in {folder / file_name}", flush=True)
+
+
+def _failure(error: Exception) -> str:
+    """The summary's line for `error`, its traceback printed where it is no refusal of the user's input."""
+    if not isinstance(error, user_errors()):
+        traceback.print_exc()
+    return f"{type(error).__name__}: {error}"
+
+
+def zip_submission(folder: Path) -> Path | None:
+    """`folder`'s files zipped at the top level as GLUE's server takes them, once every test set has its file."""
+    names = [file_name for files in SUBMISSION_FILES.values() for _, _, file_name in files]
+    if not all((folder / file_name).is_file() for file_name in names):
+        return None
+    archive = folder.with_suffix(".zip")
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+        for file_name in names:
+            bundle.write(folder / file_name, file_name)
+    return archive
 
 
 def glue_average(rows: dict[str, dict[str, Any]]) -> float | None:
@@ -196,7 +265,19 @@ def render(summary: dict[str, Any]) -> str:
         f"server only); figures x 100.", "", *lines, "",
         f"GLUE average (the mean of the task scores, a task's score the mean of its figures): "
         f"{percent(average) if scored else '-'}, {over}{failed}.", "",
+        *([submission_line(summary["submission"]), ""] if "submission" in summary else []),
         f"Command: `{summary['command']}`", ""])
+
+
+def submission_line(submission: dict[str, Any]) -> str:
+    """summary.md's line on the test sets' files."""
+    files = submission["files"]
+    said = f"Test predictions: {', '.join(files)} in submission/" if files else "Test predictions: none"
+    said += "".join(f"; none of {name} ({why})" for name, why in submission["unpredicted"].items())
+    missing = [f for files in SUBMISSION_FILES.values() for _, _, f in files if f not in submission["files"]]
+    return said + (f"; {submission['zip']} holds them for GLUE's server." if submission["zip"] else
+                   f"; no submission.zip: GLUE's server takes all {len(files) + len(missing)} files, and "
+                   f"{', '.join(missing)} are missing.")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -210,10 +291,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                             inputs={"--model": args.model} if local else None)
     with run_folder.output_in_place(folder, COMMAND):
         summary = run_glue(args, keys, chosen, folder)
-    if summary["failed"]:
-        raise GlueError(f"{len(summary['failed'])} of {len(names)} tasks failed ("
-                        + "; ".join(f"{n}: {summary['tasks'][n]['error']}" for n in summary["failed"])
-                        + f"); the others' figures are in {folder / 'summary.md'}")
+    unpredicted = summary.get("submission", {}).get("unpredicted", {})
+    if summary["failed"] or unpredicted:
+        problems = ([f"{len(summary['failed'])} of {len(names)} tasks failed ("
+                     + "; ".join(f"{n}: {summary['tasks'][n]['error']}" for n in summary["failed"]) + ")"]
+                    if summary["failed"] else [])
+        problems += [f"no test predictions of {n} ({why})" for n, why in unpredicted.items()]
+        raise GlueError(f"{'; '.join(problems)}; the others' figures are in {folder / 'summary.md'}")
     return summary
 
 
@@ -234,22 +318,31 @@ def check_reachable(names: list[str]) -> None:
 def run_glue(args: argparse.Namespace, keys: list[str], chosen: dict[str, Recipe], folder: Path) -> dict[str, Any]:
     """Every chosen task, then the summary, into `folder` (owned by `main`)."""
     rows: dict[str, dict[str, Any]] = {}
+    unpredicted: dict[str, str] = {}  # a task that trained -> why its test sets have no files
     for name, recipe in chosen.items():
         print(f"== {name}: fine-tuning on {DATASET} {name}", flush=True)
         try:
-            rows[name] = run_task(name, finetune_argv(args, keys, name), recipe)
+            rows[name], model = run_task(name, finetune_argv(args, keys, name), recipe)
         except Exception as error:  # reported in the summary; the other tasks run on
-            if not isinstance(error, user_errors()):
-                traceback.print_exc()
-            rows[name] = {"error": f"{type(error).__name__}: {error}"}
+            rows[name] = {"error": _failure(error)}
             print(f"== {name}: failed: {rows[name]['error']}", flush=True)
             continue
         print(f"== {name}: " + ", ".join(f"{k}={'undefined' if v is None else f'{v:.4f}'}"
                                          for k, v in rows[name]["figures"].items()), flush=True)
+        if args.submission:
+            try:
+                predict_test_sets(name, model, recipe, folder / "submission")
+            except Exception as error:  # its figures stand; the summary says why it has no files
+                unpredicted[name] = _failure(error)
+                print(f"== {name}: no test predictions: {unpredicted[name]}", flush=True)
     command = run_folder.command_line() if args.argv is None else shlex.join(["lineage", COMMAND, *args.argv])
     summary = {"command": command, "model": args.model, "recipe": args.recipe, "tasks": rows,
                "average": glue_average(rows), "averaged_tasks": [n for n, row in rows.items() if "score" in row],
                "failed": [n for n, row in rows.items() if "error" in row]}
+    if args.submission:
+        archive = zip_submission(folder / "submission")
+        summary["submission"] = {"files": sorted(p.name for p in (folder / "submission").glob("*.tsv")),
+                                 "zip": archive and archive.name, "unpredicted": unpredicted}
     (folder / "summary.json").write_text(strict_json.dumps(summary, indent=1))
     (folder / "summary.md").write_text(render(summary))
     print("\n" + render(summary))

@@ -18,10 +18,11 @@ from train.run.run_folder import OutputDirError
 QUICK = ["--model", "bert-tiny", "--recipe", "bert-finetune-nli-tiny", "--max_steps", "2", "--save_steps", "0",
          "--eval_size", "6", "--report_to", "none", "--progress_bar", "false"]
 CLASSES = {"cola": ["unacceptable", "acceptable"], "mrpc": ["not_equivalent", "equivalent"],
-           "mnli": ["entailment", "neutral", "contradiction"]}
+           "mnli": ["entailment", "neutral", "contradiction"], "ax": ["entailment", "neutral", "contradiction"]}
 SPLITS = {"cola": ("train", "validation", "test"), "mrpc": ("train", "validation", "test"),
           "stsb": ("train", "validation", "test"),
-          "mnli": ("train", "validation_matched", "validation_mismatched", "test_matched")}
+          "mnli": ("train", "validation_matched", "validation_mismatched", "test_matched", "test_mismatched"),
+          "ax": ("test",)}
 
 
 def glue_rows(config: str, split: str, size: int) -> list[dict]:
@@ -32,16 +33,18 @@ def glue_rows(config: str, split: str, size: int) -> list[dict]:
         rows = [{"sentence": r["text"], "label": r["label"]} for r in generate_records("sentiment", corpus, size=size)]
     else:
         pairs = generate_records("nli", corpus, size=size)
-        columns = ("premise", "hypothesis") if config == "mnli" else ("sentence1", "sentence2")
-        label = {"mrpc": lambda c: int(c == 0), "stsb": lambda c: (5.0, 2.5, 0.0)[c], "mnli": lambda c: c}[config]
+        columns = ("premise", "hypothesis") if config in ("mnli", "ax") else ("sentence1", "sentence2")
+        label = {"mrpc": lambda c: int(c == 0), "stsb": lambda c: (5.0, 2.5, 0.0)[c], "mnli": lambda c: c,
+                 "ax": lambda c: c}[config]
         rows = [{columns[0]: r["premise"], columns[1]: r["hypothesis"], "label": label(r["label"])} for r in pairs]
     return [{**row, "idx": i, **({"label": -1} if split.startswith("test") else {})} for i, row in enumerate(rows)]
 
 
 def glue_copy(root) -> None:
-    """The four configs in the datasets cache `root / "cache"`, as an online load of `nyu-mll/glue` leaves them."""
+    """The five configs (with GLUE's diagnostic set ax) in the datasets cache `root / "cache"`, as an online load of
+    `nyu-mll/glue` leaves them."""
     for config, splits in SPLITS.items():
-        texts = ["sentence"] if config == "cola" else ["premise", "hypothesis"] if config == "mnli" else [
+        texts = ["sentence"] if config == "cola" else ["premise", "hypothesis"] if config in ("mnli", "ax") else [
             "sentence1", "sentence2"]
         label = datasets.Value("float32") if config == "stsb" else datasets.ClassLabel(names=CLASSES[config])
         features = datasets.Features({**{t: datasets.Value("string") for t in texts}, "label": label,
@@ -204,3 +207,84 @@ def test_tasks_whose_data_neither_the_hub_nor_the_cache_has_are_named_before_any
     assert list(tmp_path.iterdir()) == []
     glue.check_reachable(["cola", "qqp"])
     assert "has nyu-mll/glue qqp; it fails in turn, the others run" in capsys.readouterr().out
+
+
+def own_predictions(model_folder, rows: list[dict], columns: list[str]) -> list:
+    """The saved model's outputs for `rows`, one unpadded row at a time: its class names, or its scores."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(model_folder, trust_remote_code=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_folder)
+    outputs = []
+    with torch.no_grad():
+        for row in rows:
+            logits = model(**tokenizer(*[row[c] for c in columns], truncation=True, max_length=64,
+                                       return_tensors="pt")).logits[0]
+            outputs.append(logits[0].item() if model.config.num_labels == 1
+                           else model.config.id2label[logits.argmax().item()])
+    return outputs
+
+
+def test_submission_holds_each_test_set_predicted_as_glues_server_reads_it(glue_cache, tmp_path, monkeypatch):
+    """`--submission`: a TSV per test set (MNLI's model also predicts MNLI-mm and the diagnostic set AX), `index` the
+    row's idx, CoLA's classes as numbers, MNLI's and AX's as names, STS-B's scores to 3 decimals: each the saved
+    model's own prediction for that row alone, unpadded; no zip while files of the nine tasks are missing."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", glue_cache)
+    out = tmp_path / "out"
+    summary = glue.main([*QUICK, "--tasks", "cola,stsb,mnli", "--submission", "--output_dir", str(out)])
+    files = {"CoLA.tsv": ("cola", "test"), "STS-B.tsv": ("stsb", "test"), "MNLI-m.tsv": ("mnli", "test_matched"),
+             "MNLI-mm.tsv": ("mnli", "test_mismatched"), "AX.tsv": ("mnli", "test")}
+    assert summary["submission"] == {"files": sorted(files), "zip": None, "unpredicted": {}}
+    for file_name, (task, split) in files.items():
+        config = "ax" if file_name == "AX.tsv" else task
+        rows = glue_rows(config, split, 8)
+        lines = (out / "submission" / file_name).read_text().splitlines()
+        assert lines[0] == "index\tprediction" and len(lines) == 9
+        indices, values = zip(*(line.split("\t") for line in lines[1:]))
+        assert [int(i) for i in indices] == [row["idx"] for row in rows]
+        columns = ["sentence"] if task == "cola" else (["sentence1", "sentence2"] if task == "stsb"
+                                                       else ["premise", "hypothesis"])
+        own = own_predictions(out / task / "model", rows, columns)
+        if task == "stsb":
+            assert all(len(v.split(".")[1]) == 3 for v in values)
+            assert [float(v) for v in values] == pytest.approx(own, abs=5e-4 + 1e-5)
+        elif task == "cola":
+            assert list(values) == [str(CLASSES["cola"].index(name)) for name in own]
+        else:
+            assert list(values) == own and set(values) <= set(CLASSES["mnli"])
+    page = (out / "summary.md").read_text()
+    assert ("Test predictions: AX.tsv, CoLA.tsv, MNLI-m.tsv, MNLI-mm.tsv, STS-B.tsv in submission/; no "
+            "submission.zip: GLUE's server takes all 11 files, and SST-2.tsv, MRPC.tsv, QQP.tsv, QNLI.tsv, RTE.tsv, "
+            "WNLI.tsv are missing.") in page
+
+
+def test_a_test_set_that_cannot_be_read_is_reported_and_its_tasks_figures_stand(glue_cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", glue_cache)
+    monkeypatch.setitem(glue.SUBMISSION_FILES, "mrpc", (("mrpc", "test_missing", "MRPC.tsv"),))
+    out = tmp_path / "out"
+    with pytest.raises(glue.GlueError, match=r"^no test predictions of mrpc \(UnknownSplitError: Hub dataset "
+                                             r"'nyu-mll/glue' \(config 'mrpc'\) has no split 'test_missing'.*\); "
+                                             r"the others' figures are in .*summary.md$"):
+        glue.main([*QUICK, "--tasks", "mrpc", "--submission", "--output_dir", str(out)])
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["tasks"]["mrpc"]["figures"]) == {"f1", "accuracy"} and summary["failed"] == []
+    assert summary["submission"]["files"] == [] and "mrpc" in summary["submission"]["unpredicted"]
+    assert "Test predictions: none; none of mrpc (UnknownSplitError: " in (out / "summary.md").read_text()
+
+
+def test_the_zip_holds_the_eleven_files_at_its_top_level_once_all_are_there(tmp_path):
+    import zipfile
+
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    names = [f for files in glue.SUBMISSION_FILES.values() for _, _, f in files]
+    for name in names[:-1]:
+        (folder / name).write_text(f"index\tprediction\n0\t{name}\n")
+    assert glue.zip_submission(folder) is None and not (tmp_path / "submission.zip").exists()
+    (folder / names[-1]).write_text("index\tprediction\n0\t1\n")
+    archive = glue.zip_submission(folder)
+    assert archive == tmp_path / "submission.zip" and len(names) == 11
+    with zipfile.ZipFile(archive) as bundle:
+        assert sorted(bundle.namelist()) == sorted(names)
+        assert bundle.read("CoLA.tsv").decode() == "index\tprediction\n0\tCoLA.tsv\n"

@@ -20,9 +20,14 @@ def evaluate(accelerator: Accelerator, model: torch.nn.Module, loader, predict_f
     eval_loss = torch.cat(losses).mean().item() if losses else float("nan")
     metrics = {"eval_loss": eval_loss}
     if metrics_fn is not None:
-        predictions = {k: _cat_padded(v) for k, v in collected.items()}
-        metrics.update({f"eval_{k}": v for k, v in metrics_fn(predictions, eval_loss).items()})
+        metrics.update({f"eval_{k}": v for k, v in metrics_fn(_joined(collected), eval_loss).items()})
     return metrics
+
+
+def predictions(accelerator: Accelerator, model: torch.nn.Module, loader,
+                predict_fn: Callable) -> dict[str, torch.Tensor]:
+    """`predict_fn`'s outputs for every example of `loader`, in its order (data without labels: no loss)."""
+    return _joined(_eval_pass(accelerator, model, loader, predict_fn)[1])
 
 
 def _eval_pass(accelerator: Accelerator, model: torch.nn.Module, loader,
@@ -45,6 +50,10 @@ def _eval_pass(accelerator: Accelerator, model: torch.nn.Module, loader,
     return losses, collected
 
 
+def _joined(collected: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return {k: _cat_padded(v) for k, v in collected.items()}
+
+
 def _cat_padded(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Concatenate batches of (B, L) predictions padded with -100 to the widest L."""
     if tensors[0].ndim > 1:
@@ -54,4 +63,4 @@ def _cat_padded(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(tensors)
 
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "predictions"]
