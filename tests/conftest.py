@@ -23,6 +23,8 @@ from transformers import AutoConfig  # noqa: E402
 
 import modeling  # noqa: E402,F401  (registers the Lineage families with the Auto classes)
 from train.data.batching import EXACT_STREAM_RESUME, stream_resume_problem  # noqa: E402
+from train.data.corpus import tokenizer_training_texts  # noqa: E402
+from train.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = REPO / "train" / "configs" / "models"
@@ -52,6 +54,18 @@ def preset(name: str, **overrides):
     """The config of `train/configs/models/<name>.json`, with overrides."""
     fields = json.loads((PRESETS / f"{name}.json").read_text())
     return AutoConfig.for_model(fields.pop("model_type"), **{**fields, **overrides})
+
+
+def model_folder(root: Path, family: str, model_class, vocab_size: int, **fields) -> Path:
+    """A tiny randomly initialised model with a tokenizer trained on the embedded corpus, saved as a run saves it."""
+    folder = root / family
+    tokenizer = train_tokenizer("seq2seq" if family == "transformer" else family, tokenizer_training_texts(size=300),
+                                vocab_size, model_max_length=128)
+    config = preset(f"{family}-tiny", **{**config_kwargs_from_tokenizer(tokenizer, "seq2seq" if family ==
+                                                                          "transformer" else family), **fields})
+    model_class(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 def hub_dataset(cache: Path, repo: str, config: str, splits: dict[str, Path], features=None) -> str:

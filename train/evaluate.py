@@ -26,6 +26,7 @@ from modeling.beam_search import BEAM_SEARCHES
 from train.analysis import evaluation_report, harness
 from train.analysis.model_scores import pseudo_perplexity, score_translator
 from train.cli import CommandParser, run_script
+from train.run import strict_json
 from train.run.environment import versions
 from train.run.publish import pipeline_tag, public_name
 from train.run.run_folder import check_writer_output, staged_output
@@ -129,6 +130,9 @@ def command_parser() -> CommandParser:
     parser.add_argument("--text_file", default=None, help="masked LMs: the text to score (one sample per line)")
     parser.add_argument("--compare", default=None, help="an earlier lineage evaluate --output_dir: its figures are "
                                                         "drawn beside these")
+    parser.add_switch("--predictions", help="with --dataset: also write each row's prediction and reference to "
+                                            "predictions.jsonl (and a translation per line to predictions.txt, "
+                                            "SQuAD's id -> answer to predictions.json)")
     parser.add_switch("--write_card", help="add the scores to the model folder's card (README.md)")
     parser.add_switch("--overwrite_output_dir", help="replace an earlier output of this command (nothing else)")
     return parser
@@ -218,6 +222,9 @@ def check_arguments(args: argparse.Namespace, kind: str) -> Path:
         readers = " and ".join(sorted({SCORING_FLAGS[flag[2:]] for flag in ignored}))
         raise EvaluateError(f"{', '.join(ignored)}: read by {readers} only, but --model (a {kind} model) is scored "
                             f"by {scoring} here: leave {'it' if len(ignored) == 1 else 'them'} out")
+    if args.predictions and scoring not in ("translation", "classification"):
+        raise EvaluateError(f"--predictions writes the predictions of a translation or classification model on "
+                            f"--dataset; --model (a {kind} model) is scored by {scoring} here: leave it out")
     if kind == "masked-lm" and args.text_file is None:
         raise EvaluateError("--text_file is required for a masked LM: the text its pseudo-perplexity is taken on")
     if args.text_file is not None and not Path(args.text_file).is_file():
@@ -359,9 +366,13 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
     scored = score_translator(model.to(device_of(args)), tokenizer, rows, num_beams=args.num_beams,
                               length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens,
                               batch_size=batch, beam_search=args.beam_search)
+    hypotheses = scored.pop("hypotheses")
     figures = {k: scored[k] for k in ("bleu", "chrf", "exact_match")}
+    predicted = [{"row": i, "source": s, "prediction": h, "reference": r}
+                 for i, (s, h, r) in enumerate(zip(rows["source"], hypotheses, rows["target"]))]
     return {"scores": {"translation": figures},
-            "translation": {**scored, **read_from(args, source, pair_columns(*columns))}}
+            "translation": {**scored, **read_from(args, source, pair_columns(*columns))},
+            **({"predictions": predicted} if args.predictions else {})}
 
 
 def _model_label_ids(rows, names: list[str], column: str, config, source: str):
@@ -510,18 +521,42 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     if names is not None:
         rows = _model_label_ids(rows, names, label, model.config, source)
     data, cut = finetune.encoded(args, tokenizer, task, rows, text, pair, label, source, scored=True)
-    predict, scores = finetune.scoring(finetune.TASKS[task],
-                                       [model.config.id2label[i] for i in range(model.config.num_labels)])
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    predict, scores = finetune.scoring(finetune.TASKS[task], names)
+    answered = None
     if encode_task == "qa":
-        data, scores = finetune.answer_metrics(data, rows)
+        data, scores, answered = finetune.answer_metrics(data, rows)
+    found: dict[str, Any] = {}
+
+    def metrics(predictions: dict[str, Any], eval_loss: float) -> dict[str, float]:
+        found.update(predictions)
+        return scores(predictions, eval_loss)
     batch = model_batch_size(args)
     accelerator = Accelerator(cpu=device_of(args) == "cpu")
     loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer, args.pad_to_multiple_of))
     model, loader = accelerator.prepare(model, loader)
-    figures = evaluation_pass(accelerator, model, loader, predict, scores)
+    figures = evaluation_pass(accelerator, model, loader, predict, metrics)
     return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}},
             "data": {**read_from(args, source), "rows": len(rows),
-                     **({"questions_cut": cut} if cut is not None else {}), "task": task}}
+                     **({"questions_cut": cut} if cut is not None else {}), "task": task},
+            **({"predictions": row_predictions(found, answered, rows, names)} if args.predictions else {})}
+
+
+def row_predictions(found: dict[str, Any], answered, rows, names: list[str]) -> list[dict[str, Any]]:
+    """Each row's prediction and reference: a class name, a score, a tag per word (each word's first sub-token's, the
+    words the window held), an answer text (QA's `answered`: "" for no answer; SQuAD's `id` too)."""
+    if answered is not None:
+        predicted, references = answered(found), [answer["text"] for answer in rows["answers"]]
+    elif found["predictions"].is_floating_point():  # regression's scores
+        predicted, references = found["predictions"].tolist(), found["labels"].tolist()
+    else:
+        keep = found["labels"] != -100
+        predicted, references = ([[names[i] for i in values[k].tolist()] for values, k in zip(found[key], keep)]
+                                 if keep.ndim == 2 else [names[i] for i in found[key].tolist()]
+                                 for key in ("predictions", "labels"))
+    ids = rows["id"] if answered is not None and "id" in rows.column_names else None
+    return [{"row": i, **({"id": ids[i]} if ids else {}), "prediction": p, "reference": r}
+            for i, (p, r) in enumerate(zip(predicted, references))]
 
 
 def evaluate_masked_lm(args: argparse.Namespace) -> dict[str, Any]:
@@ -554,14 +589,30 @@ def score(args: argparse.Namespace, kind: str, architecture: str, family: str,
     return evaluate_masked_lm(args)
 
 
-def write_outputs(folder: Path, report: dict[str, Any], baseline: dict[str, Any] | None) -> None:
-    """results.json and the plots, staged beside `folder` and moved into place."""
+def write_outputs(folder: Path, report: dict[str, Any], baseline: dict[str, Any] | None,
+                  predictions: list[dict[str, Any]] | None) -> None:
+    """results.json, the plots and the `predictions` files, staged beside `folder` and moved into place."""
     with staged_output(folder, COMMAND) as staging:
         evaluation_report.write_results(staging / "results.json", report)
+        if predictions is not None:
+            write_predictions(staging, predictions)
         evaluation_report.plot_scores(report["scores"], report["model"], staging / "scores.png", baseline)
         if "translation" in report:
             evaluation_report.plot_bleu_by_length(report["translation"]["bleu_by_length"], report["model"],
                                                   staging / "bleu_by_length.png", baseline)
+
+
+def write_predictions(folder: Path, predictions: list[dict[str, Any]]) -> None:
+    """predictions.jsonl, a row each; a translation's predictions.txt (sacreBLEU's hypotheses), a translation per
+    line; SQuAD's predictions.json (its evaluation scripts' input), each question's id -> answer."""
+    with open(folder / "predictions.jsonl", "w", encoding="utf-8") as out:
+        out.writelines(strict_json.dumps(row, ensure_ascii=False) + "\n" for row in predictions)
+    if predictions and "source" in predictions[0]:
+        text = "".join(" ".join(row["prediction"].splitlines()) + "\n" for row in predictions)
+        (folder / "predictions.txt").write_text(text, encoding="utf-8")
+    if predictions and "id" in predictions[0]:
+        answers = {row["id"]: row["prediction"] for row in predictions}
+        (folder / "predictions.json").write_text(json.dumps(answers, ensure_ascii=False), encoding="utf-8")
 
 
 def card_dataset(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, str] | None:
@@ -597,7 +648,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
               "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
               **score(args, kind, architecture, family, config),
               "versions": versions(), "command": ["lineage", COMMAND, *(sys.argv[1:] if argv is None else argv)]}
-    write_outputs(folder, report, baseline)
+    predictions = report.pop("predictions", None)
+    write_outputs(folder, report, baseline, predictions)
     if args.write_card:
         card = evaluation_report.write_card(Path(args.model), report["scores"], pipeline_tag(architecture),
                                             card_settings(args, report), card_dataset(args, report))
@@ -605,7 +657,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     for task, figures in report["scores"].items():
         print(f"{task}: " + ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
                                       for k, v in figures.items()))
-    print(f"results: {folder / 'results.json'}")
+    print(f"results: {folder / 'results.json'}" + (f"; predictions: {folder / 'predictions.jsonl'}"
+                                                     if predictions is not None else ""))
     return folder
 
 

@@ -90,14 +90,15 @@ def answer_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, batch: di
 
 
 def answer_metrics(data, rows):
-    """`(data without its offsets, metrics_fn)`: SQuAD's exact match and F1 per question (`train/metrics/squad.py`),
-    each question answered by the best span of its windows (`answer_spans`) as text of its context, or by no answer
-    where the data has unanswerable questions (SQuAD 2.0) and [CLS] scores higher in each window."""
+    """`(data without its offsets, metrics_fn, answers_fn)`: SQuAD's exact match and F1 per question
+    (`train/metrics/squad.py`) of the texts `answers_fn(predictions)` gives, each question answered by the best span of
+    its windows (`answer_spans`) as text of its context, or by no answer where the data has unanswerable questions
+    (SQuAD 2.0) and [CLS] scores higher in each window."""
     windows = list(zip(data["example_id"], data["offset_mapping"]))
     contexts, answers = rows["context"], [answer["text"] for answer in rows["answers"]]
     unanswerable = not all(answers)
 
-    def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
+    def answered(predictions: dict[str, torch.Tensor]) -> list[str]:
         found = {name: predictions[name].tolist() for name in ("start", "end", "score", "null")}
         if len(found["start"]) != len(windows):
             raise ValueError(f"{len(found['start'])} predictions for the {len(windows)} windows of the questions")
@@ -106,11 +107,13 @@ def answer_metrics(data, rows):
             null[example] = min(null.get(example, torch.inf), empty)
             if offsets[start] is not None and offsets[end] is not None and score > best.get(example, (-torch.inf,))[0]:
                 best[example] = (score, contexts[example][offsets[start][0]:offsets[end][1]])
-        texts = ["" if example not in best or (unanswerable and null[example] > best[example][0])
-                 else best[example][1] for example in range(len(contexts))]
-        return load_metric("squad").compute(predictions=texts, references=answers)
+        return ["" if example not in best or (unanswerable and null[example] > best[example][0])
+                else best[example][1] for example in range(len(contexts))]
 
-    return data.remove_columns(["example_id", "offset_mapping"]), metrics
+    def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
+        return load_metric("squad").compute(predictions=answered(predictions), references=answers)
+
+    return data.remove_columns(["example_id", "offset_mapping"]), metrics, answered
 
 
 def label_metrics(names: list[str]):
@@ -296,7 +299,7 @@ def main(argv: list[str] | None = None):
                              recipe.split_name("validation"), skipped, scored=True)[0] if eval_rows else None)
         predict_fn, scores = scoring(task, names or [])
         if encode_task == "qa" and eval_data is not None:
-            eval_data, scores = answer_metrics(eval_data, eval_rows)
+            eval_data, scores, _ = answer_metrics(eval_data, eval_rows)
         engine = Engine(run, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=_auxiliary_lm(recipe, family),
                         unpad_inputs=True, predict_fn=predict_fn, metrics_fn=scores)

@@ -18,7 +18,7 @@ from unittest import mock
 import datasets
 import pytest
 import torch
-from conftest import preset
+from conftest import model_folder
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling import (
@@ -35,25 +35,12 @@ from train.analysis import evaluation_report, harness
 from train.analysis.experiment import translate
 from train.analysis.model_scores import pseudo_perplexity
 from train.analysis.translation_scores import score_translations
-from train.data.corpus import generate_records, tokenizer_training_texts
-from train.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
+from train.data.corpus import generate_records
 from train.run.publish import pipeline_tag, read_card_metadata
 from train.run.run_folder import OutputDirError
 
 lm_eval = pytest.importorskip("lm_eval", reason="needs the eval extra (lm-evaluation-harness)")
 TASKS = "lineage_cloze,lineage_translation,lineage_perplexity"
-
-
-def model_folder(root: Path, family: str, model_class, vocab_size: int, **fields) -> Path:
-    """A tiny randomly initialised model with a tokenizer trained on the embedded corpus, saved as a run saves it."""
-    folder = root / family
-    tokenizer = train_tokenizer("seq2seq" if family == "transformer" else family, tokenizer_training_texts(size=300),
-                                vocab_size, model_max_length=128)
-    config = preset(f"{family}-tiny", **{**config_kwargs_from_tokenizer(tokenizer, "seq2seq" if family ==
-                                                                          "transformer" else family), **fields})
-    model_class(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

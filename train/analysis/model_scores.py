@@ -24,14 +24,16 @@ from train.analysis.translation_scores import score_translations
 
 def score_translator(model, tokenizer, rows, *, num_beams: int, length_penalty: float, max_new_tokens: int,
                      batch_size: int, beam_search: str = "transformers") -> dict[str, Any]:
-    """Scores, signatures, the beam search used and `bleu_by_length` of `rows` ({source, target})."""
+    """Scores, signatures, the beam search used, `bleu_by_length` and the `hypotheses` of `rows` ({source,
+    target})."""
     sources, references = list(rows["source"]), list(rows["target"])
     hypotheses = translate(model, tokenizer, sources, num_beams, max_new_tokens, batch_size=batch_size,
                            length_penalty=length_penalty, beam_search=beam_search)
     lengths = source_lengths(tokenizer, sources)
     return {**score_translations(hypotheses, references), "num_beams": num_beams, "length_penalty": length_penalty,
             "beam_search": beam_search, "max_new_tokens": max_new_tokens, "sentences": len(sources),
-            "bleu_by_length": bleu_by_bucket(hypotheses, references, lengths, length_buckets(lengths))}
+            "bleu_by_length": bleu_by_bucket(hypotheses, references, lengths, length_buckets(lengths)),
+            "hypotheses": hypotheses}
 
 
 def _masked_copies(ids: torch.Tensor, positions: list[int], mask_id: int) -> torch.Tensor:

@@ -72,7 +72,7 @@ def _scores(encoded, data, where) -> dict:
     batch = {"attention_mask": torch.tensor(pad(encoded["attention_mask"])),
              "token_type_ids": torch.tensor(pad(encoded["token_type_ids"]))}
     spans = finetune.answer_spans(start, end, batch)
-    stripped, metrics = finetune.answer_metrics(encoded, data)
+    stripped, metrics, _ = finetune.answer_metrics(encoded, data)
     assert "offset_mapping" not in stripped.column_names and len(stripped) == len(encoded)
     return metrics(spans, 0.0)
 

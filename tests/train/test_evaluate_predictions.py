@@ -1,0 +1,132 @@
+"""`lineage evaluate --predictions`: each row's prediction beside its reference in predictions.jsonl, the model's own
+output for that row alone (unpadded), and the figures of results.json those predictions give; the field's own files
+(sacreBLEU's hypotheses a line each, SQuAD's id -> answer); refused where no data set is scored."""
+
+import json
+
+import pytest
+import torch
+from conftest import model_folder
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from modeling import (
+    LineageBertForMaskedLM,
+    LineageBertForQuestionAnswering,
+    LineageBertForSequenceClassification,
+    LineageBertForTokenClassification,
+    LineageTransformerForConditionalGeneration,
+)
+from train import evaluate
+from train.analysis.experiment import translate
+from train.data.corpus import NER_LABELS, generate_records
+from train.metrics import load_metric
+
+
+def predicted(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+
+
+def test_a_classifiers_predictions_are_its_own_outputs_and_give_its_figures(tmp_path):
+    names = ["entailment", "neutral", "contradiction"]
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3,
+                          id2label=dict(enumerate(reversed(names))),
+                          label2id={n: i for i, n in enumerate(reversed(names))})
+    out = evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", "embedded:nli", "--eval_size", "12",
+                         "--batch_size", "5", "--predictions", "--output_dir", str(tmp_path / "eval")])
+    rows, model = generate_records("nli", "test", seed=42, size=12), LineageBertForSequenceClassification
+    model, tokenizer = model.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        own = [model.config.id2label[model(**tokenizer(r["premise"], r["hypothesis"], return_tensors="pt"))
+                                     .logits.argmax().item()] for r in rows]
+    lines = predicted(out)
+    assert [line["row"] for line in lines] == list(range(12))
+    assert [line["prediction"] for line in lines] == own
+    assert [line["reference"] for line in lines] == [names[r["label"]] for r in rows]
+    figures = json.loads((out / "results.json").read_text())["scores"]["nli"]
+    assert figures["accuracy"] == pytest.approx(sum(a == b for a, b in zip(own, (names[r["label"]] for r in rows)))
+                                                / 12)
+    assert not (out / "predictions.txt").exists() and not (out / "predictions.json").exists()
+    assert "predictions" not in json.loads((out / "results.json").read_text())
+
+
+def test_a_regression_heads_predictions_are_its_scores(tmp_path):
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=1,
+                          problem_type="regression")
+    data = tmp_path / "scores.jsonl"
+    rows = [{"text": r["premise"], "label": float(i % 5)} for i, r in enumerate(generate_records("nli", "test",
+                                                                                                 size=10))]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = evaluate.main(["--model", str(folder), "--task", "regression", "--dataset", str(data), "--predictions",
+                         "--output_dir", str(tmp_path / "eval")])
+    model, tokenizer = LineageBertForSequenceClassification.from_pretrained(folder), AutoTokenizer.from_pretrained(
+        folder)
+    with torch.no_grad():
+        own = [model(**tokenizer(r["text"], return_tensors="pt")).logits[0, 0].item() for r in rows]
+    lines = predicted(out)
+    assert [line["prediction"] for line in lines] == pytest.approx(own, abs=1e-5)
+    assert [line["reference"] for line in lines] == [r["label"] for r in rows]
+    pearson = load_metric("pearsonr").compute(predictions=[line["prediction"] for line in lines],
+                                              references=[r["label"] for r in rows])["pearsonr"]
+    assert json.loads((out / "results.json").read_text())["scores"]["regression"]["pearson"] == pytest.approx(pearson)
+
+
+def test_a_taggers_predictions_are_a_tag_per_word_its_first_sub_tokens(tmp_path):
+    folder = model_folder(tmp_path, "bert", LineageBertForTokenClassification, 400, num_labels=len(NER_LABELS),
+                          id2label=dict(enumerate(NER_LABELS)), label2id={n: i for i, n in enumerate(NER_LABELS)})
+    out = evaluate.main(["--model", str(folder), "--task", "token-classification", "--dataset", "embedded:ner",
+                         "--eval_size", "8", "--batch_size", "3", "--predictions", "--output_dir",
+                         str(tmp_path / "eval")])
+    rows = generate_records("ner", "test", seed=42, size=8)
+    model, tokenizer = LineageBertForTokenClassification.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    lines = predicted(out)
+    for row, line in zip(rows, lines, strict=True):
+        encoded = tokenizer(row["tokens"], is_split_into_words=True, return_tensors="pt")
+        words = encoded.word_ids()
+        firsts = [i for i, w in enumerate(words) if w is not None and (i == 0 or words[i - 1] != w)]
+        with torch.no_grad():
+            tags = model(**encoded).logits[0].argmax(-1).tolist()
+        assert line["prediction"] == [NER_LABELS[tags[i]] for i in firsts]
+        assert line["reference"] == [NER_LABELS[t] for t in row["ner_tags"]]
+    words = [(p, r) for line in lines for p, r in zip(line["prediction"], line["reference"])]
+    accuracy = json.loads((out / "results.json").read_text())["scores"]["token-classification"]["accuracy"]
+    assert accuracy == pytest.approx(sum(p == r for p, r in words) / len(words))
+
+
+def test_question_answerings_predictions_are_answer_texts_and_squads_predictions_json(tmp_path):
+    folder = model_folder(tmp_path, "bert", LineageBertForQuestionAnswering, 400)
+    out = evaluate.main(["--model", str(folder), "--dataset", "embedded:qa", "--eval_size", "10", "--max_seq_length",
+                         "64", "--max_query_length", "24", "--predictions", "--output_dir", str(tmp_path / "eval")])
+    rows = generate_records("qa", "test", seed=42, size=10)
+    lines = predicted(out)
+    assert [line["id"] for line in lines] == [r["id"] for r in rows]
+    assert [line["reference"] for line in lines] == [r["answers"]["text"] for r in rows]
+    assert all(line["prediction"] in row["context"] for line, row in zip(lines, rows))
+    assert json.loads((out / "predictions.json").read_text()) == {line["id"]: line["prediction"] for line in lines}
+    squad = load_metric("squad").compute(predictions=[line["prediction"] for line in lines],
+                                         references=[line["reference"] for line in lines])
+    figures = json.loads((out / "results.json").read_text())["scores"]["question-answering"]
+    assert figures["exact_match"] == pytest.approx(squad["exact_match"]) and figures["f1"] == pytest.approx(squad["f1"])
+
+
+def test_a_translators_predictions_are_its_translations_a_line_each(tmp_path):
+    folder = model_folder(tmp_path, "transformer", LineageTransformerForConditionalGeneration, 300)
+    out = evaluate.main(["--model", str(folder), "--eval_size", "6", "--num_beams", "2", "--max_new_tokens", "5",
+                         "--predictions", "--output_dir", str(tmp_path / "eval")])
+    rows = generate_records("translation", "test", seed=42, size=6)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
+    hypotheses = translate(model, AutoTokenizer.from_pretrained(folder), [r["source"] for r in rows], 2, 5)
+    assert (out / "predictions.txt").read_text() == "".join(h + "\n" for h in hypotheses)
+    assert predicted(out) == [{"row": i, "source": r["source"], "prediction": h, "reference": r["target"]}
+                              for i, (r, h) in enumerate(zip(rows, hypotheses))]
+
+
+def test_predictions_are_refused_where_no_data_set_is_scored(tmp_path):
+    folder = model_folder(tmp_path, "bert", LineageBertForMaskedLM, 400)
+    text = tmp_path / "held-out.txt"
+    text.write_text("A held-out line.\n")
+    with pytest.raises(evaluate.EvaluateError, match=r"--predictions writes the predictions of a translation or "
+                                                     r"classification model on --dataset; --model \(a masked-lm "
+                                                     r"model\) is scored by pseudo-perplexity here: leave it out"):
+        evaluate.main(["--model", str(folder), "--text_file", str(text), "--predictions", "--output_dir",
+                       str(tmp_path / "eval")])
+    assert not (tmp_path / "eval").exists()
