@@ -479,6 +479,9 @@ def row_location(source: str | Path, row: int, column: str | None = None) -> str
     if isinstance(source, FileRows):
         return row_location(source.file, source.row_of(row), column)
     path = Path(source)
+    from train.data.squad_files import question_location
+    if path.is_file() and FORMATS.get(_suffix(path)) == "json" and (where := question_location(path, row, column)):
+        return where
     fmt = FORMATS.get(_suffix(path)) if path.is_file() and _compression(path) is None else None
     named = f", column {column!r}" if column else ""
     line = None
@@ -715,6 +718,9 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     except DataFileNotFoundError as error:
         raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}") from None
     fmt = _file_format(files, data_format)
+    from train.data.squad_files import load_data_files  # SQuAD's files (it imports this module)
+    if fmt == "json" and (dataset := load_data_files(files, split, kinds, streaming, cache_dir)) is not None:
+        return dataset
     validate_files(files, fmt, list(kinds))
     _show_files(source, files)
     kwargs = _reader_kwargs(files, fmt, kinds, text_sample_by)
