@@ -1,10 +1,10 @@
 """Reading data through `datasets`: local files, the embedded corpus or a Hub dataset, checked before it is used.
 
-`load_text_dataset` takes files, a folder, a `save_to_disk` folder, a translation pair's two files by their shared
-prefix (`pair_files`), `"embedded:<task>"` or a Hub dataset name (the only source that reaches the network), checks
-the files before the datasets cache is touched and every value of the columns the task reads. Bad input raises a
-`DataError` (a `ValueError`) or `DataFileNotFoundError` naming the file, the line as an editor counts it
-(`row_location`), the column and the problem. docs/training.md, "Data".
+`load_text_dataset` takes files (for token classification CoNLL files: `conll_files`), a folder, a `save_to_disk`
+folder, a translation pair's two files by their shared prefix (`pair_files`), `"embedded:<task>"` or a Hub dataset name
+(the only source that reaches the network), checks the files before the datasets cache is touched and every value of
+the columns the task reads. Bad input raises a `DataError` (a `ValueError`) or `DataFileNotFoundError` naming the
+file, the line as an editor counts it (`row_location`), the column and the problem. docs/training.md, "Data".
 """
 
 from __future__ import annotations
@@ -479,6 +479,9 @@ def row_location(source: str | Path, row: int, column: str | None = None) -> str
     if isinstance(source, FileRows):
         return row_location(source.file, source.row_of(row), column)
     path = Path(source)
+    from train.data import conll_files  # which imports this module
+    if path.resolve() in conll_files.READ:
+        return conll_files.location(path, row, column)
     from train.data.squad_files import question_location
     if path.is_file() and FORMATS.get(_suffix(path)) == "json" and (where := question_location(path, row, column)):
         return where
@@ -717,6 +720,10 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         files = resolve_files(source)
     except DataFileNotFoundError as error:
         raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}") from None
+    if "words" in kinds.values() and not data_format and all(  # token classification: CoNLL, as its corpora ship
+            _suffix(f) == ".tsv" or FORMATS.get(_suffix(f), "text") == "text" for f in files):
+        from train.data.conll_files import load_conll  # which imports this module
+        return load_conll(files, list(kinds), streaming, cache_dir)
     fmt = _file_format(files, data_format)
     from train.data.squad_files import load_data_files  # SQuAD's files (it imports this module)
     if fmt == "json" and (dataset := load_data_files(files, split, kinds, streaming, cache_dir)) is not None:
@@ -769,7 +776,7 @@ def _pair_rows(pairs: list[tuple[tuple[Path, Path], list[str]]]) -> Iterator[dic
     """The rows of each pair of files, `((source file, target file), [source column, target column])`, their lines
     read in lockstep; a file that ends before the other is refused there."""
     for files, names in pairs:
-        for number, texts in enumerate(itertools.zip_longest(*map(_text_lines, files)), 1):
+        for number, texts in enumerate(itertools.zip_longest(*map(text_lines, files)), 1):
             if None in texts:
                 short = texts.index(None)
                 raise DataError(f"{files[short]} ends at line {number - 1}, but {files[1 - short]} goes on at line "
@@ -777,7 +784,7 @@ def _pair_rows(pairs: list[tuple[tuple[Path, Path], list[str]]]) -> Iterator[dic
             yield dict(zip(names, texts))
 
 
-def _text_lines(path: Path) -> Iterator[str]:
+def text_lines(path: Path) -> Iterator[str]:
     """The lines of a (compressed) text file as datasets' `text` reader splits them (universal newlines, no BOM); a
     byte that is no UTF-8 or a truncated file is refused naming the file and line (`check_utf8`)."""
     try:
@@ -934,4 +941,4 @@ __all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFi
            "InvalidUTF8Error", "MalformedRowError", "MissingColumnError", "TASKS", "TEXT_SAMPLE_BY",
            "UnknownColumnError", "UnknownSplitError", "check_local_source", "check_utf8", "hub_splits",
            "load_text_dataset", "names_local_data", "pair_columns", "pair_files", "resolve_files", "row_location",
-           "saved_splits", "stream_refusal", "validate_files"]
+           "saved_splits", "stream_refusal", "text_lines", "validate_files"]
