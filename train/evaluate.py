@@ -539,12 +539,13 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}},
             "data": {**read_from(args, source), "rows": len(rows),
                      **({"questions_cut": cut} if cut is not None else {}), "task": task},
-            **({"predictions": row_predictions(found, answered, rows, names)} if args.predictions else {})}
+            **({"predictions": row_predictions(found, answered, rows, names, text)} if args.predictions else {})}
 
 
-def row_predictions(found: dict[str, Any], answered, rows, names: list[str]) -> list[dict[str, Any]]:
+def row_predictions(found: dict[str, Any], answered, rows, names: list[str], text: str) -> list[dict[str, Any]]:
     """Each row's prediction and reference: a class name, a score, a tag per word (each word's first sub-token's, the
-    words the window held), an answer text (QA's `answered`: "" for no answer; SQuAD's `id` too)."""
+    words the window held, with those words: `text` names their column), an answer text (QA's `answered`: "" for no
+    answer; SQuAD's `id` too)."""
     if answered is not None:
         predicted, references = answered(found), [answer["text"] for answer in rows["answers"]]
     elif found["predictions"].is_floating_point():  # regression's scores
@@ -555,8 +556,9 @@ def row_predictions(found: dict[str, Any], answered, rows, names: list[str]) -> 
                                  if keep.ndim == 2 else [names[i] for i in found[key].tolist()]
                                  for key in ("predictions", "labels"))
     ids = rows["id"] if answered is not None and "id" in rows.column_names else None
-    return [{"row": i, **({"id": ids[i]} if ids else {}), "prediction": p, "reference": r}
-            for i, (p, r) in enumerate(zip(predicted, references))]
+    words = rows[text] if predicted and isinstance(predicted[0], list) else None
+    return [{"row": i, **({"id": ids[i]} if ids else {}), **({"words": words[i][:len(p)]} if words else {}),
+             "prediction": p, "reference": r} for i, (p, r) in enumerate(zip(predicted, references))]
 
 
 def evaluate_masked_lm(args: argparse.Namespace) -> dict[str, Any]:
@@ -604,12 +606,17 @@ def write_outputs(folder: Path, report: dict[str, Any], baseline: dict[str, Any]
 
 def write_predictions(folder: Path, predictions: list[dict[str, Any]]) -> None:
     """predictions.jsonl, a row each; a translation's predictions.txt (sacreBLEU's hypotheses), a translation per
-    line; SQuAD's predictions.json (its evaluation scripts' input), each question's id -> answer."""
+    line; SQuAD's predictions.json (its evaluation scripts' input), each question's id -> answer; a tagger's
+    predictions.conll (conlleval's input), `word reference prediction` a line, a blank line after each sentence."""
     with open(folder / "predictions.jsonl", "w", encoding="utf-8") as out:
         out.writelines(strict_json.dumps(row, ensure_ascii=False) + "\n" for row in predictions)
     if predictions and "source" in predictions[0]:
         text = "".join(" ".join(row["prediction"].splitlines()) + "\n" for row in predictions)
         (folder / "predictions.txt").write_text(text, encoding="utf-8")
+    if predictions and "words" in predictions[0]:
+        text = "".join("".join(f"{'_'.join(w.split()) or '_'} {r} {p}\n" for w, r, p in zip(
+            row["words"], row["reference"], row["prediction"])) + "\n" for row in predictions)
+        (folder / "predictions.conll").write_text(text, encoding="utf-8")
     if predictions and "id" in predictions[0]:
         answers = {row["id"]: row["prediction"] for row in predictions}
         (folder / "predictions.json").write_text(json.dumps(answers, ensure_ascii=False), encoding="utf-8")

@@ -1,6 +1,7 @@
 """`lineage evaluate --predictions`: each row's prediction beside its reference in predictions.jsonl, the model's own
 output for that row alone (unpadded), and the figures of results.json those predictions give; the field's own files
-(sacreBLEU's hypotheses a line each, SQuAD's id -> answer); refused where no data set is scored."""
+(sacreBLEU's hypotheses a line each, SQuAD's id -> answer, conlleval's word, reference and prediction); refused where
+no data set is scored."""
 
 import json
 
@@ -86,10 +87,16 @@ def test_a_taggers_predictions_are_a_tag_per_word_its_first_sub_tokens(tmp_path)
         with torch.no_grad():
             tags = model(**encoded).logits[0].argmax(-1).tolist()
         assert line["prediction"] == [NER_LABELS[tags[i]] for i in firsts]
-        assert line["reference"] == [NER_LABELS[t] for t in row["ner_tags"]]
+        assert line["reference"] == [NER_LABELS[t] for t in row["ner_tags"]] and line["words"] == row["tokens"]
     words = [(p, r) for line in lines for p, r in zip(line["prediction"], line["reference"])]
-    accuracy = json.loads((out / "results.json").read_text())["scores"]["token-classification"]["accuracy"]
-    assert accuracy == pytest.approx(sum(p == r for p, r in words) / len(words))
+    figures = json.loads((out / "results.json").read_text())["scores"]["token-classification"]
+    assert figures["accuracy"] == pytest.approx(sum(p == r for p, r in words) / len(words))
+    sentences = [[line.split(" ") for line in block.splitlines()]
+                 for block in (out / "predictions.conll").read_text().split("\n\n") if block]
+    assert [[w for w, _, _ in sentence] for sentence in sentences] == [row["tokens"] for row in rows]
+    entities = load_metric("entity_f1").compute(predictions=[[p for _, _, p in s] for s in sentences],
+                                                references=[[r for _, r, _ in s] for s in sentences])
+    assert figures["entity_f1"] == pytest.approx(entities["entity_f1"])
 
 
 def test_question_answerings_predictions_are_answer_texts_and_squads_predictions_json(tmp_path):
