@@ -261,7 +261,7 @@ def test_a_row_without_a_score_is_refused_naming_skip_unlabeled_which_leaves_it_
     base = ["--recipe", "bert-finetune-nli-tiny", "--task", "regression", "--train_file", str(train),
             "--validation_file", str(dev), *GLUE_COLUMNS, "--streaming", streaming, *QUICK]
     with pytest.raises(LabelError, match=r"train.csv: line 5 \(CSV, column 'label'\): the row has no score \(null, "
-                                         r"or an empty field\): a row without a score is unlabelled; set "
+                                         r"or an empty or blank field\): a row without a score is unlabelled; set "
                                          r"skip_unlabeled: true to skip such rows"):
         finetune.main([*base, "--output_dir", str(tmp_path / "refused")])
     assert not (tmp_path / "refused").exists()

@@ -19,6 +19,7 @@ import io
 import itertools
 import json
 import lzma
+import math
 import os
 import re
 import reprlib
@@ -744,10 +745,41 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     if streaming:
         _STREAMS.append((files, fmt))
     dataset = _with_columns(dataset, list(kinds), str(files[0]))  # a compressed file's columns show only now
+    if fmt == "csv":
+        dataset = _csv_scores(dataset, [column for column, kind in kinds.items() if kind == "score"])
     if fmt == "text" and "encoding" in kwargs and any(_compression(f) is not None for f in files):
         dataset = dataset.map(_without_bom, batched=True)  # datasets reads compressed text as UTF-8, whatever encoding
     refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, fmt != "text")
     return _checked(dataset, kinds, refuse, records=fmt != "text")
+
+
+def _csv_number(value: object) -> object:
+    """A CSV field of scores as a finite number, None where blank; any other text (`NaN`, a word) as it is."""
+    if not isinstance(value, str):
+        return value
+    if not value.strip():
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return number if math.isfinite(number) else value
+
+
+def _csv_scores(dataset: AnyDataset, columns: list[str]) -> AnyDataset:
+    """`dataset` with its score `columns` of CSV fields read as numbers where pandas read them as text for a field of
+    whitespace (to pandas only an empty field is no value): such a field is a missing score, an unlabelled row. A
+    column with a word in it stays text, for the labels' check to name the word."""
+    if isinstance(dataset, datasets.IterableDataset):
+        return dataset.map(lambda rows: {c: list(map(_csv_number, rows[c])) for c in columns},
+                           batched=True) if columns else dataset
+    for column in columns:
+        if dataset.features[column] not in (datasets.Value("string"), datasets.Value("large_string")):
+            continue
+        values = list(map(_csv_number, dataset[column]))
+        if not any(isinstance(value, str) for value in values):
+            dataset = dataset.remove_columns(column).add_column(column, values).select_columns(dataset.column_names)
+    return dataset
 
 
 UNEVEN = "the two files of a translation pair must have the same number of lines, as " + PAIR_LINES

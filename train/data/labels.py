@@ -238,7 +238,7 @@ def _no_score(value: object) -> str | None:
     """What `value` holds where a row has no score (an unlabelled row): null, an empty or blank string, NaN (pandas'
     missing value); None for any other value."""
     if value is None:
-        return "null, or an empty field"
+        return "null, or an empty or blank field"
     if isinstance(value, str) and not value.strip():
         return "an empty string" if not value else "only whitespace"
     return "NaN" if isinstance(value, float) and math.isnan(value) else None

@@ -24,6 +24,7 @@ from train.data.files import (
     MissingColumnError,
     load_text_dataset,
 )
+from train.data.labels import LabelError, score_labels
 from train.data.model_inputs import (
     prepare_causal_lm_dataset,
     prepare_nsp_dataset,
@@ -320,3 +321,20 @@ def test_a_corpus_shorter_than_one_block_says_both_numbers(gpt):
     tokens = len(gpt("one two three", add_special_tokens=False)["input_ids"]) + 1
     with pytest.raises(DataError, match=f"tiny.txt: the text yields {tokens} tokens .* fewer than one block of 64"):
         prepare_causal_lm_dataset(short, gpt, 64, source="tiny.txt")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_csv_score_of_only_whitespace_is_a_missing_score_as_an_empty_one(tmp_path, streaming, capsys):
+    """pandas reads a column with a field of spaces as text (to it only an empty field is no value): the field is an
+    unlabelled row, refused naming skip_unlabeled or left out with it (before: every score was refused as a number
+    written as text, skip_unlabeled or not)."""
+    path = tmp_path / "a.csv"
+    path.write_text('text,label\na,1.5\nb,  \nc,2\nd," \t"\n')
+    data = load_text_dataset(str(path), columns=(("text", "text"), ("label", "score")), streaming=streaming,
+                             cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(LabelError, match=r"a.csv: line 3 \(CSV, column 'label'\): the row has no score \(null, or an "
+                                         r"empty or blank field\): .* set skip_unlabeled: true"):
+        list(score_labels(data, None, "label", (str(path), str(path)))[0])
+    train, _ = score_labels(data, None, "label", (str(path), str(path)), skip_unlabeled=True)
+    assert [row["label"] for row in train] == [1.5, 2.0]
+    assert ("skipped 2 rows labelled -1 or without a score" in capsys.readouterr().out) is not streaming

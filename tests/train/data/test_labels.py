@@ -151,7 +151,7 @@ def test_a_label_that_is_no_real_number_is_refused_naming_its_row_and_value(labe
         score_labels(_scores([1.0, 2.0]).to_iterable_dataset(), data, "label", ("train.csv", "dev.csv"))
 
 
-@pytest.mark.parametrize("missing, held", [(None, "null, or an empty field"), ("", "an empty string"),
+@pytest.mark.parametrize("missing, held", [(None, "null, or an empty or blank field"), ("", "an empty string"),
                                            (" ", "only whitespace"), (math.nan, "NaN")])
 def test_a_row_without_a_score_is_unlabelled_refused_naming_skip_unlabeled_or_left_out_with_it(missing, held, capsys):
     """A score column's missing value (null, an empty or blank string, NaN: pandas' missing value) is the unlabelled
