@@ -386,12 +386,34 @@ def _json_columns(path: Path, handle: IO[str]) -> list[str]:
 # the layouts of a whole table in one JSON object that pandas' DataFrame.to_json writes: (the shape, the call)
 PANDAS_ORIENTS = {"columns": ("each column an object of row labels to values",
                               "df.to_json(path) (orient='columns', its default)"),
-                  "index": ("each row an object of its values under its row label", "df.to_json(path, orient='index')")}
+                  "index": ("each row an object of its values under its row label", "df.to_json(path, orient='index')"),
+                  "split": ("its column names, row labels and rows of values in lists under 'columns', 'index' and "
+                            "'data'", "df.to_json(path, orient='split')"),
+                  "table": ("a Table Schema under 'schema' and the rows under 'data'",
+                            "df.to_json(path, orient='table')")}
+
+
+def _is_split(row: dict) -> bool:  # {"columns": [names], "index": [labels] (optional), "data": [[values], ...]}
+    columns, data, index = row.get("columns"), row.get("data"), row.get("index", row.get("data"))
+    return (row.keys() - {"index"} == {"columns", "data"} and isinstance(columns, list) and isinstance(data, list)
+            and isinstance(index, list) and len(index) == len(data)
+            and all(isinstance(values, list) and len(values) == len(columns) for values in data))
+
+
+def _is_table(row: dict) -> bool:  # {"schema": {"fields": [...], ...}, "data": [{row}, ...]}
+    schema, data = row.get("schema"), row.get("data")
+    return (row.keys() == {"schema", "data"} and isinstance(schema, dict) and isinstance(schema.get("fields"), list)
+            and isinstance(data, list) and all(isinstance(values, dict) for values in data))
 
 
 def _pandas_orient(row: dict) -> str | None:
-    """The `PANDAS_ORIENTS` layout `row`, a file's first JSON object, has (None: a row): every value an object of the
-    same keys, with the row labels of a DataFrame's default index (integers) inside (`columns`) or outside (`index`)."""
+    """The `PANDAS_ORIENTS` layout `row`, a file's first JSON object, has (None: a row): `split`, `table`, or every
+    value an object of the same keys, with the row labels of a DataFrame's default index (integers) inside (`columns`)
+    or outside (`index`)."""
+    if _is_split(row):
+        return "split"
+    if _is_table(row):
+        return "table"
     inner = list(row.values())
     if not inner or any(not isinstance(v, dict) or not v or v.keys() != inner[0].keys() for v in inner):
         return None

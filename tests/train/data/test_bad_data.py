@@ -73,12 +73,17 @@ def test_a_json_array_names_the_line_its_object_starts_on(tmp_path):
 FRAME = {"text": ["a good film", "a bad film", "fine"], "label": [1, 0, 1]}
 
 
-@pytest.mark.parametrize("orient, written", [(None, r"df\.to_json\(path\) \(orient='columns', its default\)"),
-                                             ("index", r"df\.to_json\(path, orient='index'\)")],
-                         ids=["columns", "index"])
-def test_a_json_file_of_one_pandas_table_says_how_to_write_its_rows(tmp_path, orient, written):
+@pytest.mark.parametrize("orient, index, written", [
+    (None, True, r"df\.to_json\(path\) \(orient='columns', its default\)"),
+    ("index", True, r"df\.to_json\(path, orient='index'\)"),
+    ("split", True, r"df\.to_json\(path, orient='split'\)"), ("split", False, r"df\.to_json\(path, orient='split'\)"),
+    ("table", True, r"df\.to_json\(path, orient='table'\)"), ("table", False, r"df\.to_json\(path, orient='table'\)"),
+], ids=["columns", "index", "split", "split-without-index", "table", "table-without-index"])
+def test_a_json_file_of_one_pandas_table_says_how_to_write_its_rows(tmp_path, orient, index, written):
+    """Each of pandas' layouts of a whole table in one object (before: split and table got 'no column 'text' in line
+    1; the file has columns ['columns', 'index', 'data']' or ['schema', 'data'])."""
     path = tmp_path / "a.json"
-    pd.DataFrame(FRAME).to_json(path, **({"orient": orient} if orient else {}))
+    pd.DataFrame(FRAME).to_json(path, **({"orient": orient} if orient else {}), **({} if index else {"index": False}))
     with pytest.raises(MalformedRowError, match=rf"a\.json: line 1: one JSON object holds the whole table, .*, as "
                                                 rf"pandas' {written} writes it; Lineage reads a row per JSON object: "
                                                 r"write the file with df\.to_json\(path, orient='records', "
@@ -91,6 +96,15 @@ def test_pandas_records_are_read_as_rows(tmp_path, lines_):
     path = tmp_path / "a.json"
     pd.DataFrame(FRAME).to_json(path, orient="records", lines=lines_)
     assert load(path, (("text", "text"), ("label", "label")), tmp_path)[:] == FRAME
+
+
+@pytest.mark.parametrize("rows", [[{"columns": ["a", "b"], "index": [0], "data": [["x", "y"]]}] * 2,
+                                  [{"text": "a good film", "columns": ["a", "b"], "data": [["x", "y"]]}],
+                                  [{"schema": {"fields": []}, "data": [{"a": 1}], "text": "fine"}]])
+def test_json_lines_with_columns_named_as_pandas_tables_keys_are_rows(tmp_path, rows):
+    """A column called data, columns, index or schema is no pandas table: not one object alone, or other keys too."""
+    path = lines(tmp_path / "a.jsonl", rows)
+    assert load(path, ("data",), tmp_path)[:]["data"] == [row["data"] for row in rows]
 
 
 def test_a_tokens_column_must_hold_lists_of_strings(tmp_path):
