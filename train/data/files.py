@@ -151,9 +151,13 @@ def _pair_names(source: str | Path | Sequence, columns: Columns) -> list[str] | 
 
 
 def _language_file(prefix: str, column: str) -> Path | None:
-    """`<prefix>.<column>`, or the same compressed (`.gz`, ...), where one is a file."""
+    """`<prefix>.<column>`, or the same compressed (`.gz`, ...), where one is a file; two are refused, naming both."""
     plain = Path(f"{prefix}.{column}").expanduser()
-    return next((p for p in (plain, *(Path(f"{plain}{s}") for s in COMPRESSIONS)) if p.is_file()), None)
+    found = [p for p in (plain, *(Path(f"{plain}{s}") for s in COMPRESSIONS)) if p.is_file()]
+    if len(found) > 1:
+        raise DataError(f"{found[0]} and {found[1]} are both files: a translation pair named {prefix} reads one file "
+                        f"of its column {column!r}, plain or compressed; remove or rename one")
+    return found[0] if found else None
 
 
 def pair_files(source: str | Path | Sequence, columns: Columns) -> tuple[Path, Path] | None:

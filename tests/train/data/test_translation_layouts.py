@@ -312,6 +312,18 @@ def test_one_file_of_a_pair_without_the_other_is_refused_naming_it(tmp_path):
         _read(tmp_path / "train", False)
 
 
+@pytest.mark.parametrize("command", ["read", "train"])
+def test_a_file_both_plain_and_compressed_is_refused_naming_both_before_anything_is_read(command, tmp_path):
+    """`train.en` beside `train.en.gz` (before: the plain one was read, silently)."""
+    prefix = _pair(tmp_path, _lines(EN), _lines(DE))
+    (tmp_path / "train.en.gz").write_bytes(gzip.compress(_lines(EN[:3])))
+    with pytest.raises(DataError, match=rf"^{re.escape(str(prefix))}\.en and {re.escape(str(prefix))}\.en\.gz are "
+                                        rf"both files: a translation pair named {re.escape(str(prefix))} reads one "
+                                        r"file of its column 'en', plain or compressed; remove or rename one$"):
+        _read(prefix, False) if command == "read" else _train_pairs(prefix, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def _train_pairs(prefix: Path, output_dir: Path, *extra: str) -> tuple[dict, Path]:
     return _train(prefix, output_dir, "--source_column", "en", "--target_column", "de", *extra)
 
