@@ -261,20 +261,27 @@ def _chunks(path: Path, chunk_size: int = 1 << 20) -> Iterator[bytes]:
                             f"truncated: copy or compress it again") from None
 
 
+def _line_breaks(data: bytes, after_cr: bool = False) -> int:
+    """The line breaks in `data` as datasets' text reader (Python's universal newlines) and editors count them: `\n`,
+    `\r\n` and a lone `\r`; `after_cr`: the bytes before `data` ended with `\r`, so a `\n` first ends that break."""
+    return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n") - (after_cr and data.startswith(b"\n"))
+
+
 def check_utf8(path: Path, chunk_size: int = 1 << 20) -> bool:
     """Raise ``InvalidUTF8Error`` naming the line of the first invalid byte (of the decompressed text, for a
     compressed file); return whether the file holds any non-whitespace text."""
-    decoder, line, content = codecs.getincrementaldecoder("utf-8")(), 1, False
+    decoder, line, content, after_cr = codecs.getincrementaldecoder("utf-8")(), 1, False, False
     for chunk in _chunks(path, chunk_size):
         try:
             text = decoder.decode(chunk)
         except UnicodeDecodeError as err:
             at = min(err.start, len(chunk) - 1)  # the decoder may hold up to 3 bytes of the last chunk
-            bad_line = line + chunk.count(b"\n", 0, at)
+            bad_line = line + _line_breaks(chunk[:at], after_cr)
             raise InvalidUTF8Error(
                 f"{path}: line {bad_line}: not valid UTF-8 "
                 f"(byte 0x{chunk[at]:02x}: {err.reason}); re-encode the file as UTF-8") from None
-        line += chunk.count(b"\n")
+        line += _line_breaks(chunk, after_cr)
+        after_cr = chunk.endswith(b"\r")
         content = content or bool(text.strip())
     try:
         decoder.decode(b"", final=True)
@@ -283,13 +290,19 @@ def check_utf8(path: Path, chunk_size: int = 1 << 20) -> bool:
     return content
 
 
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")  # as `_line_breaks` counts them
+
+
 def _lines(path: Path) -> Iterator[bytes]:
-    """The file's (decompressed) lines, without their line breaks."""
+    """The file's (decompressed) lines, without their line breaks (`_line_breaks`)."""
     rest = b""
     for chunk in _chunks(path):
-        *lines, rest = (rest + chunk).split(b"\n")
+        data = rest + chunk
+        held = data.endswith(b"\r")  # perhaps the start of a \r\n
+        *lines, rest = _LINE_BREAK.split(data[:-1] if held else data)
+        rest += b"\r" if held else b""
         yield from lines
-    yield rest
+    yield from _LINE_BREAK.split(rest)
 
 
 def _has_paragraphs(path: Path) -> bool:
@@ -300,7 +313,7 @@ def _has_paragraphs(path: Path) -> bool:
             if gap:
                 return True
             text_seen = True
-        gap = gap or (text_seen and not line.rstrip(b"\r"))
+        gap = gap or (text_seen and not line)
     return False
 
 

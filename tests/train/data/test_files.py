@@ -22,6 +22,7 @@ from train.data.files import (
     InvalidUTF8Error,
     MalformedRowError,
     MissingColumnError,
+    check_utf8,
     load_text_dataset,
 )
 from train.data.labels import LabelError, score_labels
@@ -195,6 +196,28 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
     with pytest.raises(InvalidUTF8Error, match=r"latin1\.txt: line 3: not valid UTF-8 \(byte 0xf6"):
         load_text_dataset(path, cache_dir=str(cache))
     assert not cache.exists()
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 4, 1 << 20])
+def test_a_bad_byte_after_lone_carriage_returns_is_named_at_the_line_the_text_reader_gives(tmp_path, chunk_size):
+    """Lines end in \\n, \\r\\n or a lone \\r (old Mac), as datasets' text reader (universal newlines) ends them,
+    whichever chunk a line end falls in (before: a lone \\r ended no line, so this file's line 5 was named line 3)."""
+    data, path = b"one\rtwo\r\n\rfour\nf\xffive\r", tmp_path / "mac.txt"
+    path.write_bytes(data.replace(b"\xff", b"X"))
+    line = load_text_dataset(path, text_sample_by="line", cache_dir=str(tmp_path / "cache"))["text"].index("fXive") + 1
+    path.write_bytes(data)
+    with pytest.raises(InvalidUTF8Error, match=rf"mac\.txt: line {line}: not valid UTF-8"):
+        check_utf8(path, chunk_size)
+    with pytest.raises(InvalidUTF8Error, match=rf"mac\.txt: line {line}: not valid UTF-8"):
+        load_text_dataset(path, cache_dir=str(tmp_path / "cache"))
+
+
+def test_paragraphs_between_lone_carriage_returns_are_read_as_documents(tmp_path):
+    """text_sample_by auto finds the empty line as the reader does (before: none, so a row per line)."""
+    path = tmp_path / "mac.txt"
+    path.write_bytes(b"One line.\rAnother.\r\rA second paragraph.\r")
+    assert load_text_dataset(path, cache_dir=str(tmp_path / "cache"))["text"] == ["One line.\nAnother.",
+                                                                                  "A second paragraph.\n"]
 
 
 def test_malformed_json_line(tmp_path):
