@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import exact_resume, hub_dataset
 
-from train import evaluate, train_translation
+from train import evaluate, train_tokenizer, train_translation
 from train.data.corpus import generate_records
 from train.data.files import (
     DataError,
@@ -373,3 +373,18 @@ def test_train_translation_and_evaluate_read_two_files_by_their_prefix(written, 
     assert isinstance(report["scores"]["translation"]["bleu"], float)
     assert report["translation"]["dataset"] == str(prefix) and "split" not in report["translation"]  # one split
     assert sum(r["sentences"] for r in report["translation"]["bleu_by_length"]) == 8
+
+
+@pytest.mark.parametrize("streaming", [[], ["--streaming"]])
+def test_lineage_train_tokenizer_reads_two_files_by_their_prefix_as_a_file_of_both_columns(streaming, tmp_path):
+    """Two text columns of a prefix name a pair's files: one vocabulary from both sides' lines, the same as from a
+    JSON Lines file of the two columns."""
+    jsonl = tmp_path / "pairs.jsonl"
+    jsonl.write_text("".join(json.dumps({"en": en, "de": de}) + "\n" for en, de in PAIRS), encoding="utf-8")
+    prefix = _pair(tmp_path, _lines(EN), _lines(DE, "\r\n"), ("", ".gz"))
+    for source, folder in ((jsonl, tmp_path / "tok-jsonl"), (prefix, tmp_path / "tok-pair")):
+        train_tokenizer.main(["--family", "seq2seq", "--vocab_size", "300", "--dataset", str(source), "--text_column",
+                              "en", "--text_column", "de", "--output_dir", str(folder), *streaming])
+    vocabulary = (tmp_path / "tok-pair" / "tokenizer.json").read_text()
+    assert vocabulary == (tmp_path / "tok-jsonl" / "tokenizer.json").read_text()
+    assert {"\u2581two", "\u2581zwei"} <= json.loads(vocabulary)["model"]["vocab"].keys()
