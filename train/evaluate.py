@@ -357,7 +357,7 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
     from train.train_translation import pairs
 
     source = args.dataset or "embedded:translation"
-    columns = tuple(_columns(args, ("source_column", "target_column")).values())
+    columns = _pair(args)
     rows = pairs(_rows(args, source, pair_columns(*columns), "--source_column and --target_column (translation.de: "
                        "the entry de of a column translation)"), *columns)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.model, revision=args.model_revision, trust_remote_code=True)
@@ -417,6 +417,18 @@ def _columns(args: argparse.Namespace, keys: tuple[str, ...]) -> dict[str, str |
     """Each column flag of `keys` as given, else the run's recipe key (`_data_recipe`)."""
     recipe = _data_recipe(args)
     return {key: getattr(args, key) or recipe.get(key) for key in keys}
+
+
+def _pair(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """A translation pair's source and target columns (`_columns`)."""
+    return tuple(_columns(args, ("source_column", "target_column")).values())
+
+
+def _public_name(args: argparse.Namespace, report: dict[str, Any], source: str | None) -> str | None:
+    """`source` as the card names it (`public_name`), a translation pair by the columns it was read with."""
+    from train.data.files import pair_columns
+
+    return public_name(source, pair_columns(*_pair(args)) if "translation" in report else ())
 
 
 def _trained_task(model: str, fitting: list[str]) -> str | None:
@@ -628,7 +640,7 @@ def card_dataset(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, 
     scored = report.get("translation") or report.get("data")
     if scored is None or "dataset" not in scored:
         return None
-    name = public_name(scored["dataset"])
+    name = _public_name(args, report, scored["dataset"])
     return {"name": name, "type": name, **({"config": args.dataset_config} if args.dataset_config else {}),
             **({"split": scored["split"]} if "split" in scored else {})}
 
@@ -636,7 +648,7 @@ def card_dataset(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, 
 def card_settings(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, Any]:
     harness_version = report.get("harness", {}).get("lm_eval_version")
     return {"harness": f"lm-evaluation-harness {harness_version}" if harness_version else None,
-            "n-shot": args.num_fewshot, "limit": args.limit, "dataset": public_name(args.dataset),
+            "n-shot": args.num_fewshot, "limit": args.limit, "dataset": _public_name(args, report, args.dataset),
             "config": args.dataset_config, "split": (card_dataset(args, report) or {}).get("split"),
             "text file": Path(args.text_file).name if args.text_file else None,  # no path of this machine
             "date": report["date"][:10]}

@@ -7,7 +7,6 @@ a repo (`check_push` refuses one that cannot succeed before training). docs/trai
 
 from __future__ import annotations
 
-import glob
 import importlib.metadata
 import math
 import shutil
@@ -50,16 +49,26 @@ def pipeline_tag(class_name: str) -> str:
     return PIPELINE_TAGS.get(_suffix(class_name), "feature-extraction")
 
 
-def public_name(value: str | None) -> str | None:
-    """A recipe value as the card names it: a local file or folder, or the prefix local files share (a translation
-    pair's `data/train` of `data/train.en` and `data/train.de`), by its name (its full path, which says where the user
-    keeps their files, stays in `run.json`); a run's model folder with its run's (`bert-pretrain/model`); anything
-    else (a Hub id, `embedded:<task>`, a preset) as it is."""
-    path = Path(value or ".")
-    if not value or not (path.exists() or any(path.parent.glob(f"{glob.escape(path.name)}.*"))):
+def public_name(value: str | None, columns: tuple = ()) -> str | None:
+    """A recipe value as the card names it: local data as the reader finds it (`names_local_data`: a file or folder,
+    or for a translation pair's `columns` the prefix of its two files, `data/train` of `data/train.en` and
+    `data/train.de`), by its name (its full path, which says where the user keeps their files, stays in `run.json`); a
+    run's model folder with its run's (`bert-pretrain/model`); anything else (a Hub id, `embedded:<task>`, a preset)
+    as it is."""
+    from train.data.files import names_local_data
+
+    if not value or not names_local_data(value, columns):
         return value
-    path = path.resolve()
+    path = Path(value).expanduser().resolve()
     return f"{path.parent.name}/{path.name}" if (path.parent / RECORD).is_file() else path.name
+
+
+DATA_KEYS = ("dataset", "train_file", "validation_file")  # the recipe's paths that may name a translation pair
+
+
+def _path_name(recipe, key: str, value: str) -> str:
+    """`value` of the recipe's path `key` as the card names it (`public_name`; a data key with the recipe's pair)."""
+    return public_name(value, recipe.pair_columns() if key in DATA_KEYS else ())
 
 
 def printable(text: str) -> str:
@@ -90,7 +99,8 @@ def card_recipe(recipe, model_type: str) -> dict[str, Any]:
     `dataset` / `dataset_config` when a `train_file` was read in their place."""
     unread = ("dataset", "dataset_config") if recipe.train_file else ()
     hidden = ("output_dir", "push_to_hub", "resume_from_checkpoint", *unread)
-    return {k: public_name(v) if k in PATH_KEYS and isinstance(v, str) else v for k, v in recipe.to_dict().items()
+    return {k: _path_name(recipe, k, v) if k in PATH_KEYS and isinstance(v, str) else v
+            for k, v in recipe.to_dict().items()
             if k not in hidden and reads(k, recipe.command, recipe.task, model_type)}
 
 
@@ -113,13 +123,13 @@ def card_metadata(model, recipe, results: dict[str, Any], dataset_name: str) -> 
     # the Hub's model-index needs a value for each metric: an undefined figure (NaN) is left out, and so is the whole
     # index when no figure has one (huggingface_hub drops a null value, leaving a card it cannot read back)
     measured = index_metrics(dict(sorted(figures.items()))) or index_metrics({"loss": results.get("eval_loss")})
+    validation = recipe.validation_file and _path_name(recipe, "validation_file", recipe.validation_file)
     if measured:
         metadata["model-index"] = [{
             "name": Path(recipe.output_dir).name,
             "results": [{
                 "task": {"type": tag},
-                "dataset": ({"name": public_name(recipe.validation_file),
-                             "type": public_name(recipe.validation_file)} if recipe.validation_file else
+                "dataset": ({"name": validation, "type": validation} if validation else
                             {"name": dataset_name, "type": dataset_name,
                              **({"config": recipe.dataset_config} if recipe.dataset_config else {}),
                              "split": recipe.evaluated_split}),
@@ -203,7 +213,7 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
     """Write `folder/README.md` and return its path; `base_model` (a Hub id the run started from) goes in the
     metadata, where the Hub links the two models."""
     folder = Path(folder)
-    dataset_name = public_name(recipe.data_source("train")) or "custom"
+    dataset_name = _path_name(recipe, "train_file", recipe.data_source("train")) or "custom"
     metadata = card_metadata(model, recipe, results, dataset_name)
     if base_model:
         metadata["base_model"] = base_model
@@ -213,8 +223,8 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
     recipe_yaml = yaml.safe_dump(card_recipe(recipe, model.config.model_type), sort_keys=False)
     for key in PATH_KEYS:  # a local path the description names (`where the weights started`), by its name
         value = getattr(recipe, key)
-        if isinstance(value, str) and public_name(value) != value:
-            description = description.replace(f"`{value}`", f"`{public_name(value)}`")
+        if isinstance(value, str) and _path_name(recipe, key, value) != value:
+            description = description.replace(f"`{value}`", f"`{_path_name(recipe, key, value)}`")
     body = _CARD.format(
         lineage=project_link(), name=Path(recipe.output_dir).name, class_name=type(model).__name__,
         model_type=model.config.model_type, parameters=sum(p.numel() for p in model.parameters()),

@@ -235,14 +235,21 @@ class Recipe:
         file = self.train_file if split == "train" else self.validation_file or self.train_file
         return file or self.dataset or (self.default_dataset if default is None else default)
 
+    def pair_columns(self) -> tuple:
+        """The columns of a translation pair whose two files a data path may name by their prefix
+        (`train.data.files.pair_files`): `train_translation`'s; none for another command."""
+        if self.command != "train_translation":
+            return ()
+        from train.data.files import pair_columns
+
+        return pair_columns(self.source_column, self.target_column)
+
     def pair_files(self, split: str = "train") -> tuple[Path, Path] | None:
         """The two files of a translation pair that `data_source(split)` names by their prefix (`data/train`:
-        `data/train.en`, `data/train.de`; `train.data.files.pair_files`), for `train_translation`; else None."""
-        if self.command != "train_translation":
-            return None
-        from train.data.files import pair_columns, pair_files
+        `data/train.en`, `data/train.de`), for `train_translation`; else None."""
+        from train.data.files import pair_files
 
-        return pair_files(self.data_source(split), pair_columns(self.source_column, self.target_column))
+        return pair_files(self.data_source(split), self.pair_columns())
 
     def split_name(self, split: str = "train", default: str | None = None) -> str:
         """`data_source` as messages name it: a file as it is, a dataset's validation split as `<name> (validation)`;

@@ -29,6 +29,7 @@ from train.data.files import (
 )
 from train.run import checkpoints
 from train.run.engine import Engine
+from train.run.publish import read_card_metadata
 from train.run.recipes import RecipeError, load_recipe
 from train.run.run_folder import OutputDirError
 from train.train_translation import pair_columns, pairs
@@ -368,8 +369,9 @@ def test_train_translation_and_evaluate_read_two_files_by_their_prefix(written, 
         assert results["held_out_copies"] == 0 and "split: train[:8]" in card
     scored = ["--dataset", str(prefix), "--split", "train", "--eval_size", "8"]
     out = evaluate.main(["--model", str(folder), *scored, "--num_beams", "1", "--max_new_tokens", "4",
-                         "--output_dir", str(tmp_path / "eval")])  # the run's columns, en and de
+                         "--write_card", "--output_dir", str(tmp_path / "eval")])  # the run's columns, en and de
     report = json.loads((out / "results.json").read_text())
+    assert read_card_metadata(folder / "README.md")["model-index"][0]["results"][-1]["dataset"]["name"] == "train"
     assert isinstance(report["scores"]["translation"]["bleu"], float)
     assert report["translation"]["dataset"] == str(prefix) and "split" not in report["translation"]  # one split
     assert sum(r["sentences"] for r in report["translation"]["bleu_by_length"]) == 8

@@ -235,6 +235,21 @@ def test_the_model_card_is_fit_to_publish(tmp_path, monkeypatch):
     assert "[Lineage](https://example.org/lineage)" in card
 
 
+def test_the_card_names_local_data_by_the_readers_rule(tmp_path):
+    """A path is named by its name where the reader reads local data: a file or folder, or for a translation pair's
+    columns the prefix of its two files, each plain or compressed (before: any file `<path>.*` made a path local, so
+    a Hub id beside `<id>.jsonl`, or a prefix no command reads as a pair, lost its folders)."""
+    from train.data.files import pair_columns
+    from train.run.publish import public_name
+
+    (tmp_path / "hub").mkdir()
+    for name in ("hub/wmt16.jsonl", "hub/wmt16.fr", "data.en", "data.de.gz"):
+        (tmp_path / name).write_bytes(b"Ein Satz.\n")
+    hub, data, en_de = str(tmp_path / "hub" / "wmt16"), str(tmp_path / "data"), pair_columns("en", "de")
+    assert public_name(hub, en_de) == hub and public_name(data) == data
+    assert public_name(data, en_de) == "data" and public_name(f"{data}.en") == "data.en"
+
+
 @pytest.mark.parametrize(("family", "task", "shown"), [("bert", "nli", set()), ("gpt", "nli", {"lm_loss_weight"}),
                                                       ("bert", "question-answering", {"max_query_length"})])
 def test_the_cards_recipe_shows_only_the_keys_of_the_runs_command_task_and_model_type(tmp_path, family, task, shown):
