@@ -12,6 +12,7 @@ from pathlib import Path
 
 import datasets
 import pytest
+import yaml
 
 from train import evaluate, finetune
 from train.data.corpus import _features, generate_records
@@ -207,3 +208,21 @@ def test_finetune_and_evaluate_read_the_squad_sites_files(tmp_path, capsys):
         _finetune(train, bad, tmp_path / "refused")
     with pytest.raises(QAAnswerSpanError, match=where):
         evaluate.main(["--model", str(folder), "--dataset", str(bad), "--output_dir", str(tmp_path / "eval2")])
+
+
+def test_the_bert_base_squad_recipe_runs_on_the_squad_sites_files_with_its_windows(tmp_path):
+    """The shipped recipe (BERT's SQuAD v1.1 settings) on v1.1 files, its pretrained model swapped for a tiny one of
+    512 positions: windows of 384 tokens, questions cut to 64, warmup over a tenth of the steps, as recipe.yaml says."""
+    questions = _questions("train", 40, "v1.1")
+    train = _write(tmp_path / "train-v1.1.json", _squad(questions, "v1.1"))
+    dev = _write(tmp_path / "dev-v1.1.json", _squad(_questions("validation", 10, "v1.1"), "v1.1"))
+    results, folder = finetune.main([
+        "--recipe", "bert-base-squad", "--model", "bert-tiny", "--model_overrides", "{max_position_embeddings: 512}",
+        "--train_file", str(train), "--validation_file", str(dev), "--per_device_train_batch_size", "8",
+        "--num_train_epochs", "1", "--save_steps", "0", "--progress_bar", "false",
+        "--output_dir", str(tmp_path / "qa")])
+    assert results["steps"] == -(-len(questions) // 8)  # a window a question: each context fits in 384 tokens
+    assert 0 <= results["eval_exact_match"] <= 1
+    recipe = yaml.safe_load((folder / "recipe.yaml").read_text())
+    assert (recipe["task"], recipe["max_seq_length"], recipe["max_query_length"], recipe["warmup_ratio"],
+            recipe["learning_rate"]) == ("question-answering", 384, 64, 0.1, 5e-5)
