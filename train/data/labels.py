@@ -119,6 +119,17 @@ def _drop_unlabeled(dataset: datasets.Dataset, column: str, source: str, unlabel
     return kept
 
 
+def _labelled_validation(validation: datasets.Dataset | None, column: str, source: str) -> datasets.Dataset | None:
+    """`validation` without its rows labelled -1 (counted), refused when none is left."""
+    if validation is None:
+        return None
+    validation = _drop_unlabeled(validation, column, source)
+    if len(validation) == 0:
+        raise LabelError(f"{source}: every row is labelled -1 in column {column!r} (unlabelled, as GLUE's test "
+                         f"splits): nothing to evaluate on; give labelled data (validation_split, validation_file)")
+    return validation
+
+
 def _cut(dataset: datasets.Dataset, source: str, key: str) -> str:
     """`source`, with "(its first N rows: key)" when `train_size` / `eval_size` cut the split."""
     read = (dataset.info.splits or {}).get(str(dataset.split)) if dataset.split is not None else None
@@ -181,11 +192,7 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
               f"{len(counts)} trained{SORTED}", flush=True)
     if skip_unlabeled and kind is int:
         train = _drop_unlabeled(train, column, sources[0])
-        validation = _drop_unlabeled(validation, column, sources[1]) if validation is not None else None
-        if validation is not None and len(validation) == 0:
-            raise LabelError(f"{sources[1]}: every row is labelled -1 in column {column!r} (unlabelled, as GLUE's test "
-                             f"splits): nothing to evaluate on; give labelled data (validation_split, "
-                             f"validation_file)")
+        validation = _labelled_validation(validation, column, sources[1])
     if kind is str:
         label = datasets.ClassLabel(names=names)
         feature = datasets.List(label) if tags else label
@@ -197,7 +204,8 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
 def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.Dataset | None, column: str,
                           sources: tuple[str, str], skip_unlabeled: bool = False):
     """`(names, train, validation)` for a streamed training split, whose classes are those its features declare;
-    with `skip_unlabeled` rows labelled -1 are left out as they are read."""
+    with `skip_unlabeled` rows labelled -1 are left out as they are read (the validation split's, read whole, as in
+    memory: counted, and refused when none is left)."""
     def declared(dataset) -> list[str] | None:
         feature = _class_feature((dataset.features or {}).get(column))
         return list(feature.names) if feature is not None else None
@@ -211,13 +219,14 @@ def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.
         raise LabelError(f"recipe key 'streaming' is true: the classes of column {column!r} come from the training "
                          f"stream's features ({names}), but {sources[1]} declares {declared(validation)}; give "
                          f"validation data with the same ClassLabel feature, or set streaming: false")
+    if validation is not None:  # read whole, as in memory
+        _check_values(validation, sources[1], column, None, skip_unlabeled)
     if skip_unlabeled:
         def labelled(value) -> bool:
             return not _unlabelled_class(value)
 
         train = _labelled_stream(train.filter(labelled, input_columns=column), sources[0], column)
-        validation = validation.filter(labelled, input_columns=column) if validation is not None else None
-        return names, train, validation
+        return names, train, _labelled_validation(validation, column, sources[1])
 
     def checked(value, row: int) -> bool:  # as each row is read; memory refuses the same before training
         for word, label in enumerate(value) if isinstance(value, list) else [(None, value)]:
@@ -225,8 +234,6 @@ def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.
                 raise _negative(row_location(sources[0], row, column), label, word)
         return True
 
-    if validation is not None:
-        _check_values(validation, sources[1], column, None, False)
     return names, train.filter(checked, input_columns=column, with_indices=True), validation
 
 

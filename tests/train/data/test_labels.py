@@ -89,11 +89,19 @@ def test_an_unlabelled_row_of_a_stream_is_refused_as_it_is_read_naming_the_way_o
                               ("train.jsonl", "dev.jsonl"))
 
 
-def test_a_validation_split_of_unlabelled_rows_alone_is_refused_not_scored_as_nothing():
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_validation_split_of_unlabelled_rows_alone_is_refused_not_scored_as_nothing(streaming, capsys):
+    """Streamed too: its validation split is read whole, so its rows labelled -1 are counted as in memory (before: left
+    out silently, and a split of no other row left empty)."""
+    labels = (streamed_class_labels if streaming else class_labels)
+    train = _split([0, 1, 2, 1])
+    train = train.to_iterable_dataset() if streaming else train
+    _, _, validation = labels(train, _split([-1, 2, -1]), "label", ("train.jsonl", "dev.jsonl"), skip_unlabeled=True)
+    assert validation["label"] == [2]
+    assert "dev.jsonl: skipped 2 rows labelled -1 in column 'label' (skip_unlabeled)" in capsys.readouterr().out
     with pytest.raises(LabelError, match=r"dev.jsonl: every row is labelled -1 in column 'label'.*nothing to "
                                          r"evaluate on"):
-        class_labels(_split([0, 1, 2, 1]), _split([-1, -1]), "label", ("train.jsonl", "dev.jsonl"),
-                     skip_unlabeled=True)
+        labels(train, _split([-1, -1]), "label", ("train.jsonl", "dev.jsonl"), skip_unlabeled=True)
 
 
 def test_whole_scores_stored_as_floats_become_class_ids_and_are_said_so(capsys):
