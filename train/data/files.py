@@ -39,6 +39,9 @@ FORMATS = {".txt": "text", ".text": "text", ".raw": "text", ".jsonl": "json", ".
            ".tsv": "csv", ".parquet": "parquet"}  # .raw: WikiText's wiki.train.raw, ...
 
 
+CONLL_SUFFIXES = (".conll", ".iob", ".bio")  # listed in a folder where the task reads word lists, beside FORMATS
+
+
 COMPRESSIONS = {".gz": ("gzip", b"\x1f\x8b"), ".bz2": ("bzip2", b"BZh"), ".xz": ("xz", b"\xfd7zXZ\x00"),
                 ".zst": ("zstandard", b"\x28\xb5\x2f\xfd")}  # suffix -> (format, the bytes its files start with)
 
@@ -190,16 +193,16 @@ def _suffix(path: Path) -> str:
     return suffixes[-1] if suffixes else ""
 
 
-def resolve_files(source: str | Path | Sequence[str | Path]) -> list[Path]:
-    """The data files named by a path, a folder (its data files, sorted) or a list of paths."""
+def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[str] = tuple(FORMATS)) -> list[Path]:
+    """The data files named by a path, a folder (its files of `suffixes`, sorted) or a list of paths."""
     items = [source] if isinstance(source, (str, Path)) else list(source)
     files: list[Path] = []
     for item in items:
         path = Path(item).expanduser()
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and _suffix(p) in FORMATS)
+            found = sorted(p for p in path.iterdir() if p.is_file() and _suffix(p) in suffixes)
             if not found:
-                raise DataFileNotFoundError(f"{path}: folder holds no data files ({', '.join(FORMATS)})")
+                raise DataFileNotFoundError(f"{path}: folder holds no data files ({', '.join(suffixes)})")
             files.extend(found)
         elif path.is_file():
             files.append(path)
@@ -756,11 +759,12 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         return _load_saved(Path(source).expanduser(), split, kinds, streaming)
     if isinstance(source, (str, Path)) and not _is_local(str(source)):
         return _load_hub(str(source), split, kinds, streaming, dataset_config, cache_dir)
+    words = "words" in kinds.values()  # token classification: CoNLL, as its corpora ship
     try:
-        files = resolve_files(source)
+        files = resolve_files(source, (*FORMATS, *CONLL_SUFFIXES) if words else tuple(FORMATS))
     except DataFileNotFoundError as error:
         raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}") from None
-    if "words" in kinds.values() and not data_format and all(  # token classification: CoNLL, as its corpora ship
+    if words and not data_format and all(
             _suffix(f) == ".tsv" or FORMATS.get(_suffix(f), "text") == "text" for f in files):
         from train.data.conll_files import load_conll  # which imports this module
         return load_conll(files, list(kinds), streaming, cache_dir)

@@ -1,8 +1,8 @@
 """CoNLL files as the NER corpora ship them (CoNLL-2003's four columns with -DOCSTART- lines, WNUT-17's word and tag
 by a tab, gzip, Windows line ends, no blank line at the end or several in a row, no suffix as `eng.train`) read as the
-rows of the same sentences in JSON Lines, in memory and streamed; bad lines are refused naming the file and line the
-same both ways; `finetune --task token-classification` trains on them (NER, and POS with `label_column: pos_tags`) and
-`lineage evaluate` scores one."""
+rows of the same sentences in JSON Lines, in memory and streamed, a folder of them too; bad lines are refused naming
+the file and line the same both ways; `finetune --task token-classification` trains on them (NER, and POS with
+`label_column: pos_tags`) and `lineage evaluate` scores one."""
 
 import gzip
 import json
@@ -13,7 +13,14 @@ import pytest
 
 from train import evaluate, finetune
 from train.data.corpus import NER_LABELS, generate_records
-from train.data.files import DataError, EmptyDataFileError, InvalidUTF8Error, UnknownColumnError, load_text_dataset
+from train.data.files import (
+    DataError,
+    DataFileNotFoundError,
+    EmptyDataFileError,
+    InvalidUTF8Error,
+    UnknownColumnError,
+    load_text_dataset,
+)
 from train.data.labels import LabelError, class_labels
 
 datasets.disable_progress_bars()
@@ -104,6 +111,21 @@ def test_several_files_are_read_in_order_a_stream_a_shard_each(tmp_path):
     assert rows["tokens"] == [row["tokens"] for row in SENTENCES]
     assert rows["id"] == [str(i) for i in range(5)] + [str(i) for i in range(7)]  # each file's, as the Hub's
     assert load_text_dataset([first, second], columns=COLUMNS, streaming=True).n_shards == 2
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_folder_of_conll_files_is_read_for_token_classification_alone(streaming, tmp_path):
+    """Its `.conll`, `.iob` and `.bio` files, in name order (before: refused as a folder of no data files); a task
+    that reads no word lists still lists only its own suffixes."""
+    folder = tmp_path / "wnut"
+    folder.mkdir()
+    for name, rows in (("a.conll", SENTENCES[:4]), ("b.iob", SENTENCES[4:8]), ("c.bio", SENTENCES[8:])):
+        (folder / name).write_text(wnut(rows))
+    rows = load_text_dataset(folder, columns=COLUMNS, streaming=streaming)
+    assert [row["tokens"] for row in rows] == [row["tokens"] for row in SENTENCES]
+    assert rows.n_shards == 3 if streaming else len(rows) == 12
+    with pytest.raises(DataFileNotFoundError, match=r"wnut: folder holds no data files \(.txt, .*.parquet\)"):
+        load_text_dataset(folder, columns=[("text", "text")], streaming=streaming)
 
 
 def _bad(path: Path, streaming: bool):
