@@ -389,18 +389,35 @@ def _json_columns(path: Path, handle: IO[str]) -> list[str]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
+            whole = _whole_object(handle) if line.lstrip().startswith("{") else None  # written with indent=
+            if whole is not None and _pandas_orient(whole) is not None:
+                raise _pandas_table(path, number, _pandas_orient(whole)) from None
             raise MalformedRowError(f"{path}: line {number}: not a JSON object ({err.msg})") from None
         if not isinstance(row, dict):
             raise MalformedRowError(f"{path}: line {number}: expected a JSON object, got {type(row).__name__}")
         orient = _pandas_orient(row)
         if orient is not None and not any(rest.strip() for rest in handle):
-            shape, written = PANDAS_ORIENTS[orient]
-            raise MalformedRowError(f"{path}: line {number}: one JSON object holds the whole table, {shape}, as "
-                                    f"pandas' {written} writes it; Lineage reads a row per JSON object: write the "
-                                    f"file with df.to_json(path, orient='records', lines=True) (JSON Lines), or "
-                                    f"orient='records' (a JSON array)")
+            raise _pandas_table(path, number, orient)
         return list(row)
     return []
+
+
+def _whole_object(handle: IO[str]) -> dict | None:
+    """The file read whole as one JSON object; None where it is none."""
+    handle.seek(0)
+    try:
+        whole = json.load(handle)
+    except json.JSONDecodeError:
+        return None
+    return whole if isinstance(whole, dict) else None
+
+
+def _pandas_table(path: Path, line: int, orient: str) -> MalformedRowError:
+    shape, written = PANDAS_ORIENTS[orient]
+    return MalformedRowError(f"{path}: line {line}: one JSON object holds the whole table, {shape}, as pandas' "
+                             f"{written} writes it; Lineage reads a row per JSON object: write the file with "
+                             f"df.to_json(path, orient='records', lines=True) (JSON Lines), or orient='records' (a "
+                             f"JSON array)")
 
 
 # the layouts of a whole table in one JSON object that pandas' DataFrame.to_json writes: (the shape, the call)

@@ -79,11 +79,14 @@ FRAME = {"text": ["a good film", "a bad film", "fine"], "label": [1, 0, 1]}
     ("split", True, r"df\.to_json\(path, orient='split'\)"), ("split", False, r"df\.to_json\(path, orient='split'\)"),
     ("table", True, r"df\.to_json\(path, orient='table'\)"), ("table", False, r"df\.to_json\(path, orient='table'\)"),
 ], ids=["columns", "index", "split", "split-without-index", "table", "table-without-index"])
-def test_a_json_file_of_one_pandas_table_says_how_to_write_its_rows(tmp_path, orient, index, written):
-    """Each of pandas' layouts of a whole table in one object (before: split and table got 'no column 'text' in line
-    1; the file has columns ['columns', 'index', 'data']' or ['schema', 'data'])."""
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_json_file_of_one_pandas_table_says_how_to_write_its_rows(tmp_path, orient, index, written, indent):
+    """Each of pandas' layouts of a whole table in one object, on one line or indented over several (before: split
+    and table got 'no column 'text' in line 1; the file has columns ['columns', 'index', 'data']' or ['schema',
+    'data'], an indented one 'line 1: not a JSON object')."""
     path = tmp_path / "a.json"
-    pd.DataFrame(FRAME).to_json(path, **({"orient": orient} if orient else {}), **({} if index else {"index": False}))
+    pd.DataFrame(FRAME).to_json(path, **({"orient": orient} if orient else {}), **({} if index else {"index": False}),
+                                indent=indent)
     with pytest.raises(MalformedRowError, match=rf"a\.json: line 1: one JSON object holds the whole table, .*, as "
                                                 rf"pandas' {written} writes it; Lineage reads a row per JSON object: "
                                                 r"write the file with df\.to_json\(path, orient='records', "
@@ -91,11 +94,18 @@ def test_a_json_file_of_one_pandas_table_says_how_to_write_its_rows(tmp_path, or
         load(path, (("text", "text"), ("label", "label")), tmp_path)
 
 
-@pytest.mark.parametrize("lines_", [False, True])
-def test_pandas_records_are_read_as_rows(tmp_path, lines_):
+@pytest.mark.parametrize("lines_, indent", [(False, None), (True, None), (False, 2)])
+def test_pandas_records_are_read_as_rows(tmp_path, lines_, indent):
     path = tmp_path / "a.json"
-    pd.DataFrame(FRAME).to_json(path, orient="records", lines=lines_)
+    pd.DataFrame(FRAME).to_json(path, orient="records", lines=lines_, indent=indent)
     assert load(path, (("text", "text"), ("label", "label")), tmp_path)[:] == FRAME
+
+
+def test_an_indented_json_object_of_no_pandas_table_is_refused_as_before(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps({"text": "a good film", "label": 1}, indent=2))
+    with pytest.raises(MalformedRowError, match=r"a\.json: line 1: not a JSON object"):
+        load(path, (("text", "text"), ("label", "label")), tmp_path)
 
 
 @pytest.mark.parametrize("rows", [[{"columns": ["a", "b"], "index": [0], "data": [["x", "y"]]}] * 2,
