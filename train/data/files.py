@@ -13,6 +13,7 @@ import bz2
 import codecs
 import csv
 import functools
+import glob
 import gzip
 import hashlib
 import io
@@ -180,10 +181,29 @@ def pair_files(source: str | Path | Sequence, columns: Columns) -> tuple[Path, P
 
 
 def _pair_hint(source: str | Path | Sequence, columns: Columns) -> str:
-    """What a `source` that names nothing would have been read as with the files of a translation pair."""
+    """What a `source` that names nothing would have been read as with the files of a translation pair; for one text
+    column, the `<source>.<language>` files to name instead."""
     names = _pair_names(source, columns)
-    return (f"; a translation pair named so is read from {source}.{names[0]} and {source}.{names[1]} ({PAIR_LINES}), "
-            f"which do not exist either" if names else "")
+    if names:
+        return (f"; a translation pair named so is read from {source}.{names[0]} and {source}.{names[1]} "
+                f"({PAIR_LINES}), which do not exist either")
+    kinds = _kinds(columns)
+    if not isinstance(source, (str, Path)) or list(kinds.values()) != ["text"] or Path(source).expanduser().exists():
+        return ""
+    prefix = Path(source).expanduser()
+    found = sorted(p for p in prefix.parent.glob(f"{glob.escape(prefix.name)}.*")
+                   if _is_language(p) and (p.stem if _compression(p) else p.name).rpartition(".")[0] == prefix.name)
+    named = next((p for p in found if _suffix(p) == f".{next(iter(kinds))}"), found[0] if found else None)
+    one = len(found) == 1
+    return (f"; {' and '.join(map(str, found))} {'is a text file' if one else 'are text files'} of a language, named "
+            f"as a translation pair's sides are: name {'it' if one else 'one'} as the data, e.g. {named}, to read its "
+            f"lines as the column 'text'" if found else "")
+
+
+def _is_language(path: Path) -> bool:
+    """Whether `path` is a file named `<prefix>.<language>` (train.en, plain or compressed), a text of a line per
+    sentence as translation corpora ship."""
+    return path.is_file() and re.fullmatch(r"\.[a-z]{2}", _suffix(path)) is not None
 
 
 def _suffix(path: Path) -> str:
@@ -211,13 +231,17 @@ def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[
     return files
 
 
-def _file_format(files: list[Path], data_format: str | None) -> str:
-    formats = {data_format or FORMATS.get(_suffix(f)) for f in files}
+def _file_format(files: list[Path], data_format: str | None, text: bool = False) -> str:
+    """The files' one format; `text`: the task reads one column of text, from a file of a language too (train.en)."""
+    formats = {data_format or FORMATS.get(_suffix(f)) or ("text" if text and _is_language(f) else None)
+               for f in files}
     if None in formats:
         unknown = next(f for f in files if FORMATS.get(_suffix(f)) is None)
-        raise DataError(f"{unknown}: unknown data file type; name the file with one of {', '.join(FORMATS)} at the "
-                        f"end (plain text: .txt){', before its compression' if _compression(unknown) else ''}, or "
-                        f"pass data_format to load_text_dataset")
+        language = (" (a file of a language, as train.en, is read as text lines where the task reads one column of "
+                    "text: a tokenizer's or pretraining's)" if _is_language(unknown) else "")
+        raise DataError(f"{unknown}: unknown data file type{language}; name the file with one of {', '.join(FORMATS)} "
+                        f"at the end (plain text: .txt){', before its compression' if _compression(unknown) else ''}, "
+                        f"or pass data_format to load_text_dataset")
     if len(formats) > 1:
         raise DataError(f"data files mix formats {sorted(formats)}; load each format separately")
     return formats.pop()
@@ -785,7 +809,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
             _suffix(f) == ".tsv" or FORMATS.get(_suffix(f), "text") == "text" for f in files):
         from train.data.conll_files import load_conll  # which imports this module
         return load_conll(files, list(kinds), streaming, cache_dir)
-    fmt = _file_format(files, data_format)
+    fmt = _file_format(files, data_format, list(kinds.values()) == ["text"])
     from train.data.squad_files import load_data_files  # SQuAD's files (it imports this module)
     if fmt == "json" and (dataset := load_data_files(files, split, kinds, streaming, cache_dir)) is not None:
         return dataset

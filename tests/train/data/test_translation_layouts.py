@@ -3,7 +3,7 @@
 `translation.de`, columns of other names (a TSV with the header `en de`), and two files of a sentence per line named
 by their prefix (`train` of `train.en` and `train.de`, as fairseq, Moses and sacreBLEU write them) give the same pairs
 in memory and streamed; bad pairs are refused naming the file, the line and the entry, the same both ways;
-`train_translation` and `lineage evaluate` read them."""
+`train_translation` and `lineage evaluate` read them; one such file is text lines where one text column is read."""
 
 import gzip
 import json
@@ -390,3 +390,32 @@ def test_lineage_train_tokenizer_reads_two_files_by_their_prefix_as_a_file_of_bo
     vocabulary = (tmp_path / "tok-pair" / "tokenizer.json").read_text()
     assert vocabulary == (tmp_path / "tok-jsonl" / "tokenizer.json").read_text()
     assert {"\u2581two", "\u2581zwei"} <= json.loads(vocabulary)["model"]["vocab"].keys()
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_prefix_read_as_one_text_column_names_its_language_files(relative, tmp_path, monkeypatch):
+    """`--dataset train --text_column en` beside train.en and train.de is no pair (one column): the error names the
+    file to give (before: a path's 'no such data file', or the offline Hub's error for a relative one, alone)."""
+    prefix = _pair(tmp_path, _lines(EN), _lines(DE), ("", ".gz"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises((DataError, DataFileNotFoundError),  # the Hub's error, a path's
+                       match=r"train\.de\.gz and .*train\.en are text files of a language, named as a translation "
+                             r"pair's sides are: name one as the data, e.g. .*train\.en, to read its lines as the "
+                             r"column 'text'"):
+        load_text_dataset("train" if relative else prefix, columns=[("en", "text")])
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_file_of_a_language_is_read_as_text_lines_where_the_task_reads_one_text_column(streaming, tmp_path):
+    """`train.en`, `train.de.gz`: a line per row, as a `.txt` file (before: an unknown data file type); a task of
+    other columns still refuses it, saying where it is text."""
+    prefix = _pair(tmp_path, _lines(EN), _lines(DE), ("", ".gz"))
+    (tmp_path / "de.txt").write_bytes(_lines(DE))
+    for name, texts in (("train.en", EN), ("train.de.gz", DE)):
+        rows = load_text_dataset(tmp_path / name, columns=[("text", "text")], streaming=streaming)
+        assert [row["text"] for row in rows] == texts
+    assert list(load_text_dataset(f"{prefix}.de.gz", columns=[("text", "text")], streaming=streaming)) == list(
+        load_text_dataset(tmp_path / "de.txt", columns=[("text", "text")], streaming=streaming))
+    with pytest.raises(DataError, match=r"train\.en: unknown data file type \(a file of a language, as train\.en, is "
+                                        r"read as text lines where the task reads one column of text"):
+        load_text_dataset(f"{prefix}.en", columns=[("text", "text"), ("label", "label")], streaming=streaming)
