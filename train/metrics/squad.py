@@ -1,5 +1,6 @@
 """SQuAD's exact match and F1 of answer texts, as its official scripts score them (v1.1; v2.0's unanswerable questions:
-no gold answer is scored against the empty answer), as fractions: the offline twin of the Hub's `squad_v2` figures."""
+no gold answer is scored against the empty answer, and the figures of the answerable and unanswerable questions apart,
+`has_answer_*` and `no_answer_*`), as fractions: the offline twin of the Hub's `squad_v2` figures."""
 
 import collections
 import re
@@ -43,9 +44,18 @@ class Squad(evaluate.Metric):
     def _compute(self, predictions, references):
         if not references:
             raise ValueError("squad: predictions and references are empty; the scores need at least one question")
-        exact = f1 = 0.0
+        scored = {True: [], False: []}  # answerable or not -> (exact, f1) of each such question
         for prediction, answers in zip(predictions, references):
-            golds = [answer for answer in answers if normalize(answer)] or [""]
-            exact += max(float(normalize(prediction) == normalize(gold)) for gold in golds)
-            f1 += max(token_f1(prediction, gold) for gold in golds)
-        return {"exact_match": exact / len(references), "f1": f1 / len(references)}
+            golds = [answer for answer in answers if normalize(answer)]
+            scored[bool(golds)].append((max(float(normalize(prediction) == normalize(gold)) for gold in golds or [""]),
+                                        max(token_f1(prediction, gold) for gold in golds or [""])))
+        figures = {"exact_match": _mean(scored[True] + scored[False], 0), "f1": _mean(scored[True] + scored[False], 1)}
+        if scored[False]:  # v2.0's breakdown, as its official script gives it (HasAns_*, NoAns_*)
+            for name, questions in (("has_answer", scored[True]), ("no_answer", scored[False])):
+                figures.update({f"{name}_exact_match": _mean(questions, 0), f"{name}_f1": _mean(questions, 1)}
+                               if questions else {})
+        return figures
+
+
+def _mean(pairs: list[tuple[float, float]], which: int) -> float:
+    return sum(pair[which] for pair in pairs) / len(pairs)

@@ -28,6 +28,11 @@ def test_exact_match_and_f1_take_the_best_gold_answer_and_score_unanswerable_que
                            references=[["Denver Broncos", "Broncos"], ["1998"], [], []])
     assert scores["exact_match"] == pytest.approx(2 / 4)  # hit; "in 1998" misses; empty right; "Paris" wrong
     assert scores["f1"] == pytest.approx((1 + 2 / 3 + 1 + 0) / 4)
+    # v2.0's breakdown, as its official script's HasAns_* and NoAns_*; none where every question has an answer (v1.1)
+    assert (scores["has_answer_exact_match"], scores["has_answer_f1"]) == pytest.approx((1 / 2, (1 + 2 / 3) / 2))
+    assert (scores["no_answer_exact_match"], scores["no_answer_f1"]) == (1 / 2, 1 / 2)
+    assert SQUAD.compute(predictions=["Broncos", "1998"], references=[["Denver Broncos"], ["1998", "in 1998"]]) == {
+        "exact_match": 1 / 2, "f1": pytest.approx((2 / 3 + 1) / 2)}
     with pytest.raises(ValueError, match="predictions and references are empty"):
         SQUAD.compute(predictions=[], references=[])
 
@@ -82,7 +87,8 @@ def test_the_gold_span_of_each_windowed_question_scores_one_and_cls_scores_its_u
     assert len(encoded) > 2 * len(data)  # several windows a question
     assert any(not a["text"] for a in data["answers"]) and any(a["text"] for a in data["answers"])
     gold = _scores(encoded, data, lambda w: (w["start_positions"], w["end_positions"]))  # 0, 0 where it is absent
-    assert gold == {"exact_match": 1.0, "f1": 1.0}
+    assert gold == {"exact_match": 1.0, "f1": 1.0, "has_answer_exact_match": 1.0, "has_answer_f1": 1.0,
+                    "no_answer_exact_match": 1.0, "no_answer_f1": 1.0}
 
 
 def test_a_window_without_the_answer_that_predicts_nothing_does_not_count_as_a_hit(qa_windows):
