@@ -250,7 +250,7 @@ def evaluate_harness(args: argparse.Namespace, kind: str) -> dict[str, Any]:
     return {"scores": harness.scores(results), "harness": results}
 
 
-def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
+def _rows(args: argparse.Namespace, source: str, columns, flags: str, note: bool = True) -> Any:
     """The rows to score: `--split` of `source`, cut to `--eval_size`; a column it lacks is refused naming `flags`,
     which name others. A Hub dataset cut so is streamed and only its first rows read into memory (a corpus's held-out
     `train[:N]` is never downloaded whole)."""
@@ -278,7 +278,7 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str) -> Any:
         rows = datasets.Dataset.from_list(list(rows.take(args.eval_size)), features=rows.features)
     elif args.eval_size is not None and not embedded and args.eval_size < len(rows):
         rows = rows.select(range(args.eval_size))
-    if not embedded:
+    if note and not embedded:
         _note_training_rows(args, source, len(rows), columns)
     return rows
 
@@ -468,7 +468,8 @@ def _run_padding(args: argparse.Namespace, positions: int | None) -> int | None:
 
 def classifier_data(args: argparse.Namespace, architecture: str, family: str, config: dict[str, Any]):
     """(task, encode task, Auto class, columns, rows with the labels as class names or checked scores, the class
-    names (None for scores), source) of `--dataset`; `args` completed with the run's question length and padding."""
+    names (None for scores), source, whether it is labelled) of `--dataset`; `args` completed with the run's question
+    length and padding. With `--predictions`, data without its label column gets a stand-in: predictions alone."""
     from train import finetune
     from train.data.labels import class_labels, score_labels
 
@@ -501,7 +502,16 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
     if source is None:
         raise EvaluateError(f"--task {task!r} has no embedded data: give --dataset (a file of yours, or a Hub dataset "
                             f"with --dataset_config)")
-    rows = _rows(args, source, columns, "--text_column, --text_pair_column and --label_column")
+    flags = "--text_column, --text_pair_column and --label_column"
+    rows = _rows(args, source, [c for c in columns if c[0] != label] if args.predictions else columns, flags)
+    if args.predictions and label and label not in rows.column_names:  # predictions alone: a stand-in label
+        stand_in = ((lambda row: [0] * len(row[text])) if encode_task == "token_classification"
+                    else (lambda row: 0.0) if finetune.TASKS[task].scores else (lambda row: 0))
+        rows = rows.map(lambda row: {label: stand_in(row)}, keep_in_memory=True)
+        print(f"{source}: no column {label!r}: each row's prediction alone, no figure", flush=True)
+        return task, encode_task, auto_class, (text, pair, label), rows, None, source, False
+    if args.predictions and label:
+        rows = _rows(args, source, columns, flags, note=False)  # read again with its labels checked
     if args.skip_unlabeled is None:
         args.skip_unlabeled = bool(_data_recipe(args).get("skip_unlabeled"))
     names = None
@@ -510,7 +520,7 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
     elif label:
         names, rows, _ = class_labels(rows, None, label, (source, source), skip_unlabeled=args.skip_unlabeled,
                                       allow_single_class=True, training=False)
-    return task, encode_task, auto_class, (text, pair, label), rows, names, source
+    return task, encode_task, auto_class, (text, pair, label), rows, names, source, True
 
 
 def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str,
@@ -525,8 +535,8 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     from train.data.collators import PaddingCollator
     from train.run.evaluation import evaluate as evaluation_pass
 
-    task, encode_task, auto_class, (text, pair, label), rows, names, source = classifier_data(args, architecture,
-                                                                                              family, config)
+    task, encode_task, auto_class, (text, pair, label), rows, names, source, labelled = classifier_data(
+        args, architecture, family, config)
     model = getattr(transformers, auto_class).from_pretrained(args.model, revision=args.model_revision,
                                                              trust_remote_code=True)
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
@@ -542,22 +552,25 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
 
     def metrics(predictions: dict[str, Any], eval_loss: float) -> dict[str, float]:
         found.update(predictions)
-        return scores(predictions, eval_loss)
+        return scores(predictions, eval_loss) if labelled else {}
     batch = model_batch_size(args)
     accelerator = Accelerator(cpu=device_of(args) == "cpu")
     loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer, args.pad_to_multiple_of))
     model, loader = accelerator.prepare(model, loader)
     figures = evaluation_pass(accelerator, model, loader, predict, metrics)
-    return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}},
+    predicted = row_predictions(found, answered, rows, names, text, labelled) if args.predictions else None
+    return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}} if labelled else {},
             "data": {**read_from(args, source), "rows": len(rows),
-                     **({"questions_cut": cut} if cut is not None else {}), "task": task},
-            **({"predictions": row_predictions(found, answered, rows, names, text)} if args.predictions else {})}
+                     **({"questions_cut": cut} if cut is not None else {}), "task": task,
+                     **({} if labelled else {"labelled": False})},
+            **({"predictions": predicted} if predicted is not None else {})}
 
 
-def row_predictions(found: dict[str, Any], answered, rows, names: list[str], text: str) -> list[dict[str, Any]]:
-    """Each row's prediction and reference: a class name, a score, a tag per word (each word's first sub-token's, the
-    words the window held, with those words: `text` names their column), an answer text (QA's `answered`: "" for no
-    answer; SQuAD's `id` too)."""
+def row_predictions(found: dict[str, Any], answered, rows, names: list[str], text: str,
+                    labelled: bool) -> list[dict[str, Any]]:
+    """Each row's prediction and (`labelled`) reference: a class name, a score, a tag per word (each word's first
+    sub-token's, the words the window held, with those words: `text` names their column), an answer text (QA's
+    `answered`: "" for no answer; SQuAD's `id` too)."""
     if answered is not None:
         predicted, references = answered(found), [answer["text"] for answer in rows["answers"]]
     elif found["predictions"].is_floating_point():  # regression's scores
@@ -570,7 +583,8 @@ def row_predictions(found: dict[str, Any], answered, rows, names: list[str], tex
     ids = rows["id"] if answered is not None and "id" in rows.column_names else None
     words = rows[text] if predicted and isinstance(predicted[0], list) else None
     return [{"row": i, **({"id": ids[i]} if ids else {}), **({"words": words[i][:len(p)]} if words else {}),
-             "prediction": p, "reference": r} for i, (p, r) in enumerate(zip(predicted, references))]
+             "prediction": p, **({"reference": r} if labelled else {})}
+            for i, (p, r) in enumerate(zip(predicted, references))]
 
 
 def evaluate_masked_lm(args: argparse.Namespace) -> dict[str, Any]:
@@ -610,7 +624,8 @@ def write_outputs(folder: Path, report: dict[str, Any], baseline: dict[str, Any]
         evaluation_report.write_results(staging / "results.json", report)
         if predictions is not None:
             write_predictions(staging, predictions)
-        evaluation_report.plot_scores(report["scores"], report["model"], staging / "scores.png", baseline)
+        if report["scores"]:  # none: predictions of unlabelled data alone
+            evaluation_report.plot_scores(report["scores"], report["model"], staging / "scores.png", baseline)
         if "translation" in report:
             evaluation_report.plot_bleu_by_length(report["translation"]["bleu_by_length"], report["model"],
                                                   staging / "bleu_by_length.png", baseline)
@@ -619,15 +634,17 @@ def write_outputs(folder: Path, report: dict[str, Any], baseline: dict[str, Any]
 def write_predictions(folder: Path, predictions: list[dict[str, Any]]) -> None:
     """predictions.jsonl, a row each; a translation's predictions.txt (sacreBLEU's hypotheses), a translation per
     line; SQuAD's predictions.json (its evaluation scripts' input), each question's id -> answer; a tagger's
-    predictions.conll (conlleval's input), `word reference prediction` a line, a blank line after each sentence."""
+    predictions.conll (conlleval's input), `word reference prediction` a line (unlabelled: `word prediction`), a blank
+    line after each sentence."""
     with open(folder / "predictions.jsonl", "w", encoding="utf-8") as out:
         out.writelines(strict_json.dumps(row, ensure_ascii=False) + "\n" for row in predictions)
     if predictions and "source" in predictions[0]:
         text = "".join(" ".join(row["prediction"].splitlines()) + "\n" for row in predictions)
         (folder / "predictions.txt").write_text(text, encoding="utf-8")
     if predictions and "words" in predictions[0]:
-        text = "".join("".join(f"{'_'.join(w.split()) or '_'} {r} {p}\n" for w, r, p in zip(
-            row["words"], row["reference"], row["prediction"])) + "\n" for row in predictions)
+        text = "".join("".join(" ".join(["_".join(tags[0].split()) or "_", *tags[1:]]) + "\n" for tags in zip(
+            row["words"], *([row["reference"]] if "reference" in row else []), row["prediction"])) + "\n"
+            for row in predictions)
         (folder / "predictions.conll").write_text(text, encoding="utf-8")
     if predictions and "id" in predictions[0]:
         answers = {row["id"]: row["prediction"] for row in predictions}
@@ -668,6 +685,9 @@ def main(argv: Sequence[str] | None = None) -> Path:
               **score(args, kind, architecture, family, config),
               "versions": versions(), "command": ["lineage", COMMAND, *(sys.argv[1:] if argv is None else argv)]}
     predictions = report.pop("predictions", None)
+    if args.write_card and not report["scores"]:
+        raise EvaluateError(f"--write_card true: --dataset {args.dataset} has no labels, so nothing is scored (the "
+                            f"predictions alone): leave --write_card out")
     write_outputs(folder, report, baseline, predictions)
     if args.write_card:
         card = evaluation_report.write_card(Path(args.model), report["scores"], pipeline_tag(architecture),

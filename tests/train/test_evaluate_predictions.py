@@ -137,3 +137,54 @@ def test_predictions_are_refused_where_no_data_set_is_scored(tmp_path):
         evaluate.main(["--model", str(folder), "--text_file", str(text), "--predictions", "--output_dir",
                        str(tmp_path / "eval")])
     assert not (tmp_path / "eval").exists()
+
+
+def test_data_without_its_label_column_gets_each_rows_prediction_alone(tmp_path, capsys):
+    """Predictions of a file without labels (a test set, new data) are those of the same rows labelled, without a
+    reference; nothing is scored (no figure, no plot) and a card, which would hold no figure, is refused first."""
+    names = ["entailment", "neutral", "contradiction"]
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3,
+                          id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
+    rows = generate_records("nli", "test", size=9)
+    labelled, unlabelled = tmp_path / "labelled.jsonl", tmp_path / "unlabelled.csv"
+    labelled.write_text("".join(json.dumps({**r, "label": names[r["label"]]}) + "\n" for r in rows))
+    pandas = pytest.importorskip("pandas")
+    pandas.DataFrame([{"premise": r["premise"], "hypothesis": r["hypothesis"]} for r in rows]).to_csv(unlabelled,
+                                                                                                     index=False)
+    common = ["--model", str(folder), "--task", "nli", "--batch_size", "4", "--predictions"]
+    scored = predicted(evaluate.main([*common, "--dataset", str(labelled), "--output_dir", str(tmp_path / "a")]))
+    out = evaluate.main([*common, "--dataset", str(unlabelled), "--output_dir", str(tmp_path / "b")])
+    assert f"{unlabelled}: no column 'label': each row's prediction alone, no figure" in capsys.readouterr().out
+    assert predicted(out) == [{"row": line["row"], "prediction": line["prediction"]} for line in scored]
+    report = json.loads((out / "results.json").read_text())
+    assert report["scores"] == {} and report["data"]["labelled"] is False and report["data"]["rows"] == 9
+    assert not (out / "scores.png").exists()
+    with pytest.raises(evaluate.EvaluateError, match=r"--write_card true: --dataset .*unlabelled.csv has no labels"):
+        evaluate.main([*common, "--dataset", str(unlabelled), "--write_card", "--output_dir", str(tmp_path / "c")])
+    assert not (tmp_path / "c").exists() and not (folder / "README.md").exists()
+
+
+def test_a_tagger_and_a_regression_head_predict_unlabelled_rows_as_labelled_ones(tmp_path):
+    tagger = model_folder(tmp_path / "t", "bert", LineageBertForTokenClassification, 400, num_labels=len(NER_LABELS),
+                          id2label=dict(enumerate(NER_LABELS)), label2id={n: i for i, n in enumerate(NER_LABELS)})
+    rows = generate_records("ner", "test", seed=42, size=6)  # as lineage evaluate draws embedded:ner
+    words = tmp_path / "words.jsonl"
+    words.write_text("".join(json.dumps({"tokens": r["tokens"]}) + "\n" for r in rows))
+    common = ["--model", str(tagger), "--task", "token-classification", "--predictions"]
+    scored = predicted(evaluate.main([*common, "--dataset", "embedded:ner", "--eval_size", "6", "--output_dir",
+                                      str(tmp_path / "a")]))
+    alone = predicted(evaluate.main([*common, "--dataset", str(words), "--output_dir", str(tmp_path / "b")]))
+    assert alone == [{k: v for k, v in line.items() if k != "reference"} for line in scored]
+    assert [line["words"] for line in alone] == [r["tokens"] for r in rows]
+    assert (tmp_path / "b" / "predictions.conll").read_text() == "".join(
+        "".join(f"{w} {t}\n" for w, t in zip(line["words"], line["prediction"])) + "\n" for line in alone)
+    head = model_folder(tmp_path / "r", "bert", LineageBertForSequenceClassification, 400, num_labels=1,
+                        problem_type="regression")
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("".join(json.dumps({"text": r["tokens"][0]}) + "\n" for r in rows))
+    out = evaluate.main(["--model", str(head), "--task", "regression", "--dataset", str(texts), "--predictions",
+                         "--output_dir", str(tmp_path / "c")])
+    model, tokenizer = LineageBertForSequenceClassification.from_pretrained(head), AutoTokenizer.from_pretrained(head)
+    with torch.no_grad():
+        own = [model(**tokenizer(r["tokens"][0], return_tensors="pt")).logits[0, 0].item() for r in rows]
+    assert [line["prediction"] for line in predicted(out)] == pytest.approx(own, abs=1e-5)
