@@ -130,9 +130,10 @@ def command_parser() -> CommandParser:
     parser.add_argument("--text_file", default=None, help="masked LMs: the text to score (one sample per line)")
     parser.add_argument("--compare", default=None, help="an earlier lineage evaluate --output_dir: its figures are "
                                                         "drawn beside these")
-    parser.add_switch("--predictions", help="with --dataset: also write each row's prediction and reference to "
-                                            "predictions.jsonl (and a translation per line to predictions.txt, "
-                                            "SQuAD's id -> answer to predictions.json)")
+    parser.add_switch("--predictions", help="with --dataset: also write each row's prediction (and reference) to "
+                                            "predictions.jsonl, and the field's files: predictions.txt (translations), "
+                                            "predictions.json (SQuAD), predictions.conll (tags); data without its "
+                                            "label column: the predictions alone")
     parser.add_switch("--write_card", help="add the scores to the model folder's card (README.md)")
     parser.add_switch("--overwrite_output_dir", help="replace an earlier output of this command (nothing else)")
     return parser

@@ -77,6 +77,7 @@ SUBMISSION_FILES = {"cola": (("cola", "test", "CoLA.tsv"),), "sst2": (("sst2", "
                              ("ax", "test", "AX.tsv")),
                     "qnli": (("qnli", "test", "QNLI.tsv"),), "rte": (("rte", "test", "RTE.tsv"),),
                     "wnli": (("wnli", "test", "WNLI.tsv"),)}
+SUBMISSION_NAMES = [file_name for files in SUBMISSION_FILES.values() for _, _, file_name in files]  # GLUE's order
 # the tasks whose files hold class names (as GLUE's own files label them); the others' hold class numbers, STS-B's
 # scores
 NAMED_CLASSES = ("mnli", "qnli", "rte")
@@ -221,12 +222,11 @@ def _failure(error: Exception) -> str:
 
 def zip_submission(folder: Path) -> Path | None:
     """`folder`'s files zipped at the top level as GLUE's server takes them, once every test set has its file."""
-    names = [file_name for files in SUBMISSION_FILES.values() for _, _, file_name in files]
-    if not all((folder / file_name).is_file() for file_name in names):
+    if not all((folder / file_name).is_file() for file_name in SUBMISSION_NAMES):
         return None
     archive = folder.with_suffix(".zip")
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
-        for file_name in names:
+        for file_name in SUBMISSION_NAMES:
             bundle.write(folder / file_name, file_name)
     return archive
 
@@ -274,9 +274,9 @@ def submission_line(submission: dict[str, Any]) -> str:
     files = submission["files"]
     said = f"Test predictions: {', '.join(files)} in submission/" if files else "Test predictions: none"
     said += "".join(f"; none of {name} ({why})" for name, why in submission["unpredicted"].items())
-    missing = [f for files in SUBMISSION_FILES.values() for _, _, f in files if f not in submission["files"]]
+    missing = [f for f in SUBMISSION_NAMES if f not in files]
     return said + (f"; {submission['zip']} holds them for GLUE's server." if submission["zip"] else
-                   f"; no submission.zip: GLUE's server takes all {len(files) + len(missing)} files, and "
+                   f"; no submission.zip: GLUE's server takes all {len(SUBMISSION_NAMES)} files, and "
                    f"{', '.join(missing)} are missing.")
 
 

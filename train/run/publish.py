@@ -223,7 +223,7 @@ def write_model_card(folder: str | Path, model, recipe, results: dict[str, Any],
     recipe_yaml = yaml.safe_dump(card_recipe(recipe, model.config.model_type), sort_keys=False)
     for key in PATH_KEYS:  # a local path the description names (`where the weights started`), by its name
         value = getattr(recipe, key)
-        if isinstance(value, str) and _path_name(recipe, key, value) != value:
+        if isinstance(value, str):
             description = description.replace(f"`{value}`", f"`{_path_name(recipe, key, value)}`")
     body = _CARD.format(
         lineage=project_link(), name=Path(recipe.output_dir).name, class_name=type(model).__name__,
