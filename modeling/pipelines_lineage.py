@@ -233,20 +233,24 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
                                          ("handle_impossible_answer", handle_impossible_answer)) if v is not None}
         return preprocess, {}, postprocess
 
+    def _saved(self) -> dict:
+        """The defaults the run that fine-tuned the model saved for this pipeline (`task_specific_params`)."""
+        return (getattr(self.model.config, "task_specific_params", None) or {}).get("question-answering", {})
+
     def _question(self, question: str, max_question_len: int | None) -> str:
         """`question` without its leading spaces, cut after its first `max_question_len` tokens (default: as the run
         that fine-tuned the model cut its questions, `task_specific_params` of its config, else 64), in the text, as
         training cuts them (BERT's run_squad.py's max_query_length)."""
         if max_question_len is None:
-            saved = (getattr(self.model.config, "task_specific_params", None) or {}).get("question-answering", {})
-            max_question_len = saved.get("max_question_len", _DEFAULT_MAX_QUESTION_LEN)
+            max_question_len = self._saved().get("max_question_len", _DEFAULT_MAX_QUESTION_LEN)
         question = question.lstrip()
         spans = self.tokenizer(question, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
         return question[:spans[max_question_len - 1][1]] if len(spans) > max_question_len else question
 
     def _lengths(self, max_seq_len: int | None, doc_stride: int | None, question: str) -> tuple[int, int]:
-        """The window length (384 by default, at most the model's positions) and the overlap (a quarter of a window by
-        default, as training steps its windows), checked against the room the question leaves for context."""
+        """The window length (384 by default, at most the model's positions) and the overlap (by default the run's
+        `doc_stride`, `task_specific_params` of its config, else a quarter of a window, as training steps its
+        windows), checked against the room the question leaves for context."""
         positions = getattr(self.model.config, "max_position_embeddings", 384)
         limit = min(self.tokenizer.model_max_length, positions)
         max_seq_len = min(384, limit) if max_seq_len is None else max_seq_len
@@ -254,13 +258,15 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
             raise ValueError(f"`max_seq_len` is {max_seq_len} but at most {limit} tokens can be read (the tokenizer's "
                              f"model_max_length {self.tokenizer.model_max_length}, the model's "
                              f"max_position_embeddings {positions})")
-        doc_stride = max_seq_len // 4 if doc_stride is None else doc_stride
+        whose = " (the run's, saved in the config)" if doc_stride is None and "doc_stride" in self._saved() else ""
+        if doc_stride is None:
+            doc_stride = self._saved().get("doc_stride", max_seq_len // 4)
         pair_tokens = len(self.tokenizer("", "")["input_ids"])  # the template's special tokens
         room = max_seq_len - len(self.tokenizer(question, add_special_tokens=False)["input_ids"]) - pair_tokens
         if doc_stride >= room:
             raise ValueError(f"the question leaves {room} of `max_seq_len`={max_seq_len} tokens for the context, so "
-                             f"`doc_stride` must be below {room}, got {doc_stride} (cut the question with a smaller "
-                             f"`max_question_len`, or raise `max_seq_len`)")
+                             f"`doc_stride` must be below {room}, got {doc_stride}{whose} (cut the question with a "
+                             f"smaller `max_question_len`, or raise `max_seq_len`)")
         return max_seq_len, doc_stride
 
     def preprocess(self, example: dict, doc_stride: int | None = None, max_seq_len: int | None = None,

@@ -43,8 +43,9 @@ SCORING_FLAGS = {**dict.fromkeys(("include_path", "limit", "num_fewshot"), "the 
                  **dict.fromkeys(("num_beams", "length_penalty", "beam_search", "source_column", "target_column"),
                                   "translation"),
                  **dict.fromkeys(("task", "text_column", "text_pair_column", "label_column", "skip_unlabeled",
-                                  "max_query_length"), "classification"),
+                                  "max_query_length", "doc_stride"), "classification"),
                  "text_file": "pseudo-perplexity"}
+QA_FLAGS = ("max_query_length", "doc_stride")  # of classification's flags, those question answering alone reads
 
 
 class EvaluateError(ValueError):
@@ -121,6 +122,9 @@ def command_parser() -> CommandParser:
                              "512)")
     parser.add_argument("--max_query_length", type=_number(int, 1, "a number of tokens >= 1"), default=None,
                         help="question answering: the tokens of a question kept (default: the run's, else 64)")
+    parser.add_argument("--doc_stride", type=_number(int, 0, "a number of tokens >= 0"), default=None,
+                        help="question answering: the context tokens a window repeats from the one before (default: "
+                             "the run's, else a quarter of --max_seq_length)")
     parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
     parser.add_argument("--length_penalty", type=float, default=1.0)
     parser.add_argument("--beam_search", choices=list(BEAM_SEARCHES), default="transformers",
@@ -438,18 +442,24 @@ def _trained_task(model: str, fitting: list[str]) -> str | None:
     return task if task in fitting else None
 
 
-def _question_length(args: argparse.Namespace, positions: int | None) -> None:
+def _question_length(args: argparse.Namespace, config: dict[str, Any]) -> None:
     """`--max_query_length` as given, else as the run cut its questions (`max_query_length` in its recipe, else the
-    recipe's default, BERT's 64), refused with `--max_seq_length` where the windows cannot step through a context,
-    with advice within the model's `positions`."""
+    recipe's default, BERT's 64), and `--doc_stride` as given, else as the run strode (saved in the model's config,
+    `task_specific_params`, else a quarter of a window), refused with `--max_seq_length` where the windows cannot step
+    through a context, with advice within the model's positions."""
     from train.run.recipes import Recipe
     from train.setup.splits import question_room_problem
 
     args.max_query_length = args.max_query_length or _run_recipe(args.model).get("max_query_length",
                                                                                  Recipe.max_query_length)
-    problem = question_room_problem(args.max_seq_length, args.max_query_length, positions)
+    if args.doc_stride is None:
+        args.doc_stride = ((config.get("task_specific_params") or {}).get("question-answering") or {}).get("doc_stride")
+    problem = question_room_problem(args.max_seq_length, args.max_query_length, config.get("max_position_embeddings"),
+                                    args.doc_stride)
     if problem:
-        raise EvaluateError(f"--max_seq_length and --max_query_length (default: the run's): {problem}")
+        flags = "--max_seq_length and --max_query_length" if args.doc_stride is None else (
+            "--max_seq_length, --max_query_length and --doc_stride")
+        raise EvaluateError(f"{flags} (default: the run's): {problem}")
 
 
 def _run_padding(args: argparse.Namespace, positions: int | None) -> int | None:
@@ -493,8 +503,12 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
     if family == "gpt" and encode_task != "classification":
         served = ", ".join(name for name, t in finetune.TASKS.items() if t.encoding == "classification")
         raise EvaluateError(f"--task {task!r} needs a BERT model; a GPT model serves {served}")
+    ignored = [f"--{flag}" for flag in QA_FLAGS if getattr(args, flag) is not None and encode_task != "qa"]
+    if ignored:
+        raise EvaluateError(f"{', '.join(ignored)}: read by question answering only, but --task is {task!r} here: "
+                            f"leave {'it' if len(ignored) == 1 else 'them'} out")
     if encode_task == "qa":
-        _question_length(args, config.get("max_position_embeddings"))
+        _question_length(args, config)
     args.pad_to_multiple_of = _run_padding(args, config.get("max_position_embeddings"))
     text, pair, label = finetune.task_columns(SimpleNamespace(**_columns(args, (
         "text_column", "text_pair_column", "label_column"))), task)

@@ -239,7 +239,7 @@ def encoded(recipe, tokenizer, task: str, rows, text: str, pair: str | None, lab
     encode = {"classification": {"text_column": text, "text_pair_column": pair, "label_column": label,
                                  "max_length": length},
               "token_classification": {"tokens_column": text, "tags_column": label, "max_length": length},
-              "qa": {"max_length": length, "doc_stride": qa_doc_stride(length),
+              "qa": {"max_length": length, "doc_stride": qa_doc_stride(length, recipe.doc_stride),
                      "max_query_length": recipe.max_query_length, "keep_offsets": scored}}[encode_task]
     try:
         return tokenize_dataset(rows, tokenizer, encode_task, name=task, **encode), cut
@@ -273,9 +273,11 @@ def main(argv: list[str] | None = None):
         served = ", ".join(name for name, t in TASKS.items() if t.encoding == "classification")
         raise RecipeError(f"recipe key 'task': {recipe.task!r} needs a BERT model; {recipe.model!r} is a GPT model, "
                           f"whose heads serve the tasks {served}")
-    if encode_task == "qa" and (problem := question_room_problem(recipe.max_seq_length, recipe.max_query_length,
-                                                                 model_positions(recipe, source.config))):
-        raise RecipeError(f"recipe keys 'max_seq_length' and 'max_query_length': {problem}")
+    if encode_task == "qa" and (problem := question_room_problem(
+            recipe.max_seq_length, recipe.max_query_length, model_positions(recipe, source.config), recipe.doc_stride)):
+        keys = "'max_seq_length' and 'max_query_length'" if recipe.doc_stride is None else (
+            "'max_seq_length', 'max_query_length' and 'doc_stride'")
+        raise RecipeError(f"recipe keys {keys}: {problem}")
     if recipe.lora is not None:
         check_lora(recipe, source, auto_class)
     text, pair, label = task_columns(recipe, recipe.task)
@@ -287,9 +289,12 @@ def main(argv: list[str] | None = None):
         if family == "gpt":
             fields["lm_loss_weight"] = recipe.lm_loss_weight
         model = build_model(recipe, auto_class, tokenizer, family, source, **fields)
-        if encode_task == "qa":  # the saved pipeline's default, read where this project is not installed (set on the
-            # config built: transformers 5 has no such config field, so from_pretrained would hand it to the model)
-            model.config.task_specific_params = {"question-answering": {"max_question_len": recipe.max_query_length}}
+        if encode_task == "qa":  # the saved pipeline's defaults, read where this project is not installed (set on the
+            # config built: transformers 5 has no such config field, so from_pretrained would hand it to the model);
+            # doc_stride unset: none saved, the pipeline takes a quarter of its window as the run did of its own
+            model.config.task_specific_params = {"question-answering": {
+                "max_question_len": recipe.max_query_length,
+                **({} if recipe.doc_stride is None else {"doc_stride": recipe.doc_stride})}}
         if recipe.lora is not None:
             model = apply_lora(model, recipe.lora)
         skipped = recipe.skip_unlabeled and label is not None

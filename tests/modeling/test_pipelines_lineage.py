@@ -152,6 +152,29 @@ def test_a_saved_folder_cuts_long_questions_as_its_run_did_and_strides_as_traini
     assert len(list(local.preprocess({"question": question, "context": LONG_CONTEXT}, max_seq_len=64))) == windows[16]
 
 
+def test_a_saved_doc_stride_is_the_pipelines_default_and_an_explicit_one_wins(folders, tokenizers):
+    """A run with `doc_stride` records it beside `max_question_len`: the pipeline's windows share that many context
+    tokens by default (a quarter of the window without it), and `doc_stride=` still wins; a saved stride the question
+    leaves no room for is refused naming it as the run's."""
+    model = copy.deepcopy(folders["qa"][0])
+    question = {"question": "Where does Tom sing?", "context": LONG_CONTEXT}
+
+    def windows(pipe, **kwargs) -> int:
+        return len(list(pipe.preprocess(question, max_seq_len=48, **kwargs)))
+
+    def strided(stride: int) -> int:
+        return len(tokenizers[1](question["question"], LONG_CONTEXT, truncation="only_second", max_length=48,
+                                 stride=stride, return_overflowing_tokens=True)["input_ids"])
+
+    local = LineageQuestionAnsweringPipeline(model=model, tokenizer=tokenizers[1])
+    assert local._lengths(48, None, question["question"]) == (48, 12) and windows(local) == strided(12)
+    model.config.task_specific_params = {"question-answering": {"max_question_len": 64, "doc_stride": 30}}
+    assert local._lengths(48, None, question["question"]) == (48, 30) and windows(local) == strided(30) != strided(12)
+    assert local._lengths(48, 5, question["question"]) == (48, 5) and windows(local, doc_stride=5) == strided(5)
+    with pytest.raises(ValueError, match=r"`doc_stride` must be below \d+, got 30 \(the run's, saved in the config\)"):
+        local(**question, max_seq_len=32)
+
+
 class ScriptedQA(LineageBertForQuestionAnswering):
     """A QA head whose logits are set by hand: high start logits on the tokens `starts`, high end logits on
     `ends` (by id), optionally a high score on [CLS] (position 0) for the empty answer."""

@@ -298,12 +298,25 @@ def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):
 
 
 def test_question_lengths_a_model_cannot_take_are_refused_with_advice_within_its_positions(tmp_path):
-    """As finetune advises: a question of 64 tokens needs windows of 90, more than a model of 64 positions takes."""
+    """As finetune advises: a question of 64 tokens needs windows of 90, more than a model of 64 positions takes; a
+    --doc_stride the question leaves no room for is refused with the stride that fits; the question-answering flags
+    are refused for another task, which would ignore them."""
     folder = model_folder(tmp_path, "bert", LineageBertForQuestionAnswering, 400)
     with pytest.raises(evaluate.EvaluateError) as refused:
         evaluate.main(["--model", str(folder), "--max_query_length", "64", "--output_dir", str(tmp_path / "eval")])
     assert str(refused.value).endswith("; the model's 64 positions (max_position_embeddings) cannot hold the 90 tokens "
                                        "that question needs: set max_query_length to at most 44")
+    with pytest.raises(evaluate.EvaluateError, match=r"^--max_seq_length, --max_query_length and --doc_stride "
+                                                     r"\(default: the run's\): .* doc stride of 40 tokens "
+                                                     r"\(doc_stride, .*: set max_query_length to at most 20, or "
+                                                     r"doc_stride to at most 36$"):
+        evaluate.main(["--model", str(folder), "--max_query_length", "24", "--doc_stride", "40", "--output_dir",
+                       str(tmp_path / "eval")])
+    classifier = model_folder(tmp_path / "nli", "bert", LineageBertForSequenceClassification, 400, num_labels=3)
+    with pytest.raises(evaluate.EvaluateError, match=r"^--max_query_length, --doc_stride: read by question answering "
+                                                     r"only, but --task is 'nli' here: leave them out$"):
+        evaluate.main(["--model", str(classifier), "--task", "nli", "--max_query_length", "24", "--doc_stride", "8",
+                       "--output_dir", str(tmp_path / "eval")])
     assert not (tmp_path / "eval").exists()
 
 

@@ -160,6 +160,13 @@ def test_bad_finetune_inputs_fail_before_training(tmp_path):
                                           r"positions \(max_position_embeddings\) cannot hold the 90 tokens that "
                                           r"question needs: set max_query_length to at most 44$"):
         _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "c", "--task", "question-answering")
+    with pytest.raises(RecipeError, match=r"^recipe keys 'max_seq_length', 'max_query_length' and 'doc_stride': "
+                                          r"max_seq_length 64 cannot hold a question of max_query_length 24 tokens, "
+                                          r"3 special tokens and more context than the doc stride of 40 tokens "
+                                          r"\(doc_stride, .*: set max_query_length to at most 20, or doc_stride to at "
+                                          r"most 36$"):
+        _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "c", "--task", "question-answering",
+             "--max_query_length", "24", "--doc_stride", "40")
     assert not (tmp_path / "c").exists()
 
 
@@ -206,6 +213,30 @@ def test_questions_longer_than_the_windows_are_cut_and_lineage_evaluate_cuts_the
         evaluate.main(["--model", str(folder), "--dataset", str(validation), "--max_query_length", "64",
                        "--output_dir", str(tmp_path / "refused")])
     assert not (tmp_path / "refused").exists()
+
+
+def test_a_runs_doc_stride_is_saved_and_the_pipeline_and_lineage_evaluate_stride_as_it_did(tmp_path, monkeypatch):
+    """The run records its doc_stride beside max_question_len (transformers' QA pipeline's names): the saved pipeline
+    windows with it, and `lineage evaluate` encodes with it (`--doc_stride` overrides), scoring the run's validation
+    rows as the run did."""
+    results, folder = _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "qa", "--task", "question-answering",
+                           "--dataset", "embedded:qa", "--max_steps", "2", "--save_steps", "0", "--train_size", "40",
+                           "--eval_size", "12", "--max_query_length", "24", "--doc_stride", "8")
+    assert json.loads((folder / "config.json").read_text())["task_specific_params"] == {
+        "question-answering": {"max_question_len": 24, "doc_stride": 8}}
+    pipe = transformers.pipeline("question-answering", model=str(folder), trust_remote_code=True)
+    assert pipe._lengths(None, None, "Who?") == (64, 8)
+    strides, encode = [], finetune.tokenize_dataset
+    monkeypatch.setattr(finetune, "tokenize_dataset", lambda *a, **k: strides.append(k["doc_stride"]) or encode(*a,
+                                                                                                                **k))
+    common = ["--model", str(folder), "--dataset", "embedded:qa", "--split", "validation", "--eval_size", "12",
+              "--batch_size", "32"]
+    out = evaluate.main([*common, "--output_dir", str(tmp_path / "eval")])
+    figures = json.loads((out / "results.json").read_text())["scores"]["question-answering"]
+    assert (figures["exact_match"], figures["f1"]) == (results["eval_exact_match"], results["eval_f1"])
+    assert figures["loss"] == pytest.approx(results["eval_loss"], rel=1e-6)
+    evaluate.main([*common, "--doc_stride", "16", "--output_dir", str(tmp_path / "eval16")])
+    assert strides == [8, 16]
 
 
 class FakeHub:

@@ -39,6 +39,7 @@ RANGES = {
     "label_smoothing": (0, 1, True, False), "train_size": (1, None, True, False), "eval_size": (1, None, True, False),
     "tokenizer_vocab_size": (1, None, True, False), "tokenizer_train_size": (1, None, True, False),
     "max_seq_length": (1, None, True, False), "max_query_length": (1, None, True, False),
+    "doc_stride": (0, None, True, False),
     "num_beams": (1, None, True, False), "max_new_tokens": (1, None, True, False),
     "per_device_train_batch_size": (1, None, True, False), "per_device_eval_batch_size": (1, None, True, False),
     "gradient_accumulation_steps": (1, None, True, False), "logging_steps": (1, None, True, False),
@@ -56,7 +57,7 @@ LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 # would be recorded in recipe.yaml as if it had acted), and a card shows only the keys its run read (`reads`)
 COMMAND_KEYS = {
     **dict.fromkeys(("task", "lora", "text_pair_column", "label_column", "skip_unlabeled", "allow_single_class",
-                     "lm_loss_weight", "max_query_length"), ("finetune",)),
+                     "lm_loss_weight", "max_query_length", "doc_stride"), ("finetune",)),
     "text_column": ("finetune", "pretrain_gpt", "pretrain_bert"),
     **dict.fromkeys(("nsp", "mlm_probability"), ("pretrain_bert",)),
     **dict.fromkeys(("pack_documents", "sample_prompts"), ("pretrain_gpt",)),
@@ -66,7 +67,7 @@ COMMAND_KEYS = {
     "max_new_tokens": ("pretrain_gpt", "train_translation"),
 }
 # finetune's keys that only some of its tasks read -> those tasks, refused for another as COMMAND_KEYS are
-TASK_KEYS = {"max_query_length": ("question-answering",)}
+TASK_KEYS = dict.fromkeys(("max_query_length", "doc_stride"), ("question-answering",))
 # keys that only models of some types read -> those model types: set by the user for a model of another type, refused
 # (`train.setup.models.model_source`: the model is known there)
 MODEL_TYPE_KEYS = {"lm_loss_weight": ("lineage-gpt",)}
@@ -131,6 +132,9 @@ class Recipe:
     eval_size: int | None = None
     max_seq_length: int = 128
     max_query_length: int = 64  # question-answering: the tokens of a question kept (BERT's run_squad.py: 64)
+    # question-answering: the context tokens a window repeats from the one before (run_qa.py's doc_stride; None:
+    # max_seq_length // 4)
+    doc_stride: int | None = None
     # objectives
     mlm_probability: float = 0.15
     nsp: bool = True

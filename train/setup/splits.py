@@ -280,39 +280,46 @@ def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimu
 QA_SPECIAL_TOKENS = 3  # [CLS] question [SEP] context [SEP]: BERT's pair template (question answering is BERT's)
 
 
-def qa_doc_stride(max_seq_length: int) -> int:
-    """The context tokens a question-answering window shares with the next: a quarter of the window."""
-    return max_seq_length // 4
+def qa_doc_stride(max_seq_length: int, doc_stride: int | None = None) -> int:
+    """The context tokens a question-answering window shares with the next: `doc_stride` (the recipe's), else a
+    quarter of the window."""
+    return max_seq_length // 4 if doc_stride is None else doc_stride
 
 
-def question_room_problem(max_seq_length: int, max_query_length: int, positions: int | None = None) -> str | None:
+def question_room_problem(max_seq_length: int, max_query_length: int, positions: int | None = None,
+                          doc_stride: int | None = None) -> str | None:
     """Why windows of `max_seq_length` tokens cannot hold a question of `max_query_length` tokens, the template's
     special tokens and more context than the doc stride (`qa_doc_stride`), or None. Past that, a long enough question
     makes the fast tokenizer panic in Rust ("`stride` must be strictly less than `max_len`") instead of raising. The
     advice keeps within the model's `positions` (None: unknown)."""
-    stride = qa_doc_stride(max_seq_length)
-    if max_seq_length - QA_SPECIAL_TOKENS - max_query_length > stride:
+    stride = qa_doc_stride(max_seq_length, doc_stride)
+    room = max_seq_length - QA_SPECIAL_TOKENS - max_query_length  # the context a window holds beside the question
+    if room > stride:
         return None
+    rule = "max_seq_length // 4" if doc_stride is None else "doc_stride"
     problem = (f"max_seq_length {max_seq_length} cannot hold a question of max_query_length {max_query_length} "
                f"tokens, {QA_SPECIAL_TOKENS} special tokens and more context than the doc stride of {stride} tokens "
-               f"(max_seq_length // 4, the context each window repeats from the one before)")
-    shortest = 4 * (max_query_length + QA_SPECIAL_TOKENS) // 3 + 1  # the least n with n - n // 4 > query + specials
-    longest = _longest_question(max_seq_length)
+               f"({rule}, the context each window repeats from the one before)")
+    # the least n with n - stride(n) > query + specials
+    shortest = (4 * (max_query_length + QA_SPECIAL_TOKENS) // 3 + 1 if doc_stride is None
+                else max_query_length + QA_SPECIAL_TOKENS + doc_stride + 1)
+    longest = _longest_question(max_seq_length, doc_stride)
     shorter = [f"max_query_length to at most {longest}"] if longest >= 1 else []
+    lower = [f"doc_stride to at most {room - 1}"] if room >= 1 else []
     if positions is None or shortest <= positions:
-        return f"{problem}: set {', or '.join([f'max_seq_length to at least {shortest}', *shorter])}"
-    most = _longest_question(positions)
+        return f"{problem}: set {', or '.join([f'max_seq_length to at least {shortest}', *shorter, *lower])}"
+    most = _longest_question(positions, doc_stride)
     wider = ([f"max_seq_length to {positions} and max_query_length to at most {most}"]
              if max_seq_length < positions and most > max(longest, 0) else [])
     held = (f"{problem}; the model's {positions} positions (max_position_embeddings) cannot hold the {shortest} tokens "
             f"that question needs")
-    advice = shorter + wider
+    advice = shorter + wider + lower
     return f"{held}: set {', or '.join(advice)}" if advice else f"{held}: use a model of more positions"
 
 
-def _longest_question(max_seq_length: int) -> int:
+def _longest_question(max_seq_length: int, doc_stride: int | None = None) -> int:
     """The most tokens of a question that windows of `max_seq_length` tokens hold (`question_room_problem`)."""
-    return max_seq_length - QA_SPECIAL_TOKENS - qa_doc_stride(max_seq_length) - 1
+    return max_seq_length - QA_SPECIAL_TOKENS - qa_doc_stride(max_seq_length, doc_stride) - 1
 
 
 __all__ = ["QA_SPECIAL_TOKENS", "check_sequence_room", "column_texts", "load_split", "load_splits", "qa_doc_stride",

@@ -145,6 +145,21 @@ def test_max_query_length_set_for_a_task_other_than_question_answering_is_refuse
     check_command_keys(unset, "finetune", "")
 
 
+def test_doc_stride_is_unset_by_default_a_count_from_zero_and_question_answerings_only():
+    """Unset, windows overlap by a quarter of their length as before the key; bert-base-squad takes run_qa.py's 128."""
+    assert recipe_from_dict({}).doc_stride is None and recipe_from_dict({"doc_stride": 0}).doc_stride == 0
+    assert load_recipe("bert-base-squad").doc_stride == 128
+    with pytest.raises(RecipeError, match=r"recipe key 'doc_stride' must be in \[0, inf\), got -1"):
+        recipe_from_dict({"doc_stride": -1})
+    with pytest.raises(RecipeError, match="recipe key 'doc_stride' is read by finetune only"):
+        parse_args(["--doc_stride", "32"], command="pretrain_bert")
+    with pytest.raises(RecipeError, match="recipe key 'doc_stride' is read by finetune's task question-answering "
+                                          "only, not by its task 'nli'"):
+        parse_args(["--recipe", "bert-finetune-nli-tiny", "--doc_stride", "32"], command="finetune")
+    assert parse_args(["--recipe", "bert-finetune-nli-tiny", "--task", "question-answering", "--doc_stride", "32"],
+                      command="finetune").doc_stride == 32
+
+
 def test_a_shipped_recipe_of_another_command_is_refused_naming_its_command_and_each_runs_its_own():
     """`lineage prepare --recipe bert-finetune-nli-tiny` prepared a pretraining store no fine-tuning run reads, and
     `pretrain_bert` trained on it silently: a shipped recipe that sets a key only other commands read is theirs."""

@@ -250,11 +250,12 @@ def test_the_card_names_local_data_by_the_readers_rule(tmp_path):
     assert public_name(data, en_de) == "data" and public_name(f"{data}.en") == "data.en"
 
 
-@pytest.mark.parametrize(("family", "task", "shown"), [("bert", "nli", set()), ("gpt", "nli", {"lm_loss_weight"}),
-                                                      ("bert", "question-answering", {"max_query_length"})])
+@pytest.mark.parametrize(("family", "task", "shown"), [
+    ("bert", "nli", set()), ("gpt", "nli", {"lm_loss_weight"}),
+    ("bert", "question-answering", {"max_query_length", "doc_stride"})])
 def test_the_cards_recipe_shows_only_the_keys_of_the_runs_command_task_and_model_type(tmp_path, family, task, shown):
-    """Every BERT classifier's card listed max_query_length (question answering's) and lm_loss_weight (GPT's), and
-    every card the keys of the other commands; recipe.yaml keeps every key, for a re-run."""
+    """Every BERT classifier's card listed max_query_length and doc_stride (question answering's) and lm_loss_weight
+    (GPT's), and every card the keys of the other commands; recipe.yaml keeps every key, for a re-run."""
     import transformers
     from conftest import preset
 
@@ -267,7 +268,7 @@ def test_the_cards_recipe_shows_only_the_keys_of_the_runs_command_task_and_model
     model = head.from_config(preset(f"{family}-tiny"))
     text = publish.write_model_card(tmp_path, model, recipe, {}, {}).read_text()
     keys = set(yaml.safe_load(text.split("```yaml\n")[1].split("```")[0]))
-    optional = {"max_query_length", "lm_loss_weight"}
+    optional = {"max_query_length", "doc_stride", "lm_loss_weight"}
     assert keys & optional == shown
     assert {"task", "max_seq_length", "learning_rate", "lora"} <= keys
     assert not keys & {"nsp", "mlm_probability", "num_beams", "pack_documents", "sample_prompts", "max_new_tokens"}

@@ -4,7 +4,8 @@ folder of a `train` split alone evaluates on nothing, as any local data without 
 `validation_split` names another split that evaluates (MNLI's `validation_matched`); a Hub dataset or saved folder
 without the split, of other splits, is refused naming its splits and the key. Question-answering windows too short
 for a question of `max_query_length` tokens are refused exactly where the tokenizer would panic, with lengths that
-fit, within the model's positions."""
+fit, within the model's positions; consecutive windows share exactly `doc_stride` context tokens (default: a quarter
+of the window)."""
 
 import json
 import re
@@ -12,6 +13,8 @@ import re
 import datasets
 import pytest
 from conftest import hub_dataset
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from train import finetune
 from train.data.corpus import generate_records, tokenizer_training_texts
@@ -131,18 +134,23 @@ def bert():
     return train_tokenizer("bert", tokenizer_training_texts(size=300), 400, model_max_length=512)
 
 
-@pytest.mark.parametrize("max_seq_length, positions", [(64, 64), (48, 64), (8, 64), (64, 512), (4, 6)])
-def test_question_room_advice_keeps_within_the_models_positions(max_seq_length, positions):
+@pytest.mark.parametrize("doc_stride", [None, 8, 40])
+@pytest.mark.parametrize("max_seq_length, positions", [(64, 64), (48, 64), (8, 64), (64, 512), (4, 6), (100, 128)])
+def test_question_room_advice_keeps_within_the_models_positions(max_seq_length, positions, doc_stride):
     """Every setting the refusal advises fits the question's windows and the model's positions (before: `set
     max_seq_length to at least 90` for a model of 64 positions, which the run then refused)."""
-    problem = question_room_problem(max_seq_length, 64, positions)
+    problem = question_room_problem(max_seq_length, 64, positions, doc_stride)
+    if problem is None:
+        return
     settings = re.findall(r"max_seq_length to (?:at least )?(\d+) and max_query_length to at most (\d+)|"
-                          r"(max_seq_length|max_query_length) to at (?:least|most) (\d+)", problem)
+                          r"(max_seq_length|max_query_length|doc_stride) to at (?:least|most) (\d+)", problem)
     assert settings or problem.endswith("use a model of more positions")
     for wider, query, key, value in settings:
-        length, query = ((int(wider), int(query)) if wider
-                         else (int(value), 64) if key == "max_seq_length" else (max_seq_length, int(value)))
-        assert length <= positions and question_room_problem(length, query, positions) is None
+        length, query, stride = ((int(wider), int(query), doc_stride) if wider
+                                 else (int(value), 64, doc_stride) if key == "max_seq_length"
+                                 else (max_seq_length, int(value), doc_stride) if key == "max_query_length"
+                                 else (max_seq_length, 64, int(value)))
+        assert length <= positions and question_room_problem(length, query, positions, stride) is None
 
 
 def test_a_question_answering_run_advises_only_what_its_model_takes(tmp_path):
@@ -155,35 +163,79 @@ def test_a_question_answering_run_advises_only_what_its_model_takes(tmp_path):
                        str(rows), "--output_dir", str(tmp_path / "run")])
 
 
-@pytest.mark.parametrize("max_seq_length, max_query_length", [(64, 44), (64, 45), (90, 64), (89, 64), (48, 20),
-                                                                (48, 33), (6, 1), (5, 1), (4, 1)])
+@pytest.mark.parametrize("max_seq_length, max_query_length, doc_stride", [
+    (64, 44, None), (64, 45, None), (90, 64, None), (89, 64, None), (48, 20, None), (48, 33, None), (6, 1, None),
+    (5, 1, None), (4, 1, None), (384, 64, 128), (64, 44, 16), (64, 44, 17), (64, 20, 40), (64, 20, 41), (64, 61, 0),
+    (64, 60, 0), (8, 1, 4), (8, 1, 3)])
 def test_question_room_is_refused_exactly_where_the_tokenizer_cannot_window_the_question(bert, max_seq_length,
-                                                                                         max_query_length):
+                                                                                         max_query_length, doc_stride):
     """A question of `max_query_length` tokens beside a long context: the windows are made when the room is granted,
-    and the fast tokenizer fails (a Rust panic, which derives from BaseException) when it is refused; the lengths the
-    refusal offers are the nearest that fit."""
+    and the fast tokenizer fails (a Rust panic, which derives from BaseException) when it is refused; the lengths and
+    the stride the refusal offers are the nearest that fit."""
     question, context = " ".join(["the"] * max_query_length), " ".join(["the"] * 300)
     assert len(bert(question, add_special_tokens=False)["input_ids"]) == max_query_length
 
     def windows():
         return bert(question, context, truncation="only_second", max_length=max_seq_length,
-                    stride=qa_doc_stride(max_seq_length), return_overflowing_tokens=True)
+                    stride=qa_doc_stride(max_seq_length, doc_stride), return_overflowing_tokens=True)
 
-    problem = question_room_problem(max_seq_length, max_query_length)
+    def fits(length: int = max_seq_length, query: int = max_query_length, stride: int | None = doc_stride) -> bool:
+        return question_room_problem(length, query, None, stride) is None
+
+    problem = question_room_problem(max_seq_length, max_query_length, None, doc_stride)
     if problem is None:
         assert all(len(ids) <= max_seq_length for ids in windows()["input_ids"])
         return
     with pytest.raises(BaseException, match="`stride` must be strictly less than|too short to respect"):
         windows()
+    rule = "max_seq_length // 4" if doc_stride is None else "doc_stride"
     assert problem.startswith(f"max_seq_length {max_seq_length} cannot hold a question of max_query_length "
                               f"{max_query_length} tokens, 3 special tokens and more context than the doc stride of "
-                              f"{max_seq_length // 4} tokens")
+                              f"{qa_doc_stride(max_seq_length, doc_stride)} tokens ({rule}, ")
     shortest = int(re.search(r"max_seq_length to at least (\d+)", problem)[1])
-    assert question_room_problem(shortest, max_query_length) is None
-    assert question_room_problem(shortest - 1, max_query_length) is not None
+    assert fits(length=shortest) and not fits(length=shortest - 1)
     longest = re.search(r"max_query_length to at most (\d+)", problem)
     if longest:
-        assert question_room_problem(max_seq_length, int(longest[1])) is None
-        assert question_room_problem(max_seq_length, int(longest[1]) + 1) is not None
+        assert fits(query=int(longest[1])) and not fits(query=int(longest[1]) + 1)
     else:
-        assert question_room_problem(max_seq_length, 1) is not None
+        assert not fits(query=1)
+    lower = re.search(r"doc_stride to at most (\d+)", problem)
+    if lower:
+        assert fits(stride=int(lower[1])) and not fits(stride=int(lower[1]) + 1)
+    else:
+        assert not fits(stride=0)
+
+
+def _shared_context_tokens(max_seq_length: int, max_query_length: int, doc_stride: int | None, bert) -> list[int]:
+    """How many context tokens each window of a long context shares with the next, as finetune encodes them."""
+    context = " ".join(f"Sentence {i} names the {word} of Lima." for i, word in
+                       enumerate(["river", "bridge", "market", "tower"] * 15))
+    rows = datasets.Dataset.from_list([{"id": "0", "question": " ".join(["the"] * max_query_length), "context": context,
+                                        "answers": {"text": ["Sentence"], "answer_start": [0]}}])
+    stride = [] if doc_stride is None else ["--doc_stride", str(doc_stride)]
+    recipe = parse_args(["--recipe", "bert-finetune-nli-tiny", "--task", "question-answering", "--max_seq_length",
+                         str(max_seq_length), "--max_query_length", str(max_query_length), *stride],
+                        command="finetune")
+    data, _ = finetune.encoded(recipe, bert, "question-answering", rows, "question", "context", None, "rows",
+                               scored=True)
+    spans = [[tuple(o) for o in offsets if o is not None] for offsets in data["offset_mapping"]]
+    assert len(spans) >= 3 and data["example_id"] == [0] * len(spans)
+    shared = []
+    for before, after in zip(spans, spans[1:]):
+        common = len(set(before) & set(after))
+        assert before[len(before) - common:] == after[:common]  # the end of one window opens the next
+        shared.append(common)
+    return shared
+
+
+@settings(max_examples=25, deadline=None, database=None, derandomize=True)
+@given(st.integers(24, 96).flatmap(lambda length: st.integers(1, length - 5).flatmap(
+    lambda query: st.tuples(st.just(length), st.just(query), st.integers(0, length - query - 4)))))
+def test_consecutive_windows_share_exactly_doc_stride_context_tokens(bert, lengths):
+    max_seq_length, max_query_length, doc_stride = lengths
+    assert set(_shared_context_tokens(max_seq_length, max_query_length, doc_stride, bert)) == {doc_stride}
+
+
+@pytest.mark.parametrize("max_seq_length", [48, 64, 96])
+def test_without_doc_stride_windows_share_a_quarter_of_their_length_as_before(bert, max_seq_length):
+    assert set(_shared_context_tokens(max_seq_length, 4, None, bert)) == {max_seq_length // 4}
