@@ -43,9 +43,10 @@ SCORING_FLAGS = {**dict.fromkeys(("include_path", "limit", "num_fewshot"), "the 
                  **dict.fromkeys(("num_beams", "length_penalty", "beam_search", "source_column", "target_column"),
                                   "translation"),
                  **dict.fromkeys(("task", "text_column", "text_pair_column", "label_column", "skip_unlabeled",
-                                  "max_query_length", "doc_stride"), "classification"),
+                                  "max_query_length", "doc_stride", "version_2_with_negative"), "classification"),
                  "text_file": "pseudo-perplexity"}
-QA_FLAGS = ("max_query_length", "doc_stride")  # of classification's flags, those question answering alone reads
+# of classification's flags, those question answering alone reads
+QA_FLAGS = ("max_query_length", "doc_stride", "version_2_with_negative")
 
 
 class EvaluateError(ValueError):
@@ -125,6 +126,10 @@ def command_parser() -> CommandParser:
     parser.add_argument("--doc_stride", type=_number(int, 0, "a number of tokens >= 0"), default=None,
                         help="question answering: the context tokens a window repeats from the one before (default: "
                              "the run's, else a quarter of --max_seq_length)")
+    parser.add_switch("--version_2_with_negative", default=None,
+                      help="question answering: questions may have no answer (SQuAD 2.0, run_qa.py's flag), given "
+                           "where [CLS] scores higher (default: as the data's answers say; without them, as the run's "
+                           "validation data)")
     parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
     parser.add_argument("--length_penalty", type=float, default=1.0)
     parser.add_argument("--beam_search", choices=list(BEAM_SEARCHES), default="transformers",
@@ -462,6 +467,26 @@ def _question_length(args: argparse.Namespace, config: dict[str, Any]) -> None:
         raise EvaluateError(f"{flags} (default: the run's): {problem}")
 
 
+def _answer_rule(args: argparse.Namespace, source: str) -> str:
+    """For questions without their answers: sets `--version_2_with_negative`, where not given, as the run scored its
+    validation data (its results.json: `no_answer_*` figures where that data had unanswerable questions), refused
+    where it has no figures; what is said of the rule."""
+    if args.version_2_with_negative is None:
+        results = Path(args.model) / "results.json"
+        figures = json.loads(results.read_text(encoding="utf-8")) if results.is_file() else {}
+        if "eval_exact_match" not in figures:
+            raise EvaluateError(f"--dataset {source} has no column 'answers', and --model's run records no validation "
+                                f"figures (results.json) that say whether its questions may have no answer: give "
+                                f"--version_2_with_negative true (SQuAD 2.0: no answer where [CLS] scores higher) or "
+                                f"false (every question answered)")
+        args.version_2_with_negative = any(key.startswith("eval_no_answer_") for key in figures)
+        why = "as on the run's validation data"
+    else:
+        why = "--version_2_with_negative"
+    return (f"; no answer where [CLS] scores higher ({why})" if args.version_2_with_negative
+            else f"; every question answered ({why})")
+
+
 def _run_padding(args: argparse.Namespace, positions: int | None) -> int | None:
     """The run's `pad_to_multiple_of` (its recipe.yaml; None: none), with which batches are padded as the run padded
     them, refused where a batch of `--max_seq_length`-token rows would be padded beyond the model's `positions`."""
@@ -518,14 +543,17 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
         raise EvaluateError(f"--task {task!r} has no embedded data: give --dataset (a file of yours, or a Hub dataset "
                             f"with --dataset_config)")
     flags = "--text_column, --text_pair_column and --label_column"
-    rows = _rows(args, source, [c for c in columns if c[0] != label] if args.predictions else columns, flags)
-    if args.predictions and label and label not in rows.column_names:  # predictions alone: a stand-in label
+    reference = "answers" if encode_task == "qa" else label  # the column the predictions are scored against
+    rows = _rows(args, source, [c for c in columns if c[0] != reference] if args.predictions else columns, flags)
+    if args.predictions and reference and reference not in rows.column_names:  # predictions alone: a stand-in
+        rule = _answer_rule(args, source) if encode_task == "qa" else ""
         stand_in = ((lambda row: [0] * len(row[text])) if encode_task == "token_classification"
+                    else (lambda row: {"text": [], "answer_start": []}) if encode_task == "qa"
                     else (lambda row: 0.0) if finetune.TASKS[task].scores else (lambda row: 0))
-        rows = rows.map(lambda row: {label: stand_in(row)}, keep_in_memory=True)
-        print(f"{source}: no column {label!r}: each row's prediction alone, no figure", flush=True)
+        rows = rows.map(lambda row: {reference: stand_in(row)}, keep_in_memory=True)
+        print(f"{source}: no column {reference!r}: each row's prediction alone, no figure{rule}", flush=True)
         return task, encode_task, auto_class, (text, pair, label), rows, None, source, False
-    if args.predictions and label:
+    if args.predictions and reference:
         rows = _rows(args, source, columns, flags, note=False)  # read again with its labels checked
     if args.skip_unlabeled is None:
         args.skip_unlabeled = bool(_data_recipe(args).get("skip_unlabeled"))
@@ -562,7 +590,7 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     predict, scores = finetune.scoring(finetune.TASKS[task], names)
     answered = None
     if encode_task == "qa":
-        data, scores, answered = finetune.answer_metrics(data, rows)
+        data, scores, answered = finetune.answer_metrics(data, rows, args.version_2_with_negative)
     found: dict[str, Any] = {}
 
     def metrics(predictions: dict[str, Any], eval_loss: float) -> dict[str, float]:

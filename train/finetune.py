@@ -89,14 +89,14 @@ def answer_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, batch: di
             "null": start_logits[:, 0] + end_logits[:, 0]}
 
 
-def answer_metrics(data, rows):
+def answer_metrics(data, rows, unanswerable: bool | None = None):
     """`(data without its offsets, metrics_fn, answers_fn)`: SQuAD's exact match and F1 per question
     (`train/metrics/squad.py`) of the texts `answers_fn(predictions)` gives, each question answered by the best span of
-    its windows (`answer_spans`) as text of its context, or by no answer where the data has unanswerable questions
-    (SQuAD 2.0) and [CLS] scores higher in each window."""
+    its windows (`answer_spans`) as text of its context, or by no answer where questions may be `unanswerable` (None:
+    where the data has unanswerable questions, SQuAD 2.0) and [CLS] scores higher in each window."""
     windows = list(zip(data["example_id"], data["offset_mapping"]))
     contexts, answers = rows["context"], [answer["text"] for answer in rows["answers"]]
-    unanswerable = not all(answers)
+    unanswerable = not all(answers) if unanswerable is None else unanswerable
 
     def answered(predictions: dict[str, torch.Tensor]) -> list[str]:
         found = {name: predictions[name].tolist() for name in ("start", "end", "score", "null")}

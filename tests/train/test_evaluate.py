@@ -313,10 +313,11 @@ def test_question_lengths_a_model_cannot_take_are_refused_with_advice_within_its
         evaluate.main(["--model", str(folder), "--max_query_length", "24", "--doc_stride", "40", "--output_dir",
                        str(tmp_path / "eval")])
     classifier = model_folder(tmp_path / "nli", "bert", LineageBertForSequenceClassification, 400, num_labels=3)
-    with pytest.raises(evaluate.EvaluateError, match=r"^--max_query_length, --doc_stride: read by question answering "
-                                                     r"only, but --task is 'nli' here: leave them out$"):
+    with pytest.raises(evaluate.EvaluateError, match=r"^--max_query_length, --doc_stride, --version_2_with_negative: "
+                                                     r"read by question answering only, but --task is 'nli' here: "
+                                                     r"leave them out$"):
         evaluate.main(["--model", str(classifier), "--task", "nli", "--max_query_length", "24", "--doc_stride", "8",
-                       "--output_dir", str(tmp_path / "eval")])
+                       "--version_2_with_negative", "--output_dir", str(tmp_path / "eval")])
     assert not (tmp_path / "eval").exists()
 
 

@@ -1,7 +1,7 @@
 """`lineage evaluate --predictions`: each row's prediction beside its reference in predictions.jsonl, the model's own
 output for that row alone (unpadded), and the figures of results.json those predictions give; the field's own files
 (sacreBLEU's hypotheses a line each, SQuAD's id -> answer, conlleval's word, reference and prediction); refused where
-no data set is scored."""
+no data set is scored. Data without its labels (or answers) gets the predictions of the same rows labelled, alone."""
 
 import json
 
@@ -188,3 +188,44 @@ def test_a_tagger_and_a_regression_head_predict_unlabelled_rows_as_labelled_ones
     with torch.no_grad():
         own = [model(**tokenizer(r["tokens"][0], return_tensors="pt")).logits[0, 0].item() for r in rows]
     assert [line["prediction"] for line in predicted(out)] == pytest.approx(own, abs=1e-5)
+
+
+@pytest.mark.parametrize("unanswerable", [True, False])
+def test_questions_without_answers_are_answered_as_the_run_answered_its_validation_questions(tmp_path, capsys,
+                                                                                             unanswerable):
+    """A SQuAD test set without answers gets the predictions of the same questions with their answers, alone: no
+    answer where [CLS] scores higher where the run's validation data had unanswerable questions (its results.json's
+    no_answer_* figures), an answer for every question where it had none; a model whose run records no validation
+    figures is refused, naming the flag that says it, before anything is written."""
+    folder = model_folder(tmp_path, "bert", LineageBertForQuestionAnswering, 400)
+    rows = [r for r in generate_records("qa", "test", seed=42, size=16) if unanswerable or r["answers"]["text"]]
+    assert unanswerable == any(not r["answers"]["text"] for r in rows)
+    labelled, unlabelled = tmp_path / "labelled.jsonl", tmp_path / "unlabelled.jsonl"
+    labelled.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    unlabelled.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "answers"}) + "\n" for r in rows))
+    common = ["--model", str(folder), "--max_seq_length", "64", "--max_query_length", "24", "--predictions"]
+    with pytest.raises(evaluate.EvaluateError, match=r"unlabelled.jsonl has no column 'answers', and --model's run "
+                                                     r"records no validation figures \(results.json\) .*: give "
+                                                     r"--version_2_with_negative true \(SQuAD 2.0: no answer where "
+                                                     r"\[CLS\] scores higher\) or false \(every question answered\)$"):
+        evaluate.main([*common, "--dataset", str(unlabelled), "--output_dir", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()
+    figures = {"eval_exact_match": 0.5, "eval_f1": 0.5,
+               **({"eval_no_answer_exact_match": 1.0, "eval_no_answer_f1": 1.0} if unanswerable else {})}
+    (folder / "results.json").write_text(json.dumps(figures))  # as the run wrote it
+    scored = predicted(evaluate.main([*common, "--dataset", str(labelled), "--output_dir", str(tmp_path / "a")]))
+    out = evaluate.main([*common, "--dataset", str(unlabelled), "--output_dir", str(tmp_path / "b")])
+    rule = "no answer where [CLS] scores higher" if unanswerable else "every question answered"
+    assert (f"{unlabelled}: no column 'answers': each row's prediction alone, no figure; {rule} (as on the run's "
+            f"validation data)") in capsys.readouterr().out
+    assert predicted(out) == [{k: v for k, v in line.items() if k != "reference"} for line in scored]
+    assert json.loads((out / "predictions.json").read_text()) == {line["id"]: line["prediction"] for line in scored}
+    report = json.loads((out / "results.json").read_text())
+    assert report["scores"] == {} and report["data"]["labelled"] is False and report["data"]["rows"] == len(rows)
+    assert not (out / "scores.png").exists()
+    given = predicted(evaluate.main([*common, "--dataset", str(unlabelled), "--version_2_with_negative",
+                                     str(unanswerable).lower(), "--output_dir", str(tmp_path / "c")]))
+    assert given == predicted(out)
+    with pytest.raises(evaluate.EvaluateError, match=r"--write_card true: --dataset .*unlabelled.jsonl has no labels"):
+        evaluate.main([*common, "--dataset", str(unlabelled), "--write_card", "--output_dir", str(tmp_path / "d")])
+    assert not (tmp_path / "d").exists() and not (folder / "README.md").exists()

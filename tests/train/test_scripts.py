@@ -239,6 +239,31 @@ def test_a_runs_doc_stride_is_saved_and_the_pipeline_and_lineage_evaluate_stride
     assert strides == [8, 16]
 
 
+def test_a_test_set_without_answers_is_answered_by_the_runs_no_answer_rule(tmp_path, capsys):
+    """A run on data with unanswerable questions scores them by no answer where [CLS] scores higher, and records so
+    (results.json's no_answer_* figures): `lineage evaluate --predictions` on questions without their answers answers
+    them as on the same questions with answers, and `--version_2_with_negative false` answers every one."""
+    results, folder = _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "qa", "--task", "question-answering",
+                           "--dataset", "embedded:qa", "--max_steps", "3", "--save_steps", "0", "--train_size", "60",
+                           "--eval_size", "20", "--max_query_length", "32")
+    assert "eval_no_answer_exact_match" in results
+    rows = generate_records("qa", "test", size=20)
+    labelled, unlabelled = tmp_path / "dev.jsonl", tmp_path / "test.jsonl"
+    labelled.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    unlabelled.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "answers"}) + "\n" for row in rows))
+
+    def answers(data: Path, *flags: str) -> dict[str, str]:
+        out = evaluate.main(["--model", str(folder), "--dataset", str(data), "--predictions", *flags, "--output_dir",
+                             str(tmp_path / f"eval-{data.stem}-{len(flags)}")])
+        return json.loads((out / "predictions.json").read_text())
+
+    alone = answers(unlabelled)
+    assert "no answer where [CLS] scores higher (as on the run's validation data)" in capsys.readouterr().out
+    assert alone == answers(labelled) and "" in alone.values()
+    every = answers(unlabelled, "--version_2_with_negative", "false")
+    assert "" not in every.values() and every == answers(labelled, "--version_2_with_negative", "false")
+
+
 class FakeHub:
     """Stands in for `huggingface_hub.HfApi`: records calls and what the uploaded folder held."""
 
