@@ -4,6 +4,7 @@ rows of the same sentences in JSON Lines, in memory and streamed, a folder of th
 the file and line the same both ways; `finetune --task token-classification` trains on them (NER, and POS with
 `label_column: pos_tags`) and `lineage evaluate` scores one."""
 
+import csv
 import gzip
 import json
 from pathlib import Path
@@ -212,3 +213,66 @@ def test_finetune_refuses_bad_conll_files_before_anything_is_written(tmp_path):
     with pytest.raises(DataError, match=f"^{valid}: line 4: 3 columns where line 3"):
         _run(tmp_path / "out", "--train_file", str(train), "--validation_file", str(valid))
     assert not (tmp_path / "out").exists()
+
+
+def _token_frame(rows: list[dict], names: dict[str, str]):
+    """A token per row as pandas holds a corpus (`names`: column -> the frame's name), a row of no value after each
+    sentence, which `to_csv` writes as empty fields."""
+    import pandas as pd
+
+    records = []
+    for row in rows:
+        records += [[row[column][i] for column in names] for i in range(len(row["tokens"]))] + [[None] * len(names)]
+    return pd.DataFrame(records, columns=list(names.values()))
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_header_line_names_the_columns_and_is_read_as_no_token(streaming, tmp_path, capsys):
+    """A `.tsv` of pandas' `to_csv(sep="\t", index=False)` or a spreadsheet's (a header line, `\r\n`) gives the rows of
+    the same sentences in JSON Lines, its columns named by the header (before: the header was the first sentence's
+    first token, `token` tagged `ner`); a header of its own order names the columns in it; a file whose first word is
+    `Word` (no header: its last field is a tag) keeps it."""
+    path = tmp_path / "train.tsv"
+    _token_frame(SENTENCES, dict(zip(FOUR, ("token", "pos", "chunk", "ner")))).to_csv(path, sep="\t", index=False)
+    rows = load_text_dataset(path, columns=COLUMNS, streaming=streaming)
+    assert list(rows) == list(load_text_dataset(_jsonl(tmp_path / "same.jsonl", FOUR), columns=COLUMNS))
+    assert capsys.readouterr().out.startswith(f"{path}: CoNLL layout, 4 columns (tokens, pos_tags, chunk_tags, "
+                                              f"ner_tags) named by its header (token, pos, chunk, ner), 12 sentences\n")
+    with open(path, "w", newline="", encoding="utf-8") as handle:  # as a spreadsheet saves tab-separated text
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\r\n")
+        writer.writerow(["Word", "NER", "POS"])
+        for row in SENTENCES:
+            writer.writerows([*zip(row["tokens"], row["ner_tags"], row["pos_tags"]), []])
+    rows = list(load_text_dataset(path, columns=[*COLUMNS, ("pos_tags", "tags")], streaming=streaming))
+    assert rows == list(load_text_dataset(_jsonl(tmp_path / "same.jsonl", ("tokens", "ner_tags", "pos_tags")),
+                                          columns=[*COLUMNS, ("pos_tags", "tags")]))
+    path.write_text("Word NN O\nis VBZ O\nEU NNP B-ORG\n\n")
+    assert [row["tokens"] for row in load_text_dataset(path, columns=COLUMNS, streaming=streaming)] == [
+        ["Word", "is", "EU"]]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_table_that_is_no_conll_file_is_refused_saying_how_to_write_one(streaming, tmp_path):
+    """pandas' `to_csv(sep="\t")` with its index (an unnamed first column; before: 'column 1 is empty'), or of a
+    sentence per row, its word lists as Python writes them (before: read as one sentence of list-shaped tokens); a
+    header naming one column twice."""
+    path = tmp_path / "train.tsv"
+    _token_frame(SENTENCES, {"tokens": "token", "ner_tags": "ner"}).to_csv(path, sep="\t")
+    with pytest.raises(DataError, match=f"^{path}: line 1: a header \\(token, ner\\) after an unnamed first column, as "
+                                        f"pandas' to_csv writes the index of a DataFrame; write the file without it: "
+                                        f"df.to_csv\\(path, sep='\\\\t', index=False\\)"):
+        _bad(path, streaming)
+    import pandas as pd
+
+    pd.DataFrame(SENTENCES)[["tokens", "ner_tags"]].to_csv(path, sep="\t", index=False)
+    with pytest.raises(DataError, match=f"^{path}: line 2: each column holds a list \\(\"\\['Ortega', .*, a "
+                                        f"sentence per line as pandas writes a DataFrame of word lists; write it as "
+                                        f"JSON Lines instead, df.to_json\\(path, orient='records', lines=True\\)"):
+        _bad(path, streaming)
+    path.write_text("token\tner\tner_tags\nEU\tB-ORG\tB-ORG\n")
+    with pytest.raises(DataError, match=f"^{path}: line 1: the header \\(token, ner, ner_tags\\) names the column "
+                                        f"'ner_tags' twice"):
+        _bad(path, streaming)
+    path.write_text("token ner\nEU B-ORG O\n")
+    with pytest.raises(DataError, match=f"^{path}: line 2: 3 columns where line 1, the header, has 2"):
+        _bad(path, streaming)
