@@ -800,12 +800,8 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         return _load_saved(Path(source).expanduser(), split, kinds, streaming)
     if isinstance(source, (str, Path)) and not _is_local(str(source)):
         return _load_hub(str(source), split, kinds, streaming, dataset_config, cache_dir)
-    words = "words" in kinds.values()  # token classification: CoNLL, as its corpora ship
-    try:
-        files = resolve_files(source, (*FORMATS, *CONLL_SUFFIXES) if words else tuple(FORMATS))
-    except DataFileNotFoundError as error:
-        raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}") from None
-    if words and not data_format and all(
+    files = _local_files(source, columns)
+    if "words" in kinds.values() and not data_format and all(
             _suffix(f) == ".tsv" or FORMATS.get(_suffix(f), "text") == "text" for f in files):
         from train.data.conll_files import load_conll  # which imports this module
         return load_conll(files, list(kinds), streaming, cache_dir)
@@ -835,6 +831,29 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         dataset = dataset.map(_without_bom, batched=True)  # datasets reads compressed text as UTF-8, whatever encoding
     refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, fmt != "text")
     return _checked(dataset, kinds, refuse, records=fmt != "text")
+
+
+def _local_files(source: str | Path | Sequence[str | Path], columns: Columns) -> list[Path]:
+    """The files named, or a folder's of the suffixes the task of `columns` reads (`resolve_files`: for word lists,
+    CoNLL's too)."""
+    words = "words" in _kinds(columns).values()  # token classification: CoNLL, as its corpora ship
+    try:
+        return resolve_files(source, (*FORMATS, *CONLL_SUFFIXES) if words else tuple(FORMATS))
+    except DataFileNotFoundError as error:
+        raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}") from None
+
+
+def data_files(source: str | Path | Sequence[str | Path], columns: Columns = ()) -> list[Path] | None:
+    """The local files `load_text_dataset` reads for `source` and `columns` (what a checkpoint fingerprints): a
+    translation pair's two, the files named or a folder's; None for the embedded corpus, a saved dataset, a Hub name."""
+    if isinstance(source, str) and source.startswith(EMBEDDED_PREFIX):
+        return None
+    pair = pair_files(source, columns)
+    if pair is not None:
+        return list(pair)
+    if isinstance(source, (str, Path)) and (_is_saved(Path(source).expanduser()) or not _is_local(str(source))):
+        return None
+    return _local_files(source, columns)
 
 
 def _csv_number(value: object) -> object:
@@ -1055,6 +1074,6 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
 
 __all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS", "FileRows",
            "InvalidUTF8Error", "MalformedRowError", "MissingColumnError", "TASKS", "TEXT_SAMPLE_BY",
-           "UnknownColumnError", "UnknownSplitError", "check_local_source", "check_utf8", "hub_splits",
+           "UnknownColumnError", "UnknownSplitError", "check_local_source", "check_utf8", "data_files", "hub_splits",
            "load_text_dataset", "names_local_data", "pair_columns", "pair_files", "resolve_files", "row_location",
            "saved_splits", "stream_refusal", "text_lines", "validate_files"]

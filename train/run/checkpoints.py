@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from train.data.files import EMBEDDED_PREFIX, DataFileNotFoundError, resolve_files
+from train.data.files import EMBEDDED_PREFIX, DataFileNotFoundError, data_files
 from train.data.fingerprints import file_fingerprint
 from train.data.staging import honour_umask
 from train.run import strict_json
@@ -138,7 +138,7 @@ def run_identity(config, tokenizer, recipe, examples: int | str) -> dict:
                             "examples": examples},
                 "hyperparameters": recipe.training_dict()}
     identity["dataset"]["seed"] = recipe.seed  # the epoch order the data position counts in
-    fingerprint = data_fingerprint(recipe.data_source("train"), recipe.dataset_config, recipe.pair_files())
+    fingerprint = data_fingerprint(recipe.data_source("train"), recipe.dataset_config, recipe.data_files())
     if fingerprint is not None:
         identity["dataset"]["fingerprint"] = fingerprint
     if tokenizer is not None:
@@ -160,16 +160,19 @@ def vocabulary_identity(tokenizer) -> dict:
 
 def data_fingerprint(source: str, dataset_config: str | None, files: Sequence[Path] | None = None
                      ) -> dict[str, str] | None:
-    """What a checkpoint records of its training data's content: {path: fingerprint} of local files (or `files`, a
-    pair's), {name: revision} of a Hub dataset; None for the embedded corpus and a Hub dataset without a revision."""
+    """What a checkpoint records of its training data's content: {path: fingerprint} of `files`, those the run reads
+    (`Recipe.data_files`; else `data_files(source)`, or every file of a saved dataset's folder), {name: revision} of a
+    Hub dataset; None for the embedded corpus and a Hub dataset without a revision."""
     if not source or source.startswith(EMBEDDED_PREFIX):
         return None
     path = Path(source).expanduser()
-    if files or path.exists():
+    if not files and path.exists():
         try:
-            files = files or resolve_files(path)
+            files = data_files(source)
         except DataFileNotFoundError:
-            files = sorted(p for p in path.rglob("*") if p.is_file())
+            files = None
+        files = files or sorted(p for p in path.rglob("*") if p.is_file())
+    if files:
         return {str(f): file_fingerprint(f) for f in files}
     try:
         revision = datasets.load_dataset_builder(source, dataset_config).hash

@@ -203,6 +203,8 @@ class Recipe:
     # the file's row of each training row left once they are held out (`held_out`) and their copies left out: what
     # messages name a training row by (`split_name`)
     kept_rows = None  # (int) -> int
+    # the columns the run reads (`train.setup.splits.load_splits`), which say which files of a folder it reads
+    read_columns = ()
     # how many training rows identical to a held-out row were left out, for results.json at the end of the run (a
     # stream counts as it reads; None: a count that could not be exact)
     held_out_copies = None  # () -> int | None
@@ -224,6 +226,7 @@ class Recipe:
         copy.set_by_user, copy.default_dataset, copy.shipped = self.set_by_user, self.default_dataset, self.shipped
         copy.command = self.command
         copy.held_out, copy.kept_rows, copy.held_out_copies = self.held_out, self.kept_rows, self.held_out_copies
+        copy.read_columns = self.read_columns
         return copy
 
     def reading(self, default_dataset: str) -> Recipe:
@@ -254,6 +257,13 @@ class Recipe:
         from train.data.files import pair_files
 
         return pair_files(self.data_source(split), self.pair_columns())
+
+    def data_files(self, split: str = "train") -> list[Path] | None:
+        """The local files the run reads for `split` (`train.data.files.data_files` of `data_source(split)` and
+        `read_columns`), which a checkpoint fingerprints; None for the embedded corpus, a saved dataset, a Hub name."""
+        from train.data.files import data_files
+
+        return data_files(self.data_source(split), self.read_columns or self.pair_columns())
 
     def split_name(self, split: str = "train", default: str | None = None) -> str:
         """`data_source` as messages name it: a file as it is, a dataset's validation split as `<name> (validation)`;

@@ -108,6 +108,7 @@ def load_splits(recipe: Recipe, columns: Columns = (), default_dataset: str | No
     (the figures would be training figures), `dataset_config` for data that is no Hub dataset, a path of either that
     names nothing."""
     train, validation = recipe.train_file, recipe.validation_file
+    recipe.read_columns = tuple(columns)
     if validation and not train:
         raise RecipeError(f"recipe key 'validation_file' is {validation!r} but 'train_file' is not set: the run would "
                           f"train on {recipe.data_source('train', default_dataset)!r} and evaluate on your file; set "

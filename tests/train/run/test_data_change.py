@@ -12,6 +12,8 @@ import pytest
 from conftest import exact_resume
 
 from train.data import fingerprints
+from train.data.corpus import NER_LABELS, generate_records
+from train.finetune import main as finetune
 from train.pretrain_gpt import main as pretrain_gpt
 from train.run import checkpoints
 from train.run.checkpoints import DataChangedError, check_resume, data_fingerprint
@@ -124,3 +126,33 @@ def test_the_embedded_corpus_has_no_fingerprint_and_a_hub_dataset_is_fingerprint
 
     monkeypatch.setattr(datasets, "load_dataset_builder", offline)
     assert data_fingerprint("org/corpus", "en") is None
+
+
+def test_a_folder_is_fingerprinted_by_every_file_its_task_reads_there(tmp_path):
+    """A token classification run on a folder of `a.txt` and `b.conll` (CoNLL files, as WNUT-17's) records both, so an
+    edit of `b.conll` is refused on resume (before: `a.txt` alone, the suffixes every task lists, and the resume went
+    on); a pretraining run on a folder of `a.txt` beside a `b.conll` it does not read records `a.txt` alone."""
+    folder, out = tmp_path / "ner", tmp_path / "run"
+    folder.mkdir()
+    sentences = list(generate_records("ner", "train", size=40))
+    for name, rows in (("a.txt", sentences[:20]), ("b.conll", sentences[20:])):
+        (folder / name).write_text("".join("".join(f"{word}\t{NER_LABELS[tag]}\n" for word, tag in
+                                                   zip(row["tokens"], row["ner_tags"])) + "\n" for row in rows))
+    keys = ["--recipe", "bert-finetune-nli-tiny", "--task", "token-classification", "--train_file", str(folder),
+            "--output_dir", str(out), "--progress_bar", "false", "--report_to", "none", "--save_steps", "0"]
+    finetune([*keys, "--max_steps", "2"])
+    (checkpoint,) = checkpoints.complete_checkpoints(out / "checkpoints")
+    recorded = json.loads((checkpoint / checkpoints.STATE_FILE).read_text())["run"]["dataset"]["fingerprint"]
+    assert list(recorded) == [str(folder / "a.txt"), str(folder / "b.conll")]
+    edit = folder / "b.conll"
+    kept = os.stat(edit)
+    edit.write_text(edit.read_text().replace("\tO\n", "\tB-LOC\n", 1))
+    os.utime(edit, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+    with pytest.raises(DataChangedError, match=f"{edit}: changed since the checkpoint was written"):
+        finetune([*keys, "--max_steps", "3", "--resume_from_checkpoint", "latest"])
+    (folder / "a.txt").write_text("".join(f"Document {i} says something about the number {i * 7}.\n"
+                                          for i in range(300)))
+    pretrain_gpt([*RUN, "--train_file", str(folder), "--output_dir", str(tmp_path / "gpt"), "--max_steps", "2"])
+    (checkpoint,) = checkpoints.complete_checkpoints(tmp_path / "gpt" / "checkpoints")
+    recorded = json.loads((checkpoint / checkpoints.STATE_FILE).read_text())["run"]["dataset"]["fingerprint"]
+    assert list(recorded) == [str(folder / "a.txt")]
