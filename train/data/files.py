@@ -213,16 +213,28 @@ def _suffix(path: Path) -> str:
     return suffixes[-1] if suffixes else ""
 
 
-def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[str] = tuple(FORMATS)) -> list[Path]:
-    """The data files named by a path, a folder (its files of `suffixes`, sorted) or a list of paths."""
+# a folder's files that its documentation names (README.txt, LICENSE.txt beside CoNLL-2003's or a corpus's files)
+DOCUMENTATION = re.compile(r"(readme|licen[cs]e|copying|changelog|citation)([._-].*)?", re.IGNORECASE)
+
+
+def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[str] = tuple(FORMATS),
+                  say: bool = False) -> list[Path]:
+    """The data files named by a path, a folder (its files of `suffixes`, sorted, but its `DOCUMENTATION`, left out
+    and, where `say`, said) or a list of paths."""
     items = [source] if isinstance(source, (str, Path)) else list(source)
     files: list[Path] = []
     for item in items:
         path = Path(item).expanduser()
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and _suffix(p) in suffixes)
+            listed = sorted(p for p in path.iterdir() if p.is_file() and _suffix(p) in suffixes)
+            found = [p for p in listed if not DOCUMENTATION.fullmatch(p.name)]
+            left = [p.name for p in listed if p not in found]
+            why = f"{', '.join(left)} left out: documentation by {'its' if len(left) == 1 else 'their'} name, not data"
+            if left and say and found:
+                print(f"{path}: {why} (name a file to read it)", flush=True)
             if not found:
-                raise DataFileNotFoundError(f"{path}: folder holds no data files ({', '.join(suffixes)})")
+                raise DataFileNotFoundError(f"{path}: folder holds no data files ({', '.join(suffixes)})"
+                                            f"{f'; {why}' if left else ''}")
             files.extend(found)
         elif path.is_file():
             files.append(path)
@@ -800,7 +812,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         return _load_saved(Path(source).expanduser(), split, kinds, streaming)
     if isinstance(source, (str, Path)) and not _is_local(str(source)):
         return _load_hub(str(source), split, kinds, streaming, dataset_config, cache_dir)
-    files = _local_files(source, columns)
+    files = _local_files(source, columns, say=True)
     if "words" in kinds.values() and not data_format and all(
             _suffix(f) == ".tsv" or FORMATS.get(_suffix(f), "text") == "text" for f in files):
         from train.data.conll_files import load_conll  # which imports this module
@@ -833,14 +845,23 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     return _checked(dataset, kinds, refuse, records=fmt != "text")
 
 
-def _local_files(source: str | Path | Sequence[str | Path], columns: Columns) -> list[Path]:
+def _local_files(source: str | Path | Sequence[str | Path], columns: Columns, say: bool = False) -> list[Path]:
     """The files named, or a folder's of the suffixes the task of `columns` reads (`resolve_files`: for word lists,
     CoNLL's too)."""
     words = "words" in _kinds(columns).values()  # token classification: CoNLL, as its corpora ship
     try:
-        return resolve_files(source, (*FORMATS, *CONLL_SUFFIXES) if words else tuple(FORMATS))
+        return resolve_files(source, (*FORMATS, *CONLL_SUFFIXES) if words else tuple(FORMATS), say)
     except DataFileNotFoundError as error:
-        raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}") from None
+        raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}{_conll_hint(source, words)}") from None
+
+
+def _conll_hint(source: str | Path | Sequence[str | Path], words: bool) -> str:
+    """For word lists, how to read a folder's CoNLL file of another suffix (CoNLL-2003's eng.train): name it."""
+    folder = Path(source).expanduser() if isinstance(source, (str, Path)) else None
+    other = sorted(p for p in folder.iterdir() if p.is_file() and not DOCUMENTATION.fullmatch(p.name)) if (
+        words and folder is not None and folder.is_dir()) else []
+    return f"; a CoNLL file of another suffix is read where it is named (a file per split): e.g. {other[0]}" if (
+        other) else ""
 
 
 def data_files(source: str | Path | Sequence[str | Path], columns: Columns = ()) -> list[Path] | None:

@@ -129,6 +129,33 @@ def test_a_folder_of_conll_files_is_read_for_token_classification_alone(streamin
         load_text_dataset(folder, columns=[("text", "text")], streaming=streaming)
 
 
+README = "CoNLL-2003 shared task: language-independent named entity recognition.\nSee the paper for the tags.\n"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_folders_readme_and_license_are_left_out_and_said(streaming, tmp_path, capsys):
+    """`README.txt` and `LICENSE.txt` beside the data, as corpora ship them, are left out of the folder and said once
+    (before: refused as bad CoNLL, 'README.txt: line 2: 8 columns where line 1 ... has 9'); a folder of CoNLL-2003's
+    files (`eng.train`, no suffix a folder lists) beside its README is refused naming a file to give."""
+    folder = tmp_path / "wnut"
+    folder.mkdir()
+    (folder / "train.conll").write_text(wnut())
+    (folder / "README.txt").write_text(README)
+    (folder / "LICENSE.txt").write_text("Creative Commons Attribution 4.0 International\n")
+    rows = load_text_dataset(folder, columns=COLUMNS, streaming=streaming)
+    assert [row["tokens"] for row in rows] == [row["tokens"] for row in SENTENCES]
+    assert capsys.readouterr().out.startswith(f"{folder}: LICENSE.txt, README.txt left out: documentation by their "
+                                              f"name, not data (name a file to read it)\n{folder / 'train.conll'}: "
+                                              f"CoNLL layout")
+    (folder / "train.conll").rename(folder / "eng.train")
+    with pytest.raises(DataFileNotFoundError, match=f"^{folder}: folder holds no data files \\(.txt, .*, .bio\\); "
+                                                    f"LICENSE.txt, README.txt left out: documentation by their name, "
+                                                    f"not data; a CoNLL file of another suffix is read where it is "
+                                                    f"named \\(a file per split\\): e.g. {folder / 'eng.train'}$"):
+        load_text_dataset(folder, columns=COLUMNS, streaming=streaming)
+    assert load_text_dataset(folder / "eng.train", columns=COLUMNS)["tokens"] == [row["tokens"] for row in SENTENCES]
+
+
 def _bad(path: Path, streaming: bool):
     return list(load_text_dataset(path, columns=COLUMNS, streaming=streaming))
 

@@ -104,6 +104,18 @@ def test_folder_paragraphs_and_embedded(tmp_path):
     assert isinstance(load_text_dataset("embedded:sentiment", streaming=True, size=3), datasets.IterableDataset)
 
 
+def test_a_folders_readme_is_left_out_of_its_rows_and_said(tmp_path, capsys):
+    """A corpus folder's `README.txt` (`readme.md` is no data file anyway) is no text to train on (before: its lines
+    were rows), said once; named, it is read."""
+    write(tmp_path / "a.txt", ROWS[:10], "txt")
+    (tmp_path / "README.txt").write_text("A corpus of forty lines.\nLicensed CC BY 4.0.\n")
+    rows = load_text_dataset(tmp_path, text_sample_by="line", cache_dir=str(tmp_path / "cache"))
+    assert rows["text"] == [row["text"] for row in ROWS[:10]]
+    assert (f"{tmp_path}: README.txt left out: documentation by its name, not data (name a file to read it)\n"
+            in capsys.readouterr().out)
+    assert len(load_text_dataset(tmp_path / "README.txt", cache_dir=str(tmp_path / "cache"))) == 2
+
+
 def test_split_sentences_on_punctuation():
     assert split_sentences("Anna was born in 1950. She moved to Oslo! Why? 2 cats. e.g. this") == [
         "Anna was born in 1950.", "She moved to Oslo!", "Why?", "2 cats. e.g. this"]
