@@ -866,8 +866,9 @@ def _conll_hint(source: str | Path | Sequence[str | Path], words: bool) -> str:
 
 def data_files(source: str | Path | Sequence[str | Path], columns: Columns = ()) -> list[Path] | None:
     """The local files `load_text_dataset` reads for `source` and `columns` (what a checkpoint fingerprints): a
-    translation pair's two, the files named or a folder's; None for the embedded corpus, a saved dataset, a Hub name."""
-    if isinstance(source, str) and source.startswith(EMBEDDED_PREFIX):
+    translation pair's two, the files named or a folder's; None for no source, the embedded corpus, a saved dataset, a
+    Hub name."""
+    if not source or isinstance(source, str) and source.startswith(EMBEDDED_PREFIX):
         return None
     pair = pair_files(source, columns)
     if pair is not None:
