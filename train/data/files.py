@@ -200,10 +200,25 @@ def _pair_hint(source: str | Path | Sequence, columns: Columns) -> str:
             f"lines as the column 'text'" if found else "")
 
 
+# ISO 639-1's codes: the suffixes of a folder's files of a language (a file named alone may have any two letters)
+LANGUAGES = frozenset("""
+aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv dz ee el en eo
+es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht hu hy hz ia id ie ig ii ik io is it iu ja jv ka kg
+ki kj kk kl km kn ko kr ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mr ms mt my na nb nd ne ng nl nn
+no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg si sk sl sm sn so sq sr ss st su sv sw ta
+te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi vo wa wo xh yi yo za zh zu
+""".split())
+
+
 def _is_language(path: Path) -> bool:
     """Whether `path` is a file named `<prefix>.<language>` (train.en, plain or compressed), a text of a line per
     sentence as translation corpora ship."""
     return path.is_file() and re.fullmatch(r"\.[a-z]{2}", _suffix(path)) is not None
+
+
+def _listed_language(path: Path) -> bool:
+    """Whether a folder lists `path` as a file of a language: its suffix one of `LANGUAGES`."""
+    return _is_language(path) and _suffix(path)[1:] in LANGUAGES
 
 
 def _suffix(path: Path) -> str:
@@ -218,22 +233,24 @@ DOCUMENTATION = re.compile(r"(readme|licen[cs]e|copying|changelog|citation)([._-
 
 
 def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[str] = tuple(FORMATS),
-                  say: bool = False) -> list[Path]:
-    """The data files named by a path, a folder (its files of `suffixes`, sorted, but its `DOCUMENTATION`, left out
-    and, where `say`, said) or a list of paths."""
+                  say: bool = False, languages: bool = False) -> list[Path]:
+    """The data files named by a path, a folder (its files of `suffixes`, and of `LANGUAGES` where `languages`,
+    sorted, but its `DOCUMENTATION`, left out and, where `say`, said) or a list of paths."""
     items = [source] if isinstance(source, (str, Path)) else list(source)
     files: list[Path] = []
     for item in items:
         path = Path(item).expanduser()
         if path.is_dir():
-            listed = sorted(p for p in path.iterdir() if p.is_file() and _suffix(p) in suffixes)
+            listed = sorted(p for p in path.iterdir() if p.is_file() and (
+                _suffix(p) in suffixes or (languages and _listed_language(p))))
             found = [p for p in listed if not DOCUMENTATION.fullmatch(p.name)]
             left = [p.name for p in listed if p not in found]
             why = f"{', '.join(left)} left out: documentation by {'its' if len(left) == 1 else 'their'} name, not data"
             if left and say and found:
                 print(f"{path}: {why} (name a file to read it)", flush=True)
             if not found:
-                raise DataFileNotFoundError(f"{path}: folder holds no data files ({', '.join(suffixes)})"
+                of = ", <prefix>.<language> (train.en)" if languages else ""
+                raise DataFileNotFoundError(f"{path}: folder holds no data files ({', '.join(suffixes)}{of})"
                                             f"{f'; {why}' if left else ''}")
             files.extend(found)
         elif path.is_file():
@@ -848,20 +865,31 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
 def _local_files(source: str | Path | Sequence[str | Path], columns: Columns, say: bool = False) -> list[Path]:
     """The files named, or a folder's of the suffixes the task of `columns` reads (`resolve_files`: for word lists,
     CoNLL's too)."""
-    words = "words" in _kinds(columns).values()  # token classification: CoNLL, as its corpora ship
+    kinds = _kinds(columns)
+    words = "words" in kinds.values()  # token classification: CoNLL, as its corpora ship
     try:
-        return resolve_files(source, (*FORMATS, *CONLL_SUFFIXES) if words else tuple(FORMATS), say)
+        return resolve_files(source, (*FORMATS, *CONLL_SUFFIXES) if words else tuple(FORMATS), say,
+                             list(kinds.values()) == ["text"])
     except DataFileNotFoundError as error:
-        raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}{_conll_hint(source, words)}") from None
+        raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}{_folder_hint(source, kinds)}") from None
 
 
-def _conll_hint(source: str | Path | Sequence[str | Path], words: bool) -> str:
-    """For word lists, how to read a folder's CoNLL file of another suffix (CoNLL-2003's eng.train): name it."""
+def _folder_hint(source: str | Path | Sequence[str | Path], kinds: dict[str, str | None]) -> str:
+    """How to read a folder's files that the task does not list there: for word lists a CoNLL file of another
+    suffix (CoNLL-2003's eng.train), for a translation pair files of a language (train.en, train.de): name them."""
     folder = Path(source).expanduser() if isinstance(source, (str, Path)) else None
     other = sorted(p for p in folder.iterdir() if p.is_file() and not DOCUMENTATION.fullmatch(p.name)) if (
-        words and folder is not None and folder.is_dir()) else []
-    return f"; a CoNLL file of another suffix is read where it is named (a file per split): e.g. {other[0]}" if (
-        other) else ""
+        folder is not None and folder.is_dir()) else []
+    if "words" in kinds.values() and other:
+        return f"; a CoNLL file of another suffix is read where it is named (a file per split): e.g. {other[0]}"
+    languages: dict[str, set[str]] = {}  # prefix -> the languages of its files
+    for path in filter(_listed_language, other):
+        languages.setdefault((path.stem if _compression(path) else path.name).rpartition(".")[0], set()).add(
+            _suffix(path)[1:])
+    if not languages or len(kinds) != 2 or set(kinds.values()) != {"text"}:
+        return ""
+    prefix = min(languages, key=lambda prefix: (not set(kinds) <= languages[prefix], prefix))  # of both columns
+    return f"; a translation pair's two files of a language are named by their prefix: e.g. {folder / prefix}"
 
 
 def data_files(source: str | Path | Sequence[str | Path], columns: Columns = ()) -> list[Path] | None:

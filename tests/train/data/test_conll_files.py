@@ -125,7 +125,8 @@ def test_a_folder_of_conll_files_is_read_for_token_classification_alone(streamin
     rows = load_text_dataset(folder, columns=COLUMNS, streaming=streaming)
     assert [row["tokens"] for row in rows] == [row["tokens"] for row in SENTENCES]
     assert rows.n_shards == 3 if streaming else len(rows) == 12
-    with pytest.raises(DataFileNotFoundError, match=r"wnut: folder holds no data files \(.txt, .*.parquet\)"):
+    with pytest.raises(DataFileNotFoundError, match=r"wnut: folder holds no data files \(.txt, .*.parquet, "
+                                                    r"<prefix>.<language> \(train.en\)\)"):
         load_text_dataset(folder, columns=[("text", "text")], streaming=streaming)
 
 

@@ -25,6 +25,7 @@ from train.data.files import (
     InvalidUTF8Error,
     MissingColumnError,
     UnknownColumnError,
+    data_files,
     load_text_dataset,
 )
 from train.run import checkpoints
@@ -419,3 +420,45 @@ def test_a_file_of_a_language_is_read_as_text_lines_where_the_task_reads_one_tex
     with pytest.raises(DataError, match=r"train\.en: unknown data file type \(a file of a language, as train\.en, is "
                                         r"read as text lines where the task reads one column of text"):
         load_text_dataset(f"{prefix}.en", columns=[("text", "text"), ("label", "label")], streaming=streaming)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_folder_of_language_files_is_read_as_its_files_are(streaming, tmp_path, capsys):
+    """A folder of `train.en`, `train.de.gz`, `valid.en` (as fairseq's and WMT's data folders hold them, beside
+    `prepare.sh` and `notes.md`) gives the lines of its files of a language in name order where the task reads one
+    text column, as each named alone does, a shard each streamed (before: 'folder holds no data files'), and is what
+    a checkpoint fingerprints; its scripts stay out; a translation pair's task is told to name the prefix."""
+    folder = tmp_path / "wmt"
+    folder.mkdir()
+    _pair(folder, _lines(EN), _lines(DE), ("", ".gz"))
+    (folder / "valid.en").write_bytes(_lines(EN[:3]))
+    (folder / "prepare.sh").write_text("#!/bin/sh\nsacrebleu -t wmt14 -l en-de --echo src > newstest2014.en\n")
+    (folder / "notes.md").write_text("# WMT 2014\n")
+    files = [folder / "train.de.gz", folder / "train.en", folder / "valid.en"]
+    rows = load_text_dataset(folder, columns=[("text", "text")], streaming=streaming)
+    assert [row["text"] for row in rows] == DE + EN + EN[:3] and (rows.n_shards == 3 if streaming else True)
+    assert f"3 data files, read in this order: {', '.join(map(str, files))}\n" in capsys.readouterr().out
+    assert data_files(folder, [("text", "text")]) == files
+    recipe = load_recipe(None, {"train_file": str(folder)})
+    recipe.read_columns = (("text", "text"),)
+    assert list(checkpoints.data_fingerprint(str(folder), None, recipe.data_files())) == list(map(str, files))
+    with pytest.raises(DataFileNotFoundError, match=f"^{re.escape(str(folder))}: folder holds no data files "
+                                                    f"\\(.txt, .*, .parquet\\); a translation pair's two files of a "
+                                                    f"language are named by their prefix: e.g. "
+                                                    f"{re.escape(str(folder / 'train'))}$"):
+        load_text_dataset(folder, columns=pair_columns(*LANGUAGES), streaming=streaming)
+    (folder / "notes.md").rename(folder / "train.xx")
+    assert [row["text"] for row in load_text_dataset(folder, columns=[("text", "text")])] == DE + EN + EN[:3]
+
+
+def test_lineage_train_tokenizer_reads_a_folder_of_language_files_as_one_file_of_their_lines(tmp_path):
+    """The folder's vocabulary is that of a `.txt` file of the same lines in the same order."""
+    folder = tmp_path / "wmt"
+    folder.mkdir()
+    _pair(folder, _lines(EN), _lines(DE), (".gz", ""))
+    (tmp_path / "both.txt").write_bytes(_lines(DE + EN))
+    for source, out in ((folder, tmp_path / "tok-folder"), (tmp_path / "both.txt", tmp_path / "tok-txt")):
+        train_tokenizer.main(["--family", "seq2seq", "--vocab_size", "300", "--dataset", str(source), "--output_dir",
+                              str(out)])
+    vocabularies = [(tmp_path / name / "tokenizer.json").read_text() for name in ("tok-folder", "tok-txt")]
+    assert vocabularies[0] == vocabularies[1]
