@@ -447,18 +447,24 @@ def _trained_task(model: str, fitting: list[str]) -> str | None:
     return task if task in fitting else None
 
 
+def _saved_qa(config: dict[str, Any]) -> dict[str, Any]:
+    """The question-answering pipeline's defaults the run saved in the model's config (`task_specific_params`), which
+    are lineage evaluate's too: a model from the Hub or copied alone carries them."""
+    return ((config.get("task_specific_params") or {}).get("question-answering")) or {}
+
+
 def _question_length(args: argparse.Namespace, config: dict[str, Any]) -> None:
-    """`--max_query_length` as given, else as the run cut its questions (`max_query_length` in its recipe, else the
-    recipe's default, BERT's 64), and `--doc_stride` as given, else as the run strode (saved in the model's config,
-    `task_specific_params`, else a quarter of a window), refused with `--max_seq_length` where the windows cannot step
-    through a context, with advice within the model's positions."""
+    """`--max_query_length` and `--doc_stride` as given, else as the run cut its questions and strode (`_saved_qa`:
+    `max_question_len`, else BERT's 64; `doc_stride`, else a quarter of a window), refused with `--max_seq_length`
+    where the windows cannot step through a context, with advice within the model's positions."""
     from train.run.recipes import Recipe
     from train.setup.splits import question_room_problem
 
-    args.max_query_length = args.max_query_length or _run_recipe(args.model).get("max_query_length",
-                                                                                 Recipe.max_query_length)
+    saved = _saved_qa(config)
+    if args.max_query_length is None:
+        args.max_query_length = saved.get("max_question_len", Recipe.max_query_length)
     if args.doc_stride is None:
-        args.doc_stride = ((config.get("task_specific_params") or {}).get("question-answering") or {}).get("doc_stride")
+        args.doc_stride = saved.get("doc_stride")
     problem = question_room_problem(args.max_seq_length, args.max_query_length, config.get("max_position_embeddings"),
                                     args.doc_stride)
     if problem:

@@ -321,6 +321,24 @@ def test_question_lengths_a_model_cannot_take_are_refused_with_advice_within_its
     assert not (tmp_path / "eval").exists()
 
 
+def test_a_qa_model_without_its_recipe_is_cut_and_strided_as_its_config_says(tmp_path, monkeypatch):
+    """A model from the Hub, or copied without recipe.yaml, carries its run's question length and stride in its config
+    (`task_specific_params`, the saved pipeline's defaults): lineage evaluate encodes with them (the default 64 leaves
+    no room in 64 positions), and its flags still win."""
+    from train import finetune
+
+    folder = model_folder(tmp_path, "bert", LineageBertForQuestionAnswering, 400, task_specific_params={
+        "question-answering": {"max_question_len": 24, "doc_stride": 8}})
+    assert not (folder / "recipe.yaml").exists()
+    lengths, encode = [], finetune.tokenize_dataset
+    monkeypatch.setattr(finetune, "tokenize_dataset", lambda *a, **k: lengths.append(
+        (k["max_query_length"], k["doc_stride"])) or encode(*a, **k))
+    common = ["--model", str(folder), "--dataset", "embedded:qa", "--eval_size", "4", "--max_seq_length", "64"]
+    evaluate.main([*common, "--output_dir", str(tmp_path / "eval")])
+    evaluate.main([*common, "--max_query_length", "20", "--doc_stride", "4", "--output_dir", str(tmp_path / "eval2")])
+    assert lengths == [(24, 8), (20, 4)]
+
+
 def test_a_classifier_is_padded_and_cut_as_its_run_and_past_its_positions_is_refused(tmp_path, monkeypatch):
     """The run's pad_to_multiple_of (its recipe.yaml) pads the batches scored, and its max_seq_length is the default
     cut; a multiple that would pad rows of --max_seq_length tokens past the model's positions is refused before the

@@ -172,7 +172,7 @@ def test_bad_finetune_inputs_fail_before_training(tmp_path):
 
 def test_questions_longer_than_the_windows_are_cut_and_lineage_evaluate_cuts_them_as_the_run_did(tmp_path, capsys):
     """Questions of 100+ tokens (every other one) in windows of 64 tokens made the tokenizer panic; cut to the
-    recipe's max_query_length they train and are scored, and `lineage evaluate` cuts them as the run's recipe.yaml
+    recipe's max_query_length they train and are scored, and `lineage evaluate` cuts them as the run's config.json
     says (with the default 64 it would refuse, or panic), scoring the run's validation file as the run did. Each says
     once how many questions of each file it cut; results.json and the card count the training questions cut."""
     def long_questions(split: str, size: int) -> Path:
