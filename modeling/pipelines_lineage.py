@@ -295,7 +295,12 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
                 "attention_mask": model_inputs["attention_mask"], **passed}
 
     def postprocess(self, windows: list[dict], top_k: int = 1, max_answer_len: int = 15,
-                    handle_impossible_answer: bool = False) -> dict | list[dict]:
+                    handle_impossible_answer: bool | None = None) -> dict | list[dict]:
+        """The best `top_k` answers of a question's windows; the empty answer, scored by [CLS], competes where
+        `handle_impossible_answer` (default: the run's, saved where it trained on questions without answers; else
+        off)."""
+        if handle_impossible_answer is None:
+            handle_impossible_answer = self._saved().get("handle_impossible_answer", False)
         answers, null_score = [], None
         for window in windows:
             real = window["attention_mask"][0].bool()  # a batch pads its windows, on the tokenizer's padding side

@@ -128,8 +128,8 @@ def command_parser() -> CommandParser:
                              "the run's, else a quarter of --max_seq_length)")
     parser.add_switch("--version_2_with_negative", default=None,
                       help="question answering: questions may have no answer (SQuAD 2.0, run_qa.py's flag), given "
-                           "where [CLS] scores higher (default: as the data's answers say; without them, as the run's "
-                           "validation data)")
+                           "where [CLS] scores higher (default: as the data's answers say; without them, the run's, "
+                           "saved in config.json, else as its validation data)")
     parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
     parser.add_argument("--length_penalty", type=float, default=1.0)
     parser.add_argument("--beam_search", choices=list(BEAM_SEARCHES), default="transformers",
@@ -473,16 +473,21 @@ def _question_length(args: argparse.Namespace, config: dict[str, Any]) -> None:
         raise EvaluateError(f"{flags} (default: the run's): {problem}")
 
 
-def _answer_rule(args: argparse.Namespace, source: str) -> str:
-    """For questions without their answers: sets `--version_2_with_negative`, where not given, as the run scored its
-    validation data (its results.json: `no_answer_*` figures where that data had unanswerable questions), refused
-    where it has no figures; what is said of the rule."""
-    if args.version_2_with_negative is None:
+def _answer_rule(args: argparse.Namespace, source: str, config: dict[str, Any]) -> str:
+    """For questions without their answers: sets `--version_2_with_negative`, where not given, as the saved pipeline
+    answers (`_saved_qa`: `handle_impossible_answer`), else, for a run that saved none, as it scored its validation data
+    (its results.json: `no_answer_*` figures where that data had unanswerable questions), refused where it has no
+    figures; what is said of the rule."""
+    saved = _saved_qa(config).get("handle_impossible_answer")
+    if args.version_2_with_negative is None and saved is not None:
+        args.version_2_with_negative, why = saved, "the run's, saved in config.json"
+    elif args.version_2_with_negative is None:
         results = Path(args.model) / "results.json"
         figures = json.loads(results.read_text(encoding="utf-8")) if results.is_file() else {}
         if "eval_exact_match" not in figures:
-            raise EvaluateError(f"--dataset {source} has no column 'answers', and --model's run records no validation "
-                                f"figures (results.json) that say whether its questions may have no answer: give "
+            raise EvaluateError(f"--dataset {source} has no column 'answers', and neither --model's config.json "
+                                f"(task_specific_params: handle_impossible_answer) nor its run's validation figures "
+                                f"(results.json) say whether its questions may have no answer: give "
                                 f"--version_2_with_negative true (SQuAD 2.0: no answer where [CLS] scores higher) or "
                                 f"false (every question answered)")
         args.version_2_with_negative = any(key.startswith("eval_no_answer_") for key in figures)
@@ -552,7 +557,7 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
     reference = "answers" if encode_task == "qa" else label  # the column the predictions are scored against
     rows = _rows(args, source, [c for c in columns if c[0] != reference] if args.predictions else columns, flags)
     if args.predictions and reference and reference not in rows.column_names:  # predictions alone: a stand-in
-        rule = _answer_rule(args, source) if encode_task == "qa" else ""
+        rule = _answer_rule(args, source, config) if encode_task == "qa" else ""
         stand_in = ((lambda row: [0] * len(row[text])) if encode_task == "token_classification"
                     else (lambda row: {"text": [], "answer_start": []}) if encode_task == "qa"
                     else (lambda row: 0.0) if finetune.TASKS[task].scores else (lambda row: 0))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
+import datasets
 import torch
 
 from train.cli import run_script
@@ -114,6 +115,14 @@ def answer_metrics(data, rows, unanswerable: bool | None = None):
         return load_metric("squad").compute(predictions=answered(predictions), references=answers)
 
     return data.remove_columns(["example_id", "offset_mapping"]), metrics, answered
+
+
+def no_answer_rule(train_rows, eval_rows) -> dict[str, bool]:
+    """The saved pipeline's `handle_impossible_answer`: whether the model learnt to score [CLS] above the spans of a
+    question without an answer, as its training rows say (in memory: their answers are read once more); a stream,
+    not read ahead, by its validation rows (`answer_metrics`' rule); neither: nothing (the pipeline's default, off)."""
+    rows = train_rows if isinstance(train_rows, datasets.Dataset) else eval_rows
+    return {} if rows is None else {"handle_impossible_answer": not all(a["text"] for a in rows["answers"])}
 
 
 def label_metrics(names: list[str]):
@@ -294,7 +303,8 @@ def main(argv: list[str] | None = None):
             # doc_stride unset: none saved, the pipeline takes a quarter of its window as the run did of its own
             model.config.task_specific_params = {"question-answering": {
                 "max_question_len": recipe.max_query_length,
-                **({} if recipe.doc_stride is None else {"doc_stride": recipe.doc_stride})}}
+                **({} if recipe.doc_stride is None else {"doc_stride": recipe.doc_stride}),
+                **no_answer_rule(train_rows, eval_rows)}}
         if recipe.lora is not None:
             model = apply_lora(model, recipe.lora)
         skipped = recipe.skip_unlabeled and label is not None

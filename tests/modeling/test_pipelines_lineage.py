@@ -224,6 +224,20 @@ def test_impossible_answer_wins_only_when_asked(scripted):
     assert empty["score"] > 0.5
 
 
+def test_a_saved_no_answer_rule_is_the_pipelines_default_and_an_explicit_one_wins(scripted):
+    """A run on questions without answers saves `handle_impossible_answer`: the empty answer wins where [CLS] scores
+    higher without being told, `handle_impossible_answer=False` still answers; saved false, it answers as before."""
+    model, qa, ids = scripted
+    model.script({ids["lima"]: 1.0}, {ids["lima"]: 1.0}, cls=6.0)
+    question = {"question": "Who?", "context": "Tom sings in Lima."}
+    told = qa(**question, handle_impossible_answer=True)
+    model.config.task_specific_params = {"question-answering": {"handle_impossible_answer": True}}
+    assert qa(**question) == told and told["answer"] == ""
+    assert qa(**question, handle_impossible_answer=False)["answer"] == "Lima"
+    model.config.task_specific_params = {"question-answering": {"handle_impossible_answer": False}}
+    assert qa(**question)["answer"] == "Lima"
+
+
 def test_long_context_striding_finds_the_answer_in_a_later_window(scripted, tokenizers):
     model, qa, ids = scripted
     model.script({ids["lima"]: 5.0}, {ids["lima"]: 5.0})

@@ -193,10 +193,10 @@ def test_a_tagger_and_a_regression_head_predict_unlabelled_rows_as_labelled_ones
 @pytest.mark.parametrize("unanswerable", [True, False])
 def test_questions_without_answers_are_answered_as_the_run_answered_its_validation_questions(tmp_path, capsys,
                                                                                              unanswerable):
-    """A SQuAD test set without answers gets the predictions of the same questions with their answers, alone: no
-    answer where [CLS] scores higher where the run's validation data had unanswerable questions (its results.json's
-    no_answer_* figures), an answer for every question where it had none; a model whose run records no validation
-    figures is refused, naming the flag that says it, before anything is written."""
+    """A SQuAD test set without answers gets the predictions of the same questions with their answers, alone; for a
+    model whose config saves no rule (a run from before it did): no answer where [CLS] scores higher where the run's
+    validation data had unanswerable questions (its results.json's no_answer_* figures), an answer for every question
+    where it had none; a model with neither is refused, naming the flag that says it, before anything is written."""
     folder = model_folder(tmp_path, "bert", LineageBertForQuestionAnswering, 400)
     rows = [r for r in generate_records("qa", "test", seed=42, size=16) if unanswerable or r["answers"]["text"]]
     assert unanswerable == any(not r["answers"]["text"] for r in rows)
@@ -204,8 +204,10 @@ def test_questions_without_answers_are_answered_as_the_run_answered_its_validati
     labelled.write_text("".join(json.dumps(r) + "\n" for r in rows))
     unlabelled.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "answers"}) + "\n" for r in rows))
     common = ["--model", str(folder), "--max_seq_length", "64", "--max_query_length", "24", "--predictions"]
-    with pytest.raises(evaluate.EvaluateError, match=r"unlabelled.jsonl has no column 'answers', and --model's run "
-                                                     r"records no validation figures \(results.json\) .*: give "
+    with pytest.raises(evaluate.EvaluateError, match=r"unlabelled.jsonl has no column 'answers', and neither "
+                                                     r"--model's config.json \(task_specific_params: "
+                                                     r"handle_impossible_answer\) nor its run's validation figures "
+                                                     r"\(results.json\) say .*: give "
                                                      r"--version_2_with_negative true \(SQuAD 2.0: no answer where "
                                                      r"\[CLS\] scores higher\) or false \(every question answered\)$"):
         evaluate.main([*common, "--dataset", str(unlabelled), "--output_dir", str(tmp_path / "refused")])

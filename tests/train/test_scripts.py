@@ -195,7 +195,7 @@ def test_questions_longer_than_the_windows_are_cut_and_lineage_evaluate_cuts_the
     assert results["questions_cut"] == json.loads((folder / "results.json").read_text())["questions_cut"] == 20
     assert "| questions_cut | 20 |" in (folder / "README.md").read_text()
     assert json.loads((folder / "config.json").read_text())["task_specific_params"] == {
-        "question-answering": {"max_question_len": 32}}
+        "question-answering": {"max_question_len": 32, "handle_impossible_answer": True}}
     long = json.loads(validation.read_text().splitlines()[0])  # over 100 tokens, too long for a window of 64
     answer = transformers.pipeline("question-answering", model=str(folder), trust_remote_code=True)(
         question=long["question"], context=long["context"])
@@ -223,7 +223,7 @@ def test_a_runs_doc_stride_is_saved_and_the_pipeline_and_lineage_evaluate_stride
                            "--dataset", "embedded:qa", "--max_steps", "2", "--save_steps", "0", "--train_size", "40",
                            "--eval_size", "12", "--max_query_length", "24", "--doc_stride", "8")
     assert json.loads((folder / "config.json").read_text())["task_specific_params"] == {
-        "question-answering": {"max_question_len": 24, "doc_stride": 8}}
+        "question-answering": {"max_question_len": 24, "doc_stride": 8, "handle_impossible_answer": True}}
     pipe = transformers.pipeline("question-answering", model=str(folder), trust_remote_code=True)
     assert pipe._lengths(None, None, "Who?") == (64, 8)
     strides, encode = [], finetune.tokenize_dataset
@@ -240,14 +240,22 @@ def test_a_runs_doc_stride_is_saved_and_the_pipeline_and_lineage_evaluate_stride
 
 
 def test_a_test_set_without_answers_is_answered_by_the_runs_no_answer_rule(tmp_path, capsys):
-    """A run on data with unanswerable questions scores them by no answer where [CLS] scores higher, and records so
-    (results.json's no_answer_* figures): `lineage evaluate --predictions` on questions without their answers answers
-    them as on the same questions with answers, and `--version_2_with_negative false` answers every one."""
+    """A run on data with unanswerable questions scores them by no answer where [CLS] scores higher, and saves so
+    (config.json's handle_impossible_answer): the saved pipeline gives no answer there without being told, and
+    `lineage evaluate --predictions` on questions without their answers answers them as on the same questions with
+    answers; `--version_2_with_negative false` answers every one."""
     results, folder = _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "qa", "--task", "question-answering",
                            "--dataset", "embedded:qa", "--max_steps", "3", "--save_steps", "0", "--train_size", "60",
                            "--eval_size", "20", "--max_query_length", "32")
     assert "eval_no_answer_exact_match" in results
+    assert json.loads((folder / "config.json").read_text())["task_specific_params"]["question-answering"][
+        "handle_impossible_answer"] is True
     rows = generate_records("qa", "test", size=20)
+    pipe = transformers.pipeline("question-answering", model=str(folder), trust_remote_code=True)
+    questions = [{"question": row["question"], "context": row["context"]} for row in rows]
+    default = pipe(questions, max_seq_len=64)
+    assert default == pipe(questions, max_seq_len=64, handle_impossible_answer=True)
+    assert "" in [answer["answer"] for answer in default]
     labelled, unlabelled = tmp_path / "dev.jsonl", tmp_path / "test.jsonl"
     labelled.write_text("".join(json.dumps(row) + "\n" for row in rows))
     unlabelled.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "answers"}) + "\n" for row in rows))
@@ -258,10 +266,41 @@ def test_a_test_set_without_answers_is_answered_by_the_runs_no_answer_rule(tmp_p
         return json.loads((out / "predictions.json").read_text())
 
     alone = answers(unlabelled)
-    assert "no answer where [CLS] scores higher (as on the run's validation data)" in capsys.readouterr().out
+    assert "no answer where [CLS] scores higher (the run's, saved in config.json)" in capsys.readouterr().out
     assert alone == answers(labelled) and "" in alone.values()
     every = answers(unlabelled, "--version_2_with_negative", "false")
     assert "" not in every.values() and every == answers(labelled, "--version_2_with_negative", "false")
+
+
+def test_a_run_on_answerable_questions_saves_that_every_question_is_answered(tmp_path, capsys):
+    """The no-answer rule is the training questions': trained on answerable questions alone, the model never learnt
+    to score [CLS] above a span, so the run saves handle_impossible_answer false even where its validation data has
+    unanswerable ones (and is scored so, results.json's no_answer_* figures); its pipeline answers as one without
+    the rule, and `lineage evaluate` answers every question of data without answers. A stream, not read ahead, takes
+    its validation questions' rule."""
+    rows = generate_records("qa", "train", size=60)
+    train, validation, test = tmp_path / "train.jsonl", tmp_path / "dev.jsonl", tmp_path / "test.jsonl"
+    train.write_text("".join(json.dumps(row) + "\n" for row in rows[20:] if row["answers"]["text"]))
+    validation.write_text("".join(json.dumps(row) + "\n" for row in rows[:20]))
+    test.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "answers"}) + "\n" for row in rows[:20]))
+    results, folder = _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "qa", "--task", "question-answering",
+                           "--train_file", str(train), "--validation_file", str(validation), "--max_steps", "3",
+                           "--save_steps", "0", "--max_query_length", "32")
+    assert "eval_no_answer_exact_match" in results
+    assert json.loads((folder / "config.json").read_text())["task_specific_params"] == {
+        "question-answering": {"max_question_len": 32, "handle_impossible_answer": False}}
+    pipe = transformers.pipeline("question-answering", model=str(folder), trust_remote_code=True)
+    questions = [{"question": row["question"], "context": row["context"]} for row in rows[:20]]
+    assert pipe(questions, max_seq_len=64) == pipe(questions, max_seq_len=64, handle_impossible_answer=False)
+    out = evaluate.main(["--model", str(folder), "--dataset", str(test), "--predictions", "--output_dir",
+                         str(tmp_path / "eval")])
+    assert "every question answered (the run's, saved in config.json)" in capsys.readouterr().out
+    assert "" not in json.loads((out / "predictions.json").read_text()).values()
+    _, streamed = _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "stream", "--task", "question-answering",
+                       "--train_file", str(train), "--validation_file", str(validation), "--streaming", "true",
+                       "--max_steps", "2", "--save_steps", "0", "--max_query_length", "32")
+    assert json.loads((streamed / "config.json").read_text())["task_specific_params"]["question-answering"][
+        "handle_impossible_answer"] is True
 
 
 class FakeHub:
