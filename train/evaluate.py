@@ -513,11 +513,23 @@ def _run_padding(args: argparse.Namespace, positions: int | None) -> int | None:
     return multiple
 
 
+def _unlabelled_refusal(source: str, reference: str, found: list[str], qa: bool) -> str:
+    """The refusal of data without the column scored against, `reference` (its other columns `found`): no flag names
+    an answers column, so for questions only `--predictions` helps."""
+    lacks = f"--dataset {source} has no column {reference!r} (its columns: {', '.join(found)})"
+    if qa:
+        return (f"{lacks}, so it has no answers to score: give --predictions true to write each question's answer "
+                f"alone")
+    return (f"{lacks}: name the labels' column with --label_column, or, for data without labels, which has nothing to "
+            f"score, give --predictions true to write each row's prediction alone")
+
+
 def classifier_data(args: argparse.Namespace, architecture: str, family: str, config: dict[str, Any]):
     """(task, encode task, Auto class, columns, rows with the labels as class names or checked scores, the class
     names (None for scores), source, whether it is labelled) of `--dataset`; `args` completed with the run's question
     length and padding. With `--predictions`, data without its label column gets a stand-in: predictions alone."""
     from train import finetune
+    from train.data.files import UnknownColumnError
     from train.data.labels import class_labels, score_labels
 
     outputs = len(config.get("id2label") or {})
@@ -555,7 +567,13 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
                             f"with --dataset_config)")
     flags = "--text_column, --text_pair_column and --label_column"
     reference = "answers" if encode_task == "qa" else label  # the column the predictions are scored against
-    rows = _rows(args, source, [c for c in columns if c[0] != reference] if args.predictions else columns, flags)
+    try:
+        rows = _rows(args, source, [c for c in columns if c[0] != reference] if args.predictions else columns, flags)
+    except UnknownColumnError:
+        if args.predictions or not reference:
+            raise
+        found = _rows(args, source, [c for c in columns if c[0] != reference], flags, note=False).column_names
+        raise EvaluateError(_unlabelled_refusal(source, reference, found, encode_task == "qa")) from None
     if args.predictions and reference and reference not in rows.column_names:  # predictions alone: a stand-in
         rule = _answer_rule(args, source, config) if encode_task == "qa" else ""
         stand_in = ((lambda row: [0] * len(row[text])) if encode_task == "token_classification"

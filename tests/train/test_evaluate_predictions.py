@@ -141,7 +141,8 @@ def test_predictions_are_refused_where_no_data_set_is_scored(tmp_path):
 
 def test_data_without_its_label_column_gets_each_rows_prediction_alone(tmp_path, capsys):
     """Predictions of a file without labels (a test set, new data) are those of the same rows labelled, without a
-    reference; nothing is scored (no figure, no plot) and a card, which would hold no figure, is refused first."""
+    reference; nothing is scored (no figure, no plot) and a card, which would hold no figure, is refused first;
+    without --predictions, the refusal advises it beside --label_column."""
     names = ["entailment", "neutral", "contradiction"]
     folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3,
                           id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
@@ -152,6 +153,13 @@ def test_data_without_its_label_column_gets_each_rows_prediction_alone(tmp_path,
     pandas.DataFrame([{"premise": r["premise"], "hypothesis": r["hypothesis"]} for r in rows]).to_csv(unlabelled,
                                                                                                      index=False)
     common = ["--model", str(folder), "--task", "nli", "--batch_size", "4", "--predictions"]
+    with pytest.raises(evaluate.EvaluateError, match=r"^--dataset .*unlabelled.csv has no column 'label' \(its "
+                                                     r"columns: premise, hypothesis\): name the labels' column with "
+                                                     r"--label_column, or, for data without labels, which has nothing "
+                                                     r"to score, give --predictions true to write each row's "
+                                                     r"prediction alone$"):
+        evaluate.main([*common[:-1], "--dataset", str(unlabelled), "--output_dir", str(tmp_path / "refused")])
+    assert not (tmp_path / "refused").exists()
     scored = predicted(evaluate.main([*common, "--dataset", str(labelled), "--output_dir", str(tmp_path / "a")]))
     out = evaluate.main([*common, "--dataset", str(unlabelled), "--output_dir", str(tmp_path / "b")])
     assert f"{unlabelled}: no column 'label': each row's prediction alone, no figure" in capsys.readouterr().out
@@ -196,7 +204,8 @@ def test_questions_without_answers_are_answered_as_the_run_answered_its_validati
     """A SQuAD test set without answers gets the predictions of the same questions with their answers, alone; for a
     model whose config saves no rule (a run from before it did): no answer where [CLS] scores higher where the run's
     validation data had unanswerable questions (its results.json's no_answer_* figures), an answer for every question
-    where it had none; a model with neither is refused, naming the flag that says it, before anything is written."""
+    where it had none; a model with neither is refused, naming the flag that says it, before anything is written.
+    Without --predictions, the questions have no answers to score: refused, advising it (no column flag can help)."""
     folder = model_folder(tmp_path, "bert", LineageBertForQuestionAnswering, 400)
     rows = [r for r in generate_records("qa", "test", seed=42, size=16) if unanswerable or r["answers"]["text"]]
     assert unanswerable == any(not r["answers"]["text"] for r in rows)
@@ -204,6 +213,10 @@ def test_questions_without_answers_are_answered_as_the_run_answered_its_validati
     labelled.write_text("".join(json.dumps(r) + "\n" for r in rows))
     unlabelled.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "answers"}) + "\n" for r in rows))
     common = ["--model", str(folder), "--max_seq_length", "64", "--max_query_length", "24", "--predictions"]
+    with pytest.raises(evaluate.EvaluateError, match=r"^--dataset .*unlabelled.jsonl has no column 'answers' \(its "
+                                                     r"columns: .*\), so it has no answers to score: give "
+                                                     r"--predictions true to write each question's answer alone$"):
+        evaluate.main([*common[:-1], "--dataset", str(unlabelled), "--output_dir", str(tmp_path / "refused")])
     with pytest.raises(evaluate.EvaluateError, match=r"unlabelled.jsonl has no column 'answers', and neither "
                                                      r"--model's config.json \(task_specific_params: "
                                                      r"handle_impossible_answer\) nor its run's validation figures "
