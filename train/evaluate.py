@@ -97,7 +97,9 @@ def command_parser() -> CommandParser:
     parser.add_argument("--include_path", default=None, help="a folder of task YAMLs of your own")
     parser.add_argument("--limit", type=_limit, default=None, help="examples per task (or a fraction)")
     parser.add_argument("--num_fewshot", type=_number(int, 0, "a number of examples >= 0"), default=None)
-    parser.add_argument("--batch_size", type=_batch_size, default=1, help="an integer, or auto (harness)")
+    parser.add_argument("--batch_size", type=_batch_size, default=None,
+                        help="an integer, or auto (harness); default: the harness 1, else the run's "
+                             "per_device_eval_batch_size (its recipe.yaml), else 32")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: a GPU if there is one)")
     parser.add_argument("--dataset", default=None, help="data to score a translation or classification model on: a "
                                                         "file, a Hub dataset or embedded:<task>")
@@ -255,7 +257,7 @@ def evaluate_harness(args: argparse.Namespace, kind: str) -> dict[str, Any]:
     manager = harness.task_manager(args.include_path, arguments)
     tasks = harness.load_tasks([t.strip() for t in args.tasks.split(",") if t.strip()], manager)
     results = harness.run(tasks, arguments, manager, limit=args.limit, num_fewshot=args.num_fewshot,
-                          batch_size=args.batch_size, device=args.device)
+                          batch_size=args.batch_size or 1, device=args.device)
     results["task_hashes"] = harness.task_hashes(results.pop("samples"))
     return {"scores": harness.scores(results), "harness": results}
 
@@ -355,7 +357,10 @@ def read_from(args: argparse.Namespace, source: str, columns=()) -> dict[str, st
 
 
 def model_batch_size(args: argparse.Namespace) -> int:
-    """`--batch_size` where Lineage batches the model itself: a number, or 32 for the harness's `auto`."""
+    """`--batch_size` where Lineage batches the model itself: a number; not given, the run's evaluation batch size (so
+    a loss that moves with the batching, question answering's, is the run's); else, or for the harness's `auto`, 32."""
+    if args.batch_size is None:
+        return _run_recipe(args.model).get("per_device_eval_batch_size", 32)
     return args.batch_size if isinstance(args.batch_size, int) else 32
 
 

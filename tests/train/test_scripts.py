@@ -200,8 +200,7 @@ def test_questions_longer_than_the_windows_are_cut_and_lineage_evaluate_cuts_the
     answer = transformers.pipeline("question-answering", model=str(folder), trust_remote_code=True)(
         question=long["question"], context=long["context"])
     assert long["context"][answer["start"]:answer["end"]] == answer["answer"]
-    out = evaluate.main(["--model", str(folder), "--dataset", str(validation), "--batch_size", "32",
-                         "--output_dir", str(tmp_path / "eval")])
+    out = evaluate.main(["--model", str(folder), "--dataset", str(validation), "--output_dir", str(tmp_path / "eval")])
     assert f"{validation}: cut 6 of 12 questions to their first 32 tokens" in capsys.readouterr().out
     assert json.loads((out / "results.json").read_text())["data"]["questions_cut"] == 6
     figures = json.loads((out / "results.json").read_text())["scores"]["question-answering"]
