@@ -237,7 +237,7 @@ def user_errors() -> tuple[type[Exception], ...]:
     from train.data.batching import EmptyStreamError
     from train.data.corpus import UnknownCorpusTaskError
     from train.data.encoders import LabelAlignmentError, QAAnswerSpanError
-    from train.data.files import DataError, DataFileNotFoundError
+    from train.data.errors import DataError, DataFileNotFoundError
     from train.data.token_store import DamagedStoreError
     from train.data.tokenization import (
         CacheFolderError,

@@ -269,7 +269,8 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str, note: bool
     import datasets
 
     from train.data.corpus import SPLITS
-    from train.data.files import UnknownColumnError, load_text_dataset, names_local_data
+    from train.data.errors import UnknownColumnError
+    from train.data.files import load_text_dataset, names_local_data
     from train.run.recipes import Recipe
 
     embedded = source.startswith("embedded:")
@@ -534,7 +535,7 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
     names (None for scores), source, whether it is labelled) of `--dataset`; `args` completed with the run's question
     length and padding. With `--predictions`, data without its label column gets a stand-in: predictions alone."""
     from train import finetune
-    from train.data.files import UnknownColumnError
+    from train.data.errors import UnknownColumnError
     from train.data.labels import class_labels, score_labels
 
     outputs = len(config.get("id2label") or {})

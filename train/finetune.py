@@ -22,9 +22,9 @@ import torch
 from train.cli import run_script
 from train.data.collators import PaddingCollator
 from train.data.encoders import RowError
-from train.data.files import row_location
 from train.data.labels import class_labels, score_labels, streamed_class_labels
 from train.data.model_inputs import count_cut_questions, tokenize_dataset
+from train.data.table_files import row_location
 from train.metrics import load_metric
 from train.run.engine import Engine, TokenMean
 from train.run.recipes import RecipeError, parse_args

@@ -37,7 +37,7 @@ def test_a_folder_of_shards_is_read_and_tokenized_in_parallel_into_the_store_one
 def test_prepare_refuses_bert_documents_with_no_sentence_pair_as_pretrain_bert_does(tmp_path, monkeypatch):
     """Training and validation documents are checked in one place (`pretraining.pretraining_documents`), so `prepare`
     refuses a validation file of one-sentence documents before any work, with `pretrain_bert`'s message."""
-    from train.data.files import DataError
+    from train.data.errors import DataError
     from train.pretrain_bert import main as pretrain_bert
 
     monkeypatch.setenv("LINEAGE_CACHE", str(tmp_path / "cache"))

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import datasets
 
-from train.data.files import DataError, EmptyDataFileError, UnknownColumnError, text_lines, validate_files
+from train.data.errors import DataError, EmptyDataFileError, UnknownColumnError
+from train.data.file_bytes import text_lines
+from train.data.files import validate_files
 from train.data.fingerprints import files_digest
 
 DOCSTART = "-DOCSTART-"
@@ -168,7 +170,7 @@ def load_conll(files: list[Path], columns: list[str], streaming: bool, cache_dir
 
 
 def location(path: Path, row: int, column: str | None) -> str:
-    """Where sentence `row` (0-based) of a CoNLL file starts, as `files.row_location` says it."""
+    """Where sentence `row` (0-based) of a CoNLL file starts, as `table_files.row_location` says it."""
     starts = (line for line, tokens in _sentences(path) if tokens is not None)
     line = next((line for index, line in enumerate(starts) if index == row), None)
     return f"{path}: line {line} (CoNLL sentence {row + 1}{f', column {column!r}' if column else ''})"

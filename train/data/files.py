@@ -3,48 +3,52 @@
 `load_text_dataset` takes files (for token classification CoNLL files: `conll_files`), a folder, a `save_to_disk`
 folder, a translation pair's two files by their shared prefix (`pair_files`), `"embedded:<task>"` or a Hub dataset name
 (the only source that reaches the network), checks the files before the datasets cache is touched and every value of
-the columns the task reads. Bad input raises a `DataError` (a `ValueError`) or `DataFileNotFoundError` naming the
-file, the line as an editor counts it (`row_location`), the column and the problem. docs/training.md, "Data".
+the columns the task reads. Bad input raises a `DataError` or `DataFileNotFoundError` (`errors`) naming the file,
+the line as an editor counts it (`table_files.row_location`), the column and the problem. docs/training.md, "Data".
 """
 
 from __future__ import annotations
 
-import bz2
-import codecs
 import csv
 import functools
 import glob
-import gzip
-import hashlib
-import io
 import itertools
 import json
-import lzma
 import math
-import os
 import re
 import reprlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO
 
 import datasets
 import pyarrow.compute as pc
 
 from train.data import corpus
-from train.data.fingerprints import file_fingerprint, files_digest
-from train.data.tokenization import cache_folder
+from train.data.errors import (
+    DataError,
+    DataFileNotFoundError,
+    EmptyDataFileError,
+    MissingColumnError,
+    UnknownColumnError,
+    UnknownSplitError,
+)
+from train.data.file_bytes import (
+    COMPRESSIONS,
+    FORMATS,
+    check_signature,
+    check_utf8,
+    compression,
+    has_bom,
+    has_paragraphs,
+    once,
+    suffix,
+    text_lines,
+)
+from train.data.fingerprints import files_digest
+from train.data.table_files import columns_of, find_bad_file, row_location
 from train.data.workers import process_count
 
-FORMATS = {".txt": "text", ".text": "text", ".raw": "text", ".jsonl": "json", ".json": "json", ".csv": "csv",
-           ".tsv": "csv", ".parquet": "parquet"}  # .raw: WikiText's wiki.train.raw, ...
-
-
 CONLL_SUFFIXES = (".conll", ".iob", ".bio")  # listed in a folder where the task reads word lists, beside FORMATS
-
-
-COMPRESSIONS = {".gz": ("gzip", b"\x1f\x8b"), ".bz2": ("bzip2", b"BZh"), ".xz": ("xz", b"\xfd7zXZ\x00"),
-                ".zst": ("zstandard", b"\x28\xb5\x2f\xfd")}  # suffix -> (format, the bytes its files start with)
 
 
 EMBEDDED_PREFIX = "embedded:"
@@ -89,41 +93,9 @@ KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
 }
 
 
-class DataError(ValueError):
-    """Bad data: the message names the file, the line or row, and the problem."""
-
-
-class DataFileNotFoundError(FileNotFoundError):
-    """A data file or folder that does not exist."""
-
-
-class EmptyDataFileError(DataError):
-    """A data file with no rows."""
-
-
-class MissingColumnError(DataError):
-    """A column the task needs is absent, or a row has no value in it."""
-
-
-class UnknownColumnError(MissingColumnError):
-    """A column the task needs is not in the data at all (the caller adds which keys name the columns)."""
-
-
-class UnknownSplitError(DataError):
-    """A split the dataset does not have (the caller adds which key names it)."""
-
-
-class InvalidUTF8Error(DataError):
-    """A text file that is not valid UTF-8."""
-
-
-class MalformedRowError(DataError):
-    """A row that cannot be parsed (e.g. a JSON line that is not a JSON object)."""
-
-
 def _is_local(source: str) -> bool:
     path = Path(source).expanduser()
-    return (path.exists() or source.startswith(("/", "./", "../", "~", "\\")) or _suffix(path) in FORMATS)
+    return (path.exists() or source.startswith(("/", "./", "../", "~", "\\")) or suffix(path) in FORMATS)
 
 
 def check_local_source(source: str, key: str, columns: Columns = ()) -> None:
@@ -192,8 +164,8 @@ def _pair_hint(source: str | Path | Sequence, columns: Columns) -> str:
         return ""
     prefix = Path(source).expanduser()
     found = sorted(p for p in prefix.parent.glob(f"{glob.escape(prefix.name)}.*")
-                   if _is_language(p) and (p.stem if _compression(p) else p.name).rpartition(".")[0] == prefix.name)
-    named = next((p for p in found if _suffix(p) == f".{next(iter(kinds))}"), found[0] if found else None)
+                   if _is_language(p) and (p.stem if compression(p) else p.name).rpartition(".")[0] == prefix.name)
+    named = next((p for p in found if suffix(p) == f".{next(iter(kinds))}"), found[0] if found else None)
     one = len(found) == 1
     return (f"; {' and '.join(map(str, found))} {'is a text file' if one else 'are text files'} of a language, named "
             f"as a translation pair's sides are: name {'it' if one else 'one'} as the data, e.g. {named}, to read its "
@@ -213,19 +185,12 @@ te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi vo wa wo xh yi yo za zh
 def _is_language(path: Path) -> bool:
     """Whether `path` is a file named `<prefix>.<language>` (train.en, plain or compressed), a text of a line per
     sentence as translation corpora ship."""
-    return path.is_file() and re.fullmatch(r"\.[a-z]{2}", _suffix(path)) is not None
+    return path.is_file() and re.fullmatch(r"\.[a-z]{2}", suffix(path)) is not None
 
 
 def _listed_language(path: Path) -> bool:
     """Whether a folder lists `path` as a file of a language: its suffix one of `LANGUAGES`."""
-    return _is_language(path) and _suffix(path)[1:] in LANGUAGES
-
-
-def _suffix(path: Path) -> str:
-    suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] in COMPRESSIONS:
-        suffixes.pop()
-    return suffixes[-1] if suffixes else ""
+    return _is_language(path) and suffix(path)[1:] in LANGUAGES
 
 
 # a folder's files that its documentation names (README.txt, LICENSE.txt beside CoNLL-2003's or a corpus's files)
@@ -242,7 +207,7 @@ def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[
         path = Path(item).expanduser()
         if path.is_dir():
             listed = sorted(p for p in path.iterdir() if p.is_file() and (
-                _suffix(p) in suffixes or (languages and _listed_language(p))))
+                suffix(p) in suffixes or (languages and _listed_language(p))))
             found = [p for p in listed if not DOCUMENTATION.fullmatch(p.name)]
             left = [p.name for p in listed if p not in found]
             why = f"{', '.join(left)} left out: documentation by {'its' if len(left) == 1 else 'their'} name, not data"
@@ -262,130 +227,18 @@ def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[
 
 def _file_format(files: list[Path], data_format: str | None, text: bool = False) -> str:
     """The files' one format; `text`: the task reads one column of text, from a file of a language too (train.en)."""
-    formats = {data_format or FORMATS.get(_suffix(f)) or ("text" if text and _is_language(f) else None)
+    formats = {data_format or FORMATS.get(suffix(f)) or ("text" if text and _is_language(f) else None)
                for f in files}
     if None in formats:
-        unknown = next(f for f in files if FORMATS.get(_suffix(f)) is None)
+        unknown = next(f for f in files if FORMATS.get(suffix(f)) is None)
         language = (" (a file of a language, as train.en, is read as text lines where the task reads one column of "
                     "text: a tokenizer's or pretraining's)" if _is_language(unknown) else "")
         raise DataError(f"{unknown}: unknown data file type{language}; name the file with one of {', '.join(FORMATS)} "
-                        f"at the end (plain text: .txt){', before its compression' if _compression(unknown) else ''}, "
+                        f"at the end (plain text: .txt){', before its compression' if compression(unknown) else ''}, "
                         f"or pass data_format to load_text_dataset")
     if len(formats) > 1:
         raise DataError(f"data files mix formats {sorted(formats)}; load each format separately")
     return formats.pop()
-
-
-def _compression(path: Path) -> tuple[str, bytes] | None:
-    """(format, signature) of a compressed file, by its last suffix; None for an uncompressed one."""
-    return COMPRESSIONS.get(path.suffix.lower())
-
-
-def _check_signature(path: Path) -> None:
-    """A compressed file must start with its format's signature (random bytes named ``a.txt.gz`` do not)."""
-    name, signature = _compression(path)
-    with open(path, "rb") as handle:
-        if handle.read(len(signature)) != signature:
-            raise DataError(f"{path}: not a valid {name} file (it does not start with the {name} signature "
-                            f"{signature.hex(' ')}); compress it again, or name it by its real format")
-
-
-def _open_bytes(path: Path) -> IO[bytes]:
-    """The file's bytes, decompressed when its suffix names a compression."""
-    suffix = path.suffix.lower()
-    if suffix == ".zst":
-        try:
-            import zstandard
-        except ImportError:
-            raise DataError(f"{path}: reading .zst files needs the package zstandard: pip install zstandard") from None
-        return zstandard.open(path, "rb")
-    return {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(suffix, open)(path, "rb")
-
-
-def _chunks(path: Path, chunk_size: int = 1 << 20) -> Iterator[bytes]:
-    """The file's (decompressed) bytes in chunks; a compressed file that cannot be read to its end (truncated,
-    corrupt) raises a ``DataError`` naming it."""
-    compression = _compression(path)
-    with _open_bytes(path) as handle:
-        try:
-            while chunk := handle.read(chunk_size):
-                yield chunk
-        except Exception as err:  # whatever the decompressor raises: OSError, EOFError, LZMAError, ZstdError
-            if compression is None:
-                raise
-            raise DataError(f"{path}: not a valid {compression[0]} file ({err or type(err).__name__}); it may be "
-                            f"truncated: copy or compress it again") from None
-
-
-def _line_breaks(data: bytes, after_cr: bool = False) -> int:
-    """The line breaks in `data` as datasets' text reader (Python's universal newlines) and editors count them: `\n`,
-    `\r\n` and a lone `\r`; `after_cr`: the bytes before `data` ended with `\r`, so a `\n` first ends that break."""
-    return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n") - (after_cr and data.startswith(b"\n"))
-
-
-def check_utf8(path: Path, chunk_size: int = 1 << 20) -> bool:
-    """Raise ``InvalidUTF8Error`` naming the line of the first invalid byte (of the decompressed text, for a
-    compressed file); return whether the file holds any non-whitespace text."""
-    decoder, line, content, after_cr = codecs.getincrementaldecoder("utf-8")(), 1, False, False
-    for chunk in _chunks(path, chunk_size):
-        try:
-            text = decoder.decode(chunk)
-        except UnicodeDecodeError as err:
-            at = min(err.start, len(chunk) - 1)  # the decoder may hold up to 3 bytes of the last chunk
-            bad_line = line + _line_breaks(chunk[:at], after_cr)
-            raise InvalidUTF8Error(
-                f"{path}: line {bad_line}: not valid UTF-8 "
-                f"(byte 0x{chunk[at]:02x}: {err.reason}); re-encode the file as UTF-8") from None
-        line += _line_breaks(chunk, after_cr)
-        after_cr = chunk.endswith(b"\r")
-        content = content or bool(text.strip())
-    try:
-        decoder.decode(b"", final=True)
-    except UnicodeDecodeError:
-        raise InvalidUTF8Error(f"{path}: line {line}: not valid UTF-8 (truncated character at the end)") from None
-    return content
-
-
-_LINE_BREAK = re.compile(rb"\r\n|\r|\n")  # as `_line_breaks` counts them
-
-
-def _lines(path: Path) -> Iterator[bytes]:
-    """The file's (decompressed) lines, without their line breaks (`_line_breaks`)."""
-    rest = b""
-    for chunk in _chunks(path):
-        data = rest + chunk
-        held = data.endswith(b"\r")  # perhaps the start of a \r\n
-        *lines, rest = _LINE_BREAK.split(data[:-1] if held else data)
-        rest += b"\r" if held else b""
-        yield from lines
-    yield from _LINE_BREAK.split(rest)
-
-
-def _has_paragraphs(path: Path) -> bool:
-    """Whether an empty line separates two lines of text (BERT's layout: a blank line between documents)."""
-    text_seen = gap = False
-    for line in _lines(path):
-        if line.strip():
-            if gap:
-                return True
-            text_seen = True
-        gap = gap or (text_seen and not line)
-    return False
-
-
-def _once(path: Path, check: str, compute: Callable[[], bool]) -> bool:
-    """``compute()``, a check that reads the whole file, or its answer kept for the same unchanged file (path and
-    content fingerprint) in ``cache_folder()/checked``. A check that raises is not kept."""
-    key = hashlib.sha256(f"{path.resolve()} {file_fingerprint(path)} {check}".encode()).hexdigest()[:24]
-    record = cache_folder(writing=True) / "checked" / key
-    if record.is_file():
-        return record.read_text() == "true"
-    answer = compute()
-    record.parent.mkdir(parents=True, exist_ok=True)
-    staging = record.with_name(f".{key}.tmp-{os.getpid()}")
-    staging.write_text("true" if answer else "false")
-    os.replace(staging, record)
-    return answer
 
 
 def _sample_by(files: list[Path], text_sample_by: str) -> str:
@@ -394,7 +247,7 @@ def _sample_by(files: list[Path], text_sample_by: str) -> str:
         raise ValueError(f"text_sample_by must be one of {', '.join(TEXT_SAMPLE_BY)}, got {text_sample_by!r}")
     if text_sample_by != "auto":
         return text_sample_by
-    with_paragraphs = next((f for f in files if _once(f, "paragraphs", functools.partial(_has_paragraphs, f))), None)
+    with_paragraphs = next((f for f in files if once(f, "paragraphs", functools.partial(has_paragraphs, f))), None)
     if with_paragraphs is None:
         return "line"
     every = (f" in each of the {len(files)} files (a file without empty lines is one document)" if len(files) > 1
@@ -404,242 +257,17 @@ def _sample_by(files: list[Path], text_sample_by: str) -> str:
     return "paragraph"
 
 
-def _columns_of(path: Path, fmt: str) -> list[str]:
-    """Column names read from the head of an uncompressed file, without loading it."""
-    if fmt == "text":
-        return ["text"]
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-        return list(pq.read_schema(path).names)
-    with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: a BOM (Excel's "CSV UTF-8") is no text
-        if fmt == "csv":
-            header = next(csv.reader(handle, **_csv_dialect(path)), [])
-            twice = next((name for i, name in enumerate(header) if name in header[:i]), None)
-            if twice is not None:
-                first, second = [i + 1 for i, name in enumerate(header) if name == twice][:2]
-                raise MalformedRowError(f"{path}: line 1 (the header): column {twice!r} appears twice (fields {first} "
-                                        f"and {second}); give every column its own name")
-            if not next(handle, "").strip():
-                raise EmptyDataFileError(f"{path}: has a header line but no rows")
-            return header
-        return _json_columns(path, handle)
-
-
-def _json_columns(path: Path, handle: IO[str]) -> list[str]:
-    if _is_json_array(handle):
-        try:
-            rows = json.load(handle)
-        except json.JSONDecodeError as err:
-            raise MalformedRowError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
-        if not rows:
-            raise EmptyDataFileError(f"{path}: the JSON array is empty")
-        if not isinstance(rows[0], dict):
-            raise MalformedRowError(f"{path}: the JSON array holds a {type(rows[0]).__name__}, not objects")
-        return list(rows[0])
-    for number, line in enumerate(handle, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            whole = _whole_object(handle) if line.lstrip().startswith("{") else None  # written with indent=
-            if whole is not None and _pandas_orient(whole) is not None:
-                raise _pandas_table(path, number, _pandas_orient(whole)) from None
-            raise MalformedRowError(f"{path}: line {number}: not a JSON object ({err.msg})") from None
-        if not isinstance(row, dict):
-            raise MalformedRowError(f"{path}: line {number}: expected a JSON object, got {type(row).__name__}")
-        orient = _pandas_orient(row)
-        if orient is not None and not any(rest.strip() for rest in handle):
-            raise _pandas_table(path, number, orient)
-        return list(row)
-    return []
-
-
-def _whole_object(handle: IO[str]) -> dict | None:
-    """The file read whole as one JSON object; None where it is none."""
-    handle.seek(0)
-    try:
-        whole = json.load(handle)
-    except json.JSONDecodeError:
-        return None
-    return whole if isinstance(whole, dict) else None
-
-
-def _pandas_table(path: Path, line: int, orient: str) -> MalformedRowError:
-    shape, written = PANDAS_ORIENTS[orient]
-    return MalformedRowError(f"{path}: line {line}: one JSON object holds the whole table, {shape}, as pandas' "
-                             f"{written} writes it; Lineage reads a row per JSON object: write the file with "
-                             f"df.to_json(path, orient='records', lines=True) (JSON Lines), or orient='records' (a "
-                             f"JSON array)")
-
-
-# the layouts of a whole table in one JSON object that pandas' DataFrame.to_json writes: (the shape, the call)
-PANDAS_ORIENTS = {"columns": ("each column an object of row labels to values",
-                              "df.to_json(path) (orient='columns', its default)"),
-                  "index": ("each row an object of its values under its row label", "df.to_json(path, orient='index')"),
-                  "split": ("its column names, row labels and rows of values in lists under 'columns', 'index' and "
-                            "'data'", "df.to_json(path, orient='split')"),
-                  "table": ("a Table Schema under 'schema' and the rows under 'data'",
-                            "df.to_json(path, orient='table')")}
-
-
-def _is_split(row: dict) -> bool:  # {"columns": [names], "index": [labels] (optional), "data": [[values], ...]}
-    columns, data, index = row.get("columns"), row.get("data"), row.get("index", row.get("data"))
-    return (row.keys() - {"index"} == {"columns", "data"} and isinstance(columns, list) and isinstance(data, list)
-            and isinstance(index, list) and len(index) == len(data)
-            and all(isinstance(values, list) and len(values) == len(columns) for values in data))
-
-
-def _is_table(row: dict) -> bool:  # {"schema": {"fields": [...], ...}, "data": [{row}, ...]}
-    schema, data = row.get("schema"), row.get("data")
-    return (row.keys() == {"schema", "data"} and isinstance(schema, dict) and isinstance(schema.get("fields"), list)
-            and isinstance(data, list) and all(isinstance(values, dict) for values in data))
-
-
-def _pandas_orient(row: dict) -> str | None:
-    """The `PANDAS_ORIENTS` layout `row`, a file's first JSON object, has (None: a row): `split`, `table`, or every
-    value an object of the same keys, with the row labels of a DataFrame's default index (integers) inside (`columns`)
-    or outside (`index`)."""
-    if _is_split(row):
-        return "split"
-    if _is_table(row):
-        return "table"
-    inner = list(row.values())
-    if not inner or any(not isinstance(v, dict) or not v or v.keys() != inner[0].keys() for v in inner):
-        return None
-    labels = {"columns": inner[0], "index": row}
-    return next((orient for orient, keys in labels.items() if all(k.lstrip("-").isdigit() for k in keys)), None)
-
-
-def _is_json_array(handle: IO[str]) -> bool:
-    """Whether the JSON file starts with ``[`` (a JSON array, not JSON Lines); the handle is rewound."""
-    first = next((line for line in handle if line.strip()), "")
-    handle.seek(0)
-    return first.lstrip().startswith("[")
-
-
-def _find_bad_json_line(path: Path) -> None:
-    with open(path, encoding="utf-8-sig") as handle:
-        for number, line in enumerate(handle, 1):
-            try:
-                if line.strip() and not isinstance(json.loads(line), dict):
-                    raise MalformedRowError(f"{path}: line {number}: expected a JSON object")
-            except json.JSONDecodeError as err:
-                raise MalformedRowError(f"{path}: line {number}: not valid JSON ({err.msg})") from None
-
-
-def _csv_dialect(path: Path) -> dict:
-    tsv = _suffix(path) == ".tsv"
-    return {"delimiter": "\t" if tsv else ",", "quoting": csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL}
-
-
-def _csv_records(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """(the line an editor shows the record starting on, its fields) of every record, the header first; a quoted
-    value may span lines."""
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        reader = csv.reader(handle, **_csv_dialect(path))
-        start = 1
-        for fields in reader:
-            yield start, fields
-            start = reader.line_num + 1
-
-
-def _find_bad_csv_line(path: Path) -> None:
-    """The first row whose number of fields differs from the header's (a stray tab or comma)."""
-    kind = "TSV" if _suffix(path) == ".tsv" else "CSV"
-    records = _csv_records(path)
-    _, header = next(records, (1, []))
-    for line, fields in records:
-        if fields and len(fields) != len(header):
-            separator = "tabs" if kind == "TSV" else "commas"
-            raise MalformedRowError(f"{path}: line {line}: {len(fields)} fields where the header (line 1) has "
-                                    f"{len(header)} ({', '.join(header)}); {kind} rows are split by {separator}, so "
-                                    f"one inside a value needs {'removing' if kind == 'TSV' else 'quotes'}")
-
-
-_BETWEEN_OBJECTS = re.compile(r"[\s,]*")
-
-
-def _json_array_line(text: str, row: int) -> int | None:
-    """The line on which object `row` of the JSON array `text` starts."""
-    decoder, at = json.JSONDecoder(), text.index("[") + 1
-    try:
-        for _ in range(row):
-            at = decoder.raw_decode(text, _BETWEEN_OBJECTS.match(text, at).end())[1]
-    except json.JSONDecodeError:
-        return None
-    at = _BETWEEN_OBJECTS.match(text, at).end()
-    return text.count("\n", 0, at) + 1 if at < len(text) and text[at] != "]" else None
-
-
-class FileRows(str):
-    """The name messages give a part of a data file (`a.csv (train[:20])`, rows held out to evaluate on, or `a.csv`, the
-    rows left to train on), knowing the file's row of each of its rows (`row_of`), so that `row_location` names the
-    file's line, not the part's row."""
-
-    def __new__(cls, name: str, file: str, row_of: Callable[[int], int]) -> FileRows:
-        text = super().__new__(cls, name)
-        text.file, text.row_of = file, row_of
-        return text
-
-    def __getnewargs__(self) -> tuple:  # pickled (datasets' workers, fingerprints) with what it knows
-        return str(self), self.file, self.row_of
-
-
-def row_location(source: str | Path, row: int, column: str | None = None) -> str:
-    """Where row `row` (0-based) of a data file is, as the user's editor counts lines: "a.csv: line 3 (CSV, column
-    'label')"; a source that is no local uncompressed CSV or JSON file gets "row N". Of a `FileRows`, the file's row."""
-    if isinstance(source, FileRows):
-        return row_location(source.file, source.row_of(row), column)
-    path = Path(source)
-    from train.data import conll_files  # which imports this module
-    if path.resolve() in conll_files.READ:
-        return conll_files.location(path, row, column)
-    from train.data.squad_files import question_location
-    if path.is_file() and FORMATS.get(_suffix(path)) == "json" and (where := question_location(path, row, column)):
-        return where
-    fmt = FORMATS.get(_suffix(path)) if path.is_file() and _compression(path) is None else None
-    named = f", column {column!r}" if column else ""
-    line = None
-    if fmt == "csv":
-        kind = "TSV" if _suffix(path) == ".tsv" else "CSV"
-        records = _csv_records(path)
-        next(records, None)  # the header
-        line = next((start for index, (start, _) in enumerate(records) if index == row), None)
-    elif fmt == "json":
-        with open(path, encoding="utf-8-sig") as handle:
-            if _is_json_array(handle):
-                kind, line = "JSON array", _json_array_line(handle.read(), row)
-            else:
-                kind = "JSON Lines"
-                filled = (number for number, text in enumerate(handle, 1) if text.strip())
-                line = next((number for index, number in enumerate(filled) if index == row), None)
-    if line is None:
-        return f"{source}: row {row}{named}"
-    return f"{path}: line {line} ({kind}{named})"
-
-
-def _has_bom(path: Path) -> bool:
-    """Whether the (decompressed) file starts with UTF-8's byte order mark; a compressed file that cannot be read is
-    left to the reader, whose failure `_find_bad_file` names."""
-    try:
-        with _open_bytes(path) as handle:
-            return handle.read(3) == codecs.BOM_UTF8
-    except (OSError, EOFError, lzma.LZMAError):
-        return False
-
-
 def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> None:
     """Every check that can fail before ``load_dataset`` writes to the cache."""
     for path in files:
         if path.stat().st_size == 0:
             raise EmptyDataFileError(f"{path}: the data file is empty")
-        if _compression(path) is not None:
-            _check_signature(path)
+        if compression(path) is not None:
+            check_signature(path)
             continue
-        if fmt != "parquet" and not _once(path, "utf-8 text", functools.partial(check_utf8, path)):
+        if fmt != "parquet" and not once(path, "utf-8 text", functools.partial(check_utf8, path)):
             raise EmptyDataFileError(f"{path}: the data file holds only whitespace")
-        found = _columns_of(path, fmt)
+        found = columns_of(path, fmt)
         if fmt == "parquet" and _parquet_rows(path) == 0:
             raise EmptyDataFileError(f"{path}: the parquet file has no rows")
         missing = [c for c in columns if c not in found and c.split(".")[0] not in found]  # "translation.de"
@@ -671,7 +299,7 @@ def _is_blank(value: object) -> bool:
 UNLABELLED_WHEN_MISSING = ("score",)
 
 
-def _is_bad(value: object, kind: str | None, records: bool) -> bool:
+def is_bad(value: object, kind: str | None, records: bool) -> bool:
     """Whether a value of a column of ``kind`` is refused: missing (unless ``UNLABELLED_WHEN_MISSING``), of another
     type than the kind, or, in a file of records (``records``), an empty or blank string, or an empty list of text or
     words."""
@@ -683,7 +311,7 @@ def _is_bad(value: object, kind: str | None, records: bool) -> bool:
 
 
 def _first_bad(dataset: datasets.Dataset, column: str, kind: str | None, records: bool) -> tuple[int, object] | None:
-    """``(row, value)`` of the first value of ``column`` that ``_is_bad``, read through Arrow where the column has one
+    """``(row, value)`` of the first value of ``column`` that ``is_bad``, read through Arrow where the column has one
     type."""
     values, feature = dataset.data.column(column), dataset.features[column]
     refuse_missing = kind not in UNLABELLED_WHEN_MISSING
@@ -696,11 +324,11 @@ def _first_bad(dataset: datasets.Dataset, column: str, kind: str | None, records
         if row < 0 and kind is not None and len(values) and not KINDS[kind][1](values[0].as_py()):
             row = 0  # then every row is of the wrong type
         return (row, values[row].as_py()) if row >= 0 else None
-    return next(((row, v) for row, v in enumerate(dataset[column]) if _is_bad(v, kind, records)), None)
+    return next(((row, v) for row, v in enumerate(dataset[column]) if is_bad(v, kind, records)), None)
 
 
-def _value_error(location: str, column: str, kind: str | None, value: object) -> DataError:
-    """The error for a value ``_is_bad`` refused, at ``location`` (``row_location``)."""
+def value_error(location: str, column: str, kind: str | None, value: object) -> DataError:
+    """The error for a value ``is_bad`` refused, at ``location`` (``row_location``)."""
     if value is None or _is_blank(value):
         what = ("" if value is None else " (an empty list)" if value == [] else " (an empty string)" if value == ""
                 else " (only whitespace)")
@@ -722,7 +350,7 @@ Refuse = Callable[[int, str, object], DataError]  # (row as read, column, value)
 
 
 def _check_values(dataset: datasets.Dataset, kinds: dict[str, str | None], refuse: Refuse, records: bool) -> None:
-    """Refuse the first row with a value that ``_is_bad``: whatever the format, the same rows are refused."""
+    """Refuse the first row with a value that ``is_bad``: whatever the format, the same rows are refused."""
     for column, kind in kinds.items():
         found = _first_bad(dataset, column, kind, records)
         if found is not None:
@@ -734,7 +362,7 @@ def _check_rows(rows: dict[str, list], indices: list[int], kinds: dict[str, str 
     """``_check_values`` for one batch of a stream as it is read (``indices``: the rows' numbers)."""
     for column, kind in kinds.items():
         for index, value in zip(indices, rows.get(column, [None] * len(indices))):
-            if _is_bad(value, kind, records):
+            if is_bad(value, kind, records):
                 raise refuse(index, column, value)
     return [True] * len(indices)
 
@@ -750,7 +378,7 @@ def _checked(dataset: AnyDataset, kinds: dict[str, str | None], refuse: Refuse, 
 
 def _refuse_at(source: str | Path, kinds: dict[str, str | None], row: int, column: str, value: object) -> DataError:
     """The error for ``value`` at row ``row`` of ``source`` (``row_location``)."""
-    return _value_error(row_location(source, row, column), column, kinds[column], value)
+    return value_error(row_location(source, row, column), column, kinds[column], value)
 
 
 def _refuse_in_files(files: list[Path], fmt: str, kwargs: dict, kinds: dict[str, str | None], records: bool,
@@ -760,19 +388,19 @@ def _refuse_in_files(files: list[Path], fmt: str, kwargs: dict, kinds: dict[str,
     kind = kinds[column]
     for path in files:
         rows = datasets.load_dataset(fmt, data_files=[str(path)], split="train", streaming=True, **kwargs)
-        for index, found in enumerate(_value_of(r, column) for r in rows):
-            if _is_bad(found, kind, records):
-                return _value_error(row_location(path, index, column), column, kind, found)
+        for index, found in enumerate(value_of(r, column) for r in rows):
+            if is_bad(found, kind, records):
+                return value_error(row_location(path, index, column), column, kind, found)
     where = (row_location(files[0], row, column) if len(files) == 1
              else f"{len(files)} files starting with {files[0]}: row {row}, column {column!r}")
-    return _value_error(where, column, kind, value)  # a value the stream's reader reads otherwise (JSON array types)
+    return value_error(where, column, kind, value)  # a value the stream's reader reads otherwise (JSON array types)
 
 
 def _refuse_in_saved(path: Path, saved: datasets.Dataset, kinds: dict[str, str | None], row: int, column: str,
                      value: object) -> DataError:
     """The error for the first refused value of ``column`` in a saved dataset (memory-mapped, so found in place)."""
     found = _first_bad(saved, column, kinds[column], records=True) or (row, value)
-    return _value_error(row_location(path, found[0], column), column, kinds[column], found[1])
+    return value_error(row_location(path, found[0], column), column, kinds[column], found[1])
 
 
 def _is_saved(path: Path) -> bool:
@@ -801,9 +429,9 @@ def _reader_kwargs(files: list[Path], fmt: str, kinds: dict[str, str | None], te
     if fmt == "csv":  # text as written ("007", "None"): only an empty field is no value
         kwargs.update(converters={c: str for c, kind in kinds.items() if kind == "text"}, keep_default_na=False,
                       na_values=[""])
-        if _suffix(files[0]) == ".tsv":
+        if suffix(files[0]) == ".tsv":
             kwargs.update(delimiter="\t", quoting=csv.QUOTE_NONE)  # TSV: a double quote is text (as GLUE's files)
-    if fmt != "parquet" and any(_has_bom(f) for f in files):
+    if fmt != "parquet" and any(has_bom(f) for f in files):
         kwargs["encoding"] = "utf-8-sig"  # the BOM is no part of the first column's name or the first line
     return kwargs
 
@@ -820,7 +448,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     kinds = _kinds(columns)
     if isinstance(source, str) and source.startswith(EMBEDDED_PREFIX):
         dataset = corpus.default_corpus(source[len(EMBEDDED_PREFIX):], split, seed, size)
-        dataset = _with_columns(dataset, list(kinds), source)
+        dataset = with_columns(dataset, list(kinds), source)
         return dataset.to_iterable_dataset() if streaming else dataset
     pair = pair_files(source, columns)
     if pair is not None:
@@ -831,7 +459,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         return _load_hub(str(source), split, kinds, streaming, dataset_config, cache_dir)
     files = _local_files(source, columns, say=True)
     if "words" in kinds.values() and not data_format and all(
-            _suffix(f) == ".tsv" or FORMATS.get(_suffix(f), "text") == "text" for f in files):
+            suffix(f) == ".tsv" or FORMATS.get(suffix(f), "text") == "text" for f in files):
         from train.data.conll_files import load_conll  # which imports this module
         return load_conll(files, list(kinds), streaming, cache_dir)
     fmt = _file_format(files, data_format, list(kinds.values()) == ["text"])
@@ -849,14 +477,14 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
                                         data_files={split: [str(f) for f in files]}, split=split,
                                         streaming=streaming, cache_dir=cache_dir, **processes, **kwargs)
     except datasets.exceptions.DatasetGenerationError:
-        _find_bad_file(files, fmt)
+        find_bad_file(files, fmt)
         raise
     if streaming:
         _STREAMS.append((files, fmt))
-    dataset = _with_columns(dataset, list(kinds), str(files[0]))  # a compressed file's columns show only now
+    dataset = with_columns(dataset, list(kinds), str(files[0]))  # a compressed file's columns show only now
     if fmt == "csv":
         dataset = _csv_scores(dataset, [column for column, kind in kinds.items() if kind == "score"])
-    if fmt == "text" and "encoding" in kwargs and any(_compression(f) is not None for f in files):
+    if fmt == "text" and "encoding" in kwargs and any(compression(f) is not None for f in files):
         dataset = dataset.map(_without_bom, batched=True)  # datasets reads compressed text as UTF-8, whatever encoding
     refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, fmt != "text")
     return _checked(dataset, kinds, refuse, records=fmt != "text")
@@ -884,8 +512,8 @@ def _folder_hint(source: str | Path | Sequence[str | Path], kinds: dict[str, str
         return f"; a CoNLL file of another suffix is read where it is named (a file per split): e.g. {other[0]}"
     languages: dict[str, set[str]] = {}  # prefix -> the languages of its files
     for path in filter(_listed_language, other):
-        languages.setdefault((path.stem if _compression(path) else path.name).rpartition(".")[0], set()).add(
-            _suffix(path)[1:])
+        languages.setdefault((path.stem if compression(path) else path.name).rpartition(".")[0], set()).add(
+            suffix(path)[1:])
     if not languages or len(kinds) != 2 or set(kinds.values()) != {"text"}:
         return ""
     prefix = min(languages, key=lambda prefix: (not set(kinds) <= languages[prefix], prefix))  # of both columns
@@ -969,24 +597,12 @@ def _pair_rows(pairs: list[tuple[tuple[Path, Path], list[str]]]) -> Iterator[dic
             yield dict(zip(names, texts))
 
 
-def text_lines(path: Path) -> Iterator[str]:
-    """The lines of a (compressed) text file as datasets' `text` reader splits them (universal newlines, no BOM); a
-    byte that is no UTF-8 or a truncated file is refused naming the file and line (`check_utf8`)."""
-    try:
-        with io.TextIOWrapper(_open_bytes(path), encoding="utf-8-sig") as handle:
-            for line in handle:
-                yield line.removesuffix("\n")
-    except Exception:  # whatever the decoder or decompressor raises
-        check_utf8(path)
-        raise
-
-
 def _refuse_in_pair(files: tuple[Path, Path], names: list[str], kinds: dict[str, str | None], row: int, column: str,
                     value: object) -> DataError:
     """The error for ``value`` at row ``row`` of a translation pair: its line in the file of its column."""
     side = names.index(column)
     location = f"{files[side]}: line {row + 1} (column {column!r}, paired with line {row + 1} of {files[1 - side]})"
-    return _value_error(location, column, kinds[column], value)
+    return value_error(location, column, kinds[column], value)
 
 
 def _without_bom(rows: dict) -> dict:
@@ -1012,21 +628,10 @@ def stream_refusal(error: BaseException) -> DataError | None:
     _STREAMS.clear()
     for files, fmt in streams:
         try:
-            _find_bad_file(files, fmt)
+            find_bad_file(files, fmt)
         except DataError as refusal:
             return refusal
     return None
-
-
-def _find_bad_file(files: list[Path], fmt: str) -> None:
-    """Raise the ``DataError`` naming the file and line that ``datasets`` could not read, where one is found."""
-    for path in files:
-        if _compression(path) is not None:
-            check_utf8(path)  # a truncated or corrupt file, or text that is no UTF-8
-        elif fmt == "json":
-            _find_bad_json_line(path)
-        elif fmt == "csv":
-            _find_bad_csv_line(path)
 
 
 def _load_saved(path: Path, split: str, kinds: dict[str, str | None], streaming: bool) -> AnyDataset:
@@ -1040,7 +645,7 @@ def _load_saved(path: Path, split: str, kinds: dict[str, str | None], streaming:
         saved = saved[split]
     if len(saved) == 0:
         raise EmptyDataFileError(f"{path}: the saved dataset has no rows")
-    saved = _with_columns(saved, list(kinds), str(path))
+    saved = with_columns(saved, list(kinds), str(path))
     refuse = functools.partial(_refuse_in_saved, path, saved, kinds)
     if not streaming:
         return _checked(saved, kinds, refuse, records=True)
@@ -1052,7 +657,7 @@ def _entry(value: object, key: str) -> object:
     return value.get(key) if isinstance(value, dict) else None
 
 
-def _value_of(row: dict, column: str) -> object:
+def value_of(row: dict, column: str) -> object:
     """``row``'s value of ``column``; a name ``outer.key`` the row lacks names the entry ``key`` of its dict ``outer``
     (the Hub's translation datasets hold a pair as ``{"translation": {"de": ..., "en": ...}}``)."""
     if column in row or "." not in column:
@@ -1061,9 +666,9 @@ def _value_of(row: dict, column: str) -> object:
     return _entry(row.get(outer), key)
 
 
-def _with_columns(dataset: AnyDataset, columns: Sequence[str], source: str) -> AnyDataset:
+def with_columns(dataset: AnyDataset, columns: Sequence[str], source: str) -> AnyDataset:
     """``dataset``, refused unless it has every one of ``columns``; a name ``outer.key`` that it lacks becomes a
-    column of the entries ``key`` of its column ``outer`` (``_value_of``; in memory, a view of the Arrow column),
+    column of the entries ``key`` of its column ``outer`` (``value_of``; in memory, a view of the Arrow column),
     refused when the column's type holds no such entry."""
     found = dataset.column_names
     entries = {c: c.split(".", 1) for c in columns if found is not None and c not in found and "." in c
@@ -1117,13 +722,11 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
                                 f"{str(err).rstrip('.')}") from None
     except (ConnectionError, OSError) as err:
         raise _hub_error(name, split, dataset_config, err, _pair_hint(name, list(kinds.items()))) from err
-    dataset = _with_columns(dataset, list(kinds), f"Hub dataset {name!r}")
+    dataset = with_columns(dataset, list(kinds), f"Hub dataset {name!r}")
     # blank rows of a Hub dataset are its layout (wikitext's empty lines), not missing values
     return _checked(dataset, kinds, functools.partial(_refuse_at, f"Hub dataset {name!r}", kinds), records=False)
 
 
-__all__ = ["DataError", "DataFileNotFoundError", "EMBEDDED_PREFIX", "EmptyDataFileError", "FORMATS", "FileRows",
-           "InvalidUTF8Error", "MalformedRowError", "MissingColumnError", "TASKS", "TEXT_SAMPLE_BY",
-           "UnknownColumnError", "UnknownSplitError", "check_local_source", "check_utf8", "data_files", "hub_splits",
-           "load_text_dataset", "names_local_data", "pair_columns", "pair_files", "resolve_files", "row_location",
-           "saved_splits", "stream_refusal", "text_lines", "validate_files"]
+__all__ = ["EMBEDDED_PREFIX", "TASKS", "TEXT_SAMPLE_BY", "check_local_source", "data_files", "hub_splits", "is_bad",
+           "load_text_dataset", "names_local_data", "pair_columns", "pair_files", "resolve_files", "saved_splits",
+           "stream_refusal", "validate_files", "value_error", "value_of", "with_columns"]

@@ -4,7 +4,7 @@
 `file_fingerprint(path)` is `<size>:<hash>`, the hash over the size and the file's first and last MiB (a file of up
 to 2 MiB is hashed whole), so it costs two reads of a MiB whatever the file's size; an edit of a larger file that
 keeps its size and touches only the bytes between those two MiB is not seen. `files_digest(paths)` is one hash of
-several files' fingerprints. They key what is kept for unchanged data: the whole-file checks (`files._once`), the
+several files' fingerprints. They key what is kept for unchanged data: the whole-file checks (`file_bytes.once`), the
 datasets cache of a loaded file and so the prepared store and tokenizer keyed by its fingerprint, and a checkpoint's
 record of its data (`train.run.checkpoints`). docs/training.md ("Pretraining corpora: prepared once").
 """

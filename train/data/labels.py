@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import datasets
 
 from train.data.encoders import IGNORE_INDEX
-from train.data.files import DataError, row_location
+from train.data.errors import DataError
+from train.data.table_files import row_location
 
 
 class LabelError(DataError):

@@ -21,7 +21,8 @@ from transformers import PreTrainedTokenizerBase
 
 from train.data import encoders, token_store
 from train.data.encoders import split_sentences, tokenize_documents
-from train.data.files import TASKS, AnyDataset, DataError
+from train.data.errors import DataError
+from train.data.files import TASKS, AnyDataset
 from train.data.tokenization import MissingSpecialTokenError
 from train.data.workers import process_count
 

@@ -17,19 +17,9 @@ from pathlib import Path
 import datasets
 
 from train.data.corpus import _features
-from train.data.files import (
-    AnyDataset,
-    EmptyDataFileError,
-    MalformedRowError,
-    UnknownColumnError,
-    _chunks,
-    _is_bad,
-    _value_error,
-    _value_of,
-    _with_columns,
-    check_utf8,
-    validate_files,
-)
+from train.data.errors import EmptyDataFileError, MalformedRowError, UnknownColumnError
+from train.data.file_bytes import check_utf8, chunks
+from train.data.files import AnyDataset, is_bad, validate_files, value_error, value_of, with_columns
 from train.data.fingerprints import files_digest
 
 LAYOUT = ('SQuAD\'s layout is {"data": [{"title": ..., "paragraphs": [{"context": ..., "qas": [{"id": ..., '
@@ -42,7 +32,7 @@ _HEAD = re.compile(r'\s*\{\s*"(?:version|data)"\s*:')  # how such a file starts
 
 
 def _head(path: Path) -> str:
-    return next(_chunks(path, 1 << 16), b"").decode("utf-8", errors="ignore").removeprefix("\ufeff")
+    return next(chunks(path, 1 << 16), b"").decode("utf-8", errors="ignore").removeprefix("\ufeff")
 
 
 def holds_data(path: Path) -> bool:
@@ -63,7 +53,7 @@ def _document(path: Path) -> dict | None:
     if not holds_data(path):
         return None
     try:
-        text = b"".join(_chunks(path)).decode("utf-8-sig")
+        text = b"".join(chunks(path)).decode("utf-8-sig")
     except UnicodeDecodeError:
         check_utf8(path)
         raise
@@ -136,7 +126,7 @@ def _rows_of(path: Path, document: dict) -> Iterator[tuple[str, dict]]:
 
 
 def _check(path: Path, document: dict, kinds: dict[str, str | None]) -> None:
-    """Refuse a file whose rows lack a column of `kinds` or hold a value `files._is_bad` refuses; say its counts."""
+    """Refuse a file whose rows lack a column of `kinds` or hold a value `files.is_bad` refuses; say its counts."""
     squad, count, unanswered = _is_squad(document), 0, 0
     for where, row in _rows_of(path, document):
         count += 1
@@ -144,9 +134,9 @@ def _check(path: Path, document: dict, kinds: dict[str, str | None]) -> None:
         if missing:
             raise UnknownColumnError(f"{where}: no column {missing[0]!r}; the dataset has columns {list(row)}")
         for column, kind in kinds.items():
-            if _is_bad(value := _value_of(row, column), kind, records=True):
+            if is_bad(value := value_of(row, column), kind, records=True):
                 named = f"id {row['id']!r}, " if "id" in row else ""
-                raise _value_error(f"{where} ({named}column {column!r})", column, kind, value)
+                raise value_error(f"{where} ({named}column {column!r})", column, kind, value)
         unanswered += squad and not row["answers"]["text"]
     if not count:
         raise EmptyDataFileError(f"{path}: its 'data' holds no {'questions' if squad else 'rows'}")
@@ -186,7 +176,7 @@ def load_data_files(files: list[Path], split: str, kinds: dict[str, str | None],
         dataset = datasets.Dataset.from_generator(_rows, features=features, cache_dir=cache_dir, split=split,
                                                   gen_kwargs={"shards": [names]},
                                                   fingerprint=f"squad-{split}-{files_digest(files)}")
-    return _with_columns(dataset, list(kinds), str(files[0]))
+    return with_columns(dataset, list(kinds), str(files[0]))
 
 
 def question_location(path: Path, row: int, column: str | None = None) -> str | None:

@@ -35,7 +35,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from train.data.files import EMBEDDED_PREFIX, DataFileNotFoundError, data_files
+from train.data.errors import DataFileNotFoundError
+from train.data.files import EMBEDDED_PREFIX, data_files
 from train.data.fingerprints import file_fingerprint
 from train.data.staging import honour_umask
 from train.run import strict_json

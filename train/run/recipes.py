@@ -270,7 +270,7 @@ class Recipe:
         where rows are held out, a `FileRows` whose rows `row_location` finds in the file (`kept_rows`)."""
         source = self.data_source(split, default)
         if self.held_out:
-            from train.data.files import FileRows  # datasets and pyarrow: not for every command that reads a recipe
+            from train.data.table_files import FileRows  # transformers, torch: not for every command reading a recipe
 
             return (FileRows(source, source, self.kept_rows) if split == "train"
                     else FileRows(f"{source} ({self.evaluated_split})", source, _same_row))

@@ -16,16 +16,8 @@ import datasets
 
 import modeling  # noqa: F401  (registers the Lineage families with the Auto classes)
 from train.data.corpus import SPLITS
-from train.data.files import (
-    Columns,
-    UnknownColumnError,
-    UnknownSplitError,
-    check_local_source,
-    hub_splits,
-    load_text_dataset,
-    names_local_data,
-    saved_splits,
-)
+from train.data.errors import UnknownColumnError, UnknownSplitError
+from train.data.files import Columns, check_local_source, hub_splits, load_text_dataset, names_local_data, saved_splits
 from train.run.recipes import Recipe, RecipeError
 
 COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_column and label_column, or rename it"

@@ -18,7 +18,8 @@ import pytest
 from transformers import AutoConfig
 
 from train.data.encoders import LabelAlignmentError
-from train.data.files import DataError, MalformedRowError, load_text_dataset
+from train.data.errors import DataError, MalformedRowError
+from train.data.files import load_text_dataset
 from train.data.labels import LabelError, class_labels
 from train.finetune import main as finetune
 from train.pretrain_bert import main as pretrain_bert

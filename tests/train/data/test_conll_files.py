@@ -14,14 +14,8 @@ import pytest
 
 from train import evaluate, finetune
 from train.data.corpus import NER_LABELS, generate_records
-from train.data.files import (
-    DataError,
-    DataFileNotFoundError,
-    EmptyDataFileError,
-    InvalidUTF8Error,
-    UnknownColumnError,
-    load_text_dataset,
-)
+from train.data.errors import DataError, DataFileNotFoundError, EmptyDataFileError, InvalidUTF8Error, UnknownColumnError
+from train.data.files import load_text_dataset
 from train.data.labels import LabelError, class_labels
 
 datasets.disable_progress_bars()

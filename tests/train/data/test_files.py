@@ -15,16 +15,16 @@ import pytest
 
 from train.data.corpus import tokenizer_training_texts
 from train.data.encoders import QAAnswerSpanError, split_sentences
-from train.data.files import (
+from train.data.errors import (
     DataError,
     DataFileNotFoundError,
     EmptyDataFileError,
     InvalidUTF8Error,
     MalformedRowError,
     MissingColumnError,
-    check_utf8,
-    load_text_dataset,
 )
+from train.data.file_bytes import check_utf8
+from train.data.files import load_text_dataset
 from train.data.labels import LabelError, score_labels
 from train.data.model_inputs import (
     prepare_causal_lm_dataset,

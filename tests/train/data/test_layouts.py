@@ -20,7 +20,8 @@ from conftest import exact_resume, hub_dataset
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from train.data.files import DataError, MissingColumnError, load_text_dataset
+from train.data.errors import DataError, MissingColumnError
+from train.data.files import load_text_dataset
 from train.data.model_inputs import check_documents, group_seed, prepare_causal_lm_dataset, prepare_nsp_dataset
 from train.data.tokenization import train_tokenizer
 

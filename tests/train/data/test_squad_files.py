@@ -17,7 +17,8 @@ import yaml
 from train import evaluate, finetune
 from train.data.corpus import _features, generate_records
 from train.data.encoders import QAAnswerSpanError
-from train.data.files import MalformedRowError, MissingColumnError, UnknownColumnError, load_text_dataset
+from train.data.errors import MalformedRowError, MissingColumnError, UnknownColumnError
+from train.data.files import load_text_dataset
 
 datasets.disable_progress_bars()
 COLUMNS = (("question", "text"), ("context", "text"), ("answers", "answers"))

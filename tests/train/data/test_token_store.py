@@ -290,8 +290,8 @@ def test_whole_file_checks_run_once_per_unchanged_file(tmp_path, fresh_cache, mo
     def read(*args):
         raise AssertionError("read again")
 
-    monkeypatch.setattr(files, "check_utf8", read)
-    monkeypatch.setattr(files, "_has_paragraphs", read)
+    monkeypatch.setattr(files, "check_utf8", read)  # file_bytes' checks, where files looks them up
+    monkeypatch.setattr(files, "has_paragraphs", read)
     assert load_text_dataset(str(path), cache_dir=str(tmp_path / "hf")).num_rows == 2
     keep_size_and_mtime(path, lambda text: text.replace("Another", "A other"))
     with pytest.raises(AssertionError, match="read again"):

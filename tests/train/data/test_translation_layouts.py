@@ -19,15 +19,8 @@ from conftest import exact_resume, hub_dataset
 
 from train import evaluate, train_tokenizer, train_translation
 from train.data.corpus import generate_records
-from train.data.files import (
-    DataError,
-    DataFileNotFoundError,
-    InvalidUTF8Error,
-    MissingColumnError,
-    UnknownColumnError,
-    data_files,
-    load_text_dataset,
-)
+from train.data.errors import DataError, DataFileNotFoundError, InvalidUTF8Error, MissingColumnError, UnknownColumnError
+from train.data.files import data_files, load_text_dataset
 from train.run import checkpoints
 from train.run.engine import Engine
 from train.run.publish import read_card_metadata

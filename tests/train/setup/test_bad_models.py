@@ -15,7 +15,7 @@ from transformers import AutoModelForSeq2SeqLM
 import modeling
 from train import attention_maps, convert, export, finetune, pretrain_gpt, train_translation
 from train.analysis.attention import AttentionInputError
-from train.data.files import MissingColumnError
+from train.data.errors import MissingColumnError
 from train.data.tokenization import (
     EmptyVocabularyError,
     TokenizerPathError,

@@ -13,8 +13,10 @@ from conftest import hub_dataset
 
 from train import evaluate, finetune, pretrain_bert, pretrain_gpt
 from train.data.corpus import generate_records
-from train.data.files import UnknownSplitError, load_text_dataset, row_location
+from train.data.errors import UnknownSplitError
+from train.data.files import load_text_dataset
 from train.data.labels import LabelError, class_labels, score_labels
+from train.data.table_files import row_location
 from train.run.recipes import RecipeError, load_recipe, parse_args
 from train.setup.splits import load_splits
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from train import cli
-from train.data.files import UnknownColumnError
+from train.data.errors import UnknownColumnError
 from train.run.recipes import check_command_keys, recipe_from_dict
 from train.setup.pretraining import COMMANDS, pretraining_data, pretraining_documents
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from train import finetune
 from train.data.corpus import generate_records, tokenizer_training_texts
-from train.data.files import UnknownSplitError
+from train.data.errors import UnknownSplitError
 from train.data.tokenization import train_tokenizer
 from train.run.recipes import RecipeError, parse_args
 from train.setup.splits import load_splits, qa_doc_stride, question_room_problem
