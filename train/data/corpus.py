@@ -396,7 +396,7 @@ def _qa(rng: random.Random) -> list[dict]:
 
 # ----------------------------------------------------------------------------- datasets
 
-def _features(task: str) -> datasets.Features:
+def task_features(task: str) -> datasets.Features:
     if task == "documents":
         return datasets.Features({"text": datasets.Value("string"), "kind": datasets.Value("string"),
                                   "sentences": datasets.Sequence(datasets.Value("string"))})
@@ -450,7 +450,7 @@ def generate_records(task: str, split: str = "train", seed: int = 0, size: int |
 def default_corpus(task: str, split: str = "train", seed: int = 0, size: int | None = None) -> datasets.Dataset:
     """One task of the embedded corpus as a ``datasets.Dataset`` with typed features (ClassLabel
     labels, so ``dataset.features["label"].names`` gives the label names)."""
-    features = _features(task)
+    features = task_features(task)
     rows = generate_records(task, split, seed, size)
     return datasets.Dataset.from_list([{k: row[k] for k in features} for row in rows], features=features)
 

@@ -1,6 +1,7 @@
 """The SQuAD site's JSON files (train-v1.1.json, dev-v2.0.json, ...), plain or compressed: one JSON object of
 articles, paragraphs and questions, read whole into a row per question as the Hub's squad / squad_v2 give it (id,
-title, context, question, answers; a v2 question without an answer has empty lists, plausible_answers are dropped);
+title, context, question, answers; a v2 question without an answer has empty lists, plausible_answers are dropped;
+a test set, no 'answers' at all, no such column);
 also transformers' run_qa.py layout, rows under "data". Checked before any row is used, the same in memory and
 streamed, naming the question. docs/training.md, "Data".
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import datasets
 
-from train.data.corpus import _features
+from train.data.corpus import task_features
 from train.data.errors import EmptyDataFileError, MalformedRowError, UnknownColumnError
 from train.data.file_bytes import check_utf8, chunks
 from train.data.files import AnyDataset, is_bad, validate_files, value_error, value_of, with_columns
@@ -106,14 +107,21 @@ def _squad_questions(path: Path, data: list) -> Iterator[tuple[str, dict]]:
                 place = f"{at}, question {q}"
                 qa = _object(qa, place, "'id', 'question' and 'answers'")
                 named = f"{place} (id {_get(qa, 'id', str, place, 'a string')!r})"
-                question, texts, starts = _get(qa, "question", str, named, "a string"), [], []
-                for n, answer in enumerate(_get(qa, "answers", list, named, "a list of answers"), 1):
-                    answer = _object(answer, f"{named}: answer {n}", "'text' and 'answer_start'")
-                    texts.append(_get(answer, "text", str, f"{named}: answer {n}", "a string"))
-                    starts.append(_get(answer, "answer_start", int, f"{named}: answer {n}",
-                                       "an integer, the character of the context its text starts at"))
-                yield place, {"id": qa["id"], "title": title, "context": context, "question": question,
-                              "answers": {"text": texts, "answer_start": starts}}
+                row = {"id": qa["id"], "title": title, "context": context,
+                       "question": _get(qa, "question", str, named, "a string")}
+                if "answers" in qa:  # a test set's questions have none
+                    row["answers"] = _answers(_get(qa, "answers", list, named, "a list of answers"), named)
+                yield place, row
+
+
+def _answers(answers: list, named: str) -> dict[str, list]:
+    texts, starts = [], []
+    for n, answer in enumerate(answers, 1):
+        answer = _object(answer, f"{named}: answer {n}", "'text' and 'answer_start'")
+        texts.append(_get(answer, "text", str, f"{named}: answer {n}", "a string"))
+        starts.append(_get(answer, "answer_start", int, f"{named}: answer {n}",
+                           "an integer, the character of the context its text starts at"))
+    return {"text": texts, "answer_start": starts}
 
 
 def _rows_of(path: Path, document: dict) -> Iterator[tuple[str, dict]]:
@@ -125,11 +133,17 @@ def _rows_of(path: Path, document: dict) -> Iterator[tuple[str, dict]]:
         yield f"{path}: row {n} of 'data'", _object(row, f"{path}: row {n} of 'data'", "columns")
 
 
-def _check(path: Path, document: dict, kinds: dict[str, str | None]) -> None:
-    """Refuse a file whose rows lack a column of `kinds` or hold a value `files.is_bad` refuses; say its counts."""
-    squad, count, unanswered = _is_squad(document), 0, 0
+def _check(path: Path, document: dict, kinds: dict[str, str | None]) -> bool:
+    """Refuse a file whose rows lack a column of `kinds` or hold a value `files.is_bad` refuses, or whose questions
+    have answers but for some; say its counts; whether its questions have answers (run_qa.py's rows: True)."""
+    squad, count, unanswered, first = _is_squad(document), 0, 0, None
     for where, row in _rows_of(path, document):
         count += 1
+        first = first or (where, "answers" in row)
+        if squad and ("answers" in row) != first[1]:
+            with_, without = (first[0], where) if first[1] else (where, first[0])
+            raise MalformedRowError(f"{without}: no 'answers', but {with_} has them: a file's questions all have "
+                                    f"answers (a training or dev set) or none (a test set); {LAYOUT}")
         missing = [c for c in kinds if c not in row and c.split(".", 1)[0] not in row]
         if missing:
             raise UnknownColumnError(f"{where}: no column {missing[0]!r}; the dataset has columns {list(row)}")
@@ -137,14 +151,15 @@ def _check(path: Path, document: dict, kinds: dict[str, str | None]) -> None:
             if is_bad(value := value_of(row, column), kind, records=True):
                 named = f"id {row['id']!r}, " if "id" in row else ""
                 raise value_error(f"{where} ({named}column {column!r})", column, kind, value)
-        unanswered += squad and not row["answers"]["text"]
+        unanswered += squad and first[1] and not row["answers"]["text"]
     if not count:
         raise EmptyDataFileError(f"{path}: its 'data' holds no {'questions' if squad else 'rows'}")
     version = str(document.get("version", "")).removeprefix("v")
+    answers = f", {unanswered} without an answer" if unanswered else "" if first[1] else ", no answers (a test set)"
     said = (f"SQuAD {'v' + version + ' ' if version else ''}layout, {count} questions of {len(document['data'])} "
-            f"articles{f', {unanswered} without an answer' if unanswered else ''}" if squad
-            else f"rows under 'data' (transformers' run_qa.py layout), {count} rows")
+            f"articles{answers}" if squad else f"rows under 'data' (transformers' run_qa.py layout), {count} rows")
     print(f"{path}: {said}", flush=True)
+    return not squad or first[1]
 
 
 def _rows(shards: list[list[str]]) -> Iterator[dict]:
@@ -166,9 +181,14 @@ def load_data_files(files: list[Path], split: str, kinds: dict[str, str | None],
     if odd is not None:
         raise MalformedRowError(f"{odd} holds {layouts[files.index(odd)]}, but {files[0]} holds {layouts[0]}: read "
                                 f"the files of each layout separately")
-    for path, document in zip(files, documents):
-        _check(path, document, kinds)
-    features = _features("qa") if _is_squad(documents[0]) else None  # the Hub's squad's; run_qa.py's rows as they are
+    answered = [_check(path, document, kinds) for path, document in zip(files, documents)]
+    if len(set(answered)) > 1:
+        raise MalformedRowError(f"{files[answered.index(False)]}'s questions have no answers, but "
+                                f"{files[answered.index(True)]}'s have: read a test set apart from the files with "
+                                f"answers")
+    features = None  # run_qa.py's rows as they are; SQuAD's as the Hub's squad's, 'answers' where they have them
+    if _is_squad(documents[0]):
+        features = datasets.Features({k: v for k, v in task_features("qa").items() if answered[0] or k != "answers"})
     names = [str(path) for path in files]
     if streaming:
         dataset = datasets.IterableDataset.from_generator(_rows, features=features, gen_kwargs={"shards": [names]})

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from train import evaluate, finetune
-from train.data.corpus import _features, generate_records
+from train.data.corpus import generate_records, task_features
 from train.data.encoders import QAAnswerSpanError
 from train.data.errors import MalformedRowError, MissingColumnError, UnknownColumnError
 from train.data.files import load_text_dataset
@@ -57,7 +57,7 @@ def _write(path: Path, document: dict, **dump) -> Path:
 
 def _hub_rows(rows: list[dict]) -> list[dict]:
     """`rows` in the columns of the Hub's squad / squad_v2, in its order."""
-    return [{name: row[name] for name in _features("qa")} for row in rows]
+    return [{name: row[name] for name in task_features("qa")} for row in rows]
 
 
 def _read(path: Path, streaming: bool, cache: Path) -> list[dict]:
@@ -74,7 +74,7 @@ def test_squad_files_give_the_rows_of_their_json_lines_file_in_memory_and_stream
     expected = _hub_rows(list(load_text_dataset(lines, columns=COLUMNS)))
     capsys.readouterr()
     in_memory = load_text_dataset(squad, "validation", columns=COLUMNS, cache_dir=str(tmp_path / "cache"))
-    assert list(in_memory) == expected and in_memory.features == _features("qa")
+    assert list(in_memory) == expected and in_memory.features == task_features("qa")
     unanswered = sum(not row["answers"]["text"] for row in rows)
     articles = len(list(itertools.groupby(rows, key=lambda r: r["title"])))
     said = f"{squad}: SQuAD {version} layout, {len(rows)} questions of {articles} articles"
@@ -227,3 +227,58 @@ def test_the_bert_base_squad_recipe_runs_on_the_squad_sites_files_with_its_windo
     recipe = yaml.safe_load((folder / "recipe.yaml").read_text())
     assert (recipe["task"], recipe["max_seq_length"], recipe["max_query_length"], recipe["warmup_ratio"],
             recipe["learning_rate"]) == ("question-answering", 384, 64, 0.1, 5e-5)
+
+
+def _without_answers(document: dict) -> dict:
+    """`document` as a test set ships: its questions with no 'answers' (nor v2.0's is_impossible and plausible ones)."""
+    for article in document["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraph["qas"] = [{k: v for k, v in qa.items() if k in ("id", "question")} for qa in paragraph["qas"]]
+    return document
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_squad_test_set_without_answers_gives_its_rows_without_the_column(streaming, tmp_path, capsys):
+    """The questions of a file without answers are read without the column (the Hub's squad features but 'answers'),
+    said so; a task that reads answers is refused naming the column; a file answering some questions but not others,
+    or a test set read with files of answers, is refused naming both."""
+    rows = _questions("validation", 12)
+    test = _write(tmp_path / "test-v2.0.json", _without_answers(_squad(rows)))
+    columns = COLUMNS[:2]
+    read = load_text_dataset(test, "test", columns=columns, streaming=streaming, cache_dir=str(tmp_path / "cache"))
+    assert list(read) == [{k: v for k, v in row.items() if k != "answers"} for row in _hub_rows(rows)]
+    assert dict(read.features) == {k: v for k, v in task_features("qa").items() if k != "answers"}
+    said = capsys.readouterr().out
+    assert f"{test}: SQuAD v2.0 layout, 12 questions of 4 articles, no answers (a test set)\n" in said
+    with pytest.raises(UnknownColumnError, match=re.escape(f"{test}: article 1 ({rows[0]['title']!r}), paragraph 1, "
+                                                           f"question 1: no column 'answers'; the dataset has columns "
+                                                           f"['id', 'title', 'context', 'question']")):
+        load_text_dataset(test, columns=COLUMNS, streaming=streaming, cache_dir=str(tmp_path / "cache"))
+    some = _squad(rows)
+    _edit(some, 1, 0, 1).pop("answers")
+    mixed = _write(tmp_path / "mixed-v2.0.json", some)
+    with pytest.raises(MalformedRowError, match=re.escape(
+            f"{mixed}: article 2 ('Luca Petrov'), paragraph 1, question 2: no 'answers', but {mixed}: article 1 "
+            f"({rows[0]['title']!r}), paragraph 1, question 1 has them: a file's questions all have answers (a training or dev set) "
+            f"or none (a test set)")):
+        load_text_dataset(mixed, columns=columns, streaming=streaming, cache_dir=str(tmp_path / "cache"))
+    dev = _write(tmp_path / "dev-v2.0.json", _squad(rows))
+    with pytest.raises(MalformedRowError, match=re.escape(f"{test}'s questions have no answers, but {dev}'s have: read "
+                                                          f"a test set apart from the files with answers")):
+        load_text_dataset([dev, test], columns=columns, streaming=streaming, cache_dir=str(tmp_path / "cache"))
+
+
+def test_lineage_evaluate_predicts_a_squad_test_set_as_the_same_questions_with_answers(tmp_path):
+    """`lineage evaluate --predictions` on the SQuAD site's layout without answers writes the answers of the same
+    questions with them (predictions.json keyed by id, for the official script), no figure."""
+    _, folder = _finetune(_write(tmp_path / "train-v2.0.json", _squad(_questions("train", 40))),
+                          _write(tmp_path / "dev-v2.0.json", _squad(_questions("validation", 12))), tmp_path / "qa")
+    rows = _questions("test", 12)
+    common = ["--model", str(folder), "--predictions", "true"]
+    scored = evaluate.main([*common, "--dataset", str(_write(tmp_path / "answered.json", _squad(rows))),
+                            "--output_dir", str(tmp_path / "a")])
+    alone = evaluate.main([*common, "--dataset", str(_write(tmp_path / "test.json", _without_answers(_squad(rows)))),
+                           "--output_dir", str(tmp_path / "b")])
+    assert json.loads((alone / "predictions.json").read_text()) == json.loads((scored / "predictions.json").read_text())
+    assert json.loads((alone / "results.json").read_text())["scores"] == {}
+    assert len(json.loads((alone / "predictions.json").read_text())) == len(rows)
