@@ -259,8 +259,8 @@ def test_a_squad_test_set_without_answers_gives_its_rows_without_the_column(stre
     mixed = _write(tmp_path / "mixed-v2.0.json", some)
     with pytest.raises(MalformedRowError, match=re.escape(
             f"{mixed}: article 2 ('Luca Petrov'), paragraph 1, question 2: no 'answers', but {mixed}: article 1 "
-            f"({rows[0]['title']!r}), paragraph 1, question 1 has them: a file's questions all have answers (a training or dev set) "
-            f"or none (a test set)")):
+            f"({rows[0]['title']!r}), paragraph 1, question 1 has them: a file's questions all have answers (a "
+            f"training or dev set) or none (a test set)")):
         load_text_dataset(mixed, columns=columns, streaming=streaming, cache_dir=str(tmp_path / "cache"))
     dev = _write(tmp_path / "dev-v2.0.json", _squad(rows))
     with pytest.raises(MalformedRowError, match=re.escape(f"{test}'s questions have no answers, but {dev}'s have: read "
