@@ -3,8 +3,12 @@ match and F1 (v2.0's unanswerable questions against the empty answer); each wind
 question's answer taken from the best of its windows as text of its context, or no answer where [CLS] wins on data
 with unanswerable questions, whatever the number of windows a context is cut into."""
 
+import math
+
 import pytest
 import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from train import finetune
 from train.data.corpus import generate_records, tokenizer_training_texts
@@ -98,3 +102,49 @@ def test_a_window_without_the_answer_that_predicts_nothing_does_not_count_as_a_h
     unanswerable = sum(not a["text"] for a in data["answers"]) / len(data)
     scores = _scores(encoded, data, lambda w: (0, 0))
     assert scores["exact_match"] == pytest.approx(unanswerable) and scores["f1"] == pytest.approx(unanswerable)
+
+
+def test_the_best_figures_are_the_official_scripts_sweep_of_the_no_answer_threshold():
+    """evaluate-v2.0.py with a na-prob file: each question answered where its score (null minus best span) is at most
+    the threshold, else given the empty answer; the best over thresholds, its lowest threshold (below every score:
+    all empty); questions of one score switch together. Fractions, thresholds in the scores' units."""
+    predictions, references = ["Paris", "Lyon", "Rome", "Metz"], [["Paris"], [], ["Nice"], []]
+    scores = SQUAD.compute(predictions=predictions, references=references, no_answer_scores=[-2.0, 1.0, 0.5, 3.0])
+    assert scores["exact_match"] == 3 / 4  # at 0: Paris answered; Rome, Lyon and Metz empty
+    assert (scores["best_exact"], scores["best_exact_thresh"], scores["best_f1_thresh"]) == (3 / 4, -2.0, -2.0)
+    assert SQUAD.compute(predictions=predictions, references=references, no_answer_scores=[-2.0, 1.0, 0.5, 3.0],
+                         null_score_diff_threshold=1.0)["exact_match"] == 2 / 4  # Lyon answered, wrongly
+    tied = SQUAD.compute(predictions=["Paris", "Lyon"], references=[["Paris"], []], no_answer_scores=[1.0, 1.0])
+    assert (tied["best_exact"], tied["best_exact_thresh"]) == (1 / 2, math.nextafter(1.0, -math.inf))  # all empty
+    assert "best_f1" not in SQUAD.compute(predictions=["Paris"], references=[["Paris"]], no_answer_scores=[1.0])
+    assert math.isnan(SQUAD.compute(predictions=["a", "b"], references=[["a"], []],
+                                    no_answer_scores=[math.nan, 0.0])["best_f1"])
+    with pytest.raises(ValueError, match="null_score_diff_threshold must be a number, got nan"):
+        SQUAD.compute(predictions=["a"], references=[[]], no_answer_scores=[0.0], null_score_diff_threshold=math.nan)
+
+
+WORDS = ["Paris", "Lyon", "the Nice", "Nice beach", "a", ""]
+
+
+@settings(max_examples=25, deadline=None, database=None, derandomize=True)
+@given(st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(WORDS[:-1] + [None]), st.integers(-3, 3)),
+                min_size=1, max_size=8), st.integers(-8, 8))
+def test_the_best_figures_are_the_best_over_every_threshold_and_the_rule_at_theirs_gives_them(questions, quarter):
+    """best_f1 (best_exact) >= f1 (exact_match) at any threshold, no lower threshold reaches it, and the rule run at
+    best_f1_thresh gives best_f1."""
+    predictions = [prediction for prediction, _, _ in questions]
+    references = [[gold] if gold else [] for _, gold, _ in questions]
+    differences = [difference / 2 for _, _, difference in questions]
+    assume(not all(references))
+
+    def at(threshold: float) -> dict:
+        return SQUAD.compute(predictions=predictions, references=references, no_answer_scores=differences,
+                             null_score_diff_threshold=threshold)
+
+    best = at(quarter / 4)
+    for name, figure in (("f1", "f1"), ("exact", "exact_match")):
+        assert best[figure] <= best[f"best_{name}"] + 1e-12
+        assert at(best[f"best_{name}_thresh"])[figure] == pytest.approx(best[f"best_{name}"], abs=1e-12)
+        chosen = best[f"best_{name}_thresh"]  # the rules of lower thresholds (all empty: below every score) are worse
+        lower = [d for d in differences if d < chosen] + ([min(differences) - 1] if chosen >= min(differences) else [])
+        assert all(at(t)[figure] < best[f"best_{name}"] - 1e-12 for t in lower)
