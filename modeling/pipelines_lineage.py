@@ -10,6 +10,8 @@ answering follows BERT's SQuAD procedure (section 4.2) as transformers 4's pipel
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 
 import torch
 from transformers.pipelines.base import ChunkPipeline, Pipeline
@@ -219,7 +221,7 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
     def _sanitize_parameters(self, top_k: int | None = None, max_answer_len: int | None = None,
                              handle_impossible_answer: bool | None = None, doc_stride: int | None = None,
                              max_seq_len: int | None = None, max_question_len: int | None = None,
-                             align_to_words: bool | None = None):
+                             align_to_words: bool | None = None, null_score_diff_threshold: float | None = None):
         for name, value in (("top_k", top_k), ("max_answer_len", max_answer_len), ("max_seq_len", max_seq_len),
                             ("max_question_len", max_question_len)):
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -229,9 +231,23 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
         preprocess = {k: v for k, v in (("doc_stride", doc_stride), ("max_seq_len", max_seq_len),
                                         ("max_question_len", max_question_len), ("align_to_words", align_to_words))
                       if v is not None}
+        if null_score_diff_threshold is not None:
+            self._check_threshold(null_score_diff_threshold, handle_impossible_answer)
         postprocess = {k: v for k, v in (("top_k", top_k), ("max_answer_len", max_answer_len),
-                                         ("handle_impossible_answer", handle_impossible_answer)) if v is not None}
+                                         ("handle_impossible_answer", handle_impossible_answer),
+                                         ("null_score_diff_threshold", null_score_diff_threshold)) if v is not None}
         return preprocess, {}, postprocess
+
+    def _check_threshold(self, threshold, handle_impossible_answer: bool | None) -> None:
+        """A finite number, given where the empty answer competes (as told, else as set when built, else saved)."""
+        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not math.isfinite(threshold):
+            raise ValueError(f"`null_score_diff_threshold` must be a finite number, got {threshold!r}")
+        told = (handle_impossible_answer, getattr(self, "_postprocess_params", {}).get("handle_impossible_answer"),
+                self._saved().get("handle_impossible_answer"))
+        if not next((value for value in told if value is not None), False):
+            raise ValueError(f"`null_score_diff_threshold`={threshold!r} shifts the empty answer's score, which "
+                             f"competes only with handle_impossible_answer=True (this model saved no such rule): pass "
+                             f"both, or neither")
 
     def _saved(self) -> dict:
         """The defaults the run that fine-tuned the model saved for this pipeline (`task_specific_params`)."""
@@ -295,12 +311,16 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
                 "attention_mask": model_inputs["attention_mask"], **passed}
 
     def postprocess(self, windows: list[dict], top_k: int = 1, max_answer_len: int = 15,
-                    handle_impossible_answer: bool | None = None) -> dict | list[dict]:
+                    handle_impossible_answer: bool | None = None,
+                    null_score_diff_threshold: float | None = None) -> dict | list[dict]:
         """The best `top_k` answers of a question's windows; the empty answer, scored by [CLS], competes where
         `handle_impossible_answer` (default: the run's, saved where it trained on questions without answers; else
-        off)."""
+        off), ranked as if its log score were `null_score_diff_threshold` lower (run_qa.py's; default: the run's, else
+        0): within a window, the logits' difference."""
         if handle_impossible_answer is None:
             handle_impossible_answer = self._saved().get("handle_impossible_answer", False)
+        if null_score_diff_threshold is None:
+            null_score_diff_threshold = self._saved().get("null_score_diff_threshold", 0.0)
         answers, null_score = [], None
         for window in windows:
             real = window["attention_mask"][0].bool()  # a batch pads its windows, on the tokenizer's padding side
@@ -314,9 +334,14 @@ class LineageQuestionAnsweringPipeline(ChunkPipeline):
             for score, first, last in _top_spans(start, end, context, top_k, max_answer_len):
                 begin, finish = offsets[first][0], offsets[last][1]
                 answers.append({"score": score, "start": begin, "end": finish, "answer": text[begin:finish]})
+        empty = {"score": null_score, "start": 0, "end": 0, "answer": ""}
         if handle_impossible_answer:
-            answers.append({"score": null_score, "start": 0, "end": 0, "answer": ""})
-        answers = _deduplicate(sorted(answers, key=lambda a: a["score"], reverse=True))[:top_k]
+            answers.append(empty)
+
+        def rank(answer: dict) -> tuple[float, float]:  # by score where the threshold is 0
+            shift = null_score_diff_threshold if answer is empty else 0.0
+            return (math.log(answer["score"]) if answer["score"] > 0 else -math.inf) - shift, answer["score"]
+        answers = _deduplicate(sorted(answers, key=rank, reverse=True))[:top_k]
         return answers[0] if top_k == 1 else answers
 
 

@@ -4,6 +4,8 @@ selection on a QA model whose logits are set by hand (top_k, max_answer_len, imp
 
 import copy
 import json
+import math
+import re
 
 import pytest
 import torch
@@ -236,6 +238,36 @@ def test_a_saved_no_answer_rule_is_the_pipelines_default_and_an_explicit_one_win
     assert qa(**question, handle_impossible_answer=False)["answer"] == "Lima"
     model.config.task_specific_params = {"question-answering": {"handle_impossible_answer": False}}
     assert qa(**question)["answer"] == "Lima"
+
+
+def test_the_threshold_shifts_the_empty_answers_comparison_a_saved_one_is_the_default_and_an_explicit_one_wins(
+        scripted):
+    """run_qa.py's null_score_diff_threshold: the empty answer wins where its log score exceeds the best span's by
+    more than it; within a window, their logits' difference (here 2 * 6 - 2 * 1 = 10)."""
+    model, qa, ids = scripted
+    model.script({ids["lima"]: 1.0}, {ids["lima"]: 1.0}, cls=6.0)
+    question = {"question": "Who?", "context": "Tom sings in Lima."}
+    for threshold, expected in ((-50.0, ""), (0, ""), (9.99, ""), (10.01, "Lima"), (50.0, "Lima")):
+        assert qa(**question, handle_impossible_answer=True,
+                  null_score_diff_threshold=threshold)["answer"] == expected
+    both = qa(**question, handle_impossible_answer=True, null_score_diff_threshold=10.01, top_k=2)
+    assert [a["answer"] for a in both] == ["Lima", ""] and both[1]["score"] > both[0]["score"]  # the scores as before
+    model.config.task_specific_params = {"question-answering": {"handle_impossible_answer": True,
+                                                                "null_score_diff_threshold": 10.01}}
+    assert qa(**question)["answer"] == "Lima"
+    assert qa(**question, null_score_diff_threshold=9.99)["answer"] == ""
+    model.config.task_specific_params["question-answering"]["null_score_diff_threshold"] = 9.99
+    assert qa(**question)["answer"] == ""
+    for bad in (math.nan, math.inf, "1", True):
+        with pytest.raises(ValueError, match=f"^`null_score_diff_threshold` must be a finite number, got "
+                                             f"{re.escape(repr(bad))}$"):
+            qa(**question, null_score_diff_threshold=bad)
+    with pytest.raises(ValueError, match=r"^`null_score_diff_threshold`=1.0 shifts the empty answer's score, which "
+                                         r"competes only with handle_impossible_answer=True"):
+        qa(**question, handle_impossible_answer=False, null_score_diff_threshold=1.0)
+    model.config.task_specific_params = {}
+    with pytest.raises(ValueError, match="this model saved no such rule"):
+        qa(**question, null_score_diff_threshold=1.0)
 
 
 def test_long_context_striding_finds_the_answer_in_a_later_window(scripted, tokenizers):
