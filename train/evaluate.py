@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -43,10 +44,11 @@ SCORING_FLAGS = {**dict.fromkeys(("include_path", "limit", "num_fewshot"), "the 
                  **dict.fromkeys(("num_beams", "length_penalty", "beam_search", "source_column", "target_column"),
                                   "translation"),
                  **dict.fromkeys(("task", "text_column", "text_pair_column", "label_column", "skip_unlabeled",
-                                  "max_query_length", "doc_stride", "version_2_with_negative"), "classification"),
+                                  "max_query_length", "doc_stride", "version_2_with_negative",
+                                  "null_score_diff_threshold"), "classification"),
                  "text_file": "pseudo-perplexity"}
 # of classification's flags, those question answering alone reads
-QA_FLAGS = ("max_query_length", "doc_stride", "version_2_with_negative")
+QA_FLAGS = ("max_query_length", "doc_stride", "version_2_with_negative", "null_score_diff_threshold")
 
 
 class EvaluateError(ValueError):
@@ -63,6 +65,16 @@ def _number(kind: type, low: float, what: str):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
         return value
     return parse
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number (a difference of logits), got {text!r}")
+    return value
 
 
 def _limit(text: str) -> float:
@@ -132,6 +144,10 @@ def command_parser() -> CommandParser:
                       help="question answering: questions may have no answer (SQuAD 2.0, run_qa.py's flag), given "
                            "where [CLS] scores higher (default: as the data's answers say; without them, the run's, "
                            "saved in config.json, else as its validation data)")
+    parser.add_argument("--null_score_diff_threshold", type=_finite, default=None,
+                        help="question answering: no answer only where [CLS] outscores the best span by more than "
+                             "this, in logits (run_qa.py's flag, BERT's tau; default: the run's, saved in "
+                             "config.json, else 0)")
     parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
     parser.add_argument("--length_penalty", type=float, default=1.0)
     parser.add_argument("--beam_search", choices=list(BEAM_SEARCHES), default="transformers",
@@ -500,8 +516,22 @@ def _answer_rule(args: argparse.Namespace, source: str, config: dict[str, Any]) 
         why = "as on the run's validation data"
     else:
         why = "--version_2_with_negative"
-    return (f"; no answer where [CLS] scores higher ({why})" if args.version_2_with_negative
+    _no_answer_threshold(args, config, "--version_2_with_negative false answers every question" if why.startswith(
+        "--") else f"the rule ({why}) answers every question")
+    by = f" by more than {args.null_score_diff_threshold}" if args.null_score_diff_threshold else ""
+    return (f"; no answer where [CLS] scores higher{by} ({why})" if args.version_2_with_negative
             else f"; every question answered ({why})")
+
+
+def _no_answer_threshold(args: argparse.Namespace, config: dict[str, Any], why: str) -> None:
+    """`--null_score_diff_threshold` as given, else the run's (`_saved_qa`), else 0; refused as given where
+    `--version_2_with_negative` (set) gives no question the empty answer, `why`."""
+    if args.null_score_diff_threshold is not None and not args.version_2_with_negative:
+        hint = "" if why.startswith("--") else " (or give --version_2_with_negative true with it)"
+        raise EvaluateError(f"--null_score_diff_threshold {args.null_score_diff_threshold} shifts the no-answer "
+                            f"rule, but {why}: leave it out{hint}")
+    if args.null_score_diff_threshold is None:
+        args.null_score_diff_threshold = _saved_qa(config).get("null_score_diff_threshold", 0.0)
 
 
 def _run_padding(args: argparse.Namespace, positions: int | None) -> int | None:
@@ -533,7 +563,8 @@ def _unlabelled_refusal(source: str, reference: str, found: list[str], qa: bool)
 def classifier_data(args: argparse.Namespace, architecture: str, family: str, config: dict[str, Any]):
     """(task, encode task, Auto class, columns, rows with the labels as class names or checked scores, the class
     names (None for scores), source, whether it is labelled) of `--dataset`; `args` completed with the run's question
-    length and padding. With `--predictions`, data without its label column gets a stand-in: predictions alone."""
+    length, no-answer rule and padding. With `--predictions`, data without its label column gets a stand-in:
+    predictions alone."""
     from train import finetune
     from train.data.errors import UnknownColumnError
     from train.data.labels import class_labels, score_labels
@@ -590,6 +621,12 @@ def classifier_data(args: argparse.Namespace, architecture: str, family: str, co
         return task, encode_task, auto_class, (text, pair, label), rows, None, source, False
     if args.predictions and reference:
         rows = _rows(args, source, columns, flags, note=False)  # read again with its labels checked
+    if encode_task == "qa":
+        told = args.version_2_with_negative is not None
+        if not told:
+            args.version_2_with_negative = not all(answer["text"] for answer in rows["answers"])
+        _no_answer_threshold(args, config, "--version_2_with_negative false answers every question" if told else
+                             f"every question of --dataset {source} has an answer, so each is answered")
     if args.skip_unlabeled is None:
         args.skip_unlabeled = bool(_data_recipe(args).get("skip_unlabeled"))
     names = None
@@ -625,7 +662,8 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     predict, scores = finetune.scoring(finetune.TASKS[task], names)
     answered = None
     if encode_task == "qa":
-        data, scores, answered = finetune.answer_metrics(data, rows, args.version_2_with_negative)
+        data, scores, answered = finetune.answer_metrics(data, rows, args.version_2_with_negative,
+                                                         args.null_score_diff_threshold)
     found: dict[str, Any] = {}
 
     def metrics(predictions: dict[str, Any], eval_loss: float) -> dict[str, float]:
@@ -640,6 +678,8 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}} if labelled else {},
             "data": {**read_from(args, source), "rows": len(rows),
                      **({"questions_cut": cut} if cut is not None else {}), "task": task,
+                     **({"null_score_diff_threshold": args.null_score_diff_threshold}
+                        if encode_task == "qa" and args.version_2_with_negative else {}),
                      **({} if labelled else {"labelled": False})},
             **({"predictions": predicted} if predicted is not None else {})}
 

@@ -90,16 +90,19 @@ def answer_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, batch: di
             "null": start_logits[:, 0] + end_logits[:, 0]}
 
 
-def answer_metrics(data, rows, unanswerable: bool | None = None):
+def answer_metrics(data, rows, unanswerable: bool | None = None, threshold: float = 0.0):
     """`(data without its offsets, metrics_fn, answers_fn)`: SQuAD's exact match and F1 per question
     (`train/metrics/squad.py`) of the texts `answers_fn(predictions)` gives, each question answered by the best span of
     its windows (`answer_spans`) as text of its context, or by no answer where questions may be `unanswerable` (None:
-    where the data has unanswerable questions, SQuAD 2.0) and [CLS] scores higher in each window."""
+    where the data has unanswerable questions, SQuAD 2.0) and the lowest [CLS] score of its windows exceeds that span's
+    by more than `threshold` (run_qa.py's null_score_diff_threshold); the metric also sweeps the threshold."""
     windows = list(zip(data["example_id"], data["offset_mapping"]))
     contexts, answers = rows["context"], [answer["text"] for answer in rows["answers"]]
     unanswerable = not all(answers) if unanswerable is None else unanswerable
+    limit = threshold if unanswerable else torch.inf  # every question answered: no difference is above it
 
-    def answered(predictions: dict[str, torch.Tensor]) -> list[str]:
+    def best_spans(predictions: dict[str, torch.Tensor]) -> tuple[list[str], list[float]]:
+        """Each question's best span text ("": none) and null minus its score (inf: none)."""
         found = {name: predictions[name].tolist() for name in ("start", "end", "score", "null")}
         if len(found["start"]) != len(windows):
             raise ValueError(f"{len(found['start'])} predictions for the {len(windows)} windows of the questions")
@@ -108,21 +111,32 @@ def answer_metrics(data, rows, unanswerable: bool | None = None):
             null[example] = min(null.get(example, torch.inf), empty)
             if offsets[start] is not None and offsets[end] is not None and score > best.get(example, (-torch.inf,))[0]:
                 best[example] = (score, contexts[example][offsets[start][0]:offsets[end][1]])
-        return ["" if example not in best or (unanswerable and null[example] > best[example][0])
-                else best[example][1] for example in range(len(contexts))]
+        spans = [best.get(example, (-torch.inf, "")) for example in range(len(contexts))]
+        return [text for _, text in spans], [null.get(example, torch.inf) - score
+                                             for example, (score, _) in enumerate(spans)]
+
+    def answered(predictions: dict[str, torch.Tensor]) -> list[str]:
+        texts, differences = best_spans(predictions)
+        return ["" if difference > limit else text for text, difference in zip(texts, differences)]
 
     def metrics(predictions: dict[str, torch.Tensor], eval_loss: float) -> dict[str, float]:
-        return load_metric("squad").compute(predictions=answered(predictions), references=answers)
+        texts, differences = best_spans(predictions)
+        return load_metric("squad").compute(predictions=texts, references=answers, no_answer_scores=differences,
+                                            null_score_diff_threshold=limit)
 
     return data.remove_columns(["example_id", "offset_mapping"]), metrics, answered
 
 
-def no_answer_rule(train_rows, eval_rows) -> dict[str, bool]:
+def no_answer_rule(train_rows, eval_rows, threshold: float = 0.0) -> dict:
     """The saved pipeline's `handle_impossible_answer`: whether the model learnt to score [CLS] above the spans of a
     question without an answer, as its training rows say (in memory: their answers are read once more); a stream,
-    not read ahead, by its validation rows (`answer_metrics`' rule); neither: nothing (the pipeline's default, off)."""
+    not read ahead, by its validation rows (`answer_metrics`' rule); neither: nothing (the pipeline's default, off).
+    Where it is on, the `threshold` the rule applies too (`null_score_diff_threshold`)."""
     rows = train_rows if isinstance(train_rows, datasets.Dataset) else eval_rows
-    return {} if rows is None else {"handle_impossible_answer": not all(a["text"] for a in rows["answers"])}
+    if rows is None:
+        return {}
+    rule = not all(a["text"] for a in rows["answers"])
+    return {"handle_impossible_answer": rule, **({"null_score_diff_threshold": threshold} if rule else {})}
 
 
 def label_metrics(names: list[str]):
@@ -304,7 +318,7 @@ def main(argv: list[str] | None = None):
             model.config.task_specific_params = {"question-answering": {
                 "max_question_len": recipe.max_query_length,
                 **({} if recipe.doc_stride is None else {"doc_stride": recipe.doc_stride}),
-                **no_answer_rule(train_rows, eval_rows)}}
+                **no_answer_rule(train_rows, eval_rows, recipe.null_score_diff_threshold)}}
         if recipe.lora is not None:
             model = apply_lora(model, recipe.lora)
         skipped = recipe.skip_unlabeled and label is not None
@@ -314,7 +328,7 @@ def main(argv: list[str] | None = None):
                              recipe.split_name("validation"), skipped, scored=True)[0] if eval_rows else None)
         predict_fn, scores = scoring(task, names or [])
         if encode_task == "qa" and eval_data is not None:
-            eval_data, scores, _ = answer_metrics(eval_data, eval_rows)
+            eval_data, scores, _ = answer_metrics(eval_data, eval_rows, threshold=recipe.null_score_diff_threshold)
         engine = Engine(run, model, train_data, PaddingCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=_auxiliary_lm(recipe, family),
                         unpad_inputs=True, predict_fn=predict_fn, metrics_fn=scores)

@@ -92,7 +92,7 @@ REFUSED_KEYS = {**dict.fromkeys(PER_TASK, "lineage glue sets it for each task (t
                 "overwrite_output_dir": "give --overwrite_output_dir",
                 "resume_from_checkpoint": "each task's run starts afresh in its folder",
                 "push_to_hub": "every task's model would be sent to the one repo",
-                **dict.fromkeys(("max_query_length", "doc_stride"),
+                **dict.fromkeys(("max_query_length", "doc_stride", "null_score_diff_threshold"),
                                 "no GLUE task is question answering, the only task that reads it")}
 
 

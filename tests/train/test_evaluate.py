@@ -9,6 +9,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -319,6 +320,11 @@ def test_question_lengths_a_model_cannot_take_are_refused_with_advice_within_its
         evaluate.main(["--model", str(classifier), "--task", "nli", "--max_query_length", "24", "--doc_stride", "8",
                        "--version_2_with_negative", "--output_dir", str(tmp_path / "eval")])
     assert not (tmp_path / "eval").exists()
+    with pytest.raises(evaluate.EvaluateError, match=r"^--null_score_diff_threshold: read by question answering "
+                                                     r"only, but --task is 'nli' here: leave it out$"):
+        evaluate.main(["--model", str(classifier), "--task", "nli", "--null_score_diff_threshold", "1",
+                       "--output_dir", str(tmp_path / "eval")])
+    assert not (tmp_path / "eval").exists()
 
 
 def test_a_qa_model_without_its_recipe_is_cut_and_strided_as_its_config_says(tmp_path, monkeypatch):
@@ -337,6 +343,59 @@ def test_a_qa_model_without_its_recipe_is_cut_and_strided_as_its_config_says(tmp
     evaluate.main([*common, "--output_dir", str(tmp_path / "eval")])
     evaluate.main([*common, "--max_query_length", "20", "--doc_stride", "4", "--output_dir", str(tmp_path / "eval2")])
     assert lengths == [(24, 8), (20, 4)]
+
+
+def test_a_qa_models_saved_no_answer_threshold_is_the_default_and_the_flag_wins(tmp_path, monkeypatch, capsys):
+    """The run saves run_qa.py's null_score_diff_threshold beside handle_impossible_answer (config.json): lineage
+    evaluate answers by it, on questions with answers or without, records it in results.json, and its flag wins; a
+    NaN or infinite one, or one where no question gets the empty answer (it would act on nothing), is refused before
+    anything is written."""
+    from train import finetune
+
+    folder = model_folder(tmp_path, "bert", LineageBertForQuestionAnswering, 400, task_specific_params={
+        "question-answering": {"max_question_len": 24, "handle_impossible_answer": True,
+                               "null_score_diff_threshold": 2.5}})
+    rows = generate_records("qa", "test", size=12)
+    assert any(not r["answers"]["text"] for r in rows)
+    labelled, unlabelled, answerable = (tmp_path / f"{name}.jsonl" for name in ("labelled", "unlabelled", "answerable"))
+    labelled.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    unlabelled.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "answers"}) + "\n" for r in rows))
+    answerable.write_text("".join(json.dumps(r) + "\n" for r in rows if r["answers"]["text"]))
+    used, metrics = [], finetune.answer_metrics
+    monkeypatch.setattr(finetune, "answer_metrics", lambda *a: used.append(a[2:]) or metrics(*a))
+    common = ["--model", str(folder), "--max_seq_length", "64"]
+    out = evaluate.main([*common, "--dataset", str(labelled), "--output_dir", str(tmp_path / "a")])
+    report = json.loads((out / "results.json").read_text())
+    assert report["data"]["null_score_diff_threshold"] == 2.5
+    assert {"best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh"} <= set(report["scores"][
+        "question-answering"])
+    evaluate.main([*common, "--dataset", str(labelled), "--null_score_diff_threshold", "-1.5", "--output_dir",
+                   str(tmp_path / "b")])
+    evaluate.main([*common, "--dataset", str(unlabelled), "--predictions", "--output_dir", str(tmp_path / "c")])
+    assert "no answer where [CLS] scores higher by more than 2.5 (the run's, saved in config.json)" in (
+        capsys.readouterr().out)
+    evaluate.main([*common, "--dataset", str(unlabelled), "--predictions", "--null_score_diff_threshold", "-1000000.0",
+                   "--output_dir", str(tmp_path / "d")])
+    assert set(json.loads((tmp_path / "d" / "predictions.json").read_text()).values()) == {""}
+    assert used == [(True, 2.5), (True, -1.5), (True, 2.5), (True, -1e6)]
+    refusals = {("--dataset", str(answerable)): f"every question of --dataset {answerable} has an answer, so each is "
+                                                f"answered: leave it out (or give --version_2_with_negative true with "
+                                                f"it)",
+                ("--dataset", str(labelled), "--version_2_with_negative", "false"):
+                    "--version_2_with_negative false answers every question: leave it out"}
+    for flags, why in refusals.items():
+        with pytest.raises(evaluate.EvaluateError, match=f"^--null_score_diff_threshold 1.0 shifts the no-answer "
+                                                         f"rule, but {re.escape(why)}$"):
+            evaluate.main([*common, *flags, "--null_score_diff_threshold", "1", "--output_dir", str(tmp_path / "e")])
+    for value in ("nan", "inf", "x"):
+        with pytest.raises(SystemExit):
+            evaluate.main([*common, "--dataset", str(labelled), "--null_score_diff_threshold", value,
+                           "--output_dir", str(tmp_path / "e")])
+        assert (f"argument --null_score_diff_threshold: expected a finite number (a difference of logits), got "
+                f"{value!r}") in capsys.readouterr().err
+    assert not (tmp_path / "e").exists()
+    evaluate.main([*common, "--dataset", str(answerable), "--output_dir", str(tmp_path / "f")])  # the saved one: no
+    assert "null_score_diff_threshold" not in json.loads((tmp_path / "f" / "results.json").read_text())["data"]
 
 
 def test_a_classifier_is_padded_and_cut_as_its_run_and_past_its_positions_is_refused(tmp_path, monkeypatch):

@@ -151,7 +151,7 @@ def test_what_it_cannot_run_is_refused_before_any_work(argv, refusal, tmp_path):
 def test_recipe_keys_are_checked_as_finetune_checks_them_before_any_work(tmp_path, capsys):
     with pytest.raises(RecipeError, match=r"recipe key 'nsp' is read by pretrain_bert only"):
         glue.main([*QUICK, "--nsp", "false", "--output_dir", str(tmp_path / "out")])
-    for key in ("max_query_length", "doc_stride"):
+    for key in ("max_query_length", "doc_stride", "null_score_diff_threshold"):
         with pytest.raises(glue.GlueError, match=f"recipe key '{key}': no GLUE task is question answering"):
             glue.main([*QUICK, f"--{key}", "32", "--output_dir", str(tmp_path / "out")])
     with pytest.raises(SystemExit, match=r"lineage glue: error: --tasks 'bogus': give distinct tasks from cola"):

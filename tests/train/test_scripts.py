@@ -195,7 +195,8 @@ def test_questions_longer_than_the_windows_are_cut_and_lineage_evaluate_cuts_the
     assert results["questions_cut"] == json.loads((folder / "results.json").read_text())["questions_cut"] == 20
     assert "| questions_cut | 20 |" in (folder / "README.md").read_text()
     assert json.loads((folder / "config.json").read_text())["task_specific_params"] == {
-        "question-answering": {"max_question_len": 32, "handle_impossible_answer": True}}
+        "question-answering": {"max_question_len": 32, "handle_impossible_answer": True,
+                               "null_score_diff_threshold": 0.0}}
     long = json.loads(validation.read_text().splitlines()[0])  # over 100 tokens, too long for a window of 64
     answer = transformers.pipeline("question-answering", model=str(folder), trust_remote_code=True)(
         question=long["question"], context=long["context"])
@@ -222,7 +223,8 @@ def test_a_runs_doc_stride_is_saved_and_the_pipeline_and_lineage_evaluate_stride
                            "--dataset", "embedded:qa", "--max_steps", "2", "--save_steps", "0", "--train_size", "40",
                            "--eval_size", "12", "--max_query_length", "24", "--doc_stride", "8")
     assert json.loads((folder / "config.json").read_text())["task_specific_params"] == {
-        "question-answering": {"max_question_len": 24, "doc_stride": 8, "handle_impossible_answer": True}}
+        "question-answering": {"max_question_len": 24, "doc_stride": 8, "handle_impossible_answer": True,
+                               "null_score_diff_threshold": 0.0}}
     pipe = transformers.pipeline("question-answering", model=str(folder), trust_remote_code=True)
     assert pipe._lengths(None, None, "Who?") == (64, 8)
     strides, encode = [], finetune.tokenize_dataset
@@ -269,6 +271,37 @@ def test_a_test_set_without_answers_is_answered_by_the_runs_no_answer_rule(tmp_p
     assert alone == answers(labelled) and "" in alone.values()
     every = answers(unlabelled, "--version_2_with_negative", "false")
     assert "" not in every.values() and every == answers(labelled, "--version_2_with_negative", "false")
+
+
+def test_a_runs_no_answer_threshold_is_saved_and_the_pipeline_and_lineage_evaluate_answer_by_it(tmp_path):
+    """BERT's tau (section 4.3), run_qa.py's null_score_diff_threshold: the run scores its validation questions by it,
+    with the official script's best_exact and best_f1 over thresholds in results.json and the card, and saves it
+    beside handle_impossible_answer; the saved pipeline and `lineage evaluate` answer by it (their arguments win), and
+    evaluated at best_f1_thresh the validation questions score best_f1."""
+    results, folder = _run(finetune.main, "bert-finetune-nli-tiny", tmp_path / "qa", "--task", "question-answering",
+                           "--dataset", "embedded:qa", "--max_steps", "3", "--save_steps", "0", "--train_size", "60",
+                           "--eval_size", "20", "--max_query_length", "32", "--null_score_diff_threshold", "1000")
+    assert json.loads((folder / "config.json").read_text())["task_specific_params"] == {"question-answering": {
+        "max_question_len": 32, "handle_impossible_answer": True, "null_score_diff_threshold": 1000.0}}
+    assert results["eval_best_f1"] >= results["eval_f1"] and results["eval_best_exact"] >= results["eval_exact_match"]
+    assert f"| eval_best_f1_thresh | {results['eval_best_f1_thresh']:.4f} |" in (folder / "README.md").read_text()
+    questions = [{"question": row["question"], "context": row["context"]}
+                 for row in generate_records("qa", "test", size=20)]
+    pipe = transformers.pipeline("question-answering", model=str(folder), trust_remote_code=True)
+    assert "" not in [answer["answer"] for answer in pipe(questions, max_seq_len=64)]
+    assert "" in [answer["answer"] for answer in pipe(questions, max_seq_len=64, null_score_diff_threshold=0)]
+    common = ["--model", str(folder), "--dataset", "embedded:qa", "--split", "validation", "--eval_size", "20"]
+    out = evaluate.main([*common, "--output_dir", str(tmp_path / "eval")])
+    figures = json.loads((out / "results.json").read_text())["scores"]["question-answering"]
+    for key in ("exact_match", "f1", "best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh"):
+        assert figures[key] == results[f"eval_{key}"]
+    out = evaluate.main([*common, "--version_2_with_negative", "false", "--output_dir", str(tmp_path / "every")])
+    every = json.loads((out / "results.json").read_text())["scores"]["question-answering"]
+    assert (every["exact_match"], every["f1"]) == (figures["exact_match"], figures["f1"])  # 1000: none empty
+    out = evaluate.main([*common, f"--null_score_diff_threshold={results['eval_best_f1_thresh']!r}", "--output_dir",
+                         str(tmp_path / "best")])
+    figures = json.loads((out / "results.json").read_text())["scores"]["question-answering"]
+    assert figures["f1"] == pytest.approx(results["eval_best_f1"], abs=1e-12) and figures["no_answer_exact_match"] > 0
 
 
 def test_a_run_on_answerable_questions_saves_that_every_question_is_answered(tmp_path, capsys):

@@ -39,7 +39,7 @@ RANGES = {
     "label_smoothing": (0, 1, True, False), "train_size": (1, None, True, False), "eval_size": (1, None, True, False),
     "tokenizer_vocab_size": (1, None, True, False), "tokenizer_train_size": (1, None, True, False),
     "max_seq_length": (1, None, True, False), "max_query_length": (1, None, True, False),
-    "doc_stride": (0, None, True, False),
+    "doc_stride": (0, None, True, False), "null_score_diff_threshold": (-math.inf, None, False, False),
     "num_beams": (1, None, True, False), "max_new_tokens": (1, None, True, False),
     "per_device_train_batch_size": (1, None, True, False), "per_device_eval_batch_size": (1, None, True, False),
     "gradient_accumulation_steps": (1, None, True, False), "logging_steps": (1, None, True, False),
@@ -57,7 +57,7 @@ LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
 # would be recorded in recipe.yaml as if it had acted), and a card shows only the keys its run read (`reads`)
 COMMAND_KEYS = {
     **dict.fromkeys(("task", "lora", "text_pair_column", "label_column", "skip_unlabeled", "allow_single_class",
-                     "lm_loss_weight", "max_query_length", "doc_stride"), ("finetune",)),
+                     "lm_loss_weight", "max_query_length", "doc_stride", "null_score_diff_threshold"), ("finetune",)),
     "text_column": ("finetune", "pretrain_gpt", "pretrain_bert"),
     **dict.fromkeys(("nsp", "mlm_probability"), ("pretrain_bert",)),
     **dict.fromkeys(("pack_documents", "sample_prompts"), ("pretrain_gpt",)),
@@ -67,7 +67,7 @@ COMMAND_KEYS = {
     "max_new_tokens": ("pretrain_gpt", "train_translation"),
 }
 # finetune's keys that only some of its tasks read -> those tasks, refused for another as COMMAND_KEYS are
-TASK_KEYS = dict.fromkeys(("max_query_length", "doc_stride"), ("question-answering",))
+TASK_KEYS = dict.fromkeys(("max_query_length", "doc_stride", "null_score_diff_threshold"), ("question-answering",))
 # keys that only models of some types read -> those model types: set by the user for a model of another type, refused
 # (`train.setup.models.model_source`: the model is known there)
 MODEL_TYPE_KEYS = {"lm_loss_weight": ("lineage-gpt",)}
@@ -135,6 +135,9 @@ class Recipe:
     # question-answering: the context tokens a window repeats from the one before (run_qa.py's doc_stride; None:
     # max_seq_length // 4)
     doc_stride: int | None = None
+    # question-answering: no answer where [CLS] outscores the best span by more than this (logits; run_qa.py's name,
+    # BERT's tau, section 4.3), where questions may have none
+    null_score_diff_threshold: float = 0.0
     # objectives
     mlm_probability: float = 0.15
     nsp: bool = True
@@ -323,6 +326,8 @@ def _coerce(key: str, value: Any, tp) -> Any:
             return value
         if option in (list, dict) and isinstance(value, option):
             return value
+    if float in options and isinstance(value, str) and value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        raise RecipeError(f"recipe key {key!r} expects a finite number, got {value!r}")
     raise RecipeError(f"recipe key {key!r} expects {_type_name(tp)}, got {type(value).__name__} {value!r}")
 
 

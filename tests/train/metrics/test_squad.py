@@ -91,8 +91,9 @@ def test_the_gold_span_of_each_windowed_question_scores_one_and_cls_scores_its_u
     assert len(encoded) > 2 * len(data)  # several windows a question
     assert any(not a["text"] for a in data["answers"]) and any(a["text"] for a in data["answers"])
     gold = _scores(encoded, data, lambda w: (w["start_positions"], w["end_positions"]))  # 0, 0 where it is absent
-    assert gold == {"exact_match": 1.0, "f1": 1.0, "has_answer_exact_match": 1.0, "has_answer_f1": 1.0,
-                    "no_answer_exact_match": 1.0, "no_answer_f1": 1.0}
+    assert {k: v for k, v in gold.items() if not k.endswith("_thresh")} == {
+        "exact_match": 1.0, "f1": 1.0, "has_answer_exact_match": 1.0, "has_answer_f1": 1.0,
+        "no_answer_exact_match": 1.0, "no_answer_f1": 1.0, "best_exact": 1.0, "best_f1": 1.0}
 
 
 def test_a_window_without_the_answer_that_predicts_nothing_does_not_count_as_a_hit(qa_windows):
@@ -148,3 +149,68 @@ def test_the_best_figures_are_the_best_over_every_threshold_and_the_rule_at_thei
         chosen = best[f"best_{name}_thresh"]  # the rules of lower thresholds (all empty: below every score) are worse
         lower = [d for d in differences if d < chosen] + ([min(differences) - 1] if chosen >= min(differences) else [])
         assert all(at(t)[figure] < best[f"best_{name}"] - 1e-12 for t in lower)
+
+
+def _layout(windows: list[int]) -> tuple:
+    """Questions of `windows[q]` windows each, `[CLS] q [SEP] c c c [SEP]`, each window three more characters of
+    "abcdefghij" than the last: the encoded data, rows and batch that `answer_metrics` and `answer_spans` read."""
+    import datasets
+
+    ids, offsets = [], []
+    for question, count in enumerate(windows):
+        for window in range(count):
+            ids.append(question)
+            offsets.append([None] * 3 + [[3 * window + k, 3 * window + k + 1] for k in range(3)] + [None])
+    data = datasets.Dataset.from_dict({"example_id": ids, "offset_mapping": offsets})
+    rows = {"context": ["abcdefghij"] * len(windows), "answers": [{"text": [], "answer_start": []}] * len(windows)}
+    batch = {"attention_mask": torch.ones(len(ids), 7, dtype=torch.long),
+             "token_type_ids": torch.tensor([[0, 0, 0, 1, 1, 1, 1]] * len(ids))}
+    return data, rows, batch
+
+
+@settings(max_examples=25, deadline=None, database=None, derandomize=True)
+@given(st.lists(st.integers(1, 2), min_size=1, max_size=4), st.data())
+def test_a_question_gets_no_answer_exactly_where_its_null_score_exceeds_its_best_span_by_more_than_the_threshold(
+        windows, draw):
+    """run_qa.py's null_score_diff_threshold t, on logits set by hand: the empty answer iff the lowest [CLS] score
+    (start + end logit) of a question's windows minus the best span score of all of them is above t, else that span;
+    t very large: no empty answer; very negative: all empty."""
+    data, rows, batch = _layout(windows)
+    halves = st.lists(st.integers(-6, 6), min_size=7, max_size=7)
+    start, end = (torch.tensor([draw.draw(halves) for _ in range(len(data))], dtype=torch.float32) / 2
+                  for _ in range(2))
+    threshold = draw.draw(st.integers(-26, 26)) / 4  # on and between the differences, which are halves
+    spans = finetune.answer_spans(start, end, batch)
+    owners = data["example_id"]
+    for question in range(len(windows)):
+        mine = [w for w, owner in enumerate(owners) if owner == question]
+        null = min(start[w, 0].item() + end[w, 0].item() for w in mine)
+        scored = [(start[w, i].item() + end[w, j].item(), 3 * (w - mine[0]) + i - 3, 3 * (w - mine[0]) + j - 2)
+                  for w in mine for i in range(3, 6) for j in range(i, 6)]
+        best = max(score for score, _, _ in scored)
+        for t, expected in ((threshold, null - best > threshold), (1e9, False), (-1e9, True)):
+            answer = finetune.answer_metrics(data, rows, unanswerable=True, threshold=t)[2](spans)[question]
+            assert (answer == "") == expected
+            assert expected or answer in {"abcdefghij"[a:b] for score, a, b in scored if score == best}
+    assert "" not in finetune.answer_metrics(data, rows, unanswerable=False, threshold=-1e9)[2](spans)
+
+
+def test_the_rule_at_the_best_threshold_scores_the_best_figures_and_at_zero_as_before(qa_windows):
+    """On random logits over windowed questions: the figures at threshold 0 are those of the answers given (as before
+    the threshold), best_f1 is at least f1, and running the rule at best_f1_thresh gives best_f1."""
+    data, encoded = qa_windows
+    torch.manual_seed(0)
+    start, end = _logits(encoded, lambda w: (0, 0))
+    start, end = start + 4 * torch.randn_like(start), end + 4 * torch.randn_like(end)
+    width = start.shape[1]
+    pad = lambda values: [v + [0] * (width - len(v)) for v in values]  # noqa: E731
+    spans = finetune.answer_spans(start, end, {"attention_mask": torch.tensor(pad(encoded["attention_mask"])),
+                                               "token_type_ids": torch.tensor(pad(encoded["token_type_ids"]))})
+    _, metrics, answered = finetune.answer_metrics(encoded, data)
+    figures = metrics(spans, 0.0)
+    given = SQUAD.compute(predictions=answered(spans), references=[a["text"] for a in data["answers"]])
+    assert {k: figures[k] for k in given} == given
+    assert figures["best_f1"] >= figures["f1"] and figures["best_exact"] >= figures["exact_match"]
+    for name, figure in (("f1", "f1"), ("exact", "exact_match")):
+        _, rescored, _ = finetune.answer_metrics(encoded, data, threshold=figures[f"best_{name}_thresh"])
+        assert rescored(spans, 0.0)[figure] == pytest.approx(figures[f"best_{name}"], abs=1e-12)

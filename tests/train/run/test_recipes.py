@@ -160,6 +160,27 @@ def test_doc_stride_is_unset_by_default_a_count_from_zero_and_question_answering
                       command="finetune").doc_stride == 32
 
 
+def test_null_score_diff_threshold_is_zero_by_default_any_finite_number_and_question_answerings_only():
+    """run_qa.py's default, 0.0; a NaN or infinite threshold is refused, as words or as YAML's numbers."""
+    assert recipe_from_dict({}).null_score_diff_threshold == 0.0
+    assert recipe_from_dict({"null_score_diff_threshold": -3}).null_score_diff_threshold == -3.0
+    for value in (".nan", ".inf", "-.inf"):
+        with pytest.raises(RecipeError, match=r"^recipe key 'null_score_diff_threshold' must be in \(-inf, inf\), "
+                                              r"got -?(nan|inf)$"):
+            load_recipe(None, parse_overrides(["--null_score_diff_threshold", value]))
+    for value in ("nan", "-inf", "Infinity"):
+        with pytest.raises(RecipeError, match=f"^recipe key 'null_score_diff_threshold' expects a finite number, "
+                                              f"got '{value}'$"):
+            load_recipe(None, parse_overrides(["--null_score_diff_threshold", value]))
+    with pytest.raises(RecipeError, match="recipe key 'null_score_diff_threshold' is read by finetune only"):
+        parse_args(["--null_score_diff_threshold", "1"], command="pretrain_bert")
+    with pytest.raises(RecipeError, match="recipe key 'null_score_diff_threshold' is read by finetune's task "
+                                          "question-answering only, not by its task 'nli'"):
+        parse_args(["--recipe", "bert-finetune-nli-tiny", "--null_score_diff_threshold", "1"], command="finetune")
+    assert parse_args(["--recipe", "bert-finetune-nli-tiny", "--task", "question-answering",
+                       "--null_score_diff_threshold", "-1.5"], command="finetune").null_score_diff_threshold == -1.5
+
+
 def test_a_shipped_recipe_of_another_command_is_refused_naming_its_command_and_each_runs_its_own():
     """`lineage prepare --recipe bert-finetune-nli-tiny` prepared a pretraining store no fine-tuning run reads, and
     `pretrain_bert` trained on it silently: a shipped recipe that sets a key only other commands read is theirs."""
