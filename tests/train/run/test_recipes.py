@@ -1,5 +1,6 @@
 """Recipes: YAML loading, command-line overrides, and the errors for unknown keys, wrong types and missing presets."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,11 @@ def test_a_shipped_recipe_of_another_command_is_refused_naming_its_command_and_e
     for name, command in own.items():
         assert parse_args(["--recipe", name, "--max_steps", "3"], command=command).shipped[0] == name
     assert parse_args(["--recipe", "bert-finetune-nli-tiny", "--task", "nli"], command="finetune").task == "nli"
+
+
+@pytest.mark.parametrize("key", [f.name for f in dataclasses.fields(Recipe) if f.type in ("float", "float | None")])
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_every_number_key_refuses_yamls_nan_and_infinities_naming_its_range(key, value):
+    """YAML reads .nan and .inf as numbers, which no comparison of a range refuses by itself."""
+    with pytest.raises(RecipeError, match=rf"^recipe key '{key}' must be in [\[(].*, got -?(nan|inf)$"):
+        load_recipe(None, parse_overrides([f"--{key}", value]))
