@@ -27,7 +27,6 @@ from modeling.beam_search import BEAM_SEARCHES
 from train.analysis import evaluation_report, harness
 from train.analysis.model_scores import pseudo_perplexity, score_translator
 from train.cli import CommandParser, run_script
-from train.run import strict_json
 from train.run.environment import versions
 from train.run.publish import pipeline_tag, public_name
 from train.run.run_folder import check_writer_output, staged_output
@@ -674,7 +673,8 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer, args.pad_to_multiple_of))
     model, loader = accelerator.prepare(model, loader)
     figures = evaluation_pass(accelerator, model, loader, predict, metrics)
-    predicted = row_predictions(found, answered, rows, names, text, labelled) if args.predictions else None
+    predicted = (evaluation_report.row_predictions(found, answered, rows, names, text, labelled) if args.predictions
+                 else None)
     return {"scores": {task: {k.removeprefix("eval_"): v for k, v in figures.items()}} if labelled else {},
             "data": {**read_from(args, source), "rows": len(rows),
                      **({"questions_cut": cut} if cut is not None else {}), "task": task,
@@ -682,27 +682,6 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
                         if encode_task == "qa" and args.version_2_with_negative else {}),
                      **({} if labelled else {"labelled": False})},
             **({"predictions": predicted} if predicted is not None else {})}
-
-
-def row_predictions(found: dict[str, Any], answered, rows, names: list[str], text: str,
-                    labelled: bool) -> list[dict[str, Any]]:
-    """Each row's prediction and (`labelled`) reference: a class name, a score, a tag per word (each word's first
-    sub-token's, the words the window held, with those words: `text` names their column), an answer text (QA's
-    `answered`: "" for no answer; SQuAD's `id` too)."""
-    if answered is not None:
-        predicted, references = answered(found), [answer["text"] for answer in rows["answers"]]
-    elif found["predictions"].is_floating_point():  # regression's scores
-        predicted, references = found["predictions"].tolist(), found["labels"].tolist()
-    else:
-        keep = found["labels"] != -100
-        predicted, references = ([[names[i] for i in values[k].tolist()] for values, k in zip(found[key], keep)]
-                                 if keep.ndim == 2 else [names[i] for i in found[key].tolist()]
-                                 for key in ("predictions", "labels"))
-    ids = rows["id"] if answered is not None and "id" in rows.column_names else None
-    words = rows[text] if predicted and isinstance(predicted[0], list) else None
-    return [{"row": i, **({"id": ids[i]} if ids else {}), **({"words": words[i][:len(p)]} if words else {}),
-             "prediction": p, **({"reference": r} if labelled else {})}
-            for i, (p, r) in enumerate(zip(predicted, references))]
 
 
 def evaluate_masked_lm(args: argparse.Namespace) -> dict[str, Any]:
@@ -741,32 +720,12 @@ def write_outputs(folder: Path, report: dict[str, Any], baseline: dict[str, Any]
     with staged_output(folder, COMMAND) as staging:
         evaluation_report.write_results(staging / "results.json", report)
         if predictions is not None:
-            write_predictions(staging, predictions)
+            evaluation_report.write_predictions(staging, predictions)
         if report["scores"]:  # none: predictions of unlabelled data alone
             evaluation_report.plot_scores(report["scores"], report["model"], staging / "scores.png", baseline)
         if "translation" in report:
             evaluation_report.plot_bleu_by_length(report["translation"]["bleu_by_length"], report["model"],
                                                   staging / "bleu_by_length.png", baseline)
-
-
-def write_predictions(folder: Path, predictions: list[dict[str, Any]]) -> None:
-    """predictions.jsonl, a row each; a translation's predictions.txt (sacreBLEU's hypotheses), a translation per
-    line; SQuAD's predictions.json (its evaluation scripts' input), each question's id -> answer; a tagger's
-    predictions.conll (conlleval's input), `word reference prediction` a line (unlabelled: `word prediction`), a blank
-    line after each sentence."""
-    with open(folder / "predictions.jsonl", "w", encoding="utf-8") as out:
-        out.writelines(strict_json.dumps(row, ensure_ascii=False) + "\n" for row in predictions)
-    if predictions and "source" in predictions[0]:
-        text = "".join(" ".join(row["prediction"].splitlines()) + "\n" for row in predictions)
-        (folder / "predictions.txt").write_text(text, encoding="utf-8")
-    if predictions and "words" in predictions[0]:
-        text = "".join("".join(" ".join(["_".join(tags[0].split()) or "_", *tags[1:]]) + "\n" for tags in zip(
-            row["words"], *([row["reference"]] if "reference" in row else []), row["prediction"])) + "\n"
-            for row in predictions)
-        (folder / "predictions.conll").write_text(text, encoding="utf-8")
-    if predictions and "id" in predictions[0]:
-        answers = {row["id"]: row["prediction"] for row in predictions}
-        (folder / "predictions.json").write_text(json.dumps(answers, ensure_ascii=False), encoding="utf-8")
 
 
 def card_dataset(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, str] | None:

@@ -1,4 +1,5 @@
-"""What `lineage evaluate` writes: `results.json`, the plots beside it, and (asked for) the model card's evaluation.
+"""What `lineage evaluate` writes: `results.json`, the plots beside it, each row's prediction (`write_predictions`)
+and (asked for) the model card's evaluation.
 
 - `plot_scores`: one small panel per task and metric, this model's bar beside the `--compare` baseline's (an earlier
   `lineage evaluate` output), as the harness leaderboards draw them;
@@ -158,5 +159,46 @@ def write_card(folder: Path, scores: dict[str, dict[str, float]], task_type: str
     return card
 
 
+def row_predictions(found: dict[str, Any], answered, rows, names: list[str], text: str,
+                    labelled: bool) -> list[dict[str, Any]]:
+    """Each row's prediction and (`labelled`) reference: a class name, a score, a tag per word (each word's first
+    sub-token's, the words the window held, with those words: `text` names their column), an answer text (QA's
+    `answered`: "" for no answer; SQuAD's `id` too)."""
+    if answered is not None:
+        predicted, references = answered(found), [answer["text"] for answer in rows["answers"]]
+    elif found["predictions"].is_floating_point():  # regression's scores
+        predicted, references = found["predictions"].tolist(), found["labels"].tolist()
+    else:
+        keep = found["labels"] != -100
+        predicted, references = ([[names[i] for i in values[k].tolist()] for values, k in zip(found[key], keep)]
+                                 if keep.ndim == 2 else [names[i] for i in found[key].tolist()]
+                                 for key in ("predictions", "labels"))
+    ids = rows["id"] if answered is not None and "id" in rows.column_names else None
+    words = rows[text] if predicted and isinstance(predicted[0], list) else None
+    return [{"row": i, **({"id": ids[i]} if ids else {}), **({"words": words[i][:len(p)]} if words else {}),
+             "prediction": p, **({"reference": r} if labelled else {})}
+            for i, (p, r) in enumerate(zip(predicted, references))]
+
+
+def write_predictions(folder: Path, predictions: list[dict[str, Any]]) -> None:
+    """predictions.jsonl, a row each; a translation's predictions.txt (sacreBLEU's hypotheses), a translation per
+    line; SQuAD's predictions.json (its evaluation scripts' input), each question's id -> answer; a tagger's
+    predictions.conll (conlleval's input), `word reference prediction` a line (unlabelled: `word prediction`), a blank
+    line after each sentence."""
+    with open(folder / "predictions.jsonl", "w", encoding="utf-8") as out:
+        out.writelines(strict_json.dumps(row, ensure_ascii=False) + "\n" for row in predictions)
+    if predictions and "source" in predictions[0]:
+        text = "".join(" ".join(row["prediction"].splitlines()) + "\n" for row in predictions)
+        (folder / "predictions.txt").write_text(text, encoding="utf-8")
+    if predictions and "words" in predictions[0]:
+        text = "".join("".join(" ".join(["_".join(tags[0].split()) or "_", *tags[1:]]) + "\n" for tags in zip(
+            row["words"], *([row["reference"]] if "reference" in row else []), row["prediction"])) + "\n"
+            for row in predictions)
+        (folder / "predictions.conll").write_text(text, encoding="utf-8")
+    if predictions and "id" in predictions[0]:
+        answers = {row["id"]: row["prediction"] for row in predictions}
+        (folder / "predictions.json").write_text(json.dumps(answers, ensure_ascii=False), encoding="utf-8")
+
+
 __all__ = ["BEGIN", "END", "ReportError", "card_metadata", "evaluation_section", "label", "plot_bleu_by_length",
-           "plot_scores", "read_baseline", "write_card", "write_results"]
+           "plot_scores", "read_baseline", "row_predictions", "write_card", "write_predictions", "write_results"]
