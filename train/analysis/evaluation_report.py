@@ -3,8 +3,7 @@ and (asked for) the model card's evaluation.
 
 - `plot_scores`: one small panel per task and metric, this model's bar beside the `--compare` baseline's (an earlier
   `lineage evaluate` output), as the harness leaderboards draw them;
-- `plot_bleu_by_length`: a translation model's BLEU per source-length bucket (`train.analysis.experiment`), with the
-  baseline's where it has one;
+- `plot_bleu_by_length`: a translator's BLEU per source-length bucket (`train.analysis.experiment`), and the baseline's;
 - `write_card`: the folder's `README.md` gets a `model-index` entry per task (one of the same task and data set, the
   run's own too, replaced) and an evaluation table between two markers (replaced on the next run); nothing else
   of the folder changes, and a run's manifest (`run.json` beside a run's `model/`) records the new card.
