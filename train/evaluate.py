@@ -66,14 +66,16 @@ def _number(kind: type, low: float, what: str):
     return parse
 
 
-def _finite(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number (a difference of logits), got {text!r}")
-    return value
+def _finite(what: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number ({what}), got {text!r}")
+        return value
+    return parse
 
 
 def _limit(text: str) -> float:
@@ -143,12 +145,12 @@ def command_parser() -> CommandParser:
                       help="question answering: questions may have no answer (SQuAD 2.0, run_qa.py's flag), given "
                            "where [CLS] scores higher (default: as the data's answers say; without them, the run's, "
                            "saved in config.json, else as its validation data)")
-    parser.add_argument("--null_score_diff_threshold", type=_finite, default=None,
+    parser.add_argument("--null_score_diff_threshold", type=_finite("a difference of logits"), default=None,
                         help="question answering: no answer only where [CLS] outscores the best span by more than "
                              "this, in logits (run_qa.py's flag, BERT's tau; default: the run's, saved in "
                              "config.json, else 0)")
     parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
-    parser.add_argument("--length_penalty", type=float, default=1.0)
+    parser.add_argument("--length_penalty", type=_finite("the length penalty's exponent"), default=1.0)
     parser.add_argument("--beam_search", choices=list(BEAM_SEARCHES), default="transformers",
                         help="gnmt: the Transformer paper's (GNMT's length penalty, at most source length + 50 tokens)")
     parser.add_argument("--max_new_tokens", type=_number(int, 1, "a number of tokens >= 1"), default=None,

@@ -182,7 +182,8 @@ def test_bad_arguments_are_refused_by_name_before_a_model_is_loaded(gpt, tmp_pat
         evaluate.main(["--model", str(gpt), "--tasks", str(task), *out])
     with pytest.raises(evaluate.EvaluateError, match="--model .* is not a saved model folder"):
         evaluate.main(["--model", str(tmp_path), "--tasks", "lineage_cloze", *out])
-    for flag, value in (("--limit", "0"), ("--batch_size", "0"), ("--num_fewshot", "-1")):
+    for flag, value in (("--limit", "0"), ("--batch_size", "0"), ("--num_fewshot", "-1"), ("--length_penalty", "nan"),
+                        ("--length_penalty", "-inf")):
         with pytest.raises(SystemExit):
             evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", flag, value, *out])
         assert f"argument {flag}" in capsys.readouterr().err
