@@ -51,7 +51,7 @@ from .layout import SequenceLayout
 from .linear import LineageLinear
 from .losses import lm_output, sequence_classification_loss, skips_logits
 from .packing import PackedSequences
-from .pretrained import LineageGenerationMixin, LineagePreTrainedModel
+from .pretrained import LineageGenerationMixin, LineagePreTrainedModel, causal_lm
 from .relative_positions import relative_attention_inputs
 
 logger = logging.get_logger(__name__)
@@ -376,6 +376,7 @@ class LineageBertForMaskedLM(LineageBertPreTrainedModel):
         )
 
 
+@causal_lm
 class LineageBertLMHeadModel(LineageBertPreTrainedModel, LineageGenerationMixin):
     """BERT as a left-to-right language model (`is_decoder=True`) with `generate()`; with `add_cross_attention=True` the
     decoder of a bert2bert `EncoderDecoderModel`."""

@@ -43,7 +43,7 @@ from .layout import SequenceLayout
 from .linear import LineageLinear
 from .losses import lm_head_loss, lm_output, sequence_classification_loss, skips_logits
 from .packing import VARLEN_KEYWORDS, PackedSequences
-from .pretrained import LineageGenerationMixin, LineagePreTrainedModel
+from .pretrained import LineageGenerationMixin, LineagePreTrainedModel, causal_lm
 from .relative_positions import relative_attention_inputs
 
 
@@ -145,6 +145,7 @@ class LineageGptModel(LineageGptPreTrainedModel):
         return BaseModelOutputWithPast(last_hidden_state=hidden_states, **cache_keyword(cache if use_cache else None))
 
 
+@causal_lm
 class LineageGptForCausalLM(LineageGptPreTrainedModel, LineageGenerationMixin):
     """Language modelling (section 3.1) and generation: greedy, sampling and beam search through `generate()`."""
 

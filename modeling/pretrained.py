@@ -10,6 +10,7 @@ from contextlib import nullcontext
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.utils.output_capturing import OutputRecorder
 
 from .arguments import CACHE_NAME, OLD_CACHE_NAME
@@ -96,6 +97,15 @@ class LineagePreTrainedModel(PreTrainedModel):
         return super().save_pretrained(save_directory, *args, **kwargs)
 
 
+def causal_lm(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
+    """Name a causal LM head in transformers' table of causal LMs under its model type, as its own causal LMs stand
+    there. `Trainer` with `label_smoothing_factor` computes the loss itself, shifting the labels only for a class it
+    finds in that table (trainer.py, `compute_loss`); `register` does not add it there. Done where the class is
+    defined, so that a class loaded with `trust_remote_code=True` is named too."""
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(model_class.config_class.model_type, model_class.__name__)
+    return model_class
+
+
 class LineageGenerationMixin(GenerationMixin):
     """transformers' `generate()` with its settings and lengths checked before the first step, and decoding steps that
     read no value back (`checks.generating`): on an accelerator a read waits for the device, and transformers' loop
@@ -143,4 +153,4 @@ class LineageGenerationMixin(GenerationMixin):
         super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
 
 
-__all__ = ["LineageGenerationMixin", "LineagePreTrainedModel"]
+__all__ = ["LineageGenerationMixin", "LineagePreTrainedModel", "causal_lm"]

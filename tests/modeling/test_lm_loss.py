@@ -5,7 +5,8 @@ ignored labels, label smoothing, `num_items_in_batch`, padded vocabulary columns
 tokens; it never keeps (N, V) logits for the backward pass, and under autocast casts the weight once. Every LM head
 (GPT, BERT MLM dense and sparse, BERT pretraining and causal LM, the Transformer with label smoothing, GPT's auxiliary
 LM loss) gives the dense path's loss and gradients, and compiled takes the dense logits; the rule for when logits are
-returned. A padded vocabulary: shapes, logits width, `generate()` and pipelines never emit a padded id, no gradient
+returned; `Trainer`'s label smoothing of a causal LM scores the next token, as for the references. A padded vocabulary:
+shapes, logits width, `generate()` and pipelines never emit a padded id, no gradient
 reaches the padding, save/load, resize, conversion to and from the transformers references, export, and bad values.
 """
 
@@ -14,7 +15,7 @@ import math
 import pytest
 import torch
 import transformers
-from conftest import preset
+from conftest import preset, run_clean_process
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers.loss.loss_utils import ForCausalLMLoss
@@ -586,3 +587,51 @@ def test_trainer_accumulation_matches_one_batch_and_predict_gets_logits(tmp_path
     assert not torch.allclose(trained[0]["lm_head.weight"], initial["lm_head.weight"])
     predictions = trainer.predict(rows).predictions
     assert predictions.shape == (4, 8, V)
+
+
+def label_smoothed_trainer_loss(model, tmp_path, batch: dict[str, torch.Tensor]) -> float:
+    """The loss `Trainer` computes with `label_smoothing_factor` (its own `LabelSmoother` over the model's logits)."""
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), label_smoothing_factor=0.1, report_to=[],
+                                          use_cpu=True)
+    trainer = transformers.Trainer(model=model.eval(), args=args)
+    return trainer.compute_loss(model, dict(batch)).item()
+
+
+@pytest.mark.parametrize("model_class, fields", [
+    (LineageGptForCausalLM, {"norm_position": "post", "intermediate_size": 128}),  # OpenAIGPT: 4 x hidden
+    (LineageGptForCausalLM, {"norm_position": "pre"}),  # GPT-2
+    (LineageBertLMHeadModel, {"is_decoder": True}),
+])
+def test_trainer_label_smoothing_shifts_a_causal_lms_labels_as_the_references(model_class, fields, tmp_path):
+    """`Trainer(label_smoothing_factor=...)` smooths the loss of the next token, as for the transformers reference
+    (GPT-2, OpenAIGPT, BertLMHeadModel): it shifts the labels only for a class named in its table of causal LMs."""
+    family = "gpt-tiny" if model_class is LineageGptForCausalLM else "bert-tiny"
+    model = model_class(preset(family, initializer_range=0.5, **fields, **NO_DROPOUT))  # logits far from uniform
+    batch = causal_batch()
+    batch["attention_mask"] = torch.ones_like(batch["input_ids"])  # the references number padded positions too
+    reference = to_transformers(model)
+    expected = label_smoothed_trainer_loss(reference, tmp_path, batch)
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    unshifted = transformers.trainer_pt_utils.LabelSmoother(0.1)({"logits": logits}, batch["labels"]).item()
+    assert abs(expected - unshifted) > 0.1  # the two alignments tell apart
+    assert label_smoothed_trainer_loss(model, tmp_path, batch) == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_causal_lm_loaded_as_remote_code_is_label_smoothed_on_the_next_token(tmp_path):
+    """The class `trust_remote_code=True` loads, in a process without Lineage, names itself a causal LM too."""
+    model = LineageGptForCausalLM(preset("gpt-tiny", **NO_DROPOUT))
+    model.save_pretrained(tmp_path / "model")
+    batch = causal_batch()
+    torch.save(batch, tmp_path / "batch.pt")
+    code = (
+        "import torch, transformers\n"
+        "model = transformers.AutoModelForCausalLM.from_pretrained('model', trust_remote_code=True)\n"
+        "args = transformers.TrainingArguments(output_dir='out', label_smoothing_factor=0.1, report_to=[], "
+        "use_cpu=True)\n"
+        "trainer = transformers.Trainer(model=model.eval(), args=args)\n"
+        "print(trainer.compute_loss(model, torch.load('batch.pt')).item())\n"
+    )
+    got = float(run_clean_process(code, cwd=tmp_path).strip().splitlines()[-1])
+    logits = model.eval()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    shifted = transformers.trainer_pt_utils.LabelSmoother(0.1)({"logits": logits}, batch["labels"], shift_labels=True)
+    assert got == pytest.approx(shifted.item(), abs=1e-5)
