@@ -143,14 +143,23 @@ class LineageGenerationMixin(GenerationMixin):
         check_generation_config(generation_config)
         return generation_config, model_kwargs
 
-    def _validate_generated_length(self, generation_config, input_ids_length, has_default_max_length):
-        """Refuse, before any forward pass, a (padded) prompt or a total length past the position table: the decoding
-        steps do not check their positions."""
+    def _prepare_generated_length(self, generation_config, has_default_max_length, has_default_min_length,
+                                  model_input_name, input_ids_length, inputs_tensor):
+        """transformers' lengths, then a refusal, before any forward pass, of a (padded) prompt or a total length past
+        the position table: the decoding steps do not check their positions. A decoder-only prompt given as
+        `inputs_embeds` takes its positions too, though `input_ids` (and `max_length`) count none of it."""
+        generation_config = super()._prepare_generated_length(
+            generation_config=generation_config, has_default_max_length=has_default_max_length,
+            has_default_min_length=has_default_min_length, model_input_name=model_input_name,
+            input_ids_length=input_ids_length, inputs_tensor=inputs_tensor)
         positions = getattr(self.config, "max_position_embeddings", None)
         if positions is not None:
-            check_generation_length(input_ids_length, generation_config.max_length, positions,
-                                    **self.generation_window)
-        super()._validate_generated_length(generation_config, input_ids_length, has_default_max_length)
+            window, prompt = self.generation_window, input_ids_length
+            if model_input_name == "inputs_embeds" and not self.config.is_encoder_decoder:
+                window, prompt = {**window, "name": "inputs_embeds"}, inputs_tensor.shape[1]
+            check_generation_length(prompt, generation_config.max_length - input_ids_length + prompt, positions,
+                                    **window)
+        return generation_config
 
 
 __all__ = ["LineageGenerationMixin", "LineagePreTrainedModel", "causal_lm"]

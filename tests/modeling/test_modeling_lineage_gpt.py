@@ -303,6 +303,11 @@ BAD_INPUTS = {
                                       lambda m: m.generate(tokens(1, 10), max_new_tokens=55)),
     "max_new_tokens_past_positions_beam": (_LM, "max_new_tokens",
                                            lambda m: m.generate(tokens(1, 10), max_new_tokens=60, num_beams=2)),
+    "max_new_tokens_past_positions_from_embeds": (  # the embedded prompt's positions count as the ids' do
+        _LM, r"60-token prompt `max_new_tokens` must be in \[1, 4\]",
+        lambda m: m.generate(inputs_embeds=torch.randn(1, 60, 32), max_new_tokens=6)),
+    "embedded_prompt_longer_than_context": (_LM, r"prompt \(`inputs_embeds`\) has 70 tokens",
+                                            lambda m: m.generate(inputs_embeds=torch.randn(1, 70, 32))),
     "classification_row_without_tokens": (
         _CLS, r"Row 1 .* no non-padding token",
         lambda m: m(tokens(2, 4), attention_mask=torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])),
