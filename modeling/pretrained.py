@@ -119,6 +119,13 @@ class LineageGenerationMixin(GenerationMixin):
 
     @functools.wraps(GenerationMixin.generate)
     def generate(self, *args, **kwargs):
+        assistant = kwargs.get("assistant_model")
+        # transformers refuses a stateful model (its own message), not a stateful assistant
+        if getattr(assistant, "_is_stateful", False) and not self._is_stateful:
+            raise ValueError(
+                f"assisted generation is not supported with a stateful assistant model, such as "
+                f"{type(assistant).__name__}: its state cannot be cut back past a rejected draft token."
+            )
         given = kwargs.get(CACHE_NAME, kwargs.get(OLD_CACHE_NAME))
         held = given.get_seq_length() if given is not None else 0  # (a static cache's length is a tensor)
         own = isinstance(held, int) and held == 0 and kwargs.get("position_ids") is None

@@ -13,6 +13,7 @@ from modeling import (
     LineageRnnConfig,
     LineageRnnForConditionalGeneration,
     LineageRnnModel,
+    LineageTransformerForConditionalGeneration,
 )
 from modeling.arguments import CACHE_NAME
 from modeling.modeling_lineage_rnn import LineageRnnCache, LineageRnnEncoderOutput
@@ -309,6 +310,18 @@ def test_assisted_generation_is_refused_by_name_before_any_module_runs(assistanc
                                          "LineageRnnForConditionalGeneration"):
         model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=3, **assistance)
     assert calls == []
+
+
+def test_an_rnn_assistant_is_refused_by_name_before_any_module_runs():
+    """A Transformer of the same vocabulary drafted for by an RNN: the assistant's state would be cut back too."""
+    model = LineageTransformerForConditionalGeneration(preset("transformer-tiny"))
+    assistant = build()
+    model_calls, assistant_calls = record_kernel_calls(model), record_kernel_calls(assistant)
+    input_ids, _ = sources((7,))
+    with pytest.raises(ValueError, match="assisted generation is not supported with a stateful assistant model, such "
+                                         "as LineageRnnForConditionalGeneration"):
+        model.generate(input_ids, max_new_tokens=3, assistant_model=assistant)
+    assert model_calls == [] and assistant_calls == []
 
 
 def test_a_static_cache_request_keeps_the_recurrent_state_and_its_tokens():
