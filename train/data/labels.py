@@ -46,16 +46,16 @@ def _skipped(value: object, word: int | None, skip_unlabeled: bool) -> bool:
 
 def _check_values(dataset: datasets.Dataset, source: str, column: str, kind: type | None,
                   skip_unlabeled: bool) -> type | None:
-    """The labels' type (str or int); raises `LabelError` for anything that is not a class."""
+    """The labels' type (str, int or bool); raises `LabelError` for anything that is not a class."""
     for row, word, value in _labels(dataset, column):
         if isinstance(value, float) and value.is_integer():  # a whole number in a column Arrow widened to floats
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
+        if not isinstance(value, (int, str)):  # bool is an int
             score = word is None and isinstance(value, float)
             raise LabelError(f"{row_location(source, row, column)}: {_named(value, word)} is not a class: labels must "
-                             f"be integer class ids or strings (got {type(value).__name__}"
+                             f"be integer class ids, strings or booleans (got {type(value).__name__}"
                              f"{'; for scores such as 3.8, set task: regression' if score else ''})")
-        if kind is not None and not isinstance(value, kind):
+        if kind is not None and type(value) is not kind:  # True is no class id 1
             raise LabelError(f"{row_location(source, row, column)}: {_named(value, word)} is a "
                              f"{type(value).__name__} but earlier labels are {kind.__name__}s; use one type for every "
                              f"label")
@@ -87,6 +87,10 @@ def _integral(dataset: datasets.Dataset, column: str) -> datasets.Dataset:
         return dataset
     integers = datasets.Value("int64")
     return dataset.cast_column(column, datasets.List(integers) if value is not feature else integers)
+
+
+# the classes of boolean labels (a column pandas writes True / False, JSON true / false), as their ids 0 and 1
+BOOLEANS = ["False", "True"]
 
 
 # why a cut split shows fewer classes than its data has: what the notices of `class_labels` advise
@@ -166,7 +170,7 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
                          f"two classes or more (a file sorted by label shows one class in its first rows), or set the "
                          f"recipe key allow_single_class: true")
     declared = _class_feature(train.features[column])
-    names = (list(declared.names) if declared else sorted(counts) if kind is str
+    names = (list(declared.names) if declared else sorted(counts) if kind is str else BOOLEANS if kind is bool
              else [str(i) for i in range(max(values) + 1)])
     known = set(range(len(names))) if declared and kind is int else set(counts)
     unseen = [i for i in range(len(names)) if i not in counts] if kind is int else []
@@ -194,7 +198,7 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
     if skip_unlabeled and kind is int:
         train = _drop_unlabeled(train, column, sources[0])
         validation = _labelled_validation(validation, column, sources[1])
-    if kind is str:
+    if kind in (str, bool):  # a boolean column (pandas' True / False) casts to the ids 0 and 1 of False and True
         label = datasets.ClassLabel(names=names)
         feature = datasets.List(label) if tags else label
         train = train.cast_column(column, feature)

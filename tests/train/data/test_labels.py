@@ -2,7 +2,8 @@
 required of the validation split, rows labelled -1 left out of both with `skip_unlabeled`, and a stream that declares
 no classes refused naming the file and the column; integer ids read whole (`class_labels`): a validation id the
 training split never shows refused, ids (or declared classes) the training split leaves out said, and a validation
-split of one class among several trained said, with the likely cause (a split sorted by label, cut). Scores
+split of one class among several trained said, with the likely cause (a split sorted by label, cut); booleans as
+pandas writes them, the classes False and True. Scores
 (`score_labels`, the task regression): any real number kept as it is, text and infinity refused naming the row and
 value, in memory and as a stream is read, rows labelled -1 or without a score (null, empty, NaN) left out on request,
 else refused naming skip_unlabeled. Bad labels read whole:
@@ -220,3 +221,25 @@ def test_declared_classes_the_training_split_never_shows_are_said(capsys):
     assert names == NAMES
     assert "never shows the class 'neutral' of the 3 its data declares: the model gets them all, 1 never trained" in \
         capsys.readouterr().out
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_boolean_labels_as_pandas_writes_them_are_the_classes_false_and_true(suffix, tmp_path):
+    """A boolean column (`df["label"] = df.stars >= 4`: True / False in pandas' CSV, true / false in its JSON Lines, a
+    parquet bool) trains two classes, False 0 and True 1 (before: refused, 'got bool'); integer ids beside booleans
+    are refused as a mix of types, not read as the classes of False and True."""
+    import pandas as pd
+
+    from train.data.files import load_text_dataset
+    write = {".csv": lambda df, path: df.to_csv(path, index=False),
+             ".jsonl": lambda df, path: df.to_json(path, orient="records", lines=True),
+             ".parquet": lambda df, path: df.to_parquet(path)}[suffix]
+    paths = [tmp_path / f"train{suffix}", tmp_path / f"dev{suffix}"]
+    for path, labels in zip(paths, ([True, False, False, True], [False, True])):
+        write(pd.DataFrame({"text": [f"row {i}" for i in range(len(labels))], "label": labels}), path)
+    train, dev = (load_text_dataset(str(path), columns=(("text", "text"), ("label", "label"))) for path in paths)
+    names, train_ids, dev_ids = class_labels(train, dev, "label", (str(paths[0]), str(paths[1])))
+    assert names == ["False", "True"] and train_ids["label"] == [1, 0, 0, 1] and dev_ids["label"] == [0, 1]
+    with pytest.raises(LabelError, match=r"dev.jsonl: row 0, column 'label': label 0 is a int but earlier labels are "
+                                         r"bools; use one type for every label"):
+        class_labels(train, _split([0, 1], None), "label", (str(paths[0]), "dev.jsonl"))
