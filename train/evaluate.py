@@ -118,7 +118,7 @@ def command_parser() -> CommandParser:
                                                         "file, a Hub dataset or embedded:<task>")
     parser.add_argument("--dataset_config", default=None, help="the Hub dataset's configuration")
     parser.add_argument("--split", default="test", help="the split of --dataset (a local file is one split: give "
-                                                        "train or nothing)")
+                                                        "train or nothing; a folder may name its files' splits)")
     parser.add_argument("--task", default=None, help="classification models: sequence-classification, nli, "
                                                      "regression, token-classification or question-answering "
                                                      "(default: the task the run fine-tuned it for, else its head's)")

@@ -197,26 +197,92 @@ def _listed_language(path: Path) -> bool:
 DOCUMENTATION = re.compile(r"(readme|licen[cs]e|copying|changelog|citation)([._-].*)?", re.IGNORECASE)
 
 
+def _listed(folder: Path, suffixes: Sequence[str], languages: bool = False) -> tuple[list[Path], list[Path]]:
+    """`(data, documentation)`: a folder's files of `suffixes` (and of `LANGUAGES` where `languages`), sorted, apart
+    from those its `DOCUMENTATION` names."""
+    listed = sorted(p for p in folder.iterdir() if p.is_file() and (
+        suffix(p) in suffixes or (languages and _listed_language(p))))
+    return ([p for p in listed if not DOCUMENTATION.fullmatch(p.name)],
+            [p for p in listed if DOCUMENTATION.fullmatch(p.name)])
+
+
+# the splits datasets reads from a folder, and the words of a file's or folder's name that say one
+# (datasets.data_files.SPLIT_KEYWORDS: dev.csv is validation, eval.csv test), between `-._ 0-9` or the name's ends
+SPLIT_WORDS = {"train": ("training", "train"), "validation": ("validation", "valid", "dev", "val"),
+               "test": ("testing", "test", "evaluation", "eval")}
+_SPLIT_WORD = re.compile(r"(?:^|[-._ 0-9])(" + "|".join(w for ws in SPLIT_WORDS.values() for w in ws)
+                         + r")(?=[-._ 0-9]|$)")
+
+
+def _named_splits(name: str) -> set[str]:
+    return {split for word in _SPLIT_WORD.findall(name) for split, words in SPLIT_WORDS.items() if word in words}
+
+
+def folder_splits(folder: str | Path, suffixes: Sequence[str] = tuple(FORMATS)) -> dict[str, list[Path]]:
+    """{split: its files} of a folder whose data files name their splits as datasets reads them (`SPLIT_WORDS`):
+    files of two splits or more (train.csv, dev.csv), or, where the folder holds none, the files in its `data`
+    folder (a Hub repository's data/train-00000-of-00001.parquet) or in folders named by a split (train/,
+    validation/); {} for a folder of another layout, whose files are one split. A file that names no split, or two,
+    beside files of splits is refused, naming it."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir() or _is_saved(folder):
+        return {}
+    files = _listed(folder, suffixes)[0]
+    if files:
+        named = {f: _named_splits(f.name) for f in files}
+        if len(set().union(*named.values())) < 2:
+            return {}
+    else:
+        inner = folder / "data"
+        folders = [d for d in sorted(folder.iterdir()) if d.is_dir() and _named_splits(d.name)]
+        if inner.is_dir() and not folders:
+            named = {f: _named_splits(f.name) for f in _listed(inner, suffixes)[0]}
+        else:
+            named = {f: _named_splits(d.name) for d in folders for f in _listed(d, suffixes)[0]}
+    odd = next((f for f, splits in named.items() if len(splits) != 1), None)
+    if odd is not None:
+        said = ", ".join(f"{f.relative_to(folder)}: {next(iter(s))}" for f, s in named.items() if len(s) == 1)
+        names = " and ".join(sorted(named[odd])) or "none"
+        raise DataError(f"{folder}: its files name their splits, as datasets reads a folder ({said}), but "
+                        f"{odd.relative_to(folder)} names {names}: give each file a name of one split (train, "
+                        f"validation or dev, test), or move it out")
+    splits: dict[str, list[Path]] = {}
+    for file, split in named.items():
+        splits.setdefault(next(iter(split)), []).append(file)
+    return splits
+
+
 def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[str] = tuple(FORMATS),
-                  say: bool = False, languages: bool = False) -> list[Path]:
+                  say: bool = False, languages: bool = False, split: str = "train") -> list[Path]:
     """The data files named by a path, a folder (its files of `suffixes`, and of `LANGUAGES` where `languages`,
-    sorted, but its `DOCUMENTATION`, left out and, where `say`, said) or a list of paths."""
+    sorted, but its `DOCUMENTATION`, left out and, where `say`, said; those of `split` in a folder of splits,
+    `folder_splits`) or a list of paths."""
     items = [source] if isinstance(source, (str, Path)) else list(source)
     files: list[Path] = []
     for item in items:
         path = Path(item).expanduser()
-        if path.is_dir():
-            listed = sorted(p for p in path.iterdir() if p.is_file() and (
-                suffix(p) in suffixes or (languages and _listed_language(p))))
-            found = [p for p in listed if not DOCUMENTATION.fullmatch(p.name)]
-            left = [p.name for p in listed if p not in found]
-            why = f"{', '.join(left)} left out: documentation by {'its' if len(left) == 1 else 'their'} name, not data"
+        languaged = languages and path.is_dir() and any(map(_listed_language, path.iterdir()))
+        splits = folder_splits(path, suffixes) if path.is_dir() and not languaged else {}
+        if split in splits:
+            files.extend(splits[split])
+        elif splits:
+            raise UnknownSplitError(f"{path}: its files name the splits {', '.join(splits)} (as datasets reads a "
+                                    f"folder), not {split!r}")
+        elif path.is_dir():
+            found, left = _listed(path, suffixes, languages)
+            names = ", ".join(p.name for p in left)
+            why = f"{names} left out: documentation by {'its' if len(left) == 1 else 'their'} name, not data"
             if left and say and found:
                 print(f"{path}: {why} (name a file to read it)", flush=True)
             if not found:
                 of = ", <prefix>.<language> (train.en)" if languages else ""
+                inner = [d.name for d in sorted(path.iterdir()) if d.is_dir() and (
+                    _is_saved(d) or folder_splits(d, suffixes) or _listed(d, suffixes)[0])]
+                many = len(inner) > 1
+                held = (f"; its folder{'s' if many else ''} {', '.join(inner)} hold{'' if many else 's'} data: name "
+                        f"{'one' if many else 'it'}" if inner else "")
                 raise DataFileNotFoundError(f"{path}: folder holds no data files ({', '.join(suffixes)}{of})"
-                                            f"{f'; {why}' if left else ''}")
+                                            f"{f'; {why}' if left else ''}{held}")
             files.extend(found)
         elif path.is_file():
             files.append(path)
@@ -409,9 +475,12 @@ def _is_saved(path: Path) -> bool:
 
 
 def saved_splits(source: str | Path) -> list[str]:
-    """The splits of a folder ``DatasetDict.save_to_disk`` wrote (none for any other source)."""
+    """The splits of a folder ``DatasetDict.save_to_disk`` wrote, or of one whose files name them (`folder_splits`);
+    none for any other source."""
     path = Path(source).expanduser() / "dataset_dict.json"
-    return json.loads(path.read_text(encoding="utf-8")).get("splits", []) if path.is_file() else []
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8")).get("splits", [])
+    return list(folder_splits(source)) if isinstance(source, (str, Path)) else []
 
 
 def _show_files(source: str | Path | Sequence[str | Path], files: list[Path]) -> None:
@@ -457,7 +526,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         return _load_saved(Path(source).expanduser(), split, kinds, streaming)
     if isinstance(source, (str, Path)) and not _is_local(str(source)):
         return _load_hub(str(source), split, kinds, streaming, dataset_config, cache_dir)
-    files = _local_files(source, columns, say=True)
+    files = _local_files(source, columns, say=True, split=split)
     if "words" in kinds.values() and not data_format and all(
             suffix(f) == ".tsv" or FORMATS.get(suffix(f), "text") == "text" for f in files):
         from train.data.conll_files import load_conll  # which imports this module
@@ -490,14 +559,15 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     return _checked(dataset, kinds, refuse, records=fmt != "text")
 
 
-def _local_files(source: str | Path | Sequence[str | Path], columns: Columns, say: bool = False) -> list[Path]:
+def _local_files(source: str | Path | Sequence[str | Path], columns: Columns, say: bool = False,
+                 split: str = "train") -> list[Path]:
     """The files named, or a folder's of the suffixes the task of `columns` reads (`resolve_files`: for word lists,
-    CoNLL's too)."""
+    CoNLL's too; in a folder of splits, `split`'s)."""
     kinds = _kinds(columns)
     words = "words" in kinds.values()  # token classification: CoNLL, as its corpora ship
     try:
         return resolve_files(source, (*FORMATS, *CONLL_SUFFIXES) if words else tuple(FORMATS), say,
-                             list(kinds.values()) == ["text"])
+                             list(kinds.values()) == ["text"], split)
     except DataFileNotFoundError as error:
         raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}{_folder_hint(source, kinds)}") from None
 

@@ -38,7 +38,8 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
     embedded = source.startswith("embedded:")
     name = split if split == "train" else recipe.validation_split  # the split of a dataset read
     if split != "train" and recipe.validation_file is None and name in saved_splits(source):
-        print(f"{source}: evaluating on its saved split {name!r} (set validation_file to evaluate on other data)",
+        kind = "saved split" if Path(source, "dataset_dict.json").expanduser().is_file() else "files of the split"
+        print(f"{source}: evaluating on its {kind} {name!r} (set validation_file to evaluate on other data)",
               flush=True)
     streamed = recipe.streaming and (split == "train" or (recipe.validation_file is None and not embedded))
     kwargs = ({"size": size, "seed": recipe.seed} if embedded

@@ -1,6 +1,7 @@
 """A `save_to_disk` DatasetDict given as `train_file` or `dataset` is read as a Hub dataset is: its `train` split
 trains and its `validation` split evaluates (said once), in memory and streamed; `validation_file` still wins, and a
-folder of a `train` split alone evaluates on nothing, as any local data without a validation file.
+folder of a `train` split alone evaluates on nothing, as any local data without a validation file; so is a folder
+whose files name their splits as datasets reads them (train.csv and dev.csv, a Hub repository's data/ folder).
 `validation_split` names another split that evaluates (MNLI's `validation_matched`); a Hub dataset or saved folder
 without the split, of other splits, is refused naming its splits and the key. Question-answering windows too short
 for a question of `max_query_length` tokens are refused exactly where the tokenizer would panic, with lengths that
@@ -46,6 +47,75 @@ def test_a_saved_validation_split_evaluates(key, streaming, tmp_path, capsys):
     assert sum(1 for _ in train) == 12
     assert list(validation["premise"]) == [r["premise"] for r in generate_records("nli", "validation", size=5)]
     assert f"{folder}: evaluating on its saved split 'validation'" in capsys.readouterr().out
+
+
+def _split_files(tmp_path, layout: str):
+    """A folder of the splits train (12 rows), validation (5) and test (3), as the tools write them: pandas' CSV files
+    named by their split (dev.csv: validation); a Hub repository's data/<split>-00000-of-00001.parquet, as
+    `Dataset.to_parquet` writes each split; `Dataset.to_json` into a folder per split (train/, validation/)."""
+    import pandas as pd
+
+    folder = tmp_path / "glue"
+    for split, size in (("train", 12), ("validation", 5), ("test", 3)):
+        rows = datasets.Dataset.from_list(generate_records("nli", split, size=size))
+        if layout == "named files":
+            folder.mkdir(exist_ok=True)
+            pd.DataFrame(rows.to_list()).to_csv(folder / f"{'dev' if split == 'validation' else split}.csv",
+                                                index=False)
+        elif layout == "hub data folder":
+            (folder / "data").mkdir(parents=True, exist_ok=True)
+            rows.to_parquet(folder / "data" / f"{split}-00000-of-00001.parquet")
+        else:
+            (folder / split).mkdir(parents=True)
+            rows.to_json(folder / split / "shard-0.jsonl")
+    if layout == "hub data folder":
+        (folder / "README.md").write_text("---\nlicense: mit\n---\n")
+    return folder
+
+
+@pytest.mark.parametrize("streaming", ["false", "true"])
+@pytest.mark.parametrize("layout", ["named files", "hub data folder", "split folders"])
+def test_a_folder_of_files_named_by_their_splits_trains_on_train_and_evaluates_on_validation(layout, streaming,
+                                                                                             tmp_path, capsys):
+    """As datasets reads such a folder (`load_dataset(folder)`): before, its files were read as one training split,
+    the validation and test rows trained on (or the Hub's layout refused: 'folder holds no data files')."""
+    folder = _split_files(tmp_path, layout)
+    train, validation = load_splits(_recipe("--train_file", str(folder), "--streaming", streaming), COLUMNS)
+    assert [row["premise"] for row in train] == [r["premise"] for r in generate_records("nli", "train", size=12)]
+    assert list(validation["premise"]) == [r["premise"] for r in generate_records("nli", "validation", size=5)]
+    assert f"{folder}: evaluating on its files of the split 'validation'" in capsys.readouterr().out
+    _, test = load_splits(_recipe("--dataset", str(folder), "--validation_split", "test"), COLUMNS)
+    assert list(test["premise"]) == [r["premise"] for r in generate_records("nli", "test", size=3)]
+
+
+def test_a_folder_of_split_files_with_a_file_of_no_split_is_refused_naming_it(tmp_path):
+    folder = _split_files(tmp_path, "named files")
+    (folder / "notes.csv").write_text((folder / "test.csv").read_text())
+    with pytest.raises(ValueError, match=re.escape(f"{folder}: its files name their splits, as datasets reads a folder "
+                                                   "(dev.csv: validation, test.csv: test, train.csv: train), but "
+                                                   "notes.csv names none: give each file a name of one split")):
+        load_splits(_recipe("--train_file", str(folder)), COLUMNS)
+
+
+def test_a_folder_of_split_files_without_the_validation_split_is_refused_naming_its_splits(tmp_path):
+    folder = _split_files(tmp_path, "named files")
+    (folder / "dev.csv").rename(folder / "eval.csv")  # datasets' word for a test split
+    with pytest.raises(UnknownSplitError, match=re.escape(f"{folder}: its files name the splits test, train (as "
+                                                          "datasets reads a folder), not 'validation'; set the recipe "
+                                                          "key validation_split")):
+        load_splits(_recipe("--train_file", str(folder)), COLUMNS)
+
+
+def test_a_folder_of_configuration_folders_is_refused_naming_them(tmp_path):
+    """A Hub repository of several configurations (glue/cola/..., glue/sst2/...): name the one to read."""
+    (tmp_path / "glue").mkdir()
+    for config in ("sst2", "cola"):
+        (tmp_path / config).mkdir()
+        _split_files(tmp_path / config, "hub data folder").rename(tmp_path / "glue" / config)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'glue'}: folder holds no data files (.txt, "
+                                                          ".text, .raw, .jsonl, .json, .csv, .tsv, .parquet); its "
+                                                          "folders cola, sst2 hold data: name one")):
+        load_splits(_recipe("--train_file", str(tmp_path / "glue")), COLUMNS)
 
 
 def test_a_validation_file_wins_over_the_saved_split(tmp_path):
