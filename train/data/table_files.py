@@ -1,6 +1,7 @@
 """Tables in data files, read as datasets reads them: a CSV's dialect and records, JSON Lines or a JSON array (a
 whole table in one JSON object, as pandas writes it, refused naming the call that writes rows), the columns of a
-file's head, the first line datasets could not read, and the line an editor shows a row on (`row_location`)."""
+file's head (a CSV's first line that names none, `header_problem`), the first line datasets could not read, and the
+line an editor shows a row on (`row_location`)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,40 @@ def columns_of(path: Path, fmt: str) -> list[str]:
                 raise EmptyDataFileError(f"{path}: has a header line but no rows")
             return header
         return _json_columns(path, handle)
+
+
+# separators a CSV may have been written with, and their names in messages
+_SEPARATORS = {";": "semicolons", "\t": "tabs", ",": "commas", "|": "vertical bars"}
+
+
+def _is_number(field: str) -> bool:
+    try:
+        float(field)
+    except ValueError:
+        return False
+    return field.strip() != "" and field.strip().lower() not in ("nan", "inf", "-inf", "infinity")
+
+
+def header_problem(path: Path, header: list[str]) -> str | None:
+    """Why the first line of a CSV or TSV file, which lacks a column the task reads, names no columns: one field
+    that another separator divides (Excel's semicolons, where a comma is the decimal separator; a TSV named .csv), or
+    a row of data (a number among its fields: GLUE's CoLA files have no header); None where it reads as a header."""
+    ours = "tabs" if suffix(path) == ".tsv" else "commas"
+    if len(header) == 1:
+        for separator, name in _SEPARATORS.items():
+            parts = header[0].split(separator)
+            if name != ours and len(parts) > 1 and all(p.strip() for p in parts):
+                way = ("name the file .tsv" if separator == "\t" else "name the file .csv" if separator == "," else
+                       "write it with commas (pandas: df.to_csv(path, index=False); a spreadsheet: CSV, comma "
+                       "delimited)")
+                return (f"line 1 (the header) is one field, {header[0]!r}: a {suffix(path)} file is split at {ours}, "
+                        f"and {name} divide it into {', '.join(map(repr, parts))}; {way}")
+    number = next(((i, f) for i, f in enumerate(header, 1) if _is_number(f)), None)
+    if number is not None:
+        return (f"line 1 reads as a row of data, not a header naming the columns: its field {number[0]}, "
+                f"{number[1]!r}, is a number (GLUE's CoLA files, for one, have no header); add a first line naming "
+                f"the columns, split at {ours} as the rows are")
+    return None
 
 
 def _json_columns(path: Path, handle: IO[str]) -> list[str]:
@@ -241,4 +276,4 @@ def find_bad_file(files: list[Path], fmt: str) -> None:
             _find_bad_csv_line(path)
 
 
-__all__ = ["FileRows", "columns_of", "find_bad_file", "row_location"]
+__all__ = ["FileRows", "columns_of", "find_bad_file", "header_problem", "row_location"]

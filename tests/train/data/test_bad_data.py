@@ -166,6 +166,28 @@ def test_a_duplicated_csv_header_column_is_refused(tmp_path):
         load(path, ("text", "label"), tmp_path)
 
 
+@pytest.mark.parametrize("name, write, message", [
+    ("excel.csv", lambda df, path: df.to_csv(path, sep=";", index=False),
+     "line 1 (the header) is one field, 'text;label': a .csv file is split at commas, and semicolons "
+     "divide it into 'text', 'label'; write it with commas (pandas: df.to_csv(path, index=False); a spreadsheet: CSV, "
+     "comma delimited)"),
+    ("tabs.csv", lambda df, path: df.to_csv(path, sep="\t", index=False),
+     "line 1 (the header) is one field, 'text\\tlabel': a .csv file is split at commas, and tabs divide it "
+     "into 'text', 'label'; name the file .tsv"),
+    ("cola.tsv", lambda df, path: df.assign(source="gj04")[["source", "label", "text"]].to_csv(
+        path, sep="\t", index=False, header=False),
+     "line 1 reads as a row of data, not a header naming the columns: its field 2, '1', is a number (GLUE's "
+     "CoLA files, for one, have no header); add a first line naming the columns, split at tabs as the rows are"),
+])
+def test_a_csv_first_line_that_names_no_columns_says_why(name, write, message, tmp_path):
+    """Before: 'no column 'text' in the header (line 1); the file has columns ['text;label']' (['gj04', '1', 'It
+    rains.']), with the advice to name the columns by recipe keys."""
+    write(pd.DataFrame({"text": ["It rains.", "It snows."], "label": [1, 0]}), tmp_path / name)
+    with pytest.raises(MalformedRowError) as refusal:
+        load(tmp_path / name, ("text", "label"), tmp_path)
+    assert str(refusal.value) == f"{tmp_path / name}: {message}"
+
+
 # ----------------------------------------------------------------------------- 4. corrupt compressed files
 
 @pytest.mark.parametrize("name, content, kind", [
