@@ -46,7 +46,7 @@ from train.data.file_bytes import (
     text_lines,
 )
 from train.data.fingerprints import files_digest
-from train.data.table_files import columns_of, find_bad_file, header_problem, row_location
+from train.data.table_files import columns_of, find_bad_file, header_problem, row_location, text_problem
 from train.data.workers import process_count
 
 CONLL_SUFFIXES = (".conll", ".iob", ".bio")  # listed in a folder where the task reads word lists, beside FORMATS
@@ -340,6 +340,8 @@ def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> 
         missing = [c for c in columns if c not in found and c.split(".")[0] not in found]  # "translation.de"
         if missing and fmt == "csv" and (problem := header_problem(path, found)):
             raise MalformedRowError(f"{path}: {problem}")
+        if missing and fmt == "text":
+            raise UnknownColumnError(f"{path}: {text_problem(path, missing[0])}")  # as any missing column (evaluate)
         if missing:
             where = "the header (line 1)" if fmt == "csv" else "line 1" if fmt == "json" else "the schema"
             raise UnknownColumnError(f"{path}: no column {missing[0]!r} in {where}; the file has columns {found}")

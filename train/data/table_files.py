@@ -1,7 +1,7 @@
 """Tables in data files, read as datasets reads them: a CSV's dialect and records, JSON Lines or a JSON array (a
 whole table in one JSON object, as pandas writes it, refused naming the call that writes rows), the columns of a
-file's head (a CSV's first line that names none, `header_problem`), the first line datasets could not read, and the
-line an editor shows a row on (`row_location`)."""
+file's head (why a CSV's first line or a text file names none: `header_problem`, `text_problem`), the first line
+datasets could not read, and the line an editor shows a row on (`row_location`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from train.data.errors import EmptyDataFileError, MalformedRowError
-from train.data.file_bytes import FORMATS, check_utf8, compression, suffix
+from train.data.file_bytes import FORMATS, check_utf8, compression, suffix, text_lines
 
 
 def columns_of(path: Path, fmt: str) -> list[str]:
@@ -69,6 +69,16 @@ def header_problem(path: Path, header: list[str]) -> str | None:
                 f"{number[1]!r}, is a number (GLUE's CoLA files, for one, have no header); add a first line naming "
                 f"the columns, split at {ours} as the rows are")
     return None
+
+
+def text_problem(path: Path, column: str) -> str:
+    """Why a plain-text file has no `column`: its rows are its lines, the one column `text`; where they hold tabs (a
+    table, as ManyThings' Tatoeba pairs `deu.txt`), how it reads as one."""
+    first = next((line for line in text_lines(path) if line.strip()), "")
+    table = (f"; its lines hold tabs, as a table's (line 1: {first[:60]!r}): name the file .tsv, with a first line "
+             f"naming its columns, split at tabs" if "\t" in first else "")
+    return (f"no column {column!r}: a {suffix(path)} file is read as text, its lines (or paragraphs) the one column "
+            f"'text'{table}")
 
 
 def _json_columns(path: Path, handle: IO[str]) -> list[str]:
@@ -276,4 +286,4 @@ def find_bad_file(files: list[Path], fmt: str) -> None:
             _find_bad_csv_line(path)
 
 
-__all__ = ["FileRows", "columns_of", "find_bad_file", "header_problem", "row_location"]
+__all__ = ["FileRows", "columns_of", "find_bad_file", "header_problem", "row_location", "text_problem"]

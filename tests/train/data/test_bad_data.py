@@ -188,6 +188,19 @@ def test_a_csv_first_line_that_names_no_columns_says_why(name, write, message, t
     assert str(refusal.value) == f"{tmp_path / name}: {message}"
 
 
+@pytest.mark.parametrize("tabs", [True, False])
+def test_a_text_file_given_for_columns_says_it_is_one_column_of_lines(tabs, tmp_path):
+    """ManyThings' Tatoeba pairs (deu.txt: English, German and an attribution, split at tabs) for a translation;
+    before: 'no column 'en' in the schema; the file has columns ['text']', advising the column keys."""
+    path = tmp_path / "deu.txt"
+    path.write_text("Go.\tGeh.\tCC-BY 2.0 (France) Attribution: tatoeba.org #2877272\n" if tabs else "Go.\n")
+    table = (r"; its lines hold tabs, as a table's \(line 1: 'Go.\\tGeh.\\tCC-BY 2.0 \(France\) Attribution: "
+             r"tatoeba.org #287727'\): name the file .tsv, with a first line naming its columns, split at tabs$")
+    with pytest.raises(DataError, match=r"deu.txt: no column 'en': a .txt file is read as text, its lines \(or "
+                                        r"paragraphs\) the one column 'text'" + (table if tabs else "$")):
+        load(path, (("en", "text"), ("de", "text")), tmp_path)
+
+
 # ----------------------------------------------------------------------------- 4. corrupt compressed files
 
 @pytest.mark.parametrize("name, content, kind", [
