@@ -215,7 +215,15 @@ _SPLIT_WORD = re.compile(r"(?:^|[-._ 0-9])(" + "|".join(w for ws in SPLIT_WORDS.
                          + r")(?=[-._ 0-9]|$)")
 
 
+# the Hub's shards, named by a split of any name: validation_matched-00000-of-00001.parquet
+_SHARD = re.compile(r"(?P<split>\w+)-\d{5}-of-\d{5}(\..*)?")
+
+
 def _named_splits(name: str) -> set[str]:
+    """The splits a file's or folder's name says: a Hub shard's its own (any name, as datasets reads one), else those
+    of `SPLIT_WORDS` in it."""
+    if shard := _SHARD.fullmatch(name):
+        return {shard["split"]}
     return {split for word in _SPLIT_WORD.findall(name) for split, words in SPLIT_WORDS.items() if word in words}
 
 

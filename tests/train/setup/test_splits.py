@@ -106,6 +106,24 @@ def test_a_folder_of_split_files_without_the_validation_split_is_refused_naming_
         load_splits(_recipe("--train_file", str(folder)), COLUMNS)
 
 
+def test_hub_shards_name_splits_of_any_name(tmp_path, capsys):
+    """The Hub's glue/mnli folder: <split>-00000-of-00001.parquet of the splits train, validation_matched,
+    validation_mismatched, test_matched (as datasets reads a shard's split from its name)."""
+    folder = tmp_path / "mnli"
+    folder.mkdir()
+    for split, size in (("train", 12), ("validation_matched", 5), ("validation_mismatched", 4), ("test_matched", 3)):
+        rows = datasets.Dataset.from_list(generate_records("nli", split.split("_")[0], size=size))
+        rows.to_parquet(folder / f"{split}-00000-of-00001.parquet")
+    with pytest.raises(UnknownSplitError, match=re.escape("its files name the splits test_matched, train, "
+                                                          "validation_matched, validation_mismatched (as datasets "
+                                                          "reads a folder), not 'validation'; set the recipe key "
+                                                          "validation_split")):
+        load_splits(_recipe("--train_file", str(folder)), COLUMNS)
+    train, validation = load_splits(_recipe("--train_file", str(folder), "--validation_split", "validation_matched"),
+                                    COLUMNS)
+    assert (len(train), len(validation)) == (12, 5)
+
+
 def test_a_folder_of_configuration_folders_is_refused_naming_them(tmp_path):
     """A Hub repository of several configurations (glue/cola/..., glue/sst2/...): name the one to read."""
     (tmp_path / "glue").mkdir()
