@@ -420,7 +420,11 @@ def value_error(location: str, column: str, kind: str | None, value: object) -> 
                          f"{SQUAD_ANSWERS}")
     found_type = type(value).__name__
     hint = ("; for a sentence pair give each text its own column (text_column, text_pair_column)"
-            if kind == "text" and isinstance(value, list) else "")
+            if kind == "text" and isinstance(value, list) else
+            "; a list or dict written as its text, as pandas' to_csv writes one: write the file as JSON Lines, "
+            "df.to_json(path, orient='records', lines=True), or parquet, which keep them"
+            if kind in ("words", "tags", "answers") and isinstance(value, str) and value.lstrip()[:1] in ("[", "{")
+            else "")
     return DataError(f"{location}: the value is {'an' if found_type[0] in 'aeiou' else 'a'} {found_type} "
                      f"({reprlib.repr(value)}), but column {column!r} must hold {KINDS[kind][0]}{hint}")
 

@@ -125,6 +125,23 @@ def test_a_tokens_column_must_hold_lists_of_strings(tmp_path):
         load(path, (("tokens", "words"), ("ner_tags", "tags")), tmp_path)
 
 
+@pytest.mark.parametrize("columns, row, named", [
+    ((("tokens", "words"), ("ner_tags", "tags")), {"tokens": ["Anna", "lives"], "ner_tags": ["B-PER", "O"]},
+     "tokens"),
+    ((("question", "text"), ("context", "text"), ("answers", "answers")),
+     {"question": "Where?", "context": "Anna lives in Oslo.", "answers": {"text": ["Oslo"], "answer_start": [14]}},
+     "answers")])
+def test_lists_in_a_csv_as_pandas_writes_them_say_to_write_json_lines(columns, row, named, tmp_path):
+    """pandas' to_csv writes a list or dict as its repr, which a CSV reads as text: the refusal says which writer
+    keeps them (before: the type alone)."""
+    pd.DataFrame([row, row]).to_csv(tmp_path / "a.csv", index=False)
+    with pytest.raises(DataError, match=rf"a.csv: line 2 \(CSV, column '{named}'\): the value is a str .*; a list or "
+                                        r"dict written as its text, as pandas' to_csv writes one: write the file as "
+                                        r"JSON Lines, df.to_json\(path, orient='records', lines=True\), or parquet, "
+                                        r"which keep them$"):
+        load(tmp_path / "a.csv", columns, tmp_path)
+
+
 def test_a_csv_text_column_of_digits_stays_text(tmp_path):
     path = tmp_path / "a.csv"
     path.write_text("source,target\n007,null sieben\n12,None\n")
