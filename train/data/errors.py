@@ -21,7 +21,12 @@ class MissingColumnError(DataError):
 
 
 class UnknownColumnError(MissingColumnError):
-    """A column the task needs is not in the data at all (the caller adds which keys name the columns)."""
+    """A column the task needs is not in the data at all (the caller adds which keys name the columns); `column`
+    names it where known."""
+
+    def __init__(self, message: str, column: str | None = None):
+        super().__init__(message)
+        self.column = column
 
 
 class UnknownSplitError(DataError):

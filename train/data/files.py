@@ -349,10 +349,11 @@ def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> 
         if missing and fmt == "csv" and (problem := header_problem(path, found)):
             raise MalformedRowError(f"{path}: {problem}")
         if missing and fmt == "text":
-            raise UnknownColumnError(f"{path}: {text_problem(path, missing[0])}")  # as any missing column (evaluate)
+            raise UnknownColumnError(f"{path}: {text_problem(path, missing[0])}", missing[0])  # evaluate's too
         if missing:
             where = "the header (line 1)" if fmt == "csv" else "line 1" if fmt == "json" else "the schema"
-            raise UnknownColumnError(f"{path}: no column {missing[0]!r} in {where}; the file has columns {found}")
+            raise UnknownColumnError(f"{path}: no column {missing[0]!r} in {where}; the file has columns {found}",
+                                     missing[0])
 
 
 def _parquet_rows(path: Path) -> int:
@@ -772,7 +773,8 @@ def with_columns(dataset: AnyDataset, columns: Sequence[str], source: str) -> An
                                      f"type is {feature})")
     missing = [c for c in columns if found is not None and c not in found and c not in entries]
     if missing:
-        raise UnknownColumnError(f"{source}: no column {missing[0]!r}; the dataset has columns {list(found)}")
+        raise UnknownColumnError(f"{source}: no column {missing[0]!r}; the dataset has columns {list(found)}",
+                                 missing[0])
     structs = {c: parts for c, parts in entries.items() if isinstance(dataset, datasets.Dataset)
                and isinstance(dataset.features[parts[0]], (dict, datasets.Translation))}
     for column, (outer, key) in structs.items():

@@ -20,6 +20,9 @@ from train.data.errors import UnknownColumnError, UnknownSplitError
 from train.data.files import Columns, check_local_source, hub_splits, load_text_dataset, names_local_data, saved_splits
 from train.run.recipes import Recipe, RecipeError
 
+LABEL_KINDS = ("label", "score", "tags", "answers")  # the kinds of column (train.data.files.KINDS) a task learns
+
+
 COLUMN_ADVICE = "name the right one with the recipe keys text_column, text_pair_column and label_column, or rename it"
 
 
@@ -48,7 +51,14 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
     try:
         dataset = load_text_dataset(source, name, columns=columns, streaming=streamed, **kwargs)
     except UnknownColumnError as error:
-        raise UnknownColumnError(f"{error}: {column_advice}") from None
+        labels = [c for c, kind in (c if isinstance(c, tuple) else (c, None) for c in columns) if kind in LABEL_KINDS]
+        if error.column in labels and not embedded:  # a file of no labels, as GLUE's test.tsv
+            use = ("evaluate on: give labelled data as validation_file (GLUE's dev.tsv), or drop it (lineage evaluate "
+                   "--predictions true writes a trained model's predictions for it)" if split != "train"
+                   else "train on: give labelled data")
+            column_advice = (f"{column_advice}; if it has no labels (as GLUE's test files: GLUE keeps theirs), it has "
+                             f"nothing to {use}")
+        raise UnknownColumnError(f"{error}: {column_advice}", error.column) from None
     except UnknownSplitError as error:
         if split == "train":
             raise

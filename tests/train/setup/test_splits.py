@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from train import finetune
 from train.data.corpus import generate_records, tokenizer_training_texts
-from train.data.errors import UnknownSplitError
+from train.data.errors import UnknownColumnError, UnknownSplitError
 from train.data.tokenization import train_tokenizer
 from train.run.recipes import RecipeError, parse_args
 from train.setup.splits import load_splits, qa_doc_stride, question_room_problem
@@ -134,6 +134,26 @@ def test_a_folder_of_configuration_folders_is_refused_naming_them(tmp_path):
                                                           ".text, .raw, .jsonl, .json, .csv, .tsv, .parquet); its "
                                                           "folders cola, sst2 hold data: name one")):
         load_splits(_recipe("--train_file", str(tmp_path / "glue")), COLUMNS)
+
+
+def test_a_file_without_the_label_column_is_told_it_has_nothing_to_evaluate_or_train_on(tmp_path):
+    """GLUE's SST-2 as its download script writes it: train.tsv (sentence, label) and test.tsv (index, sentence), its
+    labels kept by GLUE; before: the advice to name the columns alone."""
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\nit is good \t1\nit is bad \t0\n")
+    (tmp_path / "test.tsv").write_text("index\tsentence\n0\tit is fine \n")
+    columns = (("sentence", "text"), ("label", "label"))
+    recipe = _recipe("--train_file", str(tmp_path / "train.tsv"), "--validation_file", str(tmp_path / "test.tsv"))
+    with pytest.raises(UnknownColumnError, match=re.escape(
+            "test.tsv: no column 'label' in the header (line 1); the file has columns ['index', 'sentence']: name the "
+            "right one with the recipe keys text_column, text_pair_column and label_column, or rename it; if it has no "
+            "labels (as GLUE's test files: GLUE keeps theirs), it has nothing to evaluate on: give labelled data as "
+            "validation_file (GLUE's dev.tsv), or drop it (lineage evaluate --predictions true writes a trained "
+            "model's predictions for it)")):
+        load_splits(recipe, columns)
+    with pytest.raises(UnknownColumnError, match=r"test.tsv: .*it has nothing to train on: give labelled data$"):
+        load_splits(_recipe("--train_file", str(tmp_path / "test.tsv")), columns)
+    with pytest.raises(UnknownColumnError, match=r"train.tsv: no column 'text' .* or rename it$"):
+        load_splits(_recipe("--train_file", str(tmp_path / "train.tsv")), (("text", "text"), ("label", "label")))
 
 
 def test_a_validation_file_wins_over_the_saved_split(tmp_path):
