@@ -141,6 +141,22 @@ def _cut(dataset: datasets.Dataset, source: str, key: str) -> str:
     return f"{source} (its first {len(dataset)} rows: {key})" if read and len(dataset) < read.num_examples else source
 
 
+def _by_declared_names(train: datasets.Dataset, validation: datasets.Dataset, column: str,
+                       sources: tuple[str, str]) -> datasets.Dataset:
+    """`validation` with labels written as the names of the classes `train` declares (a `ClassLabel`: a Hub or saved
+    dataset's ids, a CSV of names such as 'positive') as their ids; a name it does not declare is refused."""
+    declared, feature = _class_feature(train.features[column]), validation.features[column]
+    value = getattr(feature, "feature", feature)
+    if declared is None or not (isinstance(value, datasets.Value) and "string" in value.dtype):
+        return validation
+    for row, word, name in _labels(validation, column):
+        if name not in declared.names and not (name is None or _skipped(name, word, False)):
+            raise LabelError(f"{row_location(sources[1], row, column)}: {_named(name, word)} is none of the classes "
+                             f"{sources[0]} declares ({', '.join(declared.names)}); the model would have no class for "
+                             f"it")
+    return validation.cast_column(column, datasets.List(declared) if value is not feature else declared)
+
+
 def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, column: str,
                  sources: tuple[str, str], skip_unlabeled: bool = False, allow_single_class: bool = False,
                  training: bool = True):
@@ -148,6 +164,7 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
     `training`: the classes are those of a model to train (its head gets a class for every id up to the largest,
     said where the data leaves ids out), not those of data a trained model is scored on."""
     stored = train.features[column]
+    validation = _by_declared_names(train, validation, column, sources) if validation is not None else None
     train, validation = (_integral(d, column) if d is not None else None for d in (train, validation))
     widened = train.features[column] != stored
     splits = [(train, sources[0])] + ([(validation, sources[1])] if validation is not None else [])
@@ -216,6 +233,8 @@ def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.
         return list(feature.names) if feature is not None else None
 
     names = declared(train)
+    if validation is not None and names is not None:
+        validation = _by_declared_names(train, validation, column, sources)
     if names is None:
         raise LabelError(f"recipe key 'streaming' is true, but {sources[0]} declares no classes for column {column!r} "
                          f"(no datasets ClassLabel feature): finetune would have to read the whole stream to collect "

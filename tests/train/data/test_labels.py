@@ -243,3 +243,27 @@ def test_boolean_labels_as_pandas_writes_them_are_the_classes_false_and_true(suf
     with pytest.raises(LabelError, match=r"dev.jsonl: row 0, column 'label': label 0 is a int but earlier labels are "
                                          r"bools; use one type for every label"):
         class_labels(train, _split([0, 1], None), "label", (str(paths[0]), "dev.jsonl"))
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_validation_labels_named_as_the_training_data_declares_its_classes_are_those_classes(streamed, tmp_path):
+    """Training data of declared classes (a saved or Hub dataset's ClassLabel ids) and a validation CSV of their names,
+    as pandas writes it: the names become the declared ids (before: 'label 'pos' is a str but earlier labels are
+    ints'); a name the training data does not declare is refused naming it and the declared ones."""
+    import pandas as pd
+
+    from train.data.files import load_text_dataset
+    path = tmp_path / "dev.csv"
+    pd.DataFrame({"text": ["a", "b", "c"], "label": ["pos", "neutral", "neg"]}).to_csv(path, index=False)
+    dev = load_text_dataset(str(path), columns=(("text", "text"), ("label", "label")))
+    train = _split([0, 1, 2, 1])
+    labels = streamed_class_labels if streamed else class_labels
+    names, _, validation = labels(train.to_iterable_dataset() if streamed else train, dev, "label",
+                                  ("train.jsonl", str(path)))
+    assert names == NAMES and validation["label"] == [1, 2, 0]
+    pd.DataFrame({"text": ["a", "b"], "label": ["pos", "positive"]}).to_csv(path, index=False)
+    dev = load_text_dataset(str(path), columns=(("text", "text"), ("label", "label")))
+    with pytest.raises(LabelError, match=r"dev.csv: line 3 \(CSV, column 'label'\): label 'positive' is none of the "
+                                         r"classes train.jsonl declares \(neg, pos, neutral\); the model would have "
+                                         r"no class for it"):
+        labels(train.to_iterable_dataset() if streamed else train, dev, "label", ("train.jsonl", str(path)))
