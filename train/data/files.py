@@ -46,6 +46,7 @@ from train.data.file_bytes import (
     text_lines,
 )
 from train.data.fingerprints import files_digest
+from train.data.folders import DOCUMENTATION, folder_splits, is_saved, listed
 from train.data.table_files import columns_of, find_bad_file, header_problem, row_location, text_problem
 from train.data.workers import process_count
 
@@ -194,73 +195,6 @@ def _listed_language(path: Path) -> bool:
     return _is_language(path) and suffix(path)[1:] in LANGUAGES
 
 
-# a folder's files that its documentation names (README.txt, LICENSE.txt beside CoNLL-2003's or a corpus's files)
-DOCUMENTATION = re.compile(r"(readme|licen[cs]e|copying|changelog|citation)([._-].*)?", re.IGNORECASE)
-
-
-def _listed(folder: Path, suffixes: Sequence[str], languages: bool = False) -> tuple[list[Path], list[Path]]:
-    """`(data, documentation)`: a folder's files of `suffixes` (and of `LANGUAGES` where `languages`), sorted, apart
-    from those its `DOCUMENTATION` names."""
-    listed = sorted(p for p in folder.iterdir() if p.is_file() and (
-        suffix(p) in suffixes or (languages and _listed_language(p))))
-    return ([p for p in listed if not DOCUMENTATION.fullmatch(p.name)],
-            [p for p in listed if DOCUMENTATION.fullmatch(p.name)])
-
-
-# the splits datasets reads from a folder, and the words of a file's or folder's name that say one
-# (datasets.data_files.SPLIT_KEYWORDS: dev.csv is validation, eval.csv test), between `-._ 0-9` or the name's ends
-SPLIT_WORDS = {"train": ("training", "train"), "validation": ("validation", "valid", "dev", "val"),
-               "test": ("testing", "test", "evaluation", "eval")}
-_SPLIT_WORD = re.compile(r"(?:^|[-._ 0-9])(" + "|".join(w for ws in SPLIT_WORDS.values() for w in ws)
-                         + r")(?=[-._ 0-9]|$)")
-
-
-# the Hub's shards, named by a split of any name: validation_matched-00000-of-00001.parquet
-_SHARD = re.compile(r"(?P<split>\w+)-\d{5}-of-\d{5}(\..*)?")
-
-
-def _named_splits(name: str) -> set[str]:
-    """The splits a file's or folder's name says: a Hub shard's its own (any name, as datasets reads one), else those
-    of `SPLIT_WORDS` in it."""
-    if shard := _SHARD.fullmatch(name):
-        return {shard["split"]}
-    return {split for word in _SPLIT_WORD.findall(name) for split, words in SPLIT_WORDS.items() if word in words}
-
-
-def folder_splits(folder: str | Path, suffixes: Sequence[str] = tuple(FORMATS)) -> dict[str, list[Path]]:
-    """{split: its files} of a folder whose data files name their splits as datasets reads them (`SPLIT_WORDS`):
-    files of two splits or more (train.csv, dev.csv), or, where the folder holds none, the files in its `data`
-    folder (a Hub repository's data/train-00000-of-00001.parquet) or in folders named by a split (train/,
-    validation/); {} for a folder of another layout, whose files are one split. A file that names no split, or two,
-    beside files of splits is refused, naming it."""
-    folder = Path(folder).expanduser()
-    if not folder.is_dir() or _is_saved(folder):
-        return {}
-    files = _listed(folder, suffixes)[0]
-    if files:
-        named = {f: _named_splits(f.name) for f in files}
-        if len(set().union(*named.values())) < 2:
-            return {}
-    else:
-        inner = folder / "data"
-        folders = [d for d in sorted(folder.iterdir()) if d.is_dir() and _named_splits(d.name)]
-        if inner.is_dir() and not folders:
-            named = {f: _named_splits(f.name) for f in _listed(inner, suffixes)[0]}
-        else:
-            named = {f: _named_splits(d.name) for d in folders for f in _listed(d, suffixes)[0]}
-    odd = next((f for f, splits in named.items() if len(splits) != 1), None)
-    if odd is not None:
-        said = ", ".join(f"{f.relative_to(folder)}: {next(iter(s))}" for f, s in named.items() if len(s) == 1)
-        names = " and ".join(sorted(named[odd])) or "none"
-        raise DataError(f"{folder}: its files name their splits, as datasets reads a folder ({said}), but "
-                        f"{odd.relative_to(folder)} names {names}: give each file a name of one split (train, "
-                        f"validation or dev, test), or move it out")
-    splits: dict[str, list[Path]] = {}
-    for file, split in named.items():
-        splits.setdefault(next(iter(split)), []).append(file)
-    return splits
-
-
 def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[str] = tuple(FORMATS),
                   say: bool = False, languages: bool = False, split: str = "train") -> list[Path]:
     """The data files named by a path, a folder (its files of `suffixes`, and of `LANGUAGES` where `languages`,
@@ -278,7 +212,7 @@ def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[
             raise UnknownSplitError(f"{path}: its files name the splits {', '.join(splits)} (as datasets reads a "
                                     f"folder), not {split!r}")
         elif path.is_dir():
-            found, left = _listed(path, suffixes, languages)
+            found, left = listed(path, suffixes, _listed_language if languages else None)
             names = ", ".join(p.name for p in left)
             why = f"{names} left out: documentation by {'its' if len(left) == 1 else 'their'} name, not data"
             if left and say and found:
@@ -286,7 +220,7 @@ def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[
             if not found:
                 of = ", <prefix>.<language> (train.en)" if languages else ""
                 inner = [d.name for d in sorted(path.iterdir()) if d.is_dir() and (
-                    _is_saved(d) or folder_splits(d, suffixes) or _listed(d, suffixes)[0])]
+                    is_saved(d) or folder_splits(d, suffixes) or listed(d, suffixes)[0])]
                 many = len(inner) > 1
                 held = (f"; its folder{'s' if many else ''} {', '.join(inner)} hold{'' if many else 's'} data: name "
                         f"{'one' if many else 'it'}" if inner else "")
@@ -487,11 +421,6 @@ def _refuse_in_saved(path: Path, saved: datasets.Dataset, kinds: dict[str, str |
     return value_error(row_location(path, found[0], column), column, kinds[column], found[1])
 
 
-def _is_saved(path: Path) -> bool:
-    """Whether ``path`` is a folder written by ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk``."""
-    return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
-
-
 def saved_splits(source: str | Path) -> list[str]:
     """The splits of a folder ``DatasetDict.save_to_disk`` wrote, or of one whose files name them (`folder_splits`);
     none for any other source."""
@@ -540,7 +469,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     pair = pair_files(source, columns)
     if pair is not None:
         return _load_pair(pair, split, kinds, streaming, cache_dir)
-    if isinstance(source, (str, Path)) and _is_saved(Path(source).expanduser()):
+    if isinstance(source, (str, Path)) and is_saved(Path(source).expanduser()):
         return _load_saved(Path(source).expanduser(), split, kinds, streaming)
     if isinstance(source, (str, Path)) and not _is_local(str(source)):
         return _load_hub(str(source), split, kinds, streaming, dataset_config, cache_dir)
@@ -617,7 +546,7 @@ def data_files(source: str | Path | Sequence[str | Path], columns: Columns = ())
     pair = pair_files(source, columns)
     if pair is not None:
         return list(pair)
-    if isinstance(source, (str, Path)) and (_is_saved(Path(source).expanduser()) or not _is_local(str(source))):
+    if isinstance(source, (str, Path)) and (is_saved(Path(source).expanduser()) or not _is_local(str(source))):
         return None
     return _local_files(source, columns)
 
