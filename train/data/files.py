@@ -310,7 +310,7 @@ def _is_blank(value: object) -> bool:
 
 # kinds whose missing value (None, an empty or blank string) is no missing data but an unlabelled row, which the
 # labels' check skips or refuses (train.data.labels, skip_unlabeled)
-UNLABELLED_WHEN_MISSING = ("score",)
+UNLABELLED_WHEN_MISSING = ("score", "label")
 
 
 def is_bad(value: object, kind: str | None, records: bool) -> bool:

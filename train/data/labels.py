@@ -40,14 +40,25 @@ def _named(value: object, word: int | None) -> str:
 
 
 def _skipped(value: object, word: int | None, skip_unlabeled: bool) -> bool:
-    """Whether the label is no class to check: an ignored word (-100) or, with `skip_unlabeled`, an unlabelled row."""
-    return (word is not None and value == IGNORE_INDEX) or (skip_unlabeled and value == -1)
+    """Whether the label is no class to check: an ignored word (-100) or, with `skip_unlabeled`, an unlabelled row
+    (labelled -1, or a row without a label)."""
+    return (word is not None and value == IGNORE_INDEX) or (skip_unlabeled and (
+        value == -1 or (word is None and _no_score(value) is not None)))
+
+
+def _unlabelled_error(location: str, held: str, what: str = "label") -> LabelError:
+    return LabelError(f"{location}: the row has no {what} ({held}): a row without a {what} is unlabelled; set "
+                      f"skip_unlabeled: true to skip such rows, or give it a {what}")
 
 
 def _check_values(dataset: datasets.Dataset, source: str, column: str, kind: type | None,
                   skip_unlabeled: bool) -> type | None:
     """The labels' type (str, int or bool); raises `LabelError` for anything that is not a class."""
     for row, word, value in _labels(dataset, column):
+        if word is None and (held := _no_score(value)):  # pandas' missing value: null, an empty field, NaN
+            if skip_unlabeled:
+                continue
+            raise _unlabelled_error(row_location(source, row, column), held)
         if isinstance(value, float) and value.is_integer():  # a whole number in a column Arrow widened to floats
             value = int(value)
         if not isinstance(value, (int, str)):  # bool is an int
@@ -83,7 +94,7 @@ def _integral(dataset: datasets.Dataset, column: str) -> datasets.Dataset:
     value = getattr(feature, "feature", feature)
     if not (isinstance(value, datasets.Value) and value.dtype.startswith("float")):
         return dataset
-    if any(not float(v).is_integer() for _, _, v in _labels(dataset, column)):
+    if any(not float(v).is_integer() for _, _, v in _labels(dataset, column) if _no_score(v) is None):
         return dataset
     integers = datasets.Value("int64")
     return dataset.cast_column(column, datasets.List(integers) if value is not feature else integers)
@@ -106,12 +117,18 @@ def _listed(ids: list[int], shown: int = 8) -> str:
     return ", ".join(map(str, ids[:shown])) + (f" and {len(ids) - shown} more" if len(ids) > shown else "")
 
 
-def _unlabelled_class(value) -> bool:  # labelled -1 (tags: a word tagged -1)
-    return -1 in (value if isinstance(value, list) else [value])
+def _unlabelled_class(value) -> bool:  # labelled -1 (tags: a word tagged -1), or without a label
+    return -1 in value if isinstance(value, list) else value == -1 or _no_score(value) is not None
 
 
 # the unlabelled rows of classes, and of scores (`_unscored`), as messages name them
 _UNLABELLED, _UNSCORED = "labelled -1", "labelled -1 or without a score"
+
+
+def _unlabelled_rows(dataset: datasets.Dataset, column: str) -> str:
+    """How the count of a split's unlabelled rows of classes names them: with "or without a label" where it has
+    such rows."""
+    return _UNLABELLED + (" or without a label" if any(_no_score(v) is not None for v in dataset[column]) else "")
 
 
 def _drop_unlabeled(dataset: datasets.Dataset, column: str, source: str, unlabelled=_unlabelled_class,
@@ -128,7 +145,7 @@ def _labelled_validation(validation: datasets.Dataset | None, column: str, sourc
     """`validation` without its rows labelled -1 (counted), refused when none is left."""
     if validation is None:
         return None
-    validation = _drop_unlabeled(validation, column, source)
+    validation = _drop_unlabeled(validation, column, source, what=_unlabelled_rows(validation, column))
     if len(validation) == 0:
         raise LabelError(f"{source}: every row is labelled -1 in column {column!r} (unlabelled, as GLUE's test "
                          f"splits): nothing to evaluate on; give labelled data (validation_split, validation_file)")
@@ -212,8 +229,8 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
         print(f"{sources[1]}: every label in column {column!r} is "
               f"{_name_of(next(iter(shown)), names, kind, declared)!r}: its figures score that one class of the "
               f"{len(counts)} trained{SORTED}", flush=True)
-    if skip_unlabeled and kind is int:
-        train = _drop_unlabeled(train, column, sources[0])
+    if skip_unlabeled:
+        train = _drop_unlabeled(train, column, sources[0], what=_unlabelled_rows(train, column))
         validation = _labelled_validation(validation, column, sources[1])
     if kind in (str, bool):  # a boolean column (pandas' True / False) casts to the ids 0 and 1 of False and True
         label = datasets.ClassLabel(names=names)
@@ -254,6 +271,8 @@ def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.
 
     def checked(value, row: int) -> bool:  # as each row is read; memory refuses the same before training
         for word, label in enumerate(value) if isinstance(value, list) else [(None, value)]:
+            if word is None and (held := _no_score(label)):
+                raise _unlabelled_error(row_location(sources[0], row, column), held)
             if label < 0 and not _skipped(label, word, False):
                 raise _negative(row_location(sources[0], row, column), label, word)
         return True

@@ -267,3 +267,40 @@ def test_validation_labels_named_as_the_training_data_declares_its_classes_are_t
                                          r"classes train.jsonl declares \(neg, pos, neutral\); the model would have "
                                          r"no class for it"):
         labels(train.to_iterable_dataset() if streamed else train, dev, "label", ("train.jsonl", str(path)))
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+@pytest.mark.parametrize("labels", [[0, 1, None, 1, 0], ["neg", "pos", None, "pos", "neg"]], ids=["ids", "names"])
+def test_a_class_label_pandas_writes_as_missing_is_an_unlabelled_row(labels, suffix, tmp_path, capsys):
+    """A missing label as pandas writes it (an empty CSV field, JSON null, a parquet null; ids widened to floats
+    beside it) is an unlabelled row, as for scores: refused naming skip_unlabeled, or left out with it and counted
+    (before: refused as a missing value, 'fill it in or remove the row', with skip_unlabeled too)."""
+    import pandas as pd
+
+    from train.data.files import load_text_dataset
+    path = tmp_path / f"train{suffix}"
+    frame = pd.DataFrame({"text": [f"row {i}" for i in range(len(labels))], "label": labels})
+    {".csv": lambda: frame.to_csv(path, index=False), ".jsonl": lambda: frame.to_json(path, orient="records",
+                                                                                     lines=True),
+     ".parquet": lambda: frame.to_parquet(path)}[suffix]()
+    rows = load_text_dataset(str(path), columns=(("text", "text"), ("label", "label")))
+    where = {".csv": r"line 4 \(CSV, column 'label'\)", ".jsonl": r"line 3 \(JSON Lines, column 'label'\)",
+             ".parquet": r"row 2, column 'label'"}[suffix]
+    with pytest.raises(LabelError, match=rf"train{suffix}: {where}: the row has no label \(null, or an empty or blank "
+                                         r"field\): a row without a label is unlabelled; set skip_unlabeled: true"):
+        class_labels(rows, None, "label", (str(path), "dev.jsonl"))
+    names, train, _ = class_labels(rows, None, "label", (str(path), "dev.jsonl"), skip_unlabeled=True)
+    assert names == (["0", "1"] if labels[0] == 0 else ["neg", "pos"]) and train["label"] == [0, 1, 1, 0]
+    assert f"train{suffix}: skipped 1 rows labelled -1 or without a label in column 'label'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("skip_unlabeled", [False, True])
+def test_a_streamed_row_without_a_label_is_refused_or_left_out_as_it_is_read(skip_unlabeled):
+    stream = _split([0, None, 2]).to_iterable_dataset()
+    if not skip_unlabeled:
+        _, train, _ = streamed_class_labels(stream, None, "label", ("train.jsonl", "dev.jsonl"))
+        with pytest.raises(LabelError, match=r"train.jsonl: row 1, column 'label': the row has no label"):
+            list(train)
+        return
+    _, train, _ = streamed_class_labels(stream, None, "label", ("train.jsonl", "dev.jsonl"), skip_unlabeled=True)
+    assert [row["label"] for row in train] == [0, 2]
