@@ -410,6 +410,8 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
 
 def _model_label_ids(rows, names: list[str], column: str, config, source: str):
     """`rows` with the class ids of `names` turned into the model's (`config.label2id`), by name."""
+    import datasets
+
     label2id = {str(k): v for k, v in (config.label2id or {}).items()}
     generic = all(k.startswith("LABEL_") for k in label2id)
     mapping = {}
@@ -427,7 +429,12 @@ def _model_label_ids(rows, names: list[str], column: str, config, source: str):
     def convert(value):
         return [mapping.get(v, v) for v in value] if isinstance(value, list) else mapping.get(value, value)
 
-    return rows.map(lambda row: {column: convert(row[column])})
+    # The column takes the model's classes, which a test set may hold only some of (a set without 'neutral').
+    classes = datasets.ClassLabel(names=[str(config.id2label[i]) for i in range(config.num_labels)])
+    features = rows.features.copy()
+    features[column] = (datasets.List(classes) if isinstance(features[column], (datasets.List, datasets.Sequence))
+                        else classes)
+    return rows.map(lambda row: {column: convert(row[column])}, features=features)
 
 
 def _run_recipe(model: str) -> dict[str, Any]:

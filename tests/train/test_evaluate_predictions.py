@@ -50,6 +50,33 @@ def test_a_classifiers_predictions_are_its_own_outputs_and_give_its_figures(tmp_
     assert "predictions" not in json.loads((out / "results.json").read_text())
 
 
+def test_a_test_set_holding_some_of_the_models_classes_is_scored_by_their_names(tmp_path):
+    """A test set without one of the model's classes (no 'neutral' row; a tagger's set without an entity type) is
+    scored as it is: its labels are the model's classes by name (before: datasets refused the label ids mapped to the
+    model's, 'Class label 2 greater than configured num_classes 2')."""
+    names = ["entailment", "neutral", "contradiction"]
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3,
+                          id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
+    rows = [{**r, "label": names[2] if i % 2 else names[0]}
+            for i, r in enumerate(generate_records("nli", "test", size=6))]
+    data = tmp_path / "two-classes.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", str(data), "--text_column", "premise",
+                         "--text_pair_column", "hypothesis", "--predictions", "--output_dir", str(tmp_path / "eval")])
+    lines = predicted(out)
+    assert [line["reference"] for line in lines] == [r["label"] for r in rows]
+    figures = json.loads((out / "results.json").read_text())["scores"]["nli"]
+    assert figures["accuracy"] == pytest.approx(sum(line["prediction"] == line["reference"] for line in lines) / 6)
+    tagger = model_folder(tmp_path / "ner", "bert", LineageBertForTokenClassification, 400,
+                          num_labels=len(NER_LABELS), id2label=dict(enumerate(NER_LABELS)),
+                          label2id={n: i for i, n in enumerate(NER_LABELS)})
+    sentences = tmp_path / "few-tags.jsonl"
+    sentences.write_text(json.dumps({"tokens": ["Oslo", "sleeps"], "ner_tags": ["B-LOC", "O"]}) + "\n")
+    tagged = evaluate.main(["--model", str(tagger), "--task", "token-classification", "--dataset", str(sentences),
+                            "--predictions", "--output_dir", str(tmp_path / "eval-ner")])
+    assert predicted(tagged)[0]["reference"] == ["B-LOC", "O"]
+
+
 def test_a_regression_heads_predictions_are_its_scores(tmp_path):
     folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=1,
                           problem_type="regression")
