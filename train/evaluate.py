@@ -27,7 +27,7 @@ from modeling.beam_search import BEAM_SEARCHES
 from train.analysis import evaluation_report, harness
 from train.analysis.model_scores import pseudo_perplexity, score_translator
 from train.cli import CommandParser, run_script
-from train.run.environment import versions
+from train.run.environment import device_refusal, versions
 from train.run.publish import pipeline_tag, public_name
 from train.run.run_folder import check_writer_output, staged_output
 from train.setup.models import HUB_ID, load_backbone
@@ -226,6 +226,8 @@ def check_lengths(args: argparse.Namespace, config: dict[str, Any]) -> None:
 
 def check_arguments(args: argparse.Namespace, kind: str) -> Path:
     """Refuse, before a model or data is loaded, what cannot run for this kind of model; the output folder."""
+    if args.device is not None and (refusal := device_refusal(args.device)):
+        raise EvaluateError(f"--device {args.device!r}{refusal}")
     local = Path(args.model).exists()
     folder = check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir,
                                  inputs={"--model": args.model} if local else None)

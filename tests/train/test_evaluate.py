@@ -192,6 +192,10 @@ def test_bad_arguments_are_refused_by_name_before_a_model_is_loaded(gpt, tmp_pat
         evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--max_seq_length", "129", *out])
     with pytest.raises(evaluate.EvaluateError, match="--tasks is required for a causal LM"):
         evaluate.main(["--model", str(gpt), *out])
+    for device, refusal in (("bogus", "--device 'bogus' is no device torch runs a model on: give cpu, cuda"),
+                            ("cuda:99", r"--device 'cuda:99': this machine has (no cuda device|\d+ cuda device)")):
+        with pytest.raises(evaluate.EvaluateError, match=refusal):  # (before: torch's error, the model loaded)
+            evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--device", device, *out])
     with pytest.raises(OutputDirError, match=r"--output_dir .*inside lies in an input of lineage evaluate \(--model: "):
         evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--output_dir", str(gpt / "inside")])
     writable = os.access

@@ -71,6 +71,27 @@ def device() -> str:
     return f"cpu ({platform.machine()}, {threads} thread{'s' if threads != 1 else ''})"
 
 
+def device_refusal(name: str) -> str | None:
+    """Why torch cannot run a model on the device `name` on this machine, as the end of a sentence that names it
+    (None: it can). torch itself refuses one only at the first tensor moved there."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        device = None
+    backend = getattr(torch, device.type, None) if device is not None and device.type != "cpu" else None
+    if device is None or device.type != "cpu" and not hasattr(backend, "device_count"):
+        return " is no device torch runs a model on: give cpu, cuda, cuda:N, mps or xpu"
+    count = backend.device_count() if backend is not None and backend.is_available() else 0
+    if backend is None or (device.index or 0) < count:
+        return None
+    kind = device.type
+    found = (f"has {count} {kind} device{'s' if count > 1 else ''} ({kind}:0 to {kind}:{count - 1})" if count
+             else f"has no {kind} device that torch {torch.__version__} can use")
+    return f": this machine {found}; give one it has, or cpu"
+
+
 def name_cpu_for_deepspeed() -> None:
     """On a machine with no accelerator, tell DeepSpeed the CPU it would pick (DS_ACCELERATOR, unless set), so that it
     does not warn that it picked it: Accelerate and transformers import it wherever it is installed, also to save.
