@@ -39,13 +39,15 @@ OLD_FLAGS = {"--revision": "--model_revision", "--text-pair": "--text_pair", "--
 
 
 def index_list(value: str) -> list[int]:
-    """`"0,2"` -> [0, 2]: non-negative integers separated by commas."""
+    """`"0,2"` -> [0, 2]: distinct non-negative integers separated by commas."""
     try:
         indices = [int(part) for part in value.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected indices separated by commas such as 0,2, got {value!r}") from None
     if any(i < 0 for i in indices):
         raise argparse.ArgumentTypeError(f"indices count from 0, got {value!r}")
+    if len(set(indices)) < len(indices):  # a layer twice would be drawn into one file twice, and counted twice
+        raise argparse.ArgumentTypeError(f"expected each index once, got {value!r}")
     return indices
 
 

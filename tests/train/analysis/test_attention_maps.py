@@ -295,6 +295,19 @@ def test_layer_or_head_out_of_range_is_refused(folders, tmp_path, flag, value, m
     assert_nothing_written(tmp_path, tmp_path / "maps")
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    ("--layers", "0,0", "argument --layers: expected each index once, got '0,0'"),
+    ("--heads", "1,-1", "argument --heads: indices count from 0, got '1,-1'"),
+    ("--heads", "1,x", "argument --heads: expected indices separated by commas such as 0,2, got '1,x'"),
+])
+def test_a_list_of_indices_that_is_no_set_of_indices_is_refused(folders, tmp_path, capsys, flag, value, message):
+    """(before: `--layers 0,0` wrote layer 0 twice into self.npy and tokens.json, and counted its PNG twice)"""
+    with pytest.raises(SystemExit):
+        run(folders["bert"], tmp_path / "maps", flag, value)
+    assert message in capsys.readouterr().err
+    assert_nothing_written(tmp_path, tmp_path / "maps")
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--text", "  "], "--text is empty"),
     (["--text", "a", "--target", ""], "--target is empty"),
