@@ -30,7 +30,7 @@ from train.cli import CommandParser, run_script
 from train.run.environment import device_refusal, versions
 from train.run.publish import pipeline_tag, public_name
 from train.run.run_folder import check_writer_output, staged_output
-from train.setup.models import HUB_ID, load_backbone
+from train.setup.models import HUB_ID, load_backbone, missing_config_hint
 
 COMMAND = "evaluate"
 # the end of an architecture's class name -> what `lineage evaluate` does with it
@@ -173,8 +173,8 @@ def read_model_config(name: str, revision: str | None) -> dict[str, Any]:
     path = Path(name)
     if path.exists():
         if not (path / "config.json").is_file():
-            hint = f" (a run saves its model in {path / 'model'})" if (path / "model" / "config.json").is_file() else ""
-            raise EvaluateError(f"--model {name!r} is not a saved model folder: it has no config.json{hint}")
+            raise EvaluateError(f"--model {name!r} is not a saved model folder: it has no config.json"
+                                f"{missing_config_hint(path)}")
         if not any(path.glob("*.safetensors")):
             raise EvaluateError(f"--model {name!r} holds no safetensors weights; give a folder save_pretrained wrote")
         config_file = path / "config.json"

@@ -32,6 +32,7 @@ from modeling.conversion import CONVERSIONS, from_transformers, to_transformers
 from train.data.collators import padded_length
 from train.data.tokenization import check_tokenizer_matches_model, config_kwargs_from_tokenizer
 from train.run import distributed, publish
+from train.run.checkpoints import STATE_FILE
 from train.run.recipes import MODEL_TYPE_KEYS, Recipe, RecipeError, trackers
 from train.run.run_log import check_tracker_login
 from train.setup.presets import available_presets, check_model_overrides, load_model_config
@@ -180,11 +181,25 @@ def _download(repo_id: str, revision: str | None, argument: str) -> tuple[Path, 
     return folder, folder.name
 
 
+def missing_config_hint(folder: Path) -> str:
+    """The advice that ends the refusal of a folder without config.json given as a model, where it is a run's folder
+    or one of the run's checkpoints (the weights and training state of a step, which no command loads as a model)."""
+    if (folder / "model" / "config.json").is_file():
+        return f" (a run saves its model in {folder / 'model'})"
+    if not (folder / STATE_FILE).is_file():
+        return ""
+    published = folder.parent.parent / "model"
+    where = (f"its run's model is {published}" if (published / "config.json").is_file()
+             else "its run has published no model yet")
+    return (f" (a run's checkpoint: the weights and training state of one step, without the model's config; {where}, "
+            "and lineage average makes a model folder of two or more checkpoints)")
+
+
 def _read_folder(name: str, folder: Path, argument: str) -> ModelSource:
     config_file = folder / "config.json"
     if not config_file.is_file():
-        hint = f" (a run saves its model in {folder / 'model'})" if (folder / "model" / "config.json").is_file() else ""
-        raise ModelSourceError(f"{argument} {name!r} is not a saved model folder: it has no config.json{hint}")
+        raise ModelSourceError(f"{argument} {name!r} is not a saved model folder: it has no config.json"
+                               f"{missing_config_hint(folder)}")
     fields = _read_config(name, config_file, argument)
     model_type = fields.get("model_type")
     if model_type in LINEAGE_MODEL_TYPES:

@@ -16,7 +16,7 @@ from reference_checkpoints import TEXTS, put_in_hub_cache, save_reference
 from safetensors.torch import load_file, save_file
 
 import modeling
-from train import finetune, pretrain_bert, pretrain_gpt, train_translation
+from train import evaluate, finetune, pretrain_bert, pretrain_gpt, train_translation
 from train.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from train.run.publish import read_card_metadata
 from train.run.recipes import RecipeError, parse_args
@@ -351,6 +351,15 @@ def test_presets_hub_ids_and_paths_are_told_apart(tmp_path):
     lineage = lineage.rename(tmp_path / "lineage-run" / "model")
     with pytest.raises(RecipeError, match=r"has no config.json \(a run saves its model in .*lineage-run/model\)"):
         models.resolve_model(str(tmp_path / "lineage-run"))
+    checkpoint = tmp_path / "lineage-run" / "checkpoints" / "step-00000002"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "lineage_state.json").write_text("{}")
+    with pytest.raises(RecipeError, match=r"has no config.json \(a run's checkpoint: the weights and training state "
+                                          r"of one step, without the model's config; its run's model is "
+                                          r".*lineage-run/model, and lineage average makes a model folder"):
+        models.resolve_model(str(checkpoint))  # (before: 'it has no config.json' alone)
+    with pytest.raises(evaluate.EvaluateError, match=r"no config.json \(a run's checkpoint: .* its run's model is "):
+        evaluate.main(["--model", str(checkpoint), "--output_dir", str(tmp_path / "e")])
     with pytest.raises(RecipeError, match="no tokenizer files .* give the checkpoint's tokenizer with --tokenizer"):
         finetune.main(["--model", str(lineage), "--output_dir", str(tmp_path / "o"), *QUICK])
     assert not (tmp_path / "o").exists()
