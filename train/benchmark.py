@@ -67,8 +67,8 @@ def make_parser() -> argparse.ArgumentParser:
                                         "its kernel launches, GPU-busy against wall milliseconds and top kernels "
                                         "(on a CPU its aten operators), in the table's notes and the JSON")
     parser.add_switch("--generate", help="also time greedy generation (dynamic and static cache)")
-    parser.add_argument("--max_new_tokens", type=int, default=32,
-                        help="tokens each generate call makes (min_new_tokens = max_new_tokens)")
+    parser.add_argument("--max_new_tokens", type=int, default=None,
+                        help="tokens each generate call makes (min_new_tokens = max_new_tokens; default 32)")
     parser.add_argument("--peak_tflops", type=float, default=None, help="the GPU's peak TFLOP/s for MFU (default: "
                                                                          "the table in train.run.flops)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here (a new file)")
@@ -108,7 +108,7 @@ def config_overrides(model: str, pairs: list[str], revision: str | None = None) 
     overrides = {key: yaml.safe_load(value) for key, value in (pair.split("=", 1) for pair in pairs)}
     if overrides:
         source = models.resolve_model(model, revision, revision_argument="--model_revision")
-        check_model_overrides(overrides, source.config)
+        check_model_overrides(overrides, source.config, argument="--config")
     return overrides
 
 
@@ -118,6 +118,10 @@ def device() -> torch.device:
 
 def check_arguments(args: argparse.Namespace, config, target: torch.device) -> None:
     """Every setting against the model and the machine, before a model is built or a step runs."""
+    if args.max_new_tokens is not None and not args.generate:
+        raise ValueError("--max_new_tokens is the length of each timed generate call, read with --generate only: "
+                         "add --generate, or leave it out")
+    args.max_new_tokens = 32 if args.max_new_tokens is None else args.max_new_tokens
     for name in ("batch_size", "seq_length", "steps", "max_new_tokens"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")

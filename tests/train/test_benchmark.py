@@ -136,7 +136,9 @@ LM = ["--task", "causal-lm"]
      r"--seq_length 60 \+ --max_new_tokens 8 is longer"),
     (["--task", "mlm"], "--task mlm needs a lineage-bert model"),
     (LM + ["--steps", "0"], "--steps must be >= 1"),
-    (LM + ["--config", "hidden_sise=64"], "'hidden_sise' is no field of lineage-gpt configs"),
+    (LM + ["--config", "hidden_sise=64"], "--config: 'hidden_sise' is no field of lineage-gpt configs"),
+    (LM + ["--max_new_tokens", "8"], "--max_new_tokens is the length of each timed generate call, read with "
+                                     "--generate only"),
     (LM + ["--config", "hidden_size"], "--config expects KEY=VALUE"),
     (LM + ["--sparse_prediction"], "--sparse_prediction is a forward option of masked-LM and seq2seq models"),
     (LM + ["--unpad_inputs"], "--unpad_inputs is a forward option of Lineage BERT"),

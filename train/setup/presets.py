@@ -36,14 +36,14 @@ def load_model_config(name_or_path: str, **overrides):
                             f"({', '.join(available_presets())}), a config.json file nor a saved model folder")
 
 
-def check_model_overrides(overrides: dict[str, Any], config) -> None:
-    """Refuse a `model_overrides` key that is no field of `config`'s class: transformers would keep a misspelt
-    key as a stray attribute and build the model without it."""
+def check_model_overrides(overrides: dict[str, Any], config, argument: str = "recipe key 'model_overrides'") -> None:
+    """Refuse a `model_overrides` key (or another `argument`'s, as `lineage benchmark --config`) that is no field of
+    `config`'s class: transformers would keep a misspelt key as a stray attribute and build the model without it."""
     fields = set(config.to_dict()) | set(inspect.signature(type(config).__init__).parameters)
     fields |= {"num_labels", "attn_implementation"}  # taken by PreTrainedConfig / from_pretrained, not listed above
     unknown = sorted(set(overrides) - fields - {"self", "kwargs"})
     if unknown:
-        raise RecipeError(f"recipe key 'model_overrides': {', '.join(map(repr, unknown))} is no field of "
+        raise RecipeError(f"{argument}: {', '.join(map(repr, unknown))} is no field of "
                           f"{config.model_type} configs; valid fields: "
                           f"{', '.join(sorted(fields - {'self', 'kwargs'}))}")
 
