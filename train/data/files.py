@@ -478,7 +478,12 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
             suffix(f) == ".tsv" or FORMATS.get(suffix(f), "text") == "text" for f in files):
         from train.data.conll_files import load_conll  # which imports this module
         return load_conll(files, list(kinds), streaming, cache_dir)
-    fmt = _file_format(files, data_format, list(kinds.values()) == ["text"])
+    try:
+        fmt = _file_format(files, data_format, list(kinds.values()) == ["text"])
+    except DataError:
+        if (refusal := _side_named(files, kinds)) is None:
+            raise
+        raise DataError(refusal) from None
     from train.data.squad_files import load_data_files  # SQuAD's files (it imports this module)
     if fmt == "json" and (dataset := load_data_files(files, split, kinds, streaming, cache_dir)) is not None:
         return dataset
@@ -517,6 +522,21 @@ def _local_files(source: str | Path | Sequence[str | Path], columns: Columns, sa
                              list(kinds.values()) == ["text"], split)
     except DataFileNotFoundError as error:
         raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}{_folder_hint(source, kinds)}") from None
+
+
+def _side_named(files: list[Path], kinds: dict[str, str | None]) -> str | None:
+    """For a task that reads a translation pair, the refusal of one side's file named as the data (test.en), naming
+    the prefix that names the pair, with its languages as the columns."""
+    side = next((f for f in files if FORMATS.get(suffix(f)) is None and _is_language(f)), None)
+    if side is None or len(kinds) != 2 or set(kinds.values()) != {"text"}:
+        return None
+    prefix = side.parent / (side.stem if compression(side) else side.name).rpartition(".")[0]
+    others = sorted(p for p in side.parent.glob(f"{glob.escape(prefix.name)}.*") if _is_language(p) and p != side
+                    and (p.stem if compression(p) else p.name).rpartition(".")[0] == prefix.name)
+    languages = [suffix(side)[1:], *(suffix(p)[1:] for p in others[:1])]
+    return (f"{side}: one side of a translation pair, named alone; a pair's two files ({PAIR_LINES}) are named by "
+            f"their prefix: give {prefix}, with source_column and target_column naming their languages "
+            f"({' and '.join(languages)}{', ...' if len(languages) < 2 else ''})")
 
 
 def _folder_hint(source: str | Path | Sequence[str | Path], kinds: dict[str, str | None]) -> str:

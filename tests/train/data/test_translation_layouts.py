@@ -308,6 +308,22 @@ def test_one_file_of_a_pair_without_the_other_is_refused_naming_it(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["read", "train"])
+def test_one_side_of_a_pair_named_as_the_data_is_refused_naming_the_prefix_and_its_languages(command, tmp_path):
+    """`--dataset test.en` for a translator (before: 'unknown data file type', advising a .txt name or data_format,
+    neither of which reads the pair)."""
+    prefix = _pair(tmp_path, _lines(EN), _lines(DE), name="test")
+    side = re.escape(str(prefix))
+    refusal = (rf"^{side}\.en: one side of a translation pair, named alone; a pair's two files \(line i of each holds "
+               rf"a sentence and its translation\) are named by their prefix: give {side}, with source_column and "
+               r"target_column naming their languages \(en and de\)$")
+    with pytest.raises(DataError, match=refusal):
+        if command == "read":
+            load_text_dataset(f"{prefix}.en", columns=pair_columns())
+        else:
+            _train(Path(f"{prefix}.en"), tmp_path / "run")
+
+
+@pytest.mark.parametrize("command", ["read", "train"])
 def test_a_file_both_plain_and_compressed_is_refused_naming_both_before_anything_is_read(command, tmp_path):
     """`train.en` beside `train.en.gz` (before: the plain one was read, silently)."""
     prefix = _pair(tmp_path, _lines(EN), _lines(DE))
