@@ -43,6 +43,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if len(args.inputs) < 2:
         parser.error(f"INPUT: give two or more checkpoints or model folders to average, got {len(args.inputs)}")
+    folders = [Path(name).expanduser().resolve() for name in args.inputs]
+    for i, folder in enumerate(folders):  # one folder twice would weigh it twice and be listed as two inputs
+        if folder in folders[:i]:
+            parser.error(f"INPUT: {args.inputs[folders.index(folder)]!r} and {args.inputs[i]!r} name the same folder; "
+                         "give each checkpoint or model once")
     return args
 
 

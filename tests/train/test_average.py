@@ -118,6 +118,10 @@ def test_bad_inputs_are_refused_by_name_before_anything_is_written(run, tmp_path
     with pytest.raises(SystemExit):
         average.main([str(checkpoint(run, 4)), "--output_dir", str(tmp_path / "avg")])
     assert "INPUT: give two or more" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # (before: averaged, its card listing the one checkpoint twice)
+        average.main([str(checkpoint(run, 4)), f"{checkpoint(run, 4)}/", "--output_dir", str(tmp_path / "avg")])
+    assert (f"INPUT: '{checkpoint(run, 4)}' and '{checkpoint(run, 4)}/' name the same folder; give each checkpoint or "
+            "model once") in capsys.readouterr().err
     with pytest.raises(AveragingError, match="INPUT 'nowhere' is no folder"):
         average.main([str(checkpoint(run, 4)), "nowhere", "--output_dir", str(tmp_path / "avg")])
     with pytest.raises(OutputDirError, match=r"avg lies in an input of lineage average \(INPUT '.*model': "):
