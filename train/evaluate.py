@@ -241,6 +241,11 @@ def check_arguments(args: argparse.Namespace, kind: str) -> Path:
     if args.tasks is not None and kind not in ("causal", "seq2seq"):
         raise EvaluateError(f"--tasks runs lm-evaluation-harness on causal LMs and encoder-decoders; --model is a "
                             f"{kind} model: leave --tasks out to score it on --dataset or --text_file")
+    if args.tasks is None and kind == "causal" and args.text_file is not None:
+        raise EvaluateError(f"--text_file {args.text_file!r} is read for a masked LM's pseudo-perplexity; a causal "
+                            "LM's perplexity on a text file is a harness task: write a task YAML that reads it "
+                            "(dataset_path: text, output_type: loglikelihood_rolling, as docs/evaluation.md shows) "
+                            "and give its file to --tasks instead")
     if args.tasks is None and kind == "causal":
         raise EvaluateError("--tasks is required for a causal LM: name lm-evaluation-harness tasks (e.g. "
                             "lineage_cloze,lineage_perplexity, shipped; hellaswag,arc_easy from the Hub)")

@@ -206,6 +206,26 @@ def test_bad_arguments_are_refused_by_name_before_a_model_is_loaded(gpt, tmp_pat
     assert not (tmp_path / "out").exists() and not (gpt / "inside").exists()
 
 
+def test_a_causal_lms_perplexity_on_a_text_file_is_the_task_yaml_the_docs_show(gpt, tmp_path):
+    """--text_file for a causal LM is refused pointing to the task YAML of docs/evaluation.md (before: '--tasks is
+    required' alone), and that YAML, given the file, scores each of its lines as a document."""
+    text = tmp_path / "held-out.txt"
+    text.write_text("Anna was born in Oslo.\nShe lives in Bergen.\nHe sleeps.\n")
+    with pytest.raises(evaluate.EvaluateError, match="--text_file .* is read for a masked LM's pseudo-perplexity; a "
+                                                     "causal LM's perplexity on a text file is a harness task: write a "
+                                                     "task YAML that reads it"):
+        evaluate.main(["--model", str(gpt), "--text_file", str(text), "--output_dir", str(tmp_path / "refused")])
+    page = (Path(__file__).parents[2] / "docs" / "evaluation.md").read_text()
+    shown = page.split("### Perplexity of your own text")[1].split("```yaml\n")[1].split("```")[0]
+    task = tmp_path / "held_out_perplexity.yaml"
+    task.write_text(shown.replace("/data/held-out.txt", str(text)))
+    out = evaluate.main(["--model", str(gpt), "--tasks", str(task), "--output_dir", str(tmp_path / "eval")])
+    report = json.loads((out / "results.json").read_text())
+    assert report["harness"]["n-samples"]["held_out_perplexity"]["original"] == 3
+    assert math.isfinite(report["scores"]["held_out_perplexity"]["byte_perplexity"])
+    assert not (tmp_path / "refused").exists()
+
+
 def test_without_lm_eval_the_message_names_the_extra(gpt, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "lm_eval", None)
     with pytest.raises(harness.HarnessError, match=r"lineage\[eval\]"):
