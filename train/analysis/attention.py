@@ -76,7 +76,7 @@ def max_positions(model, tokenizer) -> int | None:
 
 
 def _tokenize(tokenizer, limit: int | None, label: str, **kwargs) -> dict[str, torch.Tensor]:
-    encoded = tokenizer(**kwargs, return_tensors="pt")
+    encoded = tokenizer(**kwargs, return_tensors="pt", verbose=False)  # its too-long warning foretells what is cut
     length = encoded["input_ids"].shape[1]
     if limit is not None and length > limit:
         warnings.warn(f"{label} is {length} tokens long, more than the model's {limit} positions; "

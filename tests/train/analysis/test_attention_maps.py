@@ -324,12 +324,15 @@ def test_a_target_for_an_encoder_is_refused(folders, tmp_path):
         run(folders["bert"], tmp_path / "maps", "--target", "x")
 
 
-def test_text_longer_than_the_positions_is_truncated_with_a_warning(folders, tmp_path):
-    text = " ".join(["seventy-two dogs"] * 40)
+def test_text_longer_than_the_positions_is_truncated_with_a_warning(folders, tmp_path, capfd, caplog):
+    """One warning, the command's (before: transformers' too, past the tokenizer's limit, foretelling 'indexing
+    errors' that truncation prevents)."""
+    text = " ".join(["seventy-two dogs"] * 80)
     with pytest.warns(UserWarning, match=r"--text is \d+ tokens long, more than the model's 64 positions; truncated"):
         attention_maps.main(["--model", str(folders["bert"]), "--text", text, "--output_dir", str(tmp_path / "maps"),
                              "--layers", "0", "--heads", "0"])
     assert np.load(tmp_path / "maps" / "self.npy").shape == (1, 1, 64, 64)
+    assert "indexing errors" not in capfd.readouterr().err + caplog.text
 
 
 def test_an_out_folder_of_other_files_is_refused_even_with_overwrite_and_kept(folders, tmp_path):
