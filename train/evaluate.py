@@ -405,8 +405,11 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
     batch = model_batch_size(args)
     scored = score_translator(model.to(device_of(args)), tokenizer, rows, num_beams=args.num_beams,
                               length_penalty=args.length_penalty, max_new_tokens=args.max_new_tokens,
-                              batch_size=batch, beam_search=args.beam_search)
+                              batch_size=batch, max_source_length=args.max_seq_length, beam_search=args.beam_search)
     hypotheses = scored.pop("hypotheses")
+    if scored["sources_cut"]:
+        print(f"{source}: cut {scored['sources_cut']} of {scored['sentences']} sources to their first "
+              f"{args.max_seq_length} tokens (--max_seq_length; default: the run's)", flush=True)
     figures = {k: scored[k] for k in ("bleu", "chrf", "exact_match")}
     predicted = [{"row": i, "source": s, "prediction": h, "reference": r}
                  for i, (s, h, r) in enumerate(zip(rows["source"], hypotheses, rows["target"]))]

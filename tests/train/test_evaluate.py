@@ -250,6 +250,27 @@ def test_a_translation_model_is_scored_with_sacrebleu_and_chrf(tmp_path, beam_se
     assert (out / "bleu_by_length.png").stat().st_size > 0
 
 
+def test_a_source_longer_than_the_positions_is_cut_as_a_run_cuts_its_sources(tmp_path, capsys):
+    """A source past --max_seq_length (default: the run's, else the model's positions) is cut to it and counted
+    (before: the encoder refused it, 'input_ids has 281 positions', a traceback after the model had loaded)."""
+    folder = model_folder(tmp_path, "transformer", LineageTransformerForConditionalGeneration, 300)
+    sources = [" ".join(["seventy-two dogs"] * 40), "three cats"]
+    (tmp_path / "long.en").write_text("\n".join(sources) + "\n")
+    (tmp_path / "long.de").write_text("zweiundsiebzig Hunde\ndrei Katzen\n")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
+    for given, cut in ((None, 64), ("2", 2)):
+        out = evaluate.main(["--model", str(folder), "--dataset", str(tmp_path / "long"), "--source_column", "en",
+                             "--target_column", "de", "--num_beams", "1", "--max_new_tokens", "3",
+                             *(["--max_seq_length", given] if given else []), "--predictions", "--output_dir",
+                             str(tmp_path / f"eval-{cut}")])
+        report = json.loads((out / "results.json").read_text())["translation"]
+        assert report["max_source_length"] == cut and report["sources_cut"] == (1 if cut == 64 else 2)
+        assert f"long: cut {report['sources_cut']} of 2 sources to their first {cut} tokens" in capsys.readouterr().out
+        own = translate(model, tokenizer, sources, 1, 3, max_length=cut)
+        assert [json.loads(line)["prediction"] for line in (out / "predictions.jsonl").read_text().splitlines()] == own
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

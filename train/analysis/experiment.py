@@ -25,15 +25,18 @@ from train.run import strict_json
 
 
 def translate(model, tokenizer, sources: list[str], num_beams: int, max_new_tokens: int,
-              batch_size: int = 100, length_penalty: float = 1.0, beam_search: str = "transformers") -> list[str]:
-    """Beam-search translations of `sources`, in order (`beam_search`: a name of `BEAM_SEARCHES`); a progress bar
-    counts the sentences on a terminal."""
+              batch_size: int = 100, length_penalty: float = 1.0, beam_search: str = "transformers",
+              max_length: int | None = None) -> list[str]:
+    """Beam-search translations of `sources`, in order (`beam_search`: a name of `BEAM_SEARCHES`), each cut to its
+    first `max_length` tokens where given, as a run cuts its sources; a progress bar counts the sentences on a
+    terminal."""
     hypotheses = []
     model.eval()
     with tqdm(total=len(sources), desc="translate", unit="sentence", disable=None, leave=False) as bar:
         for start in range(0, len(sources), batch_size):
             batch = sources[start:start + batch_size]
-            encoded = tokenizer(batch, return_tensors="pt", padding=True).to(model.device)
+            encoded = tokenizer(batch, return_tensors="pt", padding=True, truncation=max_length is not None,
+                                max_length=max_length).to(model.device)
             with torch.no_grad():
                 out = model.generate(**encoded, num_beams=num_beams, max_new_tokens=max_new_tokens,
                                      length_penalty=length_penalty, **BEAM_SEARCHES[beam_search])  # (B, T)
@@ -43,8 +46,8 @@ def translate(model, tokenizer, sources: list[str], num_beams: int, max_new_toke
 
 
 def source_lengths(tokenizer, sources: list[str]) -> list[int]:
-    """Tokens of each source as the encoder reads it (end token included)."""
-    return [len(ids) for ids in tokenizer(sources)["input_ids"]]
+    """Tokens of each source (end token included), before any cut."""
+    return [len(ids) for ids in tokenizer(sources, verbose=False)["input_ids"]]
 
 
 def length_buckets(lengths: list[int], count: int = 4) -> list[tuple[int, int]]:

@@ -23,15 +23,16 @@ from train.analysis.translation_scores import score_translations
 
 
 def score_translator(model, tokenizer, rows, *, num_beams: int, length_penalty: float, max_new_tokens: int,
-                     batch_size: int, beam_search: str = "transformers") -> dict[str, Any]:
-    """Scores, signatures, the beam search used, `bleu_by_length` and the `hypotheses` of `rows` ({source,
-    target})."""
+                     batch_size: int, max_source_length: int, beam_search: str = "transformers") -> dict[str, Any]:
+    """Scores, signatures, the beam search used, `bleu_by_length` (by each source's length uncut), the sources cut to
+    `max_source_length` tokens and the `hypotheses` of `rows` ({source, target})."""
     sources, references = list(rows["source"]), list(rows["target"])
     hypotheses = translate(model, tokenizer, sources, num_beams, max_new_tokens, batch_size=batch_size,
-                           length_penalty=length_penalty, beam_search=beam_search)
+                           length_penalty=length_penalty, beam_search=beam_search, max_length=max_source_length)
     lengths = source_lengths(tokenizer, sources)
     return {**score_translations(hypotheses, references), "num_beams": num_beams, "length_penalty": length_penalty,
             "beam_search": beam_search, "max_new_tokens": max_new_tokens, "sentences": len(sources),
+            "max_source_length": max_source_length, "sources_cut": sum(n > max_source_length for n in lengths),
             "bleu_by_length": bleu_by_bucket(hypotheses, references, lengths, length_buckets(lengths)),
             "hypotheses": hypotheses}
 
