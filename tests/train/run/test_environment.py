@@ -70,3 +70,19 @@ def test_versions_name_python_and_every_library():
     recorded = versions()
     assert set(recorded) == {"python", *TESTED} and recorded["transformers"] == transformers.__version__
     assert environment.installed("no-such-distribution") is None
+
+
+def test_a_device_this_machine_lacks_is_refused_naming_what_it_has(monkeypatch):
+    import torch
+
+    assert environment.device_refusal("cpu") is None and environment.device_refusal("cpu:0") is None
+    assert environment.device_refusal("gpu") == (" is no device torch runs a model on: give cpu, cuda, cuda:N, mps or "
+                                                 "xpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert environment.device_refusal("cuda") is None and environment.device_refusal("cuda:1") is None
+    assert environment.device_refusal("cuda:3") == (": this machine has 2 cuda devices (cuda:0 to cuda:1); give one it "
+                                                    "has, or cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert environment.device_refusal("cuda") == (f": this machine has no cuda device that torch {torch.__version__} "
+                                                  "can use; give one it has, or cpu")
