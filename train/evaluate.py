@@ -31,6 +31,7 @@ from train.run.environment import device_refusal, versions
 from train.run.publish import pipeline_tag, public_name
 from train.run.run_folder import check_writer_output, staged_output
 from train.setup.models import HUB_ID, load_backbone, missing_config_hint
+from train.setup.splits import check_sequence_room
 
 COMMAND = "evaluate"
 # the end of an architecture's class name -> what `lineage evaluate` does with it
@@ -48,6 +49,7 @@ SCORING_FLAGS = {**dict.fromkeys(("include_path", "limit", "num_fewshot"), "the 
                  "text_file": "pseudo-perplexity"}
 # of classification's flags, those question answering alone reads
 QA_FLAGS = ("max_query_length", "doc_stride", "version_2_with_negative", "null_score_diff_threshold")
+MAX_LENGTH = "--max_seq_length (default: the run's)"  # as the refusals of its value name it
 
 
 class EvaluateError(ValueError):
@@ -212,8 +214,8 @@ def check_lengths(args: argparse.Namespace, config: dict[str, Any]) -> None:
     if args.max_seq_length is None:
         args.max_seq_length = _run_recipe(args.model).get("max_seq_length") or min(positions or 512, 512)
     if positions and args.max_seq_length > positions:
-        raise EvaluateError(f"--max_seq_length (default: the run's) is {args.max_seq_length} but --model has "
-                            f"{positions} positions: give at most {positions}")
+        raise EvaluateError(f"{MAX_LENGTH} is {args.max_seq_length} but --model has {positions} positions: give at "
+                            f"most {positions}")
     decoder = positions - 1 if positions and config.get("is_encoder_decoder") else None
     if args.max_new_tokens is None:
         args.max_new_tokens = min(64, decoder or 64)
@@ -560,7 +562,7 @@ def _run_padding(args: argparse.Namespace, positions: int | None) -> int | None:
     multiple = _run_recipe(args.model).get("pad_to_multiple_of")
     padded = padded_length(args.max_seq_length, multiple)
     if positions and padded > positions:
-        raise EvaluateError(f"--max_seq_length (default: the run's) is {args.max_seq_length}: a batch of "
+        raise EvaluateError(f"{MAX_LENGTH} is {args.max_seq_length}: a batch of "
                             f"{args.max_seq_length}-token rows would be padded to {padded} (the run's "
                             f"pad_to_multiple_of {multiple}, its recipe.yaml), beyond --model's {positions} positions; "
                             f"give --max_seq_length at most {positions // multiple * multiple}")
@@ -670,9 +672,10 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
 
     task, encode_task, auto_class, (text, pair, label), rows, names, source, labelled = classifier_data(
         args, architecture, family, config)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
+    check_sequence_room(args, tokenizer, 2 if pair else 1, f"{task} with a {family} template", argument=MAX_LENGTH)
     model = getattr(transformers, auto_class).from_pretrained(args.model, revision=args.model_revision,
                                                              trust_remote_code=True)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)
     if names is not None:
         rows = _model_label_ids(rows, names, label, model.config, source)
     data, cut = finetune.encoded(args, tokenizer, task, rows, text, pair, label, source, scored=True)

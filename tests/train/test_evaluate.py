@@ -250,6 +250,18 @@ def test_a_translation_model_is_scored_with_sacrebleu_and_chrf(tmp_path, beam_se
     assert (out / "bleu_by_length.png").stat().st_size > 0
 
 
+def test_a_max_seq_length_that_leaves_no_text_beside_the_template_is_refused_before_the_model_loads(tmp_path):
+    """As finetune refuses it (before: scored, each row cut into its special tokens)."""
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3)
+    with mock.patch("transformers.AutoModelForSequenceClassification.from_pretrained", side_effect=AssertionError):
+        with pytest.raises(ValueError, match=r"--max_seq_length \(default: the run's\) is 4, below the minimum of 5 "
+                                             r"for nli with a bert template \(3 special tokens and at least one token "
+                                             r"of each of 2 text\(s\)\)"):
+            evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", "embedded:nli", "--eval_size", "4",
+                           "--max_seq_length", "4", "--output_dir", str(tmp_path / "eval")])
+    assert not (tmp_path / "eval").exists()
+
+
 def test_a_source_longer_than_the_positions_is_cut_as_a_run_cuts_its_sources(tmp_path, capsys):
     """A source past --max_seq_length (default: the run's, else the model's positions) is cut to it and counted
     (before: the encoder refused it, 'input_ids has 281 positions', a traceback after the model had loaded)."""

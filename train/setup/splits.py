@@ -270,14 +270,16 @@ def row_texts(rows, columns: tuple[str | None, ...]) -> Iterator[str]:
                 yield " ".join(row[column]) if isinstance(row[column], list) else row[column]
 
 
-def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimum: int | None = None) -> None:
+def check_sequence_room(recipe: Recipe, tokenizer, texts: int, what: str, minimum: int | None = None,
+                        argument: str = "recipe key 'max_seq_length'") -> None:
     """Refuse a `max_seq_length` that leaves no token of text once the task's template has added its special tokens
     (BERT pair: 3, GPT classification: 2 or 3, seq2seq: 1): tokenizers skip a truncation they cannot honour, and a
-    template alone trains on nothing. `minimum` overrides the template's count (a causal block needs 2 tokens)."""
+    template alone trains (or is scored) on nothing. `minimum` overrides the template's count (a causal block needs 2
+    tokens); `argument` names the setting (`lineage evaluate`'s flag)."""
     overhead = tokenizer.num_special_tokens_to_add(pair=texts == 2)
     needed = minimum if minimum is not None else overhead + texts
     if recipe.max_seq_length < needed:
-        raise RecipeError(f"recipe key 'max_seq_length' is {recipe.max_seq_length}, below the minimum of {needed} for "
+        raise RecipeError(f"{argument} is {recipe.max_seq_length}, below the minimum of {needed} for "
                           f"{what} ({overhead} special tokens and at least one token of each of {texts} text(s))")
 
 
