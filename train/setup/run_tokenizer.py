@@ -1,9 +1,9 @@
 """The tokenizer of a run: `get_tokenizer(recipe, family, texts, source, run=run)`, for the model the command resolved.
 
 A pretrained source's own tokenizer (or `recipe.tokenizer`, checked against it), completed with the tokens Lineage's
-templates need (`pretrained_tokenizer`); else `recipe.tokenizer`, or one trained on the data (or reused from the
-tokenizer cache: `corpus_tokenizer`), which is kept in the run's `<output_dir>/tokenizer` and reused on resume. A
-pretrained model is never paired with a freshly trained vocabulary. docs/training.md ("Tokenizers"),
+templates need (`pretrained_tokenizer`); else `recipe.tokenizer`, completed so too, or one trained on the data (or
+reused from the tokenizer cache: `corpus_tokenizer`), which is kept in the run's `<output_dir>/tokenizer` and reused
+on resume. A pretrained model is never paired with a freshly trained vocabulary. docs/training.md ("Tokenizers"),
 docs/pretrained.md ("The checkpoint's own tokenizer").
 """
 
@@ -16,6 +16,7 @@ import transformers
 from accelerate import PartialState
 
 from train.data.tokenization import (
+    canonical_family,
     complete_for_family,
     load_tokenizer,
     only_special_tokens,
@@ -57,12 +58,17 @@ def pretrained_tokenizer(source: ModelSource, tokenizer: str | None = None, temp
             "a freshly trained vocabulary; give the checkpoint's tokenizer with --tokenizer FOLDER")
     else:
         chosen = own
-    before = len(chosen)
-    added = complete_for_family(chosen, source.family, templates)
+    return _completed(chosen, source.family, templates, f"the checkpoint's {type(chosen).__name__}")
+
+
+def _completed(tokenizer, family: str, templates: bool, whose: str):
+    """`tokenizer` with the special tokens and templates `family`'s tasks need added (`complete_for_family`), what
+    was added printed as added to `whose` tokenizer."""
+    before = len(tokenizer)
+    added = complete_for_family(tokenizer, family, templates)
     if added:
-        PartialState().print(f"tokenizer: added {' '.join(added)} to the checkpoint's {type(chosen).__name__} "
-                             f"({before} -> {len(chosen)} tokens)")
-    return chosen
+        PartialState().print(f"tokenizer: added {' '.join(added)} to {whose} ({before} -> {len(tokenizer)} tokens)")
+    return tokenizer
 
 
 def own_tokenizer(folder: Path):
@@ -116,7 +122,10 @@ def corpus_tokenizer(recipe: Recipe, family: str, texts: Callable[[], Iterable[s
             raise FileNotFoundError(f"recipe key 'tokenizer': folder {recipe.tokenizer!r} holds no tokenizer (none of "
                                     f"{', '.join(TOKENIZER_FILES)}); give a folder written by save_pretrained or "
                                     f"python -m train.train_tokenizer")
-        return load_tokenizer(recipe.tokenizer, family, argument="recipe key 'tokenizer'")
+        chosen = load_tokenizer(recipe.tokenizer, argument="recipe key 'tokenizer'")
+        # a new model is sized to it: the tokens a Lineage tokenizer holds are added, as to a checkpoint's (the folder
+        # is left as it is; the run saves the tokenizer it trains with)
+        return _completed(chosen, canonical_family(family), True, f"recipe key 'tokenizer' {recipe.tokenizer!r}")
     return reused_or_trained(family, texts, recipe.tokenizer_vocab_size, sample_size=recipe.tokenizer_train_size,
                              model_max_length=recipe.max_seq_length, data_key=data_key)
 
