@@ -15,8 +15,9 @@ import torch
 
 from modeling.packing import document_masking_error
 from train.cli import run_script
+from train.data.batching import EmptyStreamError
 from train.data.collators import CausalLMCollator
-from train.data.token_store import data_key
+from train.data.token_store import ROWS_PER_BATCH, data_key
 from train.metrics import load_metric
 from train.run.engine import Engine, TokenMean
 from train.run.recipes import RecipeError, parse_args
@@ -90,7 +91,13 @@ def main(argv: list[str] | None = None):
         engine = Engine(run, model, train_data, CausalLMCollator(tokenizer, recipe.pad_to_multiple_of),
                         tokenizer=tokenizer, eval_dataset=eval_data, token_mean=TokenMean(first_label=1),
                         metrics_fn=metrics)
-        results = engine.train()
+        try:
+            results = engine.train()
+        except EmptyStreamError as error:  # the engine knows no block: say what an example of this stream is
+            raise EmptyStreamError(
+                f"{error} ({recipe.data_source('train')}: an example is a block of {recipe.max_seq_length} tokens "
+                f"(max_seq_length) packed from each {ROWS_PER_BATCH:,} documents in turn, the tail of each that fills "
+                "no block dropped: give more text or a smaller max_seq_length)") from None
         # every process samples the same prompts with the same seed: under FSDP each forward needs all of them
         samples = sample(engine.accelerator.unwrap_model(engine.model), tokenizer, prompts, recipe.max_new_tokens,
                          recipe.seed)

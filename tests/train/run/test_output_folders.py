@@ -117,12 +117,18 @@ def test_overwrite_deletes_only_what_the_run_recorded(tmp_path, capsys):
     assert (out / "model" / "mine.txt").is_file() and (out / "model" / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("streaming, refusal", [("false", "fewer than one block"), ("true", "yielded no example")])
+@pytest.mark.parametrize("streaming, refusal", [
+    ("false", r"short\.txt: the text yields \d+ tokens .*, fewer than one block of \d+ \(max_seq_length\): give more "
+              r"text or a smaller max_seq_length$"),
+    ("true", r"^the training stream yielded no example \(.*short\.txt: an example is a block of \d+ tokens "
+             r"\(max_seq_length\) packed from each 1,000 documents in turn, the tail of each that fills no block "
+             r"dropped: give more text or a smaller max_seq_length\)$")])
 def test_a_run_that_stops_before_training_leaves_the_folder_as_it_was(tmp_path, capsys, streaming, refusal):
     """A refusal after the tokenizer is trained (the run's data is too short for one block) or a stream that fails at
     the first step, after the log recorded the launch (step 0), deletes what the run wrote, naming each, and nothing
     else: a file of the user's stays and the folder is as it was (before: its run.json, tokenizer and log stayed until
-    the next run replaced them)."""
+    the next run replaced them). Both refusals say what an example is and what gives more (before, streamed: 'the
+    training stream yielded no example' alone)."""
     short = tmp_path / "short.txt"
     short.write_text("a b\nc d\n")
     out = tmp_path / "run"
