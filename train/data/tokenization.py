@@ -363,6 +363,31 @@ def check_not_a_file(path_or_name: str | Path, argument: str = "tokenizer") -> N
                              f"(tokenizer.json with tokenizer_config.json, which names its special tokens): {give}")
 
 
+# a folder of vocabulary files alone, as `tokenizers`' save_model writes them: the transformers class that reads them
+VOCABULARY_FILES = {("vocab.txt",): ("BertTokenizer", "a WordPiece", ", do_lower_case=True",
+                                     " (do_lower_case=False for a cased vocabulary)"),
+                    ("merges.txt", "vocab.json"): ("GPT2Tokenizer", "a byte-level BPE", "", "")}
+
+
+def check_vocabulary_files(path_or_name: str | Path, argument: str = "tokenizer") -> None:
+    """Refuse, naming ``argument``, a folder of vocabulary files alone (``vocab.txt``; ``vocab.json`` and
+    ``merges.txt``) with nothing that names the class to read them (``tokenizer_config.json``, ``config.json``),
+    which ``AutoTokenizer`` cannot load: the line that saves it as a tokenizer folder."""
+    folder = Path(path_or_name)
+    if not folder.is_dir() or any((folder / name).is_file() for name in (
+            "tokenizer.json", "tokenizer_config.json", "config.json")):
+        return
+    names = tuple(sorted(p.name for p in folder.iterdir() if p.name in ("vocab.txt", "vocab.json", "merges.txt")))
+    if names not in VOCABULARY_FILES:
+        return
+    cls, kind, lower, note = VOCABULARY_FILES[names]
+    raise TokenizerPathError(
+        f"{argument}: folder {str(folder)!r} holds {' and '.join(names)} alone, {kind} vocabulary as tokenizers' "
+        f"save_model writes it, with no tokenizer_config.json to name the tokenizer that reads it: save it as a "
+        f"tokenizer folder, e.g. python -c \"from transformers import {cls}; {cls}.from_pretrained('{folder}'"
+        f"{lower}).save_pretrained('{folder}')\"{note}")
+
+
 def only_special_tokens(tokenizer) -> bool:
     """Whether every token of the vocabulary is a special token: transformers 5.24's ``AutoTokenizer`` builds such a
     tokenizer for a checkpoint folder without tokenizer files (a BERT folder gives ``[PAD] [UNK] [CLS] [SEP] [MASK]``),
@@ -388,6 +413,7 @@ def load_tokenizer(path_or_name: str | Path, family: str | None = None, argument
     """``AutoTokenizer.from_pretrained`` plus ``check_vocabulary`` and, when ``family`` is given,
     ``check_special_tokens``; a file where the folder belongs is refused naming ``argument`` (``check_not_a_file``)."""
     check_not_a_file(path_or_name, argument)
+    check_vocabulary_files(path_or_name, argument)
     tokenizer = AutoTokenizer.from_pretrained(str(path_or_name), **kwargs)
     check_vocabulary(tokenizer, f"{argument} {str(path_or_name)!r}",
                      "give (--tokenizer FOLDER) the folder that save_pretrained or python -m train.train_tokenizer "

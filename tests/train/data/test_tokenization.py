@@ -11,6 +11,7 @@ from train import train_tokenizer as cli
 from train.data.corpus import tokenizer_training_texts
 from train.data.tokenization import (
     MissingSpecialTokenError,
+    TokenizerPathError,
     VocabularySizeError,
     canonical_family,
     check_special_tokens,
@@ -139,6 +140,32 @@ def test_missing_special_token_is_named(saved):
         load_tokenizer(folder, family="gpt")
     with pytest.raises(MissingSpecialTokenError, match=r"the tokenizer has no cls_token .*'\[CLS\]'"):
         check_special_tokens(saved["seq2seq"][0], "bert")
+
+
+def test_a_folder_of_vocabulary_files_alone_is_refused_with_the_line_that_saves_it(texts, tmp_path):
+    """`tokenizers`' save_model writes `vocab.txt` (WordPiece) or `vocab.json` and `merges.txt` (byte-level BPE) with
+    no config naming a class: refused naming the argument, the folder and the line that saves it as a tokenizer
+    folder, which then loads (before: transformers' ValueError 'Couldn't instantiate the backend tokenizer', a
+    traceback, where the project's own refusals list these files as a tokenizer's)."""
+    from tokenizers import BertWordPieceTokenizer, ByteLevelBPETokenizer
+    from transformers import BertTokenizer, GPT2Tokenizer
+
+    for name, trained, cls, lower in (("wordpiece", BertWordPieceTokenizer(), BertTokenizer, ", do_lower_case=True"),
+                                      ("bpe", ByteLevelBPETokenizer(), GPT2Tokenizer, "")):
+        folder = tmp_path / name
+        folder.mkdir()
+        trained.train_from_iterator(texts, vocab_size=300)
+        trained.save_model(str(folder))
+        files = "vocab.txt" if name == "wordpiece" else "merges.txt and vocab.json"
+        with pytest.raises(TokenizerPathError, match=re.escape(
+                f"recipe key 'tokenizer': folder '{folder}' holds {files} alone, ") + r".* as tokenizers' save_model "
+                r"writes it, with no tokenizer_config.json to name the tokenizer that reads it: save it as a tokenizer "
+                rf"folder, e.g. python -c \"from transformers import {cls.__name__}; " + re.escape(
+                    f"{cls.__name__}.from_pretrained('{folder}'{lower}).save_pretrained('{folder}')\"")):
+            load_tokenizer(folder, argument="recipe key 'tokenizer'")
+        cls.from_pretrained(folder, **({"do_lower_case": True} if lower else {})).save_pretrained(folder)
+        loaded = load_tokenizer(folder, argument="recipe key 'tokenizer'").get_vocab()
+        assert trained.get_vocab().items() <= loaded.items()  # GPT2Tokenizer adds <|endoftext|>
 
 
 def test_vocab_size_too_small(texts):
