@@ -132,7 +132,9 @@ def check_documents(dataset: AnyDataset, source: str, sentences_column: str | No
     problem = "fewer than two documents" if documents < 2 else "no document has two sentences"
     raise DataError(f"{counts}: {problem}, so there is no sentence pair to train on. BERT's layout is one sentence "
                     f"per line and a blank line between documents (a .txt file with text_sample_by auto or "
-                    f"paragraph), or a {sentences_column!r} column holding each document's sentences")
+                    f"paragraph), or a {sentences_column!r} column holding each document's sentences; a folder of a "
+                    f"file per document, a sentence per line (BookCorpus' books), is a document per file with "
+                    f"text_sample_by document")
 
 
 def prepare_nsp_dataset(dataset: AnyDataset, tokenizer: PreTrainedTokenizerBase, max_length: int = 128, *,

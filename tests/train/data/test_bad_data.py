@@ -354,12 +354,21 @@ def test_text_sample_by_line_reads_one_row_per_line_and_the_recipe_key_names_its
 
 
 def test_a_corpus_of_one_sentence_documents_says_how_to_lay_it_out(tmp_path):
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("Anna was born in Oslo.\nOmar was born in Cairo.\n")
-    with pytest.raises(DataError, match=r"corpus.txt: 2 documents, 2 sentences: no document has two sentences.*"
-                                        r"a blank line between documents"):
-        pretrain_bert(["--recipe", "bert-pretrain-tiny", *RUN, "--train_file", str(corpus),
+    """A sentence per line and no blank line, as BookCorpus' books are: the refusal says both layouts that give pairs,
+    and a folder of such books with the one it names trains a document per book (before: the refusal named the
+    blank lines alone)."""
+    books = tmp_path / "books"
+    books.mkdir()
+    for number, name in enumerate(("Anna", "Omar")):
+        (books / f"book_{number}.txt").write_text(f"{name} was born in Oslo.\n{name} moved to Cairo.\n")
+    with pytest.raises(DataError, match=r"books: 4 documents, 4 sentences: no document has two sentences.*a blank line "
+                                        r"between documents.*; a folder of a file per document, a sentence per line "
+                                        r"\(BookCorpus' books\), is a document per file with text_sample_by document$"):
+        pretrain_bert(["--recipe", "bert-pretrain-tiny", *RUN, "--train_file", str(books),
                        "--output_dir", str(tmp_path / "run")])
+    pretrain_bert(["--recipe", "bert-pretrain-tiny", *RUN, "--train_file", str(books), "--text_sample_by", "document",
+                   "--output_dir", str(tmp_path / "run")])
+    assert (tmp_path / "run" / "model" / "config.json").is_file()
 
 
 # ----------------------------------------------------------------------------- 8. labels of a cut training set
