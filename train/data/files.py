@@ -198,8 +198,8 @@ def _listed_language(path: Path) -> bool:
 def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[str] = tuple(FORMATS),
                   say: bool = False, languages: bool = False, split: str = "train") -> list[Path]:
     """The data files named by a path, a folder (its files of `suffixes`, and of `LANGUAGES` where `languages`,
-    sorted, but its `DOCUMENTATION`, left out and, where `say`, said; those of `split` in a folder of splits,
-    `folder_splits`) or a list of paths."""
+    sorted, but its `DOCUMENTATION`, left out and, where `say`, said; where it holds none, its subfolders' at any depth;
+    those of `split` in a folder of splits, `folder_splits`) or a list of paths."""
     items = [source] if isinstance(source, (str, Path)) else list(source)
     files: list[Path] = []
     for item in items:
@@ -212,15 +212,17 @@ def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[
             raise UnknownSplitError(f"{path}: its files name the splits {', '.join(splits)} (as datasets reads a "
                                     f"folder), not {split!r}")
         elif path.is_dir():
-            found, left = listed(path, suffixes, _listed_language if languages else None)
-            names = ", ".join(p.name for p in left)
+            also = _listed_language if languages else None
+            found, left = listed(path, suffixes, also)
+            if not found:  # a folder of folders of shards: FineWeb's data/CC-MAIN-*/, SlimPajama's train/chunk1/
+                found, left = listed(path, suffixes, also, deep=True)
+            names = ", ".join(str(p.relative_to(path)) for p in left)
             why = f"{names} left out: documentation by {'its' if len(left) == 1 else 'their'} name, not data"
             if left and say and found:
                 print(f"{path}: {why} (name a file to read it)", flush=True)
             if not found:
                 of = ", <prefix>.<language> (train.en)" if languages else ""
-                inner = [d.name for d in sorted(path.iterdir()) if d.is_dir() and (
-                    is_saved(d) or folder_splits(d, suffixes) or listed(d, suffixes)[0])]
+                inner = [d.name for d in sorted(path.iterdir()) if d.is_dir() and is_saved(d)]
                 many = len(inner) > 1
                 held = (f"; its folder{'s' if many else ''} {', '.join(inner)} hold{'' if many else 's'} data: name "
                         f"{'one' if many else 'it'}" if inner else "")

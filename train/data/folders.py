@@ -1,6 +1,6 @@
-"""What a data folder holds: its data files apart from its documentation (`listed`), whether `save_to_disk` wrote
-it (`is_saved`), and the splits its files' names say, as datasets' `load_dataset(folder)` reads them
-(`folder_splits`). docs/training.md, "Data"."""
+"""What a data folder holds: its data files apart from its documentation, its own or at any depth (`listed`),
+whether `save_to_disk` wrote it (`is_saved`), and the splits its files' names say, as datasets' `load_dataset(folder)`
+reads them (`folder_splits`). docs/training.md, "Data"."""
 
 from __future__ import annotations
 
@@ -15,11 +15,14 @@ from train.data.file_bytes import FORMATS, suffix
 DOCUMENTATION = re.compile(r"(readme|licen[cs]e|copying|changelog|citation)([._-].*)?", re.IGNORECASE)
 
 
-def listed(folder: Path, suffixes: Sequence[str], also: Callable[[Path], bool] | None = None
+def listed(folder: Path, suffixes: Sequence[str], also: Callable[[Path], bool] | None = None, deep: bool = False
            ) -> tuple[list[Path], list[Path]]:
-    """`(data, documentation)`: a folder's files of `suffixes` (and those `also` takes), sorted, apart from those its
-    `DOCUMENTATION` names."""
-    files = sorted(p for p in folder.iterdir() if p.is_file() and (suffix(p) in suffixes or (also and also(p))))
+    """`(data, documentation)`: a folder's files of `suffixes` (and those `also` takes), in sorted path order, apart
+    from those its `DOCUMENTATION` names; `deep`: its subfolders' too, at any depth, but those in a hidden folder
+    (`.cache/`, where `huggingface-cli download` keeps its records)."""
+    paths = folder.rglob("*") if deep else folder.iterdir()
+    files = sorted(p for p in paths if p.is_file() and (suffix(p) in suffixes or (also and also(p))) and not any(
+        part.startswith(".") for part in p.relative_to(folder).parts[:-1]))
     return ([p for p in files if not DOCUMENTATION.fullmatch(p.name)],
             [p for p in files if DOCUMENTATION.fullmatch(p.name)])
 
@@ -49,36 +52,47 @@ def _named_splits(name: str) -> set[str]:
     return {split for word in _SPLIT_WORD.findall(name) for split, words in SPLIT_WORDS.items() if word in words}
 
 
-def folder_splits(folder: str | Path, suffixes: Sequence[str] = tuple(FORMATS)) -> dict[str, list[Path]]:
-    """{split: its files} of a folder whose data files name their splits as datasets reads them (`SPLIT_WORDS`):
-    files of two splits or more (train.csv, dev.csv), or, where the folder holds none, the files in its `data`
-    folder (a Hub repository's data/train-00000-of-00001.parquet) or in folders named by a split (train/,
-    validation/); {} for a folder of another layout, whose files are one split. A file that names no split, or two,
-    beside files of splits is refused, naming it."""
+def _split_of(relative: Path) -> tuple[Path, set[str]]:
+    """The splits the first part of a file's path that names any names (`_named_splits`), and the folder above it."""
+    for index, part in enumerate(relative.parts):
+        if splits := _named_splits(part):
+            return Path(*relative.parts[:index]), splits
+    return Path(), set()
+
+
+def folder_splits(folder: str | Path, suffixes: Sequence[str] = tuple(FORMATS),
+                  also: Callable[[Path], bool] | None = None) -> dict[str, list[Path]]:
+    """{split: its files} of a folder whose data files name two splits or more as datasets reads them (`SPLIT_WORDS`):
+    its own files (train.csv, dev.csv) and those in its folders named by a split (train/, validation/, at any depth;
+    The Pile's train/ beside val.jsonl.zst), or, where it has neither, its subfolders' at any depth by their paths (a
+    Hub repository's data/train-00000-of-00001.parquet); {} for a folder of another layout, whose files are one
+    split. Refused, naming them: a file that names no split, or two, beside files of splits, and subfolders that each
+    hold splits (a repository of WikiText's configurations)."""
     folder = Path(folder).expanduser()
     if not folder.is_dir() or is_saved(folder):
         return {}
-    files = listed(folder, suffixes)[0]
-    if files:
-        named = {f: _named_splits(f.name) for f in files}
-        if len(set().union(*named.values())) < 2:
-            return {}
-    else:
-        inner = folder / "data"
-        folders = [d for d in sorted(folder.iterdir()) if d.is_dir() and _named_splits(d.name)]
-        if inner.is_dir() and not folders:
-            named = {f: _named_splits(f.name) for f in listed(inner, suffixes)[0]}
-        else:
-            named = {f: _named_splits(d.name) for d in folders for f in listed(d, suffixes)[0]}
-    odd = next((f for f, splits in named.items() if len(splits) != 1), None)
+    files = listed(folder, suffixes, also)[0] + [
+        f for d in sorted(folder.iterdir()) if d.is_dir() and not d.name.startswith(".") and _named_splits(d.name)
+        for f in listed(d, suffixes, also, deep=True)[0]]
+    named = {f: _split_of(f.relative_to(folder)) for f in files or listed(folder, suffixes, also, deep=True)[0]}
+    if len(set().union(*(splits for _, splits in named.values()))) < 2:
+        return {}
+    odd = next((f for f, (_, splits) in named.items() if len(splits) != 1), None)
     if odd is not None:
-        said = ", ".join(f"{f.relative_to(folder)}: {next(iter(s))}" for f, s in named.items() if len(s) == 1)
-        names = " and ".join(sorted(named[odd])) or "none"
+        said = ", ".join(f"{f.relative_to(folder)}: {next(iter(s))}" for f, (_, s) in named.items() if len(s) == 1)
+        names = " and ".join(sorted(named[odd][1])) or "none"
         raise DataError(f"{folder}: its files name their splits, as datasets reads a folder ({said}), but "
                         f"{odd.relative_to(folder)} names {names}: give each file a name of one split (train, "
                         f"validation or dev, test), or move it out")
+    holders = {above for above, _ in named.values()}
+    if len(holders) > 1:  # named by the folders under `folder` that hold them (cola, sst2 of glue/cola/data/...)
+        tops = {above.parts[0] for above in holders}
+        names = sorted(map(str, tops if len(tops) == len(holders) else holders))
+        raise DataError(f"{folder}: its folders {', '.join(names)} each hold files named by their splits (as "
+                        f"datasets reads a folder): read as one, their splits would train and evaluate together; "
+                        f"name one of them, e.g. {folder / names[0]}")
     splits: dict[str, list[Path]] = {}
-    for file, split in named.items():
+    for file, (_, split) in named.items():
         splits.setdefault(next(iter(split)), []).append(file)
     return splits
 

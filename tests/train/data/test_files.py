@@ -7,6 +7,7 @@ import gzip
 import json
 import lzma
 import os
+from pathlib import Path
 
 import datasets
 import pyarrow as pa
@@ -24,7 +25,7 @@ from train.data.errors import (
     MissingColumnError,
 )
 from train.data.file_bytes import check_utf8
-from train.data.files import load_text_dataset
+from train.data.files import data_files, load_text_dataset
 from train.data.labels import LabelError, score_labels
 from train.data.model_inputs import (
     prepare_causal_lm_dataset,
@@ -373,3 +374,76 @@ def test_a_csv_score_of_only_whitespace_is_a_missing_score_as_an_empty_one(tmp_p
     train, _ = score_labels(data, None, "label", (str(path), str(path)), skip_unlabeled=True)
     assert [row["label"] for row in train] == [1.5, 2.0]
     assert ("skipped 2 rows labelled -1 or without a score" in capsys.readouterr().out) is not streaming
+
+
+def test_a_folder_of_folders_of_shards_reads_its_subfolders_files_in_path_order(tmp_path):
+    """FineWeb as `huggingface-cli download` leaves it (`README.md`, `data/CC-MAIN-*/000_00000.parquet`, its records
+    in `.cache/`): a folder with no data file of its own reads its subfolders' files in sorted path order, in memory
+    and streamed, and a checkpoint fingerprints those (before: 'folder holds no data files')."""
+    import pandas as pd
+
+    root = tmp_path / "fineweb"
+    shards = [root / "data" / dump / "000_00000.parquet" for dump in ("CC-MAIN-2024-10", "CC-MAIN-2024-18")]
+    hidden = root / ".cache" / "huggingface" / "download" / "data" / "stale.parquet"
+    for number, path in enumerate([*shards, hidden]):
+        path.parent.mkdir(parents=True)
+        pd.DataFrame({"text": [f"Document {number}.{i} of the web." for i in range(3)], "id": ["<urn:uuid:0>"] * 3,
+                      "dump": path.parent.name, "language_score": 0.9}).to_parquet(path)
+    (root / "README.md").write_text("# FineWeb\n")
+    expected = [f"Document {number}.{i} of the web." for number in (0, 1) for i in range(3)]
+    for streaming in (False, True):
+        rows = load_text_dataset(root, streaming=streaming, cache_dir=str(tmp_path / "cache"))
+        assert [row["text"] for row in rows] == expected
+    assert data_files(str(root), ("text",)) == shards
+
+
+def test_split_folders_of_chunk_folders_and_split_files_beside_a_split_folder_are_read_by_split(tmp_path):
+    """SlimPajama as it ships (`train/chunk1/example_train_0.jsonl.zst`, `validation/...`, `test/...`) and The Pile's
+    root (`train/00.jsonl.zst` beside `val.jsonl.zst` and `test.jsonl.zst`), written with zstandard: each split reads
+    its files, the training split its chunks at any depth, in memory and streamed (before: refused, 'folder holds no
+    data files'; read whole, the held-out splits would have been trained on)."""
+    zstandard = pytest.importorskip("zstandard")
+
+    def write(path: Path, texts: list[str]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = "".join(json.dumps({"text": text, "meta": {"redpajama_set_name": "RedPajamaC4"}}) + "\n"
+                        for text in texts)
+        path.write_bytes(zstandard.ZstdCompressor().compress(lines.encode()))
+
+    slimpajama = tmp_path / "SlimPajama-627B"
+    for split, name in (("train", "example_train"), ("validation", "example_holdout"), ("test", "example_holdout")):
+        for chunk in (1, 2):
+            texts = [f"{split} {chunk}.{i}" for i in (0, 1)]
+            write(slimpajama / split / f"chunk{chunk}" / f"{name}_0.jsonl.zst", texts)
+    pile = tmp_path / "pile"
+    for name in ("train/00", "train/01", "val", "test"):
+        write(pile / f"{name}.jsonl.zst", [f"{name} {i}" for i in (0, 1)])
+    for streaming in (False, True):
+        rows = load_text_dataset(slimpajama, streaming=streaming, cache_dir=str(tmp_path / "cache"))
+        assert [row["text"] for row in rows] == [f"train {chunk}.{i}" for chunk in (1, 2) for i in range(2)]
+        rows = load_text_dataset(pile, streaming=streaming, cache_dir=str(tmp_path / "cache"))
+        assert [row["text"] for row in rows] == [f"train/{n} {i}" for n in ("00", "01") for i in range(2)]
+    held_out = load_text_dataset(slimpajama, "validation", cache_dir=str(tmp_path / "cache"))
+    assert held_out["text"] == [f"validation {chunk}.{i}" for chunk in (1, 2) for i in range(2)]
+    assert load_text_dataset(pile, "validation", cache_dir=str(tmp_path / "cache"))["text"] == ["val 0", "val 1"]
+
+
+def test_wikitext_and_c4_folders_train_on_their_training_files(tmp_path):
+    """WikiText's raw files (`wiki.train.raw`, `wiki.valid.raw`, `wiki.test.raw`) and C4's `en/` (`c4-train.*.json.gz`
+    beside `c4-validation.*.json.gz`, written with gzip): the training files train and the validation files are the
+    validation split (before: every split was trained on, the test split a perplexity is reported on too)."""
+    wikitext = tmp_path / "wikitext-103-raw"
+    wikitext.mkdir()
+    for split in ("train", "valid", "test"):
+        (wikitext / f"wiki.{split}.raw").write_text(f" = {split} = \n")
+    assert load_text_dataset(wikitext, cache_dir=str(tmp_path / "cache"))["text"] == [" = train = "]
+    assert load_text_dataset(wikitext, "test", cache_dir=str(tmp_path / "cache"))["text"] == [" = test = "]
+    c4 = tmp_path / "en"
+    c4.mkdir()
+    for name in ("c4-train.00000-of-01024", "c4-train.00001-of-01024", "c4-validation.00000-of-00008"):
+        with gzip.open(c4 / f"{name}.json.gz", "wt") as handle:
+            handle.write(json.dumps({"text": name, "timestamp": "2019-04-25T12:57:54Z", "url": "https://x.org"}) + "\n")
+    rows = load_text_dataset(c4, streaming=True, cache_dir=str(tmp_path / "cache"))
+    assert [row["text"] for row in rows] == ["c4-train.00000-of-01024", "c4-train.00001-of-01024"]
+    rows = load_text_dataset(c4, "validation", streaming=True, cache_dir=str(tmp_path / "cache"))
+    assert [row["text"] for row in rows] == ["c4-validation.00000-of-00008"]

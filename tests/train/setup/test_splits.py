@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from train import finetune
 from train.data.corpus import generate_records, tokenizer_training_texts
-from train.data.errors import UnknownColumnError, UnknownSplitError
+from train.data.errors import DataError, UnknownColumnError, UnknownSplitError
 from train.data.tokenization import train_tokenizer
 from train.run.recipes import RecipeError, parse_args
 from train.setup.splits import load_splits, qa_doc_stride, question_room_problem
@@ -130,10 +130,14 @@ def test_a_folder_of_configuration_folders_is_refused_naming_them(tmp_path):
     for config in ("sst2", "cola"):
         (tmp_path / config).mkdir()
         _split_files(tmp_path / config, "hub data folder").rename(tmp_path / "glue" / config)
-    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'glue'}: folder holds no data files (.txt, "
-                                                          ".text, .raw, .jsonl, .json, .csv, .tsv, .parquet); its "
-                                                          "folders cola, sst2 hold data: name one")):
-        load_splits(_recipe("--train_file", str(tmp_path / "glue")), COLUMNS)
+    glue = tmp_path / "glue"
+    with pytest.raises(DataError, match=re.escape(f"{glue}: its folders cola, sst2 each hold files named by their "
+                                                  "splits (as datasets reads a folder): read as one, their splits "
+                                                  f"would train and evaluate together; name one of them, e.g. "
+                                                  f"{glue / 'cola'}")):
+        load_splits(_recipe("--train_file", str(glue)), COLUMNS)
+    train, _ = load_splits(_recipe("--train_file", str(glue / "cola")), COLUMNS)
+    assert len(train) == 12
 
 
 def test_a_file_without_the_label_column_is_told_it_has_nothing_to_evaluate_or_train_on(tmp_path):
