@@ -244,12 +244,32 @@ def _file_format(files: list[Path], data_format: str | None, text: bool = False)
         unknown = next(f for f in files if FORMATS.get(suffix(f)) is None)
         language = (" (a file of a language, as train.en, is read as text lines where the task reads one column of "
                     "text: a tokenizer's or pretraining's)" if _is_language(unknown) else "")
-        raise DataError(f"{unknown}: unknown data file type{language}; name the file with one of {', '.join(FORMATS)} "
-                        f"at the end (plain text: .txt){', before its compression' if compression(unknown) else ''}, "
-                        f"or pass data_format to load_text_dataset")
+        advice = _first_line_advice(unknown)
+        raise DataError(f"{unknown}: unknown data file type{language}; " + (advice or (
+            f"name the file with one of {', '.join(FORMATS)} at the end (plain text: .txt)"
+            f"{', before its compression' if compression(unknown) else ''} (from Python: load_text_dataset's "
+            "data_format)")))
     if len(formats) > 1:
         raise DataError(f"data files mix formats {sorted(formats)}; load each format separately")
     return formats.pop()
+
+
+def _first_line_advice(path: Path) -> str | None:
+    """How to read a file of no known suffix, by its first line: WikiExtractor's output (`<doc id=...>` blocks in its
+    files `AA/wiki_00`, ...), or a JSON object per line (its `--json` output); None for anything else."""
+    packed = compression(path) is not None
+    named = f"{path.stem if packed else path.name}.jsonl{path.suffix if packed else ''}"  # wiki_00.bz2: .jsonl.bz2
+    try:
+        first = next(text_lines(path), "").strip()
+        if first.startswith("{") and isinstance(json.loads(first), dict):
+            return f"its first line is a JSON object: name it {named} to read a JSON object per line"
+    except Exception:  # no text, or no JSON: nothing to say of it
+        return None
+    if not first.startswith("<doc "):
+        return None
+    return ("its first line opens a <doc> block, as WikiExtractor writes its output, whose <doc> lines would be "
+            "trained on as text: run WikiExtractor with --json (a JSON object per article, its text in 'text') and "
+            f"name its files as JSON Lines ({named})")
 
 
 def _sample_by(files: list[Path], text_sample_by: str) -> str:
@@ -549,6 +569,11 @@ def _folder_hint(source: str | Path | Sequence[str | Path], kinds: dict[str, str
         folder is not None and folder.is_dir()) else []
     if "words" in kinds.values() and other:
         return f"; a CoNLL file of another suffix is read where it is named (a file per split): e.g. {other[0]}"
+    unknown = next((p for p in sorted(folder.rglob("*")) if p.is_file() and not suffix(p)), None) if (
+        folder is not None and folder.is_dir() and not any(map(_listed_language, other))) else None
+    if unknown is not None:  # WikiExtractor's text/AA/wiki_00, ...
+        advice = _first_line_advice(unknown)
+        return f"; it holds files of no suffix, e.g. {unknown}{f': {advice}' if advice else ''}"
     languages: dict[str, set[str]] = {}  # prefix -> the languages of its files
     for path in filter(_listed_language, other):
         languages.setdefault((path.stem if compression(path) else path.name).rpartition(".")[0], set()).add(
