@@ -254,22 +254,36 @@ def _file_format(files: list[Path], data_format: str | None, text: bool = False)
     return formats.pop()
 
 
+WIKIEXTRACTOR = ("as WikiExtractor writes its output, whose <doc> lines would be trained on as text: run WikiExtractor "
+                 "with --json (a JSON object per article, its text in 'text') and name its files as JSON Lines")
+
+
+def _first_line(path: Path) -> str | None:
+    """The file's first line (decompressed), stripped; None where it is no text."""
+    try:
+        return next(text_lines(path), "").strip()
+    except Exception:  # whatever a file that is no text raises: the checks of its format name it
+        return None
+
+
+def _opens_doc(line: str | None) -> bool:
+    """Whether `line` opens one of WikiExtractor's `<doc id="12" url=... title=...>` blocks."""
+    return line is not None and re.match(r'<doc id="[^"]*"', line) is not None
+
+
 def _first_line_advice(path: Path) -> str | None:
     """How to read a file of no known suffix, by its first line: WikiExtractor's output (`<doc id=...>` blocks in its
     files `AA/wiki_00`, ...), or a JSON object per line (its `--json` output); None for anything else."""
     packed = compression(path) is not None
     named = f"{path.stem if packed else path.name}.jsonl{path.suffix if packed else ''}"  # wiki_00.bz2: .jsonl.bz2
+    first = _first_line(path)
+    if _opens_doc(first):
+        return f"its first line opens a <doc> block, {WIKIEXTRACTOR} ({named})"
     try:
-        first = next(text_lines(path), "").strip()
-        if first.startswith("{") and isinstance(json.loads(first), dict):
-            return f"its first line is a JSON object: name it {named} to read a JSON object per line"
-    except Exception:  # no text, or no JSON: nothing to say of it
-        return None
-    if not first.startswith("<doc "):
-        return None
-    return ("its first line opens a <doc> block, as WikiExtractor writes its output, whose <doc> lines would be "
-            "trained on as text: run WikiExtractor with --json (a JSON object per article, its text in 'text') and "
-            f"name its files as JSON Lines ({named})")
+        is_object = first is not None and first.startswith("{") and isinstance(json.loads(first), dict)
+    except ValueError:
+        is_object = False
+    return f"its first line is a JSON object: name it {named} to read a JSON object per line" if is_object else None
 
 
 def _sample_by(files: list[Path], text_sample_by: str) -> str:
@@ -293,6 +307,9 @@ def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> 
     for path in files:
         if path.stat().st_size == 0:
             raise EmptyDataFileError(f"{path}: the data file is empty")
+        if fmt == "text" and _opens_doc(_first_line(path)):
+            named = f"{path.name.split('.')[0]}.jsonl{path.suffix if compression(path) else ''}"
+            raise DataError(f"{path}: line 1 opens a <doc> block, {WIKIEXTRACTOR} ({named})")
         if compression(path) is not None:
             check_signature(path)
             continue

@@ -180,7 +180,7 @@ def test_wikiextractors_output_is_refused_saying_how_to_write_it_as_json_lines(t
     says its markup would be trained on and to write them with --json as .jsonl; of its --json output (here compressed
     with --compress), the name to give (before: 'unknown data file type; name the file with one of .txt, ... or pass
     data_format to load_text_dataset', which a command has no argument for, and a file renamed .txt trains on its
-    markup; the folder: 'folder holds no data files' alone)."""
+    markup, as it does no more; the folder: 'folder holds no data files' alone)."""
     shard = tmp_path / "text" / "AA" / "wiki_00"
     shard.parent.mkdir(parents=True)
     shard.write_text('<doc id="12" url="https://en.wikipedia.org/wiki?curid=12" title="Anarchism">\nAnarchism\n\n'
@@ -193,6 +193,12 @@ def test_wikiextractors_output_is_refused_saying_how_to_write_it_as_json_lines(t
     with pytest.raises(DataFileNotFoundError, match=r"text: folder holds no data files \(\.txt, .*\); it holds files "
                                                     f"of no suffix, e.g. {shard}: {how}"):
         load_text_dataset(tmp_path / "text", cache_dir=str(tmp_path / "cache"))
+    renamed = tmp_path / "wiki_00.txt.gz"  # renamed as text, its markup would be trained on
+    renamed.write_bytes(gzip.compress(shard.read_bytes()))
+    for streaming in (False, True):
+        with pytest.raises(DataError, match=r"wiki_00\.txt\.gz: line 1 opens a <doc> block, as WikiExtractor writes "
+                                            r"its output, .* name its files as JSON Lines \(wiki_00\.jsonl\.gz\)$"):
+            load_text_dataset(renamed, streaming=streaming, cache_dir=str(tmp_path / "cache"))
     packed = tmp_path / "json" / "AB" / "wiki_01.bz2"
     packed.parent.mkdir(parents=True)
     packed.write_bytes(bz2.compress(json.dumps({"id": "12", "revid": "1", "url": "https://en.wikipedia.org/wiki?curid"
