@@ -11,6 +11,7 @@ else runs at its smallest settings.
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,14 @@ def corpus_bench(out: Path, *extra: str, work: Path | None = None) -> None:
                            "--work", str(work or out.parent.parent / "work"), "--json", str(out), *extra])
 
 
+def average_twins(out: Path, model: Path, *extra: str) -> None:
+    """`lineage average` of the model folder and a copy of it (one folder named twice is refused)."""
+    twin = model.parent / f"{model.name}-twin"
+    if not twin.exists():
+        shutil.copytree(model, twin)
+    average.main([str(model), str(twin), "--output_dir", str(out), *extra])
+
+
 # name -> (run(out, model folder, *extra), the file planted in the user's folder, the name the refusal gives, the
 # overwrite flag or None, stub or None); a name ending in .json: the output is that file, not a folder
 COMMANDS = {
@@ -99,8 +108,8 @@ COMMANDS = {
     "attention-maps": (lambda out, m, *x: attention_maps.main(["--model", str(m), "--text", "the cat sat",
                                                                "--output_dir", str(out), *x]),
                        "tokens.json", "tokens.json", "--overwrite_output_dir", None),
-    "average": (lambda out, m, *x: average.main([str(m), str(m), "--output_dir", str(out), *x]), "model.safetensors",
-                "model.safetensors", "--overwrite_output_dir", None),
+    "average": (lambda out, m, *x: average_twins(out, m, *x), "model.safetensors", "model.safetensors",
+                "--overwrite_output_dir", None),
     "evaluate": (lambda out, m, *x: evaluate_masked_lm(out, m, *x), "results.json", "results.json",
                  "--overwrite_output_dir", None),
     "experiment": (lambda out, m, *x: lineage_experiment.main(["--quick", "--arms", "rnn-none", "--output_dir",
