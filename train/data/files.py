@@ -424,8 +424,16 @@ def _check_rows(rows: dict[str, list], indices: list[int], kinds: dict[str, str 
     return [True] * len(indices)
 
 
+def _blanks_refused(records: bool, kinds: dict[str, str | None]) -> bool:
+    """Whether the values of a file of records (``records``) are checked as such (``is_bad``): not a corpus's, one
+    column of text (pretraining's, a tokenizer's), whose blank rows are blank lines, as a ``.txt`` file's and a Hub
+    dataset's are (WikiText's empty rows)."""
+    return records and list(kinds.values()) != ["text"]
+
+
 def _checked(dataset: AnyDataset, kinds: dict[str, str | None], refuse: Refuse, records: bool) -> AnyDataset:
     """``dataset`` with every value of ``kinds``' columns checked: at once in memory, as read in a stream."""
+    records = _blanks_refused(records, kinds)
     if isinstance(dataset, datasets.Dataset):
         _check_values(dataset, kinds, refuse, records)
         return dataset
@@ -456,7 +464,7 @@ def _refuse_in_files(files: list[Path], fmt: str, kwargs: dict, kinds: dict[str,
 def _refuse_in_saved(path: Path, saved: datasets.Dataset, kinds: dict[str, str | None], row: int, column: str,
                      value: object) -> DataError:
     """The error for the first refused value of ``column`` in a saved dataset (memory-mapped, so found in place)."""
-    found = _first_bad(saved, column, kinds[column], records=True) or (row, value)
+    found = _first_bad(saved, column, kinds[column], _blanks_refused(True, kinds)) or (row, value)
     return value_error(row_location(path, found[0], column), column, kinds[column], found[1])
 
 
@@ -546,7 +554,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         dataset = _csv_scores(dataset, [column for column, kind in kinds.items() if kind == "score"])
     if fmt == "text" and "encoding" in kwargs and any(compression(f) is not None for f in files):
         dataset = dataset.map(_without_bom, batched=True)  # datasets reads compressed text as UTF-8, whatever encoding
-    refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, fmt != "text")
+    refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, _blanks_refused(fmt != "text", kinds))
     return _checked(dataset, kinds, refuse, records=fmt != "text")
 
 

@@ -484,3 +484,28 @@ def test_wikitext_and_c4_folders_train_on_their_training_files(tmp_path):
     assert [row["text"] for row in rows] == ["c4-train.00000-of-01024", "c4-train.00001-of-01024"]
     rows = load_text_dataset(c4, "validation", streaming=True, cache_dir=str(tmp_path / "cache"))
     assert [row["text"] for row in rows] == ["c4-validation.00000-of-00008"]
+
+
+def test_a_corpus_of_records_reads_its_empty_rows_as_blank_lines_as_a_hub_dataset_does(tmp_path):
+    """WikiText's parquet files as the Hub holds them (rows '', ' = Valkyria Chronicles III = \\n', '', ...), written
+    by pandas, and the same rows saved with save_to_disk: a corpus (one column of text) reads every row, in memory and
+    streamed, as its Hub name and a .txt file read blank lines (before: refused at row 0, 'the row has no value for
+    column 'text' (an empty string); fill it in or remove the row'); a classifier's text column still refuses one."""
+    import pandas as pd
+
+    texts = ["", " = Valkyria Chronicles III = \n", "", " Senjō no Valkyria 3 is a role @-@ playing game .\n", " "]
+    parquet = tmp_path / "wikitext-103-raw-v1" / "train-00000-of-00002.parquet"
+    parquet.parent.mkdir()
+    pd.DataFrame({"text": texts}).to_parquet(parquet)
+    saved = tmp_path / "saved"
+    datasets.Dataset.from_dict({"text": texts}).save_to_disk(str(saved))
+    for source in (parquet, saved):
+        for streaming in (False, True):
+            rows = load_text_dataset(source, columns=[("text", "text")], streaming=streaming,
+                                     cache_dir=str(tmp_path / "cache"))
+            assert [row["text"] for row in rows] == texts
+    labelled = tmp_path / "labelled.parquet"
+    pd.DataFrame({"text": texts, "label": [0, 1, 0, 1, 0]}).to_parquet(labelled)
+    with pytest.raises(DataError, match=r"labelled\.parquet: row 0, column 'text': the row has no value for column "
+                                        r"'text' \(an empty string\)"):
+        load_text_dataset(labelled, columns=[("text", "text"), ("label", "label")], cache_dir=str(tmp_path / "cache"))
