@@ -1,4 +1,5 @@
-"""Average the weights of checkpoints or model folders of one run into a loadable model folder.
+"""Average the weights of checkpoints or model folders of one run into a loadable model folder (of one checkpoint:
+its model folder).
 
     lineage average outputs/mt/checkpoints/step-300 outputs/mt/checkpoints/step-400 --output_dir outputs/mt-avg
     lineage average outputs/mt/model outputs/mt/checkpoints/step-300 --output_dir outputs/mt-avg
@@ -41,8 +42,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output_dir", required=True, help="folder to write (new, empty, or an earlier average)")
     parser.add_switch("--overwrite_output_dir", help="replace an earlier output of this command (nothing else)")
     args = parser.parse_args(argv)
-    if len(args.inputs) < 2:
-        parser.error(f"INPUT: give two or more checkpoints or model folders to average, got {len(args.inputs)}")
+    if len(args.inputs) < 2 and not is_checkpoint(Path(args.inputs[0])):  # one checkpoint: its model folder
+        parser.error(f"INPUT: give two or more checkpoints or model folders to average, or one checkpoint to make a "
+                     f"model folder of, got {args.inputs[0]!r}")
     folders = [Path(name).expanduser().resolve() for name in args.inputs]
     for i, folder in enumerate(folders):  # one folder twice would weigh it twice and be listed as two inputs
         if folder in folders[:i]:
@@ -89,6 +91,12 @@ def read_inputs(names: list[str]) -> tuple[list[Member], models.ModelSource]:
     return members, template
 
 
+def _whose(count: int) -> str:
+    """The weights of `count` inputs, as the card and the log say them."""
+    return ("those of one checkpoint of a Lineage run" if count == 1 else
+            f"the mean of those of {count} checkpoints of one Lineage run, tensor by tensor")
+
+
 def card(model, names: list[str], folder: Path) -> str:
     """The output's model card: Hub metadata, the inputs and how to load it."""
     name = type(model).__name__
@@ -97,8 +105,8 @@ def card(model, names: list[str], folder: Path) -> str:
     inputs = "\n".join(f"- `{'/'.join(Path(name).parts[-2:])}`" for name in names)  # no path of this machine
     auto = type(model).auto_class_name()
     return (f"---\n{yaml.safe_dump(metadata, sort_keys=False)}---\n\n# {folder.name}\n\nA `{type(model).__name__}` "
-            f"({model.config.model_type}) whose weights are the mean of those of {len(names)} checkpoints of one "
-            f"Lineage run, tensor by tensor, written by `lineage average`:\n\n{inputs}\n\n## Use\n\n```python\n"
+            f"({model.config.model_type}) whose weights are {_whose(len(names))}, written by `lineage average`:"
+            f"\n\n{inputs}\n\n## Use\n\n```python\n"
             f"from transformers import {auto}, AutoTokenizer\n\n"
             f'model = {auto}.from_pretrained("path/or/repo-id", trust_remote_code=True)\n'
             'tokenizer = AutoTokenizer.from_pretrained("path/or/repo-id")\n```\n')
@@ -119,7 +127,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
         (staging / "README.md").write_text(card(model, args.inputs, folder))
-    print(f"averaged {len(members)} checkpoints ({', '.join(args.inputs)}) -> {folder} ({type(model).__name__})")
+    print(f"{'averaged' if len(members) > 1 else 'saved'} {_whose(len(members))} ({', '.join(args.inputs)}) -> "
+          f"{folder} ({type(model).__name__})")
     return folder
 
 

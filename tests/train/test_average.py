@@ -58,6 +58,16 @@ def test_the_average_of_identical_checkpoints_is_them(run, tmp_path):
     assert all(torch.equal(averaged[k], original[k]) for k in original)
 
 
+def test_one_checkpoint_alone_makes_a_model_folder_of_its_weights(run, tmp_path, capsys):
+    """A step to evaluate (before: refused, 'give two or more'; no command made a checkpoint a model folder)."""
+    out = average.main([str(checkpoint(run, 2)), "--output_dir", str(tmp_path / "step-2")])
+    original = weights(checkpoint(run, 2))
+    model = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
+    assert all(torch.equal(model.state_dict()[k], original[k]) for k in original)
+    assert "whose weights are those of one checkpoint of a Lineage run" in (out / "README.md").read_text()
+    assert "saved those of one checkpoint of a Lineage run" in capsys.readouterr().out
+
+
 def test_the_average_of_different_checkpoints_is_each_tensors_mean_and_loads(run, tmp_path):
     inputs = [checkpoint(run, 2), checkpoint(run, 4)]
     before = fingerprints(run)
@@ -115,9 +125,10 @@ def test_another_config_or_vocabulary_is_refused_naming_the_first_difference(run
 
 
 def test_bad_inputs_are_refused_by_name_before_anything_is_written(run, tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        average.main([str(checkpoint(run, 4)), "--output_dir", str(tmp_path / "avg")])
-    assert "INPUT: give two or more" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a copy, not an average: one checkpoint alone makes a model folder
+        average.main([str(run / "model"), "--output_dir", str(tmp_path / "avg")])
+    assert (f"INPUT: give two or more checkpoints or model folders to average, or one checkpoint to make a model "
+            f"folder of, got '{run / 'model'}'") in capsys.readouterr().err
     with pytest.raises(SystemExit):  # (before: averaged, its card listing the one checkpoint twice)
         average.main([str(checkpoint(run, 4)), f"{checkpoint(run, 4)}/", "--output_dir", str(tmp_path / "avg")])
     assert (f"INPUT: '{checkpoint(run, 4)}' and '{checkpoint(run, 4)}/' name the same folder; give each checkpoint or "

@@ -192,7 +192,7 @@ def missing_config_hint(folder: Path) -> str:
     where = (f"its run's model is {published}" if (published / "config.json").is_file()
              else "its run has published no model yet")
     return (f" (a run's checkpoint: the weights and training state of one step, without the model's config; {where}, "
-            "and lineage average makes a model folder of two or more checkpoints)")
+            "and lineage average makes a model folder of it, or of the mean of several)")
 
 
 def _read_folder(name: str, folder: Path, argument: str) -> ModelSource:
