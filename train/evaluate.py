@@ -137,7 +137,7 @@ def command_parser() -> CommandParser:
                         help="score the first N rows")
     parser.add_argument("--max_seq_length", type=_number(int, 2, "a length >= 2"), default=None,
                         help="tokens per example (default: the run's, else the model's positions, at most "
-                             "512)")
+                             "512); with --tasks, the harness's max_length (default: the model's positions)")
     parser.add_argument("--max_query_length", type=_number(int, 1, "a number of tokens >= 1"), default=None,
                         help="question answering: the tokens of a question kept (default: the run's, else 64)")
     parser.add_argument("--doc_stride", type=_number(int, 0, "a number of tokens >= 0"), default=None,
@@ -208,12 +208,12 @@ def model_kind(config: dict[str, Any], name: str) -> tuple[str, str]:
 
 def check_lengths(args: argparse.Namespace, config: dict[str, Any]) -> None:
     """`--max_seq_length` within the model's positions (its default: the run's, its recipe.yaml, as the run cut its
-    rows; else the positions, at most 512), `--max_new_tokens` within an encoder-decoder's positions after its start
-    token (default: 64, at most that), and `--tasks` not empty."""
+    rows; else the positions, at most 512; with `--tasks` none, the harness's own), `--max_new_tokens` within an
+    encoder-decoder's positions after its start token (default: 64, at most that), and `--tasks` not empty."""
     positions = config.get("max_position_embeddings")
-    if args.max_seq_length is None:
+    if args.max_seq_length is None and args.tasks is None:
         args.max_seq_length = _run_recipe(args.model).get("max_seq_length") or min(positions or 512, 512)
-    if positions and args.max_seq_length > positions:
+    if positions and args.max_seq_length is not None and args.max_seq_length > positions:
         raise EvaluateError(f"{MAX_LENGTH} is {args.max_seq_length} but --model has {positions} positions: give at "
                             f"most {positions}")
     decoder = positions - 1 if positions and config.get("is_encoder_decoder") else None
@@ -279,7 +279,7 @@ def device_of(args: argparse.Namespace) -> str:
 def evaluate_harness(args: argparse.Namespace, kind: str) -> dict[str, Any]:
     """The harness on `--tasks` (tasks and their data first, then the model once)."""
     harness.require_lm_eval()
-    arguments = harness.model_arguments(args.model, args.model_revision, kind == "seq2seq")
+    arguments = harness.model_arguments(args.model, args.model_revision, kind == "seq2seq", args.max_seq_length)
     manager = harness.task_manager(args.include_path, arguments)
     tasks = harness.load_tasks([t.strip() for t in args.tasks.split(",") if t.strip()], manager)
     results = harness.run(tasks, arguments, manager, limit=args.limit, num_fewshot=args.num_fewshot,

@@ -75,6 +75,25 @@ def test_the_harness_path_reports_what_lm_eval_reports(gpt, tmp_path, monkeypatc
     assert (out / "scores.png").stat().st_size > 0
 
 
+def test_max_seq_length_with_tasks_is_the_harness_max_length_as_lm_eval_takes_it(gpt, tmp_path, monkeypatch):
+    """`--max_seq_length 8 --tasks ...` scores as `lm_eval --model_args ...,max_length=8` (before: taken and ignored,
+    the model's positions used); without it, the harness's own default."""
+    ours = {length: json.loads((evaluate.main([
+        "--model", str(gpt), "--tasks", "lineage_perplexity", "--limit", "3", "--output_dir", str(tmp_path / length),
+        *(["--max_seq_length", length] if length != "default" else [])]) / "results.json").read_text())["harness"]
+        for length in ("default", "8")}
+    monkeypatch.setattr(sys, "argv", [
+        "lm_eval", "--model", "hf", "--model_args", f"pretrained={gpt},trust_remote_code=True,max_length=8",
+        "--tasks", "lineage_perplexity", "--include_path", str(harness.SHIPPED_TASKS), "--limit", "3",
+        "--output_path", str(tmp_path / "theirs")])
+    from lm_eval.__main__ import cli_evaluate
+
+    cli_evaluate()
+    theirs = json.loads(Path(glob.glob(str(tmp_path / "theirs" / "*" / "results_*.json"))[0]).read_text())
+    assert ours["8"]["results"] == theirs["results"]
+    assert ours["8"]["results"] != ours["default"]["results"]
+
+
 def test_the_harness_path_run_outside_a_git_repository_prints_no_complaint_of_git(gpt, tmp_path, monkeypatch, capfd):
     """lm-eval records the working folder's commit by running `git describe`, which printed `fatal: not a git
     repository ...` on the command's stderr; the hash recorded stays lm-eval's (none here), and stderr is the user's

@@ -81,11 +81,14 @@ def _version() -> str:
     return version("lm_eval")
 
 
-def model_arguments(model: str, revision: str | None, seq2seq: bool) -> dict[str, Any]:
-    """The `--model_args` of `lm_eval --model hf` for `model`, as a Hub user loads a Lineage folder."""
+def model_arguments(model: str, revision: str | None, seq2seq: bool, max_length: int | None = None) -> dict[str, Any]:
+    """The `--model_args` of `lm_eval --model hf` for `model`, as a Hub user loads a Lineage folder; `max_length`:
+    the tokens of a request the model reads (lm_eval's default: the model's positions)."""
     arguments = {"pretrained": model, "trust_remote_code": True}
     if revision is not None:
         arguments["revision"] = revision
+    if max_length is not None:
+        arguments["max_length"] = max_length
     if seq2seq:
         arguments["backend"] = "seq2seq"
     return arguments
