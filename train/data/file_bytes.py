@@ -1,6 +1,7 @@
 """A data file's bytes: its format and compression by name, read decompressed in chunks or lines, its line breaks
 counted as editors count them, checked as UTF-8 and for paragraphs; the answer of a check that reads the whole file kept
-for the unchanged file (`once`)."""
+for the unchanged file (`once`); what its first line says of a file of no known suffix (`first_line_advice`:
+WikiExtractor's output)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import codecs
 import gzip
 import hashlib
 import io
+import json
 import lzma
 import os
 import re
@@ -170,5 +172,37 @@ def text_lines(path: Path) -> Iterator[str]:
         raise
 
 
-__all__ = ["COMPRESSIONS", "FORMATS", "check_signature", "check_utf8", "chunks", "compression", "has_bom",
-           "has_paragraphs", "once", "suffix", "text_lines"]
+WIKIEXTRACTOR = ("as WikiExtractor writes its output, whose <doc> lines would be trained on as text: run WikiExtractor "
+                 "with --json (a JSON object per article, its text in 'text') and name its files as JSON Lines")
+
+
+def first_line(path: Path) -> str | None:
+    """The file's first line (decompressed), stripped; None where it is no text."""
+    try:
+        return next(text_lines(path), "").strip()
+    except Exception:  # whatever a file that is no text raises: the checks of its format name it
+        return None
+
+
+def opens_doc(line: str | None) -> bool:
+    """Whether `line` opens one of WikiExtractor's `<doc id="12" url=... title=...>` blocks."""
+    return line is not None and re.match(r'<doc id="[^"]*"', line) is not None
+
+
+def first_line_advice(path: Path) -> str | None:
+    """How to read a file of no known suffix, by its first line: WikiExtractor's output (`<doc id=...>` blocks in its
+    files `AA/wiki_00`, ...), or a JSON object per line (its `--json` output); None for anything else."""
+    packed = compression(path) is not None
+    named = f"{path.stem if packed else path.name}.jsonl{path.suffix if packed else ''}"  # wiki_00.bz2: .jsonl.bz2
+    first = first_line(path)
+    if opens_doc(first):
+        return f"its first line opens a <doc> block, {WIKIEXTRACTOR} ({named})"
+    try:
+        is_object = first is not None and first.startswith("{") and isinstance(json.loads(first), dict)
+    except ValueError:
+        is_object = False
+    return f"its first line is a JSON object: name it {named} to read a JSON object per line" if is_object else None
+
+
+__all__ = ["COMPRESSIONS", "FORMATS", "WIKIEXTRACTOR", "check_signature", "check_utf8", "chunks", "compression",
+           "first_line", "first_line_advice", "has_bom", "has_paragraphs", "once", "opens_doc", "suffix", "text_lines"]

@@ -36,12 +36,16 @@ from train.data.errors import (
 from train.data.file_bytes import (
     COMPRESSIONS,
     FORMATS,
+    WIKIEXTRACTOR,
     check_signature,
     check_utf8,
     compression,
+    first_line,
+    first_line_advice,
     has_bom,
     has_paragraphs,
     once,
+    opens_doc,
     suffix,
     text_lines,
 )
@@ -244,7 +248,7 @@ def _file_format(files: list[Path], data_format: str | None, text: bool = False)
         unknown = next(f for f in files if FORMATS.get(suffix(f)) is None)
         language = (" (a file of a language, as train.en, is read as text lines where the task reads one column of "
                     "text: a tokenizer's or pretraining's)" if _is_language(unknown) else "")
-        advice = _first_line_advice(unknown)
+        advice = first_line_advice(unknown)
         raise DataError(f"{unknown}: unknown data file type{language}; " + (advice or (
             f"name the file with one of {', '.join(FORMATS)} at the end (plain text: .txt)"
             f"{', before its compression' if compression(unknown) else ''} (from Python: load_text_dataset's "
@@ -252,38 +256,6 @@ def _file_format(files: list[Path], data_format: str | None, text: bool = False)
     if len(formats) > 1:
         raise DataError(f"data files mix formats {sorted(formats)}; load each format separately")
     return formats.pop()
-
-
-WIKIEXTRACTOR = ("as WikiExtractor writes its output, whose <doc> lines would be trained on as text: run WikiExtractor "
-                 "with --json (a JSON object per article, its text in 'text') and name its files as JSON Lines")
-
-
-def _first_line(path: Path) -> str | None:
-    """The file's first line (decompressed), stripped; None where it is no text."""
-    try:
-        return next(text_lines(path), "").strip()
-    except Exception:  # whatever a file that is no text raises: the checks of its format name it
-        return None
-
-
-def _opens_doc(line: str | None) -> bool:
-    """Whether `line` opens one of WikiExtractor's `<doc id="12" url=... title=...>` blocks."""
-    return line is not None and re.match(r'<doc id="[^"]*"', line) is not None
-
-
-def _first_line_advice(path: Path) -> str | None:
-    """How to read a file of no known suffix, by its first line: WikiExtractor's output (`<doc id=...>` blocks in its
-    files `AA/wiki_00`, ...), or a JSON object per line (its `--json` output); None for anything else."""
-    packed = compression(path) is not None
-    named = f"{path.stem if packed else path.name}.jsonl{path.suffix if packed else ''}"  # wiki_00.bz2: .jsonl.bz2
-    first = _first_line(path)
-    if _opens_doc(first):
-        return f"its first line opens a <doc> block, {WIKIEXTRACTOR} ({named})"
-    try:
-        is_object = first is not None and first.startswith("{") and isinstance(json.loads(first), dict)
-    except ValueError:
-        is_object = False
-    return f"its first line is a JSON object: name it {named} to read a JSON object per line" if is_object else None
 
 
 def _sample_by(files: list[Path], text_sample_by: str) -> str:
@@ -307,7 +279,7 @@ def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> 
     for path in files:
         if path.stat().st_size == 0:
             raise EmptyDataFileError(f"{path}: the data file is empty")
-        if fmt == "text" and _opens_doc(_first_line(path)):
+        if fmt == "text" and opens_doc(first_line(path)):
             named = f"{path.name.split('.')[0]}.jsonl{path.suffix if compression(path) else ''}"
             raise DataError(f"{path}: line 1 opens a <doc> block, {WIKIEXTRACTOR} ({named})")
         if compression(path) is not None:
@@ -597,7 +569,7 @@ def _folder_hint(source: str | Path | Sequence[str | Path], kinds: dict[str, str
     unknown = next((p for p in sorted(folder.rglob("*")) if p.is_file() and not suffix(p)), None) if (
         folder is not None and folder.is_dir() and not any(map(_listed_language, other))) else None
     if unknown is not None:  # WikiExtractor's text/AA/wiki_00, ...
-        advice = _first_line_advice(unknown)
+        advice = first_line_advice(unknown)
         return f"; it holds files of no suffix, e.g. {unknown}{f': {advice}' if advice else ''}"
     languages: dict[str, set[str]] = {}  # prefix -> the languages of its files
     for path in filter(_listed_language, other):

@@ -302,8 +302,9 @@ BAD = {  # name -> (write the file, columns, error class, what the message says)
     "a blank text in the second shard of a folder": (
         lambda d: (_jsonl(d / "part-0.jsonl", _rows()), _jsonl(d / "part-1.jsonl", _rows()[:1] + [{"text": "  "}]),
                    d)[2],
-        [("text", "text")], MissingColumnError, r"part-1\.jsonl: line 2 \(JSON Lines, column 'text'\): the row has no "
-                                                r"value for column 'text' \(only whitespace\)"),
+        [("text", "text"), ("id", "label")], MissingColumnError,  # a corpus (text alone) reads it as a blank line
+        r"part-1\.jsonl: line 2 \(JSON Lines, column 'text'\): the row has no value for column 'text' \(only "
+        r"whitespace\)"),
     "SQuAD answers of 2 texts and 1 start": (
         lambda d: _jsonl(d / "q.jsonl", [{"answers": {"text": ["Oslo"], "answer_start": [0]}},
                                          {"answers": {"text": ["Oslo", "Norway"], "answer_start": [0]}}]),
