@@ -189,11 +189,18 @@ def opens_doc(line: str | None) -> bool:
     return line is not None and re.match(r'<doc id="[^"]*"', line) is not None
 
 
+def jsonl_name(path: Path) -> str:
+    """The name that reads `path` as JSON Lines: its text format's suffix, if any, replaced by `.jsonl`, before its
+    compression's (`wiki_00`: wiki_00.jsonl; `wiki_00.bz2`: wiki_00.jsonl.bz2; `wiki_00.txt.gz`: wiki_00.jsonl.gz)."""
+    packed = compression(path) is not None
+    base = Path(path.stem) if packed else path
+    return f"{base.stem if base.suffix.lower() in FORMATS else base.name}.jsonl{path.suffix if packed else ''}"
+
+
 def first_line_advice(path: Path) -> str | None:
     """How to read a file of no known suffix, by its first line: WikiExtractor's output (`<doc id=...>` blocks in its
     files `AA/wiki_00`, ...), or a JSON object per line (its `--json` output); None for anything else."""
-    packed = compression(path) is not None
-    named = f"{path.stem if packed else path.name}.jsonl{path.suffix if packed else ''}"  # wiki_00.bz2: .jsonl.bz2
+    named = jsonl_name(path)
     first = first_line(path)
     if opens_doc(first):
         return f"its first line opens a <doc> block, {WIKIEXTRACTOR} ({named})"
@@ -205,4 +212,5 @@ def first_line_advice(path: Path) -> str | None:
 
 
 __all__ = ["COMPRESSIONS", "FORMATS", "WIKIEXTRACTOR", "check_signature", "check_utf8", "chunks", "compression",
-           "first_line", "first_line_advice", "has_bom", "has_paragraphs", "once", "opens_doc", "suffix", "text_lines"]
+           "first_line", "first_line_advice", "has_bom", "has_paragraphs", "jsonl_name", "once", "opens_doc", "suffix",
+           "text_lines"]

@@ -44,6 +44,7 @@ from train.data.file_bytes import (
     first_line_advice,
     has_bom,
     has_paragraphs,
+    jsonl_name,
     once,
     opens_doc,
     suffix,
@@ -280,8 +281,7 @@ def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> 
         if path.stat().st_size == 0:
             raise EmptyDataFileError(f"{path}: the data file is empty")
         if fmt == "text" and opens_doc(first_line(path)):
-            named = f"{path.name.split('.')[0]}.jsonl{path.suffix if compression(path) else ''}"
-            raise DataError(f"{path}: line 1 opens a <doc> block, {WIKIEXTRACTOR} ({named})")
+            raise DataError(f"{path}: line 1 opens a <doc> block, {WIKIEXTRACTOR} ({jsonl_name(path)})")
         if compression(path) is not None:
             check_signature(path)
             continue
@@ -405,7 +405,6 @@ def _blanks_refused(records: bool, kinds: dict[str, str | None]) -> bool:
 
 def _checked(dataset: AnyDataset, kinds: dict[str, str | None], refuse: Refuse, records: bool) -> AnyDataset:
     """``dataset`` with every value of ``kinds``' columns checked: at once in memory, as read in a stream."""
-    records = _blanks_refused(records, kinds)
     if isinstance(dataset, datasets.Dataset):
         _check_values(dataset, kinds, refuse, records)
         return dataset
@@ -433,10 +432,10 @@ def _refuse_in_files(files: list[Path], fmt: str, kwargs: dict, kinds: dict[str,
     return value_error(where, column, kind, value)  # a value the stream's reader reads otherwise (JSON array types)
 
 
-def _refuse_in_saved(path: Path, saved: datasets.Dataset, kinds: dict[str, str | None], row: int, column: str,
-                     value: object) -> DataError:
+def _refuse_in_saved(path: Path, saved: datasets.Dataset, kinds: dict[str, str | None], records: bool, row: int,
+                     column: str, value: object) -> DataError:
     """The error for the first refused value of ``column`` in a saved dataset (memory-mapped, so found in place)."""
-    found = _first_bad(saved, column, kinds[column], _blanks_refused(True, kinds)) or (row, value)
+    found = _first_bad(saved, column, kinds[column], records) or (row, value)
     return value_error(row_location(path, found[0], column), column, kinds[column], found[1])
 
 
@@ -526,8 +525,9 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         dataset = _csv_scores(dataset, [column for column, kind in kinds.items() if kind == "score"])
     if fmt == "text" and "encoding" in kwargs and any(compression(f) is not None for f in files):
         dataset = dataset.map(_without_bom, batched=True)  # datasets reads compressed text as UTF-8, whatever encoding
-    refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, _blanks_refused(fmt != "text", kinds))
-    return _checked(dataset, kinds, refuse, records=fmt != "text")
+    records = _blanks_refused(fmt != "text", kinds)
+    refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, records)
+    return _checked(dataset, kinds, refuse, records)
 
 
 def _local_files(source: str | Path | Sequence[str | Path], columns: Columns, say: bool = False,
@@ -707,11 +707,12 @@ def _load_saved(path: Path, split: str, kinds: dict[str, str | None], streaming:
     if len(saved) == 0:
         raise EmptyDataFileError(f"{path}: the saved dataset has no rows")
     saved = with_columns(saved, list(kinds), str(path))
-    refuse = functools.partial(_refuse_in_saved, path, saved, kinds)
+    records = _blanks_refused(True, kinds)
+    refuse = functools.partial(_refuse_in_saved, path, saved, kinds, records)
     if not streaming:
-        return _checked(saved, kinds, refuse, records=True)
+        return _checked(saved, kinds, refuse, records)
     stream = saved.to_iterable_dataset(num_shards=min(len(saved), max(1, len(saved.cache_files))))
-    return _checked(stream, kinds, refuse, records=True)
+    return _checked(stream, kinds, refuse, records)
 
 
 def _entry(value: object, key: str) -> object:
