@@ -1144,7 +1144,9 @@ def reference_examples(conversion):
         inputs = marian_conversion.batch()
         return [(inputs, {}, {9: inputs["attention_mask"].bool()})]  # the source's real positions; every target one
     examples = []
-    for side in ("right", "left") if family == "GPT2" else ("right",):  # OpenAIGPT numbers positions from 0 always
+    # left padding: both references number positions 0..T-1 unless given the mask's count of real tokens (as their
+    # generate() gives it); Lineage counts them itself (docs/models.md, departures)
+    for side in ("right", "left"):
         ids, mask = gpt_conversion.padded_batch(side)
         positions = {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0)} if side == "left" else {}
         examples.append(({"input_ids": ids, "attention_mask": mask}, positions, {10: mask.bool()}))
@@ -1201,7 +1203,9 @@ def reference_labels(conversion, inputs: dict) -> dict:
         return {"labels": torch.randint(1, 98, inputs["decoder_input_ids"].shape)}
     if name == "BertForPreTraining":
         return {"labels": tokens, "next_sentence_label": torch.arange(rows) % 2}
-    if name.endswith(("LMHeadModel", "MaskedLM")):
+    if name.endswith("LMHeadModel"):  # not a first token: left-padded, a padding query (a kernel's own) predicts it
+        return {"labels": tokens.masked_fill(inputs["attention_mask"].cumsum(-1) <= 1, -100)}
+    if name.endswith("MaskedLM"):
         return {"labels": tokens}
     if name.endswith("SequenceClassification"):
         return {"labels": torch.arange(rows) % 2}
@@ -1288,9 +1292,8 @@ def test_generation_gives_the_reference_tokens(conversion, num_beams, exact_line
         assert lineage.generation_config.forced_eos_token_id == 0  # the reference's decoding settings travel along
     else:
         prompts, kwargs = [{"input_ids": torch.randint(5, 99, (1, 6))}], dict(max_new_tokens=12, do_sample=False)
-        if family == "GPT2":  # left padding: generate passes both the same positions, from the mask
-            ids, mask = gpt_conversion.padded_batch("left")
-            prompts.append({"input_ids": ids, "attention_mask": mask})
+        ids, mask = gpt_conversion.padded_batch("left")  # generate() passes both the same positions, from the mask
+        prompts.append({"input_ids": ids, "attention_mask": mask})
     for prompt in prompts:
         expected = reference.generate(**prompt, **kwargs)
         assert expected.shape[1] > prompt["input_ids"].shape[1] + 4 or family == "Marian"
