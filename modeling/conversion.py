@@ -9,6 +9,7 @@ vocabularies and what is refused: docs/models.md, "Converting to and from transf
 import copy
 
 import torch
+import transformers
 from torch import nn
 
 from .configuration_lineage_common import check_vocab_multiple
@@ -20,14 +21,28 @@ from .conversion_marian import MARIAN_CONVERSIONS
 CONVERSIONS: tuple[Conversion, ...] = BERT_CONVERSIONS + GPT_CONVERSIONS + MARIAN_CONVERSIONS
 
 
-def _find(model: nn.Module, attribute: str) -> Conversion:
+def _find(model_class: type, config, attribute: str) -> Conversion:
     for conversion in CONVERSIONS:
-        if type(model) is getattr(conversion, attribute) and (
-            attribute == "reference_class" or conversion.takes_lineage_config(model.config)
+        if model_class is getattr(conversion, attribute) and (
+            attribute == "reference_class" or conversion.takes_lineage_config(config)
         ):
             return conversion
     supported = sorted({getattr(c, attribute).__name__ for c in CONVERSIONS})  # GPT's classes serve two references
-    raise TypeError(f"No conversion for {type(model).__name__}; supported classes: {', '.join(supported)}.")
+    raise TypeError(f"No conversion for {model_class.__name__}; supported classes: {', '.join(supported)}.")
+
+
+def reference_config(lineage_class: type, config) -> tuple[Conversion, transformers.PreTrainedConfig]:
+    """(conversion, reference config) of a Lineage class and config, from the config alone: `TypeError` for a class
+    without a reference, `ValueError` naming each field the reference cannot express."""
+    conversion = _find(lineage_class, config, "lineage_class")
+    if config.relative_attention is not None:
+        raise ValueError(
+            f"This {lineage_class.__name__} has relative position representations (`position_embedding_type`="
+            f"{config.position_embedding_type!r}), which no transformers model offers, so it cannot be "
+            "converted. Share it as it is: `save_pretrained(folder)`, then `from_pretrained(folder, "
+            "trust_remote_code=True)` loads it anywhere."
+        )
+    return conversion, conversion.config_to_reference(config)
 
 
 def _vocab_keys(model: nn.Module) -> dict[str, int]:
@@ -64,7 +79,7 @@ def from_transformers(model: nn.Module, pad_vocab_to_multiple_of: int | None = N
     """The Lineage model with the same weights and outputs as a transformers reference model; `pad_vocab_to_multiple_of`
     pads its embedding and output layer with rows no output shows."""
     check_vocab_multiple(pad_vocab_to_multiple_of)
-    conversion = _find(model, "reference_class")
+    conversion = _find(type(model), getattr(model, "config", None), "reference_class")
     config = conversion.config_to_lineage(model.config)
     config.pad_vocab_to_multiple_of = pad_vocab_to_multiple_of
     return _build(conversion.lineage_class, config, conversion.state_to_lineage(model.state_dict()), model)
@@ -72,15 +87,7 @@ def from_transformers(model: nn.Module, pad_vocab_to_multiple_of: int | None = N
 
 def to_transformers(model: nn.Module) -> nn.Module:
     """The transformers reference model with the same weights (and the same outputs) as a Lineage model."""
-    conversion = _find(model, "lineage_class")
-    if model.config.relative_attention is not None:
-        raise ValueError(
-            f"This {type(model).__name__} has relative position representations (`position_embedding_type`="
-            f"{model.config.position_embedding_type!r}), which no transformers model offers, so it cannot be "
-            "converted. Share it as it is: `save_pretrained(folder)`, then `from_pretrained(folder, "
-            "trust_remote_code=True)` loads it anywhere."
-        )
-    config = conversion.config_to_reference(model.config)
+    conversion, config = reference_config(type(model), getattr(model, "config", None))
     state = model.state_dict()
     for key, dim in _vocab_keys(model).items():  # drop the rows of a padded vocabulary
         state[key] = state[key].narrow(dim, 0, model.config.vocab_size)
@@ -88,4 +95,4 @@ def to_transformers(model: nn.Module) -> nn.Module:
     return _build(conversion.reference_class, config, state, model, conversion.reference_computed_keys)
 
 
-__all__ = ["CONVERSIONS", "Conversion", "from_transformers", "rename_keys", "to_transformers"]
+__all__ = ["CONVERSIONS", "Conversion", "from_transformers", "reference_config", "rename_keys", "to_transformers"]

@@ -70,4 +70,13 @@ def with_task_fields(config, target_class, fields: dict):
     return target_class.from_dict({**fields, **task})
 
 
-__all__ = ["TASK_FIELDS", "Conversion", "StateDict", "copy_fields", "rename_keys", "with_task_fields"]
+def check_reference_fields(config, reference: str, required: dict, problems: tuple[str, ...] = ()) -> None:
+    """Refuse a config whose `required` fields (name: the reference's value) differ, or with `problems`, naming each."""
+    problems = tuple(f"`{name}`={getattr(config, name)!r} ({reference}: {value!r})"
+                     for name, value in required.items() if getattr(config, name) != value) + problems
+    if problems:
+        raise ValueError(f"transformers' {reference} has no equivalent of " + ", ".join(problems) + ".")
+
+
+__all__ = ["TASK_FIELDS", "Conversion", "StateDict", "check_reference_fields", "copy_fields", "rename_keys",
+           "with_task_fields"]

@@ -7,7 +7,7 @@ import transformers
 from torch import nn
 
 from .configuration_lineage_bert import LineageBertConfig
-from .conversion_base import Conversion, StateDict, copy_fields, rename_keys, with_task_fields
+from .conversion_base import Conversion, StateDict, check_reference_fields, copy_fields, rename_keys, with_task_fields
 from .modeling_lineage_bert import (
     LineageBertForMaskedLM,
     LineageBertForPreTraining,
@@ -72,11 +72,7 @@ def _bert_config_to_lineage(config: transformers.BertConfig) -> LineageBertConfi
 
 
 def _bert_config_to_reference(config: LineageBertConfig) -> transformers.BertConfig:
-    if config.norm_position != "post" or config.gated_ffn:
-        raise ValueError(
-            "transformers' BERT is post-norm with a plain feed-forward; a model with "
-            f"norm_position={config.norm_position!r}, gated_ffn={config.gated_ffn} has no equivalent."
-        )
+    check_reference_fields(config, "BERT", {"norm_position": "post", "gated_ffn": False})
     return with_task_fields(config, transformers.BertConfig, copy_fields(config, _BERT_SHARED_FIELDS))
 
 

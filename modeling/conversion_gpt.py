@@ -11,7 +11,7 @@ import transformers
 from torch import nn
 
 from .configuration_lineage_gpt import LineageGptConfig
-from .conversion_base import Conversion, StateDict, rename_keys, with_task_fields
+from .conversion_base import Conversion, StateDict, check_reference_fields, rename_keys, with_task_fields
 from .modeling_lineage_gpt import (
     LineageGptForCausalLM,
     LineageGptForSequenceClassification,
@@ -78,12 +78,11 @@ def _gpt_config_to_lineage(config, norm_position: str, intermediate_size: int, h
     })
 
 
-def _gpt_reference_fields(config: LineageGptConfig, norm_position: str, reference: str) -> dict:
-    if config.norm_position != norm_position or config.gated_ffn:
-        raise ValueError(
-            f"transformers' {reference} is {norm_position}-norm with a plain feed-forward; a model with "
-            f"norm_position={config.norm_position!r}, gated_ffn={config.gated_ffn} has no equivalent."
-        )
+def _gpt_reference_fields(config: LineageGptConfig, reference: str, required: dict,
+                          activations: tuple[str, ...]) -> dict:
+    # the fields both references share, once every field the reference cannot express is refused
+    check_reference_fields(config, reference, {"gated_ffn": False, **required}, () if config.hidden_act in activations
+                           else (f"`hidden_act`={config.hidden_act!r} ({reference}: one of {list(activations)})",))
     return {
         "vocab_size": config.vocab_size, "n_positions": config.max_position_embeddings, "n_embd": config.hidden_size,
         "n_layer": config.num_hidden_layers, "n_head": config.num_attention_heads,
@@ -98,14 +97,15 @@ def _openai_config_to_lineage(config: transformers.OpenAIGPTConfig) -> LineageGp
     return _gpt_config_to_lineage(config, "post", 4 * config.n_embd, hidden_act)
 
 
+# Lineage's activation -> OpenAIGPT's `afn` name for it
+_OPENAI_AFN = {"gelu_new": "gelu", "relu": "relu", "silu": "silu"}
+
+
 def _openai_config_to_reference(config: LineageGptConfig) -> transformers.OpenAIGPTConfig:
-    fields = _gpt_reference_fields(config, "post", "OpenAIGPT")
-    if config.intermediate_size != 4 * config.hidden_size:
-        raise ValueError(
-            f"OpenAIGPT's feed-forward is 4 * hidden_size; `intermediate_size` must be {4 * config.hidden_size}."
-        )
-    afn = _activation(config.hidden_act, {"gelu_new": "gelu", "relu": "relu", "silu": "silu"}, "hidden_act")
-    return _gpt_config(config, transformers.OpenAIGPTConfig, {**fields, "afn": afn})
+    # OpenAIGPT's feed-forward is 4 * hidden_size, with no field to set it
+    required = {"norm_position": "post", "intermediate_size": 4 * config.hidden_size}
+    fields = _gpt_reference_fields(config, "OpenAIGPT", required, tuple(_OPENAI_AFN))
+    return _gpt_config(config, transformers.OpenAIGPTConfig, {**fields, "afn": _OPENAI_AFN[config.hidden_act]})
 
 
 def _gpt2_config_to_lineage(config: transformers.GPT2Config) -> LineageGptConfig:
@@ -119,10 +119,9 @@ def _gpt2_config_to_lineage(config: transformers.GPT2Config) -> LineageGptConfig
 
 
 def _gpt2_config_to_reference(config: LineageGptConfig) -> transformers.GPT2Config:
-    fields = _gpt_reference_fields(config, "pre", "GPT2")
-    activation = _activation(config.hidden_act, {a: a for a in ("gelu_new", "gelu", "relu", "silu")}, "hidden_act")
+    fields = _gpt_reference_fields(config, "GPT2", {"norm_position": "pre"}, ("gelu_new", "gelu", "relu", "silu"))
     return _gpt_config(config, transformers.GPT2Config, {
-        **fields, "n_inner": config.intermediate_size, "activation_function": activation,
+        **fields, "n_inner": config.intermediate_size, "activation_function": config.hidden_act,
     })
 
 

@@ -8,7 +8,7 @@ import transformers
 from torch import nn
 
 from .configuration_lineage_transformer import LineageTransformerConfig
-from .conversion_base import Conversion, StateDict, rename_keys
+from .conversion_base import Conversion, StateDict, check_reference_fields, rename_keys
 from .modeling_lineage_transformer import (
     LineageTransformerForConditionalGeneration,
     LineageTransformerModel,
@@ -86,12 +86,8 @@ def _marian_config_to_reference(config: LineageTransformerConfig) -> transformer
     # label smoothing is a training objective, not a weight: Marian's loss is plain cross-entropy
     required = {"norm_position": "post", "gated_ffn": False, "position_embedding_type": "sinusoidal",
                 "sinusoidal_layout": "split", "layer_norm_eps": _MARIAN_LAYER_NORM_EPS}
-    problems = [f"`{name}`={getattr(config, name)!r} (Marian: {value!r})"
-                for name, value in required.items() if getattr(config, name) != value]
-    if config.decoder_start_token_id is None:
-        problems.append("`decoder_start_token_id`=None (Marian needs an id)")
-    if problems:
-        raise ValueError("transformers' Marian has no equivalent of " + ", ".join(problems) + ".")
+    check_reference_fields(config, "Marian", required, () if config.decoder_start_token_id is not None
+                           else ("`decoder_start_token_id`=None (Marian needs an id)",))
     return transformers.MarianConfig(
         vocab_size=config.vocab_size, decoder_vocab_size=config.vocab_size, d_model=config.hidden_size,
         encoder_layers=config.num_hidden_layers, decoder_layers=config.num_hidden_layers,

@@ -1,13 +1,13 @@
 """Convert a model folder or Hub id between Lineage and its transformers reference class, with its tokenizer.
 
     python -m train.convert google-bert/bert-base-uncased bert-base-lineage/ --to lineage
-    python -m train.convert outputs/gpt-pretrain-tiny/model gpt-as-gpt2/ --to transformers
+    python -m train.convert outputs/main-job/gpt-pretrain/model gpt-as-openai-gpt/ --to transformers
     lineage convert Helsinki-NLP/opus-mt-en-de opus-en-de-lineage/ --to lineage --model_revision main
 
 `SRC` is read as `--model` is everywhere (`train.setup.models`); the classes each way are those of
 `modeling.conversion`. The tokenizer is copied unchanged. Both models run on `CHECK_TOKENS` tokens in fp32: the
-largest output difference is printed and written into the card, and above 1e-4 nothing is written.
-docs/pretrained.md.
+largest output difference is printed and written into the card, and above 1e-4 nothing is written. A model the
+reference cannot express is refused from its config.json, before any weight loads. docs/pretrained.md.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+import modeling
+from modeling.conversion import reference_config
 from train.cli import CommandParser, run_script
 from train.run.run_folder import check_writer_output, staged_output
 from train.setup import models, run_tokenizer
@@ -47,16 +49,30 @@ def convert(source: models.ModelSource, to: str):
     if source.kind != "lineage":
         raise models.ModelSourceError(f"SRC {source.name!r} is already a transformers {source.reference_class}; "
                                        "use --to lineage")
+    check_convertible(source)
     model = models.load_model(source, argument="SRC")
-    try:
-        reference, difference = models.reference_of(model)
-    except (TypeError, ValueError) as error:  # no reference class, or a setting the reference lacks
-        raise models.ModelSourceError(f"SRC {source.name!r} has no transformers equivalent: {error}") from None
+    reference, difference = models.reference_of(model)
     if not difference <= models.CONVERSION_TOLERANCE:
         raise models.ConversionCheckError(
             f"SRC {source.name!r}: the {type(reference).__name__} differs from the Lineage model by {difference:.3g} "
             f"(limit {models.CONVERSION_TOLERANCE:g}); nothing was written")
     return reference, type(model).__name__, difference
+
+
+def check_convertible(source: models.ModelSource) -> None:
+    """Refuse, from the config alone, a Lineage model that no transformers class can hold (no reference class, or
+    config fields the reference cannot express, each named with the value it needs)."""
+    model_class = getattr(modeling, (source.config.architectures or [""])[0], None)
+    if model_class is None:
+        return  # `load_model` names the unknown architecture
+    try:
+        reference_config(model_class, source.config)
+    except (TypeError, ValueError) as error:  # no reference class, or settings the reference lacks
+        trained = ("" if isinstance(error, TypeError) else " Its weights were trained with these settings; a model "
+                   "trained with the reference's values (recipe key model_overrides) converts.")
+        raise models.ModelSourceError(
+            f"SRC {source.name!r} has no transformers equivalent: {error}{trained} Nothing was loaded or written; "
+            "the folder itself loads anywhere with trust_remote_code=True") from None
 
 
 def card(source: models.ModelSource, model, origin: str, difference: float) -> str:

@@ -58,7 +58,7 @@ def test_pre_norm_model_has_no_reference_equivalent():
     model = LineageBertForMaskedLM(transformers.AutoConfig.for_model(
         "lineage-bert", vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
         intermediate_size=37, norm_position="pre"))
-    with pytest.raises(ValueError, match="norm_position='pre'"):
+    with pytest.raises(ValueError, match=r"`norm_position`='pre' \(BERT: 'post'\)"):
         to_transformers(model)
 
 

@@ -6,10 +6,11 @@ import json
 import pytest
 import torch
 import transformers
-from conftest import run_clean_process
+from conftest import preset, run_clean_process
 from reference_checkpoints import put_in_hub_cache, save_reference
 from safetensors.torch import load_file, save_file
 
+import modeling
 from train import convert
 from train.run.run_folder import OutputDirError
 from train.setup import models
@@ -79,3 +80,39 @@ def test_the_output_lies_outside_the_source_even_when_it_may_be_replaced(tmp_pat
         with pytest.raises(OutputDirError, match=r"DST .* (is|lies in) an input of lineage convert \(SRC: "):
             convert.main([str(lineage), str(dst), "--to", "transformers", "--overwrite_output_dir"])
     assert {p.name: p.read_bytes() for p in lineage.iterdir() if p.is_file()} == before
+
+
+GPT_NEEDS = {"intermediate_size": 128, "hidden_act": "gelu_new"}  # OpenAIGPT's, at the tiny preset's hidden_size 32
+
+
+@pytest.mark.parametrize(("name", "model_class", "overrides", "named", "needs"), [
+    ("gpt-tiny", "LineageGptForCausalLM", {}, ["`intermediate_size`=37 (OpenAIGPT: 128)"], GPT_NEEDS),
+    ("gpt-tiny", "LineageGptForCausalLM", {"hidden_act": "gelu"}, [
+        "`intermediate_size`=37 (OpenAIGPT: 128)", "`hidden_act`='gelu' (OpenAIGPT: one of ['gelu_new', 'relu',"],
+     GPT_NEEDS),
+    ("transformer-tiny", "LineageTransformerForConditionalGeneration", {},
+     ["`sinusoidal_layout`='interleaved' (Marian: 'split')"], {"sinusoidal_layout": "split"}),
+])
+def test_a_model_the_reference_cannot_express_is_refused_from_its_config_naming_each_field(
+        tmp_path, monkeypatch, name, model_class, overrides, named, needs):
+    """The tiny presets' GPT (feed-forward 37 wide; OpenAIGPT's is 4 x hidden_size) and Transformer (the paper's
+    interleaved sinusoids; Marian's are split) are refused before their weights load, every field with the value the
+    reference needs; the same preset with those values converts."""
+    source = tmp_path / "model"
+    getattr(modeling, model_class)(preset(name, **overrides)).save_pretrained(source)
+    with monkeypatch.context() as patched:
+        patched.setattr(models, "load_model", lambda *a, **k: pytest.fail("the weights were loaded"))
+        with pytest.raises(models.ModelSourceError, match="has no transformers equivalent") as refused:
+            convert.main([str(source), str(tmp_path / "out"), "--to", "transformers"])
+    assert all(field in str(refused.value) for field in named), refused.value
+    assert "model_overrides" in str(refused.value) and not (tmp_path / "out").exists()
+    getattr(modeling, model_class)(preset(name, **needs)).save_pretrained(tmp_path / "fixed")
+    assert convert.main([str(tmp_path / "fixed"), str(tmp_path / "out"), "--to", "transformers"]).is_dir()
+
+
+def test_a_model_without_a_reference_class_is_refused_before_its_weights_load(tmp_path, monkeypatch):
+    modeling.LineageRnnForConditionalGeneration(preset("rnn-tiny")).save_pretrained(tmp_path / "rnn")
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the weights were loaded"))
+    with pytest.raises(models.ModelSourceError, match=r"No conversion for LineageRnnForConditionalGeneration; "
+                                                      r"supported classes: .*Nothing was loaded or written"):
+        convert.main([str(tmp_path / "rnn"), str(tmp_path / "out"), "--to", "transformers"])
