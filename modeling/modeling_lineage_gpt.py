@@ -10,6 +10,7 @@ outputs of the same row unpadded; other departures: docs/models.md.
 """
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Unpack
 
@@ -261,8 +262,17 @@ class _LineageGptClassifier(LineageGptPreTrainedModel):
         self.post_init()
 
     def _check_auxiliary_inputs(self, input_ids: torch.Tensor | None, labels: torch.Tensor | None) -> None:
-        if labels is not None and self.config.lm_loss_weight > 0 and input_ids is None:
+        weight = self.config.lm_loss_weight
+        if labels is not None and weight > 0 and input_ids is None:
             raise ValueError("The auxiliary LM loss (`lm_loss_weight` > 0) needs `input_ids`, not `inputs_embeds`.")
+        if labels is None and weight > 0 and self.training:  # a loss computed outside sees `logits` only
+            warnings.warn(
+                f"`lm_loss_weight`={weight} adds the auxiliary LM loss only to the loss this model computes from "
+                "`labels`; this training forward has none, so a loss computed from its `logits` leaves the LM term "
+                "out (transformers' `Trainer` takes the labels when `label_smoothing_factor` > 0 or a "
+                "`compute_loss_func` is given). Leave `label_smoothing_factor` at 0 to train on L2 + lm_loss_weight * "
+                "L1, or set `lm_loss_weight`=0 for the classification loss alone.", stacklevel=3
+            )
 
     def _scores(self, input_ids, real, position_ids, inputs_embeds,
                 **kwargs: Unpack[TransformersKwargs]) -> tuple[torch.Tensor, BaseModelOutputWithPast]:

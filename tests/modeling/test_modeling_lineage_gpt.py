@@ -6,6 +6,7 @@ head."""
 
 
 import threading
+import warnings
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from transformers import (
     Trainer,
     TrainingArguments,
 )
+from transformers.trainer_pt_utils import LabelSmoother
 
 from modeling import (
     LineageGptConfig,
@@ -277,6 +279,27 @@ def test_trainer_step_on_classification_head_with_auxiliary_loss(tmp_path):
     logged = next(entry["loss"] for entry in trainer.state.log_history if "loss" in entry)
     assert logged == pytest.approx(expected.loss.item(), abs=1e-4)  # the combined loss, not the classification alone
     assert not torch.equal(before, model.score.weight.detach())
+
+
+@pytest.mark.parametrize("model_class", (LineageGptForSequenceClassification, LineageGptForMultipleChoice))
+def test_trainer_label_smoothing_warns_that_it_leaves_the_auxiliary_lm_loss_out(model_class, tmp_path):
+    """`Trainer(label_smoothing_factor=0.1)` takes the labels and smooths the loss of `logits` alone, so L1 is lost:
+    the model says so (naming the factor and both ways out) where the forward runs without labels; a forward with
+    labels, and an evaluation, do not warn."""
+    model = build(model_class, num_labels=2, lm_loss_weight=0.5, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0).train()
+    inputs = head_inputs(model_class, batch=2)
+    args = TrainingArguments(output_dir=str(tmp_path), label_smoothing_factor=0.1, report_to="none", use_cpu=True)
+    with pytest.warns(UserWarning, match=r"`lm_loss_weight`=0.5 .* leaves the LM term out .*label_smoothing_factor"):
+        loss = Trainer(model=model, args=args).compute_loss(model, dict(inputs))
+    full = model(**inputs)
+    smoothed = LabelSmoother(0.1)({"logits": full.logits}, inputs["labels"])
+    torch.testing.assert_close(loss, smoothed)  # the classification loss alone: what the warning says
+    assert full.lm_loss > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model(**inputs)
+        model.eval()(inputs["input_ids"])
 
 
 # ----------------------------------------------------------------------------------------------------------
