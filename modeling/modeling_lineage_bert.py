@@ -558,7 +558,9 @@ class LineageBertForTokenClassification(LineageBertPreTrainedModel):
 
 class LineageBertForQuestionAnswering(LineageBertPreTrainedModel):
     """Extractive QA (SQuAD, section 4.2): start and end logits over the tokens; the loss is the mean of the start
-    and end cross-entropies, positions outside the sequence are ignored."""
+    and end cross-entropies over every position, padding included, as transformers' BERT (positions outside the
+    sequence are ignored). Only the padded path computes the padding positions' logits, so a call with positions
+    takes it whatever `unpad_inputs` says."""
 
     accepts_loss_kwargs = False
 
@@ -582,6 +584,7 @@ class LineageBertForQuestionAnswering(LineageBertPreTrainedModel):
         unpad_inputs: bool = False,
         **kwargs: Unpack[TransformersKwargs],
     ) -> QuestionAnsweringModelOutput:
+        unpad_inputs = unpad_inputs and start_positions is None and end_positions is None  # see the class docstring
         outputs = self.bert(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, inputs_embeds=inputs_embeds, unpad_inputs=unpad_inputs, return_dict=True,

@@ -20,6 +20,7 @@ from modeling import (
     LineageBertModel,
 )
 from modeling.checks import value_checks
+from modeling.conversion import to_transformers
 from modeling.packing import PackedSequences
 from train.run.engine import training_options
 
@@ -89,14 +90,21 @@ def test_multiple_choice_unpadded_equals_padded():
     torch.testing.assert_close(run(model, inputs, True).logits, run(model, inputs, False).logits, rtol=1e-5, atol=1e-5)
 
 
+def answer_positions() -> dict[str, torch.Tensor]:
+    """Start and end positions of `batch()`'s rows, one beyond the sequence (ignored, as transformers' BERT does)."""
+    return {"start_positions": torch.tensor([3, 2, 1, 0]), "end_positions": torch.tensor([5, 20, 3, 0])}
+
+
 @pytest.mark.parametrize("model_class", (LineageBertForPreTraining, LineageBertForSequenceClassification,
-                                         LineageBertForTokenClassification), ids=lambda c: c.__name__)
+                                         LineageBertForTokenClassification, LineageBertForQuestionAnswering),
+                         ids=lambda c: c.__name__)
 def test_unpadded_training_gives_the_padded_loss_and_gradients(model_class):
-    """Losses that read real positions only (question answering's softmax also spans the padded positions, whose
-    logits the two paths do not share: see `unpad_inputs`)."""
+    """Question answering's softmax spans the padded positions too: given positions, it takes the padded path."""
     model = build(model_class).train()
     inputs = batch()
-    if model_class is LineageBertForPreTraining:
+    if model_class is LineageBertForQuestionAnswering:
+        inputs.update(answer_positions())
+    elif model_class is LineageBertForPreTraining:
         labels = torch.full((4, 13), -100)
         labels[:, 0] = inputs["input_ids"][:, 0]
         labels[0, 9], labels[1, 5] = 7, 8
@@ -116,6 +124,24 @@ def test_unpadded_training_gives_the_padded_loss_and_gradients(model_class):
     assert gradients[0].keys() == gradients[1].keys()
     for name in gradients[0]:
         torch.testing.assert_close(gradients[1][name], gradients[0][name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("side", ("right", "left"))
+def test_question_answering_loss_is_the_references_with_or_without_unpadding(side):
+    """transformers' BertForQuestionAnswering under copied weights: the same loss for a padded batch (a position
+    beyond the sequence ignored) through either path; the encoder runs unpadded only where no loss is asked for."""
+    model = build(LineageBertForQuestionAnswering).eval()
+    with torch.no_grad():  # off the initial values, so that the padding positions' logits differ from the bias
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    reference = to_transformers(model).eval()
+    inputs, positions = batch(side), answer_positions()
+    with torch.no_grad():
+        expected = reference(**inputs, **positions).loss
+        for unpad in (False, True):
+            torch.testing.assert_close(run(model, {**inputs, **positions}, unpad).loss, expected, rtol=1e-5, atol=1e-6)
+    assert encoder_shapes(model, {**inputs, **positions}, unpad_inputs=True) == [torch.Size((4, 13, 32))]
+    assert encoder_shapes(model, inputs, unpad_inputs=True) == [torch.Size((1, 27, 32))]
 
 
 def encoder_shapes(model, inputs: dict, **kwargs) -> list[torch.Size]:
