@@ -25,6 +25,7 @@ from typing import Any
 
 from modeling.beam_search import BEAM_SEARCHES
 from train.analysis import evaluation_report, harness
+from train.analysis.experiment import cut_note
 from train.analysis.model_scores import pseudo_perplexity, score_translator
 from train.cli import CommandParser, run_script
 from train.run.environment import device_refusal, versions
@@ -410,8 +411,8 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
                               batch_size=batch, max_source_length=args.max_seq_length, beam_search=args.beam_search)
     hypotheses = scored.pop("hypotheses")
     if scored["sources_cut"]:
-        print(f"{source}: cut {scored['sources_cut']} of {scored['sentences']} sources to their first "
-              f"{args.max_seq_length} tokens (--max_seq_length; default: the run's)", flush=True)
+        print(cut_note(source, scored["sources_cut"], scored["sentences"], args.max_seq_length,
+                       "--max_seq_length; default: the run's"), flush=True)
     figures = {k: scored[k] for k in ("bleu", "chrf", "exact_match")}
     predicted = [{"row": i, "source": s, "prediction": h, "reference": r}
                  for i, (s, h, r) in enumerate(zip(rows["source"], hypotheses, rows["target"]))]

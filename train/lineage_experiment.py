@@ -154,9 +154,11 @@ def measure_arm(arm: str, recipe: Recipe, train_rows, eval_rows, buckets, out: P
     model, tokenizer, results = train_arm(recipe, train_rows, eval_rows)
     sources, references = list(eval_rows["source"]), list(eval_rows["target"])
     hypotheses = experiment.translate(model, tokenizer, sources, recipe.num_beams, recipe.max_new_tokens,
-                                      recipe.per_device_eval_batch_size, recipe.length_penalty, recipe.beam_search)
+                                      recipe.per_device_eval_batch_size, recipe.length_penalty, recipe.beam_search,
+                                      max_length=recipe.max_seq_length)  # each source cut as training cut it
     lengths = experiment.source_lengths(tokenizer, sources)
-    found = experiment.alignment(model, tokenizer, *sentence(eval_rows, lengths))
+    found = experiment.alignment(model, tokenizer, *sentence(eval_rows, lengths, recipe.max_seq_length),
+                                 max_length=recipe.max_seq_length)
     heatmap = experiment.draw_alignment(found, arm, out / f"alignment_{arm}.png").name if found else None
     return {"bleu": experiment.bleu(hypotheses, references),
             "bleu_by_length": experiment.bleu_by_bucket(hypotheses, references, lengths, buckets),
@@ -166,9 +168,10 @@ def measure_arm(arm: str, recipe: Recipe, train_rows, eval_rows, buckets, out: P
             "samples": [f"{s} -> {h}" for s, h in list(zip(sources, hypotheses))[:3]], "recipe": recipe.to_dict()}
 
 
-def sentence(eval_rows, lengths: list[int]) -> tuple[str, str]:
-    """The validation pair every alignment shows: the longest source (the first of equals)."""
-    row = eval_rows[max(range(len(lengths)), key=lambda i: (lengths[i], -i))]
+def sentence(eval_rows, lengths: list[int], max_length: int) -> tuple[str, str]:
+    """The validation pair every alignment shows: the longest source (the first of equals) of those translated whole
+    (of at most `max_length` tokens), where there is one."""
+    row = eval_rows[max(range(len(lengths)), key=lambda i: (lengths[i] <= max_length, lengths[i], -i))]
     return row["source"], row["target"]
 
 
@@ -196,17 +199,22 @@ def run_experiment(args: argparse.Namespace, arms: list[str], budget: float, rec
     recipes = {arm: r.replace(train_size=first.train_size, eval_size=first.eval_size) for arm, r in recipes.items()}
     lengths = experiment.source_lengths(tokenizer, list(eval_rows["source"]))
     buckets, machine_at_start = experiment.length_buckets(lengths), machine()
+    cut = experiment.sources_cut(lengths, first.max_seq_length)
+    if cut:
+        print(experiment.cut_note(first.validation_file or first.dataset, cut, len(lengths), first.max_seq_length,
+                                  "max_seq_length, as training cut them"), flush=True)
     results = {}
     for arm in arms:
         print(f"== {arm}: {budget:g} s of training", flush=True)
         results[arm] = measure_arm(arm, recipes[arm], train_rows, eval_rows, buckets, out)
-    source, target = sentence(eval_rows, lengths)
+    source, target = sentence(eval_rows, lengths, first.max_seq_length)
     command = run_folder.command_line() if args.argv is None else shlex.join(["lineage", COMMAND, *args.argv])
     meta = {"command": command,
             "data": first.train_file or first.dataset, "train_rows": len(train_rows), "eval_rows": len(eval_rows),
             "vocab_size": len(tokenizer), "budget_seconds": budget, "num_beams": first.num_beams,
             "machine": f"at start {machine_at_start}; at end {machine()}",
-            "total_seconds": time.perf_counter() - began, "sentence": {"source": source, "target": target}}
+            "total_seconds": time.perf_counter() - began, "sentence": {"source": source, "target": target},
+            "max_source_length": first.max_seq_length, "sources_cut": cut}
     paths = experiment.write_report(out, results, meta)
     print(experiment.results_table(results))
     print(f"wrote {paths['report']} ({meta['total_seconds']:.0f} s in all)")

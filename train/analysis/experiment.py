@@ -50,6 +50,16 @@ def source_lengths(tokenizer, sources: list[str]) -> list[int]:
     return [len(ids) for ids in tokenizer(sources, verbose=False)["input_ids"]]
 
 
+def sources_cut(lengths: list[int], max_length: int) -> int:
+    """How many of the sources of `lengths` (`source_lengths`) `translate` cuts to `max_length` tokens."""
+    return sum(n > max_length for n in lengths)
+
+
+def cut_note(where: str, cut: int, sentences: int, max_length: int, why: str) -> str:
+    """The line a command prints when `translate` cut `cut` of its `sentences` sources (`why`: whence `max_length`)."""
+    return f"{where}: cut {cut} of {sentences} sources to their first {max_length} tokens ({why})"
+
+
 def length_buckets(lengths: list[int], count: int = 4) -> list[tuple[int, int]]:
     """Up to `count` inclusive (low, high) token ranges covering `lengths`, cut at its quantiles."""
     cuts = sorted({math.ceil(np.quantile(lengths, q / count)) for q in range(1, count)})
@@ -76,15 +86,17 @@ def bleu_by_bucket(hypotheses: list[str], references: list[str], lengths: list[i
     return rows
 
 
-def alignment(model, tokenizer, source: str, target: str) -> tuple[np.ndarray, list[str], list[str]] | None:
+def alignment(model, tokenizer, source: str, target: str,
+              max_length: int) -> tuple[np.ndarray, list[str], list[str]] | None:
     """(R, K) cross-attention of the last decoder layer, mean over heads, with the target tokens (rows) and
-    source tokens (columns); None for a model without attention."""
+    source tokens (columns; the source cut to its first `max_length` tokens, as `translate` cuts it); None for a
+    model without attention."""
     if getattr(model.config, "attention", "") == "none":
         return None
     if getattr(model.config, "_attn_implementation", "eager") != "eager":
         model.set_attn_implementation("eager")  # only eager returns the weights
     model.eval()
-    inputs = dict(tokenizer(source, return_tensors="pt"))
+    inputs = dict(tokenizer(source, return_tensors="pt", truncation=True, max_length=max_length))
     decoder_ids, _ = target_ids(model, tokenizer, inputs, target, num_beams=1, max_new_tokens=None)
     cross = next(m for m in collect(model, inputs, decoder_ids) if m.name == "cross")
     axes = tokens(tokenizer, inputs, decoder_ids)
@@ -175,7 +187,8 @@ tokenizer ({meta['vocab_size']} tokens) trained once on the training pairs and s
 {meta['budget_seconds']:g} s of training time per arm (evaluation excluded); machine: {meta['machine']}.
 
 BLEU: sacreBLEU of beam-search translations (beams: {meta['num_beams']}) of the validation set after training,
-overall and per source-length bucket (tokens; sentences per bucket: {sentences}). "training s" is the time the
+overall and per source-length bucket (tokens uncut; sentences per bucket: {sentences}), each source cut to its
+first {meta['max_source_length']} tokens as training cut it ({meta['sources_cut']} cut). "training s" is the time the
 budget counts (periodic evaluation excluded), "wall s" the whole arm (building, training, evaluation,
 translation, saving); tokens/s counts source tokens of the training batches.
 
@@ -210,6 +223,6 @@ def write_report(folder: Path, arms: dict[str, dict], meta: dict[str, Any]) -> d
     return paths
 
 
-__all__ = ["alignment", "bleu", "bleu_by_bucket", "bucket_label", "draw_alignment", "length_buckets",
-           "plot_bleu_vs_length", "plot_loss_vs_time", "report_text", "results_table", "source_lengths",
+__all__ = ["alignment", "bleu", "bleu_by_bucket", "bucket_label", "cut_note", "draw_alignment", "length_buckets",
+           "plot_bleu_vs_length", "plot_loss_vs_time", "report_text", "results_table", "source_lengths", "sources_cut",
            "translate", "write_report"]

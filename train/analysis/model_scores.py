@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from train.analysis.experiment import bleu_by_bucket, length_buckets, source_lengths, translate
+from train.analysis.experiment import bleu_by_bucket, length_buckets, source_lengths, sources_cut, translate
 from train.analysis.translation_scores import score_translations
 
 
@@ -32,7 +32,7 @@ def score_translator(model, tokenizer, rows, *, num_beams: int, length_penalty: 
     lengths = source_lengths(tokenizer, sources)
     return {**score_translations(hypotheses, references), "num_beams": num_beams, "length_penalty": length_penalty,
             "beam_search": beam_search, "max_new_tokens": max_new_tokens, "sentences": len(sources),
-            "max_source_length": max_source_length, "sources_cut": sum(n > max_source_length for n in lengths),
+            "max_source_length": max_source_length, "sources_cut": sources_cut(lengths, max_source_length),
             "bleu_by_length": bleu_by_bucket(hypotheses, references, lengths, length_buckets(lengths)),
             "hypotheses": hypotheses}
 

@@ -133,3 +133,28 @@ def test_the_shared_tokenizer_reads_a_stream_only_as_far_as_tokenizer_train_size
     train_rows, eval_rows, tokenizer = lineage_experiment.shared_data(recipe, tmp_path)
     assert train_rows is stream and eval_rows is validation
     assert AutoTokenizer.from_pretrained(tmp_path / "tokenizer").get_vocab() == tokenizer.get_vocab()
+
+
+def test_a_source_longer_than_the_positions_is_cut_and_counted_as_lineage_evaluate_cuts_it(tmp_path, capsys):
+    """Each validation source is cut to max_seq_length, as training and `lineage evaluate` cut it, and counted as
+    evaluate counts it (before: the Transformer refused a source past its 128 positions, after training)."""
+    from train import evaluate
+
+    pairs = [("one two", "eins zwei"), ("three four five", "drei vier fuenf"), ("six", "sechs")]
+    (tmp_path / "train.tsv").write_text("source\ttarget\n" + "".join(f"{s}\t{t}\n" for s, t in pairs * 20))
+    long = (" ".join(["one two three"] * 100), " ".join(["eins zwei drei"] * 100))
+    (tmp_path / "dev.tsv").write_text("source\ttarget\n" + "".join(f"{s}\t{t}\n" for s, t in [*pairs, long]))
+    out = tmp_path / "report"
+    paths = lineage_experiment.main(["--quick", "--arms", "transformer", "--output_dir", str(out), "--train_file",
+                                     str(tmp_path / "train.tsv"), "--validation_file", str(tmp_path / "dev.tsv")])
+    meta = json.loads(paths["results"].read_text())["meta"]
+    printed = capsys.readouterr().out
+    assert meta["sources_cut"] == 1
+    assert f"cut 1 of 4 sources to their first {meta['max_source_length']} tokens" in printed
+    assert meta["sentence"]["source"] != long[0]  # the alignment shows the longest source translated whole
+    scored = evaluate.main(["--model", str(out / "runs" / "transformer" / "model"), "--dataset",
+                            str(tmp_path / "dev.tsv"), "--num_beams", "1", "--max_new_tokens", "3",
+                            "--output_dir", str(tmp_path / "scored")])
+    translation = json.loads((scored / "results.json").read_text())["translation"]
+    assert (translation["sources_cut"], translation["max_source_length"]) == (meta["sources_cut"],
+                                                                             meta["max_source_length"])
