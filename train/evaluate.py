@@ -277,6 +277,19 @@ def device_of(args: argparse.Namespace) -> str:
     return args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def accelerator_on(args: argparse.Namespace):
+    """One process's Accelerator, placing the model and its batches on `device_of(args)` with its index: Accelerate
+    places a lone process on its backend's current device (`cuda`, cuda:0 unless set), so `cuda:1` is made current."""
+    import torch
+    from accelerate import Accelerator
+
+    device = torch.device(device_of(args))
+    backend = getattr(torch, device.type)
+    if device.index is not None and hasattr(backend, "set_device"):  # mps has one device, and no set_device
+        backend.set_device(device)
+    return Accelerator(cpu=device.type == "cpu")
+
+
 def evaluate_harness(args: argparse.Namespace, kind: str) -> dict[str, Any]:
     """The harness on `--tasks` (tasks and their data first, then the model once)."""
     harness.require_lm_eval()
@@ -664,7 +677,6 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
     """A classification, NLI, regression, token-classification or QA model on `--dataset`, with finetune's
     metrics."""
     import transformers
-    from accelerate import Accelerator
     from torch.utils.data import DataLoader
 
     from train import finetune
@@ -692,7 +704,7 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
         found.update(predictions)
         return scores(predictions, eval_loss) if labelled else {}
     batch = model_batch_size(args)
-    accelerator = Accelerator(cpu=device_of(args) == "cpu")
+    accelerator = accelerator_on(args)
     loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer, args.pad_to_multiple_of))
     model, loader = accelerator.prepare(model, loader)
     figures = evaluation_pass(accelerator, model, loader, predict, metrics)

@@ -375,6 +375,21 @@ def test_a_classifier_is_scored_on_a_data_set_by_label_name(tmp_path):
                        str(tmp_path / "eval2")])
 
 
+def test_a_classifier_is_scored_on_the_gpu_of_the_index_given(tmp_path, monkeypatch):
+    """--device cuda:1 makes cuda:1 the current device before Accelerate places the model and batches on `cuda`, its
+    backend's current device (before: cuda:0 whatever the index); checked where the index goes, on any machine."""
+    names = ["entailment", "neutral", "contradiction"]
+    folder = model_folder(tmp_path, "bert", LineageBertForSequenceClassification, 400, num_labels=3,
+                          id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
+    made_current = []
+    monkeypatch.setattr(evaluate, "device_refusal", lambda name: None)  # a machine with no second GPU has cuda:1
+    monkeypatch.setattr(torch.cuda, "set_device", made_current.append)
+    out = evaluate.main(["--model", str(folder), "--task", "nli", "--dataset", "embedded:nli", "--eval_size", "4",
+                         "--device", "cuda:1", "--output_dir", str(tmp_path / "eval")])
+    assert made_current == [torch.device("cuda:1")]
+    assert "nli" in json.loads((out / "results.json").read_text())["scores"]
+
+
 def test_question_lengths_a_model_cannot_take_are_refused_with_advice_within_its_positions(tmp_path):
     """As finetune advises: a question of 64 tokens needs windows of 90, more than a model of 64 positions takes; a
     --doc_stride the question leaves no room for is refused with the stride that fits; the question-answering flags
