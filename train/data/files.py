@@ -291,7 +291,7 @@ def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> 
         if fmt == "parquet" and _parquet_rows(path) == 0:
             raise EmptyDataFileError(f"{path}: the parquet file has no rows")
         missing = [c for c in columns if c not in found and c.split(".")[0] not in found]  # "translation.de"
-        if missing and fmt == "csv" and (problem := header_problem(path, found)):
+        if missing and fmt == "csv" and (problem := header_problem(path, found, missing)):
             raise MalformedRowError(f"{path}: {problem}")
         if missing and fmt == "text":
             raise UnknownColumnError(f"{path}: {text_problem(path, missing[0])}", missing[0])  # evaluate's too

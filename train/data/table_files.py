@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shlex
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -49,10 +50,11 @@ def _is_number(field: str) -> bool:
     return field.strip() != "" and field.strip().lower() not in ("nan", "inf", "-inf", "infinity")
 
 
-def header_problem(path: Path, header: list[str]) -> str | None:
-    """Why the first line of a CSV or TSV file, which lacks a column the task reads, names no columns: one field
-    that another separator divides (Excel's semicolons, where a comma is the decimal separator; a TSV named .csv), or
-    a row of data (a number among its fields: GLUE's CoLA files have no header); None where it reads as a header."""
+def header_problem(path: Path, header: list[str], missing: list[str]) -> str | None:
+    """Why the first line of a CSV or TSV file, which lacks the columns `missing` that the task reads, names no
+    columns: one field that another separator divides (Excel's semicolons, where a comma is the decimal separator; a
+    TSV named .csv), or a row of data (a number among its fields: GLUE's CoLA files have no header), with the header
+    line to add; None where it reads as a header."""
     ours = "tabs" if suffix(path) == ".tsv" else "commas"
     if len(header) == 1:
         for separator, name in _SEPARATORS.items():
@@ -64,11 +66,28 @@ def header_problem(path: Path, header: list[str]) -> str | None:
                 return (f"line 1 (the header) is one field, {header[0]!r}: a {suffix(path)} file is split at {ours}, "
                         f"and {name} divide it into {', '.join(map(repr, parts))}; {way}")
     number = next(((i, f) for i, f in enumerate(header, 1) if _is_number(f)), None)
-    if number is not None:
-        return (f"line 1 reads as a row of data, not a header naming the columns: its field {number[0]}, "
-                f"{number[1]!r}, is a number (GLUE's CoLA files, for one, have no header); add a first line naming "
-                f"the columns, split at {ours} as the rows are")
-    return None
+    if number is None:
+        return None
+    line = ("\t" if ours == "tabs" else ",").join(header)
+    names = ("\\t" if ours == "tabs" else ",").join(_guessed_header(header, number[0] - 1, missing))  # for printf
+    named = path.with_name(f"{path.stem}-named{path.suffix}")
+    return (f"line 1, {line[:60]!r}{'...' * (len(line) > 60)}, was read as the header naming the columns, but it "
+            f"reads as a row of data: its field {number[0]}, {number[1]!r}, is a number (GLUE's CoLA files, for one, "
+            f"have no header); add a first line naming its {len(header)} columns, split at {ours} as the rows are, "
+            f"{', '.join(map(repr, missing))} among them (the columns read here; a column flag or recipe key names "
+            f"others), e.g. (printf '{names}\\n'; cat {shlex.quote(str(path))}) > {shlex.quote(str(named))}")
+
+
+def _guessed_header(fields: list[str], number: int, missing: list[str]) -> list[str]:
+    """Names for a first line of data `fields`: the last of the `missing` names over its number (at `number`: a
+    label), the others over its longest other fields (texts), in order, `column<i>` over the rest."""
+    names = [f"column{i}" for i in range(1, len(fields) + 1)]
+    names[number] = missing[-1]
+    texts = sorted(sorted((i for i in range(len(fields)) if i != number), key=lambda i: -len(fields[i]))
+                   [:len(missing) - 1])
+    for i, name in zip(texts, missing[:-1]):
+        names[i] = name
+    return names
 
 
 def text_problem(path: Path, column: str) -> str:

@@ -8,6 +8,7 @@ import json
 import lzma
 import pickle
 import shutil
+import subprocess
 from pathlib import Path
 
 import datasets
@@ -191,10 +192,6 @@ def test_a_duplicated_csv_header_column_is_refused(tmp_path):
     ("tabs.csv", lambda df, path: df.to_csv(path, sep="\t", index=False),
      "line 1 (the header) is one field, 'text\\tlabel': a .csv file is split at commas, and tabs divide it "
      "into 'text', 'label'; name the file .tsv"),
-    ("cola.tsv", lambda df, path: df.assign(source="gj04")[["source", "label", "text"]].to_csv(
-        path, sep="\t", index=False, header=False),
-     "line 1 reads as a row of data, not a header naming the columns: its field 2, '1', is a number (GLUE's "
-     "CoLA files, for one, have no header); add a first line naming the columns, split at tabs as the rows are"),
 ])
 def test_a_csv_first_line_that_names_no_columns_says_why(name, write, message, tmp_path):
     """Before: 'no column 'text' in the header (line 1); the file has columns ['text;label']' (['gj04', '1', 'It
@@ -203,6 +200,26 @@ def test_a_csv_first_line_that_names_no_columns_says_why(name, write, message, t
     with pytest.raises(MalformedRowError) as refusal:
         load(tmp_path / name, ("text", "label"), tmp_path)
     assert str(refusal.value) == f"{tmp_path / name}: {message}"
+
+
+@pytest.mark.parametrize("layout", [["source", "label", "mark", "text"], ["label", "text"]])
+def test_a_first_line_of_data_is_named_as_read_and_the_header_advised_makes_the_file_read(layout, tmp_path):
+    """GLUE's CoLA in_domain_train.tsv (source, label, mark, sentence) and a user's label<TAB>sentence file, written
+    without a header: the refusal quotes line 1 as it was read and gives a command adding a header line, whose file
+    reads every row (before: 'add a first line naming the columns', no line, no names)."""
+    frame = pd.DataFrame({"source": "gj04", "label": [1, 0, 1], "mark": ["", "*", ""],
+                          "text": ["Our friends won't buy this analysis.", "They drank the pub.", "It rains."]})
+    path = tmp_path / "in domain.tsv"
+    frame[layout].to_csv(path, sep="\t", index=False, header=False)
+    with pytest.raises(MalformedRowError) as refusal:
+        load(path, ("text", "label"), tmp_path)
+    message = str(refusal.value)
+    first = path.read_text().splitlines()[0]
+    assert f"{path}: line 1, {first!r}, was read as the header" in message
+    assert f"its {len(layout)} columns, split at tabs as the rows are, 'text', 'label' among them" in message
+    subprocess.run(["bash", "-c", message.partition(", e.g. ")[2]], check=True)
+    rows = load(tmp_path / "in domain-named.tsv", ("text", "label"), tmp_path)
+    assert rows["text"] == list(frame["text"]) and rows["label"] == list(frame["label"])
 
 
 @pytest.mark.parametrize("tabs", [True, False])
