@@ -51,7 +51,7 @@ from train.data.file_bytes import (
     text_lines,
 )
 from train.data.fingerprints import files_digest
-from train.data.folders import DOCUMENTATION, folder_splits, is_saved, listed
+from train.data.folders import DOCUMENTATION, folder_files, folder_splits, is_saved
 from train.data.table_files import columns_of, find_bad_file, header_problem, row_location, text_problem
 from train.data.workers import process_count
 
@@ -102,18 +102,23 @@ KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
 
 def _is_local(source: str) -> bool:
     path = Path(source).expanduser()
-    return (path.exists() or source.startswith(("/", "./", "../", "~", "\\")) or suffix(path) in FORMATS)
+    return (path.exists() or _is_pattern(source) or source.startswith(("/", "./", "../", "~", "\\"))
+            or suffix(path) in FORMATS)
 
 
 def check_local_source(source: str, key: str, columns: Columns = ()) -> None:
     """Refuse, naming the recipe `key`, a path that names no local data (`names_local_data`; a Hub name is left to the
     loader): both splits' paths are checked before either is read."""
     if _is_local(source) and not names_local_data(source, columns):
-        raise DataFileNotFoundError(f"{source}: no such data file (recipe key {key!r}){_pair_hint(source, columns)}")
+        what = "the pattern matches no file" if _is_pattern(source) else "no such data file"
+        raise DataFileNotFoundError(f"{source}: {what} (recipe key {key!r}){_pair_hint(source, columns)}")
 
 
 def names_local_data(source: str | Path, columns: Columns = ()) -> bool:
-    """Whether `source` names local data: a file or folder, or the prefix of a translation pair's two files."""
+    """Whether `source` names local data: a file or folder, a glob pattern that matches a file, or the prefix of a
+    translation pair's two files."""
+    if _is_pattern(source):
+        return bool(_matched(source))
     return Path(source).expanduser().exists() or pair_files(source, columns) is not None
 
 
@@ -200,45 +205,63 @@ def _listed_language(path: Path) -> bool:
     return _is_language(path) and suffix(path)[1:] in LANGUAGES
 
 
+def _is_pattern(source: str | Path) -> bool:
+    """Whether `source` is a glob pattern (`data/*.jsonl`, `shards/train-*.parquet`, `**` for any depth), as
+    datasets' `data_files=` takes one, rather than a path that exists (a file named with a `[`)."""
+    return isinstance(source, (str, Path)) and glob.has_magic(str(source)) and not Path(source).expanduser().exists()
+
+
+def _matched(pattern: str | Path) -> list[Path]:
+    """The files `pattern` matches, sorted, as datasets' `data_files=` reads them: files only, hidden ones left out."""
+    return sorted(Path(p) for p in glob.glob(str(Path(pattern).expanduser()), recursive=True) if Path(p).is_file())
+
+
 def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[str] = tuple(FORMATS),
                   say: bool = False, languages: bool = False, split: str = "train") -> list[Path]:
-    """The data files named by a path, a folder (its files of `suffixes`, and of `LANGUAGES` where `languages`,
-    sorted, but its `DOCUMENTATION`, left out and, where `say`, said; where it holds none, its subfolders' at any depth;
-    those of `split` in a folder of splits, `folder_splits`) or a list of paths."""
+    """The data files named by a path, a glob pattern (`_is_pattern`: the files it matches), a folder (its files of
+    `suffixes`, and of `LANGUAGES` where `languages`, sorted, but its `DOCUMENTATION`, left out and, where `say`, said;
+    where it holds none, its subfolders' at any depth; those of `split` in a folder of splits, `folder_splits`) or a
+    list of these."""
     items = [source] if isinstance(source, (str, Path)) else list(source)
     files: list[Path] = []
     for item in items:
         path = Path(item).expanduser()
-        languaged = languages and path.is_dir() and any(map(_listed_language, path.iterdir()))
-        splits = folder_splits(path, suffixes) if path.is_dir() and not languaged else {}
-        if split in splits:
-            files.extend(splits[split])
-        elif splits:
-            raise UnknownSplitError(f"{path}: its files name the splits {', '.join(splits)} (as datasets reads a "
-                                    f"folder), not {split!r}")
-        elif path.is_dir():
-            also = _listed_language if languages else None
-            found, left = listed(path, suffixes, also)
-            if not found:  # a folder of folders of shards: FineWeb's data/CC-MAIN-*/, SlimPajama's train/chunk1/
-                found, left = listed(path, suffixes, also, deep=True)
-            names = ", ".join(str(p.relative_to(path)) for p in left)
-            why = f"{names} left out: documentation by {'its' if len(left) == 1 else 'their'} name, not data"
-            if left and say and found:
-                print(f"{path}: {why} (name a file to read it)", flush=True)
-            if not found:
-                of = ", <prefix>.<language> (train.en)" if languages else ""
-                inner = [d.name for d in sorted(path.iterdir()) if d.is_dir() and is_saved(d)]
-                many = len(inner) > 1
-                held = (f"; its folder{'s' if many else ''} {', '.join(inner)} hold{'' if many else 's'} data: name "
-                        f"{'one' if many else 'it'}" if inner else "")
-                raise DataFileNotFoundError(f"{path}: folder holds no data files ({', '.join(suffixes)}{of})"
-                                            f"{f'; {why}' if left else ''}{held}")
+        if _is_pattern(item):
+            if not (found := _matched(item)):
+                raise DataFileNotFoundError(f"{item}: the pattern matches no file")
             files.extend(found)
+        elif path.is_dir():
+            files.extend(_folder_files(path, suffixes, say, languages, split))
         elif path.is_file():
             files.append(path)
         else:
             raise DataFileNotFoundError(f"{path}: no such data file")
     return files
+
+
+def _folder_files(path: Path, suffixes: Sequence[str], say: bool, languages: bool, split: str) -> list[Path]:
+    """`resolve_files` of a folder."""
+    languaged = languages and any(map(_listed_language, path.iterdir()))
+    splits, found, left = folder_files(path, suffixes, _listed_language if languages else None,
+                                       splits=not languaged and not is_saved(path))
+    if split in splits:
+        return splits[split]
+    if splits:
+        raise UnknownSplitError(f"{path}: its files name the splits {', '.join(splits)} (as datasets reads a "
+                                f"folder), not {split!r}")
+    names = ", ".join(str(p.relative_to(path)) for p in left)
+    why = f"{names} left out: documentation by {'its' if len(left) == 1 else 'their'} name, not data"
+    if left and say and found:
+        print(f"{path}: {why} (name a file to read it)", flush=True)
+    if not found:
+        of = ", <prefix>.<language> (train.en)" if languages else ""
+        inner = [d.name for d in sorted(path.iterdir()) if d.is_dir() and is_saved(d)]
+        many = len(inner) > 1
+        held = (f"; its folder{'s' if many else ''} {', '.join(inner)} hold{'' if many else 's'} data: name "
+                f"{'one' if many else 'it'}" if inner else "")
+        raise DataFileNotFoundError(f"{path}: folder holds no data files ({', '.join(suffixes)}{of})"
+                                    f"{f'; {why}' if left else ''}{held}")
+    return found
 
 
 def _file_format(files: list[Path], data_format: str | None, text: bool = False) -> str:
@@ -449,9 +472,9 @@ def saved_splits(source: str | Path) -> list[str]:
 
 
 def _show_files(source: str | Path | Sequence[str | Path], files: list[Path]) -> None:
-    """Print the files a folder gave, in the order they are read."""
+    """Print the files a folder or a pattern gave, in the order they are read."""
     items = [source] if isinstance(source, (str, Path)) else list(source)
-    if any(Path(item).expanduser().is_dir() for item in items):
+    if any(Path(item).expanduser().is_dir() or _is_pattern(item) for item in items):
         names = [str(f) for f in files]
         shown = names if len(names) <= 20 else [*names[:10], f"... {len(names) - 15} more ...", *names[-5:]]
         print(f"{len(files)} data files, read in this order: {', '.join(shown)}", flush=True)

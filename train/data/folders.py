@@ -71,10 +71,25 @@ def folder_splits(folder: str | Path, suffixes: Sequence[str] = tuple(FORMATS),
     folder = Path(folder).expanduser()
     if not folder.is_dir() or is_saved(folder):
         return {}
-    files = listed(folder, suffixes, also)[0] + [
-        f for d in sorted(folder.iterdir()) if d.is_dir() and not d.name.startswith(".") and _named_splits(d.name)
-        for f in listed(d, suffixes, also, deep=True)[0]]
-    named = {f: _split_of(f.relative_to(folder)) for f in files or listed(folder, suffixes, also, deep=True)[0]}
+    return folder_files(folder, suffixes, also)[0]
+
+
+def folder_files(folder: Path, suffixes: Sequence[str], also: Callable[[Path], bool] | None = None,
+                 splits: bool = True) -> tuple[dict[str, list[Path]], list[Path], list[Path]]:
+    """`(splits, data, documentation)` of a folder, its tree walked once: `folder_splits`' splits (where `splits`),
+    else {} and `listed`'s data and documentation, its own or, where it holds none, its subfolders' at any depth
+    (FineWeb's data/CC-MAIN-*/, SlimPajama's train/chunk1/)."""
+    own = listed(folder, suffixes, also)
+    named = {d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".") and _named_splits(d.name)}
+    deep = listed(folder, suffixes, also, deep=True) if not own[0] or (splits and named) else None
+    under = [f for f in deep[0] if f.relative_to(folder).parts[0] in named] if splits and named else []
+    found = _named_files(folder, own[0] + under or deep[0]) if splits else {}
+    return (found, [], []) if found else ({}, *(own if own[0] else deep))
+
+
+def _named_files(folder: Path, files: list[Path]) -> dict[str, list[Path]]:
+    """{split: its files} of `files` in `folder` where they name two splits or more (`folder_splits`), else {}."""
+    named = {f: _split_of(f.relative_to(folder)) for f in files}
     if len(set().union(*(splits for _, splits in named.values()))) < 2:
         return {}
     odd = next((f for f, (_, splits) in named.items() if len(splits) != 1), None)
@@ -97,4 +112,4 @@ def folder_splits(folder: str | Path, suffixes: Sequence[str] = tuple(FORMATS),
     return splits
 
 
-__all__ = ["DOCUMENTATION", "SPLIT_WORDS", "folder_splits", "is_saved", "listed"]
+__all__ = ["DOCUMENTATION", "SPLIT_WORDS", "folder_files", "folder_splits", "is_saved", "listed"]

@@ -117,6 +117,56 @@ def test_a_folders_readme_is_left_out_of_its_rows_and_said(tmp_path, capsys):
     assert len(load_text_dataset(tmp_path / "README.txt", cache_dir=str(tmp_path / "cache"))) == 2
 
 
+def test_a_folder_of_folders_of_shards_is_walked_once(tmp_path, monkeypatch):
+    """FineWeb's `data/CC-MAIN-*/` shards: the tree is walked once to find both its splits (none) and its files (before:
+    twice, once by the split check and once by the listing, each a walk of every file of the corpus)."""
+    from train.data.files import resolve_files
+
+    for crawl in ("CC-MAIN-2024-10", "CC-MAIN-2024-18"):
+        (tmp_path / "data" / crawl).mkdir(parents=True)
+        write(tmp_path / "data" / crawl / "000_00000.jsonl", ROWS[:5], "jsonl")
+    walks = []
+    walk = Path.rglob
+    monkeypatch.setattr(Path, "rglob", lambda self, pattern: walks.append(self) or walk(self, pattern))
+    files = resolve_files(tmp_path)
+    assert files == sorted((tmp_path / "data").rglob("*.jsonl")) and len(files) == 2
+    assert walks == [tmp_path, tmp_path / "data"]  # resolve_files' one, and the expected list's
+
+
+def test_a_glob_pattern_reads_the_files_it_matches_as_datasets_data_files_does(tmp_path, monkeypatch, capsys):
+    """`--train_file 'shards/train-*.parquet'` reads the files the pattern matches, sorted, in memory and streamed,
+    the rows datasets' `data_files=` gives for the same pattern (before: refused as no such file); a pattern that
+    matches nothing is refused naming the recipe key and the pattern, before anything is read."""
+    import pandas as pd
+
+    from train.run.recipes import recipe_from_dict
+    from train.setup.splits import load_splits
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shards").mkdir()
+    for index in (2, 0, 1):  # written out of order: read sorted
+        frame = pd.DataFrame(ROWS[index * 10:index * 10 + 10])
+        frame.to_parquet(tmp_path / "shards" / f"train-{index:05d}-of-00003.parquet")
+    pd.DataFrame(ROWS[30:]).to_parquet(tmp_path / "shards" / "validation-00000-of-00001.parquet")
+    pattern = "shards/train-*.parquet"
+    expected = datasets.load_dataset("parquet", data_files=pattern, split="train", cache_dir=str(tmp_path / "ref"))
+    assert expected["text"] == [r["text"] for r in ROWS[:30]]
+    for streaming in (False, True):
+        recipe = recipe_from_dict({"train_file": pattern, "validation_file": "shards/validation-*.parquet",
+                                   "streaming": streaming, "max_steps": 2})
+        train, validation = load_splits(recipe, [("text", "text"), ("label", "label")])
+        assert [row["text"] for row in train] == expected["text"]
+        assert validation["text"] == [r["text"] for r in ROWS[30:]]
+    assert "3 data files, read in this order: shards/train-00000-of-00003.parquet" in capsys.readouterr().out
+    assert data_files(pattern) == sorted(Path("shards").glob("train-*.parquet"))  # a checkpoint fingerprints these
+    recipe = recipe_from_dict({"train_file": "shards/test-*.parquet", "max_steps": 2})
+    with pytest.raises(DataFileNotFoundError, match=r"shards/test-\*\.parquet: the pattern matches no file "
+                                                    r"\(recipe key 'train_file'\)"):
+        load_splits(recipe, [("text", "text")])
+    with pytest.raises(DataFileNotFoundError, match=r"shards/\*\.csv: the pattern matches no file"):
+        load_text_dataset("shards/*.csv", cache_dir=str(tmp_path / "cache"))
+
+
 def test_split_sentences_on_punctuation():
     assert split_sentences("Anna was born in 1950. She moved to Oslo! Why? 2 cats. e.g. this") == [
         "Anna was born in 1950.", "She moved to Oslo!", "Why?", "2 cats. e.g. this"]
