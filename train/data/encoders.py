@@ -45,18 +45,24 @@ class LabelAlignmentError(RowError):
 
 # ----------------------------------------------------------------------------- causal-LM packing, NSP pairs
 
+def ended_documents(sequences: Iterable[Sequence[int]], separator_id: int) -> Iterator[list[int]]:
+    """Each document's ids followed by ``separator_id``; a document of no tokens (a blank line of a ``.txt`` file read
+    a row per line, an empty text, WikiText's empty rows) gives nothing, no lone separator, as transformers'
+    ``run_clm.py`` concatenates nothing for it."""
+    return ([*ids, separator_id] for ids in sequences if len(ids))
+
+
 def _blocks(sequences: Iterable[Sequence[int]], block_size: int, separator_id: int,
             drop_last: bool) -> Iterator[tuple[list[int], list[bool]]]:
-    """``(ids, starts)``: the stream of documents, each followed by ``separator_id``, cut into ``block_size``
-    blocks; ``starts`` flags the first token of each document."""
+    """``(ids, starts)``: the stream of documents, each followed by ``separator_id`` (``ended_documents``), cut into
+    ``block_size`` blocks; ``starts`` flags the first token of each document."""
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
     buffer: list[int] = []
     starts: list[bool] = []
-    for ids in sequences:
-        starts.extend([True] + [False] * len(ids))
+    for ids in ended_documents(sequences, separator_id):
+        starts.extend([True] + [False] * (len(ids) - 1))
         buffer.extend(ids)
-        buffer.append(separator_id)
         if len(buffer) >= block_size:
             cut = len(buffer) - len(buffer) % block_size
             yield from ((buffer[i:i + block_size], starts[i:i + block_size]) for i in range(0, cut, block_size))
@@ -368,5 +374,5 @@ def _answer_tokens(offsets, sequence_ids, answers) -> tuple[int, int]:
 
 __all__ = ["IGNORE_INDEX", "LabelAlignmentError", "QAAnswerSpanError", "RowError", "create_nsp_examples",
            "cut_questions", "encode_causal_lm", "encode_classification", "encode_qa", "encode_seq2seq",
-           "encode_token_classification", "nsp_features", "nsp_pair_index", "pack_documents", "pack_sequences",
-           "questions_cut", "split_sentences", "tokenize_documents", "truncate_ranges"]
+           "encode_token_classification", "ended_documents", "nsp_features", "nsp_pair_index", "pack_documents",
+           "pack_sequences", "questions_cut", "split_sentences", "tokenize_documents", "truncate_ranges"]

@@ -28,12 +28,12 @@ import torch
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerBase
 
-from train.data.encoders import nsp_features, nsp_pair_index, tokenize_documents
+from train.data.encoders import ended_documents, nsp_features, nsp_pair_index, tokenize_documents
 from train.data.staging import exclusive, staged, staging_name, sweep_stale
 from train.data.tokenization import MissingSpecialTokenError, cache_folder
 from train.data.workers import process_count
 
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: a document of no tokens adds no end-of-text token
 LAYOUTS = ("documents", "sentences")
 ROWS_PER_BATCH = 1000
 
@@ -214,7 +214,7 @@ def _write_part(job) -> dict:
             rows = batch[column]
             if layout == "documents":
                 characters += sum(map(len, rows))
-                ids = [[*row, eos] for row in encode(rows)]
+                ids = list(ended_documents(encode(rows), eos))
             else:
                 tokenized, read = tokenize_documents(rows, encode, split=not has_sentences)
                 characters += read

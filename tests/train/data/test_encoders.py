@@ -79,9 +79,11 @@ def test_truncate_ranges_trims_longer_side_from_both_ends():
 # ----------------------------------------------------------------------------- causal LM
 
 def test_packing_keeps_every_token_once():
+    """Each document's tokens once, followed by the separator; a document of no tokens (a blank line) adds none."""
     rng = random.Random(0)
     docs = [[rng.randint(10, 999) for _ in range(rng.randint(0, 300))] for _ in range(400)]
-    stream = [t for d in docs for t in (*d, 7)]
+    assert [] in docs
+    stream = [t for d in docs if d for t in (*d, 7)]
     for block_size in (1, 16, 128, 1000):
         blocks = list(pack_sequences(docs, block_size, separator_id=7))
         assert all(len(b) == block_size for b in blocks)
@@ -96,7 +98,8 @@ def test_packed_documents_restart_their_positions_at_each_document_and_block():
     separator included) and restart at 0 at each document's first token and at each block's first token."""
     rng = random.Random(1)
     docs = [[rng.randint(10, 999) for _ in range(rng.randint(0, 90))] for _ in range(200)]
-    starts = [True if i == 0 else False for d in docs for i in range(len(d) + 1)]  # each document's first token
+    docs[3:3] = [[], []]  # blank lines
+    starts = [i == 0 for d in docs if d for i in range(len(d) + 1)]  # each document's first token; none empty
     for block_size in (1, 16, 128):
         for drop_last in (True, False):
             blocks = list(pack_documents(docs, block_size, 7, drop_last))

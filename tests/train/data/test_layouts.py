@@ -244,6 +244,24 @@ def test_every_layout_gives_the_same_documents_blocks_and_pairs_in_memory_and_st
     assert _bert_pairs(stream, tokenizers["bert"], SEED) == _bert_pairs(memory, tokenizers["bert"], memory_seed)
 
 
+@pytest.mark.parametrize("pack_documents", [False, True])
+def test_empty_documents_add_no_tokens_to_gpts_blocks(pack_documents, tmp_path, fresh_cache, tokenizers):
+    """Blank lines of a `.txt` file read a row per line, and empty texts of a parquet file (as pandas writes them):
+    GPT's blocks are those of the same corpus without them, in memory and streamed (before: each gave a lone
+    end-of-text token), as transformers' run_clm.py concatenates nothing for them."""
+    blank = [text for pair in zip(TEXTS, [""] * len(TEXTS)) for text in pair]
+    lines = _lines(tmp_path, fresh_cache, "blank-lines.txt", ["", *blank, ""])
+    records = tmp_path / "records.parquet"
+    _frame(["", *blank]).to_parquet(records, index=False)
+    plain = load_text_dataset(_lines(tmp_path, fresh_cache), text_sample_by="line", cache_dir=str(fresh_cache))
+    expected = _gpt_blocks(plain, tokenizers["gpt"], pack_documents=pack_documents)
+    for source in (lines, records):
+        for streaming in (False, True):
+            data = load_text_dataset(source, columns=[("text", "text")], streaming=streaming, text_sample_by="line",
+                                     cache_dir=str(fresh_cache))
+            assert _gpt_blocks(data, tokenizers["gpt"], pack_documents=pack_documents) == expected
+
+
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(order=st.permutations(range(len(TEXTS))).flatmap(lambda p: st.integers(2, len(p)).map(lambda n: p[:n])),
        block_size=st.integers(4, 48), pack_documents=st.booleans(), max_length=st.integers(12, 64),
