@@ -331,9 +331,19 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str, note: bool
         rows = datasets.Dataset.from_list(list(rows.take(args.eval_size)), features=rows.features)
     elif args.eval_size is not None and not embedded and args.eval_size < len(rows):
         rows = rows.select(range(args.eval_size))
+    if not embedded:
+        _say_fewer(args, source, len(rows))
     if note and not embedded:
         _note_training_rows(args, source, len(rows), columns)
     return rows
+
+
+def _say_fewer(args: argparse.Namespace, source: str, count: int) -> None:
+    """Print that `source` holds fewer rows than `--eval_size` asked, all of which are scored (as run_glue.py's
+    `max_eval_samples` caps with min(), but said)."""
+    if args.eval_size is not None and count < args.eval_size:
+        print(f"--eval_size {args.eval_size}: {source} has only {count} rows, fewer than asked: scoring all {count}",
+              flush=True)
 
 
 def _one_split(source: str, columns=()) -> bool:
@@ -728,6 +738,7 @@ def evaluate_masked_lm(args: argparse.Namespace) -> dict[str, Any]:
     texts = [t for t in load_text_dataset(args.text_file, columns=("text",), text_sample_by="line")["text"]
              if t.strip()]
     texts = texts[:args.eval_size] if args.eval_size else texts
+    _say_fewer(args, args.text_file, len(texts))
     model = load_backbone(AutoModelForMaskedLM, args.model,
                           {"revision": args.model_revision, "trust_remote_code": True})
     tokenizer = AutoTokenizer.from_pretrained(args.model, revision=args.model_revision)

@@ -651,6 +651,20 @@ def test_the_embedded_corpus_is_drawn_with_the_runs_seed(tmp_path, recipe, seed)
     assert list(rows["source"]) == [r["source"] for r in generate_records("translation", "validation", seed, 5)]
 
 
+def test_an_eval_size_beyond_the_data_scores_every_row_and_says_so(tmp_path, capsys):
+    """`--eval_size 50` of a file of 9 rows scores the 9, said with both counts (as run_glue.py's min() caps it,
+    but silently); one within it cuts silently to the rows asked."""
+    data = tmp_path / "nli.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in generate_records("nli", "test", size=9)))
+    for size, count in (("50", 9), ("4", 4)):
+        args = evaluate.command_parser().parse_args(["--model", str(tmp_path), "--eval_size", size, "--output_dir",
+                                                     str(tmp_path / "eval")])
+        assert len(evaluate._rows(args, str(data), [("premise", "text")], "--text_column")) == count
+    said = capsys.readouterr().out
+    assert f"--eval_size 50: {data} has only 9 rows, fewer than asked: scoring all 9" in said
+    assert "--eval_size 4:" not in said
+
+
 def test_unlabelled_rows_are_skipped_on_request_and_the_runs_columns_are_the_default(tmp_path, capsys):
     """SNLI's layout: `label` -1 where no gold label exists, other column names (here `sentence1`, `sentence2`, the
     run's recipe keys): refused naming the way out, scored on the labelled rows with --skip_unlabeled, with the

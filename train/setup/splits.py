@@ -64,8 +64,13 @@ def load_split(recipe: Recipe, split: str, columns: Columns = (), default_datase
             raise
         raise UnknownSplitError(f"{error}; set the recipe key validation_split to the split that evaluates "
                                 f"(now {name!r}), or eval_size to hold out rows of the training split") from None
-    if split != "train" and streamed:  # evaluation reads its data whole, each time
-        return datasets.Dataset.from_list(list(_cut(recipe, key, size, dataset, source)), features=dataset.features)
+    if split != "train" and streamed:  # evaluation reads its data whole, each time: a user's `size` rows of it
+        taken = size is not None and key in recipe.set_by_user
+        rows = datasets.Dataset.from_list(list(dataset.take(size) if taken else dataset), features=dataset.features)
+        if taken and len(rows) == size:
+            print(f"{key} {size}: using the first {size} rows of {source} (streamed)", flush=True)
+            return rows
+        return rows if size is None else _sized(recipe, key, size, rows, source)  # fewer than asked: said
     return dataset if embedded else _cut(recipe, key, size, dataset, source)
 
 

@@ -49,6 +49,23 @@ def test_a_saved_validation_split_evaluates(key, streaming, tmp_path, capsys):
     assert f"{folder}: evaluating on its saved split 'validation'" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("streaming", ["false", "true"])
+def test_an_eval_size_beyond_the_validation_split_is_said_and_recorded_as_the_rows_used(streaming, tmp_path, capsys):
+    """`--eval_size 50` of a split of 5 rows: all 5 evaluate, said with both counts and recorded as eval_size 5, in
+    memory and streamed (before, streamed: `using the first 50 rows`, and 50 recorded); one within it takes its first
+    rows, as said."""
+    folder = _saved(tmp_path, {"train": 12, "validation": 5})
+    recipe = _recipe("--dataset", str(folder), "--streaming", streaming, "--eval_size", "50")
+    _, validation = load_splits(recipe, COLUMNS)
+    assert len(validation) == 5 and recipe.eval_size == 5
+    assert (f"eval_size 50: {folder} has only 5 rows, fewer than asked: using all 5 (recorded as "
+            f"eval_size 5)") in capsys.readouterr().out
+    recipe = _recipe("--dataset", str(folder), "--streaming", streaming, "--eval_size", "3")
+    _, validation = load_splits(recipe, COLUMNS)
+    assert list(validation["premise"]) == [r["premise"] for r in generate_records("nli", "validation", size=5)][:3]
+    assert "eval_size 3: using the first 3 " in capsys.readouterr().out and recipe.eval_size == 3
+
+
 def _split_files(tmp_path, layout: str):
     """A folder of the splits train (12 rows), validation (5) and test (3), as the tools write them: pandas' CSV files
     named by their split (dev.csv: validation); a Hub repository's data/<split>-00000-of-00001.parquet, as
