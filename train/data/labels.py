@@ -158,13 +158,42 @@ def _cut(dataset: datasets.Dataset, source: str, key: str) -> str:
     return f"{source} (its first {len(dataset)} rows: {key})" if read and len(dataset) < read.num_examples else source
 
 
+def _is_text(feature) -> bool:
+    """Whether a label column's `feature` (of tags: its items') holds strings."""
+    value = getattr(feature, "feature", feature)
+    return isinstance(value, datasets.Value) and "string" in value.dtype
+
+
+def _as_declared_names(validation: datasets.Dataset, column: str) -> datasets.Dataset:
+    """`validation` with its class ids (a `ClassLabel`: a Hub or saved dataset's) as the names it declares, -1
+    (unlabelled) as no label, for training labels that are names (`class_labels` then gives both the training ids);
+    kept in memory: nothing is written beside a saved dataset."""
+    feature = validation.features[column]
+    names, tags = _class_feature(feature).names, isinstance(feature, datasets.List)
+
+    def name(label: int) -> str | None:
+        return names[label] if label >= 0 else None
+
+    text = datasets.Value("string")
+    return validation.map(lambda v: {column: [list(map(name, tags_)) for tags_ in v] if tags else list(map(name, v))},
+                          input_columns=column, batched=True, keep_in_memory=True,
+                          features=datasets.Features({**validation.features, column: datasets.List(text) if tags
+                                                      else text}))
+
+
 def _by_declared_names(train: datasets.Dataset, validation: datasets.Dataset, column: str,
                        sources: tuple[str, str]) -> datasets.Dataset:
     """`validation` with labels written as the names of the classes `train` declares (a `ClassLabel`: a Hub or saved
-    dataset's ids, a CSV of names such as 'positive') as their ids; a name it does not declare is refused."""
+    dataset's ids, a CSV of names such as 'positive') as their ids; a name it does not declare is refused. Where
+    `train`'s labels are names and `validation` declares classes, its ids as their names (`_as_declared_names`)."""
     declared, feature = _class_feature(train.features[column]), validation.features[column]
+    if declared is None and _class_feature(feature) is not None and _is_text(train.features[column]):
+        print(f"{sources[1]}: column {column!r} holds ids of the classes it declares "
+              f"({', '.join(_class_feature(feature).names)}): read as their names, as {sources[0]} gives its labels",
+              flush=True)
+        return _as_declared_names(validation, column)
     value = getattr(feature, "feature", feature)
-    if declared is None or not (isinstance(value, datasets.Value) and "string" in value.dtype):
+    if declared is None or not _is_text(feature):
         return validation
     for row, word, name in _labels(validation, column):
         if name not in declared.names and not (name is None or _skipped(name, word, False)):

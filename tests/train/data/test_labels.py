@@ -269,6 +269,39 @@ def test_validation_labels_named_as_the_training_data_declares_its_classes_are_t
         labels(train.to_iterable_dataset() if streamed else train, dev, "label", ("train.jsonl", str(path)))
 
 
+@pytest.mark.parametrize("skip_unlabeled", [False, True])
+def test_validation_ids_of_declared_classes_are_read_as_their_names_for_training_labels_that_are_names(
+        skip_unlabeled, tmp_path, capsys):
+    """Training labels written as names (pandas' CSV) and a validation split saved by datasets with a ClassLabel in
+    another order, -1 unlabelled: each id is read as its name, then as the training data's id of that name (before:
+    'label 1 is a int but earlier labels are strs'); its -1 row is an unlabelled row; a name the training data never
+    shows is refused naming it; nothing is written beside the saved split."""
+    import pandas as pd
+
+    from train.data.files import load_text_dataset
+    train_path, dev_path = tmp_path / "train.csv", tmp_path / "dev"
+    pd.DataFrame({"text": list("abcd"), "label": ["neg", "pos", "neutral", "pos"]}).to_csv(train_path, index=False)
+    declared = datasets.ClassLabel(names=["pos", "neg", "neutral", "mixed"])
+    datasets.Dataset.from_dict({"text": list("xyzw"), "label": [1, 0, 2, -1]}, features=datasets.Features(
+        {"text": datasets.Value("string"), "label": declared})).save_to_disk(str(dev_path))
+    saved = sorted(p.name for p in dev_path.iterdir())
+    columns = (("text", "text"), ("label", "label"))
+    train, dev = (load_text_dataset(str(path), columns=columns) for path in (train_path, dev_path))
+    sources = (str(train_path), str(dev_path))
+    if not skip_unlabeled:
+        with pytest.raises(LabelError, match=r"dev: row 3, column 'label': the row has no label"):
+            class_labels(train, dev, "label", sources)
+        return
+    names, _, validation = class_labels(train, dev, "label", sources, skip_unlabeled=True)
+    assert [names[i] for i in validation["label"]] == ["neg", "pos", "neutral"]
+    assert "dev: column 'label' holds ids of the classes it declares (pos, neg, neutral, mixed)" in \
+        capsys.readouterr().out
+    assert sorted(p.name for p in dev_path.iterdir()) == saved
+    mixed = datasets.Dataset.from_dict({"text": ["x"], "label": [3]}, features=dev.features)
+    with pytest.raises(LabelError, match=r"dev: row 0, column 'label': label 'mixed' never occurs in the training"):
+        class_labels(train, mixed, "label", sources, skip_unlabeled=True)
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
 @pytest.mark.parametrize("labels", [[0, 1, None, 1, 0], ["neg", "pos", None, "pos", "neg"]], ids=["ids", "names"])
 def test_a_class_label_pandas_writes_as_missing_is_an_unlabelled_row(labels, suffix, tmp_path, capsys):
