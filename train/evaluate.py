@@ -339,8 +339,7 @@ def _rows(args: argparse.Namespace, source: str, columns, flags: str, note: bool
 
 
 def _say_fewer(args: argparse.Namespace, source: str, count: int) -> None:
-    """Print that `source` holds fewer rows than `--eval_size` asked, all of which are scored (as run_glue.py's
-    `max_eval_samples` caps with min(), but said)."""
+    """Say that `source` holds fewer rows than `--eval_size` (run_glue.py's min() caps them unsaid)."""
     if args.eval_size is not None and count < args.eval_size:
         print(f"--eval_size {args.eval_size}: {source} has only {count} rows, fewer than asked: scoring all {count}",
               flush=True)

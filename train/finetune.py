@@ -226,17 +226,22 @@ def check_data_given(recipe) -> None:
 def load_rows(recipe, task: Task, text: str, pair: str | None, label: str | None):
     """`(names, train, validation, read)`: both splits, each column checked against what the task reads, the class
     names (None for scores) with both splits' labels checked (before a tokenizer is trained or anything is written),
-    and the training rows read before `skip_unlabeled` left any out (None for a stream, which nothing counts ahead)."""
+    and the training rows read before `skip_unlabeled` left any out (None for a stream, which nothing counts ahead:
+    it counts the rows it skips as it reads them, in `recipe.skipped_unlabeled`)."""
     train_rows, eval_rows = load_splits(recipe, read_columns(task, text, pair, label))
     read = None if recipe.streaming else len(train_rows)
     if not label:
         return None, train_rows, eval_rows, read
     files = (recipe.split_name("train"), recipe.split_name("validation"))
+    counts: dict = {}  # the rows skip_unlabeled leaves out of a stream, counted as it reads them (results.json)
     if task.scores:
-        return None, *score_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled), read
-    if recipe.streaming:
-        return *streamed_class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled), read
-    return *class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, recipe.allow_single_class), read
+        rows = (None, *score_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, counts))
+    elif recipe.streaming:
+        rows = streamed_class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, counts)
+    else:
+        rows = class_labels(train_rows, eval_rows, label, files, recipe.skip_unlabeled, recipe.allow_single_class)
+    recipe.skipped_unlabeled = counts.get("skipped_unlabeled")
+    return *rows, read
 
 
 def trained_rows(read: int | None, train, skipped: bool, cut: int | None = None) -> dict[str, int]:

@@ -76,9 +76,8 @@ def folder_splits(folder: str | Path, suffixes: Sequence[str] = tuple(FORMATS),
 
 def folder_files(folder: Path, suffixes: Sequence[str], also: Callable[[Path], bool] | None = None,
                  splits: bool = True) -> tuple[dict[str, list[Path]], list[Path], list[Path]]:
-    """`(splits, data, documentation)` of a folder, its tree walked once: `folder_splits`' splits (where `splits`),
-    else {} and `listed`'s data and documentation, its own or, where it holds none, its subfolders' at any depth
-    (FineWeb's data/CC-MAIN-*/, SlimPajama's train/chunk1/)."""
+    """`(splits, data, documentation)` of a folder walked once: `folder_splits`' (where `splits`), else `listed`'s,
+    its own or, where it holds none, its subfolders' at any depth (FineWeb's data/CC-MAIN-*/)."""
     own = listed(folder, suffixes, also)
     named = {d.name for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".") and _named_splits(d.name)}
     deep = listed(folder, suffixes, also, deep=True) if not own[0] or (splits and named) else None

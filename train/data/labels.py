@@ -18,6 +18,7 @@ import datasets
 
 from train.data.encoders import IGNORE_INDEX
 from train.data.errors import DataError
+from train.data.left_out import RowsLeftOut
 from train.data.table_files import row_location
 
 
@@ -165,9 +166,8 @@ def _is_text(feature) -> bool:
 
 
 def _as_declared_names(validation: datasets.Dataset, column: str) -> datasets.Dataset:
-    """`validation` with its class ids (a `ClassLabel`: a Hub or saved dataset's) as the names it declares, -1
-    (unlabelled) as no label, for training labels that are names (`class_labels` then gives both the training ids);
-    kept in memory: nothing is written beside a saved dataset."""
+    """`validation`'s class ids (a `ClassLabel`) as the names it declares, -1 as no label; in memory (nothing written
+    beside a saved dataset)."""
     feature = validation.features[column]
     names, tags = _class_feature(feature).names, isinstance(feature, datasets.List)
 
@@ -270,10 +270,10 @@ def class_labels(train: datasets.Dataset, validation: datasets.Dataset | None, c
 
 
 def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.Dataset | None, column: str,
-                          sources: tuple[str, str], skip_unlabeled: bool = False):
+                          sources: tuple[str, str], skip_unlabeled: bool = False, counts: dict | None = None):
     """`(names, train, validation)` for a streamed training split, whose classes are those its features declare;
-    with `skip_unlabeled` rows labelled -1 are left out as they are read (the validation split's, read whole, as in
-    memory: counted, and refused when none is left)."""
+    with `skip_unlabeled` rows labelled -1 are left out as they are read, counted in `counts` (`_labelled_stream`;
+    the validation split's, read whole, as in memory: counted, and refused when none is left)."""
     def declared(dataset) -> list[str] | None:
         feature = _class_feature((dataset.features or {}).get(column))
         return list(feature.names) if feature is not None else None
@@ -292,10 +292,7 @@ def streamed_class_labels(train: datasets.IterableDataset, validation: datasets.
     if validation is not None:  # read whole, as in memory
         _check_values(validation, sources[1], column, None, skip_unlabeled)
     if skip_unlabeled:
-        def labelled(value) -> bool:
-            return not _unlabelled_class(value)
-
-        train = _labelled_stream(train.filter(labelled, input_columns=column), sources[0], column)
+        train = _labelled_stream(train, sources[0], column, counts=counts)
         return names, train, _labelled_validation(validation, column, sources[1])
 
     def checked(value, row: int) -> bool:  # as each row is read; memory refuses the same before training
@@ -381,10 +378,11 @@ def _scores(dataset: datasets.Dataset, source: str, column: str, skip_unlabeled:
 
 
 def score_labels(train: datasets.Dataset | datasets.IterableDataset, validation: datasets.Dataset | None, column: str,
-                 sources: tuple[str, str], skip_unlabeled: bool = False):
+                 sources: tuple[str, str], skip_unlabeled: bool = False, counts: dict | None = None):
     """`(train, validation)` with the labels of `column` checked as scores, real numbers (text and infinity refused
     naming the file, line, column and value); with `skip_unlabeled` the unlabelled rows (`_unscored`) are left out,
-    with a count, else a row without a score is refused. A streamed training split is checked as it is read."""
+    with a count, else a row without a score is refused. A streamed training split is checked as it is read, its
+    rows skipped counted in `counts` (`_labelled_stream`)."""
     streamed = isinstance(train, datasets.IterableDataset)
     _check_scores(([(validation, sources[1])] if validation is not None else [])
                   + ([] if streamed else [(train, sources[0])]), column, skip_unlabeled)
@@ -399,19 +397,29 @@ def score_labels(train: datasets.Dataset | datasets.IterableDataset, validation:
         why = None if held else _not_a_score(value)
         if why:
             raise _score_error(row_location(sources[0], row, column), value, why)
-        return not (skip_unlabeled and (held or value == -1))
+        return True
 
     train = train.filter(checked, input_columns=column, with_indices=True)
-    return (_labelled_stream(train, sources[0], column, _UNSCORED) if skip_unlabeled else train), validation
+    return (_labelled_stream(train, sources[0], column, _unscored, _UNSCORED, counts) if skip_unlabeled
+            else train), validation
 
 
-def _labelled_stream(train: datasets.IterableDataset, source: str, column: str,
-                     unlabelled: str = _UNLABELLED) -> datasets.IterableDataset:
-    """`train`, a stream that `skip_unlabeled` filters, refused when it has no labelled row (every row `unlabelled`):
-    read up to its first, as training reads it (the whole stream when none is)."""
+def _labelled_stream(train: datasets.IterableDataset, source: str, column: str, unlabelled=_unlabelled_class,
+                     what: str = _UNLABELLED, counts: dict | None = None) -> datasets.IterableDataset:
+    """`train` without its rows `unlabelled` (`what`), counted as read (`counts["skipped_unlabeled"]`, `RowsLeftOut`),
+    said; refused when no row is labelled: read up to its first, as training reads it."""
+    left_out = RowsLeftOut(lambda batch: [not unlabelled(value) for value in batch[column]], train.n_shards)
+    train = train.filter(left_out.keep, batched=True, with_indices=True)
     if next(iter(train.take(1)), None) is None:
-        raise LabelError(f"{source}: every row is {unlabelled} in column {column!r} (unlabelled, as GLUE's test "
+        raise LabelError(f"{source}: every row is {what} in column {column!r} (unlabelled, as GLUE's test "
                          f"splits), so skip_unlabeled leaves the stream nothing to train on; give data with labels")
+    counted = ("counted as it reads them, in results.json's skipped_unlabeled at the end of the run"
+               if train.n_shards == 1 else f"uncounted: its {train.n_shards} shards are read in lanes side by side, "
+               f"each numbering its rows from 0")
+    print(f"{source}: rows {what} in column {column!r} are skipped as the stream reads them (skip_unlabeled; "
+          f"{counted})", flush=True)
+    if counts is not None:
+        counts["skipped_unlabeled"] = left_out.count
     return train
 
 

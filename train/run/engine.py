@@ -421,11 +421,12 @@ class Engine:
 
     def _summary(self, start_step: int, wall: float, metrics: dict[str, Any]) -> dict[str, Any]:
         """results.json's figures: the last training loss, the speed (medians of the records' throughput),
-        `metrics`, and the copies of held-out rows left out (`Recipe.held_out_copies`, a stream's counted by now)."""
+        `metrics`, and the rows left out that a stream counted as it read them, with no read back from the device
+        (`Recipe.held_out_copies`, `Recipe.skipped_unlabeled`; in memory: counted before training)."""
         train_losses = self.log.values("loss")
         speed = {key: statistics.median(values) for key in ("tokens_per_s", "mfu") if (values := self.log.values(key))}
-        count = self.recipe.held_out_copies
-        copies = {"held_out_copies": n} if count is not None and (n := count()) is not None else {}
+        copies = {key: n for key in ("held_out_copies", "skipped_unlabeled")
+                  if (count := getattr(self.recipe, key)) is not None and (n := count()) is not None}
         return {"steps": self.state.step, "train_loss": train_losses[-1] if train_losses else None,
                 "train_seconds": wall, "steps_per_s": (self.state.step - start_step) / max(wall, 1e-9),
                 "tokens_per_s": None, **speed, **self.launch, **copies, **metrics}

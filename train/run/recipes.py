@@ -212,6 +212,8 @@ class Recipe:
     # how many training rows identical to a held-out row were left out, for results.json at the end of the run (a
     # stream counts as it reads; None: a count that could not be exact)
     held_out_copies = None  # () -> int | None
+    # the rows `skip_unlabeled` left out of a stream as it read them, for results.json at the end (as above)
+    skipped_unlabeled = None  # () -> int | None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -230,6 +232,7 @@ class Recipe:
         copy.set_by_user, copy.default_dataset, copy.shipped = self.set_by_user, self.default_dataset, self.shipped
         copy.command = self.command
         copy.held_out, copy.kept_rows, copy.held_out_copies = self.held_out, self.kept_rows, self.held_out_copies
+        copy.skipped_unlabeled = self.skipped_unlabeled
         copy.read_columns = self.read_columns
         return copy
 

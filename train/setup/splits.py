@@ -18,6 +18,7 @@ import modeling  # noqa: F401  (registers the Lineage families with the Auto cla
 from train.data.corpus import SPLITS
 from train.data.errors import UnknownColumnError, UnknownSplitError
 from train.data.files import Columns, check_local_source, hub_splits, load_text_dataset, names_local_data, saved_splits
+from train.data.left_out import RowsLeftOut
 from train.run.recipes import Recipe, RecipeError
 
 LABEL_KINDS = ("label", "score", "tags", "answers")  # the kinds of column (train.data.files.KINDS) a task learns
@@ -169,7 +170,7 @@ def _held_out(recipe: Recipe, rows, source: str):
     rows left to train on: the others, less those identical to a held-out row (the model would be scored on rows it
     trained on), counted once in memory; a stream leaves them out as it reads them (the same rows, whatever the
     shards, lanes and processes that read it). `recipe.held_out` records the count, `recipe.kept_rows` the file's row
-    of each row left, `recipe.held_out_copies` the copies left out (a stream's: `_RowsLeftOut.count`)."""
+    of each row left, `recipe.held_out_copies` the copies left out (a stream's: `RowsLeftOut.count`)."""
     size = recipe.eval_size
     streamed = isinstance(rows, datasets.IterableDataset)
     held = list(rows.take(size)) if streamed else rows.select(range(min(size, len(rows))))
@@ -194,7 +195,7 @@ def _held_out(recipe: Recipe, rows, source: str):
             raise _nothing_left(source, size)
         recipe.kept_rows, recipe.held_out_copies = rest.__getitem__, lambda: copies
         return held, rows.select(rest)
-    left_out = _RowsLeftOut(kept, size, rows.n_shards)
+    left_out = RowsLeftOut(lambda batch: [digest not in kept for digest in _digests(batch)], rows.n_shards, size)
     rest = rows.filter(left_out.keep, batched=True, batch_size=1000, with_indices=True)
     if next(iter(rest.take(1)), None) is None:  # read up to the first row left, as training reads it
         raise _nothing_left(source, size)
@@ -211,44 +212,6 @@ def _nothing_left(source: str, size: int) -> RecipeError:
     return RecipeError(f"recipe key 'eval_size' is {size}: {source} has no row after its first {size}, held out to "
                        f"evaluate on, that is not identical to a held-out one: nothing would be left to train on; set "
                        f"a smaller eval_size, or give validation_file")
-
-
-class _RowsLeftOut:
-    """The filter of a stream's rows left to train on (`keep`), which notes the rows it leaves out as it reads them,
-    by their row in the file (the `size` held out, then their copies), and the runs of rows read (`spans`): with them
-    `row_of` finds the file's row of a row kept, `count` the copies left out (a stream of one shard, read in one lane;
-    a stream of `shards` shards is read lane by lane, whose rows only the lanes count)."""
-
-    def __init__(self, held: set[bytes], size: int, shards: int):
-        self.held, self.size, self.shards, self.left_out, self.spans = held, size, shards, set(), []
-
-    def keep(self, batch: dict, indices: list[int]) -> list[bool]:
-        keep = [digest not in self.held for digest in _digests(batch)]
-        self.left_out.update(index for index, kept in zip(indices, keep) if not kept)
-        if indices:  # a batch's rows follow each other
-            self._read(indices[0], indices[-1] + 1)
-        return keep
-
-    def _read(self, start: int, end: int) -> None:
-        spans = []
-        for span in sorted([*self.spans, [start, end]]):
-            if spans and span[0] <= spans[-1][1]:
-                spans[-1][1] = max(spans[-1][1], span[1])
-            else:
-                spans.append(span)
-        self.spans = spans
-
-    def count(self) -> int | None:
-        """The copies left out of the rows read, each once, where that is exact: one shard (lanes number rows alike),
-        read in one run from its first row (a resumed stream skips rows until a pass reads them); else None."""
-        from_start = len(self.spans) == 1 and self.spans[0][0] == 0
-        return sum(row >= self.size for row in self.left_out) if self.shards == 1 and from_start else None
-
-    def row_of(self, row: int) -> int:
-        for left_out in sorted(self.left_out):
-            if left_out <= row:
-                row += 1
-        return row
 
 
 def _digest(row: dict) -> bytes:

@@ -431,6 +431,28 @@ def test_finetune_streams_with_the_classes_its_features_declare_and_refuses_data
                   "--output_dir", str(tmp_path / "file")])
 
 
+def test_a_streamed_finetune_counts_the_rows_skip_unlabeled_skips_as_in_memory(tmp_path, capsys):
+    """GLUE's layout, a saved split of declared classes with rows labelled -1: streamed, the rows skipped are counted as
+    the stream reads them and results.json gives `skipped_unlabeled` as a run in memory does (before: said and
+    counted in memory alone)."""
+    from train.data.corpus import generate_records
+    from train.finetune import main as finetune
+
+    rows = [{**row, "label": -1 if i % 4 == 1 else row["label"]}
+            for i, row in enumerate(generate_records("nli", "train", size=40))]
+    features = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"])})
+    datasets.Dataset.from_list(rows, features=features).save_to_disk(str(tmp_path / "glue"))
+    base = ["--recipe", "bert-finetune-nli-tiny", "--train_file", str(tmp_path / "glue"), "--skip_unlabeled", "true",
+            "--max_steps", "2", "--save_steps", "0", "--progress_bar", "false", "--report_to", "none"]
+    runs = {streaming: finetune([*base, "--streaming", streaming, "--output_dir", str(tmp_path / streaming)])
+            for streaming in ("false", "true")}
+    assert runs["true"][0]["skipped_unlabeled"] == runs["false"][0]["skipped_unlabeled"] == 10
+    assert json.loads((runs["true"][1] / "results.json").read_text())["skipped_unlabeled"] == 10
+    assert "rows labelled -1 in column 'label' are skipped as the stream reads them (skip_unlabeled; counted" in \
+        capsys.readouterr().out
+
+
 def test_translation_trains_from_a_stream(tmp_path):
     from train.train_translation import main as train_translation
 
