@@ -117,8 +117,8 @@ def check_local_source(source: str, key: str, columns: Columns = ()) -> None:
 def names_local_data(source: str | Path, columns: Columns = ()) -> bool:
     """Whether `source` names local data: a file or folder, a glob pattern that matches a file, or the prefix of a
     translation pair's two files."""
-    if _is_pattern(source):
-        return bool(_matched(source))
+    if (matched := pattern_files(source)) is not None:
+        return bool(matched)
     return Path(source).expanduser().exists() or pair_files(source, columns) is not None
 
 
@@ -211,8 +211,11 @@ def _is_pattern(source: str | Path) -> bool:
     return isinstance(source, (str, Path)) and glob.has_magic(str(source)) and not Path(source).expanduser().exists()
 
 
-def _matched(pattern: str | Path) -> list[Path]:
-    """The files `pattern` matches, sorted, as datasets' `data_files=` reads them: files only, hidden ones left out."""
+def pattern_files(pattern: str | Path) -> list[Path] | None:
+    """The files `pattern` matches, sorted, as datasets' `data_files=` reads them: files only, hidden ones left out;
+    None where it is no pattern (`_is_pattern`)."""
+    if not _is_pattern(pattern):
+        return None
     return sorted(Path(p) for p in glob.glob(str(Path(pattern).expanduser()), recursive=True) if Path(p).is_file())
 
 
@@ -226,8 +229,8 @@ def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[
     files: list[Path] = []
     for item in items:
         path = Path(item).expanduser()
-        if _is_pattern(item):
-            if not (found := _matched(item)):
+        if (found := pattern_files(item)) is not None:
+            if not found:
                 raise DataFileNotFoundError(f"{item}: the pattern matches no file")
             files.extend(found)
         elif path.is_dir():
@@ -814,5 +817,5 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
 
 
 __all__ = ["EMBEDDED_PREFIX", "TASKS", "TEXT_SAMPLE_BY", "check_local_source", "data_files", "hub_splits", "is_bad",
-           "load_text_dataset", "names_local_data", "pair_columns", "pair_files", "resolve_files", "saved_splits",
-           "stream_refusal", "validate_files", "value_error", "value_of", "with_columns"]
+           "load_text_dataset", "names_local_data", "pair_columns", "pair_files", "pattern_files", "resolve_files",
+           "saved_splits", "stream_refusal", "validate_files", "value_error", "value_of", "with_columns"]

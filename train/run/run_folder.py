@@ -18,7 +18,7 @@ import shlex
 import shutil
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 from accelerate.utils import set_seed
 
+from train.data.files import pattern_files
 from train.data.staging import process_alive, staged
 from train.data.tokenization import cache_folder
 from train.run import distributed, strict_json
@@ -54,10 +55,11 @@ def recipe_hash(recipe) -> str:
 
 def run_inputs(recipe) -> dict[str, str]:
     """The recipe keys naming local paths that the run reads, a translation pair's files by their prefix
-    (`Recipe.pair_files`): they must lie outside its output folder."""
+    (`Recipe.pair_files`), a glob pattern that matches files as it is: they must lie outside its output folder."""
     keys = ("tokenizer", "model", "train_file", "validation_file", "dataset")
     pairs = {recipe.data_source(split) for split in ("train", "validation") if recipe.pair_files(split)}
-    return {key: value for key in keys if (value := getattr(recipe, key)) and (Path(value).exists() or value in pairs)}
+    return {key: value for key in keys
+            if (value := getattr(recipe, key)) and (Path(value).exists() or value in pairs or pattern_files(value))}
 
 
 def _check_path(value: str, argument: str) -> Path:
@@ -94,16 +96,21 @@ def check_output_dir(value: str, inputs: dict[str, str] | None = None,
                      argument: str = "recipe key 'output_dir'") -> Path:
     """The resolved run folder, or an `OutputDirError` naming why the run may not write there; writes nothing."""
     folder = _check_path(value, argument)
-    _check_apart(folder, {f"recipe key {key!r}": path for key, path in (inputs or {}).items()}, argument, "this run")
+    named: list[tuple[str, str]] = []
+    for key, path in (inputs or {}).items():  # a pattern's inputs are the files it matches
+        matched = pattern_files(path)
+        named += ([(f"recipe key {key!r}", path)] if matched is None
+                  else [(f"recipe key {key!r}, pattern {path}", str(file)) for file in matched])
+    _check_apart(folder, named, argument, "this run")
     if (folder / "config.json").is_file():
         raise OutputDirError(f"{argument} {folder} is a saved model folder (it holds config.json); a run publishes its "
                              f"own model into <output_dir>/model and never writes over a model: choose a new folder")
     return folder
 
 
-def _check_apart(folder: Path, inputs: dict[str, str], argument: str, reader: str) -> None:
-    """Refuse a `folder` that is, holds or lies in one of `inputs` ({how `reader` names the input: its path})."""
-    for name, path in inputs.items():
+def _check_apart(folder: Path, inputs: Iterable[tuple[str, str]], argument: str, reader: str) -> None:
+    """Refuse a `folder` that is, holds or lies in one of `inputs` ((how `reader` names the input, its path))."""
+    for name, path in inputs:
         resolved = Path(path).resolve()
         if resolved == folder or folder in resolved.parents or resolved in folder.parents:
             where = "is" if resolved == folder else "holds" if folder in resolved.parents else "lies in"
@@ -469,7 +476,7 @@ def check_writer_output(value: str, command: str, argument: str = "--output_dir"
     """The resolved folder that `command` may write: apart from its `inputs` ({argument naming one: path}), new,
     empty, or (with `overwrite`) holding only what its own manifest records, unchanged; else an `OutputDirError`."""
     folder = _check_path(value, argument)
-    _check_apart(folder, inputs or {}, argument, f"lineage {command}")
+    _check_apart(folder, (inputs or {}).items(), argument, f"lineage {command}")
     if not folder.is_dir():
         return folder
     _recover_in_place(folder, command)

@@ -64,6 +64,23 @@ def test_a_folder_inside_an_input_is_refused_and_the_input_kept(tmp_path):
     assert digest(tmp_path) == before and not (tmp_path / "tokenizer" / "run").exists()
 
 
+def test_a_folder_holding_the_files_a_pattern_matches_is_refused_and_kept(tmp_path):
+    """`--train_file 'exp/data/*.txt'` names the files it matches as inputs: an output folder above them is refused
+    naming the pattern and the file; one beside them, where the pattern matches nothing the run writes, trains."""
+    data = tmp_path / "exp" / "data"
+    data.mkdir(parents=True)
+    for i in range(2):
+        (data / f"part-{i}.txt").write_text("".join(f"document {i} line {j} of the corpus\n" for j in range(40)))
+    before = digest(tmp_path)
+    pattern = str(data / "*.txt")
+    with pytest.raises(OutputDirError, match=r"holds an input of this run \(recipe key 'train_file', "
+                                             r"pattern .*\*\.txt: .*part-0\.txt\)"):
+        gpt(tmp_path / "exp", "--train_file", pattern)
+    assert digest(tmp_path) == before
+    gpt(data / "run", "--train_file", pattern)
+    assert (data / "run" / "model" / "config.json").is_file()
+
+
 def test_an_empty_output_dir_and_the_working_folder_are_refused_and_nothing_is_deleted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     tokenizer(tmp_path / "tokenizer")
