@@ -5,6 +5,7 @@
 - Every command the pages name in code exists: `lineage <command>` / `lineage train <script>` through the console
   command's own resolver (`train.cli.resolve`), `python -m train.<module>` (also after `accelerate launch ... -m`)
   as a module of `train/` with a top-level `main`, and every `configs/`, `tests/`, `train/`, `modeling/` file named.
+- docs/using.md's in-process tokenizer and LoRA examples run as written, on a tiny model saved where they look.
 - The README's two commands are CI's: its install-and-test command is what `.ci/run` runs (`python -m pip` written
   as `pip`), and its install-and-run command installs the same way, without the test extra; CI also runs `ruff check .`.
 """
@@ -224,6 +225,46 @@ def test_ci_runs_ruff():
 
 def test_readme_is_a_front_door():
     assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 200
+
+
+def python_block(page: Path, heading: str) -> str:
+    """The first ```python block of `page` below the heading line `heading`."""
+    below = page.read_text(encoding="utf-8").split(f"\n{heading}\n", 1)[1]
+    return below.split("```python\n", 1)[1].split("\n```", 1)[0]
+
+
+def test_using_page_tokenizer_and_lora_examples_run(tmp_path, monkeypatch):
+    """docs/using.md's in-process examples run as written on a tiny GPT saved where the page looks for one: the four
+    ways of loading a model folder's tokenizer give one tokenizer, and the LoRA example saves an adapter that reloads
+    onto the base with the merged model's logits."""
+    peft = pytest.importorskip("peft")
+    import torch
+    from conftest import model_folder
+
+    from modeling import LineageGptForCausalLM
+
+    monkeypatch.chdir(tmp_path)
+    saved = model_folder(tmp_path / "outputs" / "gpt-pretrain-tiny", "gpt", LineageGptForCausalLM, 300)
+    folder = saved.rename(saved.with_name("model"))
+    page = REPO / "docs" / "using.md"
+
+    namespace, tokenizers = {"folder": str(folder)}, []
+    for statement in ast.parse(python_block(page, "## Tokenizers beside a model")).body:
+        if isinstance(statement, ast.Expr):
+            tokenizers.append(eval(compile(ast.Expression(statement.value), "using.md", "eval"), namespace))
+        else:
+            exec(compile(ast.Module([statement], []), "using.md", "exec"), namespace)
+    assert len(tokenizers) == 4 and {type(tokenizer).__name__ for tokenizer in tokenizers} == {"TokenizersBackend"}
+    assert len({tuple(tokenizer("Anna was born in Berlin.").input_ids) for tokenizer in tokenizers}) == 1
+
+    namespace = {}
+    exec(compile(python_block(page, "## LoRA (peft)"), "using.md", "exec"), namespace)
+    merged = namespace["merged"].eval()
+    assert type(merged) is LineageGptForCausalLM
+    reloaded = peft.PeftModel.from_pretrained(LineageGptForCausalLM.from_pretrained(folder), "my-adapter").eval()
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids).logits, merged(ids).logits)
 
 
 # the checkers themselves, on pages made here
