@@ -94,7 +94,7 @@ def read_inputs(names: list[str]) -> tuple[list[Member], models.ModelSource]:
 def _whose(count: int) -> str:
     """The weights of `count` inputs, as the card and the log say them."""
     return ("those of one checkpoint of a Lineage run" if count == 1 else
-            f"the mean of those of {count} checkpoints of one Lineage run, tensor by tensor")
+            f"the mean of those of {count} checkpoints or model folders of one Lineage run, tensor by tensor")
 
 
 def card(model, names: list[str], folder: Path) -> str:
