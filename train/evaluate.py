@@ -28,7 +28,7 @@ from train.analysis import evaluation_report, harness
 from train.analysis.experiment import cut_note
 from train.analysis.model_scores import pseudo_perplexity, score_translator
 from train.cli import CommandParser, run_script
-from train.run.environment import device_refusal, versions
+from train.run.environment import accelerator_on, device_refusal, versions
 from train.run.publish import pipeline_tag, public_name
 from train.run.run_folder import check_writer_output, staged_output
 from train.setup.models import HUB_ID, load_backbone, missing_config_hint
@@ -275,19 +275,6 @@ def device_of(args: argparse.Namespace) -> str:
     import torch
 
     return args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def accelerator_on(args: argparse.Namespace):
-    """One process's Accelerator, placing the model and its batches on `device_of(args)` with its index: Accelerate
-    places a lone process on its backend's current device (`cuda`, cuda:0 unless set), so `cuda:1` is made current."""
-    import torch
-    from accelerate import Accelerator
-
-    device = torch.device(device_of(args))
-    backend = getattr(torch, device.type)
-    if device.index is not None and hasattr(backend, "set_device"):  # mps has one device, and no set_device
-        backend.set_device(device)
-    return Accelerator(cpu=device.type == "cpu")
 
 
 def evaluate_harness(args: argparse.Namespace, kind: str) -> dict[str, Any]:
@@ -713,7 +700,7 @@ def evaluate_classifier(args: argparse.Namespace, architecture: str, family: str
         found.update(predictions)
         return scores(predictions, eval_loss) if labelled else {}
     batch = model_batch_size(args)
-    accelerator = accelerator_on(args)
+    accelerator = accelerator_on(device_of(args))
     loader = DataLoader(data, batch_size=batch, collate_fn=PaddingCollator(tokenizer, args.pad_to_multiple_of))
     model, loader = accelerator.prepare(model, loader)
     figures = evaluation_pass(accelerator, model, loader, predict, metrics)

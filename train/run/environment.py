@@ -92,6 +92,19 @@ def device_refusal(name: str) -> str | None:
     return f": this machine {found}; give one it has, or cpu"
 
 
+def accelerator_on(name: str):
+    """One process's Accelerator, placing a model and its batches on the device `name` with its index: Accelerate
+    places a lone process on its backend's current device (`cuda`, cuda:0 unless set), so `cuda:1` is made current."""
+    import torch
+    from accelerate import Accelerator
+
+    device = torch.device(name)
+    backend = getattr(torch, device.type)
+    if device.index is not None and hasattr(backend, "set_device"):  # mps has one device, and no set_device
+        backend.set_device(device)
+    return Accelerator(cpu=device.type == "cpu")
+
+
 def name_cpu_for_deepspeed() -> None:
     """On a machine with no accelerator, tell DeepSpeed the CPU it would pick (DS_ACCELERATOR, unless set), so that it
     does not warn that it picked it: Accelerate and transformers import it wherever it is installed, also to save.
