@@ -29,7 +29,7 @@ from train.analysis.attention import (
     tokens,
 )
 from train.analysis.attention_plots import write_all
-from train.cli import CommandParser, run_script
+from train.cli import CommandParser, number, run_script
 from train.run.run_folder import check_writer_output, staged_output
 
 COMMAND = "attention-maps"
@@ -60,8 +60,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--target", default=None, help="seq2seq: target text to force (default: generated)")
     parser.add_argument("--layers", type=index_list, default=None, help="layer indices, e.g. 0,2 (default: all)")
     parser.add_argument("--heads", type=index_list, default=None, help="head indices, e.g. 1,3 (default: all)")
-    parser.add_argument("--num_beams", type=int, default=1, help="seq2seq generation without --target")
-    parser.add_argument("--max_new_tokens", type=int, default=None, help="seq2seq generation without --target")
+    parser.add_argument("--num_beams", type=number(int, 1, "a beam size"), default=1,
+                        help="seq2seq generation without --target")
+    parser.add_argument("--max_new_tokens", type=number(int, 1, "a number of tokens"), default=None,
+                        help="seq2seq generation without --target")
     parser.add_argument("--output_dir", required=True, help="folder to write (new or empty)")
     parser.add_switch("--overwrite_output_dir", help="replace an earlier output of attention-maps")
     return parser.parse_args(argv)
@@ -72,10 +74,6 @@ def check_arguments(args: argparse.Namespace) -> None:
     for flag, value in (("--text", args.text), ("--text_pair", args.text_pair), ("--target", args.target)):
         if value is not None and not value.strip():
             raise AttentionInputError(f"{flag} is empty; give some text")
-    if args.num_beams < 1:
-        raise AttentionInputError(f"--num_beams must be at least 1, got {args.num_beams}")
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise AttentionInputError(f"--max_new_tokens must be at least 1, got {args.max_new_tokens}")
     check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir)
 
 

@@ -12,7 +12,6 @@ interleaved with Lineage's (`ratio` = reference ms / Lineage ms). docs/performan
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from transformers import CompileConfig
 
 from modeling.conversion import to_transformers
 from train.analysis import throughput
-from train.cli import CommandParser, run_script
+from train.cli import CommandParser, number, run_script
 from train.run import flops
 from train.run.compilation import compile_model, compiler_error
 from train.run.run_folder import OutputDirError, check_writer_file, write_output_json
@@ -54,10 +53,13 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_switch("--unpad_inputs",
                       help="Lineage BERT's training forward with unpad_inputs=True (no compute on padding; --task "
                            "mlm; random batches have no padding, so this times the unpadded kernels' overhead)")
-    parser.add_argument("--batch_size", type=int, default=8)
-    parser.add_argument("--seq_length", type=int, default=128, help="tokens in each sequence (the full length)")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps (or generate calls); the median is kept")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (compilation happens here)")
+    parser.add_argument("--batch_size", type=number(int, 1, "a batch size"), default=8)
+    parser.add_argument("--seq_length", type=number(int, 1, "a number of tokens"), default=128,
+                        help="tokens in each sequence (the full length)")
+    parser.add_argument("--steps", type=number(int, 1, "a number of steps"), default=10,
+                        help="timed steps (or generate calls); the median is kept")
+    parser.add_argument("--warmup", type=number(int, 0, "a number of steps"), default=2,
+                        help="untimed steps first (compilation happens here)")
     parser.add_switch("--compile", help="torch.compile the model(s) before the first step")
     parser.add_argument("--mixed_precision", choices=("no", "bf16"), default="no",
                         type=lambda word: OLD_PRECISION.get(word, word),
@@ -67,10 +69,10 @@ def make_parser() -> argparse.ArgumentParser:
                                         "its kernel launches, GPU-busy against wall milliseconds and top kernels "
                                         "(on a CPU its aten operators), in the table's notes and the JSON")
     parser.add_switch("--generate", help="also time greedy generation (dynamic and static cache)")
-    parser.add_argument("--max_new_tokens", type=int, default=None,
+    parser.add_argument("--max_new_tokens", type=number(int, 1, "a number of tokens"), default=None,
                         help="tokens each generate call makes (min_new_tokens = max_new_tokens; default 32)")
-    parser.add_argument("--peak_tflops", type=float, default=None, help="the GPU's peak TFLOP/s for MFU (default: "
-                                                                         "the table in train.run.flops)")
+    parser.add_argument("--peak_tflops", type=number(float, 0, "a number of TFLOP/s", above=True), default=None,
+                        help="the GPU's peak TFLOP/s for MFU (default: the table in train.run.flops)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here (a new file)")
     parser.add_switch("--overwrite_json", help="replace the --json file of an earlier benchmark (nothing else)")
     parser.add_argument("--seed", type=int, default=0)
@@ -122,15 +124,8 @@ def check_arguments(args: argparse.Namespace, config, target: torch.device) -> N
         raise ValueError("--max_new_tokens is the length of each timed generate call, read with --generate only: "
                          "add --generate, or leave it out")
     args.max_new_tokens = 32 if args.max_new_tokens is None else args.max_new_tokens
-    for name in ("batch_size", "seq_length", "steps", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.warmup < 0:
-        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
     if args.compile and args.warmup < 1:
         raise ValueError("--warmup must be >= 1 with --compile (the first step compiles)")
-    if args.peak_tflops is not None and not (math.isfinite(args.peak_tflops) and args.peak_tflops > 0):
-        raise ValueError(f"--peak_tflops must be a positive number of TFLOP/s, got {args.peak_tflops}")
     if args.peak_tflops is not None and target.type != "cuda":
         raise ValueError("--peak_tflops sets the GPU peak for MFU, which is not reported on a CPU")
     families = throughput.TASK_FAMILIES[args.task]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import itertools
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -85,6 +86,23 @@ def truth(value: str) -> bool:
     if value.lower() not in answer:
         raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
     return answer[value.lower()]
+
+
+def number(kind: type[int] | type[float], low: float, what: str, *, above: bool = False) -> Callable[[str], float]:
+    """A flag's `type=`: `what` (a noun, "a beam size") read as `kind`, at least `low` (greater than `low` with
+    `above`, as seconds or megabytes are) and finite; any other value is a usage error naming the allowed range, as
+    argparse's own type errors are (`argument --num_beams: expected a beam size >= 1, got '0'`, exit status 2)."""
+    allowed = f"{what} {'>' if above else '>='} {low:g}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < low or above and value == low:
+            raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}")
+        return value
+    return parse
 
 
 class CommandParser(argparse.ArgumentParser):

@@ -26,7 +26,7 @@ from fnmatch import fnmatch
 from itertools import count
 from pathlib import Path
 
-from train.cli import CommandParser, run_script
+from train.cli import CommandParser, number, run_script
 from train.data.corpus import generate_records
 from train.data.encoders import split_sentences
 from train.run import strict_json
@@ -44,16 +44,20 @@ OLD_FLAGS = {"--size-mb": "--size_mb", "--unique-mb": "--unique_mb"}  # old spel
 def make_parser() -> argparse.ArgumentParser:
     parser = CommandParser(description=__doc__.strip().splitlines()[0], old_flags=OLD_FLAGS)
     parser.add_argument("--family", choices=tuple(RECIPES), required=True)
-    parser.add_argument("--size_mb", type=float, required=True, help="corpus size in MB (10^6 bytes of UTF-8)")
+    parser.add_argument("--size_mb", type=number(float, 0, "a number of MB", above=True), required=True,
+                        help="corpus size in MB (10^6 bytes of UTF-8)")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, in order: {', '.join(STAGES)}")
-    parser.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="processes of `lineage prepare`")
-    parser.add_argument("--unique_mb", type=float, default=16.0, help="MB of distinct documents in the corpus")
+    parser.add_argument("--num_proc", type=number(int, 1, "a number of processes"), default=os.cpu_count() or 1,
+                        help="processes of `lineage prepare`")
+    parser.add_argument("--unique_mb", type=number(float, 0, "a number of MB", above=True), default=16.0,
+                        help="MB of distinct documents in the corpus")
     parser.add_argument("--text_file", type=Path, default=None,
                         help="distinct documents from this file (one per line) instead of the embedded generator's")
     parser.add_argument("--work", type=Path, default=Path("outputs/corpus-benchmark"),
                         help="where the corpora, tokenizers, caches and runs go")
     parser.add_argument("--repo", type=Path, default=None, help="run the commands from this checkout instead")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds a stage may take")
+    parser.add_argument("--timeout", type=number(float, 0, "a number of seconds", above=True), default=3600,
+                        help="seconds a stage may take")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here (a new file)")
     parser.add_switch("--overwrite_json", help="replace the --json file of an earlier corpus-benchmark (nothing else)")
     return parser
@@ -228,8 +232,6 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], Path, Path | N
     if unknown or not stages:
         raise SystemExit(f"--stages: unknown stage {unknown[0]!r}; stages: {', '.join(STAGES)}" if unknown
                          else f"--stages: name at least one of {', '.join(STAGES)}")
-    if args.size_mb <= 0 or args.unique_mb <= 0 or args.num_proc < 1:
-        raise SystemExit("--size_mb and --unique_mb must be > 0 and --num_proc >= 1")
     if args.text_file is not None and not args.text_file.is_file():
         raise SystemExit(f"--text_file {args.text_file}: no such file")
     try:

@@ -27,7 +27,7 @@ from modeling.beam_search import BEAM_SEARCHES
 from train.analysis import evaluation_report, harness
 from train.analysis.experiment import cut_note
 from train.analysis.model_scores import pseudo_perplexity, score_translator
-from train.cli import CommandParser, run_script
+from train.cli import CommandParser, number, run_script
 from train.run.environment import accelerator_on, device_refusal, versions
 from train.run.publish import pipeline_tag, public_name
 from train.run.run_folder import check_writer_output, staged_output
@@ -57,18 +57,6 @@ class EvaluateError(ValueError):
     """A `lineage evaluate` argument that names nothing it can score."""
 
 
-def _number(kind: type, low: float, what: str):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-    return parse
-
-
 def _finite(what: str):
     def parse(text: str) -> float:
         try:
@@ -96,7 +84,7 @@ def _limit(text: str) -> float:
 def _batch_size(text: str) -> int | str:
     if text == "auto" or text.startswith("auto:") and text[5:].isdigit():
         return text
-    return _number(int, 1, "a batch size >= 1, or auto")(text)
+    return number(int, 1, "auto or a batch size")(text)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -112,7 +100,7 @@ def command_parser() -> CommandParser:
                                                       "comma-separated")
     parser.add_argument("--include_path", default=None, help="a folder of task YAMLs of your own")
     parser.add_argument("--limit", type=_limit, default=None, help="examples per task (or a fraction)")
-    parser.add_argument("--num_fewshot", type=_number(int, 0, "a number of examples >= 0"), default=None)
+    parser.add_argument("--num_fewshot", type=number(int, 0, "a number of examples"), default=None)
     parser.add_argument("--batch_size", type=_batch_size, default=None,
                         help="an integer, or auto (harness); default: the harness 1, else the run's "
                              "per_device_eval_batch_size (its recipe.yaml), else 32")
@@ -134,14 +122,14 @@ def command_parser() -> CommandParser:
     for column in ("source_column", "target_column"):
         parser.add_argument(f"--{column}", default=None, help="as train_translation's recipe key (default: the "
                                                               "run's, with --dataset)")
-    parser.add_argument("--eval_size", type=_number(int, 1, "a number of rows >= 1"), default=None,
+    parser.add_argument("--eval_size", type=number(int, 1, "a number of rows"), default=None,
                         help="score the first N rows")
-    parser.add_argument("--max_seq_length", type=_number(int, 2, "a length >= 2"), default=None,
+    parser.add_argument("--max_seq_length", type=number(int, 2, "a length"), default=None,
                         help="tokens per example (default: the run's, else the model's positions, at most "
                              "512); with --tasks, the harness's max_length (default: the model's positions)")
-    parser.add_argument("--max_query_length", type=_number(int, 1, "a number of tokens >= 1"), default=None,
+    parser.add_argument("--max_query_length", type=number(int, 1, "a number of tokens"), default=None,
                         help="question answering: the tokens of a question kept (default: the run's, else 64)")
-    parser.add_argument("--doc_stride", type=_number(int, 0, "a number of tokens >= 0"), default=None,
+    parser.add_argument("--doc_stride", type=number(int, 0, "a number of tokens"), default=None,
                         help="question answering: the context tokens a window repeats from the one before (default: "
                              "the run's, else a quarter of --max_seq_length)")
     parser.add_switch("--version_2_with_negative", default=None,
@@ -152,11 +140,11 @@ def command_parser() -> CommandParser:
                         help="question answering: no answer only where [CLS] outscores the best span by more than "
                              "this, in logits (run_qa.py's flag, BERT's tau; default: the run's, saved in "
                              "config.json, else 0)")
-    parser.add_argument("--num_beams", type=_number(int, 1, "a beam size >= 1"), default=4)
+    parser.add_argument("--num_beams", type=number(int, 1, "a beam size"), default=4)
     parser.add_argument("--length_penalty", type=_finite("the length penalty's exponent"), default=1.0)
     parser.add_argument("--beam_search", choices=list(BEAM_SEARCHES), default="transformers",
                         help="gnmt: the Transformer paper's (GNMT's length penalty, at most source length + 50 tokens)")
-    parser.add_argument("--max_new_tokens", type=_number(int, 1, "a number of tokens >= 1"), default=None,
+    parser.add_argument("--max_new_tokens", type=number(int, 1, "a number of tokens"), default=None,
                         help="tokens a translation may have (default: 64, at most the decoder's positions - 1)")
     parser.add_argument("--text_file", default=None, help="masked LMs: the text to score (one sample per line)")
     parser.add_argument("--compare", default=None, help="an earlier lineage evaluate --output_dir: its figures are "

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
-from train.cli import CommandParser, run_script
+from train.cli import CommandParser, number, run_script
 from train.run import run_folder, strict_json
 from train.run.checkpoints import complete_checkpoints
 from train.run.environment import device, installed, versions
@@ -488,7 +488,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_switch("--dry_run", help="the same plan on the CPU at tiny sizes, in a minute or two")
     parser.add_argument("--parts", default=",".join(p.name for p in PARTS),
                         help=f"comma-separated, run in the plan's order: {', '.join(p.name for p in PARTS)}")
-    parser.add_argument("--budget_seconds", type=float, default=630.0,
+    parser.add_argument("--budget_seconds", type=number(float, 0, "a number of seconds", above=True), default=630.0,
                         help="wall seconds for the whole plan, shared among the parts asked")
     return parser
 
@@ -501,13 +501,11 @@ class Planned(NamedTuple):
 
 def plan(parts: str, budget: float) -> list[Planned]:
     """The stages of the parts `parts` names (those parts alone), in the plan's order, each with its share of
-    `budget`; a ValueError naming a bad value."""
+    `budget`; a ValueError naming a bad part."""
     names = [name.strip() for name in parts.split(",") if name.strip()]
     unknown = [name for name in names if name not in {p.name for p in PARTS}]
     if unknown or not names:
         raise ValueError(f"--parts: unknown part {unknown[0]!r}" if unknown else "--parts: name at least one part")
-    if not budget > 0:
-        raise ValueError(f"--budget_seconds must be > 0, got {budget:g}")
     chosen = [(tuple(PART[name] for name in stage.parts if name in names), stage.seconds) for stage in STAGES]
     total = sum(seconds for stage, seconds in chosen if stage)
     return [Planned(" + ".join(p.name for p in stage), budget * seconds / total, stage) for stage, seconds in chosen

@@ -13,7 +13,6 @@ the report's `steps` column before comparing arms. docs/experiments.md, "The lin
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shlex
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from train.analysis import experiment
-from train.cli import CommandParser, run_script
+from train.cli import CommandParser, number, run_script
 from train.data.collators import Seq2SeqCollator
 from train.data.model_inputs import tokenize_dataset
 from train.run import run_folder
@@ -56,7 +55,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = CommandParser(description=__doc__.splitlines()[0], old_flags=OLD_FLAGS)
     parser.add_argument("--output_dir", default="outputs/lineage-experiment", help="report folder (new or empty)")
     parser.add_switch("--overwrite_output_dir", help="replace an earlier experiment's report folder (nothing else)")
-    parser.add_argument("--max_train_seconds", type=float, default=None,
+    parser.add_argument("--max_train_seconds", type=number(float, 0, "a number of seconds", above=True), default=None,
                         help=f"training seconds per arm, the budget (default {DEFAULT_BUDGET:g}; {QUICK_BUDGET:g} "
                              "with --quick)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {', '.join(ARMS)}")
@@ -78,8 +77,6 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], float]:
                               + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
     budget = args.max_train_seconds if args.max_train_seconds is not None else (QUICK_BUDGET if args.quick
                                                                                  else DEFAULT_BUDGET)
-    if not math.isfinite(budget) or budget <= 0:
-        raise ExperimentError(f"--max_train_seconds must be a number of seconds > 0, got {budget}")
     if (args.train_file is None) != (args.validation_file is None):
         raise ExperimentError("--train_file and --validation_file go together: BLEU is measured on the validation file")
     if args.dataset and args.train_file:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator, Sequence
 
-from train.cli import CommandParser, run_script
+from train.cli import CommandParser, number, run_script
 from train.data.corpus import tokenizer_training_texts
 from train.data.files import load_text_dataset
 from train.data.tokenization import FAMILIES, canonical_family, train_tokenizer
@@ -36,9 +36,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--split", default="train")
     parser.add_argument("--dataset_config", default=None, help="the configuration of a Hub dataset")
     parser.add_switch("--streaming", help="read the dataset lazily")
-    parser.add_argument("--max_texts", type=int, default=None, help="stop after this many rows")
-    parser.add_argument("--min_frequency", type=int, default=2)
-    parser.add_argument("--model_max_length", type=int, default=512)
+    parser.add_argument("--max_texts", type=number(int, 1, "a number of rows"), default=None,
+                        help="stop after this many rows")
+    parser.add_argument("--min_frequency", type=number(int, 0, "a number of occurrences"), default=2)
+    parser.add_argument("--model_max_length", type=number(int, 1, "a number of tokens"), default=512)
     parser.add_switch("--lowercase", default=None, help="default: lowercase for bert only")
     parser.add_argument("--seed", type=int, default=0, help="seed of the embedded corpus")
     return parser.parse_args(argv)
@@ -57,10 +58,6 @@ def check_arguments(args: argparse.Namespace) -> None:
     if family == "gpt" and args.lowercase:
         raise TokenizerArgumentError("--lowercase: byte-level BPE (gpt) does not normalize text; lowercase the text "
                                      "before training, or leave --lowercase out")
-    for flag, value, low in (("--max_texts", args.max_texts, 1), ("--min_frequency", args.min_frequency, 0),
-                             ("--model_max_length", args.model_max_length, 1)):
-        if value is not None and value < low:
-            raise TokenizerArgumentError(f"{flag} must be an integer >= {low}, got {value}")
 
 
 def iter_texts(args: argparse.Namespace) -> Iterator[str]:

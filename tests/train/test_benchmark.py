@@ -127,15 +127,15 @@ LM = ["--task", "causal-lm"]
 
 
 @pytest.mark.parametrize("extra, message", [
-    (LM + ["--peak_tflops", "0"], "--peak_tflops must be a positive number"),
-    (LM + ["--peak_tflops", "-5"], "--peak_tflops must be a positive number"),
-    (LM + ["--peak_tflops", "nan"], "--peak_tflops must be a positive number"),
+    (LM + ["--peak_tflops", "0"], "argument --peak_tflops: expected a number of TFLOP/s > 0, got '0'"),
+    (LM + ["--peak_tflops", "-5"], "argument --peak_tflops: expected a number of TFLOP/s > 0"),
+    (LM + ["--peak_tflops", "nan"], "argument --peak_tflops: expected a number of TFLOP/s > 0"),
     (LM + ["--peak_tflops", "100"], "--peak_tflops sets the GPU peak for MFU, which is not reported on a CPU"),
     (LM + ["--seq_length", "65"], r"--seq_length 65 is longer than the model's 64 positions"),
     (LM + ["--seq_length", "60", "--generate", "--max_new_tokens", "8"],
      r"--seq_length 60 \+ --max_new_tokens 8 is longer"),
     (["--task", "mlm"], "--task mlm needs a lineage-bert model"),
-    (LM + ["--steps", "0"], "--steps must be >= 1"),
+    (LM + ["--steps", "0"], "argument --steps: expected a number of steps >= 1, got '0'"),
     (LM + ["--config", "hidden_sise=64"], "--config: 'hidden_sise' is no field of lineage-gpt configs"),
     (LM + ["--max_new_tokens", "8"], "--max_new_tokens is the length of each timed generate call, read with "
                                      "--generate only"),

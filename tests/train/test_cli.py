@@ -1,6 +1,7 @@
 """The `lineage` console command (train/cli.py): one explicit table of commands, each of which answers `--help`
 with its own usage under its `lineage` name and runs its module's own `main(argv)`; unknown commands are named."""
 
+import argparse
 import ast
 import gzip
 import importlib
@@ -155,9 +156,6 @@ def test_the_refusals_of_evaluate_average_a_recipe_name_and_the_embedded_corpus_
 @pytest.mark.parametrize("extra, message", [
     (["--family", "roberta"], "--family: unknown tokenizer family 'roberta'; choose one of bert, gpt, seq2seq"),
     (["--family", "gpt", "--lowercase"], "--lowercase: byte-level BPE (gpt) does not normalize text"),
-    (["--max_texts", "0"], "--max_texts must be an integer >= 1, got 0"),
-    (["--min_frequency", "-1"], "--min_frequency must be an integer >= 0, got -1"),
-    (["--model_max_length", "-4"], "--model_max_length must be an integer >= 1, got -4"),
 ])
 def test_the_tokenizer_commands_refusals_come_before_any_text_is_read(extra, message, tmp_path, monkeypatch):
     """These were tracebacks (a ValueError, or the tokenizers library's OverflowError), or with --model_max_length
@@ -169,6 +167,48 @@ def test_the_tokenizer_commands_refusals_come_before_any_text_is_read(extra, mes
         cli.main([*argv, *extra])
     assert str(refused.value).startswith(f"lineage train tokenizer: error: {message}"), str(refused.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, flag, allowed", [
+    (["evaluate", "--model", "m", "--output_dir", "{tmp}/out", "--num_beams", "0"], "--num_beams", ">= 1"),
+    (["benchmark", "--model", "gpt-tiny", "--task", "causal-lm", "--steps", "0"], "--steps", ">= 1"),
+    (["benchmark", "--model", "gpt-tiny", "--task", "causal-lm", "--peak_tflops", "nan"], "--peak_tflops", "> 0"),
+    (["gpu-check", "--output_dir", "{tmp}/out", "--budget_seconds", "0"], "--budget_seconds", "> 0"),
+    (["experiment", "--output_dir", "{tmp}/out", "--max_train_seconds", "0"], "--max_train_seconds", "> 0"),
+    (["experiment", "--output_dir", "{tmp}/out", "--max_train_seconds", "inf"], "--max_train_seconds", "> 0"),
+    (["attention-maps", "--model", "m", "--text", "a", "--output_dir", "{tmp}/out", "--num_beams", "0"],
+     "--num_beams", ">= 1"),
+    (["attention-maps", "--model", "m", "--text", "a", "--output_dir", "{tmp}/out", "--max_new_tokens", "-3"],
+     "--max_new_tokens", ">= 1"),
+    (["train", "tokenizer", "--family", "bert", "--vocab_size", "100", "--output_dir", "{tmp}/out", "--max_texts", "0"],
+     "--max_texts", ">= 1"),
+    (["train", "tokenizer", "--family", "bert", "--vocab_size", "100", "--output_dir", "{tmp}/out",
+      "--min_frequency", "-1"], "--min_frequency", ">= 0"),
+    (["train", "tokenizer", "--family", "bert", "--vocab_size", "100", "--output_dir", "{tmp}/out",
+      "--model_max_length", "-4"], "--model_max_length", ">= 1"),
+    (["corpus-benchmark", "--family", "gpt", "--work", "{tmp}/out", "--size_mb", "0"], "--size_mb", "> 0"),
+    (["corpus-benchmark", "--family", "gpt", "--work", "{tmp}/out", "--size_mb", "1", "--num_proc", "0"],
+     "--num_proc", ">= 1"),
+])
+def test_a_flags_value_out_of_its_range_is_a_usage_error_of_every_command(argv, flag, allowed, tmp_path, capsys):
+    """docs/using.md: a value a flag cannot take is argparse's usage error (usage line, message naming the flag and
+    its range, exit status 2) in every command, before any work; experiment, attention-maps, train tokenizer and
+    corpus-benchmark refused these as inputs, with status 1."""
+    with pytest.raises(SystemExit) as refused:
+        cli.main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    error = capsys.readouterr().err
+    assert refused.value.code == 2
+    assert error.startswith("usage: lineage ") and f"error: argument {flag}: expected " in error
+    assert f" {allowed}, got '{argv[-1]}'" in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_number_flag_takes_its_bound_and_refuses_what_lies_beyond_it():
+    at_least, above = cli.number(int, 1, "a count"), cli.number(float, 0, "seconds", above=True)
+    assert at_least("1") == 1 and type(at_least("1")) is int and above("1e-9") == 1e-9
+    for parse, text in ((at_least, "0"), (at_least, "1.5"), (above, "0"), (above, "-inf"), (above, "nan")):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"got '{text}'"):
+            parse(text)
 
 
 def test_a_refused_input_is_its_message_not_a_traceback(tmp_path, monkeypatch):
