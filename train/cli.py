@@ -252,6 +252,7 @@ def user_errors() -> tuple[type[Exception], ...]:
     from train.analysis.attention import AttentionInputError
     from train.analysis.evaluation_report import ReportError
     from train.analysis.harness import HarnessError
+    from train.corpus_benchmark import CorpusBenchmarkError
     from train.data.batching import EmptyStreamError
     from train.data.corpus import UnknownCorpusTaskError
     from train.data.encoders import LabelAlignmentError, QAAnswerSpanError
@@ -279,7 +280,7 @@ def user_errors() -> tuple[type[Exception], ...]:
             EmptyVocabularyError, TokenizerPathError, MissingSpecialTokenError, VocabularySizeError,
             TokenizerMismatchError, LabelAlignmentError, QAAnswerSpanError, DamagedStoreError, EmptyStreamError,
             UnknownCorpusTaskError, EvaluateError, HarnessError, ReportError, AveragingError, AttentionInputError,
-            ExperimentError, DistributedSetupError, TokenizerArgumentError, GlueError)
+            ExperimentError, DistributedSetupError, TokenizerArgumentError, GlueError, CorpusBenchmarkError)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from train.cli import CommandParser, number, run_script
 from train.data.corpus import generate_records
 from train.data.encoders import split_sentences
 from train.run import strict_json
-from train.run.run_folder import OUTPUT_RECORD, OutputDirError, check_writer_file, write_output_json
+from train.run.run_folder import OUTPUT_RECORD, check_writer_file, write_output_json
 
 COMMAND = "corpus-benchmark"
 STAGES = ("prepare", "run", "stream", "stream_tokenizer")
@@ -63,30 +63,35 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class CorpusBenchmarkError(ValueError):
+    """A `lineage corpus-benchmark` argument it cannot run with; the message names it."""
+
+
 def check_repo(repo: Path | None) -> Path:
     """The folder whose code the stages run: `--repo`, refused unless it holds `train` and `modeling`, else this
     code's."""
     if repo is None:
         return Path(__file__).resolve().parents[1]
     if not all((repo / package / "__init__.py").is_file() for package in ("train", "modeling")):
-        raise SystemExit(f"--repo {repo}: not a Lineage checkout (no train/__init__.py and modeling/__init__.py): the "
-                         f"stages would run the installed code instead; give the folder of a checkout")
+        raise CorpusBenchmarkError(f"--repo {repo}: not a Lineage checkout (no train/__init__.py and "
+                                   f"modeling/__init__.py): the stages would run the installed code instead; give the "
+                                   f"folder of a checkout")
     return repo.resolve()
 
 
 def claim_work(work: Path) -> Path:
-    """`--work` resolved and marked as this benchmark's, or a `SystemExit` naming what else it holds: a call deletes
-    its own caches and runs there and reuses its corpora, so it holds nothing but what `WORK_NAMES` match."""
+    """`--work` resolved and marked as this benchmark's, or a `CorpusBenchmarkError` naming what else it holds: a call
+    deletes its own caches and runs there and reuses its corpora, so it holds nothing but what `WORK_NAMES` match."""
     folder = work.resolve()
     if folder.exists() and not folder.is_dir():
-        raise SystemExit(f"--work {work} is a file; give a folder (it is created when missing)")
+        raise CorpusBenchmarkError(f"--work {work} is a file; give a folder (it is created when missing)")
     if folder.is_dir() and any(folder.iterdir()):
         mine = (folder / OUTPUT_RECORD).is_file() and json.loads((folder / OUTPUT_RECORD).read_text()) == WORK_RECORD
         others = sorted(p.name for p in folder.iterdir() if not any(fnmatch(p.name, n) for n in WORK_NAMES))
         if not mine or others:
             shown = ", ".join(others or sorted(p.name for p in folder.iterdir()))
-            raise SystemExit(f"--work {folder} holds {shown}, which no corpus-benchmark wrote there: it writes into a "
-                             f"new or empty folder, or reuses its own; choose another folder")
+            raise CorpusBenchmarkError(f"--work {folder} holds {shown}, which no corpus-benchmark wrote there: it "
+                                       f"writes into a new or empty folder, or reuses its own; choose another folder")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / OUTPUT_RECORD).write_text(strict_json.dumps(WORK_RECORD))
     return folder
@@ -120,8 +125,8 @@ def write_corpus(path: Path, family: str, size_mb: float, unique_mb: float, text
         if total >= unique_mb * 1e6:  # the distinct documents asked, not a whole batch of them
             break
     if total < unique_mb * 1e6:
-        raise SystemExit(f"--text_file {text_file}: {total / 1e6:.1f} MB of documents, fewer than --unique_mb "
-                         f"{unique_mb:g}; give a smaller --unique_mb")
+        raise CorpusBenchmarkError(f"--text_file {text_file}: {total / 1e6:.1f} MB of documents, fewer than "
+                                   f"--unique_mb {unique_mb:g}; give a smaller --unique_mb")
     staging, rng, written = path.with_name(path.name + ".tmp"), random.Random(0), 0
     path.parent.mkdir(parents=True, exist_ok=True)
     with staging.open("w") as out:
@@ -225,19 +230,16 @@ def run_stage(command: list[str], env: dict, cwd: Path, timeout: float, first_st
 
 
 def check_arguments(args: argparse.Namespace) -> tuple[list[str], Path, Path | None]:
-    """The stages, the folder whose code runs them and the JSON file to write, or a `SystemExit` naming the bad
-    argument; writes nothing."""
+    """The stages, the folder whose code runs them and the JSON file to write, or a `CorpusBenchmarkError` naming the
+    bad argument; writes nothing."""
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     unknown = [s for s in stages if s not in STAGES]
     if unknown or not stages:
-        raise SystemExit(f"--stages: unknown stage {unknown[0]!r}; stages: {', '.join(STAGES)}" if unknown
-                         else f"--stages: name at least one of {', '.join(STAGES)}")
+        raise CorpusBenchmarkError(f"--stages: unknown stage {unknown[0]!r}; stages: {', '.join(STAGES)}" if unknown
+                                   else f"--stages: name at least one of {', '.join(STAGES)}")
     if args.text_file is not None and not args.text_file.is_file():
-        raise SystemExit(f"--text_file {args.text_file}: no such file")
-    try:
-        json_file = args.json and check_writer_file(args.json, COMMAND, overwrite=args.overwrite_json)
-    except OutputDirError as error:
-        raise SystemExit(str(error)) from None
+        raise CorpusBenchmarkError(f"--text_file {args.text_file}: no such file")
+    json_file = args.json and check_writer_file(args.json, COMMAND, overwrite=args.overwrite_json)
     return stages, check_repo(args.repo), json_file
 
 

@@ -139,11 +139,13 @@ def test_unknown_commands_are_named():
     (["train", "pretrain_gpt", "--recipe", "nope"], "lineage train pretrain_gpt: error: recipe 'nope' is neither"),
     (["train", "pretrain_gpt", "--recipe", "gpt-pretrain-tiny", "--dataset", "embedded:poetry", "--output_dir",
       "{tmp}/run"], "lineage train pretrain_gpt: error: unknown embedded corpus task 'poetry'"),
+    (["corpus-benchmark", "--family", "gpt", "--size_mb", "1", "--stages", "warm", "--work", "{tmp}/out"],
+     "lineage corpus-benchmark: error: --stages: unknown stage 'warm'"),
 ])
 def test_the_refusals_of_evaluate_average_a_recipe_name_and_the_embedded_corpus_are_messages(argv, message, tmp_path,
                                                                                               monkeypatch):
     """These printed a traceback until their errors joined `cli.user_errors` (docs/using.md: a refused input is its
-    message alone, exit status 1)."""
+    message alone, exit status 1); corpus-benchmark's printed its message without the command's name."""
     monkeypatch.delenv("LINEAGE_TRACEBACK", raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a").mkdir()

@@ -240,7 +240,7 @@ def test_the_corpus_benchmark_prepares_runs_and_streams_a_corpus_of_the_size_ask
     assert results["prepare"]["bytes_per_token"] == 2 and results["prepare"]["tokens"] > 50_000
     for stage in corpus_benchmark.STAGES:
         assert results[stage]["seconds"] > 0 and results[stage]["peak_anon_mib"] > 50
-    with pytest.raises(SystemExit, match="unknown stage 'warm'"):
+    with pytest.raises(corpus_benchmark.CorpusBenchmarkError, match="unknown stage 'warm'"):
         corpus_benchmark.main(["--family", "gpt", "--size-mb", "1", "--stages", "prepare,warm"])
 
 
@@ -258,7 +258,7 @@ def test_the_corpus_benchmark_reads_its_documents_from_a_text_file(tmp_path):
     assert results["stream_tokenizer"]["seconds"] > 0
     run = tmp_path / "work" / "run-gpt-stream_tokenizer" / "model"
     assert (run / "tokenizer.json").is_file()
-    with pytest.raises(SystemExit, match="fewer than --unique_mb"):
+    with pytest.raises(corpus_benchmark.CorpusBenchmarkError, match="fewer than --unique_mb"):
         corpus_benchmark.main(["--family", "gpt", "--size_mb", "1", "--unique_mb", "5", "--text_file",
                                str(tmp_path / "english.txt"), "--stages", "stream", "--work", str(tmp_path / "w2")])
 

@@ -39,6 +39,7 @@ from train import (
     train_tokenizer,
     train_translation,
 )
+from train.corpus_benchmark import CorpusBenchmarkError
 from train.data.corpus import tokenizer_training_texts
 from train.data.tokenization import config_kwargs_from_tokenizer
 from train.data.tokenization import train_tokenizer as trained_tokenizer
@@ -170,7 +171,7 @@ def test_a_command_run_into_the_users_files_is_refused_naming_them_and_leaves_ea
         stub(monkeypatch)
     out = users_output(tmp_path, name)
     before = digest(tmp_path)
-    with pytest.raises((OutputDirError, SystemExit)) as caught:
+    with pytest.raises((OutputDirError, CorpusBenchmarkError, SystemExit)) as caught:
         command(out, model)
     assert named in str(caught.value) + capsys.readouterr().err
     assert digest(tmp_path) == before
@@ -194,7 +195,7 @@ def test_a_command_replaces_its_own_earlier_output_only_with_its_overwrite_flag(
     out = tmp_path / "x" / ("bench.json" if name.endswith(".json") else "out")
     command(out, model)
     before = digest(tmp_path)
-    with pytest.raises((OutputDirError, SystemExit)) as caught:
+    with pytest.raises((OutputDirError, CorpusBenchmarkError, SystemExit)) as caught:
         command(out, model)
     message = str(caught.value) + capsys.readouterr().err
     assert flag in message and ("earlier output" in message or "another run's files" in message)
@@ -269,7 +270,7 @@ def test_the_corpus_benchmark_records_what_it_measured(tmp_path, monkeypatch):
     `--unique_mb` writes its own corpus (it reused the first) and the JSON records it."""
     stub_corpus_benchmark(monkeypatch)
     (tmp_path / "not-a-checkout").mkdir()
-    with pytest.raises(SystemExit, match="--repo .*not-a-checkout: not a Lineage checkout"):
+    with pytest.raises(CorpusBenchmarkError, match="--repo .*not-a-checkout: not a Lineage checkout"):
         corpus_bench(tmp_path / "x" / "a.json", "--repo", str(tmp_path / "not-a-checkout"))
     assert not (tmp_path / "work").exists()
     corpus_bench(tmp_path / "x" / "a.json")
