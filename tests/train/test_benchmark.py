@@ -163,7 +163,8 @@ def test_compile_without_a_working_compiler_is_refused(monkeypatch, capsys):
 @pytest.mark.parametrize("model, task, extra, message", [
     ("bert-tiny", "mlm", ["--generate"], "--generate times text generation"),
     ("rnn-tiny", "seq2seq", ["--reference"], "--reference: transformers has no reference model for lineage-rnn"),
-    ("gpt-tiny", "causal-lm", ["--reference"], "--reference: OpenAIGPT's feed-forward is 4 \\* hidden_size"),
+    ("gpt-tiny", "causal-lm", ["--reference"],
+     "--reference: transformers' OpenAIGPT has no equivalent of `intermediate_size`=37 \\(OpenAIGPT: 128\\)"),
 ])
 def test_settings_the_model_cannot_take_are_refused(model, task, extra, message, capsys):
     with pytest.raises(SystemExit):
