@@ -2,13 +2,13 @@
 
     lineage glue --model google-bert/bert-base-uncased --output_dir outputs/glue
     lineage glue --model outputs/bert-pretrain/model --tasks cola,mrpc,stsb --learning_rate 3e-5 --output_dir DIR
-    lineage glue --model bert-tiny --recipe bert-finetune-nli-tiny --max_steps 10 --train_size 200 --output_dir DIR
+    lineage glue --model outputs/bert-pretrain/model --data_dir glue_data --output_dir DIR  # offline, GLUE's files
 
-Each task of the Hub's `nyu-mll/glue` (`TASKS`: its columns, finetune task, validation split and GLUE's figures) is
-a `finetune` run in `<output_dir>/<task>` with `--recipe` (default: BERT's fine-tuning settings) and the other recipe
-keys given; MNLI's model is also scored on the mismatched validation split by `lineage evaluate`. Then `summary.json`
-and `summary.md`: each task's figures and the GLUE average (`glue_average`); a task that fails is reported there and
-the others run on. `--submission`: the test sets predicted into the files GLUE's server scores. docs/evaluation.md.
+Each task of the Hub's `nyu-mll/glue` (`TASKS`: its columns, finetune task, validation split and GLUE's figures), or
+of its copy in `--data_dir` (`GlueSource`), is a `finetune` run in `<output_dir>/<task>` with `--recipe` and the other
+recipe keys given; MNLI's model is also scored on the mismatched validation split by `lineage evaluate`. Then
+`summary.json` and `summary.md`: each task's figures and the GLUE average; a task that fails is reported there and the
+others run on. `--submission`: the test sets predicted into the files GLUE's server scores. docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import datasets
 
 from train import evaluate, finetune
 from train.cli import CommandParser, run_script, user_errors
+from train.data import glue_files
 from train.data.files import hub_splits
 from train.run import recipes, run_folder, strict_json
 from train.run.recipes import Recipe
@@ -85,9 +86,10 @@ PER_TASK = ("dataset", "dataset_config", "task", "text_column", "text_pair_colum
 # recipe keys a user may not pass through -> why
 REFUSED_KEYS = {**dict.fromkeys(PER_TASK, "lineage glue sets it for each task (train.glue.TASKS)"),
                 **dict.fromkeys(("train_file", "validation_file"),
-                                f"lineage glue reads {DATASET}; fine-tune on your own copy of a task with lineage "
-                                f"train finetune --train_file ... --validation_file ... --task ... (the table of "
-                                f"docs/evaluation.md gives each task's columns and task)"),
+                                f"lineage glue reads {DATASET} (or its copy in --data_dir); fine-tune on your "
+                                f"own copy of a task with lineage train finetune --train_file ... "
+                                f"--validation_file ... --task ... (the table of docs/evaluation.md gives each task's "
+                                f"columns and task)"),
                 "model": "give --model", "output_dir": "give --output_dir",
                 "overwrite_output_dir": "give --overwrite_output_dir",
                 "resume_from_checkpoint": "each task's run starts afresh in its folder",
@@ -98,6 +100,52 @@ REFUSED_KEYS = {**dict.fromkeys(PER_TASK, "lineage glue sets it for each task (t
 
 class GlueError(ValueError):
     """An argument `lineage glue` cannot run with, or tasks that failed; the message names them."""
+
+
+class GlueSource(NamedTuple):
+    """Where the tasks' data is read: the Hub's `DATASET` (`folder` None), or a folder per configuration: `--data_dir`
+    in the Hub repository's layout, read as it is, or the run's `<output_dir>/data`, into which each split a task
+    reads is first converted from GLUE's original TSVs in `tsv` (`train.data.glue_files`), so that finetune, lineage
+    evaluate and the test sets' predictions read every layout as the one they read already."""
+    folder: Path | None = None
+    tsv: Path | None = None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> GlueSource:
+        """`--data_dir`'s source (its layout detected, or refused naming those it may have), or the Hub."""
+        if args.data_dir is None:
+            return cls()
+        data_dir = Path(args.data_dir).expanduser()
+        kind = glue_files.layout(data_dir)
+        return cls(data_dir) if kind == "hub" else cls(Path(args.output_dir) / "data", data_dir)
+
+    def argv(self, config: str) -> list[str]:
+        """finetune's and lineage evaluate's arguments naming `config`'s data."""
+        return (["--dataset", DATASET, "--dataset_config", config] if self.folder is None
+                else ["--dataset", str(self.folder / config)])
+
+    def split(self, config: str, split: str) -> tuple[str, str | None]:
+        """`(dataset, dataset_config)` to read `config`'s `split` from (converted first from its TSV file)."""
+        if self.folder is None:
+            return DATASET, config
+        if self.tsv is not None:
+            glue_files.write_split(self.tsv, config, split, self.folder / config)
+        return str(self.folder / config), None
+
+    def unreadable(self, names: list[str]) -> dict[str, str]:
+        """{task: why its training or validation data cannot be read} of `names`."""
+        if self.folder is None:
+            return {name: f"neither the Hub nor the datasets cache ({datasets.config.HF_DATASETS_CACHE}) has "
+                          f"{DATASET} {name}" for name in names if hub_splits(DATASET, name) is None}
+        kind, root = ("tsv", self.tsv) if self.tsv else ("hub", self.folder)
+        why = {name: glue_files.missing(root, kind, name, task_splits(name)) for name in names}
+        return {name: reason for name, reason in why.items() if reason}
+
+
+def task_splits(name: str) -> list[str]:
+    """The splits task `name` trains and is scored on."""
+    spec = TASKS[name]
+    return ["train", spec.validation_split, *([spec.mismatched] if spec.mismatched else [])]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -114,6 +162,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     parser.add_argument("--output_dir", default="outputs/glue", help="a folder per task, summary.json and "
                                                                      "summary.md (new or empty)")
     parser.add_switch("--overwrite_output_dir", help="replace an earlier output of lineage glue (nothing else)")
+    parser.add_argument("--data_dir", help="GLUE as a folder, read instead of the Hub: GLUE's original distribution "
+                                           "(download_glue_data.py's glue_data/: CoLA/train.tsv, ...) or the Hub's "
+                                           "nyu-mll/glue downloaded (cola/train-00000-of-00001.parquet, ...)")
     parser.add_switch("--submission", help="also predict the test sets into submission/, the files GLUE's server "
                                            "scores (and submission.zip, once all nine tasks have them)")
     args, keys = parser.parse_known_args(argv)
@@ -133,45 +184,49 @@ def chosen_tasks(text: str) -> list[str]:
     return [t for t in TASKS if t in names]
 
 
-def finetune_argv(args: argparse.Namespace, keys: list[str], name: str) -> list[str]:
+def finetune_argv(args: argparse.Namespace, keys: list[str], name: str, source: GlueSource) -> list[str]:
     """The `finetune` command line of task `name`: the recipe, the user's keys, then the task's data and folder."""
     spec = TASKS[name]
     text, pair = spec.columns
-    return ["--recipe", args.recipe, *keys, "--model", args.model, "--task", spec.task, "--dataset", DATASET,
-            "--dataset_config", name, "--validation_split", spec.validation_split, "--text_column", text,
+    return ["--recipe", args.recipe, *keys, "--model", args.model, "--task", spec.task, *source.argv(name),
+            "--validation_split", spec.validation_split, "--text_column", text,
             *(["--text_pair_column", pair] if pair else []), "--label_column", "label",
             "--output_dir", str(Path(args.output_dir) / name)]
 
 
-def task_recipes(args: argparse.Namespace, keys: list[str], names: list[str]) -> dict[str, Recipe]:
+def task_recipes(args: argparse.Namespace, keys: list[str], names: list[str], source: GlueSource
+                 ) -> dict[str, Recipe]:
     """Each task's finetune recipe, checked as finetune checks it, and the model once: refused before any work."""
     refused = [key for key in recipes.parse_overrides(keys) if key in REFUSED_KEYS]
     if refused:
         raise GlueError("; ".join(f"recipe key {key!r}: {REFUSED_KEYS[key]}" for key in refused))
-    chosen = {name: recipes.parse_args(finetune_argv(args, keys, name), finetune.DEFAULT_RECIPE, "", "finetune")
+    chosen = {name: recipes.parse_args(finetune_argv(args, keys, name, source), finetune.DEFAULT_RECIPE, "",
+                                       "finetune")
               for name in names}
     model_source(chosen[names[0]], "finetune", ("bert", "gpt"))
     return chosen
 
 
-def mismatched_argv(name: str, recipe: Recipe, model: Path) -> list[str]:
+def mismatched_argv(name: str, recipe: Recipe, model: Path, source: GlueSource) -> list[str]:
     """The `lineage evaluate` command line scoring task `name`'s model on its mismatched split, with the run's length,
     batch size and (where the user set it) `eval_size`."""
     eval_size = ["--eval_size", str(recipe.eval_size)] if "eval_size" in recipe.set_by_user else []
-    return ["--model", str(model), "--dataset", DATASET, "--dataset_config", name, "--split", TASKS[name].mismatched,
+    return ["--model", str(model), *source.argv(name), "--split", TASKS[name].mismatched,
             "--max_seq_length", str(recipe.max_seq_length), "--batch_size", str(recipe.per_device_eval_batch_size),
             *eval_size, "--output_dir", str(Path(recipe.output_dir).with_name(f"{name}-mismatched"))]
 
 
-def run_task(name: str, argv: list[str], recipe: Recipe) -> tuple[dict[str, Any], Path]:
+def run_task(name: str, argv: list[str], recipe: Recipe, source: GlueSource) -> tuple[dict[str, Any], Path]:
     """Fine-tune on task `name` (and score MNLI's mismatched split); its figures, its score (their mean) and the
     results files they were read from, relative to the output folder; and its model's folder."""
     spec = TASKS[name]
+    for split in task_splits(name):
+        source.split(name, split)
     results, model = finetune.main(argv)
     figures = strict_json.finite({f.name: results[f"eval_{f.metric}"] for f in spec.figures})  # NaN: undefined
     read = [f"{name}/model/results.json"]
     if spec.mismatched:
-        scored = evaluate.main(mismatched_argv(name, recipe, model))
+        scored = evaluate.main(mismatched_argv(name, recipe, model, source))
         scores = json.loads((scored / "results.json").read_text())["scores"][spec.task]
         figures.update({f"{f.name}_mm": scores[f.metric] for f in spec.figures})
         read.append(f"{scored.name}/results.json")
@@ -180,7 +235,7 @@ def run_task(name: str, argv: list[str], recipe: Recipe) -> tuple[dict[str, Any]
             "results": read}, model
 
 
-def predict_test_sets(name: str, model_folder: Path, recipe: Recipe, folder: Path) -> None:
+def predict_test_sets(name: str, model_folder: Path, recipe: Recipe, folder: Path, source: GlueSource) -> None:
     """Write the test sets' files of task `name` into `folder` as GLUE's server reads them: `index<TAB>prediction`,
     a row per test example in its order, the index its `idx`; the test rows cut and padded as the run's."""
     import transformers
@@ -199,7 +254,8 @@ def predict_test_sets(name: str, model_folder: Path, recipe: Recipe, folder: Pat
     model = accelerator.prepare(model)
     folder.mkdir(exist_ok=True)
     for config, split, file_name in SUBMISSION_FILES[name]:
-        rows = load_text_dataset(DATASET, split, columns=[c for c in (text, pair) if c], dataset_config=config)
+        dataset, dataset_config = source.split(config, split)
+        rows = load_text_dataset(dataset, split, columns=[c for c in (text, pair) if c], dataset_config=dataset_config)
         data, _ = finetune.encoded(recipe, tokenizer, spec.task, rows, text, pair, None, f"{DATASET} {config}")
         loader = accelerator.prepare(DataLoader(data, batch_size=recipe.per_device_eval_batch_size,
                                                 collate_fn=PaddingCollator(tokenizer, recipe.pad_to_multiple_of)))
@@ -285,13 +341,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the tasks; returns the summary. Raises `GlueError` after writing it when a task failed."""
     args, keys = parse_args(argv)
     names = chosen_tasks(args.tasks)
-    chosen = task_recipes(args, keys, names)
-    check_reachable(names)
-    local = Path(args.model).exists()
+    source = GlueSource.of(args)
+    chosen = task_recipes(args, keys, names, source)
+    unreadable = check_data(source, names)
+    inputs = {key: value for key, value in (("--model", args.model), ("--data_dir", args.data_dir))
+              if value is not None and Path(value).exists()}
     folder = run_folder.check_writer_output(args.output_dir, COMMAND, overwrite=args.overwrite_output_dir,
-                                            inputs={"--model": args.model} if local else None)
+                                            inputs=inputs)
     with run_folder.output_in_place(folder, COMMAND):
-        summary = run_glue(args, keys, chosen, folder)
+        summary = run_glue(args, keys, chosen, folder, source, unreadable)
     unpredicted = summary.get("submission", {}).get("unpredicted", {})
     if summary["failed"] or unpredicted:
         problems = ([f"{len(summary['failed'])} of {len(names)} tasks failed ("
@@ -302,28 +360,38 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return summary
 
 
-def check_reachable(names: list[str]) -> None:
+def check_data(source: GlueSource, names: list[str]) -> dict[str, str]:
     """Refuse before any work when no chosen task's data can be read (neither the Hub nor the datasets cache has its
-    configuration: offline, say); name up front those that cannot, which fail in turn while the others run."""
-    unreachable = [name for name in names if hub_splits(DATASET, name) is None]
-    where = (f"neither the Hub nor the datasets cache ({datasets.config.HF_DATASETS_CACHE}) has {DATASET} "
-             f"{', '.join(unreachable)}")
-    if unreachable == names:
-        raise GlueError(f"{where}: nothing to run (offline, HF_HUB_OFFLINE=1, a run reads only a copy an online "
-                        f"load left in the cache); run once online, or set HF_DATASETS_CACHE to where that copy is")
-    if unreachable:
-        print(f"note: {where}; {'it fails' if len(unreachable) == 1 else 'they fail'} in turn, the others run",
+    configuration, offline say; `--data_dir` lacks its folder or a split); name up front those that cannot, which
+    fail in turn while the others run: {task: why}."""
+    unreadable = source.unreadable(names)
+    if source.folder is None:
+        where = (f"neither the Hub nor the datasets cache ({datasets.config.HF_DATASETS_CACHE}) has {DATASET} "
+                 f"{', '.join(unreadable)}")
+        advice = ("offline, HF_HUB_OFFLINE=1, a run reads only a copy an online load left in the cache); run once "
+                  "online, set HF_DATASETS_CACHE to where that copy is, or give GLUE as a folder with --data_dir")
+    else:
+        where = "; ".join(unreadable.values())
+        advice = f"--data_dir: give a folder of {glue_files.EXPECTED}"
+    if list(unreadable) == names:
+        raise GlueError(f"{where}: nothing to run ({advice}")
+    if unreadable:
+        print(f"note: {where}; {'it fails' if len(unreadable) == 1 else 'they fail'} in turn, the others run",
               flush=True)
+    return unreadable
 
 
-def run_glue(args: argparse.Namespace, keys: list[str], chosen: dict[str, Recipe], folder: Path) -> dict[str, Any]:
-    """Every chosen task, then the summary, into `folder` (owned by `main`)."""
+def run_glue(args: argparse.Namespace, keys: list[str], chosen: dict[str, Recipe], folder: Path, source: GlueSource,
+             unreadable: dict[str, str]) -> dict[str, Any]:
+    """Every chosen task, then the summary, into `folder` (owned by `main`); a task of `unreadable` fails saying why."""
     rows: dict[str, dict[str, Any]] = {}
     unpredicted: dict[str, str] = {}  # a task that trained -> why its test sets have no files
     for name, recipe in chosen.items():
-        print(f"== {name}: fine-tuning on {DATASET} {name}", flush=True)
+        print(f"== {name}: fine-tuning on {' '.join(source.argv(name)[1::2])}", flush=True)
         try:
-            rows[name], model = run_task(name, finetune_argv(args, keys, name), recipe)
+            if name in unreadable:
+                raise GlueError(unreadable[name])
+            rows[name], model = run_task(name, finetune_argv(args, keys, name, source), recipe, source)
         except Exception as error:  # reported in the summary; the other tasks run on
             rows[name] = {"error": _failure(error)}
             print(f"== {name}: failed: {rows[name]['error']}", flush=True)
@@ -332,12 +400,13 @@ def run_glue(args: argparse.Namespace, keys: list[str], chosen: dict[str, Recipe
                                          for k, v in rows[name]["figures"].items()), flush=True)
         if args.submission:
             try:
-                predict_test_sets(name, model, recipe, folder / "submission")
+                predict_test_sets(name, model, recipe, folder / "submission", source)
             except Exception as error:  # its figures stand; the summary says why it has no files
                 unpredicted[name] = _failure(error)
                 print(f"== {name}: no test predictions: {unpredicted[name]}", flush=True)
     command = run_folder.command_line() if args.argv is None else shlex.join(["lineage", COMMAND, *args.argv])
-    summary = {"command": command, "model": args.model, "recipe": args.recipe, "tasks": rows,
+    summary = {"command": command, "model": args.model, "recipe": args.recipe, "data": args.data_dir or DATASET,
+               "tasks": rows,
                "average": glue_average(rows), "averaged_tasks": [n for n, row in rows.items() if "score" in row],
                "failed": [n for n, row in rows.items() if "error" in row]}
     if args.submission:

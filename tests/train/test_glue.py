@@ -1,7 +1,8 @@
 """`lineage glue` (train/glue.py) on an offline copy of `nyu-mll/glue` in its Hub layout (cola, mrpc, stsb and mnli,
 with their columns, label features, split names and test splits labelled -1): each task's GLUE figures under their
 names, MNLI's mismatched accuracy from `lineage evaluate`, the average as GLUE computes it (checked by hand from the
-runs' own results files), a failing task reported while the others run on, and the refusals before any work."""
+runs' own results files), a failing task reported while the others run on, and the refusals before any work; and
+`--data_dir`: GLUE's original TSVs and the Hub repository's parquet folders read as the Hub gives them."""
 
 import json
 import math
@@ -11,7 +12,9 @@ import pytest
 from conftest import hub_dataset
 
 from train import cli, glue
+from train.data import glue_files
 from train.data.corpus import generate_records
+from train.data.errors import DataError
 from train.run.recipes import RecipeError
 from train.run.run_folder import OutputDirError
 
@@ -40,15 +43,21 @@ def glue_rows(config: str, split: str, size: int) -> list[dict]:
     return [{**row, "idx": i, **({"label": -1} if split.startswith("test") else {})} for i, row in enumerate(rows)]
 
 
+def glue_features(config: str) -> datasets.Features:
+    """`nyu-mll/glue`'s features of `config`: its text columns, its label (the Hub's class names in its order) and
+    idx."""
+    texts = ["sentence"] if config == "cola" else ["premise", "hypothesis"] if config in ("mnli", "ax") else [
+        "sentence1", "sentence2"]
+    label = datasets.Value("float32") if config == "stsb" else datasets.ClassLabel(names=CLASSES[config])
+    return datasets.Features({**{t: datasets.Value("string") for t in texts}, "label": label,
+                              "idx": datasets.Value("int32")})
+
+
 def glue_copy(root) -> None:
     """The five configs (with GLUE's diagnostic set ax) in the datasets cache `root / "cache"`, as an online load of
     `nyu-mll/glue` leaves them."""
     for config, splits in SPLITS.items():
-        texts = ["sentence"] if config == "cola" else ["premise", "hypothesis"] if config in ("mnli", "ax") else [
-            "sentence1", "sentence2"]
-        label = datasets.Value("float32") if config == "stsb" else datasets.ClassLabel(names=CLASSES[config])
-        features = datasets.Features({**{t: datasets.Value("string") for t in texts}, "label": label,
-                                      "idx": datasets.Value("int32")})
+        features = glue_features(config)
         files = {}
         for split in splits:
             files[split] = root / config / f"{split}.jsonl"
@@ -139,8 +148,9 @@ def test_a_failing_task_is_reported_and_the_others_run_on(glue_run):
     (["--dataset_config", "sst2"], r"recipe key 'dataset_config': lineage glue sets it for each task"),
     (["--set", "output_dir=elsewhere"], r"recipe key 'output_dir': give --output_dir"),
     (["--push_to_hub", "me/glue"], r"recipe key 'push_to_hub': every task's model would be sent to the one repo"),
-    (["--train_file", "cola.csv"], r"recipe key 'train_file': lineage glue reads nyu-mll/glue; fine-tune on your own "
-                                   r"copy of a task with lineage train finetune --train_file"),
+    (["--train_file", "cola.csv"], r"recipe key 'train_file': lineage glue reads nyu-mll/glue \(or its copy in "
+                                   r"--data_dir\); fine-tune on your own copy of a task with lineage train finetune "
+                                   r"--train_file"),
 ])
 def test_what_it_cannot_run_is_refused_before_any_work(argv, refusal, tmp_path):
     with pytest.raises(glue.GlueError, match=refusal):
@@ -206,7 +216,8 @@ def test_tasks_whose_data_neither_the_hub_nor_the_cache_has_are_named_before_any
                                              r"wnli: nothing to run"):
         glue.main([*QUICK, "--tasks", "qqp,wnli", "--output_dir", str(tmp_path / "out")])
     assert list(tmp_path.iterdir()) == []
-    glue.check_reachable(["cola", "qqp"])
+    assert glue.check_data(glue.GlueSource(), ["cola", "qqp"]) == {
+        "qqp": f"neither the Hub nor the datasets cache ({glue_cache}) has nyu-mll/glue qqp"}
     assert "has nyu-mll/glue qqp; it fails in turn, the others run" in capsys.readouterr().out
 
 
@@ -289,3 +300,159 @@ def test_the_zip_holds_the_eleven_files_at_its_top_level_once_all_are_there(tmp_
     with zipfile.ZipFile(archive) as bundle:
         assert sorted(bundle.namelist()) == sorted(names)
         assert bundle.read("CoLA.tsv").decode() == "index\tprediction\n0\tCoLA.tsv\n"
+
+
+# GLUE's original files (download_glue_data.py's glue_data/), as BERT's run_classifier.py reads them: CoLA's train and
+# dev files have no header (source, label, the original's mark, sentence); the others' headers, label last
+MNLI_COLUMNS = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\tsentence1_parse\t"
+                "sentence2_parse\tsentence1\tsentence2")
+STSB_COLUMNS = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2"
+TSV_FILES = {("cola", "train"): "CoLA/train.tsv", ("cola", "validation"): "CoLA/dev.tsv",
+             ("cola", "test"): "CoLA/test.tsv", ("stsb", "train"): "STS-B/train.tsv",
+             ("stsb", "validation"): "STS-B/dev.tsv", ("stsb", "test"): "STS-B/test.tsv",
+             ("mnli", "train"): "MNLI/train.tsv", ("mnli", "validation_matched"): "MNLI/dev_matched.tsv",
+             ("mnli", "validation_mismatched"): "MNLI/dev_mismatched.tsv",
+             ("mnli", "test_matched"): "MNLI/test_matched.tsv", ("mnli", "test_mismatched"): "MNLI/test_mismatched.tsv",
+             ("ax", "test"): "diagnostic/diagnostic.tsv"}
+
+
+def tsv_lines(config: str, split: str, rows: list[dict]) -> list[str]:
+    """`rows` as GLUE's file of `config`'s `split` holds them (a test file: no label)."""
+    test = split.startswith("test")
+    if config == "cola":
+        return ["index\tsentence", *(f"{r['idx']}\t{r['sentence']}" for r in rows)] if test else [
+            f"gj04\t{r['label']}\t{'' if r['label'] else '*'}\t{r['sentence']}" for r in rows]
+    if config == "stsb":
+        return [STSB_COLUMNS + ("" if test else "\tscore"), *(
+            f"{r['idx']}\tmain-captions\tMSRvid\t2012test\t{r['idx']:04d}\tnone\tnone\t{r['sentence1']}\t"
+            f"{r['sentence2']}" + ("" if test else f"\t{r['label']:.3f}") for r in rows)]
+    if config == "ax":
+        return ["index\tsentence1\tsentence2", *(f"{r['idx']}\t{r['premise']}\t{r['hypothesis']}" for r in rows)]
+    labels = "" if test else "\tlabel1\tgold_label" if split == "train" else (
+        "".join(f"\tlabel{i}" for i in range(1, 6)) + "\tgold_label")
+    return [MNLI_COLUMNS + labels, *(
+        f"{r['idx']}\t{r['idx']}\t{r['idx']}e\tfiction\t( a )\t( b )\t(ROOT a)\t(ROOT b)\t{r['premise']}\t"
+        f"{r['hypothesis']}" + "".join(f"\t{CLASSES['mnli'][r['label']]}" for _ in range(labels.count("\t")))
+        for r in rows)]
+
+
+def quoted(rows: list[dict]) -> list[dict]:
+    """`rows` with quotes inside a text field, which GLUE's files hold unescaped (read with quoting off)."""
+    first = next(c for c in rows[1] if c not in ("label", "idx"))
+    return [rows[0], {**rows[1], first: f'"{rows[1][first]}" she said, "so'}, *rows[2:]]
+
+
+@pytest.fixture(scope="module")
+def glue_folders(tmp_path_factory):
+    """cola, stsb, mnli and ax as GLUE's original files (`tsv/`) and as the Hub repository downloaded (`hub/`:
+    `<config>/<split>-00000-of-00001.parquet`, written with the Hub's features, beside its README.md and the download's
+    `.cache/`), from the same rows; STS-B's training file ends with a row lacking a field, which the Hub leaves out."""
+    root = tmp_path_factory.mktemp("glue-folders")
+    for config in ("cola", "stsb", "mnli", "ax"):
+        for split in SPLITS[config]:
+            rows = quoted(glue_rows(config, split, 32 if split == "train" else 8))
+            tsv = root / "tsv" / TSV_FILES[config, split]
+            tsv.parent.mkdir(parents=True, exist_ok=True)
+            short = ["32\tmain-captions\tMSRvid"] if (config, split) == ("stsb", "train") else []
+            tsv.write_text("\n".join([*tsv_lines(config, split, rows), *short]) + "\n", encoding="utf-8")
+            shard = root / "hub" / config / f"{split}-00000-of-00001.parquet"
+            shard.parent.mkdir(parents=True, exist_ok=True)
+            datasets.Dataset.from_list(rows, features=glue_features(config)).to_parquet(shard)
+    (root / "hub" / "README.md").write_text("---\npretty_name: GLUE\n---\n")
+    (root / "hub" / ".cache" / "huggingface").mkdir(parents=True)
+    return root
+
+
+def test_glues_original_files_are_read_as_the_hub_gives_them(glue_folders):
+    """Each split of GLUE's TSVs reads as the Hub's parquet of the same rows (datasets' own reading of it): the same
+    columns, features (class names in the Hub's order) and values, quotes kept as they are in the fields."""
+    for (config, split), _ in TSV_FILES.items():
+        columns, left_out = glue_files.read_split(glue_folders / "tsv", config, split)
+        read = datasets.Dataset.from_dict(columns, features=glue_files.features(config))
+        hub = datasets.load_dataset("parquet", data_files=str(glue_folders / "hub" / config /
+                                                              f"{split}-00000-of-00001.parquet"), split="train")
+        assert read.features == hub.features == glue_features(config), (config, split)
+        assert read.to_list() == hub.to_list(), (config, split)
+        assert left_out == int((config, split) == ("stsb", "train"))
+    mnli = glue_files.read_split(glue_folders / "tsv", "mnli", "validation_matched")[0]
+    assert mnli["label"] == [CLASSES["mnli"].index(CLASSES["mnli"][r["label"]])
+                             for r in glue_rows("mnli", "validation_matched", 8)]
+
+
+def test_a_label_of_no_class_is_refused_naming_its_row(tmp_path):
+    (tmp_path / "RTE").mkdir()
+    (tmp_path / "RTE" / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailed\n")
+    with pytest.raises(DataError, match=r"RTE/train.tsv, row 2: label 'entailed' is none of entailment, "
+                                        r"not_entailment \(nor their numbers 0-1\)"):
+        glue_files.read_split(tmp_path, "rte", "train")
+
+
+@pytest.fixture(scope="module")
+def folder_runs(glue_folders, tmp_path_factory):
+    """cola, stsb, mnli and qqp, which neither folder has, run with --submission on each layout: {layout: (the
+    GlueError, the output folder)}."""
+    runs = {}
+    for layout in ("tsv", "hub"):
+        out = tmp_path_factory.mktemp(f"glue-{layout}") / "out"
+        with pytest.raises(glue.GlueError) as failed:
+            glue.main([*QUICK, "--tasks", "cola,stsb,qqp,mnli", "--data_dir", str(glue_folders / layout),
+                       "--submission", "--output_dir", str(out)])
+        runs[layout] = failed.value, out
+    return runs
+
+
+def test_a_glue_folder_of_either_layout_gives_the_hubs_figures_and_submission_files(folder_runs, glue_folders):
+    (_, tsv), (_, hub) = folder_runs["tsv"], folder_runs["hub"]
+    summaries = {layout: json.loads((out / "summary.json").read_text()) for layout, (_, out) in folder_runs.items()}
+    assert [s["averaged_tasks"] for s in summaries.values()] == [["cola", "stsb", "mnli"]] * 2
+    ran = {layout: {n: row for n, row in s["tasks"].items() if n != "qqp"} for layout, s in summaries.items()}
+    assert ran["tsv"] == ran["hub"] and summaries["tsv"]["average"] == summaries["hub"]["average"] is not None
+    assert summaries["tsv"]["data"] == str(glue_folders / "tsv")
+    files = ["AX.tsv", "CoLA.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "STS-B.tsv"]
+    assert summaries["tsv"]["submission"]["files"] == summaries["hub"]["submission"]["files"] == files
+    for name in files:
+        assert (tsv / "submission" / name).read_text() == (hub / "submission" / name).read_text()
+    for task in ("cola", "mnli"):  # the classes in the Hub's order
+        config = json.loads((tsv / task / "model" / "config.json").read_text())
+        assert config["id2label"] == {str(i): name for i, name in enumerate(CLASSES[task])}
+    scored = json.loads((tsv / "mnli-mismatched" / "results.json").read_text())["data"]
+    assert scored["split"] == "validation_mismatched" and scored["rows"] == 6
+    assert sorted(p.name for p in (tsv / "data" / "mnli").iterdir()) == [
+        f"{split}-00000-of-00001.parquet" for split in sorted(SPLITS["mnli"])]
+    assert not (hub / "data").exists()  # the Hub's layout is read where it is
+
+
+def test_a_task_the_folder_lacks_fails_naming_what_was_expected_while_the_others_run(folder_runs, glue_folders):
+    for layout, expected in (("tsv", "QQP: no such folder (GLUE's QQP/)"), ("hub", "qqp: no such folder")):
+        error, out = folder_runs[layout]
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["failed"] == ["qqp"]
+        assert str(glue_folders / layout / expected) in summary["tasks"]["qqp"]["error"]
+        assert str(error).startswith("1 of 4 tasks failed (qqp: GlueError: ")
+
+
+def test_a_folder_of_neither_layout_or_lacking_a_split_is_refused_before_any_work(glue_folders, tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.csv").write_text("sentence,label\na,1\n")
+    out = tmp_path / "out"
+    for folder in (tmp_path / "data", tmp_path / "absent"):
+        with pytest.raises((DataError, FileNotFoundError),
+                           match=r"--data_dir .*: (holds neither|no such folder); give a folder of GLUE's original "
+                                 r"distribution, as download_glue_data.py writes glue_data/ \(CoLA/train.tsv, .*\), or "
+                                 r"the Hub's nyu-mll/glue as a folder"):
+            glue.main([*QUICK, "--tasks", "cola", "--data_dir", str(folder), "--output_dir", str(out)])
+    lacking = tmp_path / "glue_data"
+    (lacking / "MNLI").mkdir(parents=True)
+    for name in ("train.tsv", "dev_matched.tsv"):
+        (lacking / "MNLI" / name).write_bytes((glue_folders / "tsv" / "MNLI" / name).read_bytes())
+    with pytest.raises(glue.GlueError, match=r"MNLI has no dev_mismatched.tsv \(the split validation_mismatched\): "
+                                             r"nothing to run \(--data_dir: give a folder of GLUE's original"):
+        glue.main([*QUICK, "--tasks", "mnli", "--data_dir", str(lacking), "--output_dir", str(out)])
+    with pytest.raises(OutputDirError, match=r"--output_dir .* lies in an input of lineage glue \(--data_dir"):
+        glue.main([*QUICK, "--tasks", "cola", "--data_dir", str(glue_folders / "tsv"),
+                   "--output_dir", str(glue_folders / "tsv" / "out")])
+    assert not out.exists() and not (glue_folders / "tsv" / "out").exists()
+    hub = glue.GlueSource.of(glue.parse_args(["--model", "m", "--data_dir", str(glue_folders / "hub")])[0])
+    assert glue.check_data(hub, ["cola", "wnli"]) == {"wnli": f"{glue_folders / 'hub' / 'wnli'}: no such folder "
+                                                              f"(nyu-mll/glue's wnli/)"}
+    assert "wnli: no such folder (nyu-mll/glue's wnli/); it fails in turn, the others run" in capsys.readouterr().out
