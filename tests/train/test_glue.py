@@ -387,6 +387,20 @@ def test_a_label_of_no_class_is_refused_naming_its_row(tmp_path):
         glue_files.read_split(tmp_path, "rte", "train")
 
 
+def test_mrpcs_files_are_read_past_their_byte_order_mark_and_a_missing_one_is_named(tmp_path):
+    """download_glue_data.py copies the header of Microsoft's msr_paraphrase_train.txt, byte-order mark and all, into
+    MRPC/train.tsv; its test.tsv has an index and no label."""
+    (tmp_path / "MRPC").mkdir()
+    header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+    (tmp_path / "MRPC" / "train.tsv").write_text(header + "1\t7\t8\ta\tb\n0\t9\t10\tc\td\n", encoding="utf-8-sig")
+    (tmp_path / "MRPC" / "test.tsv").write_text(header.replace("Quality", "index") + "0\t1\t2\te\tf\n")
+    assert glue_files.read_split(tmp_path, "mrpc", "train")[0] == {
+        "sentence1": ["a", "c"], "sentence2": ["b", "d"], "label": [1, 0], "idx": [0, 1]}
+    assert glue_files.read_split(tmp_path, "mrpc", "test")[0]["label"] == [-1]
+    with pytest.raises(FileNotFoundError, match=r"MRPC has no dev.tsv \(the split validation\)"):
+        glue_files.write_split(tmp_path, "mrpc", "validation", tmp_path / "out")
+
+
 @pytest.fixture(scope="module")
 def folder_runs(glue_folders, tmp_path_factory):
     """cola, stsb, mnli and qqp, which neither folder has, run with --submission on each layout: {layout: (the

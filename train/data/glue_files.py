@@ -154,6 +154,8 @@ def write_split(data_dir: Path, config: str, split: str, folder: Path) -> Path:
     """`config`'s `split` read from its TSV in `data_dir`, written into `folder` as the Hub's parquet shard."""
     import datasets
 
+    if (why := missing(data_dir, "tsv", config, [split])) is not None:
+        raise DataFileNotFoundError(why)
     columns, left_out = read_split(data_dir, config, split)
     folder.mkdir(parents=True, exist_ok=True)
     shard = folder / f"{split}-00000-of-00001.parquet"
