@@ -18,7 +18,8 @@ import itertools
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import NamedTuple
 
 from train.run.environment import name_cpu_for_deepspeed
@@ -209,18 +210,28 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(usage())
         return
     module, rest, shown = resolve(argv)
-    program, sys.argv[0] = sys.argv[0], shown  # argparse names the command in its usage lines
-    try:
+    with _named(shown):
         run_main(importlib.import_module(f"train.{module}").main, rest, shown)
-    finally:
-        sys.argv[0] = program
 
 
 def run_script(main: Callable[[Sequence[str] | None], object]) -> None:
     """`python -m train.<module>` (also under `accelerate launch` or `torchrun`): the module's `main` on the command
-    line, its refusals printed as `lineage` prints them, named `python -m train.<module>`."""
+    line, its refusals and usage errors printed as `lineage` prints them, named `python -m train.<module>`."""
     spec = sys.modules["__main__"].__spec__
-    run_main(main, None, f"python -m {spec.name}" if spec is not None else sys.argv[0])
+    shown = f"python -m {spec.name}" if spec is not None else sys.argv[0]
+    with _named(shown):
+        run_main(main, None, shown)
+
+
+@contextmanager
+def _named(shown: str) -> Iterator[None]:
+    """The program named `shown` while a command runs: argparse names it in its usage lines
+    (`train.run.run_folder.command_line` records it)."""
+    program, sys.argv[0] = sys.argv[0], shown
+    try:
+        yield
+    finally:
+        sys.argv[0] = program
 
 
 def run_main(main: Callable[[Sequence[str] | None], object], argv: Sequence[str] | None, shown: str) -> None:

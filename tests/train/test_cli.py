@@ -205,6 +205,16 @@ def test_a_flags_value_out_of_its_range_is_a_usage_error_of_every_command(argv, 
     assert not (tmp_path / "out").exists()
 
 
+def test_python_m_names_itself_in_a_usage_error(tmp_path):
+    """`python -m train.<module>` prints argparse's usage error under the name it was run by, as `lineage` does
+    (before: `usage: train_tokenizer.py ...`)."""
+    done = subprocess.run([sys.executable, "-m", "train.train_tokenizer", "--family", "bert", "--vocab_size", "100",
+                           "--output_dir", str(tmp_path / "out"), "--max_texts", "0"],
+                          capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2 and done.stderr.startswith("usage: python -m train.train_tokenizer ")
+    assert "python -m train.train_tokenizer: error: argument --max_texts: expected " in done.stderr
+
+
 def test_a_number_flag_takes_its_bound_and_refuses_what_lies_beyond_it():
     at_least, above = cli.number(int, 1, "a count"), cli.number(float, 0, "seconds", above=True)
     assert at_least("1") == 1 and type(at_least("1")) is int and above("1e-9") == 1e-9

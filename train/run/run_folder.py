@@ -454,6 +454,8 @@ def command_line() -> str:
     program = Path(sys.argv[0])
     if sys.argv[0].startswith("lineage "):
         words = ["lineage", *sys.argv[1:]]
+    elif sys.argv[0].startswith("python -m "):  # as `train.cli.run_script` names it
+        words = [sys.executable, "-m", sys.argv[0].split()[-1], *sys.argv[1:]]
     elif program.parent.name == "train" and (program.parent / "__init__.py").is_file():
         words = [sys.executable, "-m", f"train.{program.stem}", *sys.argv[1:]]
     else:

@@ -178,7 +178,9 @@ def test_the_command_line_is_recorded_as_the_user_ran_it(monkeypatch):
     module = Path(__file__).resolve().parents[3] / "train" / "finetune.py"
     for argv, recorded in ((["lineage train finetune", "train", "finetune", "--seed", "1 2"],
                             "lineage train finetune --seed '1 2'"),
-                           ([str(module), "--seed", "1"], f"{shlex.quote(sys.executable)} -m train.finetune --seed 1")):
+                           ([str(module), "--seed", "1"], f"{shlex.quote(sys.executable)} -m train.finetune --seed 1"),
+                           (["python -m train.finetune", "--seed", "1"],
+                            f"{shlex.quote(sys.executable)} -m train.finetune --seed 1")):
         monkeypatch.setattr(sys, "argv", argv)
         assert run_folder.command_line() == recorded
 
