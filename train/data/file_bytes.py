@@ -1,7 +1,7 @@
 """A data file's bytes: its format and compression by name, read decompressed in chunks or lines, its line breaks
 counted as editors count them, checked as UTF-8 and for paragraphs; the answer of a check that reads the whole file kept
-for the unchanged file (`once`); what its first line says of a file of no known suffix (`first_line_advice`:
-WikiExtractor's output)."""
+for the unchanged file (`once`); its first bytes (`head`); what its first line says of a file of no known suffix
+(`first_line_advice`: WikiExtractor's --json output)."""
 
 from __future__ import annotations
 
@@ -150,14 +150,18 @@ def once(path: Path, check: str, compute: Callable[[], bool]) -> bool:
     return answer
 
 
-def has_bom(path: Path) -> bool:
-    """Whether the (decompressed) file starts with UTF-8's byte order mark; a compressed file that cannot be read is
-    left to the reader, whose failure `table_files.find_bad_file` names."""
+def head(path: Path, size: int = 4096) -> bytes:
+    """The (decompressed) file's first `size` bytes; none where it cannot be read (the reader's failure names it)."""
     try:
         with _open_bytes(path) as handle:
-            return handle.read(3) == codecs.BOM_UTF8
-    except (OSError, EOFError, lzma.LZMAError):
-        return False
+            return handle.read(size)
+    except Exception:  # whatever the decompressor raises (ZstdError, LZMAError, EOFError, OSError)
+        return b""
+
+
+def has_bom(path: Path) -> bool:
+    """Whether the (decompressed) file starts with UTF-8's byte order mark."""
+    return head(path, 3) == codecs.BOM_UTF8
 
 
 def text_lines(path: Path) -> Iterator[str]:
@@ -172,21 +176,12 @@ def text_lines(path: Path) -> Iterator[str]:
         raise
 
 
-WIKIEXTRACTOR = ("as WikiExtractor writes its output, whose <doc> lines would be trained on as text: run WikiExtractor "
-                 "with --json (a JSON object per article, its text in 'text') and name its files as JSON Lines")
-
-
 def first_line(path: Path) -> str | None:
     """The file's first line (decompressed), stripped; None where it is no text."""
     try:
         return next(text_lines(path), "").strip()
     except Exception:  # whatever a file that is no text raises: the checks of its format name it
         return None
-
-
-def opens_doc(line: str | None) -> bool:
-    """Whether `line` opens one of WikiExtractor's `<doc id="12" url=... title=...>` blocks."""
-    return line is not None and re.match(r'<doc id="[^"]*"', line) is not None
 
 
 def jsonl_name(path: Path) -> str:
@@ -198,12 +193,10 @@ def jsonl_name(path: Path) -> str:
 
 
 def first_line_advice(path: Path) -> str | None:
-    """How to read a file of no known suffix, by its first line: WikiExtractor's output (`<doc id=...>` blocks in its
-    files `AA/wiki_00`, ...), or a JSON object per line (its `--json` output); None for anything else."""
+    """How to read a file of no known suffix, by its first line: a JSON object per line (WikiExtractor's `--json`
+    output, `AA/wiki_00`, ...); None for anything else."""
     named = jsonl_name(path)
     first = first_line(path)
-    if opens_doc(first):
-        return f"its first line opens a <doc> block, {WIKIEXTRACTOR} ({named})"
     try:
         is_object = first is not None and first.startswith("{") and isinstance(json.loads(first), dict)
     except ValueError:
@@ -211,6 +204,5 @@ def first_line_advice(path: Path) -> str | None:
     return f"its first line is a JSON object: name it {named} to read a JSON object per line" if is_object else None
 
 
-__all__ = ["COMPRESSIONS", "FORMATS", "WIKIEXTRACTOR", "check_signature", "check_utf8", "chunks", "compression",
-           "first_line", "first_line_advice", "has_bom", "has_paragraphs", "jsonl_name", "once", "opens_doc", "suffix",
-           "text_lines"]
+__all__ = ["COMPRESSIONS", "FORMATS", "check_signature", "check_utf8", "chunks", "compression", "first_line",
+           "first_line_advice", "has_bom", "has_paragraphs", "head", "jsonl_name", "once", "suffix", "text_lines"]

@@ -36,23 +36,21 @@ from train.data.errors import (
 from train.data.file_bytes import (
     COMPRESSIONS,
     FORMATS,
-    WIKIEXTRACTOR,
     check_signature,
     check_utf8,
     compression,
-    first_line,
     first_line_advice,
     has_bom,
     has_paragraphs,
-    jsonl_name,
     once,
-    opens_doc,
     suffix,
     text_lines,
 )
 from train.data.fingerprints import files_digest
 from train.data.folders import DOCUMENTATION, folder_files, folder_splits, is_saved
 from train.data.table_files import columns_of, find_bad_file, header_problem, row_location, text_problem
+from train.data.wikiextractor import FORMAT as WIKIEXTRACTOR
+from train.data.wikiextractor import ONLY_TEXT, is_wikiextractor, load_wikiextractor
 from train.data.workers import process_count
 
 CONLL_SUFFIXES = (".conll", ".iob", ".bio")  # listed in a folder where the task reads word lists, beside FORMATS
@@ -267,12 +265,20 @@ def _folder_files(path: Path, suffixes: Sequence[str], say: bool, languages: boo
     return found
 
 
+def _format_of(path: Path, data_format: str | None, text: bool) -> str | None:
+    """`data_format`, else WikiExtractor's for `<doc>` blocks, its suffix's, or `text` for train.en where `text`."""
+    fmt = data_format or FORMATS.get(suffix(path))
+    if not data_format and fmt in (None, "text") and is_wikiextractor(path):
+        return WIKIEXTRACTOR
+    return fmt or ("text" if text and _is_language(path) else None)
+
+
 def _file_format(files: list[Path], data_format: str | None, text: bool = False) -> str:
-    """The files' one format; `text`: the task reads one column of text, from a file of a language too (train.en)."""
-    formats = {data_format or FORMATS.get(suffix(f)) or ("text" if text and _is_language(f) else None)
-               for f in files}
+    """The files' one format (`_format_of`)."""
+    found = {f: _format_of(f, data_format, text) for f in files}
+    formats = set(found.values())
     if None in formats:
-        unknown = next(f for f in files if FORMATS.get(suffix(f)) is None)
+        unknown = next(f for f, fmt in found.items() if fmt is None)
         language = (" (a file of a language, as train.en, is read as text lines where the task reads one column of "
                     "text: a tokenizer's or pretraining's)" if _is_language(unknown) else "")
         advice = first_line_advice(unknown)
@@ -306,8 +312,8 @@ def validate_files(files: list[Path], fmt: str, columns: Sequence[str] = ()) -> 
     for path in files:
         if path.stat().st_size == 0:
             raise EmptyDataFileError(f"{path}: the data file is empty")
-        if fmt == "text" and opens_doc(first_line(path)):
-            raise DataError(f"{path}: line 1 opens a <doc> block, {WIKIEXTRACTOR} ({jsonl_name(path)})")
+        if fmt == "text" and is_wikiextractor(path):
+            raise DataError(f"{path}: line 1 opens a <doc> block: {ONLY_TEXT}, not as lines of text")
         if compression(path) is not None:
             check_signature(path)
             continue
@@ -519,7 +525,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         return _load_hub(str(source), split, kinds, streaming, dataset_config, cache_dir)
     files = _local_files(source, columns, say=True, split=split)
     if "words" in kinds.values() and not data_format and all(
-            suffix(f) == ".tsv" or FORMATS.get(suffix(f), "text") == "text" for f in files):
+            suffix(f) == ".tsv" or FORMATS.get(suffix(f), "text") == "text" and not is_wikiextractor(f) for f in files):
         from train.data.conll_files import load_conll  # which imports this module
         return load_conll(files, list(kinds), streaming, cache_dir)
     try:
@@ -531,11 +537,15 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     from train.data.squad_files import load_data_files  # SQuAD's files (it imports this module)
     if fmt == "json" and (dataset := load_data_files(files, split, kinds, streaming, cache_dir)) is not None:
         return dataset
-    validate_files(files, fmt, list(kinds))
+    if fmt != WIKIEXTRACTOR:
+        validate_files(files, fmt, list(kinds))
     _show_files(source, files)
-    kwargs = _reader_kwargs(files, fmt, kinds, text_sample_by)
     processes = ({"num_proc": process_count(num_proc, len(files), str(source), "files")}
                  if num_proc and len(files) > 1 and not streaming else {})
+    if fmt == WIKIEXTRACTOR:  # its own checks, before any document is read
+        return with_columns(load_wikiextractor(files, kinds, streaming, cache_dir, **processes), list(kinds),
+                            str(files[0]))
+    kwargs = _reader_kwargs(files, fmt, kinds, text_sample_by)
     try:
         # named by the files' content: datasets keys its cache by path and mtime alone, so a kept mtime reused it
         dataset = datasets.load_dataset(fmt, f"content-{files_digest(files)}",

@@ -1,6 +1,7 @@
-"""What a data folder holds: its data files apart from its documentation, its own or at any depth (`listed`),
-whether `save_to_disk` wrote it (`is_saved`), and the splits its files' names say, as datasets' `load_dataset(folder)`
-reads them (`folder_splits`). docs/training.md, "Data"."""
+"""What a data folder holds: its data files (of a known suffix, or WikiExtractor's `wiki_00` of none, known by its
+first line) apart from its documentation, its own or at any depth (`listed`), whether `save_to_disk` wrote it
+(`is_saved`), and the splits its files' names say, as datasets' `load_dataset(folder)` reads them (`folder_splits`).
+docs/training.md, "Data"."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from train.data.errors import DataError
 from train.data.file_bytes import FORMATS, suffix
+from train.data.wikiextractor import is_wikiextractor
 
 # a folder's files that its documentation names (README.txt, LICENSE.txt beside CoNLL-2003's or a corpus's files)
 DOCUMENTATION = re.compile(r"(readme|licen[cs]e|copying|changelog|citation)([._-].*)?", re.IGNORECASE)
@@ -17,12 +19,13 @@ DOCUMENTATION = re.compile(r"(readme|licen[cs]e|copying|changelog|citation)([._-
 
 def listed(folder: Path, suffixes: Sequence[str], also: Callable[[Path], bool] | None = None, deep: bool = False
            ) -> tuple[list[Path], list[Path]]:
-    """`(data, documentation)`: a folder's files of `suffixes` (and those `also` takes), in sorted path order, apart
-    from those its `DOCUMENTATION` names; `deep`: its subfolders' too, at any depth, but those in a hidden folder
-    (`.cache/`, where `huggingface-cli download` keeps its records)."""
+    """`(data, documentation)`: a folder's files of `suffixes` (and those `also` takes, and WikiExtractor's of no
+    suffix), in sorted path order, apart from those its `DOCUMENTATION` names; `deep`: its subfolders' too, at any
+    depth, but those in a hidden folder (`.cache/`, where `huggingface-cli download` keeps its records)."""
     paths = folder.rglob("*") if deep else folder.iterdir()
-    files = sorted(p for p in paths if p.is_file() and (suffix(p) in suffixes or (also and also(p))) and not any(
-        part.startswith(".") for part in p.relative_to(folder).parts[:-1]))
+    files = sorted(p for p in paths if p.is_file() and not any(
+        part.startswith(".") for part in p.relative_to(folder).parts[:-1]) and (
+        suffix(p) in suffixes or (also and also(p)) or (not suffix(p) and is_wikiextractor(p))))
     return ([p for p in files if not DOCUMENTATION.fullmatch(p.name)],
             [p for p in files if DOCUMENTATION.fullmatch(p.name)])
 

@@ -225,30 +225,11 @@ def test_wikitext_raw_files_are_text_and_an_unknown_type_is_refused_naming_what_
         load_text_dataset(tmp_path / "a.xml", cache_dir=str(tmp_path / "cache"))
 
 
-def test_wikiextractors_output_is_refused_saying_how_to_write_it_as_json_lines(tmp_path):
-    """WikiExtractor's `text/AA/wiki_00` files, of no suffix: of `<doc>` blocks, named or in their folder, the refusal
-    says its markup would be trained on and to write them with --json as .jsonl; of its --json output (here compressed
-    with --compress), the name to give (before: 'unknown data file type; name the file with one of .txt, ... or pass
-    data_format to load_text_dataset', which a command has no argument for, and a file renamed .txt trains on its
-    markup, as it does no more; the folder: 'folder holds no data files' alone)."""
-    shard = tmp_path / "text" / "AA" / "wiki_00"
-    shard.parent.mkdir(parents=True)
-    shard.write_text('<doc id="12" url="https://en.wikipedia.org/wiki?curid=12" title="Anarchism">\nAnarchism\n\n'
-                     "Anarchism is a political philosophy.\n</doc>\n")
-    how = (r"its first line opens a <doc> block, as WikiExtractor writes its output, whose <doc> lines would be "
-           r"trained on as text: run WikiExtractor with --json \(a JSON object per article, its text in 'text'\) and "
-           r"name its files as JSON Lines \(wiki_00\.jsonl\)$")
-    with pytest.raises(DataError, match=f"AA/wiki_00: unknown data file type; {how}"):
-        load_text_dataset(shard, cache_dir=str(tmp_path / "cache"))
-    with pytest.raises(DataFileNotFoundError, match=r"text: folder holds no data files \(\.txt, .*\); it holds files "
-                                                    f"of no suffix, e.g. {shard}: {how}"):
-        load_text_dataset(tmp_path / "text", cache_dir=str(tmp_path / "cache"))
-    renamed = tmp_path / "wiki_00.txt.gz"  # renamed as text, its markup would be trained on
-    renamed.write_bytes(gzip.compress(shard.read_bytes()))
-    for streaming in (False, True):
-        with pytest.raises(DataError, match=r"wiki_00\.txt\.gz: line 1 opens a <doc> block, as WikiExtractor writes "
-                                            r"its output, .* name its files as JSON Lines \(wiki_00\.jsonl\.gz\)$"):
-            load_text_dataset(renamed, streaming=streaming, cache_dir=str(tmp_path / "cache"))
+def test_wikiextractors_json_output_of_no_suffix_is_refused_naming_the_name_to_give(tmp_path):
+    """WikiExtractor's --json output (here compressed with --compress), `AB/wiki_01.bz2`, of no suffix: the refusal
+    names the name to give (before: 'unknown data file type; name the file with one of .txt, ... or pass data_format
+    to load_text_dataset', which a command has no argument for), named or in its folder. Its `<doc>` blocks are read
+    as documents: test_wikiextractor."""
     packed = tmp_path / "json" / "AB" / "wiki_01.bz2"
     packed.parent.mkdir(parents=True)
     packed.write_bytes(bz2.compress(json.dumps({"id": "12", "revid": "1", "url": "https://en.wikipedia.org/wiki?curid"
@@ -257,6 +238,10 @@ def test_wikiextractors_output_is_refused_saying_how_to_write_it_as_json_lines(t
     with pytest.raises(DataError, match=r"wiki_01\.bz2: unknown data file type; its first line is a JSON object: name "
                                         r"it wiki_01\.jsonl\.bz2 to read a JSON object per line$"):
         load_text_dataset(packed, cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(DataFileNotFoundError, match=r"json: folder holds no data files \(\.txt, .*\); it holds files "
+                                                    r"of no suffix, e\.g\. .*wiki_01\.bz2: its first line is a JSON "
+                                                    r"object: name it wiki_01\.jsonl\.bz2"):
+        load_text_dataset(tmp_path / "json", cache_dir=str(tmp_path / "cache"))
     packed.rename(packed.with_name("wiki_01.jsonl.bz2"))
     assert load_text_dataset(tmp_path / "json", cache_dir=str(tmp_path / "cache"))["title"] == ["Anarchism"]
 

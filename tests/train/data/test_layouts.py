@@ -1,8 +1,8 @@
 """Every corpus layout, both ways, both families: real English text written as other tools write it (plain lines,
 paragraphs, BERT's layout, gzip / bzip2 / xz / zstandard, folders of shards, pandas' JSON Lines, JSON, CSV and TSV,
-pyarrow's parquet, `save_to_disk`, a Hub dataset in the offline cache) reads back as the same documents in memory and
-streamed, and gives GPT the same blocks and BERT the same sentence pairs both ways; bad values are refused with the same
-message both ways; the commands train streamed from a fresh cache (issue 38)."""
+pyarrow's parquet, `save_to_disk`, WikiExtractor's folders, a Hub dataset in the offline cache) reads back as the same
+documents in memory and streamed, and gives GPT the same blocks and BERT the same sentence pairs both ways; bad values
+are refused with the same message both ways; the commands train streamed from a fresh cache (issue 38)."""
 
 import bz2
 import gzip
@@ -169,6 +169,22 @@ def _saved(folder: Path, cache: Path) -> Path:
     return path
 
 
+def _wikiextractor(compress: bool):
+    """WikiExtractor's folder `text/AA/wiki_00`, ... (`.bz2` with its --compress): `<doc>` blocks of the title, a
+    blank line and the paragraphs (here two of each document's sentences)."""
+    def write(folder: Path, cache: Path) -> Path:
+        text = folder / "text"
+        for index, start in enumerate(range(0, len(DOCUMENTS), 5)):
+            blocks = "".join(f'<doc id="{n}" url="https://en.wikipedia.org/wiki?curid={n}" title="Article {n}">\n'
+                             f"Article {n}\n\n{' '.join(s[:2])}\n{' '.join(s[2:])}\n\n</doc>\n"
+                             for n, s in enumerate(DOCUMENTS[start:start + 5], start))
+            path = text / ("AA", "AB", "AC")[index] / ("wiki_00.bz2" if compress else "wiki_00")
+            path.parent.mkdir(parents=True)
+            path.write_bytes(bz2.compress(blocks.encode()) if compress else blocks.encode())
+        return text
+    return write
+
+
 def _hub_cache(folder: Path, cache: Path) -> str:
     """A Hub dataset in the offline cache, as an online `load_dataset("lineage-tests/english")` leaves it."""
     rows = _pandas(".jsonl", lines=True)(folder, cache)
@@ -191,6 +207,8 @@ LAYOUTS = {
     "TSV": _pandas(".tsv", sep="\t"),
     "parquet": _parquet,
     "save_to_disk folder": _saved,
+    "WikiExtractor's text/AA/wiki_00": _wikiextractor(compress=False),
+    "WikiExtractor's text/AA/wiki_00.bz2": _wikiextractor(compress=True),
     "Hub dataset, offline cache": _hub_cache,
 }
 
@@ -410,7 +428,9 @@ def _bert_shards(folder: Path, cache: Path) -> Path:
 
 
 COMMAND_DATA = {("pretrain_gpt", "file"): _lines, ("pretrain_gpt", "folder"): _text_shards,
-                ("pretrain_bert", "file"): _bert_layout, ("pretrain_bert", "folder"): _bert_shards}
+                ("pretrain_bert", "file"): _bert_layout, ("pretrain_bert", "folder"): _bert_shards,
+                ("pretrain_gpt", "WikiExtractor's"): _wikiextractor(compress=True),
+                ("pretrain_bert", "WikiExtractor's"): _wikiextractor(compress=False)}
 
 
 @pytest.mark.parametrize("command, data", list(COMMAND_DATA))
@@ -426,5 +446,5 @@ def test_a_first_streamed_run_trains_from_a_fresh_cache(command, data, tmp_path,
                             str(source), "--streaming", "true", "--max_steps", "2", "--save_steps", "0",
                             "--progress_bar", "false", "--report_to", "none", "--output_dir", str(tmp_path / "out")])
     assert results["steps"] == 2 and (folder / "model.safetensors").is_file()
-    if data == "folder":
+    if data != "file":
         assert "3 data files, read in this order: " in capsys.readouterr().out
