@@ -401,6 +401,15 @@ def test_mrpcs_files_are_read_past_their_byte_order_mark_and_a_missing_one_is_na
         glue_files.write_split(tmp_path, "mrpc", "validation", tmp_path / "out")
 
 
+def test_a_hub_folder_lacking_a_split_names_the_splits_it_has(glue_folders, tmp_path):
+    """A configuration's folder of the train shard alone has the split train (datasets reads one file as one split)."""
+    (tmp_path / "cola").mkdir()
+    shard = "train-00000-of-00001.parquet"
+    (tmp_path / "cola" / shard).write_bytes((glue_folders / "hub" / "cola" / shard).read_bytes())
+    assert glue_files.missing(tmp_path, "hub", "cola", ["train", "validation"]) == (
+        f"{tmp_path / 'cola'} has no split validation (no validation-00000-of-00001.parquet); it has train")
+
+
 @pytest.fixture(scope="module")
 def folder_runs(glue_folders, tmp_path_factory):
     """cola, stsb, mnli and qqp, which neither folder has, run with --submission on each layout: {layout: (the

@@ -76,8 +76,8 @@ def missing(data_dir: Path, kind: str, config: str, splits: list[str]) -> str | 
         folder = data_dir / config
         if not folder.is_dir():
             return f"{folder}: no such folder (nyu-mll/glue's {config}/)"
-        try:
-            have = folder_splits(folder) or {}
+        try:  # a folder of one split's shards is no folder of splits: its split is the shards' name
+            have = set(folder_splits(folder)) or {shard.name.partition("-")[0] for shard in folder.glob("*.parquet")}
         except DataError as error:
             return str(error)
         lacking = [s for s in splits if s not in have]

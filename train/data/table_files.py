@@ -79,13 +79,15 @@ def header_problem(path: Path, header: list[str], missing: list[str]) -> str | N
 
 
 def _guessed_header(fields: list[str], number: int, missing: list[str]) -> list[str]:
-    """Names for a first line of data `fields`: the last of the `missing` names over its number (at `number`: a
-    label), the others over its longest other fields (texts), in order, `column<i>` over the rest."""
+    """Names for a first line of data `fields`: of two `missing` names or more, the last over its number (at
+    `number`: a label), the others over its longest other fields (texts), in order; one name (a task of one text
+    column) over its longest field other than the number; `column<i>` over the rest."""
     names = [f"column{i}" for i in range(1, len(fields) + 1)]
-    names[number] = missing[-1]
-    texts = sorted(sorted((i for i in range(len(fields)) if i != number), key=lambda i: -len(fields[i]))
-                   [:len(missing) - 1])
-    for i, name in zip(texts, missing[:-1]):
+    texts = missing[:-1] if len(missing) > 1 else missing
+    if len(missing) > 1:
+        names[number] = missing[-1]
+    at = sorted(sorted((i for i in range(len(fields)) if i != number), key=lambda i: -len(fields[i]))[:len(texts)])
+    for i, name in zip(at, texts):
         names[i] = name
     return names
 

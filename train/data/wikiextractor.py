@@ -24,8 +24,10 @@ ONLY_TEXT = ("WikiExtractor's output (<doc> blocks, an article each) is read as 
              "reads one column of text (pretraining, a tokenizer's training)")
 
 
-# the line that opens a block; newer releases add attributes after the title (language, revision)
-_OPENING = re.compile(r'<doc id="(?P<id>[^"]*)" url="(?P<url>[^"]*)" title="(?P<title>.*?)"(?: [\w-]+="[^"]*")*>')
+# the line that opens a block: its attributes in any order (WikiExtractor 2's --revision writes revid before url), a
+# value running to the quote before the next attribute or the end (a title is written with its quotes unescaped)
+_OPENING = re.compile(r'<doc((?: [\w-]+=".*?")+)>')
+_ATTRIBUTE = re.compile(r' ([\w-]+)="(.*?)"(?= [\w-]+="|$)')
 
 
 FEATURES = datasets.Features({name: datasets.Value("string") for name in ("id", "url", "title", "text")})
@@ -41,7 +43,14 @@ def _unescaped(line: str) -> str:
     return line.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
-def _document(opening: re.Match, body: list[str]) -> dict[str, str]:
+def _opening(line: str) -> dict[str, str] | None:
+    """The attributes of a line that opens a block (id, url and title among them), or None."""
+    match = _OPENING.fullmatch(line.strip())
+    attributes = dict(_ATTRIBUTE.findall(match[1])) if match else {}
+    return attributes if {"id", "url", "title"} <= attributes.keys() else None
+
+
+def _document(opening: dict[str, str], body: list[str]) -> dict[str, str]:
     if body and body[0].strip() == opening["title"].strip():
         body = body[1:]
     text = "\n".join(_unescaped(line) for line in body if line.strip())
@@ -53,7 +62,7 @@ def documents(path: Path) -> Iterator[dict[str, str]]:
     opening, opened_at, body, number = None, 0, [], 0
     for number, line in enumerate(text_lines(path), 1):
         if opening is None:
-            opening = _OPENING.fullmatch(line.strip())
+            opening = _opening(line)
             if opening is not None:
                 opened_at, body = number, []
             elif line.strip():
@@ -64,7 +73,7 @@ def documents(path: Path) -> Iterator[dict[str, str]]:
             row, opening = _document(opening, body), None
             if row["text"]:
                 yield row
-        elif _OPENING.fullmatch(line.strip()):
+        elif _opening(line) is not None:
             raise DataError(f"{path}: line {number}: a <doc> block opens before the one opened at line {opened_at} "
                             f"is closed by </doc>; extract the file again")
         else:

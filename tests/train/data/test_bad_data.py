@@ -222,6 +222,18 @@ def test_a_first_line_of_data_is_named_as_read_and_the_header_advised_makes_the_
     assert rows["text"] == list(frame["text"]) and rows["label"] == list(frame["label"])
 
 
+def test_the_header_advised_for_a_task_of_one_text_column_names_a_text_not_the_number(tmp_path):
+    """A corpus of id<TAB>sentence rows without a header, for a task that reads `text` alone (pretraining from a
+    table): the advised header names the sentence `text`, not the id (before: `text` over the number)."""
+    frame = pd.DataFrame({"id": [1999, 2001], "text": ["The film came out that year.", "Its sequel followed."]})
+    path = tmp_path / "corpus.tsv"
+    frame.to_csv(path, sep="\t", index=False, header=False)
+    with pytest.raises(MalformedRowError) as refusal:
+        load(path, ("text",), tmp_path)
+    subprocess.run(["bash", "-c", str(refusal.value).partition(", e.g. ")[2]], check=True)
+    assert load(tmp_path / "corpus-named.tsv", ("text",), tmp_path)["text"] == list(frame["text"])
+
+
 @pytest.mark.parametrize("tabs", [True, False])
 def test_a_text_file_given_for_columns_says_it_is_one_column_of_lines(tabs, tmp_path):
     """ManyThings' Tatoeba pairs (deu.txt: English, German and an attribution, split at tabs) for a translation;

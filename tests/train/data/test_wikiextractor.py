@@ -95,6 +95,19 @@ def test_a_txt_file_of_blocks_is_read_as_blocks(tmp_path, cache):
         assert [row["text"] for row in load_text_dataset(renamed, streaming=streaming, cache_dir=cache)] == BODIES
 
 
+def test_blocks_of_other_attributes_are_read_alike(tmp_path, cache):
+    """WikiExtractor 2's --revision writes `revid` between id and url (`<doc id="1" revid="9" url=... title=...>`),
+    and an attribute may follow the title: the same bodies, ids and titles."""
+    revised = tmp_path / "wiki.txt"
+    blocks = [_block(i).replace('" url=', f'" revid="{i + 90}" url=', 1) for i in range(3)]
+    blocks += [_block(i).replace('">\n', '" lang="en">\n', 1) for i in range(3, len(TOPICS))]
+    revised.write_text("".join(blocks), encoding="utf-8")
+    for streaming in (False, True):
+        rows = _rows(load_text_dataset(revised, streaming=streaming, cache_dir=cache))
+        assert [row["text"] for row in rows] == BODIES
+        assert [(row["id"], row["title"]) for row in rows] == [(str(i + 1), t[0]) for i, t in enumerate(TOPICS)]
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 def test_bert_pairs_keep_within_an_article_and_gpt_blocks_separate_articles(streaming, tmp_path, cache, tokenizers):
     """The pairs and packed blocks of the files equal those of the same bodies given as rows; every pair's first
