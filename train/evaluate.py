@@ -393,7 +393,7 @@ def evaluate_translation(args: argparse.Namespace) -> dict[str, Any]:
     """A seq2seq model's translations of `--dataset` (default: the embedded corpus's test split)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from train.data.files import pair_columns
+    from train.data.pair_files import pair_columns
     from train.train_translation import pairs
 
     source = args.dataset or "embedded:translation"
@@ -476,7 +476,7 @@ def _pair(args: argparse.Namespace) -> tuple[str | None, str | None]:
 
 def _public_name(args: argparse.Namespace, report: dict[str, Any], source: str | None) -> str | None:
     """`source` as the card names it (`public_name`), a translation pair by the columns it was read with."""
-    from train.data.files import pair_columns
+    from train.data.pair_files import pair_columns
 
     return public_name(source, pair_columns(*_pair(args)) if "translation" in report else ())
 

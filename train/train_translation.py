@@ -19,8 +19,8 @@ from modeling.beam_search import BEAM_SEARCHES
 from train.analysis.translation_scores import score_translations
 from train.cli import run_script
 from train.data.collators import Seq2SeqCollator
-from train.data.files import pair_columns
 from train.data.model_inputs import tokenize_dataset
+from train.data.pair_files import pair_columns
 from train.run.engine import Engine, TokenMean
 from train.run.recipes import parse_args
 from train.run.run_folder import start_run

@@ -12,12 +12,10 @@ from __future__ import annotations
 import csv
 import functools
 import glob
-import itertools
 import json
 import math
-import re
 import reprlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import datasets
@@ -34,7 +32,6 @@ from train.data.errors import (
     UnknownSplitError,
 )
 from train.data.file_bytes import (
-    COMPRESSIONS,
     FORMATS,
     check_signature,
     check_utf8,
@@ -44,10 +41,17 @@ from train.data.file_bytes import (
     has_paragraphs,
     once,
     suffix,
-    text_lines,
 )
 from train.data.fingerprints import files_digest
 from train.data.folders import DOCUMENTATION, folder_files, folder_splits, is_saved
+from train.data.pair_files import (
+    is_language,
+    listed_language,
+    load_pair,
+    pair_files,
+    pair_hint,
+    side_named,
+)
 from train.data.table_files import columns_of, find_bad_file, header_problem, row_location, text_problem
 from train.data.wikiextractor import FORMAT as WIKIEXTRACTOR
 from train.data.wikiextractor import ONLY_TEXT, is_wikiextractor, load_wikiextractor
@@ -109,7 +113,7 @@ def check_local_source(source: str, key: str, columns: Columns = ()) -> None:
     loader): both splits' paths are checked before either is read."""
     if _is_local(source) and not names_local_data(source, columns):
         what = "the pattern matches no file" if _is_pattern(source) else "no such data file"
-        raise DataFileNotFoundError(f"{source}: {what} (recipe key {key!r}){_pair_hint(source, columns)}")
+        raise DataFileNotFoundError(f"{source}: {what} (recipe key {key!r}){pair_hint(source, columns)}")
 
 
 def names_local_data(source: str | Path, columns: Columns = ()) -> bool:
@@ -118,89 +122,6 @@ def names_local_data(source: str | Path, columns: Columns = ()) -> bool:
     if (matched := pattern_files(source)) is not None:
         return bool(matched)
     return Path(source).expanduser().exists() or pair_files(source, columns) is not None
-
-
-def pair_columns(source_column: str | None = None, target_column: str | None = None) -> tuple[tuple[str, str], ...]:
-    """A translation pair's columns, checked as text: `source_column` and `target_column` (None: source, target)."""
-    return (source_column or "source", "text"), (target_column or "target", "text")
-
-
-PAIR_LINES = "line i of each holds a sentence and its translation"  # a translation pair's two files
-
-
-def _pair_names(source: str | Path | Sequence, columns: Columns) -> list[str] | None:
-    """The two text columns of a pair whose files `source`, a path that names nothing, could be the prefix of."""
-    if not isinstance(source, (str, Path)) or Path(source).expanduser().exists():
-        return None
-    kinds = _kinds(columns)
-    return list(kinds) if len(kinds) == 2 and set(kinds.values()) == {"text"} else None
-
-
-def _language_file(prefix: str, column: str) -> Path | None:
-    """`<prefix>.<column>`, or the same compressed (`.gz`, ...), where one is a file; two are refused, naming both."""
-    plain = Path(f"{prefix}.{column}").expanduser()
-    found = [p for p in (plain, *(Path(f"{plain}{s}") for s in COMPRESSIONS)) if p.is_file()]
-    if len(found) > 1:
-        raise DataError(f"{found[0]} and {found[1]} are both files: a translation pair named {prefix} reads one file "
-                        f"of its column {column!r}, plain or compressed; remove or rename one")
-    return found[0] if found else None
-
-
-def pair_files(source: str | Path | Sequence, columns: Columns) -> tuple[Path, Path] | None:
-    """`(<source>.<source column>, <source>.<target column>)`, each plain or compressed: a translation pair as two
-    plain-text files of a sentence per line (fairseq's, Moses', sacreBLEU's), read where `source` names no file or
-    folder and `columns` are a pair's (two text columns). One of the two without the other is refused, naming it."""
-    names = _pair_names(source, columns)
-    found = [_language_file(str(source), name) for name in names] if names else [None, None]
-    if None not in found:
-        return found[0], found[1]
-    if found == [None, None]:
-        return None
-    missing = names[found.index(None)]
-    raise DataFileNotFoundError(f"{source}.{missing}: no such data file, but {next(f for f in found if f)} is: a "
-                                f"translation pair named {source} is read from {source}.{names[0]} and "
-                                f"{source}.{names[1]} (plain or compressed, .gz), {PAIR_LINES}; give both")
-
-
-def _pair_hint(source: str | Path | Sequence, columns: Columns) -> str:
-    """What a `source` that names nothing would have been read as with the files of a translation pair; for one text
-    column, the `<source>.<language>` files to name instead."""
-    names = _pair_names(source, columns)
-    if names:
-        return (f"; a translation pair named so is read from {source}.{names[0]} and {source}.{names[1]} "
-                f"({PAIR_LINES}), which do not exist either")
-    kinds = _kinds(columns)
-    if not isinstance(source, (str, Path)) or list(kinds.values()) != ["text"] or Path(source).expanduser().exists():
-        return ""
-    prefix = Path(source).expanduser()
-    found = sorted(p for p in prefix.parent.glob(f"{glob.escape(prefix.name)}.*")
-                   if _is_language(p) and (p.stem if compression(p) else p.name).rpartition(".")[0] == prefix.name)
-    named = next((p for p in found if suffix(p) == f".{next(iter(kinds))}"), found[0] if found else None)
-    one = len(found) == 1
-    return (f"; {' and '.join(map(str, found))} {'is a text file' if one else 'are text files'} of a language, named "
-            f"as a translation pair's sides are: name {'it' if one else 'one'} as the data, e.g. {named}, to read its "
-            f"lines as the column 'text'" if found else "")
-
-
-# ISO 639-1's codes: the suffixes of a folder's files of a language (a file named alone may have any two letters)
-LANGUAGES = frozenset("""
-aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv dz ee el en eo
-es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht hu hy hz ia id ie ig ii ik io is it iu ja jv ka kg
-ki kj kk kl km kn ko kr ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mr ms mt my na nb nd ne ng nl nn
-no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg si sk sl sm sn so sq sr ss st su sv sw ta
-te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi vo wa wo xh yi yo za zh zu
-""".split())
-
-
-def _is_language(path: Path) -> bool:
-    """Whether `path` is a file named `<prefix>.<language>` (train.en, plain or compressed), a text of a line per
-    sentence as translation corpora ship."""
-    return path.is_file() and re.fullmatch(r"\.[a-z]{2}", suffix(path)) is not None
-
-
-def _listed_language(path: Path) -> bool:
-    """Whether a folder lists `path` as a file of a language: its suffix one of `LANGUAGES`."""
-    return _is_language(path) and suffix(path)[1:] in LANGUAGES
 
 
 def _is_pattern(source: str | Path) -> bool:
@@ -242,8 +163,8 @@ def resolve_files(source: str | Path | Sequence[str | Path], suffixes: Sequence[
 
 def _folder_files(path: Path, suffixes: Sequence[str], say: bool, languages: bool, split: str) -> list[Path]:
     """`resolve_files` of a folder."""
-    languaged = languages and any(map(_listed_language, path.iterdir()))
-    splits, found, left = folder_files(path, suffixes, _listed_language if languages else None,
+    languaged = languages and any(map(listed_language, path.iterdir()))
+    splits, found, left = folder_files(path, suffixes, listed_language if languages else None,
                                        splits=not languaged and not is_saved(path))
     if split in splits:
         return splits[split]
@@ -270,7 +191,7 @@ def _format_of(path: Path, data_format: str | None, text: bool) -> str | None:
     fmt = data_format or FORMATS.get(suffix(path))
     if not data_format and fmt in (None, "text") and is_wikiextractor(path):
         return WIKIEXTRACTOR
-    return fmt or ("text" if text and _is_language(path) else None)
+    return fmt or ("text" if text and is_language(path) else None)
 
 
 def _file_format(files: list[Path], data_format: str | None, text: bool = False) -> str:
@@ -280,7 +201,7 @@ def _file_format(files: list[Path], data_format: str | None, text: bool = False)
     if None in formats:
         unknown = next(f for f, fmt in found.items() if fmt is None)
         language = (" (a file of a language, as train.en, is read as text lines where the task reads one column of "
-                    "text: a tokenizer's or pretraining's)" if _is_language(unknown) else "")
+                    "text: a tokenizer's or pretraining's)" if is_language(unknown) else "")
         advice = first_line_advice(unknown)
         raise DataError(f"{unknown}: unknown data file type{language}; " + (advice or (
             f"name the file with one of {', '.join(FORMATS)} at the end (plain text: .txt)"
@@ -338,7 +259,7 @@ def _parquet_rows(path: Path) -> int:
     return pq.read_metadata(path).num_rows
 
 
-def _kinds(columns: Columns) -> dict[str, str | None]:
+def column_kinds(columns: Columns) -> dict[str, str | None]:
     """``columns`` as name -> kind (``KINDS``; None for a bare name: a value of any type)."""
     kinds = dict((c, None) if isinstance(c, str) else c for c in columns)
     unknown = {name: kind for name, kind in kinds.items() if kind is not None and kind not in KINDS}
@@ -435,7 +356,7 @@ def _blanks_refused(records: bool, kinds: dict[str, str | None]) -> bool:
     return records and list(kinds.values()) != ["text"]
 
 
-def _checked(dataset: AnyDataset, kinds: dict[str, str | None], refuse: Refuse, records: bool) -> AnyDataset:
+def checked_values(dataset: AnyDataset, kinds: dict[str, str | None], refuse: Refuse, records: bool) -> AnyDataset:
     """``dataset`` with every value of ``kinds``' columns checked: at once in memory, as read in a stream."""
     if isinstance(dataset, datasets.Dataset):
         _check_values(dataset, kinds, refuse, records)
@@ -511,14 +432,14 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     ``columns`` (names or ``(name, kind)`` pairs of ``KINDS``; ``()``: no check) must exist and are checked row by
     row. Local files form the one split returned (``split`` only names it); ``seed`` and ``size`` apply to the
     embedded corpus, ``text_sample_by`` to ``.txt`` files."""
-    kinds = _kinds(columns)
+    kinds = column_kinds(columns)
     if isinstance(source, str) and source.startswith(EMBEDDED_PREFIX):
         dataset = corpus.default_corpus(source[len(EMBEDDED_PREFIX):], split, seed, size)
         dataset = with_columns(dataset, list(kinds), source)
         return dataset.to_iterable_dataset() if streaming else dataset
     pair = pair_files(source, columns)
     if pair is not None:
-        return _load_pair(pair, split, kinds, streaming, cache_dir)
+        return load_pair(pair, split, kinds, streaming, cache_dir)
     if isinstance(source, (str, Path)) and is_saved(Path(source).expanduser()):
         return _load_saved(Path(source).expanduser(), split, kinds, streaming)
     if isinstance(source, (str, Path)) and not _is_local(str(source)):
@@ -531,7 +452,7 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
     try:
         fmt = _file_format(files, data_format, list(kinds.values()) == ["text"])
     except DataError:
-        if (refusal := _side_named(files, kinds)) is None:
+        if (refusal := side_named(files, kinds)) is None:
             raise
         raise DataError(refusal) from None
     from train.data.squad_files import load_data_files  # SQuAD's files (it imports this module)
@@ -563,35 +484,20 @@ def load_text_dataset(source: str | Path | Sequence[str | Path], split: str = "t
         dataset = dataset.map(_without_bom, batched=True)  # datasets reads compressed text as UTF-8, whatever encoding
     records = _blanks_refused(fmt != "text", kinds)
     refuse = functools.partial(_refuse_in_files, files, fmt, kwargs, kinds, records)
-    return _checked(dataset, kinds, refuse, records)
+    return checked_values(dataset, kinds, refuse, records)
 
 
 def _local_files(source: str | Path | Sequence[str | Path], columns: Columns, say: bool = False,
                  split: str = "train") -> list[Path]:
     """The files named, or a folder's of the suffixes the task of `columns` reads (`resolve_files`: for word lists,
     CoNLL's too; in a folder of splits, `split`'s)."""
-    kinds = _kinds(columns)
+    kinds = column_kinds(columns)
     words = "words" in kinds.values()  # token classification: CoNLL, as its corpora ship
     try:
         return resolve_files(source, (*FORMATS, *CONLL_SUFFIXES) if words else tuple(FORMATS), say,
                              list(kinds.values()) == ["text"], split)
     except DataFileNotFoundError as error:
-        raise DataFileNotFoundError(f"{error}{_pair_hint(source, columns)}{_folder_hint(source, kinds)}") from None
-
-
-def _side_named(files: list[Path], kinds: dict[str, str | None]) -> str | None:
-    """For a task that reads a translation pair, the refusal of one side's file named as the data (test.en), naming
-    the prefix that names the pair, with its languages as the columns."""
-    side = next((f for f in files if FORMATS.get(suffix(f)) is None and _is_language(f)), None)
-    if side is None or len(kinds) != 2 or set(kinds.values()) != {"text"}:
-        return None
-    prefix = side.parent / (side.stem if compression(side) else side.name).rpartition(".")[0]
-    others = sorted(p for p in side.parent.glob(f"{glob.escape(prefix.name)}.*") if _is_language(p) and p != side
-                    and (p.stem if compression(p) else p.name).rpartition(".")[0] == prefix.name)
-    languages = [suffix(side)[1:], *(suffix(p)[1:] for p in others[:1])]
-    return (f"{side}: one side of a translation pair, named alone; a pair's two files ({PAIR_LINES}) are named by "
-            f"their prefix: give {prefix}, with source_column and target_column naming their languages "
-            f"({' and '.join(languages)}{', ...' if len(languages) < 2 else ''})")
+        raise DataFileNotFoundError(f"{error}{pair_hint(source, columns)}{_folder_hint(source, kinds)}") from None
 
 
 def _folder_hint(source: str | Path | Sequence[str | Path], kinds: dict[str, str | None]) -> str:
@@ -603,12 +509,12 @@ def _folder_hint(source: str | Path | Sequence[str | Path], kinds: dict[str, str
     if "words" in kinds.values() and other:
         return f"; a CoNLL file of another suffix is read where it is named (a file per split): e.g. {other[0]}"
     unknown = next((p for p in sorted(folder.rglob("*")) if p.is_file() and not suffix(p)), None) if (
-        folder is not None and folder.is_dir() and not any(map(_listed_language, other))) else None
+        folder is not None and folder.is_dir() and not any(map(listed_language, other))) else None
     if unknown is not None:  # WikiExtractor's text/AA/wiki_00, ...
         advice = first_line_advice(unknown)
         return f"; it holds files of no suffix, e.g. {unknown}{f': {advice}' if advice else ''}"
     languages: dict[str, set[str]] = {}  # prefix -> the languages of its files
-    for path in filter(_listed_language, other):
+    for path in filter(listed_language, other):
         languages.setdefault((path.stem if compression(path) else path.name).rpartition(".")[0], set()).add(
             suffix(path)[1:])
     if not languages or len(kinds) != 2 or set(kinds.values()) != {"text"}:
@@ -660,48 +566,6 @@ def _csv_scores(dataset: AnyDataset, columns: list[str]) -> AnyDataset:
     return dataset
 
 
-UNEVEN = "the two files of a translation pair must have the same number of lines, as " + PAIR_LINES
-
-
-def _load_pair(files: tuple[Path, Path], split: str, kinds: dict[str, str | None], streaming: bool,
-               cache_dir: str | None) -> AnyDataset:
-    """A translation pair's two files (`pair_files`) as `kinds`' columns: in memory each read by datasets' `text`
-    reader and set side by side (Arrow, nothing copied); streamed, read line by line in lockstep as one shard."""
-    names = list(kinds)
-    validate_files(list(files), "text")
-    refuse = functools.partial(_refuse_in_pair, files, names, kinds)
-    if streaming:
-        stream = datasets.IterableDataset.from_generator(
-            _pair_rows, features=datasets.Features({name: datasets.Value("string") for name in names}),
-            gen_kwargs={"pairs": [(files, names)]})  # a list of one: one shard
-        return _checked(stream, kinds, refuse, records=True)
-    sides = [load_text_dataset(path, split, columns=(), data_format="text", text_sample_by="line",
-                               cache_dir=cache_dir).rename_column("text", name) for path, name in zip(files, names)]
-    if len(sides[0]) != len(sides[1]):
-        raise DataError(f"{files[0]} has {len(sides[0])} lines and {files[1]} has {len(sides[1])}: {UNEVEN}")
-    return _checked(datasets.concatenate_datasets(sides, axis=1), kinds, refuse, records=True)
-
-
-def _pair_rows(pairs: list[tuple[tuple[Path, Path], list[str]]]) -> Iterator[dict[str, str]]:
-    """The rows of each pair of files, `((source file, target file), [source column, target column])`, their lines
-    read in lockstep; a file that ends before the other is refused there."""
-    for files, names in pairs:
-        for number, texts in enumerate(itertools.zip_longest(*map(text_lines, files)), 1):
-            if None in texts:
-                short = texts.index(None)
-                raise DataError(f"{files[short]} ends at line {number - 1}, but {files[1 - short]} goes on at line "
-                                f"{number}: {UNEVEN}")
-            yield dict(zip(names, texts))
-
-
-def _refuse_in_pair(files: tuple[Path, Path], names: list[str], kinds: dict[str, str | None], row: int, column: str,
-                    value: object) -> DataError:
-    """The error for ``value`` at row ``row`` of a translation pair: its line in the file of its column."""
-    side = names.index(column)
-    location = f"{files[side]}: line {row + 1} (column {column!r}, paired with line {row + 1} of {files[1 - side]})"
-    return value_error(location, column, kinds[column], value)
-
-
 def _without_bom(rows: dict) -> dict:
     return {"text": [text.removeprefix("\ufeff") for text in rows["text"]]}
 
@@ -746,9 +610,9 @@ def _load_saved(path: Path, split: str, kinds: dict[str, str | None], streaming:
     records = _blanks_refused(True, kinds)
     refuse = functools.partial(_refuse_in_saved, path, saved, kinds, records)
     if not streaming:
-        return _checked(saved, kinds, refuse, records)
+        return checked_values(saved, kinds, refuse, records)
     stream = saved.to_iterable_dataset(num_shards=min(len(saved), max(1, len(saved.cache_files))))
-    return _checked(stream, kinds, refuse, records)
+    return checked_values(stream, kinds, refuse, records)
 
 
 def _entry(value: object, key: str) -> object:
@@ -816,16 +680,17 @@ def _load_hub(name: str, split: str, kinds: dict[str, str | None], streaming: bo
         dataset = datasets.load_dataset(name, dataset_config, split=split, streaming=streaming, cache_dir=cache_dir)
     except ValueError as err:  # "Unknown split" in memory, "Bad split" streamed
         if "Unknown split" not in str(err) and "Bad split" not in str(err):
-            raise _hub_error(name, split, dataset_config, err, _pair_hint(name, list(kinds.items()))) from err
+            raise _hub_error(name, split, dataset_config, err, pair_hint(name, list(kinds.items()))) from err
         raise UnknownSplitError(f"Hub dataset {name!r} (config {dataset_config!r}) has no split {split!r}: "
                                 f"{str(err).rstrip('.')}") from None
     except (ConnectionError, OSError) as err:
-        raise _hub_error(name, split, dataset_config, err, _pair_hint(name, list(kinds.items()))) from err
+        raise _hub_error(name, split, dataset_config, err, pair_hint(name, list(kinds.items()))) from err
     dataset = with_columns(dataset, list(kinds), f"Hub dataset {name!r}")
     # blank rows of a Hub dataset are its layout (wikitext's empty lines), not missing values
-    return _checked(dataset, kinds, functools.partial(_refuse_at, f"Hub dataset {name!r}", kinds), records=False)
+    return checked_values(dataset, kinds, functools.partial(_refuse_at, f"Hub dataset {name!r}", kinds), records=False)
 
 
-__all__ = ["EMBEDDED_PREFIX", "TASKS", "TEXT_SAMPLE_BY", "check_local_source", "data_files", "hub_splits", "is_bad",
-           "load_text_dataset", "names_local_data", "pair_columns", "pair_files", "pattern_files", "resolve_files",
-           "saved_splits", "stream_refusal", "validate_files", "value_error", "value_of", "with_columns"]
+__all__ = ["EMBEDDED_PREFIX", "TASKS", "TEXT_SAMPLE_BY", "check_local_source", "checked_values", "column_kinds",
+           "data_files", "hub_splits", "is_bad", "load_text_dataset", "names_local_data", "pattern_files",
+           "resolve_files", "saved_splits", "stream_refusal", "validate_files", "value_error", "value_of",
+           "with_columns"]

@@ -251,17 +251,17 @@ class Recipe:
 
     def pair_columns(self) -> tuple:
         """The columns of a translation pair whose two files a data path may name by their prefix
-        (`train.data.files.pair_files`): `train_translation`'s; none for another command."""
+        (`train.data.pair_files.pair_files`): `train_translation`'s; none for another command."""
         if self.command != "train_translation":
             return ()
-        from train.data.files import pair_columns
+        from train.data.pair_files import pair_columns
 
         return pair_columns(self.source_column, self.target_column)
 
     def pair_files(self, split: str = "train") -> tuple[Path, Path] | None:
         """The two files of a translation pair that `data_source(split)` names by their prefix (`data/train`:
         `data/train.en`, `data/train.de`), for `train_translation`; else None."""
-        from train.data.files import pair_files
+        from train.data.pair_files import pair_files
 
         return pair_files(self.data_source(split), self.pair_columns())
 

@@ -241,7 +241,7 @@ def test_the_card_names_local_data_by_the_readers_rule(tmp_path):
     """A path is named by its name where the reader reads local data: a file or folder, or for a translation pair's
     columns the prefix of its two files, each plain or compressed (before: any file `<path>.*` made a path local, so
     a Hub id beside `<id>.jsonl`, or a prefix no command reads as a pair, lost its folders)."""
-    from train.data.files import pair_columns
+    from train.data.pair_files import pair_columns
     from train.run.publish import public_name
 
     (tmp_path / "hub").mkdir()
