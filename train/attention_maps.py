@@ -14,6 +14,7 @@ decoder. The files written (`train.analysis.attention_plots`) go through a tempo
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from train.analysis.attention import (
     collect,
     encode_text,
     is_seq2seq,
+    labels,
     load_attention_model,
     load_attention_tokenizer,
     select,
@@ -30,7 +32,7 @@ from train.analysis.attention import (
 )
 from train.analysis.attention_plots import write_all
 from train.cli import CommandParser, number, run_script
-from train.run.run_folder import check_writer_output, staged_output
+from train.run.run_folder import check_writer_output, command_line, staged_output
 
 COMMAND = "attention-maps"
 OLD_FLAGS = {"--revision": "--model_revision", "--text-pair": "--text_pair", "--num-beams": "--num_beams",
@@ -99,11 +101,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
     if is_seq2seq(model):
         decoder_ids, generated = target_ids(model, tokenizer, inputs, args.target, args.num_beams, args.max_new_tokens)
     maps = select(collect(model, inputs, decoder_ids), args.layers, args.heads)
-    description = {"model": args.model, "architecture": type(model).__name__, "text": args.text,
+    command = command_line() if argv is None else shlex.join(["lineage", COMMAND, *argv])
+    description = {"command": command, "model": args.model, "architecture": type(model).__name__, "text": args.text,
                    "text_pair": args.text_pair, "target": args.target, "target_generated": generated}
     out = Path(args.output_dir)
     with staged_output(out.resolve(), COMMAND) as staging:
-        written = write_all(maps, tokens(tokenizer, inputs, decoder_ids), description, staging)
+        written = write_all(maps, tokens(tokenizer, inputs, decoder_ids), labels(tokenizer, inputs, decoder_ids),
+                            description, staging)
     files: dict[str, list[Path]] = {}
     for path in written:
         files.setdefault(path.suffix.lstrip("."), []).append(out / path.name)

@@ -1,13 +1,13 @@
 """The lineage experiment: why attention, then the Transformer, replaced the thought vector — one command.
 
-    python -m train.lineage_experiment [--output_dir DIR [--overwrite_output_dir]] [--max_train_seconds N]
-                                       [--arms a,b,...] [--quick]
+    python -m train.lineage_experiment [--output_dir DIR [--overwrite_output_dir]] [--arms a,b,...] [--quick]
+                                       [--max_train_seconds N | --max_steps N]
                                        [--train_file F --validation_file F | --dataset NAME]
 
 Trains every arm (`rnn-none`, `rnn-bahdanau`, `rnn-luong`, `transformer`, `transformer-relative`; recipes
 `experiment-<arm>`) on the same data, tokenizer and budget of training time, then translates the validation set and
-writes the report into `--output_dir` (`train.run.run_folder.output_in_place`). The budget is wall-clock time: read
-the report's `steps` column before comparing arms. docs/experiments.md, "The lineage experiment".
+writes the report into `--output_dir` (`train.run.run_folder.output_in_place`). The budget is wall-clock time (read
+the `steps` column), or `--max_steps`, which a second run repeats. docs/experiments.md, "The lineage experiment".
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max_train_seconds", type=number(float, 0, "a number of seconds", above=True), default=None,
                         help=f"training seconds per arm, the budget (default {DEFAULT_BUDGET:g}; {QUICK_BUDGET:g} "
                              "with --quick)")
+    parser.add_argument("--max_steps", type=number(int, 1, "a number of steps"), default=None,
+                        help="optimizer steps per arm instead of the time budget: the same command then gives the "
+                             "same losses and BLEU")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, from {', '.join(ARMS)}")
     parser.add_argument("--train_file", help="source/target pairs: TSV or JSON Lines (with --validation_file)")
     parser.add_argument("--validation_file", help="the pairs to evaluate on (with --train_file)")
@@ -75,8 +78,12 @@ def check_arguments(args: argparse.Namespace) -> tuple[list[str], float]:
     if not arms or unknown or len(set(arms)) != len(arms):
         raise ExperimentError(f"--arms {args.arms!r}: give distinct arms from {', '.join(ARMS)}"
                               + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
+    if args.max_steps is not None and args.max_train_seconds is not None:
+        raise ExperimentError("give either --max_train_seconds (a budget of training time) or --max_steps, not both")
     budget = args.max_train_seconds if args.max_train_seconds is not None else (QUICK_BUDGET if args.quick
                                                                                  else DEFAULT_BUDGET)
+    if args.max_steps is not None:
+        budget = 0.0  # the recipes' `max_train_seconds: 0`: no time limit
     if (args.train_file is None) != (args.validation_file is None):
         raise ExperimentError("--train_file and --validation_file go together: BLEU is measured on the validation file")
     if args.dataset and args.train_file:
@@ -91,7 +98,8 @@ def arm_recipes(args: argparse.Namespace, arms: list[str], budget: float) -> dic
     """Each arm's recipe with the experiment's data, tokenizer, budget and output folder; their data keys agree."""
     out = Path(args.output_dir)
     overrides: dict[str, Any] = {"max_train_seconds": budget, "tokenizer": str(out / "tokenizer"),
-                                 "report_to": "none", "progress_bar": False, **(QUICK if args.quick else {})}
+                                 "report_to": "none", "progress_bar": False, **(QUICK if args.quick else {}),
+                                 **({"max_steps": args.max_steps} if args.max_steps else {})}
     if args.train_file:
         overrides.update(dataset="", train_file=args.train_file, validation_file=args.validation_file)
     elif args.dataset:
@@ -145,7 +153,7 @@ def train_arm(recipe: Recipe, train_rows, eval_rows):
     return engine.accelerator.unwrap_model(engine.model).eval(), tokenizer, results
 
 
-def measure_arm(arm: str, recipe: Recipe, train_rows, eval_rows, buckets, out: Path) -> dict[str, Any]:
+def measure_arm(arm: str, recipe: Recipe, train_rows, eval_rows, buckets, out: Path, command: str) -> dict[str, Any]:
     """Train one arm, translate the validation set, score it by length, draw its alignment; its row of results."""
     began = time.perf_counter()
     model, tokenizer, results = train_arm(recipe, train_rows, eval_rows)
@@ -156,12 +164,14 @@ def measure_arm(arm: str, recipe: Recipe, train_rows, eval_rows, buckets, out: P
     lengths = experiment.source_lengths(tokenizer, sources)
     found = experiment.alignment(model, tokenizer, *sentence(eval_rows, lengths, recipe.max_seq_length),
                                  max_length=recipe.max_seq_length)
-    heatmap = experiment.draw_alignment(found, arm, out / f"alignment_{arm}.png").name if found else None
+    heatmap = experiment.draw_alignment(found, arm, out / f"alignment_{arm}.png", command).name if found else None
     return {"bleu": experiment.bleu(hypotheses, references),
             "bleu_by_length": experiment.bleu_by_bucket(hypotheses, references, lengths, buckets),
             "tokens_per_s": results["tokens_per_s"], "parameters": sum(p.numel() for p in model.parameters()),
             "training_seconds": results["training_seconds"], "wall_seconds": time.perf_counter() - began,
             "steps": results["steps"], "eval_curve": results["eval_curve"], "heatmap": heatmap,
+            "alignment": None if found is None else {"rows": found[1], "columns": found[2],
+                                                     "weights": found[0].round(4).tolist()},
             "samples": [f"{s} -> {h}" for s, h in list(zip(sources, hypotheses))[:3]], "recipe": recipe.to_dict()}
 
 
@@ -200,15 +210,17 @@ def run_experiment(args: argparse.Namespace, arms: list[str], budget: float, rec
     if cut:
         print(experiment.cut_note(first.validation_file or first.dataset, cut, len(lengths), first.max_seq_length,
                                   "max_seq_length, as training cut them"), flush=True)
+    command = run_folder.command_line() if args.argv is None else shlex.join(["lineage", COMMAND, *args.argv])
     results = {}
     for arm in arms:
-        print(f"== {arm}: {budget:g} s of training", flush=True)
-        results[arm] = measure_arm(arm, recipes[arm], train_rows, eval_rows, buckets, out)
+        print(f"== {arm}: " + (f"{args.max_steps} steps" if args.max_steps else f"{budget:g} s") + " of training",
+              flush=True)
+        results[arm] = measure_arm(arm, recipes[arm], train_rows, eval_rows, buckets, out, command)
     source, target = sentence(eval_rows, lengths, first.max_seq_length)
-    command = run_folder.command_line() if args.argv is None else shlex.join(["lineage", COMMAND, *args.argv])
     meta = {"command": command,
             "data": first.train_file or first.dataset, "train_rows": len(train_rows), "eval_rows": len(eval_rows),
-            "vocab_size": len(tokenizer), "budget_seconds": budget, "num_beams": first.num_beams,
+            "vocab_size": len(tokenizer), "budget_seconds": budget, "max_steps": args.max_steps,
+            "num_beams": first.num_beams,
             "machine": f"at start {machine_at_start}; at end {machine()}",
             "total_seconds": time.perf_counter() - began, "sentence": {"source": source, "target": target},
             "max_source_length": first.max_seq_length, "sources_cut": cut}

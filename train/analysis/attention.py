@@ -4,6 +4,7 @@
 `encode_text` applies the task's template, `target_ids` forces `--target` or the model's own output through a
 decoder, and `collect` runs one forward into `AttentionMap`s (`self`; or `encoder`, `decoder`, `cross`). Rows are
 query positions, columns keys; decoder rows are labelled with the tokens they produce (the target shifted left).
+`tokens` gives the vocabulary entries of each axis, `labels` their readable text.
 The command and its outputs: docs/using.md, "Attention maps".
 """
 
@@ -153,13 +154,42 @@ def collect(model, inputs: dict[str, torch.Tensor], decoder_ids: torch.Tensor | 
     return maps
 
 
-def tokens(tokenizer, inputs: dict[str, torch.Tensor], decoder_ids: torch.Tensor | None) -> dict[str, list[str]]:
-    """The token strings of every axis: `input`, or `source`, `decoder_input` and `target`."""
+def _axes(inputs: dict[str, torch.Tensor], decoder_ids: torch.Tensor | None) -> dict[str, list[int]]:
+    """The token ids of every axis: `input`, or `source`, `decoder_input` and `target`."""
     if decoder_ids is None:
-        return {"input": tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())}
-    decoder = tokenizer.convert_ids_to_tokens(decoder_ids[0].tolist())
-    return {"source": tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist()),
-            "decoder_input": decoder[:-1], "target": decoder[1:]}
+        return {"input": inputs["input_ids"][0].tolist()}
+    decoder = decoder_ids[0].tolist()
+    return {"source": inputs["input_ids"][0].tolist(), "decoder_input": decoder[:-1], "target": decoder[1:]}
+
+
+def tokens(tokenizer, inputs: dict[str, torch.Tensor], decoder_ids: torch.Tensor | None) -> dict[str, list[str]]:
+    """The vocabulary entries of every axis (`_axes`), as the model reads them."""
+    return {axis: tokenizer.convert_ids_to_tokens(ids) for axis, ids in _axes(inputs, decoder_ids).items()}
+
+
+def token_labels(tokenizer, ids: list[int]) -> list[str]:
+    """Readable text of each token: the tokenizer's decoding of it, spaces stripped (Ġ, ▁ and byte-level BPE's byte
+    letters undone: `ĠcafÃ©` reads `café`; WordPiece keeps `##`), else the token itself (a lone `▁`). A character
+    split over byte-level pieces labels each piece, numbered: `東 1/3`, `東 2/3`, `東 3/3`."""
+    labels, start = [], 0
+    while start < len(ids):
+        end = start + 1  # a UTF-8 character has at most 4 bytes, so at most 4 pieces
+        while "\ufffd" in tokenizer.decode(ids[start:end]) and end < min(start + 4, len(ids)):
+            end += 1
+        text = tokenizer.decode(ids[start:end]).strip()
+        if end - start > 1 and "\ufffd" in text:  # no whole character: the piece alone
+            end, text = start + 1, tokenizer.decode(ids[start:start + 1]).strip()
+        if end - start == 1:
+            labels.append(text or tokenizer.convert_ids_to_tokens(ids[start]))
+        else:
+            labels += [f"{text} {k}/{end - start}" for k in range(1, end - start + 1)]
+        start = end
+    return labels
+
+
+def labels(tokenizer, inputs: dict[str, torch.Tensor], decoder_ids: torch.Tensor | None) -> dict[str, list[str]]:
+    """The readable labels (`token_labels`) of every axis, for figures and pages."""
+    return {axis: token_labels(tokenizer, ids) for axis, ids in _axes(inputs, decoder_ids).items()}
 
 
 def _indices(requested: list[int] | None, available: list[int], flag: str, what: str, kind: str) -> list[int]:
@@ -193,10 +223,12 @@ __all__ = [
     "collect",
     "encode_text",
     "is_seq2seq",
+    "labels",
     "load_attention_model",
     "load_attention_tokenizer",
     "max_positions",
     "select",
     "target_ids",
+    "token_labels",
     "tokens",
 ]

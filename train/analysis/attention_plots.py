@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties, findfont, get_font
 
 from train.analysis.attention import AttentionMap
 from train.run import strict_json
@@ -30,14 +31,15 @@ TITLES = {"self": "self-attention", "encoder": "encoder self-attention", "decode
           "cross": "cross-attention (target x source)"}
 
 
-def display_tokens(tokens: list[str]) -> list[str]:
-    """Labels for the axes: word-start marks of byte-level BPE (Ġ) and SentencePiece-style BPE (▁) dropped,
-    long tokens cut."""
-    labels = []
-    for token in tokens:
-        label = token.replace("Ġ", "").replace("▁", "") or token
-        labels.append(label if len(label) <= MAX_LABEL_CHARS else label[: MAX_LABEL_CHARS - 1] + "…")
-    return labels
+def display_tokens(labels: list[str]) -> list[str]:
+    """Axis labels from readable token labels (`train.analysis.attention.labels`): long ones cut, and a character
+    the figure's font cannot draw written as its code point (`東` -> `U+6771`) rather than an empty box."""
+    font = get_font(findfont(FontProperties()))
+    shown = []
+    for label in labels:
+        label = "".join(c if font.get_char_index(ord(c)) or c.isspace() else f"U+{ord(c):04X}" for c in label)
+        shown.append(label if len(label) <= MAX_LABEL_CHARS else label[: MAX_LABEL_CHARS - 1] + "…")
+    return shown
 
 
 def font_size(count: int) -> float:
@@ -96,12 +98,15 @@ def _draw(weights: np.ndarray, per_row: int, gaps: tuple[int, int], panel: tuple
     return figure, ax
 
 
-def _save(figure: Figure, path: Path) -> None:
-    figure.savefig(path, dpi=DPI, pil_kwargs={"compress_level": 1})  # zlib's default level 6: a third of the time
+def _save(figure: Figure, path: Path, source: str) -> None:
+    """The PNG, its title and `source` (the command that drew it) in its metadata (PIL: `Image.open(path).text`)."""
+    title = figure.get_suptitle()
+    figure.savefig(path, dpi=DPI, metadata={"Title": title, "Source": source},
+                   pil_kwargs={"compress_level": 1})  # zlib's default level 6: a third of the time
 
 
 def draw_heads(weights: np.ndarray, heads: list[int | None], rows: list[str], columns: list[str], title: str,
-               path: Path) -> None:
+               path: Path, source: str) -> None:
     """The (H, R, K) heads of one layer (or one matrix: H = 1, head None), each at full size, four a row;
     token labels left of every row of heads and above the first."""
     per_row, (count, n_rows, n_columns) = min(len(heads), 4), weights.shape
@@ -120,15 +125,16 @@ def draw_heads(weights: np.ndarray, heads: list[int | None], rows: list[str], co
         if head is not None:
             x = n % per_row * (n_columns + gaps[1]) + n_columns / 2 - 0.5
             ax.text(x, n // per_row * (n_rows + gaps[0]) + n_rows - 0.4, f"head {head}", ha="center", va="top")
-    _save(figure, path)
+    _save(figure, path, source)
 
 
-def draw_matrix(matrix: np.ndarray, rows: list[str], columns: list[str], title: str, path: Path) -> None:
+def draw_matrix(matrix: np.ndarray, rows: list[str], columns: list[str], title: str, path: Path,
+                source: str) -> None:
     """One (R, K) matrix at full size with token labels and a colour bar."""
-    draw_heads(matrix[None], [None], rows, columns, title, path)
+    draw_heads(matrix[None], [None], rows, columns, title, path, source)
 
 
-def draw_grid(attention: AttentionMap, title: str, path: Path) -> None:
+def draw_grid(attention: AttentionMap, title: str, path: Path, source: str) -> None:
     """Every selected layer x head as small multiples without token labels, on one colour scale."""
     layers, heads, rows, columns = attention.weights.shape
     gaps = (max(1, rows // 10), max(1, columns // 10))
@@ -139,23 +145,24 @@ def draw_grid(attention: AttentionMap, title: str, path: Path) -> None:
     ax.set_yticks([i * (rows + gaps[0]) + rows / 2 - 0.5 for i in range(layers)],
                   [f"layer {layer}" for layer in attention.layers], fontsize=9, rotation=90, va="center")
     ax.tick_params(length=0)
-    _save(figure, path)
+    _save(figure, path, source)
 
 
-def draw_pictures(attention: AttentionMap, tokens: dict[str, list[str]], folder: Path) -> list[Path]:
-    """Every PNG of one kind of attention; returns their paths."""
-    rows, columns = display_tokens(tokens[attention.rows]), display_tokens(tokens[attention.columns])
+def draw_pictures(attention: AttentionMap, labels: dict[str, list[str]], folder: Path, source: str) -> list[Path]:
+    """Every PNG of one kind of attention, axes labelled with `labels` (by axis); returns their paths."""
+    rows, columns = display_tokens(labels[attention.rows]), display_tokens(labels[attention.columns])
     title = TITLES[attention.name]
     written = [folder / f"{attention.name}_grid.png"]
-    draw_grid(attention, f"{title}: layers x heads", written[0])
+    draw_grid(attention, f"{title}: layers x heads", written[0], source)
     for layer, weights in zip(attention.layers, attention.weights, strict=True):
         if attention.name == "cross":
             written.append(folder / f"cross_layer{layer}_mean.png")
-            draw_matrix(weights.mean(axis=0), rows, columns, f"{title}, layer {layer}, mean of heads", written[-1])
+            draw_matrix(weights.mean(axis=0), rows, columns, f"{title}, layer {layer}, mean of heads", written[-1],
+                        source)
             if len(attention.heads) == 1:
                 continue  # the mean is the head (an RNN's single attention)
         written.append(folder / f"{attention.name}_layer{layer}.png")
-        draw_heads(weights, attention.heads, rows, columns, f"{title}, layer {layer}", written[-1])
+        draw_heads(weights, attention.heads, rows, columns, f"{title}, layer {layer}", written[-1], source)
     return written
 
 
@@ -187,7 +194,7 @@ function current() {
   const kind = data.kinds[$("kind").value], layer = kind.weights[$("layer").value], h = +$("head").value;
   const matrix = h < kind.heads.length ? layer[h] : layer[0].map((row, r) => row.map((_, c) =>
     layer.reduce((sum, head) => sum + head[r][c], 0) / layer.length));
-  return {kind, matrix, rows: data.tokens[kind.rows], columns: data.tokens[kind.columns]};
+  return {kind, matrix, rows: data.labels[kind.rows], columns: data.labels[kind.columns]};
 }
 function colour(w, top) { return `rgba(31,119,180,${Math.min(w / top, 1).toFixed(3)})`; }
 function showRow(view, r) {
@@ -234,16 +241,16 @@ pickKind();
 """
 
 
-def page(maps: list[AttentionMap], tokens: dict[str, list[str]], title: str) -> str:
-    """The self-contained HTML view of `maps` (weights rounded to 4 decimals)."""
+def page(maps: list[AttentionMap], labels: dict[str, list[str]], title: str) -> str:
+    """The self-contained HTML view of `maps` (weights rounded to 4 decimals), tokens shown by their `labels`."""
     kinds = [{"title": TITLES[m.name], "rows": m.rows, "columns": m.columns, "layers": m.layers, "heads": m.heads,
               "weights": np.round(m.weights, 4).tolist()} for m in maps]
-    data = json.dumps({"kinds": kinds, "tokens": tokens}).replace("</", "<\\/")  # no early </script>
+    data = json.dumps({"kinds": kinds, "labels": labels}).replace("</", "<\\/")  # no early </script>
     escaped_title = title.replace("&", "&amp;").replace("<", "&lt;")
     return _PAGE.replace("__TITLE__", escaped_title).replace("__DATA__", data)
 
 
-def bertviz_pages(maps: list[AttentionMap], tokens: dict[str, list[str]]) -> dict[str, str]:
+def bertviz_pages(maps: list[AttentionMap], labels: dict[str, list[str]]) -> dict[str, str]:
     """bertviz's head and model views (file name -> HTML) when bertviz is installed, else nothing."""
     try:
         import torch
@@ -252,28 +259,29 @@ def bertviz_pages(maps: list[AttentionMap], tokens: dict[str, list[str]]) -> dic
         return {}
     by_name = {m.name: [torch.from_numpy(layer)[None] for layer in m.weights] for m in maps}  # L x (1, H, R, K)
     if "self" in by_name:
-        arguments = {"attention": by_name["self"], "tokens": tokens["input"]}
+        arguments = {"attention": by_name["self"], "tokens": labels["input"]}
     else:  # bertviz labels decoder rows with the decoder's input tokens
         arguments = {"encoder_attention": by_name.get("encoder"), "decoder_attention": by_name.get("decoder"),
-                     "cross_attention": by_name.get("cross"), "encoder_tokens": tokens["source"],
-                     "decoder_tokens": tokens["decoder_input"]}
+                     "cross_attention": by_name.get("cross"), "encoder_tokens": labels["source"],
+                     "decoder_tokens": labels["decoder_input"]}
     return {f"bertviz_{view.__name__}.html": view(**arguments, html_action="return").data
             for view in (head_view, model_view)}
 
 
-def write_all(maps: list[AttentionMap], tokens: dict[str, list[str]], description: dict, folder: Path) -> list[Path]:
-    """Every file of the module docstring into `folder`; returns their paths."""
+def write_all(maps: list[AttentionMap], tokens: dict[str, list[str]], labels: dict[str, list[str]], description: dict,
+              folder: Path) -> list[Path]:
+    """Every file of the module docstring into `folder` (`description["command"]` in every PNG); their paths."""
     written = []
     for attention in maps:
-        written += draw_pictures(attention, tokens, folder)
+        written += draw_pictures(attention, labels, folder, description["command"])
         written.append(folder / f"{attention.name}.npy")
         np.save(written[-1], attention.weights.astype(np.float32))
-    index = {**description, "tokens": tokens, "maps": {
+    index = {**description, "tokens": tokens, "labels": labels, "maps": {
         m.name: {"file": f"{m.name}.npy", "shape": list(m.weights.shape), "rows": m.rows, "columns": m.columns,
                  "layers": m.layers, "heads": m.heads} for m in maps}}
     written.append(folder / "tokens.json")
     written[-1].write_text(strict_json.dumps(index, indent=1, ensure_ascii=False))
-    pages = {"attention.html": page(maps, tokens, description.get("model", "")), **bertviz_pages(maps, tokens)}
+    pages = {"attention.html": page(maps, labels, description.get("model", "")), **bertviz_pages(maps, labels)}
     for name, html in pages.items():
         written.append(folder / name)
         written[-1].write_text(html, encoding="utf-8")

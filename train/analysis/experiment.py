@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from modeling.beam_search import BEAM_SEARCHES
-from train.analysis.attention import collect, target_ids, tokens
+from train.analysis.attention import collect, labels, target_ids
 from train.analysis.attention_plots import display_tokens, draw_matrix
 from train.metrics import load_metric
 from train.run import strict_json
@@ -88,8 +88,8 @@ def bleu_by_bucket(hypotheses: list[str], references: list[str], lengths: list[i
 
 def alignment(model, tokenizer, source: str, target: str,
               max_length: int) -> tuple[np.ndarray, list[str], list[str]] | None:
-    """(R, K) cross-attention of the last decoder layer, mean over heads, with the target tokens (rows) and
-    source tokens (columns; the source cut to its first `max_length` tokens, as `translate` cuts it); None for a
+    """(R, K) cross-attention of the last decoder layer, mean over heads, with the target tokens' labels (rows) and
+    the source tokens' (columns; the source cut to its first `max_length` tokens, as `translate` cuts it); None for a
     model without attention."""
     if getattr(model.config, "attention", "") == "none":
         return None
@@ -99,14 +99,14 @@ def alignment(model, tokenizer, source: str, target: str,
     inputs = dict(tokenizer(source, return_tensors="pt", truncation=True, max_length=max_length))
     decoder_ids, _ = target_ids(model, tokenizer, inputs, target, num_beams=1, max_new_tokens=None)
     cross = next(m for m in collect(model, inputs, decoder_ids) if m.name == "cross")
-    axes = tokens(tokenizer, inputs, decoder_ids)
+    axes = labels(tokenizer, inputs, decoder_ids)
     return cross.weights[-1].mean(axis=0), axes["target"], axes["source"]
 
 
-def draw_alignment(found: tuple[np.ndarray, list[str], list[str]], arm: str, path: Path) -> Path:
+def draw_alignment(found: tuple[np.ndarray, list[str], list[str]], arm: str, path: Path, source: str) -> Path:
     matrix, rows, columns = found
     draw_matrix(matrix, display_tokens(rows), display_tokens(columns), f"{arm}: cross-attention (target x source)",
-                path)
+                path, source)
     return path
 
 
@@ -119,7 +119,14 @@ def _pyplot():
     return plt
 
 
-def plot_loss_vs_time(arms: dict[str, dict], path: Path) -> Path:
+def _save(figure, path: Path, source: str | None) -> Path:  # `source`: the command that drew it, where known
+    figure.tight_layout()
+    figure.savefig(path, dpi=100, metadata={"Title": figure.axes[0].get_title(), "Source": source})
+    _pyplot().close(figure)
+    return path
+
+
+def plot_loss_vs_time(arms: dict[str, dict], path: Path, source: str) -> Path:
     """Validation loss of every arm against its training time (seconds, evaluation excluded)."""
     plt = _pyplot()
     figure, ax = plt.subplots(figsize=(7, 4.5))
@@ -132,13 +139,10 @@ def plot_loss_vs_time(arms: dict[str, dict], path: Path) -> Path:
     ax.set_title("Validation loss against wall-clock training time")
     ax.grid(alpha=0.3)
     ax.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return _save(figure, path, source)
 
 
-def plot_bleu_vs_length(arms: dict[str, dict], path: Path) -> Path:
+def plot_bleu_vs_length(arms: dict[str, dict], path: Path, source: str | None = None) -> Path:
     """BLEU of every arm per source-length bucket."""
     plt = _pyplot()
     figure, ax = plt.subplots(figsize=(7, 4.5))
@@ -151,10 +155,7 @@ def plot_bleu_vs_length(arms: dict[str, dict], path: Path) -> Path:
     ax.set_title("BLEU against source length")
     ax.grid(alpha=0.3)
     ax.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return _save(figure, path, source)
 
 
 def _number(value, digits: int = 1) -> str:
@@ -178,13 +179,16 @@ def results_table(arms: dict[str, dict]) -> str:
 def report_text(arms: dict[str, dict], meta: dict[str, Any]) -> str:
     sentences = ", ".join(f"{r['bucket']}: {r['sentences']}" for r in next(iter(arms.values()))["bleu_by_length"])
     pictures = "\n".join(f"- {name}: ![{name}]({arm['heatmap']})" for name, arm in arms.items() if arm["heatmap"])
+    budget = (f"{meta['max_steps']} optimizer steps per arm (no time limit: the same command gives the same losses "
+              "and BLEU)" if meta["max_steps"] else f"{meta['budget_seconds']:g} s of training time per arm "
+                                                     "(evaluation excluded)")
     return f"""# Lineage experiment: from the thought vector to attention to the Transformer
 
 Command: `{meta['command']}`
 
 Data: {meta['data']} ({meta['train_rows']} training pairs, {meta['eval_rows']} validation pairs); one BPE
 tokenizer ({meta['vocab_size']} tokens) trained once on the training pairs and shared by every arm. Budget:
-{meta['budget_seconds']:g} s of training time per arm (evaluation excluded); machine: {meta['machine']}.
+{budget}; machine: {meta['machine']}.
 
 BLEU: sacreBLEU of beam-search translations (beams: {meta['num_beams']}) of the validation set after training,
 overall and per source-length bucket (tokens uncut; sentences per bucket: {sentences}), each source cut to its
@@ -217,8 +221,8 @@ def write_report(folder: Path, arms: dict[str, dict], meta: dict[str, Any]) -> d
     paths = {"results": folder / "results.json", "loss_vs_time": folder / "loss_vs_time.png",
              "bleu_vs_length": folder / "bleu_vs_length.png", "report": folder / "report.md"}
     paths["results"].write_text(strict_json.dumps({"meta": meta, "arms": arms}, indent=2, ensure_ascii=False))
-    plot_loss_vs_time(arms, paths["loss_vs_time"])
-    plot_bleu_vs_length(arms, paths["bleu_vs_length"])
+    plot_loss_vs_time(arms, paths["loss_vs_time"], meta["command"])
+    plot_bleu_vs_length(arms, paths["bleu_vs_length"], meta["command"])
     paths["report"].write_text(report_text(arms, meta))
     return paths
 

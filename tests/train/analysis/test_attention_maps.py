@@ -6,6 +6,7 @@ untouched."""
 import json
 import random
 import re
+import shlex
 import shutil
 import subprocess
 
@@ -15,11 +16,13 @@ import pytest
 import torch
 import transformers
 from conftest import preset
+from matplotlib.font_manager import FontProperties, findfont, get_font
+from PIL import Image
 
 import modeling
 from train import attention_maps
 from train.analysis import attention_plots
-from train.analysis.attention import AttentionInputError
+from train.analysis.attention import AttentionInputError, token_labels
 from train.data.corpus import tokenizer_training_texts
 from train.data.tokenization import config_kwargs_from_tokenizer, train_tokenizer
 from train.run.run_folder import OUTPUT_RECORD, OutputDirError
@@ -119,7 +122,7 @@ def test_the_page_embeds_the_weights(folders, tmp_path):
     data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', html, re.DOTALL).group(1))
     np.testing.assert_allclose(np.array(data["kinds"][0]["weights"]), np.load(tmp_path / "maps" / "self.npy"),
                                atol=1e-4)
-    assert data["tokens"]["input"] == json.loads((tmp_path / "maps" / "tokens.json").read_text())["tokens"]["input"]
+    assert data["labels"]["input"] == json.loads((tmp_path / "maps" / "tokens.json").read_text())["labels"]["input"]
 
 
 def test_a_reference_model_folder_is_converted_and_gives_its_own_attention(tokenizers, tmp_path, capsys):
@@ -194,7 +197,7 @@ def test_the_page_script_picks_kind_layer_mean_of_heads_and_reads_a_cell(folders
     shown = json.loads(subprocess.run(["node", str(tmp_path / "page.js")], capture_output=True, text=True,
                                       check=True, timeout=60).stdout)
     mean = np.load(tmp_path / "maps" / "cross.npy")[1].mean(axis=0)  # layer 1, mean of heads
-    tokens = json.loads((tmp_path / "maps" / "tokens.json").read_text())["tokens"]
+    tokens = json.loads((tmp_path / "maps" / "tokens.json").read_text())["labels"]
     cell, value = shown["info"].rsplit(": ", 1)
     assert cell == f"{tokens['target'][0]} (row 0) -> {tokens['source'][0]} (column 0)"
     assert abs(float(value) - mean[0, 0]) < 2e-4  # the page holds weights to 4 decimals
@@ -207,7 +210,41 @@ def test_long_inputs_get_fewer_smaller_labels():
     for count in (65, 500, 4000):
         shown = attention_plots.tick_positions(count)
         assert len(shown) <= attention_plots.MAX_TICKS and shown[0] == 0 and count - shown[-1] <= count / len(shown) + 1
-    assert attention_plots.display_tokens(["▁word", "Ġword", "x" * 40]) == ["word", "word", "x" * 13 + "…"]
+    assert attention_plots.display_tokens(["word", "x" * 40]) == ["word", "x" * 13 + "…"]
+
+
+def test_labels_read_as_the_text_and_the_figures_draw_what_their_font_has(folders, tokenizers, tmp_path):
+    text = "Anna café 東京 🙂 sleeps"
+    for kind, tokenizer in tokenizers.items():
+        ids = tokenizer(text)["input_ids"]
+        labels = token_labels(tokenizer, ids)
+        assert len(labels) == len(ids)
+        if kind == "gpt":  # byte-level BPE: every character is in the vocabulary, some split over pieces
+            pieces = [re.fullmatch(r"(.+) (\d)/(\d)", label) for label in labels]
+            whole = [m.group(1) for m in pieces if m and m.group(2) == m.group(3)]
+            assert {"é", "東", "京", "🙂"} <= set(whole)  # a character's last piece, numbered n/n
+            read = "".join(m.group(1) if m else label for m, label in zip(pieces, labels, strict=True)
+                           if not m or m.group(2) == m.group(3))
+            assert read.replace("Ġ", "") == "[START]" + text.replace(" ", "") + "[EXTRACT]"
+    run(folders["gpt"], tmp_path / "maps", "--text", text)
+    index = json.loads((tmp_path / "maps" / "tokens.json").read_text())
+    ids = tokenizers["gpt"](text, add_special_tokens=False)["input_ids"]
+    assert index["tokens"]["input"] == tokenizers["gpt"].convert_ids_to_tokens(ids)  # the vocabulary's entries
+    assert index["labels"]["input"] == token_labels(tokenizers["gpt"], ids)
+    drawn = attention_plots.display_tokens(["東 1/3", "🙂", "é"])
+    font = get_font(findfont(FontProperties()))
+    assert all(font.get_char_index(ord(c)) for label in drawn for c in label if not c.isspace())
+    assert drawn[2] == "é" and re.fullmatch(r"(東|U\+6771) 1/3", drawn[0])
+
+
+def test_every_file_says_how_it_was_made(folders, tmp_path):
+    argv = ["--model", str(folders["seq2seq"]), "--text", TEXT, "--output_dir", str(tmp_path / "maps")]
+    files = attention_maps.main(argv)
+    index = json.loads((tmp_path / "maps" / "tokens.json").read_text())
+    assert index["command"] == shlex.join(["lineage", "attention-maps", *argv])
+    for png in files["png"]:
+        with Image.open(png) as image:
+            assert image.text["Source"] == index["command"] and image.text["Title"]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from itertools import pairwise
 
 import pytest
@@ -61,12 +62,34 @@ def test_quick_experiment_reports_every_arm(tmp_path):
     (["--arms", "rnn-none,rnn-none"], "--arms"),
     (["--train_file", "missing.tsv", "--validation_file", "missing.tsv"], "--train_file"),
     (["--train_file", "missing.tsv"], "--validation_file"),
+    (["--max_steps", "3", "--max_train_seconds", "5"], "--max_steps"),
 ])
 def test_bad_arguments_fail_before_training(tmp_path, argv, message):
     out = tmp_path / "report"
     with pytest.raises(ExperimentError, match=re.escape(message)):
         lineage_experiment.main(["--quick", "--output_dir", str(out), *argv])
     assert not out.exists()
+
+
+def test_a_step_budget_gives_the_same_report_twice_and_every_figure_names_its_command(tmp_path):
+    argv = ["--quick", "--max_steps", "3", "--arms", "rnn-bahdanau,transformer"]
+    first, second = (json.loads(lineage_experiment.main([*argv, "--output_dir", str(tmp_path / name)])["results"]
+                                .read_text()) for name in ("a", "b"))
+    for arm, row in first["arms"].items():
+        again = second["arms"][arm]
+        assert row["steps"] == again["steps"] == 3
+        for key in ("bleu", "bleu_by_length", "samples", "alignment"):
+            assert row[key] == again[key], (arm, key)
+        assert [loss for _, loss in row["eval_curve"]] == [loss for _, loss in again["eval_curve"]]
+        weights = row["alignment"]["weights"]  # the numbers of the heatmap: target x source, rows sum to one
+        assert len(weights) == len(row["alignment"]["rows"]) and len(weights[0]) == len(row["alignment"]["columns"])
+        assert all(abs(sum(r) - 1) < 1e-3 for r in weights)
+    assert first["meta"]["max_steps"] == 3 and "3 optimizer steps per arm" in (tmp_path / "a" / "report.md").read_text()
+    command = shlex.join(["lineage", "experiment", *argv, "--output_dir", str(tmp_path / "a")])
+    assert first["meta"]["command"] == command
+    for png in sorted((tmp_path / "a").glob("*.png")):
+        with Image.open(png) as image:
+            assert image.text["Source"] == command and image.text["Title"]
 
 
 def test_missing_validation_file_named(tmp_path):
