@@ -32,6 +32,7 @@ from train.analysis.attention import (
 )
 from train.analysis.attention_plots import write_all
 from train.cli import CommandParser, number, run_script
+from train.run.environment import versions
 from train.run.run_folder import check_writer_output, command_line, staged_output
 
 COMMAND = "attention-maps"
@@ -102,8 +103,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
         decoder_ids, generated = target_ids(model, tokenizer, inputs, args.target, args.num_beams, args.max_new_tokens)
     maps = select(collect(model, inputs, decoder_ids), args.layers, args.heads)
     command = command_line() if argv is None else shlex.join(["lineage", COMMAND, *argv])
-    description = {"command": command, "model": args.model, "architecture": type(model).__name__, "text": args.text,
-                   "text_pair": args.text_pair, "target": args.target, "target_generated": generated}
+    description = {"command": command, "versions": versions(), "model": args.model,
+                   "architecture": type(model).__name__, "text": args.text, "text_pair": args.text_pair,
+                   "target": args.target, "target_generated": generated}
     out = Path(args.output_dir)
     with staged_output(out.resolve(), COMMAND) as staging:
         written = write_all(maps, tokens(tokenizer, inputs, decoder_ids), labels(tokenizer, inputs, decoder_ids),

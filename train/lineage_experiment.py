@@ -26,6 +26,7 @@ from train.data.collators import Seq2SeqCollator
 from train.data.model_inputs import tokenize_dataset
 from train.run import run_folder
 from train.run.engine import Engine
+from train.run.environment import versions
 from train.run.recipes import Recipe, load_recipe
 from train.run.run_folder import start_run
 from train.setup.models import build_model, model_source
@@ -217,7 +218,7 @@ def run_experiment(args: argparse.Namespace, arms: list[str], budget: float, rec
               flush=True)
         results[arm] = measure_arm(arm, recipes[arm], train_rows, eval_rows, buckets, out, command)
     source, target = sentence(eval_rows, lengths, first.max_seq_length)
-    meta = {"command": command,
+    meta = {"command": command, "versions": versions(),
             "data": first.train_file or first.dataset, "train_rows": len(train_rows), "eval_rows": len(eval_rows),
             "vocab_size": len(tokenizer), "budget_seconds": budget, "max_steps": args.max_steps,
             "num_beams": first.num_beams,

@@ -242,6 +242,8 @@ def test_every_file_says_how_it_was_made(folders, tmp_path):
     files = attention_maps.main(argv)
     index = json.loads((tmp_path / "maps" / "tokens.json").read_text())
     assert index["command"] == shlex.join(["lineage", "attention-maps", *argv])
+    assert index["versions"]["torch"] == torch.__version__
+    assert index["versions"]["transformers"] == transformers.__version__
     for png in files["png"]:
         with Image.open(png) as image:
             assert image.text["Source"] == index["command"] and image.text["Title"]

@@ -8,6 +8,7 @@ import shlex
 from itertools import pairwise
 
 import pytest
+import torch
 from PIL import Image
 from transformers import AutoTokenizer
 
@@ -86,7 +87,7 @@ def test_a_step_budget_gives_the_same_report_twice_and_every_figure_names_its_co
         assert all(abs(sum(r) - 1) < 1e-3 for r in weights)
     assert first["meta"]["max_steps"] == 3 and "3 optimizer steps per arm" in (tmp_path / "a" / "report.md").read_text()
     command = shlex.join(["lineage", "experiment", *argv, "--output_dir", str(tmp_path / "a")])
-    assert first["meta"]["command"] == command
+    assert first["meta"]["command"] == command and first["meta"]["versions"]["torch"] == torch.__version__
     for png in sorted((tmp_path / "a").glob("*.png")):
         with Image.open(png) as image:
             assert image.text["Source"] == command and image.text["Title"]
