@@ -105,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
     command = command_line() if argv is None else shlex.join(["lineage", COMMAND, *argv])
     description = {"command": command, "versions": versions(), "model": args.model,
                    "architecture": type(model).__name__, "text": args.text, "text_pair": args.text_pair,
-                   "target": args.target, "target_generated": generated}
+                   "target": args.target, "target_generated": generated,
+                   "always_labelled": [t for t in tokenizer.all_special_tokens if t != tokenizer.unk_token]}
     out = Path(args.output_dir)
     with staged_output(out.resolve(), COMMAND) as staging:
         written = write_all(maps, tokens(tokenizer, inputs, decoder_ids), labels(tokenizer, inputs, decoder_ids),

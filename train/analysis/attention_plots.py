@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -49,14 +50,17 @@ def font_size(count: int) -> float:
     return float(np.clip(_panel_side(count) / shown * 72 * 0.8, 4, 11))
 
 
-def tick_positions(count: int) -> list[int]:
-    """Every token up to `MAX_TICKS`, else every k-th."""
-    return list(range(0, count, math.ceil(count / MAX_TICKS)))
+def tick_positions(count: int, marked: Sequence[int] = ()) -> list[int]:
+    """Every token up to `MAX_TICKS`, else every k-th, and each of `marked` (special tokens: the [SEP] between two
+    segments) in place of the k-th ones less than k away from it."""
+    stride = math.ceil(count / MAX_TICKS)
+    regular = [t for t in range(0, count, stride) if all(abs(t - m) >= stride for m in marked)]
+    return sorted({*regular, *marked})
 
 
-def _label_inches(labels: list[str]) -> float:
+def _label_inches(labels: list[str], marked: Sequence[int]) -> float:
     """Room for the widest label drawn (about 0.6 em a character)."""
-    widest = max((len(labels[i]) for i in tick_positions(len(labels))), default=0)
+    widest = max((len(labels[i]) for i in tick_positions(len(labels), marked)), default=0)
     return widest * font_size(len(labels)) * 0.6 / 72 + 0.15
 
 
@@ -106,17 +110,19 @@ def _save(figure: Figure, path: Path, source: str) -> None:
 
 
 def draw_heads(weights: np.ndarray, heads: list[int | None], rows: list[str], columns: list[str], title: str,
-               path: Path, source: str) -> None:
+               path: Path, source: str, marked: tuple[Sequence[int], Sequence[int]] = ((), ())) -> None:
     """The (H, R, K) heads of one layer (or one matrix: H = 1, head None), each at full size, four a row;
-    token labels left of every row of heads and above the first."""
+    token labels left of every row of heads and above the first (`marked`: rows and columns always labelled)."""
     per_row, (count, n_rows, n_columns) = min(len(heads), 4), weights.shape
     panel = (_panel_side(n_columns), _panel_side(n_rows))
     gaps = (math.ceil(0.45 * n_rows / panel[1]), math.ceil(0.3 * n_columns / panel[0]))  # room for "head h"
-    figure, ax = _draw(weights, per_row, gaps, panel, (_label_inches(rows) + 0.2, _label_inches(columns) + 0.6), title)
+    figure, ax = _draw(weights, per_row, gaps, panel, (_label_inches(rows, marked[0]) + 0.2,
+                                                        _label_inches(columns, marked[1]) + 0.6), title)
     blocks = (math.ceil(count / per_row), per_row)
-    for axis, labels, blocks_along, pitch, rotation in ((ax.yaxis, rows, blocks[0], n_rows + gaps[0], 0),
-                                                        (ax.xaxis, columns, blocks[1], n_columns + gaps[1], 90)):
-        positions = tick_positions(len(labels))
+    for axis, labels, always, blocks_along, pitch, rotation in (
+            (ax.yaxis, rows, marked[0], blocks[0], n_rows + gaps[0], 0),
+            (ax.xaxis, columns, marked[1], blocks[1], n_columns + gaps[1], 90)):
+        positions = tick_positions(len(labels), always)
         axis.set_ticks([b * pitch + i for b in range(blocks_along) for i in positions])
         axis.set_ticklabels([labels[i] for _ in range(blocks_along) for i in positions],
                             fontsize=font_size(len(labels)), rotation=rotation)
@@ -129,9 +135,9 @@ def draw_heads(weights: np.ndarray, heads: list[int | None], rows: list[str], co
 
 
 def draw_matrix(matrix: np.ndarray, rows: list[str], columns: list[str], title: str, path: Path,
-                source: str) -> None:
+                source: str, marked: tuple[Sequence[int], Sequence[int]] = ((), ())) -> None:
     """One (R, K) matrix at full size with token labels and a colour bar."""
-    draw_heads(matrix[None], [None], rows, columns, title, path, source)
+    draw_heads(matrix[None], [None], rows, columns, title, path, source, marked)
 
 
 def draw_grid(attention: AttentionMap, title: str, path: Path, source: str) -> None:
@@ -148,9 +154,12 @@ def draw_grid(attention: AttentionMap, title: str, path: Path, source: str) -> N
     _save(figure, path, source)
 
 
-def draw_pictures(attention: AttentionMap, labels: dict[str, list[str]], folder: Path, source: str) -> list[Path]:
-    """Every PNG of one kind of attention, axes labelled with `labels` (by axis); returns their paths."""
+def draw_pictures(attention: AttentionMap, labels: dict[str, list[str]], marked: dict[str, list[int]], folder: Path,
+                  source: str) -> list[Path]:
+    """Every PNG of one kind of attention, axes labelled with `labels` (by axis; `marked`: positions always
+    labelled); returns their paths."""
     rows, columns = display_tokens(labels[attention.rows]), display_tokens(labels[attention.columns])
+    always = (marked[attention.rows], marked[attention.columns])
     title = TITLES[attention.name]
     written = [folder / f"{attention.name}_grid.png"]
     draw_grid(attention, f"{title}: layers x heads", written[0], source)
@@ -158,11 +167,11 @@ def draw_pictures(attention: AttentionMap, labels: dict[str, list[str]], folder:
         if attention.name == "cross":
             written.append(folder / f"cross_layer{layer}_mean.png")
             draw_matrix(weights.mean(axis=0), rows, columns, f"{title}, layer {layer}, mean of heads", written[-1],
-                        source)
+                        source, always)
             if len(attention.heads) == 1:
                 continue  # the mean is the head (an RNN's single attention)
         written.append(folder / f"{attention.name}_layer{layer}.png")
-        draw_heads(weights, attention.heads, rows, columns, f"{title}, layer {layer}", written[-1], source)
+        draw_heads(weights, attention.heads, rows, columns, f"{title}, layer {layer}", written[-1], source, always)
     return written
 
 
@@ -271,9 +280,10 @@ def bertviz_pages(maps: list[AttentionMap], labels: dict[str, list[str]]) -> dic
 def write_all(maps: list[AttentionMap], tokens: dict[str, list[str]], labels: dict[str, list[str]], description: dict,
               folder: Path) -> list[Path]:
     """Every file of the module docstring into `folder` (`description["command"]` in every PNG); their paths."""
-    written = []
+    written, special = [], set(description["always_labelled"])
+    marked = {axis: [i for i, token in enumerate(entries) if token in special] for axis, entries in tokens.items()}
     for attention in maps:
-        written += draw_pictures(attention, labels, folder, description["command"])
+        written += draw_pictures(attention, labels, marked, folder, description["command"])
         written.append(folder / f"{attention.name}.npy")
         np.save(written[-1], attention.weights.astype(np.float32))
     index = {**description, "tokens": tokens, "labels": labels, "maps": {

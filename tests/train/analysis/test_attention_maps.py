@@ -211,6 +211,11 @@ def test_long_inputs_get_fewer_smaller_labels():
         shown = attention_plots.tick_positions(count)
         assert len(shown) <= attention_plots.MAX_TICKS and shown[0] == 0 and count - shown[-1] <= count / len(shown) + 1
     assert attention_plots.display_tokens(["word", "x" * 40]) == ["word", "x" * 13 + "…"]
+    for count, marked in ((40, [5]), (129, [0, 64, 128]), (512, [0, 255, 256, 511])):  # [CLS] a [SEP] b [SEP]
+        shown, stride = attention_plots.tick_positions(count, marked), -(-count // attention_plots.MAX_TICKS)
+        assert set(marked) <= set(shown) and shown == sorted(set(shown)) and len(shown) <= attention_plots.MAX_TICKS
+        gaps = [b - a for a, b in zip(shown, shown[1:]) if not {a, b} <= set(marked)]
+        assert min(gaps) >= stride  # a special token takes the place of its neighbours: the labels keep their room
 
 
 def test_labels_read_as_the_text_and_the_figures_draw_what_their_font_has(folders, tokenizers, tmp_path):
