@@ -14,7 +14,6 @@ decoder. The files written (`train.analysis.attention_plots`) go through a tempo
 from __future__ import annotations
 
 import argparse
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from train.analysis.attention import (
 from train.analysis.attention_plots import write_all
 from train.cli import CommandParser, number, run_script
 from train.run.environment import versions
-from train.run.run_folder import check_writer_output, command_line, staged_output
+from train.run.run_folder import check_writer_output, command_of, staged_output
 
 COMMAND = "attention-maps"
 OLD_FLAGS = {"--revision": "--model_revision", "--text-pair": "--text_pair", "--num-beams": "--num_beams",
@@ -102,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, list[Path]]:
     if is_seq2seq(model):
         decoder_ids, generated = target_ids(model, tokenizer, inputs, args.target, args.num_beams, args.max_new_tokens)
     maps = select(collect(model, inputs, decoder_ids), args.layers, args.heads)
-    command = command_line() if argv is None else shlex.join(["lineage", COMMAND, *argv])
+    command = command_of(COMMAND, argv)
     description = {"command": command, "versions": versions(), "model": args.model,
                    "architecture": type(model).__name__, "text": args.text, "text_pair": args.text_pair,
                    "target": args.target, "target_generated": generated,

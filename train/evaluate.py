@@ -17,7 +17,6 @@ import datetime
 import json
 import math
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,7 +29,7 @@ from train.analysis.model_scores import pseudo_perplexity, score_translator
 from train.cli import CommandParser, number, run_script
 from train.run.environment import accelerator_on, device_refusal, versions
 from train.run.publish import pipeline_tag, public_name
-from train.run.run_folder import check_writer_output, staged_output
+from train.run.run_folder import check_writer_output, command_of, staged_output
 from train.setup.models import HUB_ID, load_backbone, missing_config_hint
 from train.setup.splits import check_sequence_room
 
@@ -742,10 +741,11 @@ def write_outputs(folder: Path, report: dict[str, Any], baseline: dict[str, Any]
         if predictions is not None:
             evaluation_report.write_predictions(staging, predictions)
         if report["scores"]:  # none: predictions of unlabelled data alone
-            evaluation_report.plot_scores(report["scores"], report["model"], staging / "scores.png", baseline)
+            evaluation_report.plot_scores(report["scores"], report["model"], staging / "scores.png", baseline,
+                                          report["command"])
         if "translation" in report:
             evaluation_report.plot_bleu_by_length(report["translation"]["bleu_by_length"], report["model"],
-                                                  staging / "bleu_by_length.png", baseline)
+                                                  staging / "bleu_by_length.png", baseline, report["command"])
 
 
 def card_dataset(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, str] | None:
@@ -780,7 +780,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     report = {"model": args.model, "model_revision": args.model_revision, "architecture": architecture,
               "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
               **score(args, kind, architecture, family, config),
-              "versions": versions(), "command": ["lineage", COMMAND, *(sys.argv[1:] if argv is None else argv)]}
+              "versions": versions(), "command": command_of(COMMAND, argv)}
     predictions = report.pop("predictions", None)
     if args.write_card and not report["scores"]:
         raise EvaluateError(f"--write_card true: --dataset {args.dataset} has no labels, so nothing is scored (the "

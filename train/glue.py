@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import traceback
 import zipfile
 from collections.abc import Sequence
@@ -404,7 +403,7 @@ def run_glue(args: argparse.Namespace, keys: list[str], chosen: dict[str, Recipe
             except Exception as error:  # its figures stand; the summary says why it has no files
                 unpredicted[name] = _failure(error)
                 print(f"== {name}: no test predictions: {unpredicted[name]}", flush=True)
-    command = run_folder.command_line() if args.argv is None else shlex.join(["lineage", COMMAND, *args.argv])
+    command = run_folder.command_of(COMMAND, args.argv)
     summary = {"command": command, "model": args.model, "recipe": args.recipe, "data": args.data_dir or DATASET,
                "tasks": rows,
                "average": glue_average(rows), "averaged_tasks": [n for n, row in rows.items() if "score" in row],

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -211,7 +210,7 @@ def run_experiment(args: argparse.Namespace, arms: list[str], budget: float, rec
     if cut:
         print(experiment.cut_note(first.validation_file or first.dataset, cut, len(lengths), first.max_seq_length,
                                   "max_seq_length, as training cut them"), flush=True)
-    command = run_folder.command_line() if args.argv is None else shlex.join(["lineage", COMMAND, *args.argv])
+    command = run_folder.command_of(COMMAND, args.argv)
     results = {}
     for arm in arms:
         print(f"== {arm}: " + (f"{args.max_steps} steps" if args.max_steps else f"{budget:g} s") + " of training",

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import datasets
 import pytest
 import torch
 from conftest import model_folder
+from PIL import Image
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling import (
@@ -132,7 +134,8 @@ def test_write_card_changes_only_the_card_and_compare_draws_the_baseline(gpt, tm
     evaluation_report.write_results(baseline / "results.json", {"model": "older", "scores": {
         "lineage_cloze": {"acc": 0.5}}})
     drawn = []
-    monkeypatch.setattr(evaluation_report, "plot_scores", lambda scores, name, path, base=None: drawn.append(base))
+    monkeypatch.setattr(evaluation_report, "plot_scores",
+                        lambda scores, name, path, base=None, source=None: drawn.append(base))
     before = fingerprints(gpt)
     evaluate.main(["--model", str(gpt), "--tasks", "lineage_cloze", "--limit", "2", "--output_dir",
                    str(tmp_path / "eval"), "--write_card", "true", "--compare", str(baseline)])
@@ -254,8 +257,9 @@ def test_without_lm_eval_the_message_names_the_extra(gpt, tmp_path, monkeypatch)
 @pytest.mark.parametrize("beam_search", ["transformers", "gnmt"])
 def test_a_translation_model_is_scored_with_sacrebleu_and_chrf(tmp_path, beam_search):
     folder = model_folder(tmp_path, "transformer", LineageTransformerForConditionalGeneration, 300)
-    out = evaluate.main(["--model", str(folder), "--eval_size", "6", "--num_beams", "2", "--length_penalty", "0.7",
-                         "--max_new_tokens", "5", "--beam_search", beam_search, "--output_dir", str(tmp_path / "eval")])
+    argv = ["--model", str(folder), "--eval_size", "6", "--num_beams", "2", "--length_penalty", "0.7",
+            "--max_new_tokens", "5", "--beam_search", beam_search, "--output_dir", str(tmp_path / "eval")]
+    out = evaluate.main(argv)
     report = json.loads((out / "results.json").read_text())
     rows = generate_records("translation", "test", seed=42, size=6)  # a run's default seed
     model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)
@@ -266,7 +270,8 @@ def test_a_translation_model_is_scored_with_sacrebleu_and_chrf(tmp_path, beam_se
     assert report["translation"]["bleu_signature"] == expected["bleu_signature"]
     assert report["translation"]["length_penalty"] == 0.7 and report["translation"]["beam_search"] == beam_search
     assert sum(r["sentences"] for r in report["translation"]["bleu_by_length"]) == 6
-    assert (out / "bleu_by_length.png").stat().st_size > 0
+    with Image.open(out / "bleu_by_length.png") as image:  # the command, as results.json records it
+        assert image.text["Source"] == report["command"] == shlex.join(["lineage", "evaluate", *argv])
 
 
 def test_a_max_seq_length_that_leaves_no_text_beside_the_template_is_refused_before_the_model_loads(tmp_path):

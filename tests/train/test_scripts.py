@@ -10,6 +10,7 @@ import torch
 import transformers
 import yaml
 from conftest import run_clean_process
+from PIL import Image
 
 from train import evaluate, finetune, pretrain_bert, pretrain_gpt, train_translation
 from train.data.corpus import generate_records
@@ -50,6 +51,8 @@ def test_output_folder_holds_model_code_tokenizer_recipe_card_and_logs(runs):
     assert all(r["lr"] >= 0 for r in records if "lr" in r)
     assert list((run_dir / "logs" / "lineage").rglob("events.out.tfevents*"))
     assert (run_dir / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
+    with Image.open(run_dir / "loss_curve.png") as image:  # the run's command, as its run.json records it
+        assert image.text["Source"] == json.loads((run_dir / "run.json").read_text())["command"]
     assert results["steps"] == 6 and results["train_loss"] > 0
     recorded = json.loads((folder / "results.json").read_text())["versions"]
     assert recorded == versions() and recorded["transformers"] == transformers.__version__

@@ -21,6 +21,7 @@ from matplotlib.font_manager import FontProperties, findfont, get_font
 
 from train.analysis.attention import AttentionMap
 from train.run import strict_json
+from train.run.figures import save_figure
 
 MAX_TICKS = 64
 MAX_LABEL_CHARS = 14
@@ -102,13 +103,6 @@ def _draw(weights: np.ndarray, per_row: int, gaps: tuple[int, int], panel: tuple
     return figure, ax
 
 
-def _save(figure: Figure, path: Path, source: str) -> None:
-    """The PNG, its title and `source` (the command that drew it) in its metadata (PIL: `Image.open(path).text`)."""
-    title = figure.get_suptitle()
-    figure.savefig(path, dpi=DPI, metadata={"Title": title, "Source": source},
-                   pil_kwargs={"compress_level": 1})  # zlib's default level 6: a third of the time
-
-
 def draw_heads(weights: np.ndarray, heads: list[int | None], rows: list[str], columns: list[str], title: str,
                path: Path, source: str, marked: tuple[Sequence[int], Sequence[int]] = ((), ())) -> None:
     """The (H, R, K) heads of one layer (or one matrix: H = 1, head None), each at full size, four a row;
@@ -131,7 +125,7 @@ def draw_heads(weights: np.ndarray, heads: list[int | None], rows: list[str], co
         if head is not None:
             x = n % per_row * (n_columns + gaps[1]) + n_columns / 2 - 0.5
             ax.text(x, n // per_row * (n_rows + gaps[0]) + n_rows - 0.4, f"head {head}", ha="center", va="top")
-    _save(figure, path, source)
+    save_figure(figure, path, source, DPI)
 
 
 def draw_matrix(matrix: np.ndarray, rows: list[str], columns: list[str], title: str, path: Path,
@@ -151,7 +145,7 @@ def draw_grid(attention: AttentionMap, title: str, path: Path, source: str) -> N
     ax.set_yticks([i * (rows + gaps[0]) + rows / 2 - 0.5 for i in range(layers)],
                   [f"layer {layer}" for layer in attention.layers], fontsize=9, rotation=90, va="center")
     ax.tick_params(length=0)
-    _save(figure, path, source)
+    save_figure(figure, path, source, DPI)
 
 
 def draw_pictures(attention: AttentionMap, labels: dict[str, list[str]], marked: dict[str, list[int]], folder: Path,

@@ -23,6 +23,7 @@ import yaml
 
 from train.analysis.experiment import plot_bleu_vs_length
 from train.run import strict_json
+from train.run.figures import pyplot, save_figure
 from train.run.publish import figure, index_metrics, read_card_metadata
 from train.run.run_folder import RECORD, record_files
 
@@ -46,31 +47,20 @@ def read_baseline(folder: str) -> dict[str, Any]:
     return results
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def label(model: str) -> str:
     """A model's name on a plot: a run's `<output_dir>/model` by its run folder, any other by its last part."""
     path = Path(model)
     return path.parent.name if path.name == "model" and path.parent.name else path.name or model
 
 
-def plot_scores(scores: dict[str, dict[str, float]], name: str, path: Path,
-                baseline: dict[str, Any] | None = None) -> Path:
-    """A bar panel per (task, metric): this model's value and, where it has the same figure, the baseline's; an
-    undefined figure (NaN, or null in the baseline's results.json) has no bar and is labelled so."""
+def plot_scores(scores: dict[str, dict[str, float]], name: str, path: Path, baseline: dict[str, Any] | None = None,
+                source: str | None = None) -> Path:
+    """A bar per (task, metric) of this model and, where it has the figure, the baseline; NaN is labelled undefined."""
     panels = [(task, metric) for task, figures in scores.items() for metric in figures]
     other = (baseline or {}).get("scores", {})
-    plt = _pyplot()
     columns = min(len(panels), 3)
     rows = -(-len(panels) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.8 * rows), squeeze=False)
+    fig, axes = pyplot().subplots(rows, columns, figsize=(3.4 * columns, 2.8 * rows), squeeze=False)
     for ax, (task, metric) in zip(axes.flat, panels):
         labels, values = [name], [scores[task][metric]]
         if metric in other.get(task, {}):
@@ -87,18 +77,17 @@ def plot_scores(scores: dict[str, dict[str, float]], name: str, path: Path,
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, source)
 
 
-def plot_bleu_by_length(rows: list[dict], name: str, path: Path, baseline: dict[str, Any] | None = None) -> Path:
+def plot_bleu_by_length(rows: list[dict], name: str, path: Path, baseline: dict[str, Any] | None = None,
+                        source: str | None = None) -> Path:
     """BLEU per source-length bucket, the baseline's beside it where it was scored on the same buckets."""
     arms = {label(name): {"bleu_by_length": rows}}
     theirs = ((baseline or {}).get("translation") or {}).get("bleu_by_length")
     if theirs and [r["bucket"] for r in theirs] == [r["bucket"] for r in rows]:
         arms[label(baseline["model"])] = {"bleu_by_length": theirs}
-    return plot_bleu_vs_length(arms, path)
+    return plot_bleu_vs_length(arms, path, source)
 
 
 def write_results(path: Path, results: dict[str, Any]) -> Path:

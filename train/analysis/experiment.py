@@ -22,6 +22,7 @@ from train.analysis.attention import collect, labels, target_ids
 from train.analysis.attention_plots import display_tokens, draw_matrix
 from train.metrics import load_metric
 from train.run import strict_json
+from train.run.figures import pyplot, save_figure
 
 
 def translate(model, tokenizer, sources: list[str], num_beams: int, max_new_tokens: int,
@@ -110,26 +111,9 @@ def draw_alignment(found: tuple[np.ndarray, list[str], list[str]], arm: str, pat
     return path
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(figure, path: Path, source: str | None) -> Path:  # `source`: the command that drew it, where known
-    figure.tight_layout()
-    figure.savefig(path, dpi=100, metadata={"Title": figure.axes[0].get_title(), "Source": source})
-    _pyplot().close(figure)
-    return path
-
-
 def plot_loss_vs_time(arms: dict[str, dict], path: Path, source: str) -> Path:
     """Validation loss of every arm against its training time (seconds, evaluation excluded)."""
-    plt = _pyplot()
-    figure, ax = plt.subplots(figsize=(7, 4.5))
+    figure, ax = pyplot().subplots(figsize=(7, 4.5))
     for name, arm in arms.items():
         points = arm["eval_curve"]
         if points:
@@ -139,13 +123,13 @@ def plot_loss_vs_time(arms: dict[str, dict], path: Path, source: str) -> Path:
     ax.set_title("Validation loss against wall-clock training time")
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(figure, path, source)
+    figure.tight_layout()
+    return save_figure(figure, path, source)
 
 
 def plot_bleu_vs_length(arms: dict[str, dict], path: Path, source: str | None = None) -> Path:
     """BLEU of every arm per source-length bucket."""
-    plt = _pyplot()
-    figure, ax = plt.subplots(figsize=(7, 4.5))
+    figure, ax = pyplot().subplots(figsize=(7, 4.5))
     for name, arm in arms.items():
         rows = arm["bleu_by_length"]
         ax.plot([r["bucket"] for r in rows], [r["bleu"] if r["bleu"] is not None else np.nan for r in rows], "o-",
@@ -155,7 +139,8 @@ def plot_bleu_vs_length(arms: dict[str, dict], path: Path, source: str | None = 
     ax.set_title("BLEU against source length")
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(figure, path, source)
+    figure.tight_layout()
+    return save_figure(figure, path, source)
 
 
 def _number(value, digits: int = 1) -> str:

@@ -46,9 +46,8 @@ class LabelAlignmentError(RowError):
 # ----------------------------------------------------------------------------- causal-LM packing, NSP pairs
 
 def ended_documents(sequences: Iterable[Sequence[int]], separator_id: int) -> Iterator[list[int]]:
-    """Each document's ids followed by ``separator_id``; a document of no tokens (a blank line of a ``.txt`` file read
-    a row per line, an empty text, WikiText's empty rows) gives nothing, no lone separator, as transformers'
-    ``run_clm.py`` concatenates nothing for it."""
+    """Each document's ids followed by ``separator_id``; a document of no tokens (a blank line, an empty text) gives
+    nothing, as transformers' ``run_clm.py`` concatenates nothing for it."""
     return ([*ids, separator_id] for ids in sequences if len(ids))
 
 

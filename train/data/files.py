@@ -131,8 +131,7 @@ def _is_pattern(source: str | Path) -> bool:
 
 
 def pattern_files(pattern: str | Path) -> list[Path] | None:
-    """The files `pattern` matches, sorted, as datasets' `data_files=` reads them: files only, hidden ones left out;
-    None where it is no pattern (`_is_pattern`)."""
+    """The files `pattern` matches as datasets' `data_files=` reads them (None: no pattern, `_is_pattern`)."""
     if not _is_pattern(pattern):
         return None
     return sorted(Path(p) for p in glob.glob(str(Path(pattern).expanduser()), recursive=True) if Path(p).is_file())

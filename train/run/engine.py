@@ -310,7 +310,8 @@ class Engine:
         finally:
             bar.close()
         if self.accelerator.is_main_process:
-            publish.plot_loss_curve(self.log.history, self.output_dir / "loss_curve.png", self.output_dir.name)
+            publish.plot_loss_curve(self.log.history, self.output_dir / "loss_curve.png", self.output_dir.name,
+                                    run_folder.command_line())
             self.run.record("loss_curve.png", "logs")
         return self._summary(start_step, wall, metrics)
 

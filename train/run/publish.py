@@ -20,6 +20,7 @@ from accelerate import Accelerator
 from train.run import strict_json
 from train.run.distributed import unsharded
 from train.run.environment import versions
+from train.run.figures import pyplot, save_figure
 from train.run.recipes import PATH_KEYS, RecipeError, reads
 from train.run.run_folder import RECORD, staged_output
 
@@ -248,16 +249,11 @@ def read_card_metadata(path: str | Path) -> dict[str, Any]:
     return yaml.safe_load(text.split("---\n", 2)[1])
 
 
-def plot_loss_curve(history: list[dict], path: Path, title: str) -> Path:
+def plot_loss_curve(history: list[dict], path: Path, title: str, source: str | None = None) -> Path:
     """Training loss per step and evaluation loss, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     train = [(h["step"], h["loss"]) for h in history if "loss" in h]
     evals = [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h]
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = pyplot().subplots(figsize=(6, 4))
     if train:
         ax.plot(*zip(*train), label="train loss", linewidth=1)
     if evals:
@@ -268,9 +264,7 @@ def plot_loss_curve(history: list[dict], path: Path, title: str) -> Path:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, source)
 
 
 def save_run(accelerator: Accelerator, model, recipe, tokenizer=None, results: dict[str, Any] | None = None,

@@ -18,7 +18,7 @@ import shlex
 import shutil
 import socket
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -463,6 +463,11 @@ def command_line() -> str:
     return shlex.join(words)
 
 
+def command_of(command: str, argv: Sequence[str] | None) -> str:
+    """How `lineage <command>` was run: `command_line`, or with `argv` where called from Python."""
+    return command_line() if argv is None else shlex.join(["lineage", command, *argv])
+
+
 def _write_record(folder: Path, recipe) -> None:
     inputs = {key: str(Path(value).resolve()) for key, value in run_inputs(recipe).items()}
     _write_json(folder / RECORD, {"recipe_sha256": recipe_hash(recipe), "started": _now(), "pid": os.getpid(),
@@ -624,5 +629,5 @@ def _release_lock(folder: Path) -> None:
 
 
 __all__ = ["LOCK", "OUTPUT_RECORD", "OutputDirError", "RECORD", "RUN_FILES", "Run", "check_output_dir",
-           "check_writer_file", "check_writer_output", "claim", "command_line", "join", "output_in_place",
-           "recipe_hash", "record_files", "run_inputs", "staged_output", "write_output_json"]
+           "check_writer_file", "check_writer_output", "claim", "command_line", "command_of", "join",
+           "output_in_place", "recipe_hash", "record_files", "run_inputs", "staged_output", "write_output_json"]
