@@ -60,6 +60,11 @@ def apply_attention_mask(scores: torch.Tensor, attention_mask: torch.Tensor | No
     return scores + attention_mask
 
 
+def relative_table(embedding: nn.Embedding, device: torch.device) -> torch.Tensor:
+    """The (2k+1, D) table, read in its module's call, where accelerate's offload (`device_map`) has loaded it."""
+    return embedding(torch.arange(embedding.num_embeddings, device=device))
+
+
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -76,13 +81,13 @@ def eager_attention_forward(
     scores = torch.matmul(query, key.transpose(2, 3))  # (B, H, T, S)
     index = relative_position_index[:, None] if relative_position_index is not None else None  # (B|1, 1, T, S)
     if index is not None:
-        scores = scores + relative_key_scores(query, index, module.relative_keys.weight)
+        scores = scores + relative_key_scores(query, index, relative_table(module.relative_keys, query.device))
     scores = apply_attention_mask(scores * scaling, attention_mask, module.is_causal)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     probs = nn.functional.dropout(probs, p=dropout, training=module.training)
     output = torch.matmul(probs, value)  # (B, H, T, D)
     if index is not None and module.relative_values is not None:
-        output = output + relative_value_term(probs, index, module.relative_values.weight)
+        output = output + relative_value_term(probs, index, relative_table(module.relative_values, query.device))
     return output.transpose(1, 2).contiguous(), probs  # (B, T, H, D)
 
 
@@ -99,7 +104,8 @@ def sdpa_relative_keys_forward(
 ) -> tuple[torch.Tensor, None]:
     """Keys-only relative attention through SDPA: `q_i a^K_ij^T * scaling` is an additive bias, merged with the
     mask into SDPA's float `attn_mask`, so `softmax(Q K^T * scaling + bias + mask) V` runs in the fused kernel."""
-    bias = relative_key_scores(query, relative_position_index[:, None], module.relative_keys.weight) * scaling
+    table = relative_table(module.relative_keys, query.device)  # (2k+1, D)
+    bias = relative_key_scores(query, relative_position_index[:, None], table) * scaling
     bias = apply_attention_mask(bias, attention_mask, module.is_causal)  # (B, H, T, S)
     return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, bias, scaling=scaling, dropout=dropout, **kwargs)
 
@@ -170,7 +176,8 @@ class LineageAttention(nn.Module):
         query = self._heads(self.q_proj(hidden_states))  # (B, H, T, D)
         key, value = self._key_value(hidden_states, key_value_states, cache)
         if self.relative_keys is not None:
-            kwargs["relative_position_index"] = self._relative_index(relative_position_index, length, key.shape[2])
+            kwargs["relative_position_index"] = self._relative_index(relative_position_index, length, key.shape[2],
+                                                                      query.device)
         output, weights = self._kernel(output_attentions, "packed_sequences" in kwargs)(
             self, query, key, value, attention_mask,
             scaling=self.scaling, dropout=self.dropout if self.training else 0.0, **kwargs,
@@ -190,11 +197,12 @@ class LineageAttention(nn.Module):
             return sdpa_relative_keys_forward if keys_only else eager_attention_forward
         return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
 
-    def _relative_index(self, index: torch.Tensor | None, length: int, total: int) -> torch.Tensor:
+    def _relative_index(self, index: torch.Tensor | None, length: int, total: int,
+                        device: torch.device) -> torch.Tensor:
         """The model's (B or 1, T, S) distance rows, else those of consecutive positions; padded with row 0 over the
         empty (masked) slots of a static cache, whose keys are longer than the tokens seen so far."""
         if index is None:
-            positions = torch.arange(total, device=self.relative_keys.weight.device)[None]  # (1, S)
+            positions = torch.arange(total, device=device)[None]  # (1, S)
             index = relative_position_index(positions[:, total - length:], positions, self.config.max_relative_position)
         if index.shape[-1] < total:
             index = nn.functional.pad(index, (0, total - index.shape[-1]))

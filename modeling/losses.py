@@ -48,13 +48,13 @@ def skips_logits(model: nn.Module, head: nn.Module, labels: torch.Tensor | None,
     """Whether a head computes its loss with `lm_head_loss` and returns `logits=None`. `return_logits` None follows the
     mode, as Liger's integration does: a training forward with `labels` skips the logits, eval mode gets them; True
     always returns them; False skips them in eval mode too and needs `labels`. A wrapped output layer (PEFT, quantised)
-    takes the dense path, and so does one whose weight DeepSpeed ZeRO-3 partitions (its `ds_id`): only a call of the
-    layer gathers it."""
+    takes the dense path, as does one whose weight ZeRO-3 partitions (`ds_id`) or accelerate offloads (a `meta`
+    placeholder): only a call of the layer gathers or loads it."""
     if return_logits is False and labels is None:
         raise ValueError("`return_logits=False` skips the logits to compute the loss without them: it needs `labels`.")
     if labels is None or return_logits or (return_logits is None and not model.training):
         return False
-    return type(head) in (nn.Linear, LineageLinear) and not hasattr(head.weight, "ds_id")
+    return type(head) in (nn.Linear, LineageLinear) and not hasattr(head.weight, "ds_id") and not head.weight.is_meta
 
 
 def sequence_classification_loss(model: nn.Module, labels: torch.Tensor | None,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 from transformers.cache_utils import Cache
 from transformers.initialization import uniform_, zeros_
 from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
@@ -131,19 +131,36 @@ def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x.gather(1, index.view(*index.shape, *[1] * (x.dim() - 2)).expand_as(x))
 
 
+class CellSteps:
+    """`nn.GRU` / `nn.LSTM`'s call, which runs `cell_rnn` for one position, under compile or with a (B, T) `mask`;
+    the weights read inside the module's call, where accelerate's offload (`device_map`) has loaded them."""
+
+    def forward(self, input, hx=None, mask: torch.Tensor | None = None):
+        # the fused kernel's fixed cost dominates a single step; Dynamo traces neither it nor packed sequences
+        if isinstance(input, PackedSequence) or (
+                mask is None and input.shape[1] > 1 and not torch.compiler.is_compiling()):
+            return super().forward(input, hx)
+        outputs, state = cell_rnn(self, input, hx if isinstance(hx, tuple) else (hx,), mask)
+        return outputs, state if isinstance(self, nn.LSTM) else state[0]
+
+
+class LineageGRU(CellSteps, nn.GRU):
+    pass
+
+
+class LineageLSTM(CellSteps, nn.LSTM):
+    pass
+
+
 def make_rnn(config: LineageRnnConfig, input_size: int, hidden_size: int, num_layers: int,
              bidirectional: bool = False) -> nn.RNNBase:
-    cell = nn.GRU if config.cell == "gru" else nn.LSTM
+    cell = LineageGRU if config.cell == "gru" else LineageLSTM
     dropout = config.hidden_dropout_prob if num_layers > 1 else 0.0
     return cell(input_size, hidden_size, num_layers, batch_first=True, dropout=dropout, bidirectional=bidirectional)
 
 
 def run_rnn(rnn: nn.RNNBase, inputs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-    """A stacked GRU or LSTM over (B, T, input) from `state` (returned as a tuple): the fused kernel over several
-    positions, the cell functions for one position or under compile (the fused kernel's fixed cost dominates a single
-    step)."""
-    if inputs.shape[1] == 1 or torch.compiler.is_compiling():
-        return cell_rnn(rnn, inputs, state)
+    """A stacked GRU or LSTM over (B, T, input) from `state`, the state taken and returned as a tuple."""
     outputs, new_state = rnn(inputs, state if isinstance(rnn, nn.LSTM) else state[0])
     return outputs, new_state if isinstance(new_state, tuple) else (new_state,)
 
@@ -285,7 +302,7 @@ class LineageRnnEncoder(nn.Module):
             directions = 2 if self.config.bidirectional_encoder else 1
             zeros = ordered.new_zeros(self.config.num_encoder_layers * directions, shape[0], self.rnn.hidden_size)
             mask = attention_mask.bool() if attention_mask is not None else None
-            annotations, state = cell_rnn(self.rnn, ordered, (zeros,) * (2 if self.config.cell == "lstm" else 1), mask)
+            annotations, state = self.rnn(ordered, (zeros, zeros) if self.config.cell == "lstm" else zeros, mask)
         else:
             on_host = SequenceLayout.of(self.config, shape[0], attention_mask=attention_mask,
                                         packed_sequences=packed_sequences).host_lengths()
@@ -429,6 +446,8 @@ class LineageRnnPreTrainedModel(LineagePreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
+    # `device_map="auto"` keeps each on one device: a decoder's steps mix its embeddings, recurrence and attention
+    _no_split_modules = ["LineageRnnEncoder", "LineageRnnDecoder", "BahdanauDecoder", "LuongDecoder"]
     _supports_sdpa = False
     _supports_flash_attn = False
     _supports_attention_backend = False

@@ -11,6 +11,8 @@ import warnings
 import pytest
 import torch
 import transformers
+from accelerate import infer_auto_device_map
+from accelerate.utils import compute_module_sizes
 from conftest import REPO, preset
 from transformers.utils import ModelOutput
 
@@ -496,3 +498,53 @@ def test_the_train_package_reaches_models_through_modeling_not_a_family_module()
             if any(".modeling_lineage_" in n or n.startswith("modeling_lineage_") for n in [module or "", *names]):
                 offenders.append(str(path.relative_to(REPO)))
     assert offenders == []
+
+
+OFFLOADED = [(model_class, {}) for model_class in HEADS] + [
+    (LineageBertForMaskedLM, {"position_embedding_type": "relative", "max_relative_position": 3}),
+    (LineageGptForCausalLM, {"position_embedding_type": "relative-keys", "max_relative_position": 3}),
+    (LineageTransformerForConditionalGeneration, {"position_embedding_type": "relative", "max_relative_position": 3}),
+    (LineageRnnForConditionalGeneration, {"cell": "lstm", "attention": "luong-general", "input_feeding": True}),
+]
+
+
+@pytest.mark.parametrize("model_class, overrides", OFFLOADED,
+                         ids=[f"{c.__name__}-{'-'.join(map(str, o.values())) or 'default'}" for c, o in OFFLOADED])
+def test_a_model_offloaded_by_device_map_gives_the_outputs_and_tokens_of_the_model_in_memory(model_class, overrides,
+                                                                                             tmp_path):
+    """`from_pretrained(device_map="auto")` beyond the memory given offloads the weights: accelerate's hooks load a
+    module's weights for its own call only, so a weight read outside that call (the RNN's cells, the relative
+    tables, the output layer's in the training loss without logits) was an empty placeholder: wrong outputs, or an
+    error naming the meta device."""
+    model = build(model_class, **overrides).eval()
+    model.save_pretrained(tmp_path / "model")
+    offloaded = type(model).from_pretrained(tmp_path / "model", device_map="auto", max_memory={"cpu": "1KB"},
+                                            offload_folder=tmp_path / "offload").eval()
+    assert set(offloaded.hf_device_map.values()) == {"disk"}
+    inputs, labels = inputs_and_labels(model_class)
+    calls = [unlabelled_inputs(model_class), {**inputs, **labels}] if labels else [unlabelled_inputs(model_class)]
+    for call in calls:
+        for actual, expected in zip(tensors(offloaded(**call).to_tuple()), tensors(model(**call).to_tuple()),
+                                    strict=True):
+            torch.testing.assert_close(actual, expected)
+    if labels:
+        torch.testing.assert_close(offloaded.train()(**inputs, **labels).loss, model.train()(**inputs, **labels).loss)
+    if model_class in GENERATIVE:
+        prompt = {"input_ids": inputs["input_ids"][:, :3], "attention_mask": inputs["attention_mask"][:, :3]}
+        assert torch.equal(offloaded.eval().generate(**prompt, max_new_tokens=3, do_sample=False),
+                           model.eval().generate(**prompt, max_new_tokens=3, do_sample=False))
+
+
+@head_ids
+def test_a_device_map_over_several_devices_keeps_each_block_and_rnn_encoder_and_decoder_on_one(model_class):
+    """Over devices too small for the whole model, accelerate places submodules apart except those the model names
+    (`_no_split_modules`, read as transformers reads it for `device_map="auto"`): an RNN decoder's embeddings,
+    recurrence and attention on two devices failed at its first step, which concatenates their outputs."""
+    model = build(model_class)
+    total = compute_module_sizes(model)[""]
+    device_map = infer_auto_device_map(model, max_memory={0: total // 3, 1: total // 3, 2: total},
+                                       no_split_module_classes=model._no_split_modules)
+    assert len(set(device_map.values())) > 1
+    whole = {"LineageBlock", "LineageRnnEncoder", "LineageRnnDecoder", "BahdanauDecoder", "LuongDecoder"}
+    kept = [name for name, module in model.named_modules() if type(module).__name__ in whole]
+    assert kept and not [key for key in device_map for name in kept if key.startswith(f"{name}.")]

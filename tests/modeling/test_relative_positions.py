@@ -207,7 +207,7 @@ def test_queries_are_the_last_positions_of_a_longer_key_sequence(kind):
     layer = LineageAttention(config, 0, is_causal=True).eval()
     torch.nn.init.normal_(layer.relative_keys.weight)
     query, key, value = torch.randn(1, 4, 3, 8), torch.randn(1, 4, 8, 8), torch.randn(1, 4, 8, 8)
-    index = layer._relative_index(None, 3, 8)
+    index = layer._relative_index(None, 3, 8, query.device)
     output, _ = eager_attention_forward(layer, query, key, value, None, layer.scaling, relative_position_index=index)
     allowed = torch.ones(3, 8, dtype=torch.bool).tril(5)
     values = layer.relative_values.weight if layer.relative_values is not None else None
